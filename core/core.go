@@ -1,0 +1,311 @@
+package core
+
+// Algorithm selects the rate-limiting algorithm of a Limit. The zero value is
+// invalid for a Limit and, in a State, means "fresh" (no state yet).
+type Algorithm int32
+
+// The algorithms. Their numbers are part of the state encoding shared with the
+// WebAssembly ABI and the SQL functions; they never change.
+const (
+	FixedWindow   Algorithm = 1
+	SlidingWindow Algorithm = 2
+	SlidingLog    Algorithm = 3
+	TokenBucket   Algorithm = 4
+	LeakyBucket   Algorithm = 5
+	GCRA          Algorithm = 6
+)
+
+// String returns the algorithm's canonical name, as used in vectors, SQL and
+// configuration files ("fixed_window", "sliding_window", ...).
+func (a Algorithm) String() string {
+	switch a {
+	case FixedWindow:
+		return "fixed_window"
+	case SlidingWindow:
+		return "sliding_window"
+	case SlidingLog:
+		return "sliding_log"
+	case TokenBucket:
+		return "token_bucket"
+	case LeakyBucket:
+		return "leaky_bucket"
+	case GCRA:
+		return "gcra"
+	}
+	return "unknown"
+}
+
+// ParseAlgorithm returns the algorithm named s. It accepts the canonical names
+// and the short names other limiters use ("fixed", "sliding", "log", "token",
+// "leaky"). It returns ErrAlgorithm for anything else.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	switch s {
+	case "fixed_window", "fixed":
+		return FixedWindow, nil
+	case "sliding_window", "sliding", "sliding_window_counter":
+		return SlidingWindow, nil
+	case "sliding_log", "log", "sliding_window_log":
+		return SlidingLog, nil
+	case "token_bucket", "token":
+		return TokenBucket, nil
+	case "leaky_bucket", "leaky":
+		return LeakyBucket, nil
+	case "gcra":
+		return GCRA, nil
+	}
+	return 0, ErrAlgorithm
+}
+
+// Bounds on every input. Inputs outside them return an Error; inside them no
+// arithmetic overflows.
+const (
+	// MaxTime is the largest accepted now: 9999-12-31T23:59:59.999999Z in
+	// microseconds since the Unix epoch. The smallest is 0.
+	MaxTime int64 = 253402300799999999
+	// MaxWindow is the longest Window: 10^15 µs, about 31.7 years.
+	MaxWindow int64 = 1_000_000_000_000_000
+	// MaxLimit is the largest Limit and Rate: 2^40 (about 1.1e12).
+	MaxLimit int64 = 1 << 40
+	// MaxCost is the largest cost of one call. A cost above the Limit is
+	// accepted and denied with RetryAfter == Never.
+	MaxCost int64 = 1 << 40
+	// MaxLogLimit is the largest Limit of a SlidingLog: the log keeps one
+	// entry per admitted unit, so this bounds its storage (32 KiB).
+	MaxLogLimit int64 = 4096
+	// MaxUnits bounds Limit × Window (µs) for SlidingWindow, TokenBucket,
+	// LeakyBucket and GCRA, whose exact arithmetic works in units of
+	// 1/Window of a token: 2^61, e.g. 10^7 per day or 10^5 per 266 days.
+	// FixedWindow and SlidingLog have no such bound.
+	MaxUnits int64 = 1 << 61
+	// MaxStateValue bounds every integer field of a State; larger or negative
+	// values are reported as ErrState.
+	MaxStateValue int64 = 1 << 62
+)
+
+// Never is Decision.RetryAfter when the cost can never be admitted because it
+// exceeds the Limit.
+const Never int64 = -1
+
+// Limit holds the parameters of one rate limit. It is a plain value: choose
+// it per call if you like (a free plan and a paid plan can share one store).
+type Limit struct {
+	// Algorithm selects the algorithm.
+	Algorithm Algorithm
+	// Limit is the quota per window (FixedWindow, SlidingWindow,
+	// SlidingLog), the bucket capacity (TokenBucket, LeakyBucket) or the
+	// burst (GCRA): the number of units admitted at once from a fresh state.
+	Limit int64
+	// Window is the window length in microseconds, or for the bucket
+	// algorithms and GCRA the period over which Rate units are restored.
+	Window int64
+	// Rate is how many units are restored per Window for TokenBucket,
+	// LeakyBucket and GCRA; 0 means Limit (the whole capacity per Window).
+	// It must be 0 for the window algorithms.
+	Rate int64
+}
+
+// rate returns the effective Rate of a bucket algorithm.
+func (l *Limit) rate() int64 {
+	if l.Rate == 0 {
+		return l.Limit
+	}
+	return l.Rate
+}
+
+// State is the stored state of one limit on one key: a fixed record of int64
+// words whose meaning depends on the algorithm that wrote it. The zero value
+// is a fresh state. It is the encoding shared with the SQL rows and the
+// WebAssembly buffers:
+//
+//	FixedWindow   T = window start (µs)      X = units admitted in it
+//	SlidingWindow T = current window start   X = units in it     Y = units in the previous window
+//	SlidingLog    Log = times (µs) of admitted units, ascending, one entry per unit
+//	TokenBucket   T = last update (µs)       X = units taken, in 1/Window of a token
+//	LeakyBucket   T = last update (µs)       X = water level, in 1/Window of a unit
+//	GCRA          T = theoretical arrival time, whole µs; X = its fraction, in 1/Rate µs
+//
+// Unused words are zero. A state written by another algorithm (the limit's
+// configuration changed) is treated as fresh; a state written under other
+// parameters of the same algorithm is read under the new ones, clamped so it
+// never denies longer than one full window or refill.
+type State struct {
+	Algorithm Algorithm
+	T, X, Y   int64
+	// Log holds the SlidingLog entries. Take writes new entries into its
+	// backing array, which must have capacity for the Limit (see
+	// ErrLogCapacity); the other algorithms ignore it.
+	Log []int64
+}
+
+// Decision is the outcome of one call.
+type Decision struct {
+	// Allowed reports whether the cost was admitted.
+	Allowed bool
+	// Limit is the limit's quota, capacity or burst (Limit.Limit).
+	Limit int64
+	// Remaining is how many units a call at the same now would still be
+	// admitted after this decision, never negative.
+	Remaining int64
+	// ResetAfter is the time in µs until the limit is fully restored
+	// (Remaining == Limit) if nothing more is taken; 0 when it already is.
+	// A store may drop the key's state once it has passed.
+	ResetAfter int64
+	// RetryAfter is 0 when allowed; when denied, the time in µs until a
+	// call of the same cost would be admitted (exact: one µs earlier is still
+	// denied), or Never if the cost exceeds the Limit.
+	RetryAfter int64
+	// Delay is set by LeakyBucket for an admitted call: the time in µs until
+	// the units ahead of it have leaked out, after which it should proceed.
+	// It is 0 for every other algorithm.
+	Delay int64
+}
+
+// Error is the type of every error the package returns. Its values are
+// constants, comparable with == and errors.Is; their numbers are the status
+// codes of the WebAssembly ABI and appear in the SQL functions' messages.
+type Error int32
+
+// The errors.
+const (
+	// ErrAlgorithm: Limit.Algorithm is not one of the six algorithms.
+	ErrAlgorithm Error = 1
+	// ErrLimit: Limit.Limit is outside [1, MaxLimit] (or [1, MaxLogLimit]
+	// for SlidingLog).
+	ErrLimit Error = 2
+	// ErrWindow: Limit.Window is outside [1, MaxWindow].
+	ErrWindow Error = 3
+	// ErrRate: Limit.Rate is outside [0, MaxLimit], or not 0 for a window
+	// algorithm.
+	ErrRate Error = 4
+	// ErrUnits: Limit × Window exceeds MaxUnits for an algorithm bound by it.
+	ErrUnits Error = 5
+	// ErrCost: cost is outside [0, MaxCost].
+	ErrCost Error = 6
+	// ErrTime: now is outside [0, MaxTime].
+	ErrTime Error = 7
+	// ErrState: the state is corrupt (a negative or out-of-range field, an
+	// unknown algorithm, a word the algorithm does not use set, a log that
+	// is not ascending or longer than MaxLogLimit).
+	ErrState Error = 8
+	// ErrLogCapacity: a SlidingLog state's Log has too little capacity for
+	// the entries an admission would store.
+	ErrLogCapacity Error = 9
+	// ErrLimits: a multi-limit call was given no limits, or states and
+	// decisions slices shorter than the limits.
+	ErrLimits Error = 10
+)
+
+// Error returns a fixed description of the error.
+func (e Error) Error() string {
+	switch e {
+	case ErrAlgorithm:
+		return "ratelimit: unknown algorithm"
+	case ErrLimit:
+		return "ratelimit: limit out of range"
+	case ErrWindow:
+		return "ratelimit: window out of range"
+	case ErrRate:
+		return "ratelimit: rate out of range"
+	case ErrUnits:
+		return "ratelimit: limit × window too large"
+	case ErrCost:
+		return "ratelimit: cost out of range"
+	case ErrTime:
+		return "ratelimit: time out of range"
+	case ErrState:
+		return "ratelimit: corrupt state"
+	case ErrLogCapacity:
+		return "ratelimit: sliding log storage too small"
+	case ErrLimits:
+		return "ratelimit: bad limit list"
+	}
+	return "ratelimit: unknown error"
+}
+
+// Validate reports whether l is a valid limit, returning the Error that
+// Take would return for it.
+func (l Limit) Validate() error {
+	if err := l.check(); err != 0 {
+		return err
+	}
+	return nil
+}
+
+func (l *Limit) check() Error {
+	switch l.Algorithm {
+	case FixedWindow, SlidingWindow, SlidingLog, TokenBucket, LeakyBucket, GCRA:
+	default:
+		return ErrAlgorithm
+	}
+	if l.Limit < 1 || l.Limit > MaxLimit || (l.Algorithm == SlidingLog && l.Limit > MaxLogLimit) {
+		return ErrLimit
+	}
+	if l.Window < 1 || l.Window > MaxWindow {
+		return ErrWindow
+	}
+	switch l.Algorithm {
+	case FixedWindow, SlidingWindow, SlidingLog:
+		if l.Rate != 0 {
+			return ErrRate
+		}
+	default:
+		if l.Rate < 0 || l.Rate > MaxLimit {
+			return ErrRate
+		}
+	}
+	if l.Algorithm != FixedWindow && l.Algorithm != SlidingLog && l.Limit > MaxUnits/l.Window {
+		return ErrUnits
+	}
+	return 0
+}
+
+// checkState validates the words of a state written by l's algorithm.
+func checkState(l *Limit, s *State) Error {
+	if s.T < 0 || s.T > MaxStateValue || s.X < 0 || s.X > MaxStateValue || s.Y < 0 || s.Y > MaxStateValue {
+		return ErrState
+	}
+	switch s.Algorithm {
+	case 0:
+		if s.T != 0 || s.X != 0 || s.Y != 0 || len(s.Log) != 0 {
+			return ErrState
+		}
+	case FixedWindow, TokenBucket, LeakyBucket, GCRA:
+		if s.Y != 0 {
+			return ErrState
+		}
+	case SlidingWindow:
+	case SlidingLog:
+		if s.T != 0 || s.X != 0 || s.Y != 0 || int64(len(s.Log)) > MaxLogLimit {
+			return ErrState
+		}
+		prev := int64(0)
+		for _, e := range s.Log {
+			if e < prev || e > MaxStateValue {
+				return ErrState
+			}
+			prev = e
+		}
+	default:
+		return ErrState
+	}
+	return 0
+}
+
+func checkCall(now, cost int64) Error {
+	if now < 0 || now > MaxTime {
+		return ErrTime
+	}
+	if cost < 0 || cost > MaxCost {
+		return ErrCost
+	}
+	return 0
+}
+
+// ceilDiv returns ⌈a/b⌉ for a ≥ 0, b > 0.
+func ceilDiv(a, b int64) int64 {
+	q := a / b
+	if q*b != a {
+		q++
+	}
+	return q
+}

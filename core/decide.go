@@ -1,0 +1,302 @@
+package core
+
+// mode says how far eval goes.
+type mode int8
+
+const (
+	modePeek  mode = iota // decide only
+	modeCheck             // decide and check that an admission could be stored
+	modeTake              // decide and build the new state (writing the log)
+)
+
+// Take decides whether cost units may pass l at now given the state s. It
+// returns the decision and the state after it. A denied call, and a call of
+// cost 0, return s unchanged. For a SlidingLog, Take writes the admitted
+// entries into s.Log's backing array.
+//
+// now is in microseconds since the Unix epoch; see the package doc for units
+// and bounds. Invalid input returns an Error and the zero Decision.
+func Take(l Limit, s State, now, cost int64) (Decision, State, error) {
+	d, n, err := eval(&l, &s, now, cost, modeTake)
+	if err != 0 {
+		return Decision{}, s, err
+	}
+	return d, n, nil
+}
+
+// Peek returns the decision Take would return, without changing anything.
+func Peek(l Limit, s State, now, cost int64) (Decision, error) {
+	d, _, err := eval(&l, &s, now, cost, modePeek)
+	if err != 0 {
+		return Decision{}, err
+	}
+	return d, nil
+}
+
+func eval(l *Limit, s *State, now, cost int64, m mode) (Decision, State, Error) {
+	if err := l.check(); err != 0 {
+		return Decision{}, *s, err
+	}
+	if err := checkCall(now, cost); err != 0 {
+		return Decision{}, *s, err
+	}
+	if err := checkState(l, s); err != 0 {
+		return Decision{}, *s, err
+	}
+	switch l.Algorithm {
+	case FixedWindow:
+		d, n := fixedWindow(l, s, now, cost)
+		return d, n, 0
+	case SlidingWindow:
+		d, n := slidingWindow(l, s, now, cost)
+		return d, n, 0
+	case SlidingLog:
+		return slidingLog(l, s, now, cost, m)
+	case GCRA:
+		d, n := gcra(l, s, now, cost)
+		return d, n, 0
+	default:
+		d, n := bucket(l, s, now, cost)
+		return d, n, 0
+	}
+}
+
+func fixedWindow(l *Limit, s *State, now, cost int64) (d Decision, n State) {
+	w, lim := l.Window, l.Limit
+	start, count := now-now%w, int64(0)
+	if s.Algorithm == FixedWindow && s.T >= start {
+		// The current window, or a later one if the clock stepped back.
+		start, count = s.T, s.X
+	}
+	end := start + w
+	d.Limit = lim
+	n = *s
+	if cost == 0 || count+cost <= lim {
+		d.Allowed = true
+		if cost > 0 {
+			count += cost
+			n = State{Algorithm: FixedWindow, T: start, X: count}
+		}
+	} else if cost > lim {
+		d.RetryAfter = Never
+	} else {
+		d.RetryAfter = end - now
+	}
+	d.Remaining = max(0, lim-count)
+	if count > 0 {
+		d.ResetAfter = end - now
+	}
+	return d, n
+}
+
+func slidingWindow(l *Limit, s *State, now, cost int64) (d Decision, n State) {
+	w, lim := l.Window, l.Limit
+	start := now - now%w
+	var curr, prev int64
+	if s.Algorithm == SlidingWindow {
+		switch {
+		case s.T >= start:
+			start, curr, prev = s.T, s.X, s.Y
+		case s.T+w == start:
+			prev = s.X
+		}
+	}
+	// Counts above the limit only arise when the limit was lowered.
+	curr, prev = min(curr, lim), min(prev, lim)
+	e := max(now, start) - start // elapsed in the current window, < w
+	// room: units (1/w of a request) left under the weighted count.
+	room := (lim-curr)*w - prev*(w-e)
+	d.Limit = lim
+	n = *s
+	if cost == 0 || (cost <= lim-curr && cost*w <= room) {
+		d.Allowed = true
+		if cost > 0 {
+			curr += cost
+			room -= cost * w
+			n = State{Algorithm: SlidingWindow, T: start, X: curr, Y: prev}
+		}
+	} else if cost > lim {
+		d.RetryAfter = Never
+	} else {
+		d.RetryAfter = slidingRetry(w, lim, start, e, curr, prev, cost) - now
+	}
+	if room > 0 {
+		d.Remaining = room / w
+	}
+	switch {
+	case curr > 0:
+		d.ResetAfter = start + 2*w - now
+	case prev > 0:
+		d.ResetAfter = start + w - now
+	}
+	return d, n
+}
+
+// slidingRetry returns the first instant at which cost (≤ lim) fits a
+// sliding window currently at (start, curr, prev), elapsed e.
+func slidingRetry(w, lim, start, e, curr, prev, cost int64) int64 {
+	if curr+cost <= lim && prev > 0 {
+		// Later in this window, once enough of prev has slid out:
+		// prev×(w−e') ≤ (lim−curr−cost)×w.
+		// Denied now, so k < w−e and e1 > e.
+		k := (lim - curr - cost) * w / prev
+		if e1 := w - k; e1 < w {
+			return start + e1
+		}
+	}
+	// In the next window curr becomes prev: curr×(w−e'') ≤ (lim−cost)×w.
+	if curr == 0 {
+		return start + w
+	}
+	k := (lim - cost) * w / curr
+	return start + w + max(0, w-k)
+}
+
+func slidingLog(l *Limit, s *State, now, cost int64, m mode) (d Decision, n State, err Error) {
+	w, lim := l.Window, l.Limit
+	log := s.Log
+	if s.Algorithm != SlidingLog {
+		log = log[:0]
+	}
+	ne := now
+	if len(log) > 0 {
+		ne = max(now, log[len(log)-1])
+	}
+	// First live entry: the first with e > ne−w.
+	lo, hi := 0, len(log)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if log[mid] > ne-w {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	i0 := lo
+	count := int64(len(log) - i0)
+	d.Limit = lim
+	n = *s
+	newest := ne
+	if count > 0 {
+		newest = log[len(log)-1]
+	}
+	if cost == 0 || count+cost <= lim {
+		d.Allowed = true
+		if cost > 0 {
+			need := count + cost
+			if m != modePeek && int64(cap(log)) < need {
+				return Decision{}, *s, ErrLogCapacity
+			}
+			if m == modeTake {
+				copy(log[:count], log[i0:])
+				log = log[:need]
+				for i := count; i < need; i++ {
+					log[i] = ne
+				}
+				n = State{Algorithm: SlidingLog, Log: log}
+			}
+			count = need
+			newest = ne
+		}
+	} else if cost > lim {
+		d.RetryAfter = Never
+	} else {
+		// The (count+cost−lim)-th live entry must expire.
+		d.RetryAfter = log[i0+int(count+cost-lim)-1] + w - now
+	}
+	d.Remaining = max(0, lim-count)
+	if count > 0 {
+		d.ResetAfter = newest + w - now
+	}
+	return d, n, 0
+}
+
+// bucket decides TokenBucket and LeakyBucket: a level in units of 1/Window
+// of a token that drains Rate units per µs, capacity Limit×Window.
+func bucket(l *Limit, s *State, now, cost int64) (d Decision, n State) {
+	w, lim, r := l.Window, l.Limit, l.rate()
+	capacity := lim * w
+	last, level := now, int64(0)
+	if s.Algorithm == l.Algorithm {
+		last, level = s.T, min(s.X, capacity)
+	}
+	ne := max(now, last) // a clock that stepped back is read as the last update
+	if el := ne - last; el > 0 && level > 0 {
+		if el >= ceilDiv(level, r) {
+			level = 0
+		} else {
+			level -= el * r
+		}
+	}
+	d.Limit = lim
+	n = *s
+	if cost == 0 || (cost <= lim && level+cost*w <= capacity) {
+		d.Allowed = true
+		if l.Algorithm == LeakyBucket && level > 0 {
+			d.Delay = ceilDiv(level, r) + ne - now
+		}
+		if cost > 0 {
+			level += cost * w
+			n = State{Algorithm: l.Algorithm, T: ne, X: level}
+		}
+	} else if cost > lim {
+		d.RetryAfter = Never
+	} else {
+		d.RetryAfter = ceilDiv(level+cost*w-capacity, r) + ne - now
+	}
+	d.Remaining = (capacity - level) / w
+	if level > 0 {
+		d.ResetAfter = ceilDiv(level, r) + ne - now
+	}
+	return d, n
+}
+
+// gcra keeps the theoretical arrival time TAT = T + X/Rate µs. Its level
+// (TAT−now)×Rate is in the same units as bucket's; nothing is clamped, so a
+// clock that stepped back only makes the state look fuller.
+func gcra(l *Limit, s *State, now, cost int64) (d Decision, n State) {
+	w, lim, r := l.Window, l.Limit, l.rate()
+	capacity := lim * w
+	level, full := int64(0), false // full: level > capacity, too big to compute
+	if s.Algorithm == GCRA {
+		if s.T >= now {
+			if dt := s.T - now; dt > capacity/r {
+				full = true
+			} else {
+				level = dt*r + s.X
+			}
+		} else if dt := now - s.T; s.X > 0 && dt < ceilDiv(s.X, r) {
+			level = s.X - dt*r
+		}
+	}
+	d.Limit = lim
+	n = *s
+	if cost == 0 || (!full && cost <= lim && level+cost*w <= capacity) {
+		d.Allowed = true
+		if cost > 0 {
+			level += cost * w
+			n = State{Algorithm: GCRA, T: now + level/r, X: level % r}
+			d.ResetAfter = ceilDiv(level, r)
+		}
+	} else if cost > lim {
+		d.RetryAfter = Never
+	} else {
+		// First t with (T−t)×r + X ≤ capacity − cost×w.
+		d.RetryAfter = s.T + ceilDivSigned(s.X+cost*w-capacity, r) - now
+	}
+	if !full && level < capacity {
+		d.Remaining = (capacity - level) / w
+	}
+	if d.ResetAfter == 0 && (full || level > 0) {
+		d.ResetAfter = s.T + ceilDiv(s.X, r) - now
+	}
+	return d, n
+}
+
+// ceilDivSigned returns ⌈a/b⌉ for any a and b > 0.
+func ceilDivSigned(a, b int64) int64 {
+	if a >= 0 {
+		return ceilDiv(a, b)
+	}
+	return -(-a / b)
+}

@@ -1,0 +1,52 @@
+// Package core is the one rate-limiting decision function of this project:
+// pure, integer-only and allocation-free, so that the native Go build, the
+// WebAssembly module and the PL/pgSQL port decide bit for bit the same.
+//
+// A decision is a function of (limit parameters, stored state, now, cost) that
+// returns a Decision and the new State:
+//
+//	d, next, err := core.Take(lim, state, now, cost)
+//
+// The package never reads a clock, performs no I/O, keeps no globals and uses
+// no floating point. Storage is somebody else's job: a store locks a key,
+// reads its State, calls Take and writes the State back.
+//
+// # Units
+//
+// Time is an int64 count of microseconds since the Unix epoch (the resolution
+// of PostgreSQL's timestamptz), in [0, MaxTime]. Durations in Limit and
+// Decision are microseconds too. Costs and limits are plain integer units
+// (requests, tokens, bytes: whatever the caller counts).
+//
+// # Algorithms
+//
+//   - FixedWindow: at most Limit units per Window, windows aligned to the
+//     epoch (a one-minute window starts on the minute).
+//   - SlidingWindow: the sliding window counter; the previous window's count
+//     is weighted by the part of it still inside the sliding window.
+//   - SlidingLog: the exact times of admitted units within the last Window,
+//     stored in caller-provided storage of at most MaxLogLimit entries.
+//   - TokenBucket: capacity Limit, refilled by Rate tokens per Window.
+//   - LeakyBucket: capacity Limit, leaking Rate units per Window; an admitted
+//     request also reports the Delay after which it leaves the bucket, so a
+//     caller can shape (wait) instead of only police.
+//   - GCRA: burst Limit at Rate per Window, kept as one theoretical arrival
+//     time.
+//
+// All arithmetic is exact: fractional tokens are carried as integer numerators
+// (see State), never rounded away, so "Rate per Window" is exact for any rate.
+//
+// # Results and errors
+//
+// Denial is a result (Decision.Allowed == false), not an error. Errors mean
+// the input was invalid: bad parameters, a time outside the range, a corrupt
+// state. They are values of type Error and can be matched with errors.Is.
+// No input makes the package panic.
+//
+// # Clocks that step backwards
+//
+// A now earlier than the state's own times never refunds: the state is read
+// as of its latest time (the window it was written in, its last update, its
+// newest log entry), and durations in the Decision are measured from the now
+// the caller passed, so a Retry-After is never early on the caller's clock.
+package core

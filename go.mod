@@ -1,0 +1,3 @@
+module github.com/rlcore/rl
+
+go 1.26

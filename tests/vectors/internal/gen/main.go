@@ -1,0 +1,408 @@
+// Command gen writes the conformance vector files from scripted scenarios,
+// recording the outcomes of package core. Run it with go generate in
+// tests/vectors; review the diff: a changed expectation is a changed contract
+// that the WebAssembly module and the SQL functions must follow.
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+
+	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/tests/vectors"
+)
+
+const (
+	ms  = int64(1_000)
+	sec = int64(1_000_000)
+	min = 60 * sec
+	day = 24 * 60 * min
+	// t0 is 2026-01-01T00:00:00Z, a minute, hour and day boundary.
+	t0 = int64(1_767_225_600) * sec
+)
+
+var notes = map[string]string{
+	"edge":      "a call exactly at, or 1 µs before, a window or refill boundary",
+	"cost0":     "cost 0: always allowed, changes nothing, reports the current state",
+	"oversize":  "cost above the limit: denied with retry_after = -1 (never)",
+	"backwards": "the clock steps backwards: nothing is refunded",
+	"gap":       "a long idle gap (up to years)",
+	"maxima":    "documented maximum parameters or times",
+	"error":     "invalid input: the named error and no state change",
+	"multi":     "several limits decided all or nothing",
+	"params":    "the limit's parameters change between calls on one state",
+	"state":     "a stored state is injected: foreign, corrupt or written elsewhere",
+	"random":    "a seeded random sequence",
+}
+
+type builder struct {
+	c      vectors.Case
+	limits []core.Limit
+	states []core.State
+}
+
+func newCase(id, comment string, flags []string, limits ...vectors.Limit) *builder {
+	b := &builder{c: vectors.Case{ID: id, Comment: comment, Flags: flags, Limits: limits}}
+	b.limits = toCore(limits)
+	b.states = make([]core.State, len(limits))
+	return b
+}
+
+func lim(name string, alg core.Algorithm, limit, window, rate int64) vectors.Limit {
+	return vectors.Limit{Name: name, Algorithm: int32(alg), Limit: limit, Window: window, Rate: rate}
+}
+
+func toCore(ls []vectors.Limit) []core.Limit {
+	out := make([]core.Limit, len(ls))
+	for i, l := range ls {
+		out[i] = core.Limit{Algorithm: core.Algorithm(l.Algorithm), Limit: l.Limit, Window: l.Window, Rate: l.Rate}
+	}
+	return out
+}
+
+func fromState(s core.State) vectors.State {
+	v := vectors.State{Algorithm: int32(s.Algorithm), T: s.T, X: s.X, Y: s.Y, Log: append([]int64{}, s.Log...)}
+	return v
+}
+
+func toState(v vectors.State) core.State {
+	s := core.State{Algorithm: core.Algorithm(v.Algorithm), T: v.T, X: v.X, Y: v.Y}
+	s.Log = make([]int64, len(v.Log), core.MaxLogLimit+int64(len(v.Log)))
+	copy(s.Log, v.Log)
+	return s
+}
+
+func (b *builder) withStates(ss ...vectors.State) *builder {
+	b.c.States = ss
+	for i, s := range ss {
+		b.states[i] = toState(s)
+	}
+	return b
+}
+
+func (b *builder) take(now, cost int64) *builder { return b.op("take", now, cost, nil, nil) }
+func (b *builder) peek(now, cost int64) *builder { return b.op("peek", now, cost, nil, nil) }
+func (b *builder) reset(now int64) *builder      { return b.op("reset", now, 0, nil, nil) }
+
+func (b *builder) takeWith(now, cost int64, ls []vectors.Limit) *builder {
+	return b.op("take", now, cost, ls, nil)
+}
+
+func (b *builder) takeFrom(now, cost int64, ss ...vectors.State) *builder {
+	return b.op("take", now, cost, nil, ss)
+}
+
+func (b *builder) op(op string, now, cost int64, ls []vectors.Limit, ss []vectors.State) *builder {
+	st := vectors.Step{Now: now, Op: op, Cost: cost, Limits: ls, SetStates: ss}
+	if ls != nil {
+		b.limits = toCore(ls)
+	}
+	for i, s := range ss {
+		b.states[i] = toState(s)
+	}
+	for i := range b.states { // storage for log entries, as every runner gives
+		if b.states[i].Log == nil {
+			b.states[i].Log = make([]int64, 0, core.MaxLogLimit)
+		}
+	}
+	var err error
+	switch op {
+	case "reset":
+		for i := range b.states {
+			b.states[i] = core.State{Log: b.states[i].Log[:0]}
+		}
+	case "peek", "take":
+		ds := make([]core.Decision, len(b.limits))
+		if len(b.limits) == 1 {
+			var d core.Decision
+			if op == "peek" {
+				d, err = core.Peek(b.limits[0], b.states[0], now, cost)
+			} else {
+				var n core.State
+				d, n, err = core.Take(b.limits[0], b.states[0], now, cost)
+				if err == nil {
+					b.states[0] = n
+				}
+			}
+			ds[0] = d
+		} else if op == "peek" {
+			st.Expect.Index, err = core.PeekAll(b.limits, b.states, now, cost, ds)
+		} else {
+			st.Expect.Index, err = core.TakeAll(b.limits, b.states, now, cost, ds)
+		}
+		if err == nil {
+			for _, d := range ds {
+				st.Expect.Decisions = append(st.Expect.Decisions, vectors.Decision(d))
+			}
+		}
+	}
+	if err != nil {
+		var ce core.Error
+		if !errors.As(err, &ce) {
+			log.Fatalf("%s: unexpected error %v", b.c.ID, err)
+		}
+		st.Expect.Error, st.Expect.ErrorCode = errName(ce), int32(ce)
+	}
+	for _, s := range b.states {
+		st.Expect.States = append(st.Expect.States, fromState(s))
+	}
+	b.c.Steps = append(b.c.Steps, st)
+	return b
+}
+
+func errName(e core.Error) string {
+	names := map[core.Error]string{
+		core.ErrAlgorithm: "ErrAlgorithm", core.ErrLimit: "ErrLimit", core.ErrWindow: "ErrWindow",
+		core.ErrRate: "ErrRate", core.ErrUnits: "ErrUnits", core.ErrCost: "ErrCost", core.ErrTime: "ErrTime",
+		core.ErrState: "ErrState", core.ErrLogCapacity: "ErrLogCapacity", core.ErrLimits: "ErrLimits",
+	}
+	return names[e]
+}
+
+// common adds the scenarios every algorithm shares.
+func common(alg core.Algorithm, p string) []*builder {
+	a := alg
+	l := func(limit, window int64) vectors.Limit { return lim("default", a, limit, window, 0) }
+	var cs []*builder
+	cs = append(cs,
+		newCase(p+"-basic", "exhaust a limit of 3 per second, then wait it out", nil, l(3, sec)).
+			take(t0, 1).take(t0+100*ms, 1).take(t0+200*ms, 1).take(t0+300*ms, 1).
+			peek(t0+300*ms, 1).take(t0+999*ms, 1).take(t0+sec, 1).take(t0+1500*ms, 1).
+			take(t0+2*sec, 2).take(t0+5*sec, 1),
+		newCase(p+"-edge", "calls 1 µs before and exactly at the window or refill boundary", []string{"edge"}, l(2, 10*sec)).
+			take(t0+9*sec, 2).take(t0+10*sec-1, 1).take(t0+10*sec, 1).take(t0+15*sec-1, 1).
+			take(t0+15*sec, 1).take(t0+20*sec-1, 2).take(t0+20*sec, 2).take(t0+30*sec, 2),
+		newCase(p+"-cost0", "cost 0 on fresh, partly used and exhausted state", []string{"cost0"}, l(4, sec)).
+			take(t0, 0).take(t0+1, 3).take(t0+2, 0).peek(t0+3, 0).take(t0+4, 1).take(t0+5, 0).take(t0+6, 1),
+		newCase(p+"-oversize", "a cost above the limit is never admitted and changes nothing", []string{"oversize"}, l(5, sec)).
+			take(t0, 6).take(t0, 2).take(t0+1, 1000).peek(t0+2, 6).take(t0+3, 3).take(t0+4, 1),
+		newCase(p+"-batch", "variable cost: a batch takes its whole cost or nothing", nil, l(500, min)).
+			take(t0, 200).take(t0+sec, 250).take(t0+2*sec, 100).take(t0+3*sec, 50).take(t0+4*sec, 1).
+			take(t0+30*sec, 100).take(t0+61*sec, 500),
+		newCase(p+"-backwards", "the clock steps back within and across windows", []string{"backwards"}, l(3, sec)).
+			take(t0+500*ms, 1).take(t0+400*ms, 1).take(t0+100*ms, 1).take(t0+50*ms, 1).
+			take(t0+1200*ms, 1).take(t0+900*ms, 1).take(t0-5*sec, 1).peek(t0-5*sec, 1).take(t0+3*sec, 2),
+		newCase(p+"-gap", "idle gaps of a day and of ten years", []string{"gap"}, l(10, min)).
+			take(t0, 10).take(t0+day, 10).take(t0+day+1, 1).take(t0+day+10*365*day, 10).take(t0+day+10*365*day+sec, 1),
+		newCase(p+"-reset", "reset restores the full limit", nil, l(2, min)).
+			take(t0, 2).take(t0+sec, 1).reset(t0+2*sec).take(t0+2*sec, 2).peek(t0+3*sec, 1),
+		newCase(p+"-peek", "peek reports what take would, and changes nothing", nil, l(3, sec)).
+			peek(t0, 1).peek(t0, 3).peek(t0, 4).take(t0, 2).peek(t0+1, 2).peek(t0+1, 1).take(t0+1, 1).peek(t0+2, 1),
+		newCase(p+"-epoch", "times at and near 0", []string{"edge"}, l(2, sec)).
+			take(0, 1).take(1, 1).take(2, 1).take(sec, 1),
+		newCase(p+"-maxtime", "now at the documented maximum", []string{"maxima"}, l(2, sec)).
+			take(core.MaxTime-1, 1).take(core.MaxTime, 1).take(core.MaxTime, 1),
+		newCase(p+"-maxwindow", "the longest window", []string{"maxima"}, l(2, core.MaxWindow/1_000_000)).
+			take(t0, 2).take(t0+core.MaxWindow/2_000_000, 1),
+		newCase(p+"-params", "the limit changes between calls on one key", []string{"params"}, l(5, sec)).
+			take(t0, 4).takeWith(t0+100*ms, 1, []vectors.Limit{l(2, sec)}).take(t0+200*ms, 1).
+			takeWith(t0+300*ms, 1, []vectors.Limit{l(10, sec)}).takeWith(t0+400*ms, 1, []vectors.Limit{l(10, 100*ms)}).
+			take(t0+2*sec, 1),
+		newCase(p+"-foreign", "a state written by another algorithm is treated as fresh", []string{"state"}, l(2, sec)).
+			takeFrom(t0, 1, vectors.State{Algorithm: int32(other(alg)), T: t0, X: 5}).take(t0+1, 1).take(t0+2, 1),
+	)
+	// Errors: each leaves the state as it was.
+	e := newCase(p+"-errors", "invalid parameters, costs, times and states", []string{"error"}, l(3, sec)).take(t0, 1)
+	bad := func(mod func(*vectors.Limit)) []vectors.Limit {
+		x := l(3, sec)
+		mod(&x)
+		return []vectors.Limit{x}
+	}
+	good := []vectors.Limit{l(3, sec)}
+	e.take(t0, -1).take(t0, core.MaxCost+1).take(-1, 1).take(core.MaxTime+1, 1).
+		takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Limit = 0 })).
+		takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Limit = -5 })).
+		takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Window = 0 })).
+		takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Window = core.MaxWindow + 1 })).
+		takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Algorithm = 0 })).
+		takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Algorithm = 7 })).
+		takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Rate = -1 }))
+	if alg >= core.TokenBucket {
+		e.takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Rate = core.MaxLimit + 1 }))
+	} else {
+		e.takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Rate = 1 }))
+	}
+	switch alg {
+	case core.SlidingLog:
+		e.takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Limit = core.MaxLogLimit + 1 }))
+	case core.FixedWindow:
+		e.takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Limit = core.MaxLimit + 1 }))
+	default:
+		e.takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Limit = 1 << 20; x.Window = core.MaxUnits>>20 + 1 }))
+	}
+	e.takeWith(t0+1, 1, good).
+		takeFrom(t0+2, 1, vectors.State{Algorithm: int32(alg), T: -1}).
+		takeFrom(t0+3, 1, vectors.State{Algorithm: int32(alg), X: core.MaxStateValue + 1}).
+		takeFrom(t0+4, 1, vectors.State{Algorithm: 9, T: t0}).
+		takeFrom(t0+5, 1, vectors.State{Algorithm: 0, T: t0})
+	switch alg {
+	case core.SlidingLog:
+		e.takeFrom(t0+6, 1, vectors.State{Algorithm: int32(alg), Log: []int64{t0, t0 - 1}}).
+			takeFrom(t0+7, 1, vectors.State{Algorithm: int32(alg), T: t0, Log: []int64{t0}})
+	case core.SlidingWindow:
+		e.takeFrom(t0+6, 1, vectors.State{Algorithm: int32(alg), Y: -3})
+	default:
+		e.takeFrom(t0+6, 1, vectors.State{Algorithm: int32(alg), T: t0, Y: 1})
+	}
+	e.takeFrom(t0+8, 1, vectors.State{}).take(t0+9, 1)
+	cs = append(cs, e)
+	// Seeded random sequences with arbitrary small parameters.
+	r := rand.New(rand.NewPCG(uint64(alg), 42))
+	for i := range 12 {
+		lm := l(1+r.Int64N(8), 1+r.Int64N(5*sec))
+		if alg >= core.TokenBucket && i%2 == 1 {
+			lm.Rate = 1 + r.Int64N(7)
+		}
+		c := newCase(fmt.Sprintf("%s-random-%02d", p, i), "a seeded random sequence", []string{"random"}, lm)
+		now := t0 + r.Int64N(lm.Window)
+		for range 30 {
+			switch r.IntN(8) {
+			case 0:
+				now -= r.Int64N(lm.Window)
+			case 1:
+				now += r.Int64N(3 * lm.Window)
+			default:
+				now += r.Int64N(lm.Window/3 + 1)
+			}
+			cost := int64(1)
+			if r.IntN(4) == 0 {
+				cost = r.Int64N(lm.Limit + 2)
+			}
+			if r.IntN(6) == 0 {
+				c.peek(now, cost)
+			} else {
+				c.take(now, cost)
+			}
+		}
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+func other(a core.Algorithm) core.Algorithm {
+	if a == core.FixedWindow {
+		return core.TokenBucket
+	}
+	return core.FixedWindow
+}
+
+func files() map[string]vectors.File {
+	out := map[string]vectors.File{}
+	add := func(name, desc string, cs []*builder) {
+		f := vectors.File{Schema: vectors.Schema, Description: desc, Notes: notes}
+		for _, c := range cs {
+			f.Cases = append(f.Cases, c.c)
+		}
+		out[name] = f
+	}
+	fw := common(core.FixedWindow, "fw")
+	fw = append(fw,
+		newCase("fw-aligned", "windows are aligned to the epoch: a window opened at :59 ends at the minute", []string{"edge"}, lim("m", core.FixedWindow, 3, min, 0)).
+			take(t0+59*sec, 3).take(t0+59*sec+1, 1).take(t0+min, 3),
+		newCase("fw-maxlimit", "the largest limit and cost", []string{"maxima"}, lim("big", core.FixedWindow, core.MaxLimit, day, 0)).
+			take(t0, core.MaxCost).take(t0+1, 1).take(t0+day, core.MaxLimit-1).take(t0+day, 1).take(t0+day, 1),
+	)
+	add("fixed_window.json", "Fixed window: Limit units per Window, windows aligned to the epoch.", fw)
+
+	sw := common(core.SlidingWindow, "sw")
+	sw = append(sw,
+		newCase("sw-weighted", "the previous window's count weighs by the part still inside the sliding window", []string{"edge"}, lim("default", core.SlidingWindow, 10, 10*sec, 0)).
+			take(t0+5*sec, 10).take(t0+10*sec, 1).take(t0+12*sec, 2).take(t0+13*sec, 1).take(t0+15*sec, 3).take(t0+19*sec+1, 3).take(t0+25*sec, 10).take(t0+40*sec, 10),
+		newCase("sw-maxunits", "limit × window at MaxUnits", []string{"maxima"}, lim("big", core.SlidingWindow, core.MaxUnits/core.MaxWindow, core.MaxWindow, 0)).
+			take(t0, 1000).take(t0+1, 1152).take(t0+2, 1).take(t0+core.MaxWindow, 1),
+	)
+	add("sliding_window.json", "Sliding window counter: current and previous window counts, the previous weighted by its overlap.", sw)
+
+	sl := common(core.SlidingLog, "sl")
+	sl = append(sl,
+		newCase("sl-exact", "entries expire exactly one window after they were admitted", []string{"edge"}, lim("default", core.SlidingLog, 3, sec, 0)).
+			take(t0, 1).take(t0+300*ms, 1).take(t0+600*ms, 1).take(t0+sec-1, 1).take(t0+sec, 1).take(t0+sec+299*ms, 1).take(t0+sec+300*ms, 1),
+		newCase("sl-maxlimit", "the largest log", []string{"maxima"}, lim("big", core.SlidingLog, core.MaxLogLimit, sec, 0)).
+			take(t0, core.MaxLogLimit-1).take(t0+1, 2).take(t0+2, 1).take(t0+sec, core.MaxLogLimit).take(t0+sec+1, 1),
+	)
+	add("sliding_log.json", "Sliding window log: the exact times of admitted units in the last Window.", sl)
+
+	tb := common(core.TokenBucket, "tb")
+	tb = append(tb,
+		newCase("tb-rate", "burst 10 refilled at 1 token per 100 ms: exact fractional refill", nil, lim("default", core.TokenBucket, 10, sec, 10)).
+			take(t0, 10).take(t0+99*ms, 1).take(t0+100*ms, 1).take(t0+150*ms, 1).take(t0+350*ms, 2).take(t0+2*sec, 10),
+		newCase("tb-thirds", "3 tokens per second: one token every 333333⅓ µs, no drift", []string{"edge"}, lim("default", core.TokenBucket, 3, sec, 3)).
+			take(t0, 3).take(t0+333333, 1).take(t0+333334, 1).take(t0+666667, 1).take(t0+sec-1, 1).take(t0+sec, 1).take(t0+100*sec, 3),
+		newCase("tb-maxunits", "limit × window at MaxUnits and the largest rate", []string{"maxima"}, lim("big", core.TokenBucket, core.MaxUnits/core.MaxWindow, core.MaxWindow, core.MaxLimit)).
+			take(t0, 2305).take(t0+1, 1).take(t0+2000, 1).take(t0+3000, 2305),
+	)
+	add("token_bucket.json", "Token bucket: capacity Limit, Rate tokens refilled per Window.", tb)
+
+	lb := common(core.LeakyBucket, "lb")
+	lb = append(lb,
+		newCase("lb-delay", "admitted calls report when they leave the bucket (shaping)", nil, lim("default", core.LeakyBucket, 5, sec, 5)).
+			take(t0, 1).take(t0, 1).take(t0, 1).take(t0+100*ms, 1).take(t0+100*ms, 1).take(t0+100*ms, 1).take(t0+2*sec, 1),
+		newCase("lb-slow", "capacity 3 leaking 1 unit per 7 seconds", nil, lim("default", core.LeakyBucket, 3, 7*sec, 1)).
+			take(t0, 3).take(t0+sec, 1).take(t0+7*sec, 1).take(t0+8*sec, 1).take(t0+30*sec, 3),
+	)
+	add("leaky_bucket.json", "Leaky bucket: capacity Limit leaking Rate units per Window; admitted calls report their Delay.", lb)
+
+	g := common(core.GCRA, "gcra")
+	g = append(g,
+		newCase("gcra-burst", "burst 5 at 2 per second: the burst is exactly what passes at once", nil, lim("default", core.GCRA, 5, sec, 2)).
+			take(t0, 5).take(t0+499999, 1).take(t0+500*ms, 1).take(t0+sec, 2).take(t0+10*sec, 5),
+		newCase("gcra-backwards", "a clock that steps back makes the state look fuller, never emptier", []string{"backwards"}, lim("default", core.GCRA, 2, sec, 0)).
+			take(t0, 2).take(t0-3*sec, 1).take(t0+500*ms, 1).take(t0-sec, 0),
+	)
+	add("gcra.json", "GCRA: burst Limit at Rate per Window, kept as one theoretical arrival time.", g)
+
+	m := []*builder{
+		newCase("multi-burst-daily", "a burst limit and a daily limit on one key", []string{"multi"},
+			lim("burst", core.TokenBucket, 5, sec, 0), lim("daily", core.FixedWindow, 8, day, 0)).
+			take(t0, 5).take(t0+1, 1).take(t0+sec, 3).take(t0+2*sec, 1).take(t0+3*sec, 1).take(t0+day, 5),
+		newCase("multi-no-consume", "a denied call consumes no other limit's quota", []string{"multi"},
+			lim("minute", core.FixedWindow, 10, min, 0), lim("second", core.SlidingLog, 2, sec, 0)).
+			take(t0, 2).take(t0+1, 1).take(t0+2, 1).take(t0+3, 1).take(t0+sec, 2),
+		newCase("multi-latest-retry", "when several deny, the latest retry-after decides", []string{"multi"},
+			lim("a", core.FixedWindow, 2, sec, 0), lim("b", core.FixedWindow, 2, min, 0), lim("c", core.GCRA, 3, sec, 1)).
+			take(t0, 2).take(t0+1, 1).take(t0+sec, 1).take(t0+sec, 5),
+		newCase("multi-strict-smooth", "a strict primary plus a smoothing secondary", []string{"multi"},
+			lim("hourly", core.FixedWindow, 100, 60*min, 0), lim("smooth", core.GCRA, 3, sec, 3)).
+			take(t0, 3).take(t0+1, 1).peek(t0+1, 1).take(t0+333334, 1).take(t0+sec, 2).reset(t0+sec).take(t0+sec, 3),
+		newCase("multi-all-six", "all six algorithms at once", []string{"multi"},
+			lim("fw", core.FixedWindow, 4, sec, 0), lim("sw", core.SlidingWindow, 4, sec, 0), lim("sl", core.SlidingLog, 4, sec, 0),
+			lim("tb", core.TokenBucket, 4, sec, 0), lim("lb", core.LeakyBucket, 4, sec, 0), lim("gcra", core.GCRA, 4, sec, 0)).
+			take(t0+900*ms, 3).take(t0+sec, 1).take(t0+sec+100*ms, 1).take(t0+2*sec, 2).take(t0+2*sec, 0).take(t0+2*sec, 5),
+		newCase("multi-error", "an invalid limit among several: its index, no state change", []string{"multi", "error"},
+			lim("ok", core.FixedWindow, 4, sec, 0), lim("bad", core.TokenBucket, 4, 0, 0)).
+			take(t0, 1).takeWith(t0, 1, []vectors.Limit{lim("ok", core.FixedWindow, 4, sec, 0), lim("fine", core.TokenBucket, 4, sec, 0)}),
+	}
+	add("multi.json", "Several limits at once, all or nothing: the deciding limit's index, and no state change on denial.", m)
+	return out
+}
+
+// numberArray matches a JSON array of integers spread over lines.
+var (
+	numberArray = regexp.MustCompile(`\[\s+-?\d+(,\s+-?\d+)*\s+\]`)
+	space       = regexp.MustCompile(`\s+`)
+)
+
+func main() {
+	dir := flag.String("out", ".", "directory to write the vector files to")
+	flag.Parse()
+	for name, f := range files() {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetIndent("", " ")
+		if err := enc.Encode(f); err != nil {
+			log.Fatal(err)
+		}
+		out := numberArray.ReplaceAllFunc(buf.Bytes(), func(b []byte) []byte { return space.ReplaceAll(b, nil) })
+		if err := os.WriteFile(filepath.Join(*dir, name), out, 0o644); err != nil {
+			log.Fatal(err)
+		}
+	}
+}
