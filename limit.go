@@ -1,0 +1,136 @@
+package rl
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rlcore/rl/core"
+)
+
+// MaxLimits is the most limits one Policy holds.
+const MaxLimits = 16
+
+// Limit is one rate limit of a Policy.
+type Limit struct {
+	// Name identifies the limit's state within a key and appears in
+	// results and headers. Empty means "default" for a single limit, and
+	// "<algorithm>_<window>" (e.g. "fixed_window_1m0s") among several.
+	Name string
+	// Algorithm selects the algorithm; see package core.
+	Algorithm core.Algorithm
+	// Limit is the quota per Window, the bucket capacity, or GCRA's burst:
+	// how many units pass at once from a fresh state.
+	Limit int64
+	// Window is the window, or the period over which Rate units are
+	// restored for the bucket algorithms and GCRA. Whole microseconds; a
+	// fraction is truncated.
+	Window time.Duration
+	// Rate is the units restored per Window (TokenBucket, LeakyBucket,
+	// GCRA); 0 means Limit. Must be 0 for the window algorithms.
+	Rate int64
+}
+
+func (l Limit) core() core.Limit {
+	return core.Limit{Algorithm: l.Algorithm, Limit: l.Limit, Window: int64(l.Window / time.Microsecond), Rate: l.Rate}
+}
+
+// Policy is a validated, immutable set of limits decided together, all or
+// nothing. Build policies once and choose one per call: a free plan and a
+// paid plan are two policies over one Limiter.
+type Policy struct {
+	src    []Limit
+	limits []core.Limit
+	names  []string
+}
+
+// ErrPolicy is matched by every error of NewPolicy.
+var ErrPolicy = errors.New("rl: invalid policy")
+
+// NewPolicy validates limits and returns them as a Policy. Errors match
+// ErrPolicy and, for a bad parameter, the core.Error naming it.
+func NewPolicy(limits ...Limit) (*Policy, error) {
+	if len(limits) == 0 || len(limits) > MaxLimits {
+		return nil, fmt.Errorf("%w: %d limits, want 1 to %d", ErrPolicy, len(limits), MaxLimits)
+	}
+	p := &Policy{src: make([]Limit, len(limits)), limits: make([]core.Limit, len(limits)), names: make([]string, len(limits))}
+	seen := make(map[string]bool, len(limits))
+	for i, l := range limits {
+		if l.Name == "" {
+			l.Name = "default"
+			if len(limits) > 1 {
+				l.Name = fmt.Sprintf("%s_%s", l.Algorithm, l.Window)
+			}
+		}
+		if seen[l.Name] {
+			return nil, fmt.Errorf("%w: two limits named %q", ErrPolicy, l.Name)
+		}
+		seen[l.Name] = true
+		c := l.core()
+		if err := c.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: limit %q: %w", ErrPolicy, l.Name, err)
+		}
+		p.src[i], p.limits[i], p.names[i] = l, c, l.Name
+	}
+	return p, nil
+}
+
+// MustPolicy is NewPolicy for limits known to be valid, such as package-level
+// variables; it panics on an error.
+func MustPolicy(limits ...Limit) *Policy {
+	p, err := NewPolicy(limits...)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// Limits returns a copy of the policy's limits, names filled in.
+func (p *Policy) Limits() []Limit { return append([]Limit(nil), p.src...) }
+
+// Len returns the number of limits.
+func (p *Policy) Len() int { return len(p.src) }
+
+// LimitResult is one limit's part of a decision.
+type LimitResult struct {
+	// Name and Window identify the limit.
+	Name   string
+	Window time.Duration
+	// Allowed reports whether this limit admitted the cost.
+	Allowed bool
+	// Limit is the limit's quota, capacity or burst.
+	Limit int64
+	// Remaining is how many units would still pass now, never negative.
+	Remaining int64
+	// ResetAfter is how long until the limit is fully restored.
+	ResetAfter time.Duration
+	// RetryAfter is how long until a call of the same cost would pass; 0
+	// when allowed, and 0 with Never set when it never will.
+	RetryAfter time.Duration
+	// Never reports that the cost exceeds the limit: no retry can pass.
+	Never bool
+	// Delay is the LeakyBucket shaping delay of an admitted call.
+	Delay time.Duration
+}
+
+// Result is the outcome of a decision: the deciding limit's LimitResult
+// (when denied, the denying limit with the latest RetryAfter; when allowed,
+// the one with the fewest Remaining) and its index in the policy.
+type Result struct {
+	LimitResult
+	Index int
+}
+
+func fromCore(l *Limit, d *core.Decision) LimitResult {
+	r := LimitResult{
+		Name: l.Name, Window: l.Window, Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
+		ResetAfter: time.Duration(d.ResetAfter) * time.Microsecond,
+		Delay:      time.Duration(d.Delay) * time.Microsecond,
+	}
+	if d.RetryAfter == core.Never {
+		r.Never = true
+	} else {
+		r.RetryAfter = time.Duration(d.RetryAfter) * time.Microsecond
+	}
+	return r
+}

@@ -1,0 +1,244 @@
+package rl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/clock"
+	"github.com/rlcore/rl/memstore"
+	"github.com/rlcore/rl/store"
+)
+
+// DefaultMaxKeyLength is the longest key accepted by default, in bytes.
+const DefaultMaxKeyLength = 256
+
+// Clock returns the current time in microseconds since the Unix epoch.
+type Clock func() int64
+
+// SystemClock reads time.Now: microsecond precision, about 30–55 ns a call.
+func SystemClock() int64 { return clock.System() }
+
+var coarse = sync.OnceValue(func() *clock.Coarse { return clock.NewCoarse(time.Millisecond) })
+
+// CoarseClock is the default clock: the process-wide coarse clock described
+// in the package doc (1 ms resolution, about 1 ns a reading).
+func CoarseClock() int64 { return coarse().Now() }
+
+// Config configures a Limiter. Zero fields take the documented defaults.
+type Config struct {
+	// Store keeps the state. Default: a new memstore.Store, closed by
+	// Limiter.Close, swept with the limiter's clock.
+	Store store.Store
+	// Policy is the policy of calls that do not name one (Allow, AllowN,
+	// Peek, Reset). It may be nil if every call passes its own.
+	Policy *Policy
+	// BaseKey prefixes every key, keeping limiters that share a store
+	// apart.
+	BaseKey string
+	// Clock is the time source. Default: CoarseClock.
+	Clock Clock
+	// Decider applies the algorithms. Default: core.Native{} (the
+	// WebAssembly host in package wasm is the other choice).
+	Decider core.Decider
+	// MaxKeyLength bounds keys in bytes. Default: DefaultMaxKeyLength.
+	MaxKeyLength int
+	// AnyKey accepts any bytes in keys. By default a key is printable
+	// ASCII without spaces (0x21 to 0x7E), which covers IPs, user IDs,
+	// API keys and paths, and rejects what is most likely a bug
+	// (control characters, invalid encodings) with ErrInvalidKey.
+	AnyKey bool
+}
+
+// Limiter decides keys against policies. Create it with New.
+type Limiter struct {
+	store   store.Store
+	owned   *memstore.Store
+	policy  *Policy
+	base    string
+	clock   Clock
+	decider core.Decider
+	maxKey  int
+	anyKey  bool
+}
+
+// Errors of the Limiter. Denial is not an error.
+var (
+	// ErrInvalidKey is matched by every *KeyError.
+	ErrInvalidKey = errors.New("rl: invalid key")
+	// ErrNoPolicy: a call without a policy on a Limiter without one.
+	ErrNoPolicy = errors.New("rl: no policy")
+	// ErrStore is matched by every failure of the store (a down or full
+	// store also matches store.ErrUnavailable).
+	ErrStore = errors.New("rl: store failed")
+)
+
+// KeyError describes an invalid key.
+type KeyError struct {
+	Key    string // the key, truncated to 64 bytes
+	Reason string
+}
+
+func (e *KeyError) Error() string        { return fmt.Sprintf("rl: invalid key %q: %s", e.Key, e.Reason) }
+func (e *KeyError) Is(target error) bool { return target == ErrInvalidKey }
+
+// New returns a Limiter.
+func New(cfg Config) (*Limiter, error) {
+	l := &Limiter{store: cfg.Store, policy: cfg.Policy, base: cfg.BaseKey, clock: cfg.Clock,
+		decider: cfg.Decider, maxKey: cfg.MaxKeyLength, anyKey: cfg.AnyKey}
+	if l.clock == nil {
+		l.clock = CoarseClock
+	}
+	if l.decider == nil {
+		l.decider = core.Native{}
+	}
+	if l.maxKey <= 0 {
+		l.maxKey = DefaultMaxKeyLength
+	}
+	if l.store == nil {
+		l.owned = memstore.New(&memstore.Config{Clock: l.clock})
+		l.store = l.owned
+	}
+	return l, nil
+}
+
+// Close releases the store the Limiter created itself (none otherwise).
+func (l *Limiter) Close() error {
+	if l.owned != nil {
+		return l.owned.Close()
+	}
+	return nil
+}
+
+// Allow takes one unit for key under the default policy.
+func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
+	return l.decide(ctx, store.Take, key, 1, nil, nil)
+}
+
+// AllowN takes cost units (0 or more) for key under the default policy.
+func (l *Limiter) AllowN(ctx context.Context, key string, cost int64) (Result, error) {
+	return l.decide(ctx, store.Take, key, cost, nil, nil)
+}
+
+// Peek reports what AllowN would decide, changing nothing.
+func (l *Limiter) Peek(ctx context.Context, key string, cost int64) (Result, error) {
+	return l.decide(ctx, store.Peek, key, cost, nil, nil)
+}
+
+// Reset forgets key's state under the default policy's limits.
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	return l.ResetPolicy(ctx, key, nil)
+}
+
+// ResetPolicy forgets key's state under p's limits (nil: the default
+// policy).
+func (l *Limiter) ResetPolicy(ctx context.Context, key string, p *Policy) error {
+	if err := l.checkKey(key); err != nil {
+		return err
+	}
+	if p == nil {
+		if p = l.policy; p == nil {
+			return ErrNoPolicy
+		}
+	}
+	if err := l.store.Reset(ctx, l.base, key, p.names); err != nil {
+		return fmt.Errorf("%w: reset %q: %w", ErrStore, key, err)
+	}
+	return nil
+}
+
+// Request is a call with every option: Do takes it.
+type Request struct {
+	Key  string
+	Cost int64
+	// Policy decides this call; nil means the Limiter's.
+	Policy *Policy
+	// Peek decides without changing anything.
+	Peek bool
+	// Each, when at least as long as the policy, receives every limit's
+	// result. (This costs one small allocation per call; without it a
+	// decision on a warm key allocates nothing.)
+	Each []LimitResult
+}
+
+// Do decides req.
+func (l *Limiter) Do(ctx context.Context, req Request) (Result, error) {
+	op := store.Take
+	if req.Peek {
+		op = store.Peek
+	}
+	return l.decide(ctx, op, req.Key, req.Cost, req.Policy, req.Each)
+}
+
+func (l *Limiter) decide(ctx context.Context, op store.Op, key string, cost int64, p *Policy, each []LimitResult) (Result, error) {
+	if err := l.checkKey(key); err != nil {
+		return Result{}, err
+	}
+	if p == nil {
+		if p = l.policy; p == nil {
+			return Result{}, ErrNoPolicy
+		}
+	}
+	req := store.Request{Prefix: l.base, Key: key, Names: p.names, Limits: p.limits, Op: op,
+		Now: l.clock(), Cost: cost, Decider: l.decider}
+	var (
+		i   int
+		d   core.Decision
+		err error
+	)
+	if len(each) >= len(p.limits) {
+		var buf [MaxLimits]core.Decision
+		ds := buf[:len(p.limits)]
+		i, d, err = l.store.Decide(ctx, req, ds)
+		if err == nil {
+			for j := range ds {
+				each[j] = fromCore(&p.src[j], &ds[j])
+			}
+		}
+	} else {
+		i, d, err = l.store.Decide(ctx, req, nil)
+	}
+	if err != nil {
+		var ce core.Error
+		if errors.As(err, &ce) {
+			return Result{}, fmt.Errorf("rl: %q: %w", key, err)
+		}
+		return Result{}, fmt.Errorf("%w: %w", ErrStore, err)
+	}
+	return Result{LimitResult: fromCore(&p.src[i], &d), Index: i}, nil
+}
+
+// keyChars marks the bytes a key may hold by default: 0x21 to 0x7E.
+var keyChars = func() (t [256]bool) {
+	for c := 0x21; c <= 0x7e; c++ {
+		t[c] = true
+	}
+	return t
+}()
+
+func (l *Limiter) checkKey(key string) error {
+	if key == "" {
+		return &KeyError{Reason: "empty"}
+	}
+	if len(key) > l.maxKey {
+		return &KeyError{Key: clip(key), Reason: fmt.Sprintf("%d bytes, longer than %d", len(key), l.maxKey)}
+	}
+	if !l.anyKey {
+		for i := 0; i < len(key); i++ {
+			if !keyChars[key[i]] {
+				return &KeyError{Key: clip(key), Reason: fmt.Sprintf("byte %#02x at %d is not printable ASCII (set Config.AnyKey to allow any bytes)", key[i], i)}
+			}
+		}
+	}
+	return nil
+}
+
+func clip(key string) string {
+	if len(key) > 64 {
+		return key[:64]
+	}
+	return key
+}

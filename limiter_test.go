@@ -1,0 +1,215 @@
+package rl_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rlcore/rl"
+	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/store"
+)
+
+const t0 = int64(1_767_225_600_000_000)
+
+// fakeClock is a settable clock.
+type fakeClock struct{ now atomic.Int64 }
+
+func (c *fakeClock) Now() int64              { return c.now.Load() }
+func (c *fakeClock) Advance(d time.Duration) { c.now.Add(int64(d / time.Microsecond)) }
+
+func newLimiter(t *testing.T, p *rl.Policy) (*rl.Limiter, *fakeClock) {
+	clk := &fakeClock{}
+	clk.now.Store(t0)
+	l, err := rl.New(rl.Config{Policy: p, Clock: clk.Now})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	return l, clk
+}
+
+func TestAllowResult(t *testing.T) {
+	p := rl.MustPolicy(rl.Limit{Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute})
+	l, clk := newLimiter(t, p)
+	ctx := context.Background()
+	clk.Advance(20 * time.Second)
+	for i := range 3 {
+		r, err := l.Allow(ctx, "user:1")
+		require.NoError(t, err)
+		require.True(t, r.Allowed)
+		require.Equal(t, int64(2-i), r.Remaining)
+		require.Equal(t, 40*time.Second, r.ResetAfter)
+		require.Equal(t, "default", r.Name)
+	}
+	r, err := l.Allow(ctx, "user:1")
+	require.NoError(t, err)
+	require.False(t, r.Allowed)
+	require.Equal(t, 40*time.Second, r.RetryAfter)
+	require.False(t, r.Never)
+
+	r, err = l.AllowN(ctx, "user:2", 4)
+	require.NoError(t, err)
+	require.False(t, r.Allowed)
+	require.True(t, r.Never, "a cost above the limit can never pass")
+
+	// Peek reports without taking; Reset restores.
+	r, err = l.Peek(ctx, "user:2", 3)
+	require.NoError(t, err)
+	require.True(t, r.Allowed)
+	require.NoError(t, l.Reset(ctx, "user:1"))
+	r, _ = l.AllowN(ctx, "user:1", 3)
+	require.True(t, r.Allowed)
+}
+
+func TestPolicyPerCall(t *testing.T) {
+	free := rl.MustPolicy(rl.Limit{Name: "free", Algorithm: core.TokenBucket, Limit: 2, Window: time.Minute})
+	paid := rl.MustPolicy(rl.Limit{Name: "paid", Algorithm: core.TokenBucket, Limit: 100, Window: time.Minute})
+	l, _ := newLimiter(t, nil)
+	ctx := context.Background()
+	_, err := l.Allow(ctx, "x")
+	require.ErrorIs(t, err, rl.ErrNoPolicy)
+	var freeOK, paidOK int
+	for range 10 {
+		if r, _ := l.Do(ctx, rl.Request{Key: "acct:1", Cost: 1, Policy: free}); r.Allowed {
+			freeOK++
+		}
+		if r, _ := l.Do(ctx, rl.Request{Key: "acct:2", Cost: 1, Policy: paid}); r.Allowed {
+			paidOK++
+		}
+	}
+	require.Equal(t, 2, freeOK)
+	require.Equal(t, 10, paidOK)
+}
+
+func TestMultiLimit(t *testing.T) {
+	p := rl.MustPolicy(
+		rl.Limit{Name: "burst", Algorithm: core.TokenBucket, Limit: 5, Window: time.Second},
+		rl.Limit{Name: "daily", Algorithm: core.FixedWindow, Limit: 7, Window: 24 * time.Hour},
+	)
+	l, clk := newLimiter(t, p)
+	ctx := context.Background()
+	each := make([]rl.LimitResult, 2)
+	r, err := l.Do(ctx, rl.Request{Key: "k", Cost: 5, Each: each})
+	require.NoError(t, err)
+	require.True(t, r.Allowed)
+	require.Equal(t, "burst", r.Name, "the fewest remaining decides an admission")
+	require.Equal(t, int64(2), each[1].Remaining)
+	r, _ = l.Allow(ctx, "k")
+	require.False(t, r.Allowed)
+	require.Equal(t, "burst", r.Name)
+	require.Equal(t, 200*time.Millisecond, r.RetryAfter)
+	clk.Advance(time.Second)
+	r, _ = l.AllowN(ctx, "k", 3)
+	require.False(t, r.Allowed, "daily has 2 left")
+	require.Equal(t, "daily", r.Name)
+	require.Equal(t, 1, r.Index)
+	r, _ = l.AllowN(ctx, "k", 2)
+	require.True(t, r.Allowed, "the denied call consumed nothing")
+}
+
+func TestPolicyErrors(t *testing.T) {
+	_, err := rl.NewPolicy()
+	require.ErrorIs(t, err, rl.ErrPolicy)
+	_, err = rl.NewPolicy(rl.Limit{Algorithm: core.GCRA, Limit: 1, Window: 0})
+	require.ErrorIs(t, err, rl.ErrPolicy)
+	require.ErrorIs(t, err, core.ErrWindow)
+	_, err = rl.NewPolicy(rl.Limit{Name: "a", Algorithm: core.GCRA, Limit: 1, Window: time.Second},
+		rl.Limit{Name: "a", Algorithm: core.GCRA, Limit: 1, Window: time.Second})
+	require.ErrorContains(t, err, "two limits named")
+	p, err := rl.NewPolicy(rl.Limit{Algorithm: core.GCRA, Limit: 1, Window: time.Second},
+		rl.Limit{Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, "gcra_1s", p.Limits()[0].Name)
+	require.Equal(t, "fixed_window_1h0m0s", p.Limits()[1].Name)
+}
+
+func TestKeys(t *testing.T) {
+	p := rl.MustPolicy(rl.Limit{Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute})
+	l, _ := newLimiter(t, p)
+	ctx := context.Background()
+	for _, key := range []string{"user:42", "203.0.113.7", "[2001:db8::1]", "api-key_AbC.123/x", strings.Repeat("k", 256)} {
+		_, err := l.Allow(ctx, key)
+		require.NoError(t, err, key)
+	}
+	for _, key := range []string{"", "has space", "tab\t", "nul\x00", "é", strings.Repeat("k", 257)} {
+		_, err := l.Allow(ctx, key)
+		require.ErrorIs(t, err, rl.ErrInvalidKey, "%q", key)
+		var ke *rl.KeyError
+		require.ErrorAs(t, err, &ke)
+	}
+	any, err := rl.New(rl.Config{Policy: p, AnyKey: true, MaxKeyLength: 8})
+	require.NoError(t, err)
+	defer any.Close()
+	_, err = any.Allow(ctx, "é \x00")
+	require.NoError(t, err)
+	_, err = any.Allow(ctx, "123456789")
+	require.ErrorIs(t, err, rl.ErrInvalidKey)
+}
+
+// failing is a store that is down.
+type failing struct{}
+
+func (failing) Decide(context.Context, store.Request, []core.Decision) (int, core.Decision, error) {
+	return 0, core.Decision{}, fmt.Errorf("dial: %w", store.ErrUnavailable)
+}
+func (failing) Reset(context.Context, string, string, []string) error { return store.ErrUnavailable }
+
+func TestStoreErrors(t *testing.T) {
+	p := rl.MustPolicy(rl.Limit{Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute})
+	l, err := rl.New(rl.Config{Policy: p, Store: failing{}})
+	require.NoError(t, err)
+	_, err = l.Allow(context.Background(), "k")
+	require.ErrorIs(t, err, rl.ErrStore)
+	require.ErrorIs(t, err, store.ErrUnavailable)
+	require.ErrorIs(t, l.Reset(context.Background(), "k"), rl.ErrStore)
+	// Invalid input is not a store failure.
+	l2, _ := newLimiter(t, p)
+	_, err = l2.AllowN(context.Background(), "k", -1)
+	require.ErrorIs(t, err, core.ErrCost)
+	require.False(t, errors.Is(err, rl.ErrStore))
+}
+
+// TestExactness: 32 goroutines hammer one key through the Limiter with the
+// real clock; exactly the limit passes, for every algorithm.
+func TestExactness(t *testing.T) {
+	for _, alg := range []core.Algorithm{core.FixedWindow, core.SlidingWindow, core.SlidingLog, core.TokenBucket, core.LeakyBucket, core.GCRA} {
+		t.Run(alg.String(), func(t *testing.T) {
+			// A day-long window: nothing is restored during the test.
+			p := rl.MustPolicy(rl.Limit{Algorithm: alg, Limit: 100, Window: 24 * time.Hour})
+			for trial := range 20 {
+				l, err := rl.New(rl.Config{Policy: p})
+				require.NoError(t, err)
+				var admitted atomic.Int64
+				var wg sync.WaitGroup
+				start := make(chan struct{})
+				for range 32 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						for range 10 {
+							r, err := l.Allow(context.Background(), "hot")
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							if r.Allowed {
+								admitted.Add(1)
+							}
+						}
+					}()
+				}
+				close(start)
+				wg.Wait()
+				l.Close()
+				require.Equal(t, int64(100), admitted.Load(), "trial %d", trial)
+			}
+		})
+	}
+}

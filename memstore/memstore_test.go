@@ -1,0 +1,150 @@
+package memstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/memstore"
+	"github.com/rlcore/rl/store"
+	"github.com/rlcore/rl/store/storetest"
+)
+
+func newStore(t *testing.T) store.Store {
+	s := memstore.New(nil)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, storetest.Config{New: newStore})
+}
+
+const t0 = int64(1_767_225_600_000_000)
+
+var fixed = core.Limit{Algorithm: core.FixedWindow, Limit: 10, Window: 60_000_000}
+
+func take(s *memstore.Store, key string, now, cost int64, ls ...core.Limit) (core.Decision, error) {
+	names := []string{"default", "second", "third"}[:len(ls)]
+	_, d, err := s.Decide(context.Background(), store.Request{Key: key, Names: names, Limits: ls, Now: now, Cost: cost, Decider: core.Native{}}, nil)
+	return d, err
+}
+
+func TestIdleKeysAreDropped(t *testing.T) {
+	s := memstore.New(&memstore.Config{SweepInterval: -1})
+	defer s.Close()
+	for i := range 1000 {
+		if _, err := take(s, fmt.Sprint("k", i), t0, 1, fixed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A peek and a denied call on unknown keys create nothing.
+	take(s, "big", t0, 11, fixed)
+	s.Decide(context.Background(), store.Request{Key: "peeked", Names: []string{"default"}, Limits: []core.Limit{fixed}, Op: store.Peek, Now: t0, Cost: 1, Decider: core.Native{}}, nil)
+	if n := s.Len(); n != 1001 { // "big" got an entry that is fresh at once
+		t.Fatalf("Len = %d, want 1001", n)
+	}
+	if n := s.Sweep(t0); n != 1 {
+		t.Fatalf("swept %d at t0, want only the denied key", n)
+	}
+	if n := s.Sweep(t0 + 60_000_000 - 1); n != 0 {
+		t.Fatalf("swept %d keys before the window ended", n)
+	}
+	if n := s.Sweep(t0 + 60_000_000); n != 1000 || s.Len() != 0 {
+		t.Fatalf("swept %d, %d left", n, s.Len())
+	}
+	// A key used again after being swept starts fresh, as it would anyway.
+	d, _ := take(s, "k1", t0+60_000_000, 10, fixed)
+	if !d.Allowed {
+		t.Fatal("swept key not fresh")
+	}
+}
+
+func TestMaxKeys(t *testing.T) {
+	s := memstore.New(&memstore.Config{Shards: 1, MaxKeys: 10, SweepInterval: -1, Clock: func() int64 { return t0 }})
+	defer s.Close()
+	for i := range 10 {
+		if _, err := take(s, fmt.Sprint("k", i), t0, 1, fixed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := take(s, "one-too-many", t0, 1, fixed)
+	if !errors.Is(err, store.ErrFull) || !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("got %v, want ErrFull", err)
+	}
+	// Known keys still work.
+	if d, err := take(s, "k3", t0, 1, fixed); err != nil || !d.Allowed {
+		t.Fatal(d, err)
+	}
+}
+
+func TestMaxKeysMakesRoomFromIdle(t *testing.T) {
+	now := t0
+	s := memstore.New(&memstore.Config{Shards: 1, MaxKeys: 2, SweepInterval: -1, Clock: func() int64 { return now }})
+	defer s.Close()
+	take(s, "a", t0, 1, fixed)
+	take(s, "b", t0, 1, fixed)
+	now = t0 + 60_000_000 // both idle now
+	if _, err := take(s, "c", now, 1, fixed); err != nil {
+		t.Fatalf("idle keys not reclaimed: %v", err)
+	}
+}
+
+func TestWarmKeyAllocatesNothing(t *testing.T) {
+	s := memstore.New(nil)
+	defer s.Close()
+	tb := core.Limit{Algorithm: core.TokenBucket, Limit: 1 << 30, Window: 1_000_000}
+	log := core.Limit{Algorithm: core.SlidingLog, Limit: 4096, Window: 1_000_000}
+	for _, ls := range [][]core.Limit{{tb}, {tb, fixed}, {log}} {
+		take(s, "warm", t0, 1, ls...)
+		req := store.Request{Key: "warm", Names: []string{"default", "second"}[:len(ls)], Limits: ls, Now: t0, Cost: 1, Decider: core.Native{}}
+		ctx := context.Background()
+		allocs := testing.AllocsPerRun(1000, func() {
+			req.Now++
+			if _, _, err := s.Decide(ctx, req, nil); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs != 0 {
+			t.Fatalf("%d limits: %v allocs per warm decision", len(ls), allocs)
+		}
+		s.Reset(context.Background(), "", "warm", nil)
+	}
+}
+
+// TestSweepRace sweeps while many goroutines decide: no lost decision, no
+// race (run with -race).
+func TestSweepRace(t *testing.T) {
+	s := memstore.New(&memstore.Config{SweepInterval: -1})
+	defer s.Close()
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				s.Sweep(t0 + 1) // entries expire at t0+1
+			}
+		}
+	}()
+	short := core.Limit{Algorithm: core.TokenBucket, Limit: 1000, Window: 1000}
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 2000 {
+				if _, err := take(s, fmt.Sprint("race", (g*31+i)%50), t0, 1, short); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+}

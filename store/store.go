@@ -1,0 +1,79 @@
+// Package store defines the one contract between the limiter and the places
+// that keep rate-limit state: an atomic read-modify-write of one key's
+// states, with a decision function (core.Decider) applied inside it.
+//
+// Backends: memstore (in process, the embedded default) and pgstore
+// (PostgreSQL through pgx). Every backend runs the shared suite in
+// store/storetest.
+package store
+
+import (
+	"context"
+	"errors"
+
+	"github.com/rlcore/rl/core"
+)
+
+// Op is what a Request does.
+type Op uint8
+
+const (
+	// Take decides and, when admitted, stores the new states.
+	Take Op = iota
+	// Peek decides and changes nothing.
+	Peek
+)
+
+// Request is one decision on one key. It is passed by value so that a call
+// allocates nothing; a store must not keep its slices after Decide returns.
+type Request struct {
+	// Prefix and Key together identify the key (the limiter's base key and
+	// the per-call key); a store joins them as it likes, consistently.
+	Prefix, Key string
+	// Names identify each limit's state within the key, parallel to Limits.
+	// They are unique within a request.
+	Names  []string
+	Limits []core.Limit
+	Op     Op
+	// Now is the time of the decision in µs since the Unix epoch. A store
+	// with a clock of its own (a database server's) may be configured to
+	// use that instead.
+	Now  int64
+	Cost int64
+	// Decider is the decision function to apply; a store that decides
+	// elsewhere (in SQL) must produce identical results.
+	Decider core.Decider
+}
+
+// Store keeps rate-limit state. Implementations are safe for concurrent use.
+//
+// Decide atomically reads the states of req's limits on req's key, applies
+// req.Decider (core.TakeAll or PeekAll semantics: all or nothing) and writes
+// the new states back when admitted. It returns the deciding limit's index
+// and decision, and fills each with every limit's decision when
+// len(each) ≥ len(req.Limits) (pass nil when only the deciding one matters). A
+// denial is a result, not an error. Errors are either a core.Error (the
+// request was invalid) or a failure of the store itself, which a store
+// should make recognisable with errors.Is(err, ErrUnavailable) when it is
+// transient (the backend is down or timed out).
+//
+// Reset forgets the states of the named limits of a key (all of them when
+// names is nil).
+type Store interface {
+	Decide(ctx context.Context, req Request, each []core.Decision) (int, core.Decision, error)
+	Reset(ctx context.Context, prefix, key string, names []string) error
+}
+
+// ErrUnavailable marks a store failure that is not the request's fault: the
+// backend is down, unreachable or too slow. Stores wrap their errors so that
+// errors.Is(err, ErrUnavailable) holds for them.
+var ErrUnavailable = errors.New("rate-limit store unavailable")
+
+// ErrFull is returned by a store with a cap on keys when a new key does not
+// fit. It matches ErrUnavailable too.
+var ErrFull = &fullError{}
+
+type fullError struct{}
+
+func (*fullError) Error() string        { return "rate-limit store full: key cap reached" }
+func (*fullError) Is(target error) bool { return target == ErrUnavailable }

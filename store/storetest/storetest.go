@@ -1,0 +1,249 @@
+// Package storetest is the conformance suite every store.Store runs: the
+// same decisions as package core on every algorithm, all-or-nothing
+// multi-limit calls, peek, reset, and exactness under concurrency.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/store"
+)
+
+// Config tells the suite about the store under test.
+type Config struct {
+	// New returns an empty store (or one whose keys the suite's random
+	// prefix keeps apart) and a cleanup function.
+	New func(t *testing.T) store.Store
+	// Decider is the decision function to pass in requests; default
+	// core.Native{}.
+	Decider core.Decider
+	// Goroutines for the concurrency tests; default 32.
+	Goroutines int
+	// Calls per goroutine in the concurrency tests; default 10.
+	Calls int
+}
+
+const t0 = int64(1_767_225_600_000_000)
+
+var algorithms = []core.Algorithm{core.FixedWindow, core.SlidingWindow, core.SlidingLog, core.TokenBucket, core.LeakyBucket, core.GCRA}
+
+// Run runs the suite.
+func Run(t *testing.T, cfg Config) {
+	if cfg.Decider == nil {
+		cfg.Decider = core.Native{}
+	}
+	if cfg.Goroutines == 0 {
+		cfg.Goroutines = 32
+	}
+	if cfg.Calls == 0 {
+		cfg.Calls = 10
+	}
+	prefix := fmt.Sprintf("storetest-%d", time.Now().UnixNano())
+	t.Run("SameAsCore", func(t *testing.T) { sameAsCore(t, cfg, prefix) })
+	t.Run("AllOrNothing", func(t *testing.T) { allOrNothing(t, cfg, prefix) })
+	t.Run("PeekChangesNothing", func(t *testing.T) { peek(t, cfg, prefix) })
+	t.Run("Reset", func(t *testing.T) { reset(t, cfg, prefix) })
+	t.Run("InvalidInput", func(t *testing.T) { invalid(t, cfg, prefix) })
+	t.Run("Exactness", func(t *testing.T) { exactness(t, cfg, prefix) })
+}
+
+func req(cfg Config, prefix, key string, op store.Op, now, cost int64, names []string, ls ...core.Limit) store.Request {
+	return store.Request{Prefix: prefix, Key: key, Names: names, Limits: ls, Op: op, Now: now, Cost: cost, Decider: cfg.Decider}
+}
+
+// sameAsCore drives each algorithm through a sequence and compares every
+// decision with the pure core on a local state.
+func sameAsCore(t *testing.T, cfg Config, prefix string) {
+	s := cfg.New(t)
+	ctx := context.Background()
+	for _, alg := range algorithms {
+		l := core.Limit{Algorithm: alg, Limit: 5, Window: 1_000_000}
+		st := core.State{Log: make([]int64, 0, 5)}
+		key := "same-" + alg.String()
+		now := t0
+		for i := range 60 {
+			now += int64((i*7919)%400_000) - 50_000 // includes steps back
+			cost := int64(i % 3)
+			want, next, err := core.Take(l, st, now, cost)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st = next
+			each := make([]core.Decision, 1)
+			_, got, err := s.Decide(ctx, req(cfg, prefix, key, store.Take, now, cost, []string{"default"}, l), each)
+			if err != nil {
+				t.Fatalf("%v step %d: %v", alg, i, err)
+			}
+			if got != want || each[0] != want {
+				t.Fatalf("%v step %d: store %+v, core %+v", alg, i, got, want)
+			}
+		}
+	}
+}
+
+func allOrNothing(t *testing.T, cfg Config, prefix string) {
+	s := cfg.New(t)
+	ctx := context.Background()
+	burst := core.Limit{Algorithm: core.TokenBucket, Limit: 5, Window: 1_000_000}
+	daily := core.Limit{Algorithm: core.FixedWindow, Limit: 7, Window: 86_400_000_000}
+	names := []string{"burst", "daily"}
+	take := func(now, cost int64) (int, core.Decision) {
+		t.Helper()
+		i, d, err := s.Decide(ctx, req(cfg, prefix, "multi", store.Take, now, cost, names, burst, daily), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return i, d
+	}
+	if _, d := take(t0, 5); !d.Allowed {
+		t.Fatal("first 5 denied")
+	}
+	// Burst exhausted: denied by burst, daily must not be consumed.
+	if i, d := take(t0+1, 1); d.Allowed || i != 0 {
+		t.Fatalf("want burst denial, got %d %+v", i, d)
+	}
+	// After refill: 2 more fit the daily limit, the third is denied by daily.
+	if _, d := take(t0+2_000_000, 2); !d.Allowed {
+		t.Fatalf("2 after refill denied: %+v", d)
+	}
+	if i, d := take(t0+3_000_000, 1); d.Allowed || i != 1 {
+		t.Fatalf("want daily denial, got %d %+v", i, d)
+	}
+	// A different set of limits on the same key keeps each limit's state.
+	i, d, err := s.Decide(ctx, req(cfg, prefix, "multi", store.Peek, t0+3_000_000, 1, []string{"daily"}, daily), nil)
+	if err != nil || d.Allowed || d.Remaining != 0 || i != 0 {
+		t.Fatalf("daily alone: %d %+v %v", i, d, err)
+	}
+}
+
+func peek(t *testing.T, cfg Config, prefix string) {
+	s := cfg.New(t)
+	ctx := context.Background()
+	l := core.Limit{Algorithm: core.SlidingLog, Limit: 3, Window: 1_000_000}
+	names := []string{"default"}
+	for range 5 {
+		_, d, err := s.Decide(ctx, req(cfg, prefix, "peek", store.Peek, t0, 2, names, l), nil)
+		if err != nil || !d.Allowed || d.Remaining != 1 {
+			t.Fatalf("peek on fresh key: %+v %v", d, err)
+		}
+	}
+	if _, d, _ := s.Decide(ctx, req(cfg, prefix, "peek", store.Take, t0, 3, names, l), nil); !d.Allowed {
+		t.Fatal("take after peeks denied")
+	}
+	_, d, err := s.Decide(ctx, req(cfg, prefix, "peek", store.Peek, t0+1, 1, names, l), nil)
+	if err != nil || d.Allowed || d.RetryAfter != 999_999 {
+		t.Fatalf("peek on full key: %+v %v", d, err)
+	}
+}
+
+func reset(t *testing.T, cfg Config, prefix string) {
+	s := cfg.New(t)
+	ctx := context.Background()
+	l := core.Limit{Algorithm: core.GCRA, Limit: 2, Window: 60_000_000}
+	names := []string{"default"}
+	for range 2 {
+		s.Decide(ctx, req(cfg, prefix, "reset", store.Take, t0, 1, names, l), nil)
+	}
+	if _, d, _ := s.Decide(ctx, req(cfg, prefix, "reset", store.Take, t0, 1, names, l), nil); d.Allowed {
+		t.Fatal("third allowed")
+	}
+	if err := s.Reset(ctx, prefix, "reset", names); err != nil {
+		t.Fatal(err)
+	}
+	if _, d, _ := s.Decide(ctx, req(cfg, prefix, "reset", store.Take, t0, 2, names, l), nil); !d.Allowed {
+		t.Fatal("denied after reset")
+	}
+	if err := s.Reset(ctx, prefix, "reset", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reset(ctx, prefix, "never-seen", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, d, _ := s.Decide(ctx, req(cfg, prefix, "reset", store.Take, t0, 2, names, l), nil); !d.Allowed {
+		t.Fatal("denied after reset of all names")
+	}
+}
+
+func invalid(t *testing.T, cfg Config, prefix string) {
+	s := cfg.New(t)
+	ctx := context.Background()
+	names := []string{"default"}
+	good := core.Limit{Algorithm: core.FixedWindow, Limit: 2, Window: 1_000_000}
+	s.Decide(ctx, req(cfg, prefix, "invalid", store.Take, t0, 1, names, good), nil)
+	for _, c := range []struct {
+		l         core.Limit
+		now, cost int64
+		want      core.Error
+	}{
+		{core.Limit{Algorithm: 9, Limit: 2, Window: 1}, t0, 1, core.ErrAlgorithm},
+		{core.Limit{Algorithm: core.FixedWindow, Limit: 0, Window: 1}, t0, 1, core.ErrLimit},
+		{good, t0, -1, core.ErrCost},
+		{good, -5, 1, core.ErrTime},
+	} {
+		_, _, err := s.Decide(ctx, req(cfg, prefix, "invalid", store.Take, c.now, c.cost, names, c.l), nil)
+		if ce, ok := asCore(err); !ok || ce != c.want {
+			t.Fatalf("%+v: got %v, want %v", c, err, c.want)
+		}
+	}
+	// Nothing was consumed by the failed calls.
+	if _, d, _ := s.Decide(ctx, req(cfg, prefix, "invalid", store.Peek, t0, 0, names, good), nil); d.Remaining != 1 {
+		t.Fatalf("remaining %d after invalid calls, want 1", d.Remaining)
+	}
+}
+
+// exactness: many goroutines on one key admit exactly the limit.
+func exactness(t *testing.T, cfg Config, prefix string) {
+	s := cfg.New(t)
+	limit := int64(cfg.Goroutines*cfg.Calls) / 3
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			l := core.Limit{Algorithm: alg, Limit: limit, Window: 3_600_000_000}
+			key := "exact-" + alg.String()
+			var admitted, denied atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			errs := make(chan error, cfg.Goroutines)
+			for range cfg.Goroutines {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					for range cfg.Calls {
+						_, d, err := s.Decide(context.Background(), req(cfg, prefix, key, store.Take, t0, 1, []string{"default"}, l), nil)
+						if err != nil {
+							errs <- err
+							return
+						}
+						if d.Allowed {
+							admitted.Add(1)
+						} else {
+							denied.Add(1)
+						}
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			if admitted.Load() != limit {
+				t.Fatalf("admitted %d, want exactly %d (denied %d)", admitted.Load(), limit, denied.Load())
+			}
+		})
+	}
+}
+
+func asCore(err error) (core.Error, bool) {
+	var ce core.Error
+	ok := errors.As(err, &ce)
+	return ce, ok
+}
