@@ -1,0 +1,142 @@
+package rl_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rlcore/rl"
+	"github.com/rlcore/rl/core"
+)
+
+// Benchmarks of Limiter.Allow over the default in-memory store (memstore).
+//
+//	go test -run '^$' -bench Allow -benchmem -count 5 | benchstat -
+//
+// Names are key=value so benchstat groups them:
+//
+//	BenchmarkAllow/keys=1/serial          one hot key, default clock (CoarseClock), all admitted
+//	BenchmarkAllow/keys=10000/parallel    10,000 keys, b.RunParallel
+//	BenchmarkAllow/clock=system/...       the same with rl.SystemClock (time.Now per call)
+//	BenchmarkAllow/deny=most/keys=1/...   one hot key under 100/s: nearly every call denied
+//
+// The admit/op metric is the fraction of calls admitted. The targets are
+// 0 allocs/op, and parallel faster than serial.
+
+// benchKeys returns n precomputed keys.
+func benchKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+	}
+	return keys
+}
+
+func newBenchLimiter(b *testing.B, p *rl.Policy, clock rl.Clock) *rl.Limiter {
+	l, err := rl.New(rl.Config{Policy: p, Clock: clock})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	return l
+}
+
+// admitAll is a token bucket of 1e9 per second: every call is admitted, so
+// the admission path (state written) is what is measured.
+var admitAll = rl.MustPolicy(rl.Limit{Algorithm: core.TokenBucket, Limit: 1_000_000_000, Window: time.Second})
+
+// denyMost is a token bucket of 100 per second: on a hot key nearly every
+// call is denied (state read, not written).
+var denyMost = rl.MustPolicy(rl.Limit{Algorithm: core.TokenBucket, Limit: 100, Window: time.Second})
+
+func BenchmarkAllow(b *testing.B) {
+	type variant struct {
+		prefix string
+		policy *rl.Policy
+		clock  rl.Clock
+		keys   []int
+	}
+	variants := []variant{
+		{"", admitAll, nil, []int{1, 10_000}},
+		{"clock=system/", admitAll, rl.SystemClock, []int{1, 10_000}},
+		{"deny=most/", denyMost, nil, []int{1}},
+	}
+	for _, v := range variants {
+		for _, nkeys := range v.keys {
+			keys := benchKeys(nkeys)
+			name := v.prefix + "keys=" + strconv.Itoa(nkeys)
+			b.Run(name+"/serial", func(b *testing.B) {
+				l := newBenchLimiter(b, v.policy, v.clock)
+				benchSerial(b, l, keys)
+			})
+			b.Run(name+"/parallel", func(b *testing.B) {
+				l := newBenchLimiter(b, v.policy, v.clock)
+				benchParallel(b, l, keys)
+			})
+		}
+	}
+}
+
+// warmKeys makes every key's entry exist, so the loops measure warm keys.
+func warmKeys(b *testing.B, l *rl.Limiter, keys []string) {
+	ctx := context.Background()
+	for _, k := range keys {
+		if _, err := l.Allow(ctx, k); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func benchSerial(b *testing.B, l *rl.Limiter, keys []string) {
+	ctx := context.Background()
+	warmKeys(b, l, keys)
+	admitted, i := 0, 0
+	b.ReportAllocs()
+	for b.Loop() {
+		r, err := l.Allow(ctx, keys[i])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if r.Allowed {
+			admitted++
+		}
+		if i++; i == len(keys) {
+			i = 0
+		}
+	}
+	b.ReportMetric(float64(admitted)/float64(b.N), "admit/op")
+}
+
+func benchParallel(b *testing.B, l *rl.Limiter, keys []string) {
+	ctx := context.Background()
+	warmKeys(b, l, keys)
+	var admitted, calls, worker atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		// Each goroutine walks the keys from its own offset.
+		i := int(worker.Add(1)*7919) % len(keys)
+		n, a := int64(0), int64(0)
+		for pb.Next() {
+			r, err := l.Allow(ctx, keys[i])
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if r.Allowed {
+				a++
+			}
+			n++
+			if i++; i == len(keys) {
+				i = 0
+			}
+		}
+		admitted.Add(a)
+		calls.Add(n)
+	})
+	if n := calls.Load(); n > 0 {
+		b.ReportMetric(float64(admitted.Load())/float64(n), "admit/op")
+	}
+}
