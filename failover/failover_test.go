@@ -1,0 +1,124 @@
+package failover_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/failover"
+	"github.com/rlcore/rl/memstore"
+	"github.com/rlcore/rl/store"
+	"github.com/rlcore/rl/store/storetest"
+)
+
+// flaky wraps a store and fails while down is set.
+type flaky struct {
+	store.Store
+	down  atomic.Bool
+	calls atomic.Int64
+}
+
+func (f *flaky) Decide(ctx context.Context, r store.Request, each []core.Decision) (int, core.Decision, error) {
+	f.calls.Add(1)
+	if f.down.Load() {
+		return 0, core.Decision{}, fmt.Errorf("dial tcp: %w", store.ErrUnavailable)
+	}
+	return f.Store.Decide(ctx, r, each)
+}
+
+const t0 = int64(1_767_225_600_000_000)
+
+var lim = core.Limit{Algorithm: core.FixedWindow, Limit: 3, Window: 60_000_000}
+
+func req(key string) store.Request {
+	return store.Request{Key: key, Names: []string{"default"}, Limits: []core.Limit{lim}, Now: t0, Cost: 1, Decider: core.Native{}}
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, storetest.Config{New: func(t *testing.T) store.Store {
+		s, err := failover.New(failover.Config{Primary: memstore.New(nil), Fallback: memstore.New(nil)})
+		require.NoError(t, err)
+		return s
+	}})
+}
+
+func TestBreaker(t *testing.T) {
+	primary := &flaky{Store: memstore.New(nil)}
+	fallback := memstore.New(nil)
+	now := time.Unix(0, 0)
+	var changes []string
+	var fallbacks atomic.Int64
+	s, err := failover.New(failover.Config{
+		Primary: primary, Fallback: fallback, Threshold: 2, Cooldown: time.Second,
+		Now:        func() time.Time { return now },
+		OnChange:   func(from, to failover.State) { changes = append(changes, from.String()+">"+to.String()) },
+		OnFallback: func(error) { fallbacks.Add(1) },
+	})
+	require.NoError(t, err)
+	ctx := context.Background()
+	decide := func() core.Decision {
+		_, d, err := s.Decide(ctx, req("k"), nil)
+		require.NoError(t, err, "failover must answer every call")
+		return d
+	}
+	require.True(t, decide().Allowed) // primary: 1 of 3
+	primary.down.Store(true)
+	require.True(t, decide().Allowed) // primary fails, fallback answers
+	require.Equal(t, failover.Closed, s.State())
+	require.True(t, decide().Allowed) // second failure opens the circuit
+	require.Equal(t, failover.Open, s.State())
+	calls := primary.calls.Load()
+	require.True(t, decide().Allowed) // open: fallback only, primary not called
+	require.False(t, decide().Allowed, "the fallback enforces the limit on its own")
+	require.Equal(t, calls, primary.calls.Load())
+	// After the cooldown a probe fails: open again.
+	now = now.Add(time.Second)
+	decide()
+	require.Equal(t, failover.Open, s.State())
+	// Primary recovers: the next probe closes the circuit, and the primary's
+	// state resumes where it was (1 taken before the outage).
+	primary.down.Store(false)
+	now = now.Add(time.Second)
+	d := decide()
+	require.True(t, d.Allowed)
+	require.Equal(t, int64(1), d.Remaining)
+	require.Equal(t, failover.Closed, s.State())
+	require.Equal(t, []string{"closed>open", "open>half-open", "half-open>open", "open>half-open", "half-open>closed"}, changes)
+	require.Equal(t, int64(5), fallbacks.Load())
+}
+
+func TestInvalidInputIsNotAnOutage(t *testing.T) {
+	primary := &flaky{Store: memstore.New(nil)}
+	s, _ := failover.New(failover.Config{Primary: primary, Fallback: memstore.New(nil), Threshold: 1})
+	r := req("k")
+	r.Cost = -1
+	_, _, err := s.Decide(context.Background(), r, nil)
+	require.True(t, errors.Is(err, core.ErrCost))
+	require.Equal(t, failover.Closed, s.State())
+}
+
+// slow never answers until its context ends.
+type slow struct{ store.Store }
+
+func (slow) Decide(ctx context.Context, _ store.Request, _ []core.Decision) (int, core.Decision, error) {
+	<-ctx.Done()
+	return 0, core.Decision{}, fmt.Errorf("%w: %w", store.ErrUnavailable, ctx.Err())
+}
+
+func TestTimeout(t *testing.T) {
+	s, _ := failover.New(failover.Config{Primary: slow{}, Fallback: memstore.New(nil), Timeout: 20 * time.Millisecond, Threshold: 1})
+	start := time.Now()
+	_, d, err := s.Decide(context.Background(), req("k"), nil)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	require.Less(t, time.Since(start), 5*time.Second, "a hung primary must not stall the call")
+	_, _, err = s.Decide(context.Background(), req("k"), nil)
+	require.NoError(t, err)
+	require.Equal(t, failover.Open, s.State())
+}
