@@ -88,42 +88,58 @@ func BenchmarkPeek(b *testing.B) {
 	}
 }
 
-// BenchmarkTakeAll decides two limits at once, all or nothing: a burst limit
-// of 100/s (which denies about half the calls, as above) under a roomy
-// per-minute one.
+// BenchmarkTakeAll decides through the multi-limit entry point the stores
+// use (core.Native.TakeAll calls it), states updated in place:
+//
+//	limits=1/alg=...   one limit, as a store decides a single-limit policy
+//	limits=2/algs=...  a burst limit of 100/s (denying about half the calls,
+//	                   as above) under a roomy per-minute one
 func BenchmarkTakeAll(b *testing.B) {
+	for _, alg := range benchAlgorithms {
+		b.Run("limits=1/alg="+alg.String(), func(b *testing.B) {
+			benchTakeAll(b, []core.Limit{{Algorithm: alg, Limit: benchLimit, Window: benchWindow}})
+		})
+	}
 	pairs := []struct{ burst, minute core.Algorithm }{
 		{core.TokenBucket, core.FixedWindow},
 		{core.GCRA, core.SlidingWindow},
 	}
 	for _, p := range pairs {
 		b.Run("limits=2/algs="+p.burst.String()+"+"+p.minute.String(), func(b *testing.B) {
-			ls := []core.Limit{
+			benchTakeAll(b, []core.Limit{
 				{Algorithm: p.burst, Limit: benchLimit, Window: benchWindow},
 				{Algorithm: p.minute, Limit: 1_000_000, Window: 60 * benchWindow},
-			}
-			ss := make([]core.State, len(ls))
-			ds := make([]core.Decision, len(ls))
-			now := benchT0
-			for range 2 * benchLimit {
-				if _, err := core.TakeAll(ls, ss, now, 1, ds); err != nil {
-					b.Fatal(err)
-				}
-				now += benchStep
-			}
-			admitted := 0
-			b.ReportAllocs()
-			for b.Loop() {
-				i, err := core.TakeAll(ls, ss, now, 1, ds)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if ds[i].Allowed {
-					admitted++
-				}
-				now += benchStep
-			}
-			b.ReportMetric(float64(admitted)/float64(b.N), "admit/op")
+			})
 		})
 	}
+}
+
+func benchTakeAll(b *testing.B, ls []core.Limit) {
+	ss := make([]core.State, len(ls))
+	for i, l := range ls {
+		if l.Algorithm == core.SlidingLog {
+			ss[i].Log = make([]int64, 0, l.Limit)
+		}
+	}
+	ds := make([]core.Decision, len(ls))
+	now := benchT0
+	for range 2 * benchLimit {
+		if _, err := core.TakeAll(ls, ss, now, 1, ds); err != nil {
+			b.Fatal(err)
+		}
+		now += benchStep
+	}
+	admitted := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		i, err := core.TakeAll(ls, ss, now, 1, ds)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if ds[i].Allowed {
+			admitted++
+		}
+		now += benchStep
+	}
+	b.ReportMetric(float64(admitted)/float64(b.N), "admit/op")
 }
