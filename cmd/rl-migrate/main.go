@@ -1,0 +1,179 @@
+// Command rl-migrate applies the PostgreSQL migrations of rl (package
+// github.com/rlcore/rl/sql/migrations) to a database.
+//
+//	rl-migrate [-database URL] [-timeout 10s] up | down [N] | goto V | version | force V
+//
+// The URL comes from -database or DATABASE_URL: postgres://, postgresql://
+// (converted to golang-migrate's pgx5://) or pgx5://. The applied version is
+// kept in the table rl_schema_migrations. "up" with nothing to do prints
+// "no change" and exits 0. Exit status: 0 success, 1 failure, 2 usage.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+
+	"github.com/rlcore/rl/sql/migrations"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+const usage = `usage: rl-migrate [-database URL] [-timeout 10s] command
+
+commands:
+  up         apply every pending migration
+  down [N]   revert every migration, or the last N
+  goto V     migrate up or down to version V
+  version    print the applied version
+  force V    record version V (-1: none) as applied and clean, running nothing;
+             use it after repairing a migration that failed part-way
+
+The URL (postgres://user:password@host:port/dbname?sslmode=disable) comes from
+-database or the DATABASE_URL environment variable.
+
+flags:
+`
+
+// run is the command; it returns the exit status.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("rl-migrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dbURL := fs.String("database", "", "PostgreSQL URL (default $DATABASE_URL)")
+	timeout := fs.Duration("timeout", migrations.DefaultConnectTimeout, "how long to try to connect")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	usageErr := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "rl-migrate: "+format+"\n", a...)
+		fmt.Fprintln(stderr, "run rl-migrate -h for help")
+		return 2
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		return usageErr("no command")
+	}
+	cmd, rest := rest[0], rest[1:]
+	var n int
+	switch cmd {
+	case "up", "version":
+		if len(rest) != 0 {
+			return usageErr("%s takes no argument", cmd)
+		}
+	case "down":
+		if len(rest) > 1 {
+			return usageErr("down takes at most one argument")
+		}
+		if len(rest) == 1 {
+			v, err := strconv.Atoi(rest[0])
+			if err != nil || v < 1 {
+				return usageErr("down N: N must be a positive integer, not %q", rest[0])
+			}
+			n = v
+		}
+	case "goto", "force":
+		if len(rest) != 1 {
+			return usageErr("%s takes one argument: the version", cmd)
+		}
+		v, err := strconv.Atoi(rest[0])
+		if err != nil || v < 0 && !(cmd == "force" && v == -1) {
+			return usageErr("%s V: V must be a version number, not %q", cmd, rest[0])
+		}
+		n = v
+	default:
+		return usageErr("unknown command %q", cmd)
+	}
+	if *timeout <= 0 {
+		return usageErr("-timeout must be positive")
+	}
+	u := *dbURL
+	if u == "" {
+		u = getenv("DATABASE_URL")
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "rl-migrate: %v\n", err)
+		return 1
+	}
+
+	octx, cancel := context.WithTimeout(ctx, *timeout)
+	m, err := migrations.Open(octx, u)
+	cancel()
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("cannot open database %s: no answer within %v", migrations.Redact(u), *timeout)
+		}
+		return fail(err)
+	}
+	defer m.Close()
+
+	version := func() string {
+		v, dirty, err := m.Version(ctx)
+		switch {
+		case err != nil:
+			return "unknown (" + err.Error() + ")"
+		case v == 0 && !dirty:
+			return "none"
+		case dirty:
+			return fmt.Sprintf("%d (dirty)", v)
+		}
+		return strconv.FormatUint(uint64(v), 10)
+	}
+	report := func(err error, done string) int {
+		if errors.Is(err, migrations.ErrNoChange) {
+			fmt.Fprintf(stdout, "no change: version %s\n", version())
+			return 0
+		}
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(stdout, "%s: version %s\n", done, version())
+		return 0
+	}
+	switch cmd {
+	case "up":
+		return report(m.Up(ctx), "migrated up")
+	case "down":
+		if n == 0 {
+			return report(m.Down(ctx), "migrated down")
+		}
+		return report(m.Steps(ctx, -n), "migrated down")
+	case "goto":
+		return report(m.Goto(ctx, uint(n)), "migrated")
+	case "force":
+		return report(m.Force(ctx, n), "forced")
+	default: // version
+		v, dirty, err := m.Version(ctx)
+		if err != nil {
+			return fail(err)
+		}
+		switch {
+		case dirty:
+			fmt.Fprintf(stdout, "%d (dirty)\n", v)
+			fmt.Fprintf(stderr, "rl-migrate: %v\n", &migrations.DirtyError{Version: int(v)})
+			return 1
+		case v == 0:
+			fmt.Fprintln(stdout, "none")
+		default:
+			fmt.Fprintln(stdout, v)
+		}
+		return 0
+	}
+}

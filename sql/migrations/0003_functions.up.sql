@@ -1,0 +1,474 @@
+-- 0003: the table functions. Each decision is one call, one round trip:
+-- lock the state rows (SELECT ... FOR UPDATE), decide with rl._eval, write
+-- the new state only when the call admitted a cost above 0.
+--
+-- Time: now_us NULL means the session's rl.now_us setting when set (tests and
+-- replays), else the database clock, so every app instance shares one clock.
+SET LOCAL search_path = pg_catalog, pg_temp;
+
+-- The result of rl_allow and rl_peek (core.Decision, durations in µs).
+CREATE TYPE rl.decision AS (
+    allowed        boolean,
+    lim            bigint,  -- the limit's quota, capacity or burst
+    remaining      bigint,
+    reset_after_us bigint,
+    retry_after_us bigint,  -- 0 when allowed; -1: never (cost above the limit)
+    delay_us       bigint,  -- leaky_bucket: wait this long before proceeding
+    now_us         bigint   -- the time the call was decided at
+);
+
+-- One row of rl_allow_multi and rl_peek_multi.
+CREATE TYPE rl.multi_decision AS (
+    ord            integer, -- position in the limits array (0-based)
+    name           text,
+    allowed        boolean, -- this limit's decision; the call admitted iff all rows are allowed
+    lim            bigint,
+    remaining      bigint,
+    reset_after_us bigint,
+    retry_after_us bigint,
+    delay_us       bigint,
+    deciding       boolean, -- the row core.TakeAll returns as its index
+    now_us         bigint
+);
+
+-- rl._now: the rl.now_us setting if set, else clock_timestamp() in µs.
+CREATE FUNCTION rl._now() RETURNS bigint
+    LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+AS $fn$
+DECLARE
+    v text := current_setting('rl.now_us', true);
+BEGIN
+    IF v IS NULL OR v = '' THEN
+        RETURN (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+    END IF;
+    IF v !~ '^-?[0-9]{1,19}$' THEN
+        RAISE EXCEPTION 'ratelimit: rl.now_us must be an integer (µs since the Unix epoch), not %', quote_literal(v)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN v::bigint;
+END
+$fn$;
+
+-- rl._check_key raises RL011 unless key is 1 to 256 bytes. what names it.
+CREATE FUNCTION rl._check_key(key text, what text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $fn$
+BEGIN
+    IF key IS NULL THEN
+        RAISE EXCEPTION 'ratelimit: invalid %: it must be 1 to 256 bytes', what
+            USING ERRCODE = 'RL011', DETAIL = format('The %s is NULL.', what);
+    END IF;
+    IF key = '' OR octet_length(key) > 256 THEN
+        RAISE EXCEPTION 'ratelimit: invalid %: it must be 1 to 256 bytes', what
+            USING ERRCODE = 'RL011', DETAIL = format('The %s is %s bytes long.', what, octet_length(key));
+    END IF;
+END
+$fn$;
+
+-- rl._interval_us converts a window interval to µs (extract(epoch): a month
+-- is 30 days, a year 365.25 days), clamped to [-1, 10^15 + 1] so that an
+-- out-of-range window is reported as ErrWindow in check order.
+CREATE FUNCTION rl._interval_us(win interval) RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN greatest(-1, least(1000000000000001, extract(epoch FROM win) * 1000000))::bigint;
+
+-- rl._jint reads an integer member of a limits element: NULL when missing,
+-- clamped to bigint (out-of-range values are then reported by the decision).
+CREATE FUNCTION rl._jint(v jsonb, what text, i integer) RETURNS bigint
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $fn$
+DECLARE
+    n numeric;
+BEGIN
+    IF v IS NULL OR jsonb_typeof(v) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(v) <> 'number' THEN
+        RAISE EXCEPTION 'ratelimit: limits[%].% must be an integer, not %', i, what, v
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    n := v::numeric;
+    IF n <> trunc(n) THEN
+        RAISE EXCEPTION 'ratelimit: limits[%].% must be an integer, not %', i, what, v
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN greatest(-9223372036854775808, least(9223372036854775807, n))::bigint;
+END
+$fn$;
+
+-- rl._parse_limits reads the limits array of rl_allow_multi:
+--   [{"name": "burst", "algorithm": "token_bucket", "limit": 10, "window_us": 1000000, "rate": 0}, ...]
+-- algorithm is a name (as rl_allow takes it) or its number; "window" (an
+-- interval string such as "1 minute") may replace "window_us"; rate is
+-- optional. Names must be distinct. A malformed list raises RL010.
+CREATE FUNCTION rl._parse_limits(limits jsonb,
+    OUT names text[], OUT algs integer[], OUT lims bigint[], OUT wins bigint[], OUT rates bigint[])
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $fn$
+DECLARE
+    e jsonb;
+    a jsonb;
+    i integer := 0;
+    nm text;
+BEGIN
+    names := '{}'; algs := '{}'; lims := '{}'; wins := '{}'; rates := '{}';
+    IF limits IS NULL OR jsonb_typeof(limits) <> 'array' OR jsonb_array_length(limits) = 0 THEN
+        PERFORM rl._raise(10, 'limits must be a non-empty JSON array of objects');
+    END IF;
+    FOR e IN SELECT v FROM jsonb_array_elements(limits) AS v LOOP
+        IF jsonb_typeof(e) <> 'object' THEN
+            PERFORM rl._raise(10, format('limits[%s] is not a JSON object', i));
+        END IF;
+        IF jsonb_typeof(e -> 'name') IS DISTINCT FROM 'string' THEN
+            PERFORM rl._raise(10, format('limits[%s] has no "name" string', i));
+        END IF;
+        nm := e ->> 'name';
+        PERFORM rl._check_key(nm, 'limit name');
+        IF nm = ANY (names) THEN
+            PERFORM rl._raise(10, format('limits[%s]: duplicate name %L', i, nm));
+        END IF;
+        names := names || nm;
+        a := e -> 'algorithm';
+        IF jsonb_typeof(a) = 'string' THEN
+            algs := algs || rl._alg(a #>> '{}');
+        ELSE
+            algs := algs || greatest(-1, least(2147483647, coalesce(rl._jint(a, 'algorithm', i), 0)))::integer;
+        END IF;
+        lims := lims || rl._jint(e -> 'limit', 'limit', i);
+        IF e ? 'window_us' OR NOT e ? 'window' THEN
+            wins := wins || rl._jint(e -> 'window_us', 'window_us', i);
+        ELSIF jsonb_typeof(e -> 'window') = 'string' THEN
+            wins := wins || rl._interval_us((e ->> 'window')::interval);
+        ELSE
+            RAISE EXCEPTION 'ratelimit: limits[%].window must be an interval string such as "1 minute"', i
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        rates := rates || coalesce(rl._jint(e -> 'rate', 'rate', i), 0);
+        i := i + 1;
+    END LOOP;
+END
+$fn$;
+
+-- rl._take1 decides one limit on one key and stores the new state: core.Take
+-- (p_take) or core.Peek (no lock, no write) against the row (key, name).
+CREATE FUNCTION rl._take1(p_key text, p_name text, p_alg integer, p_lim bigint, p_win bigint, p_rate bigint,
+                          p_cost bigint, p_now bigint, p_take boolean)
+    RETURNS rl.decision
+    LANGUAGE plpgsql
+AS $fn$
+DECLARE
+    s_alg   integer;
+    s_t     bigint;
+    s_x     bigint;
+    s_y     bigint;
+    s_log   bigint[];
+    have    boolean;
+    r       rl._eval_result;
+    attempt integer := 0;
+BEGIN
+    IF p_key IS NULL OR p_key = '' OR octet_length(p_key) > 256 THEN
+        PERFORM rl._check_key(p_key, 'key');
+    END IF;
+    IF p_name IS NULL OR p_name = '' OR octet_length(p_name) > 256 THEN
+        PERFORM rl._check_key(p_name, 'limit name');
+    END IF;
+    IF p_now IS NULL THEN
+        p_now := rl._now();
+    END IF;
+    LOOP
+        IF p_take THEN
+            SELECT s.algorithm, s.t, s.x, s.y, s.log INTO s_alg, s_t, s_x, s_y, s_log
+              FROM rl.state s WHERE s.key = p_key AND s.name = p_name FOR UPDATE;
+        ELSE
+            SELECT s.algorithm, s.t, s.x, s.y, s.log INTO s_alg, s_t, s_x, s_y, s_log
+              FROM rl.state s WHERE s.key = p_key AND s.name = p_name;
+        END IF;
+        have := FOUND; -- not found: the NULLs read as a fresh state
+        r := rl._eval(p_alg, p_lim, p_win, p_rate, s_alg, s_t, s_x, s_y, s_log, p_now, p_cost, p_take);
+        IF r.err <> 0 THEN
+            PERFORM rl._raise(r.err, NULL);
+        END IF;
+        -- Denied, peeked or cost 0: the state is unchanged; write nothing.
+        EXIT WHEN NOT p_take OR NOT r.allowed OR p_cost = 0;
+        IF have THEN
+            UPDATE rl.state s
+               SET algorithm = r.algorithm, t = r.t, x = r.x, y = r.y, log = r.log,
+                   expires_at = p_now + r.reset_after
+             WHERE s.key = p_key AND s.name = p_name;
+            EXIT;
+        END IF;
+        -- A new key: whoever inserts first wins; the loser decides again
+        -- against the winner's row (READ COMMITTED sees it on the next
+        -- statement; REPEATABLE READ raises a serialization failure).
+        INSERT INTO rl.state AS s (key, name, algorithm, t, x, y, log, expires_at)
+        VALUES (p_key, p_name, r.algorithm, r.t, r.x, r.y, r.log, p_now + r.reset_after)
+        ON CONFLICT DO NOTHING;
+        EXIT WHEN FOUND;
+        attempt := attempt + 1;
+        IF attempt >= 3 THEN
+            RAISE EXCEPTION 'ratelimit: the state row kept changing; retry the transaction'
+                USING ERRCODE = 'serialization_failure';
+        END IF;
+    END LOOP;
+    RETURN ROW(r.allowed, r.lim, r.remaining, r.reset_after, r.retry_after, r.delay, p_now)::rl.decision;
+END
+$fn$;
+
+-- rl._take_many decides several limits on one key, all or nothing
+-- (core.TakeAll / core.PeekAll). Rows are locked in name order (COLLATE "C"),
+-- so concurrent calls on overlapping names cannot deadlock; decisions and the
+-- returned index follow the caller's order.
+CREATE FUNCTION rl._take_many(p_key text, p_names text[], p_algs integer[], p_lims bigint[], p_wins bigint[],
+                              p_rates bigint[], p_cost bigint, p_now bigint, p_take boolean)
+    RETURNS SETOF rl.multi_decision
+    LANGUAGE plpgsql
+AS $fn$
+DECLARE
+    n        integer := cardinality(p_names);
+    lock_ord integer[];
+    ss       rl.state_words[];
+    have     boolean[];
+    rs       rl._eval_result[];
+    r        rl._eval_result;
+    st       rl.state_words;
+    inserted text[];
+    denied   integer;
+    best     integer;
+    i        integer;
+    ok       boolean;
+    attempt  integer := 0;
+BEGIN
+    IF p_key IS NULL OR p_key = '' OR octet_length(p_key) > 256 THEN
+        PERFORM rl._check_key(p_key, 'key');
+    END IF;
+    IF p_now IS NULL THEN
+        p_now := rl._now();
+    END IF;
+    lock_ord := ARRAY(SELECT j FROM generate_subscripts(p_names, 1) AS j ORDER BY p_names[j] COLLATE "C");
+    <<attempts>>
+    LOOP
+        FOREACH i IN ARRAY lock_ord LOOP
+            IF p_take THEN
+                SELECT s.algorithm, s.t, s.x, s.y, s.log INTO st
+                  FROM rl.state s WHERE s.key = p_key AND s.name = p_names[i] FOR UPDATE;
+            ELSE
+                SELECT s.algorithm, s.t, s.x, s.y, s.log INTO st
+                  FROM rl.state s WHERE s.key = p_key AND s.name = p_names[i];
+            END IF;
+            have[i] := FOUND;
+            IF NOT FOUND THEN
+                st := NULL; -- fresh
+            END IF;
+            ss[i] := st;
+        END LOOP;
+        -- core.all: first pass decides without changing anything.
+        denied := 0; -- 1-based; 0: none
+        FOR i IN 1 .. n LOOP
+            st := ss[i];
+            r := rl._eval(p_algs[i], p_lims[i], p_wins[i], p_rates[i], st.algorithm, st.t, st.x, st.y, st.log,
+                          p_now, p_cost, false);
+            IF r.err <> 0 THEN
+                PERFORM rl._raise(r.err, format('limit index %s (name %L)', i - 1, p_names[i]));
+            END IF;
+            rs[i] := r;
+            IF NOT r.allowed THEN
+                IF denied = 0 THEN
+                    denied := i;
+                ELSIF (rs[denied]).retry_after <> -1
+                      AND (r.retry_after = -1 OR r.retry_after > (rs[denied]).retry_after) THEN
+                    denied := i;
+                END IF;
+            END IF;
+        END LOOP;
+        IF denied > 0 THEN
+            best := denied;
+            EXIT attempts;
+        END IF;
+        best := 1;
+        FOR i IN 1 .. n LOOP
+            IF p_take THEN
+                st := ss[i];
+                r := rl._eval(p_algs[i], p_lims[i], p_wins[i], p_rates[i], st.algorithm, st.t, st.x, st.y, st.log,
+                              p_now, p_cost, true);
+                IF r.err <> 0 THEN -- not reached: the first pass accepted the same input
+                    PERFORM rl._raise(r.err, format('limit index %s (name %L)', i - 1, p_names[i]));
+                END IF;
+                rs[i] := r;
+            END IF;
+            IF (rs[i]).remaining < (rs[best]).remaining THEN
+                best := i;
+            END IF;
+        END LOOP;
+        EXIT attempts WHEN NOT p_take OR p_cost = 0;
+        -- Create the missing rows first, in name order; if another session
+        -- created one meanwhile, undo ours and decide again.
+        inserted := '{}';
+        ok := true;
+        FOREACH i IN ARRAY lock_ord LOOP
+            CONTINUE WHEN have[i];
+            r := rs[i];
+            INSERT INTO rl.state AS s (key, name, algorithm, t, x, y, log, expires_at)
+            VALUES (p_key, p_names[i], r.algorithm, r.t, r.x, r.y, r.log, p_now + r.reset_after)
+            ON CONFLICT DO NOTHING;
+            IF NOT FOUND THEN
+                ok := false;
+                EXIT;
+            END IF;
+            inserted := inserted || p_names[i];
+        END LOOP;
+        IF ok THEN
+            FOREACH i IN ARRAY lock_ord LOOP
+                CONTINUE WHEN NOT have[i];
+                r := rs[i];
+                UPDATE rl.state s
+                   SET algorithm = r.algorithm, t = r.t, x = r.x, y = r.y, log = r.log,
+                       expires_at = p_now + r.reset_after
+                 WHERE s.key = p_key AND s.name = p_names[i];
+            END LOOP;
+            EXIT attempts;
+        END IF;
+        DELETE FROM rl.state s WHERE s.key = p_key AND s.name = ANY (inserted);
+        attempt := attempt + 1;
+        IF attempt >= 3 THEN
+            RAISE EXCEPTION 'ratelimit: the state rows kept changing; retry the transaction'
+                USING ERRCODE = 'serialization_failure';
+        END IF;
+    END LOOP;
+    FOR i IN 1 .. n LOOP
+        r := rs[i];
+        RETURN NEXT ROW(i - 1, p_names[i], r.allowed, r.lim, r.remaining, r.reset_after, r.retry_after, r.delay,
+                        i = best, p_now)::rl.multi_decision;
+    END LOOP;
+    RETURN;
+END
+$fn$;
+
+-- rl.rl_allow takes cost units from the limit name on key, if they fit:
+--   SELECT * FROM rl.rl_allow('user:42', 'token_bucket', 100, '1 minute');
+-- algorithm: a name core.ParseAlgorithm accepts; lim: quota, capacity or
+-- burst; win: the window (buckets and gcra: the period in which rate units
+-- come back; rate 0 means lim). now_us NULL: rl.now_us if set, else the
+-- database clock. Denied calls and cost 0 change nothing.
+CREATE FUNCTION rl.rl_allow(key text, algorithm text, lim bigint, win interval, cost bigint DEFAULT 1,
+                            rate bigint DEFAULT 0, name text DEFAULT 'default', now_us bigint DEFAULT NULL)
+    RETURNS rl.decision
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+BEGIN
+    RETURN rl._take1($1, $7, rl._alg($2), $3, rl._interval_us($4), $6, $5, $8, true);
+END
+$fn$;
+
+-- rl.rl_allow_us is rl.rl_allow with the window in µs.
+CREATE FUNCTION rl.rl_allow_us(key text, algorithm text, lim bigint, window_us bigint, cost bigint DEFAULT 1,
+                               rate bigint DEFAULT 0, name text DEFAULT 'default', now_us bigint DEFAULT NULL)
+    RETURNS rl.decision
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+BEGIN
+    RETURN rl._take1($1, $7, rl._alg($2), $3, $4, $6, $5, $8, true);
+END
+$fn$;
+
+-- rl.rl_peek returns what rl_allow with the same arguments would return,
+-- changing nothing and taking no lock. Pass cost => 0 to read the current
+-- remaining quota.
+CREATE FUNCTION rl.rl_peek(key text, algorithm text, lim bigint, win interval, cost bigint DEFAULT 1,
+                           rate bigint DEFAULT 0, name text DEFAULT 'default', now_us bigint DEFAULT NULL)
+    RETURNS rl.decision
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+BEGIN
+    RETURN rl._take1($1, $7, rl._alg($2), $3, rl._interval_us($4), $6, $5, $8, false);
+END
+$fn$;
+
+-- rl.rl_peek_us is rl.rl_peek with the window in µs.
+CREATE FUNCTION rl.rl_peek_us(key text, algorithm text, lim bigint, window_us bigint, cost bigint DEFAULT 1,
+                              rate bigint DEFAULT 0, name text DEFAULT 'default', now_us bigint DEFAULT NULL)
+    RETURNS rl.decision
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+BEGIN
+    RETURN rl._take1($1, $7, rl._alg($2), $3, $4, $6, $5, $8, false);
+END
+$fn$;
+
+-- rl.rl_allow_multi takes cost from every limit in limits on key, or from
+-- none: if any limit denies, nothing changes. One row per limit, in order;
+-- the deciding row is the denying limit with the latest retry-after, or when
+-- admitted the limit with the fewest remaining.
+CREATE FUNCTION rl.rl_allow_multi(key text, limits jsonb, cost bigint DEFAULT 1, now_us bigint DEFAULT NULL)
+    RETURNS SETOF rl.multi_decision
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+DECLARE
+    p record;
+BEGIN
+    p := rl._parse_limits($2);
+    RETURN QUERY SELECT * FROM rl._take_many($1, p.names, p.algs, p.lims, p.wins, p.rates, $3, $4, true);
+END
+$fn$;
+
+-- rl.rl_peek_multi returns what rl_allow_multi would return, changing nothing.
+CREATE FUNCTION rl.rl_peek_multi(key text, limits jsonb, cost bigint DEFAULT 1, now_us bigint DEFAULT NULL)
+    RETURNS SETOF rl.multi_decision
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+DECLARE
+    p record;
+BEGIN
+    p := rl._parse_limits($2);
+    RETURN QUERY SELECT * FROM rl._take_many($1, p.names, p.algs, p.lims, p.wins, p.rates, $3, $4, false);
+END
+$fn$;
+
+-- rl.rl_reset forgets the state of limit name on key (NULL: every limit of
+-- the key) and returns the number of rows deleted.
+CREATE FUNCTION rl.rl_reset(key text, name text DEFAULT NULL) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+DECLARE
+    n bigint;
+BEGIN
+    PERFORM rl._check_key($1, 'key');
+    DELETE FROM rl.state s WHERE s.key = $1 AND ($2 IS NULL OR s.name = $2);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$fn$;
+
+-- rl.rl_expire deletes up to batch idle rows (expires_at <= now_us; NULL:
+-- rl.now_us or the database clock), oldest first, skipping rows locked by a
+-- decision in flight, and returns how many it deleted. batch NULL: no limit.
+-- Call it periodically (e.g. every minute from pg_cron or the app) until it
+-- returns less than batch.
+CREATE FUNCTION rl.rl_expire(now_us bigint DEFAULT NULL, batch integer DEFAULT 10000) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+DECLARE
+    v_now bigint := coalesce($1, rl._now());
+    n     bigint;
+BEGIN
+    IF batch < 1 THEN
+        RAISE EXCEPTION 'ratelimit: batch must be at least 1, not %', batch
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    DELETE FROM rl.state s
+     WHERE (s.key, s.name) IN (SELECT d.key, d.name FROM rl.state d
+                                WHERE d.expires_at <= v_now
+                                ORDER BY d.expires_at
+                                LIMIT batch
+                                FOR UPDATE SKIP LOCKED);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$fn$;

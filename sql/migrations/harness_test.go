@@ -1,0 +1,251 @@
+package migrations_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/rlcore/rl/tests/vectors"
+)
+
+// harnessSQL creates rltest.run_cases in the test database: it runs whole
+// vector cases (tests/vectors/README.md, "Running a case") through the pure
+// functions rl.decide (one limit) and rl.decide_all (several), in one round
+// trip, catching each step's error. Per step it returns
+//
+//	{"index": i, "decisions": [...], "states": [...]}        on success
+//	{"sqlstate": "RL006", "detail": "...", "states": [...]}  on an error
+const harnessSQL = `
+CREATE SCHEMA rltest;
+
+CREATE FUNCTION rltest.st(j jsonb) RETURNS rl.state_words LANGUAGE sql IMMUTABLE
+RETURN ROW((j->>'algorithm')::integer, (j->>'t')::bigint, (j->>'x')::bigint, (j->>'y')::bigint,
+           ARRAY(SELECT e::bigint FROM jsonb_array_elements_text(
+               CASE jsonb_typeof(j->'log') WHEN 'array' THEN j->'log' ELSE '[]' END) AS e))::rl.state_words;
+
+CREATE FUNCTION rltest.lims(j jsonb) RETURNS rl.limit_spec[] LANGUAGE sql IMMUTABLE
+RETURN ARRAY(SELECT ROW((e->>'algorithm')::integer, (e->>'limit')::bigint, (e->>'window')::bigint,
+                        (e->>'rate')::bigint)::rl.limit_spec
+               FROM jsonb_array_elements(j) WITH ORDINALITY AS x(e, i) ORDER BY i);
+
+CREATE FUNCTION rltest.sj(s rl.state_words[]) RETURNS jsonb LANGUAGE sql IMMUTABLE
+RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object('algorithm', u.algorithm, 't', u.t, 'x', u.x, 'y', u.y,
+                                                     'log', to_jsonb(u.log)) ORDER BY u.i), '[]')
+          FROM unnest(s) WITH ORDINALITY AS u(algorithm, t, x, y, log, i));
+
+CREATE FUNCTION rltest.dj(d rl.decision_state) RETURNS jsonb LANGUAGE sql IMMUTABLE
+RETURN jsonb_build_object('allowed', d.allowed, 'limit', d.lim, 'remaining', d.remaining,
+                          'reset_after', d.reset_after_us, 'retry_after', d.retry_after_us, 'delay', d.delay_us);
+
+CREATE FUNCTION rltest.run_case(c jsonb) RETURNS jsonb LANGUAGE plpgsql AS $fn$
+DECLARE
+    fresh  rl.state_words := ROW(0, 0, 0, 0, '{}');
+    lims   rl.limit_spec[] := rltest.lims(c->'limits');
+    n      integer := cardinality(lims);
+    states rl.state_words[] := array_fill(fresh, ARRAY[n]);
+    next   rl.state_words[];
+    step   jsonb;
+    res    jsonb;
+    ds     jsonb;
+    out    jsonb := '[]';
+    d      rl.decision_state;
+    l      rl.limit_spec;
+    s      rl.state_words;
+    idx    integer;
+    j      integer;
+    e_state text;
+    e_detail text;
+    e_msg  text;
+BEGIN
+    IF jsonb_typeof(c->'states') = 'array' THEN
+        FOR j IN 0 .. jsonb_array_length(c->'states') - 1 LOOP
+            states[j + 1] := rltest.st(c->'states'->j);
+        END LOOP;
+    END IF;
+    FOR step IN SELECT e FROM jsonb_array_elements(c->'steps') WITH ORDINALITY AS x(e, i) ORDER BY i LOOP
+        IF jsonb_typeof(step->'limits') = 'array' THEN
+            lims := rltest.lims(step->'limits');
+            n := cardinality(lims);
+        END IF;
+        IF jsonb_typeof(step->'set_states') = 'array' THEN
+            FOR j IN 0 .. jsonb_array_length(step->'set_states') - 1 LOOP
+                states[j + 1] := rltest.st(step->'set_states'->j);
+            END LOOP;
+        END IF;
+        res := '{}';
+        IF step->>'op' = 'reset' THEN
+            states := array_fill(fresh, ARRAY[cardinality(states)]);
+        ELSE
+            BEGIN
+                IF n = 1 THEN
+                    l := lims[1];
+                    s := states[1];
+                    d := rl.decide(l.algorithm, l.lim, l.window_us, l.rate, s.algorithm, s.t, s.x, s.y, s.log,
+                                   (step->>'now')::bigint, (step->>'cost')::bigint, step->>'op');
+                    ds := jsonb_build_array(rltest.dj(d));
+                    idx := d.idx;
+                    IF step->>'op' = 'take' THEN
+                        states[1] := ROW(d.algorithm, d.t, d.x, d.y, d.log);
+                    END IF;
+                ELSE
+                    ds := '[]';
+                    next := states;
+                    FOR d IN SELECT * FROM rl.decide_all(lims, states, (step->>'now')::bigint,
+                                                         (step->>'cost')::bigint, step->>'op') LOOP
+                        ds := ds || rltest.dj(d);
+                        idx := d.idx;
+                        next[d.ord + 1] := ROW(d.algorithm, d.t, d.x, d.y, d.log);
+                    END LOOP;
+                    IF step->>'op' = 'take' THEN
+                        states := next;
+                    END IF;
+                END IF;
+                res := jsonb_build_object('index', idx, 'decisions', ds);
+            EXCEPTION WHEN OTHERS THEN
+                GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_detail = PG_EXCEPTION_DETAIL,
+                                        e_msg = MESSAGE_TEXT;
+                res := jsonb_build_object('sqlstate', e_state, 'detail', e_detail, 'message', e_msg);
+            END;
+        END IF;
+        out := out || jsonb_build_array(res || jsonb_build_object('states', rltest.sj(states)));
+    END LOOP;
+    RETURN out;
+END
+$fn$;
+
+CREATE FUNCTION rltest.run_cases(cs jsonb) RETURNS jsonb LANGUAGE sql
+RETURN (SELECT jsonb_agg(rltest.run_case(c) ORDER BY i) FROM jsonb_array_elements(cs) WITH ORDINALITY AS x(c, i));
+`
+
+// stepResult is one step's outcome as rltest.run_case reports it.
+type stepResult struct {
+	SQLState  string             `json:"sqlstate"`
+	Detail    string             `json:"detail"`
+	Message   string             `json:"message"`
+	Index     int                `json:"index"`
+	Decisions []vectors.Decision `json:"decisions"`
+	States    []vectors.State    `json:"states"`
+}
+
+// input is a case without its expectations, as sent to the harness.
+type input struct {
+	Limits []vectors.Limit `json:"limits"`
+	States []vectors.State `json:"states,omitempty"`
+	Steps  []inputStep     `json:"steps"`
+}
+
+type inputStep struct {
+	Now       int64           `json:"now"`
+	Op        string          `json:"op"`
+	Cost      int64           `json:"cost"`
+	Limits    []vectors.Limit `json:"limits,omitempty"`
+	SetStates []vectors.State `json:"set_states,omitempty"`
+}
+
+func toInput(c vectors.Case) input {
+	in := input{Limits: c.Limits, States: c.States}
+	for _, s := range c.Steps {
+		in.Steps = append(in.Steps, inputStep{Now: s.Now, Op: s.Op, Cost: s.Cost, Limits: s.Limits, SetStates: s.SetStates})
+	}
+	return in
+}
+
+// runPure runs cases through rltest.run_cases in one round trip.
+func runPure(ctx context.Context, cases []vectors.Case) ([][]stepResult, error) {
+	in := make([]input, len(cases))
+	for i, c := range cases {
+		in[i] = toInput(c)
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		return nil, err
+	}
+	var out []byte
+	if err := db.QueryRow(ctx, "SELECT rltest.run_cases($1::jsonb)::text", string(b)).Scan(&out); err != nil {
+		return nil, err
+	}
+	var res [][]stepResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		return nil, err
+	}
+	if len(res) != len(cases) {
+		return nil, fmt.Errorf("harness returned %d cases, want %d", len(res), len(cases))
+	}
+	return res, nil
+}
+
+var indexDetail = regexp.MustCompile(`^limit index (\d+)`)
+
+// errorIndex returns the limit index an RL0NN error names in its DETAIL, 0
+// when it names none (single-limit calls).
+func errorIndex(detail string) int {
+	m := indexDetail.FindStringSubmatch(detail)
+	if m == nil {
+		return 0
+	}
+	i, _ := strconv.Atoi(m[1])
+	return i
+}
+
+// checkStep compares one step's outcome with its expectation and returns a
+// description of the first difference, or "".
+func checkStep(st vectors.Step, got stepResult) string {
+	want := st.Expect
+	if want.ErrorCode != 0 {
+		code := fmt.Sprintf("RL%03d", want.ErrorCode)
+		if got.SQLState != code {
+			return fmt.Sprintf("got sqlstate %q (%s), want %s (%s)", got.SQLState, got.Message, code, want.Error)
+		}
+		if i := errorIndex(got.Detail); i != want.Index {
+			return fmt.Sprintf("error index %d (detail %q), want %d", i, got.Detail, want.Index)
+		}
+	} else {
+		if got.SQLState != "" {
+			return fmt.Sprintf("unexpected error %s: %s (%s)", got.SQLState, got.Message, got.Detail)
+		}
+		if st.Op != "reset" {
+			if got.Index != want.Index {
+				return fmt.Sprintf("index %d, want %d", got.Index, want.Index)
+			}
+			if !slices.Equal(got.Decisions, want.Decisions) {
+				return fmt.Sprintf("decisions\n got %+v\nwant %+v", got.Decisions, want.Decisions)
+			}
+		}
+	}
+	if len(got.States) < len(want.States) {
+		return fmt.Sprintf("%d states, want %d", len(got.States), len(want.States))
+	}
+	for j, w := range want.States {
+		if !stateEqual(got.States[j], w) {
+			return fmt.Sprintf("state %d\n got %+v\nwant %+v", j, got.States[j], w)
+		}
+	}
+	return ""
+}
+
+func stateEqual(a, b vectors.State) bool {
+	return a.Algorithm == b.Algorithm && a.T == b.T && a.X == b.X && a.Y == b.Y && slices.Equal(a.Log, b.Log) ||
+		a.Algorithm == b.Algorithm && a.T == b.T && a.X == b.X && a.Y == b.Y && len(a.Log) == 0 && len(b.Log) == 0
+}
+
+// checkCase reports the first failing step of c, with the whole case as JSON
+// so a failure can be replayed.
+func checkCase(t *testing.T, label string, c vectors.Case, got []stepResult) bool {
+	t.Helper()
+	if len(got) != len(c.Steps) {
+		t.Errorf("%s: %d step results, want %d", label, len(got), len(c.Steps))
+		return false
+	}
+	for i, st := range c.Steps {
+		if msg := checkStep(st, got[i]); msg != "" {
+			b, _ := json.Marshal(toInput(c))
+			t.Errorf("%s step %d (op %s now %d cost %d): %s\ncase: %s", label, i, st.Op, st.Now, st.Cost, msg, b)
+			return false
+		}
+	}
+	return true
+}

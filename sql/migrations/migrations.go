@@ -1,0 +1,311 @@
+// Package migrations holds the PostgreSQL schema of rl: the schema rl, the
+// state table rl.state, the PL/pgSQL port of the decision core (rl.decide,
+// rl.decide_all), the table functions (rl.rl_allow and friends), the trigger
+// function rl.enforce_limit and the role rl_app. sql/README.md documents them.
+//
+// FS holds golang-migrate files ({version}_{title}.up.sql / .down.sql). Apply
+// them with Up, with the rl-migrate command, or with any golang-migrate setup
+// reading FS through the iofs source:
+//
+//	if err := migrations.Up(ctx, "postgres://app@db/app"); err != nil { ... }
+//
+// The applied version is kept in the table rl_schema_migrations (in the first
+// schema of the connection's search_path, usually public), not in
+// golang-migrate's default schema_migrations, so an application's own
+// migrations can share the database. Add x-migrations-table to the URL to
+// choose another table.
+//
+// Migrations run under a PostgreSQL advisory lock, so several instances
+// starting at once apply them exactly once.
+package migrations
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/golang-migrate/migrate/v4"
+	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // registers the pgx5 scheme
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+)
+
+// FS holds the migration files.
+//
+//go:embed *.sql
+var FS embed.FS
+
+// Latest is the version of the newest migration in FS.
+const Latest = 5
+
+// Table is the default table in which the applied version is recorded.
+const Table = "rl_schema_migrations"
+
+// DefaultConnectTimeout bounds each connection attempt when the URL sets no
+// connect_timeout and the context has no earlier deadline.
+const DefaultConnectTimeout = 10 * time.Second
+
+// ErrNoChange is returned by the Migrator's methods when the database is
+// already at the requested version. The package function Up treats it as
+// success.
+var ErrNoChange = migrate.ErrNoChange
+
+// DirtyError reports a database whose last migration failed part-way. Every
+// migration runs in one transaction, so this only happens when the server
+// went away mid-migration or somebody ran one by hand.
+type DirtyError struct {
+	Version int
+}
+
+func (e *DirtyError) Error() string {
+	return fmt.Sprintf("database is dirty at version %d: migration %d failed part-way. "+
+		"Check the schema rl by hand, then run \"rl-migrate force %d\" if migration %d is fully applied, "+
+		"or \"rl-migrate force %d\" if it is not, and migrate again",
+		e.Version, e.Version, e.Version, e.Version, e.Version-1)
+}
+
+// URLError reports a database URL this package cannot use. Its text never
+// contains the password.
+type URLError struct {
+	Reason string
+}
+
+func (e *URLError) Error() string { return "bad database URL: " + e.Reason }
+
+// Up applies every pending migration to the database at databaseURL
+// (postgres://, postgresql:// or pgx5://). A database already up to date is
+// success. It is safe to call from several processes at once.
+func Up(ctx context.Context, databaseURL string) error {
+	m, err := Open(ctx, databaseURL)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	if err := m.Up(ctx); err != nil && !errors.Is(err, ErrNoChange) {
+		return err
+	}
+	return nil
+}
+
+// Migrator runs the migrations in FS against one database. It is not safe for
+// concurrent use; open one per goroutine (the database itself is protected by
+// an advisory lock).
+type Migrator struct {
+	m      *migrate.Migrate
+	secret []string // strings scrubbed from error messages
+}
+
+// Open connects to the database at databaseURL. The connection attempt is
+// bounded by the URL's connect_timeout, by ctx's deadline, or else by
+// DefaultConnectTimeout.
+func Open(ctx context.Context, databaseURL string) (*Migrator, error) {
+	driverURL, secret, err := DriverURL(databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	if d, ok := ctx.Deadline(); ok {
+		driverURL = capConnectTimeout(driverURL, time.Until(d))
+	}
+	src, err := iofs.New(FS, ".")
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	type result struct {
+		m   *migrate.Migrate
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		m, err := migrate.NewWithSourceInstance("iofs", src, driverURL)
+		done <- result{m, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return nil, fmt.Errorf("cannot open database %s: %s", Redact(databaseURL), scrub(r.err.Error(), secret))
+		}
+		return &Migrator{m: r.m, secret: secret}, nil
+	case <-ctx.Done():
+		go func() { // the attempt ends by its connect_timeout
+			if r := <-done; r.m != nil {
+				r.m.Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}
+
+// Close closes the database connection.
+func (m *Migrator) Close() error {
+	srcErr, dbErr := m.m.Close()
+	return errors.Join(srcErr, dbErr)
+}
+
+// Up applies every pending migration. It returns ErrNoChange when there is
+// none.
+func (m *Migrator) Up(ctx context.Context) error {
+	return m.run(ctx, m.m.Up)
+}
+
+// Down reverts every applied migration. It returns ErrNoChange when there is
+// none. Down refuses (and leaves the database dirty at that version) while
+// triggers still use rl.enforce_limit or other objects live in the schema rl;
+// the role rl_app is dropped only when nothing uses it anymore.
+func (m *Migrator) Down(ctx context.Context) error {
+	return m.run(ctx, m.m.Down)
+}
+
+// Steps applies n migrations (n > 0) or reverts -n (n < 0).
+func (m *Migrator) Steps(ctx context.Context, n int) error {
+	return m.run(ctx, func() error { return m.m.Steps(n) })
+}
+
+// Goto migrates up or down to version v.
+func (m *Migrator) Goto(ctx context.Context, v uint) error {
+	return m.run(ctx, func() error { return m.m.Migrate(v) })
+}
+
+// Force records version v (-1: none) as applied and clean without running
+// anything: the repair step after a dirty migration was fixed by hand.
+func (m *Migrator) Force(ctx context.Context, v int) error {
+	return m.run(ctx, func() error { return m.m.Force(v) })
+}
+
+// Version returns the applied version (0 when none) and whether the last
+// migration failed part-way.
+func (m *Migrator) Version(ctx context.Context) (version uint, dirty bool, err error) {
+	err = m.run(ctx, func() error {
+		var e error
+		version, dirty, e = m.m.Version()
+		if errors.Is(e, migrate.ErrNilVersion) {
+			return nil
+		}
+		return e
+	})
+	return version, dirty, err
+}
+
+// run calls f, asking golang-migrate to stop after the current migration when
+// ctx ends (a migration in flight is one transaction and is not cut short).
+// After that the Migrator stays stopped: Open a new one.
+func (m *Migrator) run(ctx context.Context, f func() error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() {
+		select {
+		case m.m.GracefulStop <- true:
+		default:
+		}
+	})
+	err := f()
+	if !stop() && err == nil {
+		return ctx.Err() // stopped between migrations
+	}
+	if err == nil {
+		return nil
+	}
+	var dirty migrate.ErrDirty
+	switch {
+	case errors.As(err, &dirty):
+		return &DirtyError{Version: dirty.Version}
+	case errors.Is(err, migrate.ErrNoChange):
+		return ErrNoChange
+	}
+	return errors.New(scrub(err.Error(), m.secret))
+}
+
+// DriverURL converts a postgres:// or postgresql:// URL into golang-migrate's
+// pgx5:// form (a pgx5:// URL is kept), adding x-migrations-table=Table and
+// connect_timeout when they are missing. It also returns the password forms
+// to keep out of messages. Key=value connection strings are not accepted.
+func DriverURL(databaseURL string) (driverURL string, secret []string, err error) {
+	if databaseURL == "" {
+		return "", nil, &URLError{Reason: "empty (set -database or DATABASE_URL)"}
+	}
+	u, err := url.Parse(databaseURL)
+	if err != nil {
+		return "", nil, &URLError{Reason: "cannot parse it as a URL (want postgres://user@host:port/dbname)"}
+	}
+	switch u.Scheme {
+	case "postgres", "postgresql", "pgx5":
+	case "":
+		return "", nil, &URLError{Reason: "no scheme (want postgres://user@host:port/dbname)"}
+	default:
+		return "", nil, &URLError{Reason: fmt.Sprintf("scheme %q (want postgres://, postgresql:// or pgx5://)", u.Scheme)}
+	}
+	if strings.TrimPrefix(u.Path, "/") == "" {
+		return "", nil, &URLError{Reason: fmt.Sprintf("no database name in %s", Redact(databaseURL))}
+	}
+	secret = secrets(u)
+	u.Scheme = "pgx5"
+	q := u.Query()
+	if q.Get("x-migrations-table") == "" {
+		q.Set("x-migrations-table", Table)
+	}
+	if q.Get("connect_timeout") == "" {
+		q.Set("connect_timeout", strconv.Itoa(int(DefaultConnectTimeout/time.Second)))
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), secret, nil
+}
+
+// capConnectTimeout lowers the URL's connect_timeout to d (at least 1s).
+func capConnectTimeout(driverURL string, d time.Duration) string {
+	u, err := url.Parse(driverURL)
+	if err != nil {
+		return driverURL
+	}
+	q := u.Query()
+	cur, err := strconv.Atoi(q.Get("connect_timeout"))
+	secs := max(1, int((d+time.Second-1)/time.Second))
+	if err == nil && cur > 0 && cur <= secs {
+		return driverURL
+	}
+	q.Set("connect_timeout", strconv.Itoa(secs))
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// Redact returns databaseURL with its password replaced by "xxxxx", for
+// messages. A string that does not parse is replaced whole.
+func Redact(databaseURL string) string {
+	u, err := url.Parse(databaseURL)
+	if err != nil {
+		return "<unparsable URL>"
+	}
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
+}
+
+// secrets returns the password of u in the forms it may appear in messages.
+func secrets(u *url.URL) []string {
+	var out []string
+	add := func(p string) {
+		if p != "" {
+			out = append(out, p, url.QueryEscape(p), url.PathEscape(p))
+		}
+	}
+	if p, ok := u.User.Password(); ok {
+		add(p)
+	}
+	add(u.Query().Get("password"))
+	return out
+}
+
+// scrub removes every secret from s.
+func scrub(s string, secret []string) string {
+	for _, p := range secret {
+		if p != "" {
+			s = strings.ReplaceAll(s, p, "xxxxx")
+		}
+	}
+	return s
+}

@@ -1,0 +1,87 @@
+// Package pgtest gives tests a throwaway PostgreSQL database of their own.
+//
+// The server is named by the DATABASE_URL environment variable, defaulting to
+// DefaultURL. Each database is created as rltest_<random> so parallel test
+// runs never collide, and dropped when the test ends. An unreachable server
+// fails the test: database tests never skip, so CI cannot pass without them.
+//
+//	func TestX(t *testing.T) {
+//		url := pgtest.NewDatabase(t) // empty database
+//		...
+//	}
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DefaultURL is the server used when DATABASE_URL is not set.
+const DefaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// URL returns DATABASE_URL, or DefaultURL when it is empty.
+func URL() string {
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		return u
+	}
+	return DefaultURL
+}
+
+// Create creates a new empty database on the server at serverURL and
+// returns its URL and a function that drops it (disconnecting its sessions).
+func Create(ctx context.Context, serverURL string) (dbURL string, drop func(context.Context) error, err error) {
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("pgtest: bad DATABASE_URL: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, serverURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("pgtest: PostgreSQL at %s is unreachable (set DATABASE_URL): %w", u.Redacted(), err)
+	}
+	defer conn.Close(ctx)
+	b := make([]byte, 6)
+	rand.Read(b)
+	name := "rltest_" + hex.EncodeToString(b)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", nil, fmt.Errorf("pgtest: %w", err)
+	}
+	u.Path = "/" + name
+	drop = func(ctx context.Context) error {
+		conn, err := pgx.Connect(ctx, serverURL)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		return err
+	}
+	return u.String(), drop, nil
+}
+
+// NewDatabase creates a new empty database for t, dropped when t ends, and
+// returns its URL. It fails t when the server is unreachable.
+func NewDatabase(t testing.TB) string {
+	t.Helper()
+	dbURL, drop, err := Create(context.Background(), URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := drop(ctx); err != nil {
+			t.Errorf("pgtest: drop database: %v", err)
+		}
+	})
+	return dbURL
+}
