@@ -1,0 +1,138 @@
+// Command rl-wasm-host is the rate-limiting HTTP service: a JSON decision
+// API (check, peek, reset, batch) and a reverse proxy filter in front of an
+// upstream, deciding with the WebAssembly build of the core hosted by wazero
+// (or the native core), over an in-memory or PostgreSQL store. See README.md.
+//
+//	go run ./cmd/rl-wasm-host -config cmd/rl-wasm-host/sample.yaml
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"github.com/rlcore/rl/service"
+)
+
+// version is set at build time: -ldflags "-X main.version=v1.2.3".
+var version = ""
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("rl-wasm-host", flag.ContinueOnError)
+	var rc service.RunConfig
+	var (
+		showVersion bool
+		logFormat   string
+		logLevel    string
+	)
+	fs.StringVar(&rc.ConfigPath, "config", "", "rules file, YAML (.yaml, .yml) or JSON (.json); reloaded on SIGHUP (required)")
+	fs.StringVar(&rc.Listen, "listen", ":8080", "address of the main listener: decision API, /healthz, /readyz, /metrics and the proxy")
+	fs.StringVar(&rc.APIListen, "api-listen", "", "if set, serve the decision API and /healthz, /readyz, /metrics here, and only the proxy on -listen")
+	fs.StringVar(&rc.Decider, "decider", "wasm", "decision core: wasm (the embedded WebAssembly module hosted by wazero) or native")
+	fs.IntVar(&rc.WasmInstances, "wasm-instances", 0, "most WebAssembly instances (0: 2 × GOMAXPROCS)")
+	fs.StringVar(&rc.Store, "store", "memory", "state store: memory or postgres")
+	fs.IntVar(&rc.MaxKeys, "max-keys", 0, "cap on keys held in memory (0: 1000000; -1: no cap); a new key beyond it is a store failure")
+	fs.StringVar(&rc.Postgres.URL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL for -store postgres (default $DATABASE_URL)")
+	fs.BoolVar(&rc.Postgres.Migrate, "migrate", false, "apply the database migrations before serving (-store postgres)")
+	fs.StringVar(&rc.Postgres.Decide, "pg-decide", "go", "with -store postgres: go (lock the rows, the -decider core decides) or sql (the PL/pgSQL port decides, one round trip)")
+	fs.BoolVar(&rc.Postgres.Durable, "pg-durable", false, "commit every decision synchronously (default: synchronous_commit off)")
+	maxConns := fs.Int("pg-max-conns", 0, "PostgreSQL pool size (0: pgx's default)")
+	fs.DurationVar(&rc.Postgres.Timeout, "store-timeout", 250*time.Millisecond, "bound on one PostgreSQL decision; slower counts as a store failure")
+	fs.BoolVar(&rc.Postgres.Failover, "failover", false, "while PostgreSQL fails, decide in memory behind a circuit breaker; return when it recovers")
+	fs.IntVar(&rc.Postgres.FailoverThreshold, "failover-threshold", 3, "store failures in a row that open the breaker")
+	fs.DurationVar(&rc.Postgres.FailoverCooldown, "failover-cooldown", 5*time.Second, "time the breaker stays open before probing PostgreSQL")
+	fs.DurationVar(&rc.ReadHeaderTimeout, "read-header-timeout", 5*time.Second, "HTTP server: time to read a request's headers")
+	fs.DurationVar(&rc.ReadTimeout, "read-timeout", 30*time.Second, "HTTP server: time to read a whole request")
+	fs.DurationVar(&rc.WriteTimeout, "write-timeout", 60*time.Second, "HTTP server: time to write a response (includes proxying)")
+	fs.DurationVar(&rc.IdleTimeout, "idle-timeout", 120*time.Second, "HTTP server: keep-alive idle time")
+	fs.DurationVar(&rc.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "bound on the graceful shutdown after SIGTERM/SIGINT")
+	fs.DurationVar(&rc.DrainDelay, "drain-delay", 0, "on shutdown, answer /readyz 503 this long before closing the listeners")
+	fs.Int64Var(&rc.MaxBodyBytes, "max-body", 64<<10, "largest decision-API request body in bytes")
+	fs.Int64Var(&rc.ProxyMaxBodyBytes, "proxy-max-body", 0, "largest proxied request body in bytes (0: no limit)")
+	fs.StringVar(&logFormat, "log-format", "json", "log format: json or text")
+	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if showVersion {
+		fmt.Println("rl-wasm-host", versionString())
+		return 0
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "rl-wasm-host: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	rc.Postgres.MaxConns = int32(*maxConns)
+
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+		fmt.Fprintf(os.Stderr, "rl-wasm-host: -log-level %q: want debug, info, warn or error\n", logLevel)
+		return 2
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler
+	switch logFormat {
+	case "json":
+		h = slog.NewJSONHandler(os.Stderr, opts)
+	case "text":
+		h = slog.NewTextHandler(os.Stderr, opts)
+	default:
+		fmt.Fprintf(os.Stderr, "rl-wasm-host: -log-format %q: want json or text\n", logFormat)
+		return 2
+	}
+	rc.Logger = slog.New(h)
+	slog.SetDefault(rc.Logger)
+	rc.Logger.Info("starting", "version", versionString(), "pid", os.Getpid())
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+
+	if err := service.Run(ctx, rc, hup); err != nil {
+		var ce *service.ConfigError
+		if errors.As(err, &ce) {
+			rc.Logger.Error("invalid configuration", "file", ce.File, "problems", len(ce.Problems))
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		rc.Logger.Error("exiting", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func versionString() string {
+	v := version
+	info, ok := debug.ReadBuildInfo()
+	if v == "" {
+		v = "devel"
+		if ok && info.Main.Version != "" && info.Main.Version != "(devel)" {
+			v = info.Main.Version
+		}
+	}
+	if ok {
+		for _, s := range info.Settings {
+			if s.Key == "vcs.revision" {
+				v += " " + s.Value
+			}
+		}
+		v += " " + info.GoVersion
+	}
+	return v
+}

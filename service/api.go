@@ -1,0 +1,410 @@
+package service
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/rlcore/rl"
+	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/httplimit"
+)
+
+// DecisionRequest is the body of check, peek and reset, and one item of a
+// batch: a key decided against a named rule or against inline limits.
+type DecisionRequest struct {
+	// Rule names a configured rule. Give Rule or Limits, not both.
+	Rule string `json:"rule,omitempty"`
+	// Limits are inline limits, in the configuration file's limit shape
+	// ({"name","strategy","limit","window","rate"}), decided together.
+	Limits []map[string]any `json:"limits,omitempty"`
+	// Key is the key to decide; required.
+	Key string `json:"key"`
+	// Cost is the units to take; default the rule's cost (1 unless the
+	// rule says otherwise), 1 for inline limits.
+	Cost *int64 `json:"cost,omitempty"`
+	// FailOpen is the store-failure policy of inline limits (a rule has
+	// its own); default false.
+	FailOpen *bool `json:"fail_open,omitempty"`
+}
+
+// LimitJSON is one limit's result in a response. Durations are given in
+// milliseconds and in seconds, both rounded up so they are never early.
+type LimitJSON struct {
+	Name         string `json:"name"`
+	Allowed      bool   `json:"allowed"`
+	Limit        int64  `json:"limit"`
+	Remaining    int64  `json:"remaining"`
+	WindowMS     int64  `json:"window_ms"`
+	ResetAfterMS int64  `json:"reset_after_ms"`
+	ResetAfter   int64  `json:"reset_after"`
+	// RetryAfterMS and RetryAfter are 0 when allowed and -1 when the cost
+	// exceeds the limit (no retry can pass; Never is true).
+	RetryAfterMS int64 `json:"retry_after_ms"`
+	RetryAfter   int64 `json:"retry_after"`
+	Never        bool  `json:"never"`
+	// DelayMS is the LeakyBucket shaping delay of an admitted call.
+	DelayMS int64 `json:"delay_ms"`
+}
+
+// DecisionJSON is the response of check and peek and one result of a
+// batch: the deciding limit's fields at the top level (on a denial the limit
+// that denied, with the latest retry; when admitted the one with the fewest
+// remaining), and every limit's result in Limits.
+type DecisionJSON struct {
+	Allowed bool   `json:"allowed"`
+	Rule    string `json:"rule"`
+	Key     string `json:"key"`
+	Cost    int64  `json:"cost"`
+	Peek    bool   `json:"peek"`
+	// Taken reports that the cost was consumed (allowed, not a peek, not
+	// fail-open, and in an atomic batch, the batch went through).
+	Taken bool `json:"taken"`
+	// FailOpen reports an admission without a decision: the store failed
+	// and the rule fails open. The limit fields are then zero.
+	FailOpen bool `json:"fail_open"`
+	// Error is set on a batch item the store failed for (fail closed).
+	Error string `json:"error,omitempty"`
+	// LimitName names the deciding limit; the fields after it are its.
+	LimitName    string `json:"limit_name"`
+	Limit        int64  `json:"limit"`
+	Remaining    int64  `json:"remaining"`
+	WindowMS     int64  `json:"window_ms"`
+	ResetAfterMS int64  `json:"reset_after_ms"`
+	ResetAfter   int64  `json:"reset_after"`
+	RetryAfterMS int64  `json:"retry_after_ms"`
+	RetryAfter   int64  `json:"retry_after"`
+	Never        bool   `json:"never"`
+	DelayMS      int64  `json:"delay_ms"`
+	// Limits holds every limit's result, in the rule's order.
+	Limits []LimitJSON `json:"limits"`
+}
+
+// ErrorJSON is the body of every error response.
+type ErrorJSON struct {
+	Error string `json:"error"`
+	// Code is a stable token: invalid_json, body_too_large, unknown_field,
+	// unknown_rule, invalid_key, invalid_cost, invalid_limits,
+	// inline_disabled, invalid_batch, method_not_allowed, store_unavailable.
+	Code string `json:"code"`
+}
+
+func (s *Service) apiError(w http.ResponseWriter, status int, code, msg string) {
+	if status < 500 {
+		s.metrics.rejected.WithLabelValues(code).Inc()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(ErrorJSON{Error: msg, Code: code})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", fmt.Sprint(b.Len()))
+	w.WriteHeader(status)
+	w.Write(b.Bytes())
+}
+
+// readJSON decodes the body into v, strictly: one JSON value, no unknown
+// fields, at most maxBody bytes. It answers the error itself and returns
+// false on failure.
+func (s *Service) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		s.apiError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use POST with a JSON body")
+		return false
+	}
+	body := http.MaxBytesReader(w, r.Body, s.maxBody)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("data after the JSON value")
+	}
+	if err == nil {
+		// Drain so a trailing newline or spaces do not count as data.
+		if _, err2 := io.Copy(io.Discard, body); err2 != nil {
+			err = err2
+		}
+	}
+	if err == nil {
+		return true
+	}
+	var mbe *http.MaxBytesError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &mbe):
+		s.apiError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body larger than %d bytes", mbe.Limit))
+	case errors.As(err, &te):
+		s.apiError(w, http.StatusBadRequest, "invalid_json", fmt.Sprintf("field %q: want %s, got %s", te.Field, te.Type, te.Value))
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		s.apiError(w, http.StatusBadRequest, "unknown_field", strings.TrimPrefix(err.Error(), "json: ")+" (want rule, limits, key, cost, fail_open)")
+	case errors.Is(err, io.EOF):
+		s.apiError(w, http.StatusBadRequest, "invalid_json", "empty body: want a JSON object")
+	default:
+		s.apiError(w, http.StatusBadRequest, "invalid_json", "malformed JSON: "+strings.TrimPrefix(err.Error(), "json: "))
+	}
+	return false
+}
+
+// resolve turns a request into a target and cost; on failure it returns an
+// *errClient naming the field (prefix "items[i]." in a batch).
+func (s *Service) resolve(rs *ruleSet, req *DecisionRequest, prefix string, reset bool) (target, int64, error) {
+	bad := func(code, format string, args ...any) (target, int64, error) {
+		return target{}, 0, &errClient{code, fmt.Errorf(prefix+format, args...)}
+	}
+	if req.Key == "" {
+		return bad("invalid_key", "key: missing")
+	}
+	var t target
+	cost := int64(1)
+	switch {
+	case req.Rule != "" && req.Limits != nil:
+		return bad("invalid_limits", "give rule or limits, not both")
+	case req.Rule != "":
+		ru := rs.byName[req.Rule]
+		if ru == nil {
+			return target{}, 0, &errClient{"unknown_rule", fmt.Errorf("%srule: no rule named %q", prefix, req.Rule)}
+		}
+		if req.FailOpen != nil {
+			return bad("invalid_limits", "fail_open: a rule's fail_open is set in the configuration")
+		}
+		t, cost = ru.target(), ru.spec.Cost
+	case req.Limits != nil:
+		if !rs.cfg.InlineLimits {
+			return target{}, 0, &errClient{"inline_disabled", fmt.Errorf("%slimits: inline limits are disabled (inline_limits: false); name a rule", prefix)}
+		}
+		p, err := inlinePolicy(req.Limits, prefix)
+		if err != nil {
+			return target{}, 0, err
+		}
+		t = target{name: InlineNamespace, lim: rs.inline, policy: p, m: rs.inlineM}
+		if req.FailOpen != nil {
+			t.failOpen = *req.FailOpen
+		}
+	default:
+		return bad("invalid_limits", "rule: missing (name a rule, or give limits)")
+	}
+	if req.Cost != nil {
+		if reset {
+			return bad("invalid_cost", "cost: a reset has no cost")
+		}
+		cost = *req.Cost
+		if cost < 0 || cost > core.MaxCost {
+			return bad("invalid_cost", "cost: %d is outside [0, %d]", cost, core.MaxCost)
+		}
+	}
+	return t, cost, nil
+}
+
+// inlinePolicy validates inline limits with the configuration's rules and
+// messages.
+func inlinePolicy(ls []map[string]any, prefix string) (*rl.Policy, error) {
+	if len(ls) == 0 || len(ls) > rl.MaxLimits {
+		return nil, &errClient{"invalid_limits", fmt.Errorf("%slimits: %d limits, want 1 to %d", prefix, len(ls), rl.MaxLimits)}
+	}
+	p := &parser{cfg: &Config{}}
+	limits := make([]rl.Limit, 0, len(ls))
+	names := map[string]bool{}
+	for i, m := range ls {
+		f := fmt.Sprintf("%slimits[%d]", prefix, i)
+		l, ok := p.limit(f+".", m, true)
+		if !ok {
+			continue
+		}
+		if l.Name == "" {
+			if len(ls) == 1 {
+				l.Name = "default"
+			} else {
+				l.Name = fmt.Sprintf("%s_%s", l.Algorithm, fmtDuration(l.Window))
+			}
+		}
+		if names[l.Name] {
+			p.fail(f+".name", "%q names two limits", l.Name)
+		}
+		names[l.Name] = true
+		limits = append(limits, l)
+	}
+	if len(p.problems) > 0 {
+		msgs := make([]string, len(p.problems))
+		for i, pr := range p.problems {
+			msgs[i] = pr.String()
+		}
+		return nil, &errClient{"invalid_limits", errors.New(strings.Join(msgs, "; "))}
+	}
+	pol, err := rl.NewPolicy(limits...)
+	if err != nil {
+		return nil, &errClient{"invalid_limits", fmt.Errorf("%slimits: %w", prefix, err)}
+	}
+	return pol, nil
+}
+
+func (s *Service) clientError(w http.ResponseWriter, err error) {
+	var ce *errClient
+	if !errors.As(err, &ce) {
+		s.apiError(w, http.StatusInternalServerError, "internal", err.Error())
+		return
+	}
+	status := http.StatusBadRequest
+	switch ce.code {
+	case "unknown_rule":
+		status = http.StatusNotFound
+	case "inline_disabled":
+		status = http.StatusForbidden
+	}
+	s.apiError(w, status, ce.code, ce.err.Error())
+}
+
+func (s *Service) apiDecide(peek bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req DecisionRequest
+		if !s.readJSON(w, r, &req) {
+			return
+		}
+		rs := s.rules.Load()
+		t, cost, err := s.resolve(rs, &req, "", false)
+		if err != nil {
+			s.clientError(w, err)
+			return
+		}
+		start := time.Now()
+		each := make([]rl.LimitResult, t.limits())
+		res, out, err := s.decide(r.Context(), &t, req.Key, cost, peek, each)
+		s.metrics.apiLatency.Observe(time.Since(start).Seconds())
+		if out == "" {
+			s.clientError(w, err)
+			return
+		}
+		t.m.record(out)
+		if out == outFailClosed {
+			s.apiError(w, http.StatusServiceUnavailable, "store_unavailable", "rate limiter unavailable: "+err.Error())
+			return
+		}
+		d := decisionJSON(t.name, req.Key, cost, peek, res, out, each)
+		status := http.StatusOK
+		if out != outFailOpen {
+			httplimit.SetHeaders(w.Header(), res)
+			if !res.Allowed {
+				status = http.StatusTooManyRequests
+			}
+		}
+		writeJSON(w, status, d)
+	}
+}
+
+// limits is the number of limits the target decides.
+func (t *target) limits() int { return t.policy.Len() }
+
+func decisionJSON(rule, key string, cost int64, peek bool, res rl.Result, out string, each []rl.LimitResult) DecisionJSON {
+	d := DecisionJSON{Rule: rule, Key: key, Cost: cost, Peek: peek, Limits: []LimitJSON{}}
+	if out == outFailOpen {
+		d.Allowed, d.FailOpen = true, true
+		return d
+	}
+	d.Allowed = res.Allowed
+	d.Taken = res.Allowed && !peek
+	l := limitJSON(&res.LimitResult)
+	d.LimitName, d.Limit, d.Remaining, d.WindowMS = l.Name, l.Limit, l.Remaining, l.WindowMS
+	d.ResetAfterMS, d.ResetAfter, d.RetryAfterMS, d.RetryAfter = l.ResetAfterMS, l.ResetAfter, l.RetryAfterMS, l.RetryAfter
+	d.Never, d.DelayMS = l.Never, l.DelayMS
+	d.Limits = make([]LimitJSON, len(each))
+	for i := range each {
+		d.Limits[i] = limitJSON(&each[i])
+	}
+	return d
+}
+
+func limitJSON(l *rl.LimitResult) LimitJSON {
+	j := LimitJSON{Name: l.Name, Allowed: l.Allowed, Limit: l.Limit, Remaining: l.Remaining,
+		WindowMS: ceilDiv(l.Window, time.Millisecond), ResetAfterMS: ceilDiv(l.ResetAfter, time.Millisecond),
+		ResetAfter: ceilDiv(l.ResetAfter, time.Second), RetryAfterMS: ceilDiv(l.RetryAfter, time.Millisecond),
+		RetryAfter: ceilDiv(l.RetryAfter, time.Second), Never: l.Never, DelayMS: ceilDiv(l.Delay, time.Millisecond)}
+	if l.Never {
+		j.RetryAfterMS, j.RetryAfter = -1, -1
+	}
+	return j
+}
+
+func ceilDiv(d, unit time.Duration) int64 { return int64((d + unit - 1) / unit) }
+
+func (s *Service) apiReset(w http.ResponseWriter, r *http.Request) {
+	var req DecisionRequest
+	if !s.readJSON(w, r, &req) {
+		return
+	}
+	rs := s.rules.Load()
+	t, _, err := s.resolve(rs, &req, "", true)
+	if err != nil {
+		s.clientError(w, err)
+		return
+	}
+	if err := t.lim.ResetPolicy(r.Context(), req.Key, t.policy); err != nil {
+		if errors.Is(err, rl.ErrStore) {
+			t.m.storeErrors.Inc()
+			s.log.Warn("reset failed", "rule", t.name, "err", err)
+			s.apiError(w, http.StatusServiceUnavailable, "store_unavailable", "rate limiter unavailable: "+err.Error())
+			return
+		}
+		s.clientError(w, &errClient{"invalid_key", err})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"reset": true, "rule": t.name, "key": req.Key})
+}
+
+// RuleJSON describes a rule in GET /v1/ratelimit/rules.
+type RuleJSON struct {
+	Name       string          `json:"name"`
+	Endpoint   string          `json:"endpoint,omitempty"`
+	Host       string          `json:"host,omitempty"`
+	Methods    []string        `json:"methods,omitempty"`
+	KeyBy      string          `json:"key_by"`
+	Cost       int64           `json:"cost"`
+	CostHeader string          `json:"cost_header,omitempty"`
+	FailOpen   bool            `json:"fail_open"`
+	Shape      bool            `json:"shape,omitempty"`
+	Limits     []LimitSpecJSON `json:"limits"`
+}
+
+// LimitSpecJSON is a configured limit in canonical form.
+type LimitSpecJSON struct {
+	Name     string `json:"name"`
+	Strategy string `json:"strategy"`
+	Limit    int64  `json:"limit"`
+	Window   string `json:"window"`
+	Rate     int64  `json:"rate,omitempty"`
+}
+
+func (s *Service) apiRules(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		s.apiError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use GET")
+		return
+	}
+	rs := s.rules.Load()
+	out := struct {
+		Config       string     `json:"config"`
+		Loaded       time.Time  `json:"loaded"`
+		Upstream     string     `json:"upstream"`
+		InlineLimits bool       `json:"inline_limits"`
+		Rules        []RuleJSON `json:"rules"`
+	}{rs.cfg.Path, rs.loaded.UTC(), rs.cfg.Upstream, rs.cfg.InlineLimits, []RuleJSON{}}
+	for _, spec := range rs.cfg.Rules {
+		rj := RuleJSON{Name: spec.Name, Endpoint: spec.Endpoint, Host: spec.Host, Methods: spec.Methods, KeyBy: spec.KeyBy,
+			Cost: spec.Cost, CostHeader: spec.CostHeader, FailOpen: spec.FailOpen, Shape: spec.Shape}
+		for _, l := range rs.byName[spec.Name].policy.Limits() {
+			rj.Limits = append(rj.Limits, LimitSpecJSON{Name: l.Name, Strategy: l.Algorithm.String(), Limit: l.Limit, Window: fmtDuration(l.Window), Rate: l.Rate})
+		}
+		out.Rules = append(out.Rules, rj)
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -1,0 +1,244 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/rlcore/rl"
+	"github.com/rlcore/rl/httplimit"
+)
+
+// BatchRequest is the body of POST /v1/ratelimit/batch.
+//
+// Several limits on ONE key are all or nothing exactly: put them in one rule
+// (or one item's inline limits), and the store decides them in one atomic
+// step. Across SEVERAL keys the store has no atomic step, so an atomic batch
+// (the default) works in two phases: it peeks every item, and only if all
+// would pass does it take them one by one. If a concurrent request drains an
+// item between its peek and its take (a window of one store round trip),
+// that take is denied, the batch stops there and answers 429 with
+// "partial": true, and the items taken before it stay taken. The race can
+// only under-admit (quota spent for a batch that was then refused), never
+// over-admit: every take is itself exact.
+//
+// With "atomic": false each item is decided on its own.
+type BatchRequest struct {
+	// Atomic: all items or none (default true); see above.
+	Atomic *bool `json:"atomic,omitempty"`
+	// Peek decides every item without taking anything.
+	Peek bool `json:"peek,omitempty"`
+	// Items to decide, 1 to Options.MaxBatch; an atomic batch may not
+	// hold one key twice under the same rule (combine their costs).
+	Items []DecisionRequest `json:"items"`
+}
+
+// BatchJSON is the response of a batch: 200 when every item passed, 429
+// when the batch (or, non-atomic, any item) was denied, 503 when the store
+// failed for an item whose rule fails closed. Its headers describe the
+// deciding item's deciding limit: the denied item with the latest retry, or
+// when all passed the item with the fewest remaining.
+type BatchJSON struct {
+	Allowed bool `json:"allowed"`
+	Atomic  bool `json:"atomic"`
+	Peek    bool `json:"peek"`
+	// Partial reports an atomic batch that took some items and then was
+	// denied or failed (the race described on BatchRequest).
+	Partial bool `json:"partial"`
+	// Deciding is the index of the item the headers describe.
+	Deciding int            `json:"deciding"`
+	Results  []DecisionJSON `json:"results"`
+}
+
+type batchItem struct {
+	t    target
+	key  string
+	cost int64
+	res  rl.Result
+	out  string
+	err  error
+	// taken: the cost was consumed.
+	taken bool
+	each  []rl.LimitResult
+}
+
+func (s *Service) apiBatch(w http.ResponseWriter, r *http.Request) {
+	var req BatchRequest
+	if !s.readJSON(w, r, &req) {
+		return
+	}
+	if len(req.Items) == 0 || len(req.Items) > s.maxBatch {
+		s.apiError(w, http.StatusBadRequest, "invalid_batch", fmt.Sprintf("items: %d items, want 1 to %d", len(req.Items), s.maxBatch))
+		return
+	}
+	atomic := req.Atomic == nil || *req.Atomic
+	rs := s.rules.Load()
+	items := make([]batchItem, len(req.Items))
+	type nsKey struct{ ns, key string }
+	seen := make(map[nsKey]int, len(items))
+	for i := range req.Items {
+		t, cost, err := s.resolve(rs, &req.Items[i], fmt.Sprintf("items[%d].", i), false)
+		if err != nil {
+			s.clientError(w, err)
+			return
+		}
+		k := nsKey{t.name, req.Items[i].Key}
+		if j, dup := seen[k]; dup && atomic && !req.Peek {
+			s.apiError(w, http.StatusBadRequest, "invalid_batch",
+				fmt.Sprintf("items[%d]: same rule and key as items[%d]; an atomic batch decides each key once (combine their costs)", i, j))
+			return
+		}
+		seen[k] = i
+		items[i] = batchItem{t: t, key: req.Items[i].Key, cost: cost, each: make([]rl.LimitResult, t.limits())}
+	}
+
+	ctx := r.Context()
+	start := time.Now()
+	var partial bool
+	var err error
+	switch {
+	case req.Peek:
+		err = s.decideEach(ctx, items, true)
+	case !atomic || len(items) == 1:
+		err = s.decideEach(ctx, items, false)
+	default:
+		partial, err = s.decideAtomic(ctx, items)
+	}
+	s.metrics.apiLatency.Observe(time.Since(start).Seconds())
+	if err != nil {
+		s.clientError(w, err)
+		return
+	}
+
+	resp := BatchJSON{Allowed: true, Atomic: atomic, Peek: req.Peek, Partial: partial, Results: make([]DecisionJSON, len(items))}
+	failed, deciding := false, -1
+	for i := range items {
+		it := &items[i]
+		d := decisionJSON(it.t.name, it.key, it.cost, req.Peek, it.res, it.out, it.each)
+		d.Taken = it.taken
+		switch it.out {
+		case outFailClosed:
+			failed = true
+			resp.Allowed = false
+			d.Allowed = false
+			d.Error = "rate limiter unavailable: " + it.err.Error()
+		case outDenied:
+			resp.Allowed = false
+			if deciding < 0 || items[deciding].out != outDenied || laterRetry(&it.res, &items[deciding].res) {
+				deciding = i
+			}
+		case outAllowed:
+			if deciding < 0 || items[deciding].out == outFailOpen ||
+				(items[deciding].out == outAllowed && it.res.Remaining < items[deciding].res.Remaining) {
+				deciding = i
+			}
+		case outFailOpen:
+			if deciding < 0 {
+				deciding = i
+			}
+		case "": // not decided: the atomic batch stopped before this item
+			resp.Allowed = false
+			d.Allowed = false
+			d.Error = "not decided: the batch stopped at an earlier item"
+		}
+		resp.Results[i] = d
+	}
+	// Metrics count what happened to each item: in an atomic batch that was
+	// refused, an item that would have passed but was not taken counts as
+	// denied.
+	for i := range items {
+		it := &items[i]
+		out := it.out
+		if atomic && !req.Peek && !resp.Allowed && out == outAllowed && !it.taken {
+			out = outDenied
+		}
+		if out == "" {
+			out = outDenied
+		}
+		it.t.m.record(out)
+	}
+	status := http.StatusOK
+	switch {
+	case failed:
+		status = http.StatusServiceUnavailable
+	case !resp.Allowed:
+		status = http.StatusTooManyRequests
+	}
+	if deciding < 0 {
+		deciding = 0
+	}
+	resp.Deciding = deciding
+	if it := &items[deciding]; it.out == outAllowed || it.out == outDenied {
+		httplimit.SetHeaders(w.Header(), it.res)
+	}
+	writeJSON(w, status, resp)
+}
+
+// laterRetry reports whether a's retry is later than b's (Never latest).
+func laterRetry(a, b *rl.Result) bool {
+	if b.Never {
+		return false
+	}
+	return a.Never || a.RetryAfter > b.RetryAfter
+}
+
+// decideEach decides every item on its own.
+func (s *Service) decideEach(ctx context.Context, items []batchItem, peek bool) error {
+	for i := range items {
+		it := &items[i]
+		it.res, it.out, it.err = s.decide(ctx, &it.t, it.key, it.cost, peek, it.each)
+		if it.out == "" {
+			return it.err
+		}
+		it.taken = !peek && it.out == outAllowed
+	}
+	return nil
+}
+
+// decideAtomic peeks every item, then takes them all if all passed. It
+// reports partial when it took some items and then stopped.
+func (s *Service) decideAtomic(ctx context.Context, items []batchItem) (partial bool, err error) {
+	denied := false
+	for i := range items {
+		it := &items[i]
+		it.res, it.out, it.err = s.decide(ctx, &it.t, it.key, it.cost, true, it.each)
+		switch it.out {
+		case "":
+			return false, it.err
+		case outFailClosed:
+			return false, nil // answered 503; nothing taken
+		case outDenied:
+			denied = true
+		}
+	}
+	if denied {
+		// Items that would have passed are reported as such, not taken.
+		return false, nil
+	}
+	taken := 0
+	for i := range items {
+		it := &items[i]
+		if it.out == outFailOpen {
+			continue // the store failed on peek; admitted without a take
+		}
+		it.res, it.out, it.err = s.decide(ctx, &it.t, it.key, it.cost, false, it.each)
+		switch it.out {
+		case "":
+			return taken > 0, it.err
+		case outAllowed:
+			taken++
+			it.taken = true
+			continue
+		case outFailOpen:
+			continue
+		}
+		// Denied (a concurrent request drained it since the peek) or the
+		// store failed closed: stop; later items are not decided.
+		for j := i + 1; j < len(items); j++ {
+			items[j].out = ""
+		}
+		return taken > 0, nil
+	}
+	return false, nil
+}

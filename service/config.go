@@ -1,0 +1,678 @@
+package service
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/rlcore/rl"
+	"github.com/rlcore/rl/core"
+)
+
+// Config is a validated configuration file: the rules and the proxy's
+// upstream. Load it with LoadConfig or ParseConfig; a Service builds its
+// rule set from it.
+type Config struct {
+	// Path is the file it was read from ("" when parsed from bytes).
+	Path string
+	// Upstream is the proxy's upstream: an http(s) URL, "demo" for the
+	// built-in demo upstream, or "" for no proxy.
+	Upstream string
+	// TrustedProxies are the peers whose X-Forwarded-For is believed when
+	// a rule keys by client IP.
+	TrustedProxies []netip.Prefix
+	// InlineLimits lets decision-API requests carry their own limits
+	// instead of naming a rule. Default true.
+	InlineLimits bool
+	// Rules in file order.
+	Rules []RuleSpec
+}
+
+// RuleSpec is one validated rule of a Config.
+type RuleSpec struct {
+	// Name is the rule's name in the decision API, metrics and keys:
+	// the "name" field, else the endpoint.
+	Name string
+	// Endpoint, Host and Methods match proxied requests; a rule with none
+	// of them is for the decision API only. Endpoint is "/" when only Host
+	// or Methods are given.
+	Endpoint string
+	Host     string
+	Methods  []string
+	// Limits are decided together, all or nothing.
+	Limits []rl.Limit
+	// KeyBy is how the proxy keys a request: "ip", "api_key",
+	// "header:<name>", "query:<name>" or "global".
+	KeyBy string
+	// Cost is the cost of a proxied request, or the default when
+	// CostHeader is absent from it.
+	Cost int64
+	// CostHeader, if set, names a request header carrying the cost.
+	CostHeader string
+	// FailOpen admits requests when the store fails; otherwise they are
+	// answered 503.
+	FailOpen bool
+	// Shape makes the proxy hold an admitted request for its LeakyBucket
+	// delay before forwarding it.
+	Shape bool
+}
+
+// Proxied reports whether the rule matches proxied requests.
+func (r *RuleSpec) Proxied() bool { return r.Endpoint != "" }
+
+// Problem is one mistake in a configuration file.
+type Problem struct {
+	// Rule locates the rule ("rules[2] \"pay\""); "" for top-level fields.
+	Rule string
+	// Field is the field's path within the rule or file ("window",
+	// "limits[1].strategy").
+	Field   string
+	Message string
+}
+
+func (p Problem) String() string {
+	var b strings.Builder
+	if p.Rule != "" {
+		b.WriteString(p.Rule)
+		b.WriteString(": ")
+	}
+	if p.Field != "" {
+		b.WriteString(p.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(p.Message)
+	return b.String()
+}
+
+// ConfigError lists every mistake found in a configuration file.
+type ConfigError struct {
+	File     string
+	Problems []Problem
+}
+
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "config %s: %d problem", e.File, len(e.Problems))
+	if len(e.Problems) != 1 {
+		b.WriteString("s")
+	}
+	for _, p := range e.Problems {
+		b.WriteString("\n  ")
+		b.WriteString(e.File)
+		b.WriteString(": ")
+		b.WriteString(p.String())
+	}
+	return b.String()
+}
+
+// LoadConfig reads and validates a configuration file, YAML (.yaml, .yml)
+// or JSON (.json) by its extension. Every mistake is reported in one
+// *ConfigError naming the file, the rule and the field.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	var format string
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".yaml", ".yml":
+		format = "yaml"
+	case ".json":
+		format = "json"
+	default:
+		return nil, &ConfigError{File: path, Problems: []Problem{{Message: "unknown extension: want .yaml, .yml or .json"}}}
+	}
+	return ParseConfig(path, format, data)
+}
+
+// ParseConfig validates a configuration in format "yaml" or "json"; name is
+// used in error messages and as Config.Path.
+func ParseConfig(name, format string, data []byte) (*Config, error) {
+	var doc any
+	switch format {
+	case "yaml":
+		if err := yaml.Unmarshal(data, &doc); err != nil {
+			return nil, &ConfigError{File: name, Problems: []Problem{{Message: "YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}}
+		}
+	case "json":
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.UseNumber()
+		if err := dec.Decode(&doc); err != nil {
+			return nil, &ConfigError{File: name, Problems: []Problem{{Message: "JSON: " + jsonErr(data, err)}}}
+		}
+		if dec.More() {
+			return nil, &ConfigError{File: name, Problems: []Problem{{Message: "JSON: data after the top-level value"}}}
+		}
+	default:
+		return nil, fmt.Errorf("config: unknown format %q", format)
+	}
+	p := &parser{cfg: &Config{Path: name, InlineLimits: true}}
+	p.file(doc)
+	if len(p.problems) > 0 {
+		return nil, &ConfigError{File: name, Problems: p.problems}
+	}
+	return p.cfg, nil
+}
+
+// jsonErr adds a line number to a JSON syntax error.
+func jsonErr(data []byte, err error) string {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		line := 1 + bytes.Count(data[:min(int(se.Offset), len(data))], []byte("\n"))
+		return fmt.Sprintf("line %d: %v", line, err)
+	}
+	return err.Error()
+}
+
+type parser struct {
+	cfg      *Config
+	problems []Problem
+	rule     string // current rule's locator
+}
+
+func (p *parser) fail(field, format string, args ...any) {
+	p.problems = append(p.problems, Problem{Rule: p.rule, Field: field, Message: fmt.Sprintf(format, args...)})
+}
+
+func (p *parser) file(doc any) {
+	switch d := doc.(type) {
+	case nil:
+		p.fail("", "empty file: want a mapping with \"rules\" (or a list of rules)")
+	case []any: // a bare list of rules, as hosted services export them
+		p.rules(d)
+	case map[string]any:
+		for _, k := range sortedKeys(d) {
+			v := d[k]
+			switch k {
+			case "upstream":
+				p.upstream(v)
+			case "trusted_proxies":
+				p.trusted(v)
+			case "inline_limits":
+				if b, ok := p.boolean(k, v); ok {
+					p.cfg.InlineLimits = b
+				}
+			case "rules":
+				if l, ok := v.([]any); ok {
+					p.rules(l)
+				} else {
+					p.fail(k, "want a list of rules, got %s", kind(v))
+				}
+			default:
+				p.fail(k, "unknown field (want upstream, trusted_proxies, inline_limits, rules)")
+			}
+		}
+		if _, ok := d["rules"]; !ok {
+			p.fail("rules", "missing")
+		}
+	default:
+		p.fail("", "want a mapping with \"rules\" (or a list of rules), got %s", kind(doc))
+	}
+}
+
+func (p *parser) upstream(v any) {
+	s, ok := p.str("upstream", v)
+	if !ok || s == "" || s == "demo" {
+		p.cfg.Upstream = s
+		return
+	}
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		p.fail("upstream", "%v", err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		p.fail("upstream", "want an http:// or https:// URL or \"demo\", got %q", s)
+	case u.Host == "":
+		p.fail("upstream", "no host in %q", s)
+	default:
+		p.cfg.Upstream = s
+	}
+}
+
+func (p *parser) trusted(v any) {
+	l, ok := v.([]any)
+	if !ok {
+		p.fail("trusted_proxies", "want a list of IPs or CIDR prefixes, got %s", kind(v))
+		return
+	}
+	for i, e := range l {
+		f := fmt.Sprintf("trusted_proxies[%d]", i)
+		s, ok := p.str(f, e)
+		if !ok {
+			continue
+		}
+		if pfx, err := netip.ParsePrefix(s); err == nil {
+			p.cfg.TrustedProxies = append(p.cfg.TrustedProxies, pfx.Masked())
+		} else if a, err := netip.ParseAddr(s); err == nil {
+			a = a.Unmap()
+			p.cfg.TrustedProxies = append(p.cfg.TrustedProxies, netip.PrefixFrom(a, a.BitLen()))
+		} else {
+			p.fail(f, "%q is neither an IP address nor a CIDR prefix", s)
+		}
+	}
+}
+
+var ruleFields = []string{"name", "endpoint", "host", "methods", "strategy", "algorithm", "limit", "window", "rate",
+	"limits", "key_by", "cost", "cost_header", "fail_open", "shape"}
+
+func (p *parser) rules(l []any) {
+	seen := map[string]int{}
+	for i, v := range l {
+		p.rule = fmt.Sprintf("rules[%d]", i)
+		m, ok := v.(map[string]any)
+		if !ok {
+			p.fail("", "want a mapping, got %s", kind(v))
+			continue
+		}
+		if n, ok := m["name"].(string); ok && n != "" {
+			p.rule += fmt.Sprintf(" %q", n)
+		} else if e, ok := m["endpoint"].(string); ok && e != "" {
+			p.rule += fmt.Sprintf(" %q", e)
+		}
+		r, ok := p.oneRule(m)
+		if !ok {
+			continue
+		}
+		if j, dup := seen[r.Name]; dup {
+			p.fail("name", "%q is also the name of rules[%d] (names default to the endpoint; set \"name\" to tell them apart)", r.Name, j)
+			continue
+		}
+		seen[r.Name] = i
+		p.cfg.Rules = append(p.cfg.Rules, r)
+	}
+	p.rule = ""
+}
+
+func (p *parser) oneRule(m map[string]any) (RuleSpec, bool) {
+	before := len(p.problems)
+	r := RuleSpec{KeyBy: "ip", Cost: 1}
+	for _, k := range sortedKeys(m) {
+		if !slices.Contains(ruleFields, k) {
+			p.fail(k, "unknown field (want one of %s)", strings.Join(ruleFields, ", "))
+		}
+	}
+	if v, ok := m["name"]; ok {
+		if s, ok := p.str("name", v); ok {
+			if err := checkName(s); err != nil {
+				p.fail("name", "%v", err)
+			}
+			r.Name = s
+		}
+	}
+	if v, ok := m["endpoint"]; ok {
+		if s, ok := p.str("endpoint", v); ok {
+			if !strings.HasPrefix(s, "/") {
+				p.fail("endpoint", "want a path starting with \"/\", got %q", s)
+			}
+			r.Endpoint = s
+		}
+	}
+	if v, ok := m["host"]; ok {
+		if s, ok := p.str("host", v); ok {
+			if s == "" || strings.ContainsAny(s, "/ ") {
+				p.fail("host", "want a host name such as api.example.com or *.example.com, got %q", s)
+			}
+			r.Host = strings.ToLower(s)
+		}
+	}
+	if v, ok := m["methods"]; ok {
+		var l []any
+		switch v := v.(type) {
+		case string:
+			l = []any{v}
+		case []any:
+			l = v
+		default:
+			p.fail("methods", "want a list of HTTP methods, got %s", kind(v))
+		}
+		for i, e := range l {
+			if s, ok := p.str(fmt.Sprintf("methods[%d]", i), e); ok {
+				if s == "" || strings.ContainsAny(s, " \t/") {
+					p.fail(fmt.Sprintf("methods[%d]", i), "%q is not an HTTP method", s)
+				}
+				r.Methods = append(r.Methods, strings.ToUpper(s))
+			}
+		}
+	}
+	if r.Endpoint == "" && (r.Host != "" || len(r.Methods) > 0) {
+		r.Endpoint = "/"
+	}
+	if r.Name == "" {
+		if r.Endpoint == "" {
+			p.fail("name", "missing: a rule needs a name or an endpoint")
+		} else if err := checkName(r.Endpoint); err != nil {
+			p.fail("name", "missing, and the endpoint cannot serve as one (%v)", err)
+		} else {
+			r.Name = r.Endpoint
+		}
+	}
+
+	_, single := m["strategy"]
+	_, alg := m["algorithm"]
+	single = single || alg
+	for _, k := range []string{"limit", "window", "rate"} {
+		if _, ok := m[k]; ok {
+			single = true
+		}
+	}
+	if v, ok := m["limits"]; ok {
+		if single {
+			p.fail("limits", "give either limits or strategy/limit/window/rate, not both")
+		}
+		l, ok := v.([]any)
+		switch {
+		case !ok:
+			p.fail("limits", "want a list of limits, got %s", kind(v))
+		case len(l) == 0 || len(l) > rl.MaxLimits:
+			p.fail("limits", "%d limits, want 1 to %d", len(l), rl.MaxLimits)
+		default:
+			names := map[string]bool{}
+			for i, e := range l {
+				f := fmt.Sprintf("limits[%d]", i)
+				lm, ok := e.(map[string]any)
+				if !ok {
+					p.fail(f, "want a mapping, got %s", kind(e))
+					continue
+				}
+				lim, ok := p.limit(f+".", lm, true)
+				if !ok {
+					continue
+				}
+				if lim.Name == "" {
+					lim.Name = fmt.Sprintf("%s_%s", lim.Algorithm, fmtDuration(lim.Window))
+				}
+				if names[lim.Name] {
+					p.fail(f+".name", "%q names two limits of the rule", lim.Name)
+				}
+				names[lim.Name] = true
+				r.Limits = append(r.Limits, lim)
+			}
+		}
+	} else {
+		if lim, ok := p.limit("", m, false); ok {
+			lim.Name = "default"
+			r.Limits = []rl.Limit{lim}
+		}
+	}
+
+	if v, ok := m["key_by"]; ok {
+		if s, ok := p.str("key_by", v); ok {
+			if err := checkKeyBy(s); err != nil {
+				p.fail("key_by", "%v", err)
+			}
+			r.KeyBy = s
+		}
+	}
+	if v, ok := m["cost"]; ok {
+		if n, ok := p.integer("cost", v); ok {
+			if n < 0 || n > core.MaxCost {
+				p.fail("cost", "%d is outside [0, %d]", n, core.MaxCost)
+			}
+			r.Cost = n
+		}
+	}
+	if v, ok := m["cost_header"]; ok {
+		if s, ok := p.str("cost_header", v); ok {
+			if s == "" || strings.ContainsAny(s, " :\t") {
+				p.fail("cost_header", "%q is not a header name", s)
+			}
+			r.CostHeader = s
+		}
+	}
+	if v, ok := m["fail_open"]; ok {
+		r.FailOpen, _ = p.boolean("fail_open", v)
+	}
+	if v, ok := m["shape"]; ok {
+		r.Shape, _ = p.boolean("shape", v)
+	}
+	return r, len(p.problems) == before
+}
+
+// limit parses one limit: in a rule (the single-limit shorthand, prefix "")
+// or in its limits list (named, prefix "limits[i].").
+func (p *parser) limit(prefix string, m map[string]any, listed bool) (rl.Limit, bool) {
+	before := len(p.problems)
+	if listed {
+		for _, k := range sortedKeys(m) {
+			switch k {
+			case "name", "strategy", "algorithm", "limit", "window", "rate":
+			default:
+				p.fail(prefix+k, "unknown field (want name, strategy, limit, window, rate)")
+			}
+		}
+	}
+	var l rl.Limit
+	if v, ok := m["name"]; ok && listed {
+		if s, ok := p.str(prefix+"name", v); ok {
+			if err := checkName(s); err != nil {
+				p.fail(prefix+"name", "%v", err)
+			}
+			l.Name = s
+		}
+	}
+	sv, hasS := m["strategy"]
+	av, hasA := m["algorithm"]
+	switch {
+	case hasS && hasA:
+		p.fail(prefix+"algorithm", "give strategy or algorithm (the same thing), not both")
+	case !hasS && !hasA:
+		p.fail(prefix+"strategy", "missing (one of %s)", strategies)
+	default:
+		f, v := prefix+"strategy", sv
+		if hasA {
+			f, v = prefix+"algorithm", av
+		}
+		if s, ok := p.str(f, v); ok {
+			a, err := core.ParseAlgorithm(s)
+			if err != nil {
+				p.fail(f, "unknown strategy %q (want one of %s)", s, strategies)
+			}
+			l.Algorithm = a
+		}
+	}
+	if v, ok := m["limit"]; !ok {
+		p.fail(prefix+"limit", "missing")
+	} else if n, ok := p.integer(prefix+"limit", v); ok {
+		l.Limit = n
+	}
+	if v, ok := m["window"]; !ok {
+		p.fail(prefix+"window", "missing")
+	} else if s, ok := p.str(prefix+"window", v); ok {
+		d, err := ParseDuration(s)
+		if err != nil {
+			p.fail(prefix+"window", "%v", err)
+		}
+		l.Window = d
+	}
+	if v, ok := m["rate"]; ok {
+		if n, ok := p.integer(prefix+"rate", v); ok {
+			l.Rate = n
+		}
+	}
+	if len(p.problems) != before {
+		return l, false
+	}
+	if err := checkLimit(l); err != nil {
+		p.fail(prefix+err.field, "%s", err.msg)
+		return l, false
+	}
+	return l, true
+}
+
+const strategies = "fixed, sliding, sliding_log, token, leaky, gcra (or fixed_window, sliding_window, token_bucket, leaky_bucket)"
+
+type limitErr struct{ field, msg string }
+
+// checkLimit validates l as core does, naming the field at fault.
+func checkLimit(l rl.Limit) *limitErr {
+	if l.Window%time.Microsecond != 0 {
+		return &limitErr{"window", "not a whole number of microseconds"}
+	}
+	c := core.Limit{Algorithm: l.Algorithm, Limit: l.Limit, Window: int64(l.Window / time.Microsecond), Rate: l.Rate}
+	err := c.Validate()
+	switch err {
+	case nil:
+		return nil
+	case core.ErrLimit:
+		max := core.MaxLimit
+		if l.Algorithm == core.SlidingLog {
+			max = core.MaxLogLimit
+		}
+		return &limitErr{"limit", fmt.Sprintf("%d is outside [1, %d] for %s", l.Limit, max, l.Algorithm)}
+	case core.ErrWindow:
+		return &limitErr{"window", fmt.Sprintf("%s is outside [1µs, %s]", l.Window, time.Duration(core.MaxWindow)*time.Microsecond)}
+	case core.ErrRate:
+		if l.Algorithm == core.FixedWindow || l.Algorithm == core.SlidingWindow || l.Algorithm == core.SlidingLog {
+			return &limitErr{"rate", fmt.Sprintf("must be absent or 0 for %s (rate applies to token, leaky and gcra)", l.Algorithm)}
+		}
+		return &limitErr{"rate", fmt.Sprintf("%d is outside [0, %d]", l.Rate, core.MaxLimit)}
+	case core.ErrUnits:
+		return &limitErr{"limit", fmt.Sprintf("limit %d × window %s is too large for %s (limit × window in µs must stay below 2^61)", l.Limit, l.Window, l.Algorithm)}
+	case core.ErrAlgorithm:
+		return &limitErr{"strategy", "missing or unknown"}
+	}
+	return &limitErr{"", err.Error()}
+}
+
+// checkName accepts rule and limit names: 1 to 64 bytes of printable ASCII
+// without spaces, quotes or backslashes (they appear in keys and headers).
+func checkName(s string) error {
+	if s == "" || len(s) > 64 {
+		return fmt.Errorf("want 1 to 64 bytes, got %d", len(s))
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return fmt.Errorf("%q: byte %d is not printable ASCII (or is a space, quote or backslash)", s, i)
+		}
+	}
+	return nil
+}
+
+func checkKeyBy(s string) error {
+	switch {
+	case s == "ip" || s == "api_key" || s == "global":
+		return nil
+	case strings.HasPrefix(s, "header:") && len(s) > len("header:") && !strings.ContainsAny(s[7:], " :"):
+		return nil
+	case strings.HasPrefix(s, "query:") && len(s) > len("query:"):
+		return nil
+	}
+	return fmt.Errorf("%q: want ip, api_key, header:<name>, query:<name> or global", s)
+}
+
+// ParseDuration parses a window: a Go duration ("500ms", "10s", "1m",
+// "1h30m") or a whole number of days ("1d", "7d").
+func ParseDuration(s string) (time.Duration, error) {
+	if n, ok := strings.CutSuffix(s, "d"); ok && n != "" {
+		d, err := strconv.ParseInt(n, 10, 64)
+		if err != nil || d <= 0 || d > math.MaxInt64/int64(24*time.Hour) {
+			return 0, fmt.Errorf("%q: want a duration such as \"10s\", \"1m\", \"24h\" or \"1d\"", s)
+		}
+		return time.Duration(d) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q: want a duration such as \"10s\", \"1m\", \"24h\" or \"1d\"", s)
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("%q: want a positive duration", s)
+	}
+	return d, nil
+}
+
+// fmtDuration writes d compactly: "1s", "1m", "1h", "1d", else d.String().
+func fmtDuration(d time.Duration) string {
+	switch {
+	case d >= 24*time.Hour && d%(24*time.Hour) == 0:
+		return fmt.Sprintf("%dd", d/(24*time.Hour))
+	case d >= time.Hour && d%time.Hour == 0:
+		return fmt.Sprintf("%dh", d/time.Hour)
+	case d >= time.Minute && d%time.Minute == 0:
+		return fmt.Sprintf("%dm", d/time.Minute)
+	}
+	return d.String()
+}
+
+func (p *parser) str(field string, v any) (string, bool) {
+	s, ok := v.(string)
+	if !ok {
+		p.fail(field, "want a string, got %s", kind(v))
+	}
+	return s, ok
+}
+
+func (p *parser) boolean(field string, v any) (bool, bool) {
+	b, ok := v.(bool)
+	if !ok {
+		p.fail(field, "want true or false, got %s", kind(v))
+	}
+	return b, ok
+}
+
+func (p *parser) integer(field string, v any) (int64, bool) {
+	switch n := v.(type) {
+	case int:
+		return int64(n), true
+	case int64:
+		return n, true
+	case uint64:
+		if n <= math.MaxInt64 {
+			return int64(n), true
+		}
+	case float64:
+		if n == math.Trunc(n) && math.Abs(n) < 1<<62 {
+			return int64(n), true
+		}
+	case json.Number:
+		if i, err := n.Int64(); err == nil {
+			return i, true
+		}
+		if f, err := n.Float64(); err == nil && f == math.Trunc(f) && math.Abs(f) < 1<<62 {
+			return int64(f), true
+		}
+	default:
+		p.fail(field, "want an integer, got %s", kind(v))
+		return 0, false
+	}
+	p.fail(field, "want an integer, got %v", v)
+	return 0, false
+}
+
+func kind(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "nothing (null)"
+	case string:
+		return fmt.Sprintf("the string %q", v)
+	case bool:
+		return fmt.Sprintf("the boolean %v", v)
+	case int, int64, uint64, float64, json.Number:
+		return fmt.Sprintf("the number %v", v)
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "a mapping"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+func sortedKeys(m map[string]any) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}

@@ -1,0 +1,157 @@
+//go:build pgstore
+
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rlcore/rl/failover"
+	"github.com/rlcore/rl/memstore"
+	"github.com/rlcore/rl/pgstore"
+	"github.com/rlcore/rl/sql/migrations"
+)
+
+// PostgresConfig configures the PostgreSQL store.
+type PostgresConfig struct {
+	// URL is the database URL (postgres://...); required.
+	URL string
+	// Migrate applies the migrations in sql/migrations before serving.
+	Migrate bool
+	// Decide is "go" (default: the rows are locked in a transaction and
+	// the service's decider, the WebAssembly core by default, decides) or
+	// "sql" (the PL/pgSQL port decides in one round trip).
+	Decide string
+	// Durable commits every decision synchronously; by default decisions
+	// commit with synchronous_commit = off (a crash can lose the last
+	// fraction of a second of counts, never corrupt a row).
+	Durable bool
+	// MaxConns bounds the pool; 0: pgx's default (max(4, CPUs)).
+	MaxConns int32
+	// Timeout bounds each decision; a slower database counts as down.
+	// Default 250ms.
+	Timeout time.Duration
+	// Failover decides in memory while PostgreSQL is down, behind a
+	// circuit breaker that returns to PostgreSQL when it recovers.
+	Failover bool
+	// FailoverThreshold and FailoverCooldown tune the breaker: failures
+	// in a row that open it (default 3) and the wait before a probe
+	// (default 5s).
+	FailoverThreshold int
+	FailoverCooldown  time.Duration
+}
+
+func openPostgres(ctx context.Context, pc PostgresConfig, maxKeys int, log *slog.Logger, hooks storeHooks) (*storeHandle, error) {
+	if pc.URL == "" {
+		return nil, errors.New("-store postgres: no database URL (set DATABASE_URL or -database-url)")
+	}
+	redacted := migrations.Redact(pc.URL)
+	if pc.Migrate {
+		mctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := migrations.Up(mctx, pc.URL)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("migrate %s: %w", redacted, err)
+		}
+		log.Info("database migrated", "database", redacted, "version", migrations.Latest)
+	}
+	pcfg, err := pgxpool.ParseConfig(pc.URL)
+	if err != nil {
+		return nil, fmt.Errorf("database URL %s: %v", redacted, scrubURLError(err))
+	}
+	if pc.MaxConns > 0 {
+		pcfg.MaxConns = pc.MaxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("database %s: %w", redacted, err)
+	}
+	timeout := orDefault(pc.Timeout, 250*time.Millisecond)
+	cfg := pgstore.Config{Timeout: timeout, ExpireEvery: time.Minute,
+		OnExpireError: func(err error) { log.Warn("expiring idle rows failed", "err", err) }}
+	switch pc.Decide {
+	case "", "go":
+		cfg.Mode = pgstore.ModeGo
+	case "sql":
+		cfg.Mode = pgstore.ModeSQL
+	default:
+		pool.Close()
+		return nil, fmt.Errorf("-pg-decide %q: want go or sql", pc.Decide)
+	}
+	if !pc.Durable {
+		cfg.Durability = pgstore.DurabilityFast
+	}
+
+	// Check the schema now: a reachable but unmigrated database is a
+	// configuration mistake; an unreachable one is an outage the rules'
+	// fail policies (or the failover) handle.
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err = pool.Exec(cctx, "SELECT 1 FROM rl.state LIMIT 0")
+	cancel()
+	switch {
+	case err == nil:
+		log.Info("store: PostgreSQL", "database", redacted, "decide", pc.Decide, "durable", pc.Durable, "timeout", timeout, "failover", pc.Failover)
+	case isUndefined(err):
+		pool.Close()
+		return nil, fmt.Errorf("database %s is not migrated (table rl.state missing): run with -migrate, or rl-migrate up", redacted)
+	default:
+		log.Warn("PostgreSQL unreachable at start; serving anyway (rules fail open or closed, or the failover decides)",
+			"database", redacted, "err", err)
+	}
+
+	pg, err := pgstore.New(pool, cfg)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	h := &storeHandle{store: pg, close: func() { pg.Close(); pool.Close() }}
+	h.ready = func(ctx context.Context) error { return pool.Ping(ctx) }
+	if pc.Failover {
+		mem := memstore.New(&memstore.Config{MaxKeys: maxKeys})
+		fo, err := failover.New(failover.Config{
+			Primary: pg, Fallback: mem,
+			Threshold: pc.FailoverThreshold, Cooldown: pc.FailoverCooldown,
+			OnChange: func(from, to failover.State) {
+				log.Info("failover breaker", "from", from.String(), "to", to.String())
+				switch {
+				case to == failover.Open && from == failover.Closed:
+					hooks.failover("memory")
+				case to == failover.Closed:
+					hooks.failover("primary")
+				}
+			},
+		})
+		if err != nil {
+			h.close()
+			mem.Close()
+			return nil, err
+		}
+		h.store = fo
+		closePG := h.close
+		h.close = func() { closePG(); mem.Close() }
+		// Serving from memory while PostgreSQL is down is the point of the
+		// failover: readiness does not depend on the database then.
+		h.ready = nil
+	}
+	return h, nil
+}
+
+func isUndefined(err error) bool {
+	var pe interface{ SQLState() string }
+	if errors.As(err, &pe) {
+		c := pe.SQLState()
+		return c == "42P01" || c == "3F000" // undefined_table, invalid_schema_name
+	}
+	return false
+}
+
+// scrubURLError keeps pgx's parse errors, which may quote the URL, out of
+// the logs.
+func scrubURLError(err error) string {
+	return "cannot parse it (want postgres://user[:password]@host:port/dbname)"
+}

@@ -1,0 +1,257 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/memstore"
+	"github.com/rlcore/rl/store"
+	"github.com/rlcore/rl/wasm"
+)
+
+// RunConfig is the process configuration of the rl-wasm-host command: what
+// its flags set. Zero fields take the documented defaults.
+type RunConfig struct {
+	// ConfigPath is the rules file (YAML or JSON); required.
+	ConfigPath string
+	// Listen is the address of the main listener. Default ":8080".
+	Listen string
+	// APIListen, if set, moves the decision API and the operations
+	// endpoints to a listener of their own; Listen then serves the proxy
+	// alone (every path is proxied, none is shadowed).
+	APIListen string
+	// Decider is "wasm" (default: the embedded WebAssembly core hosted by
+	// wazero) or "native" (the same core compiled into the binary).
+	Decider string
+	// WasmInstances bounds the WebAssembly instances; 0: 2 × GOMAXPROCS.
+	WasmInstances int
+	// Store is "memory" (default) or "postgres".
+	Store string
+	// MaxKeys caps the in-memory store's keys (also the failover store's);
+	// 0 means 1,000,000, negative means no cap.
+	MaxKeys int
+	// Postgres configures Store "postgres".
+	Postgres PostgresConfig
+	// Timeouts of the HTTP servers. Defaults: 5s, 30s, 60s, 120s.
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// ShutdownTimeout bounds the graceful shutdown. Default 15s.
+	ShutdownTimeout time.Duration
+	// DrainDelay is how long /readyz answers 503 before the listeners
+	// close on shutdown, for load balancers to notice. Default 0.
+	DrainDelay time.Duration
+	// MaxBodyBytes and ProxyMaxBodyBytes: see Options.
+	MaxBodyBytes, ProxyMaxBodyBytes int64
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// OnListen, if set, hears each listener's role ("all", "proxy", "api")
+	// and bound address, once it is listening.
+	OnListen func(role, addr string)
+}
+
+// Run runs the service until ctx is done, then shuts it down gracefully.
+// Each value on reload reloads the configuration file (the command sends
+// SIGHUP there). It returns a *ConfigError when the file is invalid at
+// start, and any other error that prevents serving.
+func Run(ctx context.Context, rc RunConfig, reload <-chan os.Signal) error {
+	log := rc.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if rc.ConfigPath == "" {
+		return errors.New("no configuration file (-config)")
+	}
+	cfg, err := LoadConfig(rc.ConfigPath)
+	if err != nil {
+		return err
+	}
+	var closers []func()
+	defer func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}()
+
+	var decider core.Decider
+	switch rc.Decider {
+	case "", "wasm":
+		pool, err := wasm.New(ctx, wasm.Config{MaxInstances: rc.WasmInstances})
+		if err != nil {
+			return fmt.Errorf("WebAssembly decider: %w", err)
+		}
+		closers = append(closers, func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			pool.Close(cctx)
+		})
+		decider = pool
+		log.Info("decider: WebAssembly core hosted by wazero", "abi_version", wasm.ABIVersion)
+	case "native":
+		decider = core.Native{}
+		log.Info("decider: native Go core")
+	default:
+		return fmt.Errorf("-decider %q: want wasm or native", rc.Decider)
+	}
+
+	// The failover store reports to the service, which exists only later.
+	var svcRef struct {
+		sync.Mutex
+		s *Service
+	}
+	hooks := storeHooks{failover: func(to string) {
+		svcRef.Lock()
+		s := svcRef.s
+		svcRef.Unlock()
+		if s != nil {
+			s.FailoverEvent(to)
+		}
+	}}
+	maxKeys := rc.MaxKeys
+	switch {
+	case maxKeys == 0:
+		maxKeys = 1_000_000
+	case maxKeys < 0:
+		maxKeys = 0
+	}
+	var st store.Store
+	var ready func(context.Context) error
+	switch rc.Store {
+	case "", "memory":
+		m := memstore.New(&memstore.Config{MaxKeys: maxKeys})
+		closers = append(closers, func() { m.Close() })
+		st = m
+		log.Info("store: in memory", "max_keys", maxKeys)
+	case "postgres":
+		h, err := openPostgres(ctx, rc.Postgres, maxKeys, log, hooks)
+		if err != nil {
+			return err
+		}
+		closers = append(closers, h.close)
+		st, ready = h.store, h.ready
+	default:
+		return fmt.Errorf("-store %q: want memory or postgres", rc.Store)
+	}
+
+	svc, err := New(cfg, Options{Store: st, Decider: decider, Logger: log, MaxBodyBytes: rc.MaxBodyBytes,
+		ProxyMaxBodyBytes: rc.ProxyMaxBodyBytes, Ready: ready})
+	if err != nil {
+		return err
+	}
+	svcRef.Lock()
+	svcRef.s = svc
+	svcRef.Unlock()
+	log.Info("config loaded", "file", rc.ConfigPath, "rules", len(cfg.Rules), "upstream", cfg.Upstream)
+
+	listen := rc.Listen
+	if listen == "" {
+		listen = ":8080"
+	}
+	type server struct {
+		role string
+		srv  *http.Server
+		ln   net.Listener
+	}
+	var servers []server
+	add := func(role, addr string, h http.Handler) error {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("listen %s: %w", addr, err)
+		}
+		srv := &http.Server{
+			Handler:           h,
+			ReadHeaderTimeout: orDefault(rc.ReadHeaderTimeout, 5*time.Second),
+			ReadTimeout:       orDefault(rc.ReadTimeout, 30*time.Second),
+			WriteTimeout:      orDefault(rc.WriteTimeout, 60*time.Second),
+			IdleTimeout:       orDefault(rc.IdleTimeout, 120*time.Second),
+			MaxHeaderBytes:    64 << 10,
+			ErrorLog:          slogErrorLog(log),
+		}
+		servers = append(servers, server{role, srv, ln})
+		return nil
+	}
+	if rc.APIListen == "" {
+		err = add("all", listen, svc.Handler())
+	} else {
+		err = add("proxy", listen, svc.ProxyHandler())
+		if err == nil {
+			err = add("api", rc.APIListen, svc.APIHandler())
+		}
+	}
+	if err != nil {
+		for _, s := range servers {
+			s.ln.Close()
+		}
+		return err
+	}
+	errc := make(chan error, len(servers))
+	for _, s := range servers {
+		log.Info("listening", "role", s.role, "addr", s.ln.Addr().String())
+		if rc.OnListen != nil {
+			rc.OnListen(s.role, s.ln.Addr().String())
+		}
+		go func() {
+			if err := s.srv.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("serve %s: %w", s.role, err)
+			}
+		}()
+	}
+
+	var runErr error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case err := <-errc:
+			runErr = err
+			break loop
+		case <-reload:
+			svc.Reload(rc.ConfigPath)
+		}
+	}
+
+	log.Info("shutting down", "drain_delay", rc.DrainDelay)
+	svc.SetDraining()
+	if rc.DrainDelay > 0 {
+		time.Sleep(rc.DrainDelay)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), orDefault(rc.ShutdownTimeout, 15*time.Second))
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, s := range servers {
+		wg.Go(func() {
+			if err := s.srv.Shutdown(sctx); err != nil {
+				log.Warn("shutdown cut short; closing connections", "role", s.role, "err", err)
+				s.srv.Close()
+			}
+		})
+	}
+	wg.Wait()
+	log.Info("stopped")
+	return runErr
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// storeHooks connect the stores to the service's metrics.
+type storeHooks struct {
+	failover func(to string)
+}
+
+type storeHandle struct {
+	store store.Store
+	ready func(context.Context) error
+	close func()
+}

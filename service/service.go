@@ -1,0 +1,294 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/rlcore/rl"
+	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/store"
+)
+
+// Options configures a Service. Zero fields take the documented defaults.
+type Options struct {
+	// Store keeps the state; required.
+	Store store.Store
+	// Decider applies the algorithms: the WebAssembly host (package wasm)
+	// or core.Native{}. Default core.Native{}.
+	Decider core.Decider
+	// Clock is the decision clock. Default rl.CoarseClock.
+	Clock rl.Clock
+	// Logger receives the service's logs. Default slog.Default().
+	Logger *slog.Logger
+	// MaxBodyBytes bounds decision-API request bodies. Default 64 KiB.
+	MaxBodyBytes int64
+	// ProxyMaxBodyBytes bounds proxied request bodies; 0 means no bound.
+	ProxyMaxBodyBytes int64
+	// MaxBatch bounds the items of a batch request. Default 100.
+	MaxBatch int
+	// MaxKeyLength bounds keys in bytes. Default rl.DefaultMaxKeyLength.
+	MaxKeyLength int
+	// Ready, if set, is part of /readyz: the store's health check.
+	Ready func(ctx context.Context) error
+	// Transport carries proxied requests. Default: a clone of
+	// http.DefaultTransport keeping up to 512 idle connections per host.
+	Transport http.RoundTripper
+}
+
+// Service is the rate-limiting HTTP service: the decision API, the reverse
+// proxy filter and the operations endpoints over one rule set, which Reload
+// swaps atomically. It is safe for concurrent use.
+type Service struct {
+	store     store.Store
+	decider   core.Decider
+	clock     rl.Clock
+	log       *slog.Logger
+	maxBody   int64
+	proxyBody int64
+	maxBatch  int
+	maxKey    int
+	ready     func(context.Context) error
+	transport http.RoundTripper
+	metrics   *metrics
+
+	rules    atomic.Pointer[ruleSet]
+	draining atomic.Bool
+}
+
+// New returns a Service deciding by cfg's rules.
+func New(cfg *Config, opts Options) (*Service, error) {
+	if opts.Store == nil {
+		return nil, errors.New("service: Options.Store is nil")
+	}
+	if cfg == nil {
+		return nil, errors.New("service: nil Config")
+	}
+	s := &Service{store: opts.Store, decider: opts.Decider, clock: opts.Clock, log: opts.Logger,
+		maxBody: opts.MaxBodyBytes, proxyBody: opts.ProxyMaxBodyBytes, maxBatch: opts.MaxBatch,
+		maxKey: opts.MaxKeyLength, ready: opts.Ready, transport: opts.Transport, metrics: newMetrics()}
+	if s.decider == nil {
+		s.decider = core.Native{}
+	}
+	if s.clock == nil {
+		s.clock = rl.CoarseClock
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.maxBody <= 0 {
+		s.maxBody = 64 << 10
+	}
+	if s.maxBatch <= 0 {
+		s.maxBatch = 100
+	}
+	if s.maxKey <= 0 {
+		s.maxKey = rl.DefaultMaxKeyLength
+	}
+	if s.transport == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConns = 1024
+		t.MaxIdleConnsPerHost = 512
+		t.IdleConnTimeout = 90 * time.Second
+		s.transport = t
+	}
+	rs, err := s.build(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.rules.Store(rs)
+	s.metrics.configOK.Set(1)
+	s.metrics.rules.Set(float64(len(cfg.Rules)))
+	return s, nil
+}
+
+// SetConfig swaps in cfg's rules: requests in flight finish under the old
+// ones, new requests see the new ones, none is dropped.
+func (s *Service) SetConfig(cfg *Config) error {
+	rs, err := s.build(cfg)
+	if err != nil {
+		return err
+	}
+	s.rules.Store(rs)
+	s.metrics.rules.Set(float64(len(cfg.Rules)))
+	return nil
+}
+
+// Reload loads the configuration file at path and swaps it in. When the
+// file is invalid it returns the *ConfigError, logs it, counts it in
+// rl_config_reloads_total{result="failure"} and keeps the rules in force.
+func (s *Service) Reload(path string) error {
+	cfg, err := LoadConfig(path)
+	if err == nil {
+		err = s.SetConfig(cfg)
+	}
+	if err != nil {
+		s.metrics.reloads.WithLabelValues("failure").Inc()
+		s.metrics.configOK.Set(0)
+		s.log.Error("config reload failed; keeping the rules in force", "file", path, "err", err)
+		return err
+	}
+	s.metrics.reloads.WithLabelValues("success").Inc()
+	s.metrics.configOK.Set(1)
+	s.log.Info("config reloaded", "file", path, "rules", len(cfg.Rules), "upstream", cfg.Upstream)
+	return nil
+}
+
+// Config returns the configuration in force.
+func (s *Service) Config() *Config { return s.rules.Load().cfg }
+
+// SetDraining makes /readyz answer 503 so load balancers stop sending new
+// requests; the service keeps serving the ones that still arrive.
+func (s *Service) SetDraining() { s.draining.Store(true) }
+
+// FailoverEvent records a switch of the failover store: to "memory" when
+// the primary failed, to "primary" when it recovered.
+func (s *Service) FailoverEvent(to string) {
+	s.metrics.failover.WithLabelValues(to).Inc()
+	if to == "memory" {
+		s.metrics.failoverActive.Set(1)
+		s.log.Warn("failover: deciding in memory; PostgreSQL is failing")
+	} else {
+		s.metrics.failoverActive.Set(0)
+		s.log.Info("failover: back on PostgreSQL")
+	}
+}
+
+// APIPrefix is the path prefix of the decision API.
+const APIPrefix = "/v1/ratelimit/"
+
+// Handler serves everything on one listener: the decision API under
+// APIPrefix, /healthz, /readyz and /metrics, and every other path through
+// the proxy filter.
+func (s *Service) Handler() http.Handler {
+	mux := s.opsMux()
+	mux.Handle("/", s.ProxyHandler())
+	return mux
+}
+
+// APIHandler serves the decision API and the operations endpoints only,
+// for a listener of their own; other paths are 404.
+func (s *Service) APIHandler() http.Handler { return s.opsMux() }
+
+// ProxyHandler serves the proxy filter alone: every path is proxied.
+func (s *Service) ProxyHandler() http.Handler { return http.HandlerFunc(s.serveProxy) }
+
+func (s *Service) opsMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc(APIPrefix+"check", s.apiDecide(false))
+	mux.HandleFunc(APIPrefix+"peek", s.apiDecide(true))
+	mux.HandleFunc(APIPrefix+"reset", s.apiReset)
+	mux.HandleFunc(APIPrefix+"batch", s.apiBatch)
+	mux.HandleFunc(APIPrefix+"rules", s.apiRules)
+	mux.HandleFunc(APIPrefix, func(w http.ResponseWriter, r *http.Request) {
+		s.apiError(w, http.StatusNotFound, "not_found", "no such endpoint: want "+APIPrefix+"check, peek, reset, batch or rules")
+	})
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", s.serveReady)
+	mux.Handle("/metrics", s.metrics.handler())
+	return mux
+}
+
+func (s *Service) serveReady(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if s.draining.Load() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte("draining\n"))
+		return
+	}
+	if s.ready != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := s.ready(ctx); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "store not ready: %v\n", err)
+			return
+		}
+	}
+	w.Write([]byte("ready\n"))
+}
+
+// target is what a decision is made against: a rule, or inline limits.
+type target struct {
+	name     string
+	lim      *rl.Limiter
+	policy   *rl.Policy
+	failOpen bool
+	m        *ruleMetrics
+}
+
+func (ru *rule) target() target {
+	return target{name: ru.spec.Name, lim: ru.lim, policy: ru.policy, failOpen: ru.spec.FailOpen, m: ru.m}
+}
+
+// errClient marks an error that is the request's fault (4xx).
+type errClient struct {
+	code string
+	err  error
+}
+
+func (e *errClient) Error() string { return e.err.Error() }
+func (e *errClient) Unwrap() error { return e.err }
+
+// decide decides key against t. The outcome is one of the out* constants;
+// a request error (invalid key or cost) returns *errClient, a store failure
+// of a fail-closed target returns outFailClosed and the error.
+func (s *Service) decide(ctx context.Context, t *target, key string, cost int64, peek bool, each []rl.LimitResult) (rl.Result, string, error) {
+	res, err := t.lim.Do(ctx, rl.Request{Key: key, Cost: cost, Policy: t.policy, Peek: peek, Each: each})
+	if err == nil {
+		if res.Allowed {
+			return res, outAllowed, nil
+		}
+		return res, outDenied, nil
+	}
+	var ce core.Error
+	switch {
+	case errors.Is(err, rl.ErrInvalidKey):
+		return res, "", &errClient{"invalid_key", err}
+	case errors.As(err, &ce) && ce == core.ErrCost:
+		return res, "", &errClient{"invalid_cost", err}
+	case errors.Is(err, rl.ErrStore):
+		t.m.storeErrors.Inc()
+		if t.failOpen {
+			t.m.failOpenTotal.Inc()
+			s.log.Warn("store failed; admitting (fail_open)", "rule", t.name, "err", err)
+			return rl.Result{}, outFailOpen, nil
+		}
+		s.log.Warn("store failed; refusing (fail closed)", "rule", t.name, "err", err)
+		return rl.Result{}, outFailClosed, err
+	}
+	// A core error other than cost: the store returned a corrupt state.
+	t.m.storeErrors.Inc()
+	s.log.Error("decision failed", "rule", t.name, "err", err)
+	if t.failOpen {
+		t.m.failOpenTotal.Inc()
+		return rl.Result{}, outFailOpen, nil
+	}
+	return rl.Result{}, outFailClosed, err
+}
+
+func (m *ruleMetrics) record(outcome string) {
+	switch outcome {
+	case outAllowed:
+		m.allowed.Inc()
+	case outDenied:
+		m.denied.Inc()
+	case outFailOpen:
+		m.failOpen.Inc()
+	case outFailClosed:
+		m.failClosed.Inc()
+	}
+}
+
+// slogErrorLog adapts the logger for net/http's ErrorLog fields.
+func slogErrorLog(l *slog.Logger) *log.Logger {
+	return slog.NewLogLogger(l.Handler(), slog.LevelWarn)
+}
