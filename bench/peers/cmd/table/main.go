@@ -27,8 +27,8 @@ type scenario struct {
 func (s scenario) String() string { return "keys=" + s.keys + " " + s.mode }
 
 type sample struct {
-	ns, bytes, allocs, errs float64
-	hasErr                  bool
+	ns, bytes, allocs, errs, admit float64
+	hasErr, hasAdmit               bool
 }
 
 var (
@@ -110,8 +110,8 @@ func main() {
 		}
 	}
 
-	fmt.Println("| scenario | peer | ns/op (median) | runs: min–max ns/op | B/op | allocs/op | err/op | ÷ rl (ns/op) |")
-	fmt.Println("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
+	fmt.Println("| scenario | peer | ns/op (median) | runs: min–max ns/op | B/op | allocs/op | admit/op | err/op | ÷ rl (ns/op) |")
+	fmt.Println("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 	type verdict struct {
 		ratio   float64
 		fastest string
@@ -154,19 +154,22 @@ func main() {
 			case haveRL:
 				ratio = fmt.Sprintf("%.2f", ns/rlMed)
 			}
-			errs := "—"
+			errs, admit := "—", "—"
 			if ss[0].hasErr {
 				errs = trim(median(ss, func(s sample) float64 { return s.errs }), 4)
 			}
-			fmt.Printf("| %s | %s | %s | %s–%s (n=%d) | %s | %s | %s | %s |\n", sc, name,
+			if ss[0].hasAdmit {
+				admit = trim(median(ss, func(s sample) float64 { return s.admit }), 4)
+			}
+			fmt.Printf("| %s | %s | %s | %s–%s (n=%d) | %s | %s | %s | %s | %s |\n", sc, name,
 				trim(ns, 1), trim(lo, 1), trim(hi, 1), len(ss),
 				trim(median(ss, func(s sample) float64 { return s.bytes }), 0),
 				trim(median(ss, func(s sample) float64 { return s.allocs }), 0),
-				errs, ratio)
+				admit, errs, ratio)
 		}
-		for _, u := range peers.Unavailable {
-			fmt.Printf("| %s | %s | not run | — | — | — | — | not fetched: %s |\n", sc, u.Name, u.Reason)
-		}
+	}
+	for _, u := range peers.Unavailable {
+		fmt.Printf("| all | %s | not run | — | — | — | — | — | could not be fetched here: %s |\n", u.Name, u.Reason)
 	}
 
 	fmt.Println()
@@ -215,6 +218,8 @@ func parseValues(s string) (sample, bool) {
 			out.allocs = v
 		case "err/op":
 			out.errs, out.hasErr = v, true
+		case "admit/op":
+			out.admit, out.hasAdmit = v, true
 		}
 	}
 	return out, haveNS
