@@ -12,7 +12,7 @@ import (
 	"github.com/rlcore/rl/tests/vectors"
 )
 
-// harnessSQL creates rltest.run_cases in the test database: it runs whole
+// harnessSQL creates rltest.run_case in the test database: it runs a whole
 // vector cases (tests/vectors/README.md, "Running a case") through the pure
 // functions rl.decide (one limit) and rl.decide_all (several), in one round
 // trip, catching each step's error. Per step it returns
@@ -32,16 +32,23 @@ RETURN ARRAY(SELECT ROW((e->>'algorithm')::integer, (e->>'limit')::bigint, (e->>
                         (e->>'rate')::bigint)::rl.limit_spec
                FROM jsonb_array_elements(j) WITH ORDINALITY AS x(e, i) ORDER BY i);
 
-CREATE FUNCTION rltest.sj(s rl.state_words[]) RETURNS jsonb LANGUAGE sql IMMUTABLE
-RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object('algorithm', u.algorithm, 't', u.t, 'x', u.x, 'y', u.y,
-                                                     'log', to_jsonb(u.log)) ORDER BY u.i), '[]')
-          FROM unnest(s) WITH ORDINALITY AS u(algorithm, t, x, y, log, i));
+CREATE FUNCTION rltest.sj(s rl.state_words[]) RETURNS jsonb LANGUAGE plpgsql IMMUTABLE AS $fn$
+DECLARE
+    e rl.state_words;
+    a jsonb[] := '{}';
+BEGIN
+    FOREACH e IN ARRAY s LOOP
+        a := a || jsonb_build_object('algorithm', e.algorithm, 't', e.t, 'x', e.x, 'y', e.y, 'log', to_jsonb(e.log));
+    END LOOP;
+    RETURN to_jsonb(a);
+END
+$fn$;
 
 CREATE FUNCTION rltest.dj(d rl.decision_state) RETURNS jsonb LANGUAGE sql IMMUTABLE
 RETURN jsonb_build_object('allowed', d.allowed, 'limit', d.lim, 'remaining', d.remaining,
                           'reset_after', d.reset_after_us, 'retry_after', d.retry_after_us, 'delay', d.delay_us);
 
-CREATE FUNCTION rltest.run_case(c jsonb) RETURNS jsonb LANGUAGE plpgsql AS $fn$
+CREATE FUNCTION rltest.run_case(c jsonb) RETURNS text LANGUAGE plpgsql AS $fn$
 DECLARE
     fresh  rl.state_words := ROW(0, 0, 0, 0, '{}');
     lims   rl.limit_spec[] := rltest.lims(c->'limits');
@@ -51,7 +58,7 @@ DECLARE
     step   jsonb;
     res    jsonb;
     ds     jsonb;
-    out    jsonb := '[]';
+    out    text[] := '{}';
     d      rl.decision_state;
     l      rl.limit_spec;
     s      rl.state_words;
@@ -111,14 +118,12 @@ BEGIN
                 res := jsonb_build_object('sqlstate', e_state, 'detail', e_detail, 'message', e_msg);
             END;
         END IF;
-        out := out || jsonb_build_array(res || jsonb_build_object('states', rltest.sj(states)));
+        out := out || (res || jsonb_build_object('states', rltest.sj(states)))::text;
     END LOOP;
-    RETURN out;
+    RETURN '[' || array_to_string(out, ',') || ']';
 END
 $fn$;
 
-CREATE FUNCTION rltest.run_cases(cs jsonb) RETURNS jsonb LANGUAGE sql
-RETURN (SELECT jsonb_agg(rltest.run_case(c) ORDER BY i) FROM jsonb_array_elements(cs) WITH ORDINALITY AS x(c, i));
 `
 
 // stepResult is one step's outcome as rltest.run_case reports it.
@@ -154,7 +159,7 @@ func toInput(c vectors.Case) input {
 	return in
 }
 
-// runPure runs cases through rltest.run_cases in one round trip.
+// runPure runs cases through rltest.run_case in one round trip.
 func runPure(ctx context.Context, cases []vectors.Case) ([][]stepResult, error) {
 	in := make([]input, len(cases))
 	for i, c := range cases {
@@ -164,12 +169,25 @@ func runPure(ctx context.Context, cases []vectors.Case) ([][]stepResult, error) 
 	if err != nil {
 		return nil, err
 	}
-	var out []byte
-	if err := db.QueryRow(ctx, "SELECT rltest.run_cases($1::jsonb)::text", string(b)).Scan(&out); err != nil {
+	rows, err := db.Query(ctx, `SELECT rltest.run_case(c) FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS x(c, i)
+		ORDER BY i`, string(b))
+	if err != nil {
 		return nil, err
 	}
+	defer rows.Close()
 	var res [][]stepResult
-	if err := json.Unmarshal(out, &res); err != nil {
+	for rows.Next() {
+		var out []byte
+		if err := rows.Scan(&out); err != nil {
+			return nil, err
+		}
+		var r []stepResult
+		if err := json.Unmarshal(out, &r); err != nil {
+			return nil, err
+		}
+		res = append(res, r)
+	}
+	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	if len(res) != len(cases) {

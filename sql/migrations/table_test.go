@@ -1,0 +1,281 @@
+package migrations_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/tests/vectors"
+)
+
+// TestVectorsTable runs every vector case whose limits have distinct names
+// through the table functions: rl_allow_us / rl_peek_us for one limit,
+// rl_allow_multi / rl_peek_multi for several, rl_reset for reset, with
+// explicit now_us, after writing set_states into rows. After every step the
+// rows must hold expect.states (a missing row is a fresh state) and the
+// expires_at the last write set.
+func TestVectorsTable(t *testing.T) {
+	t.Parallel()
+	files, err := vectors.Load()
+	require.NoError(t, err)
+	for _, f := range files {
+		t.Run(f.Name, func(t *testing.T) {
+			t.Parallel()
+			for _, c := range f.Cases {
+				// Every case applies today; a future one with duplicate
+				// names could not map its states to rows.
+				require.True(t, distinctNames(c), "%s: duplicate limit names", c.ID)
+				if err := runTableCase(context.Background(), c); err != nil {
+					t.Errorf("%s: %v", c.ID, err)
+				}
+			}
+		})
+	}
+}
+
+func distinctNames(c vectors.Case) bool {
+	lists := [][]vectors.Limit{c.Limits}
+	for _, s := range c.Steps {
+		if s.Limits != nil {
+			lists = append(lists, s.Limits)
+		}
+	}
+	for _, ls := range lists {
+		seen := map[string]bool{}
+		for _, l := range ls {
+			if seen[l.Name] || l.Name == "" {
+				return false
+			}
+			seen[l.Name] = true
+		}
+	}
+	return true
+}
+
+func names(ls []vectors.Limit) []string {
+	out := make([]string, len(ls))
+	for i, l := range ls {
+		out[i] = l.Name
+	}
+	return out
+}
+
+func algName(a int32) string {
+	if a >= 1 && a <= 6 {
+		return core.Algorithm(a).String()
+	}
+	return fmt.Sprintf("unknown-%d", a)
+}
+
+func writeState(ctx context.Context, key, name string, s vectors.State, expires int64) error {
+	log := s.Log
+	if log == nil {
+		log = []int64{}
+	}
+	_, err := db.Exec(ctx, `INSERT INTO rl.state (key, name, algorithm, t, x, y, log, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+		ON CONFLICT (key, name) DO UPDATE SET algorithm = EXCLUDED.algorithm, t = EXCLUDED.t, x = EXCLUDED.x,
+			y = EXCLUDED.y, log = EXCLUDED.log, expires_at = EXCLUDED.expires_at`,
+		key, name, s.Algorithm, s.T, s.X, s.Y, log, expires)
+	return err
+}
+
+type row struct {
+	state   vectors.State
+	expires int64
+	found   bool
+}
+
+func readRows(ctx context.Context, key string, ns []string) ([]row, error) {
+	out := make([]row, len(ns))
+	for i, n := range ns {
+		r := &out[i]
+		err := db.QueryRow(ctx, `SELECT algorithm, t, x, y, log, expires_at FROM rl.state WHERE key = $1 AND name = $2`,
+			key, n).Scan(&r.state.Algorithm, &r.state.T, &r.state.X, &r.state.Y, &r.state.Log, &r.expires)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return nil, err
+		default:
+			r.found = true
+		}
+	}
+	return out, nil
+}
+
+func runTableCase(ctx context.Context, c vectors.Case) error {
+	key := "vec:" + c.ID
+	if _, err := db.Exec(ctx, `DELETE FROM rl.state WHERE key = $1`, key); err != nil {
+		return err
+	}
+	limits := c.Limits
+	ns := names(limits)
+	expires := map[string]int64{}
+	const written = 1 << 62 // expires_at of rows the test writes itself
+	for i, s := range c.States {
+		if err := writeState(ctx, key, ns[i], s, written); err != nil {
+			return err
+		}
+		expires[ns[i]] = written
+	}
+	for i, st := range c.Steps {
+		fail := func(format string, a ...any) error {
+			return fmt.Errorf("step %d (op %s now %d cost %d): %s", i, st.Op, st.Now, st.Cost, fmt.Sprintf(format, a...))
+		}
+		if st.Limits != nil {
+			next := names(st.Limits)
+			// States belong to positions (README): a renamed limit keeps the
+			// state of its position.
+			for j := range min(len(ns), len(next)) {
+				if ns[j] != next[j] {
+					if _, err := db.Exec(ctx, `UPDATE rl.state SET name = $3 WHERE key = $1 AND name = $2`, key, ns[j], next[j]); err != nil {
+						return err
+					}
+					if e, ok := expires[ns[j]]; ok {
+						expires[next[j]] = e
+						delete(expires, ns[j])
+					}
+				}
+			}
+			limits, ns = st.Limits, next
+		}
+		for j, s := range st.SetStates {
+			if err := writeState(ctx, key, ns[j], s, written); err != nil {
+				return err
+			}
+			expires[ns[j]] = written
+		}
+		var (
+			ds    []vectors.Decision
+			index int
+			err   error
+		)
+		switch {
+		case st.Op == "reset":
+			_, err = db.Exec(ctx, `SELECT rl.rl_reset($1)`, key)
+			clear(expires)
+		case len(limits) == 1:
+			fn := "rl.rl_allow_us"
+			if st.Op == "peek" {
+				fn = "rl.rl_peek_us"
+			}
+			l := limits[0]
+			var d vectors.Decision
+			var now int64
+			err = db.QueryRow(ctx, `SELECT allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, now_us
+				FROM `+fn+`($1, $2, $3, $4, $5, $6, $7, $8)`,
+				key, algName(l.Algorithm), l.Limit, l.Window, st.Cost, l.Rate, l.Name, st.Now).
+				Scan(&d.Allowed, &d.Limit, &d.Remaining, &d.ResetAfter, &d.RetryAfter, &d.Delay, &now)
+			if err == nil {
+				if now != st.Now {
+					return fail("now_us %d, want %d", now, st.Now)
+				}
+				ds = append(ds, d)
+				if st.Op == "take" && d.Allowed && st.Cost > 0 {
+					expires[l.Name] = st.Now + d.ResetAfter
+				}
+			}
+		default:
+			fn := "rl.rl_allow_multi"
+			if st.Op == "peek" {
+				fn = "rl.rl_peek_multi"
+			}
+			type jl struct {
+				Name      string `json:"name"`
+				Algorithm int32  `json:"algorithm"`
+				Limit     int64  `json:"limit"`
+				WindowUS  int64  `json:"window_us"`
+				Rate      int64  `json:"rate"`
+			}
+			var js []jl
+			for _, l := range limits {
+				js = append(js, jl{l.Name, l.Algorithm, l.Limit, l.Window, l.Rate})
+			}
+			b, _ := json.Marshal(js)
+			var rows pgx.Rows
+			rows, err = db.Query(ctx, `SELECT ord, name, allowed, lim, remaining, reset_after_us, retry_after_us, delay_us,
+				deciding, now_us FROM `+fn+`($1, $2::jsonb, $3, $4)`, key, string(b), st.Cost, st.Now)
+			if err == nil {
+				index = -1
+				for rows.Next() {
+					var (
+						d        vectors.Decision
+						ord      int
+						name     string
+						deciding bool
+						now      int64
+					)
+					if err = rows.Scan(&ord, &name, &d.Allowed, &d.Limit, &d.Remaining, &d.ResetAfter, &d.RetryAfter,
+						&d.Delay, &deciding, &now); err != nil {
+						break
+					}
+					if ord != len(ds) || name != limits[ord].Name || now != st.Now {
+						return fail("row ord %d name %q now %d out of order", ord, name, now)
+					}
+					if deciding {
+						if index >= 0 {
+							return fail("two deciding rows")
+						}
+						index = ord
+					}
+					ds = append(ds, d)
+				}
+				rows.Close()
+				if err == nil {
+					err = rows.Err()
+				}
+				if err == nil && st.Op == "take" && st.Cost > 0 && !slices.ContainsFunc(ds, func(d vectors.Decision) bool { return !d.Allowed }) {
+					for j, d := range ds {
+						expires[limits[j].Name] = st.Now + d.ResetAfter
+					}
+				}
+			}
+		}
+		want := st.Expect
+		var pe *pgconn.PgError
+		switch {
+		case want.ErrorCode != 0:
+			code := fmt.Sprintf("RL%03d", want.ErrorCode)
+			if !errors.As(err, &pe) || pe.Code != code {
+				return fail("got error %v, want %s (%s)", err, code, want.Error)
+			}
+			if i := errorIndex(pe.Detail); i != want.Index {
+				return fail("error index %d (detail %q), want %d", i, pe.Detail, want.Index)
+			}
+		case err != nil:
+			return fail("unexpected error %v", err)
+		case st.Op != "reset":
+			if index != want.Index {
+				return fail("index %d, want %d", index, want.Index)
+			}
+			if !slices.Equal(ds, want.Decisions) {
+				return fail("decisions\n got %+v\nwant %+v", ds, want.Decisions)
+			}
+		}
+		rows, err := readRows(ctx, key, ns)
+		if err != nil {
+			return err
+		}
+		for j, w := range want.States {
+			if j >= len(rows) {
+				break
+			}
+			r := rows[j]
+			if !stateEqual(r.state, w) {
+				return fail("row %q: state %+v, want %+v", ns[j], r.state, w)
+			}
+			if e, ok := expires[ns[j]]; ok != r.found || r.found && r.expires != e {
+				return fail("row %q: found %v expires_at %d, want found %v expires_at %d", ns[j], r.found, r.expires, ok, e)
+			}
+		}
+	}
+	return nil
+}
