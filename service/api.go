@@ -163,8 +163,8 @@ func (s *Service) resolve(rs *ruleSet, req *DecisionRequest, prefix string, rese
 	bad := func(code, format string, args ...any) (target, int64, error) {
 		return target{}, 0, &errClient{code, fmt.Errorf(prefix+format, args...)}
 	}
-	if req.Key == "" {
-		return bad("invalid_key", "key: missing")
+	if err := s.checkKey(req.Key); err != nil {
+		return bad("invalid_key", "key: %v", err)
 	}
 	var t target
 	cost := int64(1)
@@ -407,4 +407,22 @@ func (s *Service) apiRules(w http.ResponseWriter, r *http.Request) {
 		out.Rules = append(out.Rules, rj)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// checkKey validates a key as the limiter will, before anything is decided
+// (so a batch with a bad key fails before it takes anything): 1 to
+// MaxKeyLength bytes of printable ASCII without spaces.
+func (s *Service) checkKey(key string) error {
+	if key == "" {
+		return errors.New("missing")
+	}
+	if len(key) > s.maxKey {
+		return fmt.Errorf("%d bytes, longer than %d", len(key), s.maxKey)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x21 || c > 0x7e {
+			return fmt.Errorf("byte %#02x at %d is not printable ASCII (or is a space)", c, i)
+		}
+	}
+	return nil
 }

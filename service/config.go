@@ -282,15 +282,16 @@ func (p *parser) rules(l []any) {
 			p.rule += fmt.Sprintf(" %q", e)
 		}
 		r, ok := p.oneRule(m)
-		if !ok {
-			continue
+		if r.Name != "" {
+			if j, dup := seen[r.Name]; dup {
+				p.fail("name", "%q is also the name of rules[%d] (names default to the endpoint; set \"name\" to tell them apart)", r.Name, j)
+				continue
+			}
+			seen[r.Name] = i
 		}
-		if j, dup := seen[r.Name]; dup {
-			p.fail("name", "%q is also the name of rules[%d] (names default to the endpoint; set \"name\" to tell them apart)", r.Name, j)
-			continue
+		if ok {
+			p.cfg.Rules = append(p.cfg.Rules, r)
 		}
-		seen[r.Name] = i
-		p.cfg.Rules = append(p.cfg.Rules, r)
 	}
 	p.rule = ""
 }
