@@ -507,7 +507,7 @@ CREATE FUNCTION rl.decide(
     state_algorithm integer, state_t bigint, state_x bigint, state_y bigint, state_log bigint[],
     now_us bigint, cost bigint, op text DEFAULT 'take')
     RETURNS rl.decision_state
-    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SECURITY DEFINER
     SET search_path = pg_catalog, rl, pg_temp
 AS $fn$
 DECLARE
@@ -538,7 +538,7 @@ $fn$;
 CREATE FUNCTION rl.decide_all(
     limits rl.limit_spec[], states rl.state_words[], now_us bigint, cost bigint, op text DEFAULT 'take')
     RETURNS SETOF rl.decision_state
-    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SECURITY DEFINER
     SET search_path = pg_catalog, rl, pg_temp
 AS $fn$
 DECLARE
@@ -617,7 +617,7 @@ $fn$;
 -- rl.algorithm_id returns the number of an algorithm name accepted by
 -- core.ParseAlgorithm ('token_bucket', 'token', ...); unknown names raise RL001.
 CREATE FUNCTION rl.algorithm_id(name text) RETURNS integer
-    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SECURITY DEFINER
     SET search_path = pg_catalog, rl, pg_temp
 AS $fn$
 DECLARE

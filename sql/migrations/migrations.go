@@ -54,18 +54,20 @@ const DefaultConnectTimeout = 10 * time.Second
 // success.
 var ErrNoChange = migrate.ErrNoChange
 
-// DirtyError reports a database whose last migration failed part-way. Every
-// migration runs in one transaction, so this only happens when the server
-// went away mid-migration or somebody ran one by hand.
+// DirtyError reports a database whose last migration failed: golang-migrate
+// recorded version Version as dirty before running the migration to it. Each
+// migration file runs in one transaction, so the failed one was rolled back:
+// the schema is at Version-1 if an up migration failed, at Version+1 if a
+// down migration failed. Force the right one after fixing the cause.
 type DirtyError struct {
 	Version int
 }
 
 func (e *DirtyError) Error() string {
-	return fmt.Sprintf("database is dirty at version %d: migration %d failed part-way. "+
-		"Check the schema rl by hand, then run \"rl-migrate force %d\" if migration %d is fully applied, "+
-		"or \"rl-migrate force %d\" if it is not, and migrate again",
-		e.Version, e.Version, e.Version, e.Version, e.Version-1)
+	return fmt.Sprintf("database is dirty at version %d: the migration to version %d failed and was rolled back. "+
+		"Fix the cause (see the error of that run), then record the version the schema is really at: "+
+		"\"rl-migrate force %d\" after a failed up, \"rl-migrate force %d\" after a failed down; then migrate again",
+		e.Version, e.Version, e.Version-1, e.Version+1)
 }
 
 // URLError reports a database URL this package cannot use. Its text never
@@ -103,6 +105,9 @@ type Migrator struct {
 // bounded by the URL's connect_timeout, by ctx's deadline, or else by
 // DefaultConnectTimeout.
 func Open(ctx context.Context, databaseURL string) (*Migrator, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	driverURL, secret, err := DriverURL(databaseURL)
 	if err != nil {
 		return nil, err
