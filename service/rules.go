@@ -212,6 +212,9 @@ func (s *Service) reverseProxy(u *url.URL) http.Handler {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
+			// Keep the chain (as nginx's $proxy_add_x_forwarded_for does);
+			// the upstream decides whom to trust, as key_by: ip does here.
+			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
 			pr.SetXForwarded()
 		},
 		Transport: s.transport,

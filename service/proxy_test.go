@@ -1,0 +1,240 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// upstream records what reaches it.
+type upstream struct {
+	srv  *httptest.Server
+	hits atomic.Int64
+	last atomic.Pointer[http.Request]
+}
+
+func newUpstream(t *testing.T) *upstream {
+	u := &upstream{}
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.hits.Add(1)
+		u.last.Store(r)
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("X-Upstream", "yes")
+		fmt.Fprintf(w, "upstream %s %s", r.Method, r.URL.Path)
+	}))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+func TestProxyFilter(t *testing.T) {
+	up := newUpstream(t)
+	e := newEnv(t, `
+upstream: `+up.srv.URL+`
+trusted_proxies: [127.0.0.1]
+rules:
+  - `+hosted+`
+  - {name: ip, endpoint: /v1/, strategy: fixed, limit: 2, window: 1m}
+  - {name: host, endpoint: /v1/, host: api.example.com, strategy: fixed, limit: 1, window: 1m, key_by: global}
+  - {name: posts, endpoint: /v1/, methods: [POST], strategy: fixed, limit: 1, window: 1m, key_by: "query:user"}
+  - {name: wild, endpoint: /w, host: "*.example.org", strategy: fixed, limit: 1, window: 1m, key_by: "header:X-User"}
+`, nil)
+
+	// The hosted rule keys by API key; its headers are draft-11 and X-RateLimit.
+	r := e.do(t, "POST", "/v1/pay", "{}", "Authorization", "Bearer k1")
+	require.Equal(t, 200, r.code)
+	require.Equal(t, "upstream POST /v1/pay", string(r.body))
+	require.Equal(t, "yes", r.h.Get("X-Upstream"))
+	require.Equal(t, `"default";q=100;w=10`, r.h.Get("RateLimit-Policy"))
+	require.Equal(t, "99", r.h.Get("X-RateLimit-Remaining"))
+	r = e.do(t, "GET", "/v1/pay/refund", "")
+	require.Equal(t, 400, r.code, "no API key")
+	require.Contains(t, string(r.body), "X-API-Key")
+
+	// /v1/payments is not under /v1/pay: the /v1/ rule, keyed by client IP
+	// through the trusted loopback proxy's X-Forwarded-For.
+	for i := range 3 {
+		r = e.do(t, "GET", "/v1/payments", "", "X-Forwarded-For", "203.0.113.5")
+		if i < 2 {
+			require.Equal(t, 200, r.code)
+		}
+	}
+	require.Equal(t, 429, r.code)
+	require.Equal(t, "Rate limit exceeded\n", string(r.body))
+	require.Equal(t, "50", r.h.Get("Retry-After"))
+	require.Equal(t, 200, e.do(t, "GET", "/v1/payments", "", "X-Forwarded-For", "203.0.113.6").code, "another client")
+
+	// The host rule beats the plain /v1/ rule on its host.
+	require.Equal(t, 200, e.do(t, "GET", "/v1/x", "", "Host", "API.example.com:443").code)
+	require.Equal(t, 429, e.do(t, "GET", "/v1/y", "", "Host", "api.example.com").code)
+	// The method rule beats the plain one for POST.
+	require.Equal(t, 200, e.do(t, "POST", "/v1/z?user=u1", "").code)
+	require.Equal(t, 429, e.do(t, "POST", "/v1/z?user=u1", "").code)
+	require.Equal(t, 400, e.do(t, "POST", "/v1/z", "").code, "no user query parameter")
+	// Wildcard host.
+	require.Equal(t, 200, e.do(t, "GET", "/w", "", "Host", "a.example.org", "X-User", "x").code)
+	require.Equal(t, 429, e.do(t, "GET", "/w", "", "Host", "b.example.org", "X-User", "x").code)
+	require.Equal(t, 200, e.do(t, "GET", "/w", "", "Host", "example.org").code, "no rule matches: forwarded unlimited")
+
+	// Unmatched paths are forwarded without headers.
+	before := up.hits.Load()
+	r = e.do(t, "GET", "/static/app.js", "")
+	require.Equal(t, 200, r.code)
+	require.Empty(t, r.h.Get("RateLimit"))
+	require.Equal(t, before+1, up.hits.Load())
+	// Denied requests never reach the upstream.
+	before = up.hits.Load()
+	e.do(t, "GET", "/v1/payments", "", "X-Forwarded-For", "203.0.113.5")
+	require.Equal(t, before, up.hits.Load())
+	// The upstream sees the client in X-Forwarded-For.
+	e.do(t, "GET", "/static/x", "", "X-Forwarded-For", "203.0.113.9")
+	require.Equal(t, "203.0.113.9, 127.0.0.1", up.last.Load().Header.Get("X-Forwarded-For"))
+
+	m := string(e.do(t, "GET", "/metrics", "").body)
+	require.Contains(t, m, `rl_decisions_total{outcome="denied",rule="ip"} 2`)
+	require.Contains(t, m, `rl_rejected_requests_total{reason="missing_key"} 2`)
+}
+
+func TestProxyCostAndShape(t *testing.T) {
+	up := newUpstream(t)
+	e := newEnv(t, `
+upstream: `+up.srv.URL+`
+rules:
+  - {name: c, endpoint: /c, strategy: token, limit: 10, window: 1m, cost_header: X-Cost, key_by: global}
+  - {name: s, endpoint: /s, strategy: leaky, limit: 5, window: 100ms, shape: true, key_by: global}
+`, nil)
+	r := e.do(t, "GET", "/c", "", "X-Cost", "7")
+	require.Equal(t, 200, r.code)
+	require.Equal(t, "3", r.h.Get("X-RateLimit-Remaining"))
+	require.Equal(t, 200, e.do(t, "GET", "/c", "").code, "absent header: the rule's cost, 1")
+	r = e.do(t, "GET", "/c", "", "X-Cost", "3")
+	require.Equal(t, 429, r.code)
+	r = e.do(t, "GET", "/c", "", "X-Cost", "11")
+	require.Equal(t, 429, r.code)
+	require.Contains(t, string(r.body), "exceeds the limit")
+	require.Empty(t, r.h.Get("Retry-After"))
+	for _, bad := range []string{"-1", "x", "1.5", "99999999999999999999"} {
+		r = e.do(t, "GET", "/c", "", "X-Cost", bad)
+		require.Equal(t, 400, r.code, bad)
+	}
+
+	// Shaping: the leaky bucket spaces admissions 20 ms apart; with the
+	// test's frozen clock the third request's delay is 40 ms.
+	start := time.Now()
+	for range 3 {
+		require.Equal(t, 200, e.do(t, "GET", "/s", "").code)
+	}
+	require.GreaterOrEqual(t, time.Since(start), 35*time.Millisecond)
+}
+
+func TestNoUpstream(t *testing.T) {
+	e := newEnv(t, `rules: [`+hosted+`]`, nil)
+	r := e.do(t, "GET", "/v1/pay", "")
+	require.Equal(t, 404, r.code)
+	require.Contains(t, string(r.body), "no upstream")
+	// The decision API still decides the hosted rule by name.
+	require.Equal(t, 200, e.post(t, "check", `{"rule":"/v1/pay","key":"k"}`).code)
+}
+
+func TestDemoUpstreamAndBadGateway(t *testing.T) {
+	e := newEnv(t, "upstream: demo\nrules: ["+hosted+"]", nil)
+	r := e.do(t, "GET", "/anything", "")
+	require.Equal(t, 200, r.code)
+	var body map[string]string
+	require.NoError(t, json.Unmarshal(r.body, &body))
+	require.Equal(t, "demo", body["upstream"])
+
+	dead := httptest.NewServer(http.NotFoundHandler())
+	dead.Close()
+	e = newEnv(t, "upstream: "+dead.URL+"\nrules: ["+hosted+"]", nil)
+	require.Equal(t, 502, e.do(t, "GET", "/x", "").code)
+}
+
+func TestProxyStoreFailure(t *testing.T) {
+	up := newUpstream(t)
+	e := newEnv(t, `
+upstream: `+up.srv.URL+`
+rules:
+  - {name: open, endpoint: /open, strategy: fixed, limit: 1, window: 1m, fail_open: true}
+  - {name: closed, endpoint: /closed, strategy: fixed, limit: 1, window: 1m}
+`, func(o *Options) { o.Store = downStore{} })
+	require.Equal(t, 200, e.do(t, "GET", "/open", "").code)
+	r := e.do(t, "GET", "/closed", "")
+	require.Equal(t, 503, r.code)
+	require.Equal(t, int64(1), up.hits.Load())
+	require.Contains(t, string(e.do(t, "GET", "/metrics", "").body), `rate_limiter_fail_open_total{rule="open"} 1`)
+}
+
+func TestProxyBodyLimit(t *testing.T) {
+	up := newUpstream(t)
+	e := newEnv(t, "upstream: "+up.srv.URL+"\nrules: ["+hosted+"]", func(o *Options) { o.ProxyMaxBodyBytes = 100 })
+	require.Equal(t, 413, e.do(t, "POST", "/x", strings.Repeat("x", 200)).code)
+	require.Equal(t, 200, e.do(t, "POST", "/x", strings.Repeat("x", 50)).code)
+}
+
+// Reloads swap the rules atomically while requests run: none fails, and
+// an invalid file keeps the rules in force.
+func TestReloadUnderLoad(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rules.yaml")
+	write := func(limit int) {
+		require.NoError(t, os.WriteFile(path, fmt.Appendf(nil, "upstream: demo\nrules: [{name: r, endpoint: /, key_by: global, strategy: fixed, limit: %d, window: 1h}]\n", limit), 0o600))
+	}
+	write(1_000_000)
+	cfg, err := LoadConfig(path)
+	require.NoError(t, err)
+	e := newEnv(t, "rules: []", nil)
+	require.NoError(t, e.svc.SetConfig(cfg))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var bad atomic.Int64
+	var done atomic.Int64
+	for range 8 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				r1, err := e.srv.Client().Get(e.srv.URL + "/p")
+				if err != nil {
+					bad.Add(1)
+					continue
+				}
+				io.Copy(io.Discard, r1.Body)
+				r1.Body.Close()
+				if r1.StatusCode != 200 {
+					bad.Add(1)
+				}
+				done.Add(1)
+			}
+		})
+	}
+	for i := range 20 {
+		write(1_000_000 + i)
+		require.NoError(t, e.svc.Reload(path))
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.NoError(t, os.WriteFile(path, []byte("rules: [{name: r, strategy: nope}]"), 0o600))
+	err = e.svc.Reload(path)
+	var ce *ConfigError
+	require.ErrorAs(t, err, &ce)
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	wg.Wait()
+	require.Zero(t, bad.Load(), "requests failed during reloads")
+	require.Positive(t, done.Load())
+	require.Equal(t, int64(1_000_019), e.svc.Config().Rules[0].Limits[0].Limit, "the invalid file left the last good rules")
+	m := string(e.do(t, "GET", "/metrics", "").body)
+	require.Contains(t, m, `rl_config_reloads_total{result="success"} 20`)
+	require.Contains(t, m, `rl_config_reloads_total{result="failure"} 1`)
+	require.Contains(t, m, "rl_config_last_reload_success 0")
+}
