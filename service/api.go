@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
@@ -298,7 +301,7 @@ func (s *Service) apiDecide(peek bool) http.HandlerFunc {
 				status = http.StatusTooManyRequests
 			}
 		}
-		writeJSON(w, status, d)
+		writeDecision(w, status, &d)
 	}
 }
 
@@ -426,3 +429,112 @@ func (s *Service) checkKey(key string) error {
 	}
 	return nil
 }
+
+// appendJSON encodes d as encoding/json would (same fields, same order),
+// without reflection: the decision API's hot path.
+func (d *DecisionJSON) appendJSON(b []byte) []byte {
+	b = append(b, `{"allowed":`...)
+	b = strconv.AppendBool(b, d.Allowed)
+	b = append(b, `,"rule":`...)
+	b = appendString(b, d.Rule)
+	b = append(b, `,"key":`...)
+	b = appendString(b, d.Key)
+	b = append(b, `,"cost":`...)
+	b = strconv.AppendInt(b, d.Cost, 10)
+	b = append(b, `,"peek":`...)
+	b = strconv.AppendBool(b, d.Peek)
+	b = append(b, `,"taken":`...)
+	b = strconv.AppendBool(b, d.Taken)
+	b = append(b, `,"fail_open":`...)
+	b = strconv.AppendBool(b, d.FailOpen)
+	if d.Error != "" {
+		b = append(b, `,"error":`...)
+		b = appendString(b, d.Error)
+	}
+	b = append(b, `,"limit_name":`...)
+	b = appendString(b, d.LimitName)
+	b = appendLimitFields(b, d.Limit, d.Remaining, d.WindowMS, d.ResetAfterMS, d.ResetAfter, d.RetryAfterMS, d.RetryAfter, d.Never, d.DelayMS)
+	b = append(b, `,"limits":[`...)
+	for i := range d.Limits {
+		l := &d.Limits[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"name":`...)
+		b = appendString(b, l.Name)
+		b = append(b, `,"allowed":`...)
+		b = strconv.AppendBool(b, l.Allowed)
+		b = appendLimitFields(b, l.Limit, l.Remaining, l.WindowMS, l.ResetAfterMS, l.ResetAfter, l.RetryAfterMS, l.RetryAfter, l.Never, l.DelayMS)
+		b = append(b, '}')
+	}
+	return append(b, "]}\n"...)
+}
+
+func appendLimitFields(b []byte, limit, remaining, windowMS, resetMS, reset, retryMS, retry int64, never bool, delayMS int64) []byte {
+	b = append(b, `,"limit":`...)
+	b = strconv.AppendInt(b, limit, 10)
+	b = append(b, `,"remaining":`...)
+	b = strconv.AppendInt(b, remaining, 10)
+	b = append(b, `,"window_ms":`...)
+	b = strconv.AppendInt(b, windowMS, 10)
+	b = append(b, `,"reset_after_ms":`...)
+	b = strconv.AppendInt(b, resetMS, 10)
+	b = append(b, `,"reset_after":`...)
+	b = strconv.AppendInt(b, reset, 10)
+	b = append(b, `,"retry_after_ms":`...)
+	b = strconv.AppendInt(b, retryMS, 10)
+	b = append(b, `,"retry_after":`...)
+	b = strconv.AppendInt(b, retry, 10)
+	b = append(b, `,"never":`...)
+	b = strconv.AppendBool(b, never)
+	b = append(b, `,"delay_ms":`...)
+	return strconv.AppendInt(b, delayMS, 10)
+}
+
+// appendString appends s as a JSON string. Keys and names are printable
+// ASCII, but anything is escaped correctly.
+func appendString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
+		case c >= 0x80:
+			r, n := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && n == 1 {
+				b = append(b, `\ufffd`...)
+				continue
+			}
+			if r == '\u2028' || r == '\u2029' { // as encoding/json does
+				b = append(b, `\u202`...)
+				b = append(b, hex[r&15])
+			} else {
+				b = append(b, s[i:i+n]...)
+			}
+			i += n - 1
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// writeDecision writes d with the fast encoder.
+func writeDecision(w http.ResponseWriter, status int, d *DecisionJSON) {
+	bp := bufPool.Get().(*[]byte)
+	b := d.appendJSON((*bp)[:0])
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	h["Content-Length"] = []string{strconv.Itoa(len(b))}
+	w.WriteHeader(status)
+	w.Write(b)
+	*bp = b
+	bufPool.Put(bp)
+}
+
+var jsonContentType = []string{"application/json"}

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -443,5 +444,20 @@ func TestAPIWithTheWasmDecider(t *testing.T) {
 			require.Equal(t, 429, r.code)
 			require.Equal(t, int64(334), r.decision(t).RetryAfterMS)
 		}
+	}
+}
+
+func TestFastEncoderMatchesEncodingJSON(t *testing.T) {
+	for _, d := range []DecisionJSON{
+		{Limits: []LimitJSON{}},
+		{Allowed: true, Rule: "/v1/pay", Key: `we"ird\key`, Cost: 3, Taken: true, LimitName: "burst", Limit: 10, Remaining: 7,
+			WindowMS: 1000, ResetAfterMS: 300, ResetAfter: 1, Limits: []LimitJSON{{Name: "burst", Allowed: true, Limit: 10}, {Name: "daily", RetryAfterMS: -1, RetryAfter: -1, Never: true}}},
+		{Key: "ctl\x01\x7f\xff é\u2028", Error: "boom", FailOpen: true, Limits: []LimitJSON{}},
+	} {
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		require.NoError(t, enc.Encode(d))
+		require.Equal(t, want.String(), string(d.appendJSON(nil)))
 	}
 }
