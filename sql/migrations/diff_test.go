@@ -18,7 +18,8 @@ import (
 // TestDifferential runs random operation sequences through the Go core and
 // through rl.decide / rl.decide_all and requires identical decisions, errors
 // and states at every step. RL_DIFF_SEED changes the seed (printed on
-// failure); RL_DIFF_CASES the number of sequences per algorithm.
+// failure); RL_DIFF_CASES the number of sequences per algorithm (default
+// 1000, 300 under the race detector, plus as many multi-limit ones).
 func TestDifferential(t *testing.T) {
 	t.Parallel()
 	seed := uint64(20260101)
@@ -28,6 +29,9 @@ func TestDifferential(t *testing.T) {
 		seed = v
 	}
 	perAlg := 1000
+	if raceEnabled {
+		perAlg = 300
+	}
 	if s := os.Getenv("RL_DIFF_CASES"); s != "" {
 		v, err := strconv.Atoi(s)
 		require.NoError(t, err, "RL_DIFF_CASES")

@@ -15,10 +15,13 @@ import (
 // harnessSQL creates rltest.run_case in the test database: it runs a whole
 // vector cases (tests/vectors/README.md, "Running a case") through the pure
 // functions rl.decide (one limit) and rl.decide_all (several), in one round
-// trip, catching each step's error. Per step it returns
+// trip, catching each step's error. Per step it returns, compactly,
 //
-//	{"index": i, "decisions": [...], "states": [...]}        on success
-//	{"sqlstate": "RL006", "detail": "...", "states": [...]}  on an error
+//	{"idx": i, "dec": [[allowed, limit, remaining, reset_after, retry_after, delay], ...], "st": ...}
+//	{"err": "RL006", "detail": "...", "msg": "...", "st": ...}  on an error
+//
+// where st, the states after the step as [algorithm, t, x, y, log...], is
+// left out when they did not change since the last step that had it.
 const harnessSQL = `
 CREATE SCHEMA rltest;
 
@@ -38,15 +41,14 @@ DECLARE
     a jsonb[] := '{}';
 BEGIN
     FOREACH e IN ARRAY s LOOP
-        a := a || jsonb_build_object('algorithm', e.algorithm, 't', e.t, 'x', e.x, 'y', e.y, 'log', to_jsonb(e.log));
+        a := a || (jsonb_build_array(e.algorithm, e.t, e.x, e.y) || coalesce(to_jsonb(e.log), '[]'));
     END LOOP;
     RETURN to_jsonb(a);
 END
 $fn$;
 
 CREATE FUNCTION rltest.dj(d rl.decision_state) RETURNS jsonb LANGUAGE sql IMMUTABLE
-RETURN jsonb_build_object('allowed', d.allowed, 'limit', d.lim, 'remaining', d.remaining,
-                          'reset_after', d.reset_after_us, 'retry_after', d.retry_after_us, 'delay', d.delay_us);
+RETURN jsonb_build_array(d.allowed::integer, d.lim, d.remaining, d.reset_after_us, d.retry_after_us, d.delay_us);
 
 CREATE FUNCTION rltest.run_case(c jsonb) RETURNS text LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -55,6 +57,7 @@ DECLARE
     n      integer := cardinality(lims);
     states rl.state_words[] := array_fill(fresh, ARRAY[n]);
     next   rl.state_words[];
+    prev   rl.state_words[];
     step   jsonb;
     res    jsonb;
     ds     jsonb;
@@ -103,7 +106,7 @@ BEGIN
                     next := states;
                     FOR d IN SELECT * FROM rl.decide_all(lims, states, (step->>'now')::bigint,
                                                          (step->>'cost')::bigint, step->>'op') LOOP
-                        ds := ds || rltest.dj(d);
+                        ds := ds || jsonb_build_array(rltest.dj(d));
                         idx := d.idx;
                         next[d.ord + 1] := ROW(d.algorithm, d.t, d.x, d.y, d.log);
                     END LOOP;
@@ -111,14 +114,18 @@ BEGIN
                         states := next;
                     END IF;
                 END IF;
-                res := jsonb_build_object('index', idx, 'decisions', ds);
+                res := jsonb_build_object('idx', idx, 'dec', ds);
             EXCEPTION WHEN OTHERS THEN
                 GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_detail = PG_EXCEPTION_DETAIL,
                                         e_msg = MESSAGE_TEXT;
-                res := jsonb_build_object('sqlstate', e_state, 'detail', e_detail, 'message', e_msg);
+                res := jsonb_build_object('err', e_state, 'detail', e_detail, 'msg', e_msg);
             END;
         END IF;
-        out := out || (res || jsonb_build_object('states', rltest.sj(states)))::text;
+        IF states IS DISTINCT FROM prev THEN
+            res := res || jsonb_build_object('st', rltest.sj(states));
+            prev := states;
+        END IF;
+        out := out || res::text;
     END LOOP;
     RETURN '[' || array_to_string(out, ',') || ']';
 END
@@ -126,14 +133,46 @@ $fn$;
 
 `
 
-// stepResult is one step's outcome as rltest.run_case reports it.
+// stepResult is one step's outcome.
 type stepResult struct {
-	SQLState  string             `json:"sqlstate"`
-	Detail    string             `json:"detail"`
-	Message   string             `json:"message"`
-	Index     int                `json:"index"`
-	Decisions []vectors.Decision `json:"decisions"`
-	States    []vectors.State    `json:"states"`
+	SQLState  string
+	Detail    string
+	Message   string
+	Index     int
+	Decisions []vectors.Decision
+	States    []vectors.State
+}
+
+// wireResult is stepResult as rltest.run_case encodes it.
+type wireResult struct {
+	Err    string    `json:"err"`
+	Detail string    `json:"detail"`
+	Msg    string    `json:"msg"`
+	Idx    int       `json:"idx"`
+	Dec    [][]int64 `json:"dec"`
+	St     [][]int64 `json:"st"`
+}
+
+// decode converts one case's wire results, carrying states forward.
+func decode(ws []wireResult) []stepResult {
+	out := make([]stepResult, len(ws))
+	var states []vectors.State
+	for i, w := range ws {
+		r := stepResult{SQLState: w.Err, Detail: w.Detail, Message: w.Msg, Index: w.Idx}
+		for _, d := range w.Dec {
+			r.Decisions = append(r.Decisions, vectors.Decision{Allowed: d[0] == 1, Limit: d[1], Remaining: d[2],
+				ResetAfter: d[3], RetryAfter: d[4], Delay: d[5]})
+		}
+		if w.St != nil {
+			states = nil
+			for _, s := range w.St {
+				states = append(states, vectors.State{Algorithm: int32(s[0]), T: s[1], X: s[2], Y: s[3], Log: s[4:]})
+			}
+		}
+		r.States = states
+		out[i] = r
+	}
+	return out
 }
 
 // input is a case without its expectations, as sent to the harness.
@@ -181,11 +220,11 @@ func runPure(ctx context.Context, cases []vectors.Case) ([][]stepResult, error) 
 		if err := rows.Scan(&out); err != nil {
 			return nil, err
 		}
-		var r []stepResult
-		if err := json.Unmarshal(out, &r); err != nil {
+		var ws []wireResult
+		if err := json.Unmarshal(out, &ws); err != nil {
 			return nil, err
 		}
-		res = append(res, r)
+		res = append(res, decode(ws))
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

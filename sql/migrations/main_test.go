@@ -50,6 +50,9 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	cfg.MaxConns = 40
+	// The tests commit thousands of tiny transactions; waiting for each
+	// WAL flush would only make them slow (see sql/README.md, Durability).
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 	db, err = pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "FAIL:", err)

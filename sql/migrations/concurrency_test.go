@@ -1,0 +1,265 @@
+package migrations_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+)
+
+var algorithms = []string{"fixed_window", "sliding_window", "sliding_log", "token_bucket", "leaky_bucket", "gcra"}
+
+// now is fixed in these tests so that time does not move: exactly the limit
+// may pass.
+const concNow = int64(1767225600000000)
+
+func uniqueKey(prefix string) string {
+	return fmt.Sprintf("%s:%x", prefix, rand.Uint64())
+}
+
+// hammer calls rl_allow_us on key from workers goroutines per pool, calls
+// times each, and returns how many were allowed.
+func hammer(t *testing.T, pools []*pgxpool.Pool, workers, calls int, key, alg string, limit int64) int64 {
+	t.Helper()
+	var (
+		allowed atomic.Int64
+		wg      sync.WaitGroup
+		errs    = make(chan error, workers*len(pools))
+	)
+	for _, p := range pools {
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range calls {
+					var ok bool
+					err := p.QueryRow(context.Background(),
+						`SELECT allowed FROM rl.rl_allow_us($1, $2, $3, 60000000, 1, 0, 'default', $4)`,
+						key, alg, limit, concNow).Scan(&ok)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if ok {
+						allowed.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	return allowed.Load()
+}
+
+// TestConcurrentExactlyLimit: 32 goroutines taking from one new key admit
+// exactly the limit, for every algorithm.
+func TestConcurrentExactlyLimit(t *testing.T) {
+	t.Parallel()
+	for _, alg := range algorithms {
+		key := uniqueKey("conc")
+		got := hammer(t, []*pgxpool.Pool{db}, 32, 8, key, alg, 100)
+		require.Equal(t, int64(100), got, alg)
+	}
+}
+
+// TestTwoInstancesShareOneLimit: two pools, as two app instances would
+// have, share one limit exactly.
+func TestTwoInstancesShareOneLimit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var pools []*pgxpool.Pool
+	for range 2 {
+		cfg, err := pgxpool.ParseConfig(dbURL)
+		require.NoError(t, err)
+		cfg.MaxConns = 8
+		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		require.NoError(t, err)
+		defer p.Close()
+		pools = append(pools, p)
+	}
+	for _, alg := range algorithms {
+		key := uniqueKey("two")
+		got := hammer(t, pools, 8, 20, key, alg, 100)
+		require.Equal(t, int64(100), got, alg)
+	}
+}
+
+// TestConcurrentMulti: concurrent all-or-nothing calls over two limits,
+// listed in both orders, neither deadlock nor over-admit nor consume the
+// other limit's quota when denied.
+func TestConcurrentMulti(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	key := uniqueKey("multi")
+	ab := `[{"name":"a","algorithm":"token_bucket","limit":100,"window_us":60000000},
+	        {"name":"b","algorithm":"fixed_window","limit":50,"window_us":60000000}]`
+	ba := `[{"name":"b","algorithm":"fixed_window","limit":50,"window_us":60000000},
+	        {"name":"a","algorithm":"token_bucket","limit":100,"window_us":60000000}]`
+	var (
+		allowed atomic.Int64
+		wg      sync.WaitGroup
+		errs    = make(chan error, 32)
+	)
+	for i := range 32 {
+		limits := ab
+		if i%2 == 1 {
+			limits = ba
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 6 {
+				var ok bool
+				err := db.QueryRow(ctx, `SELECT bool_and(allowed) FROM rl.rl_allow_multi($1, $2::jsonb, 1, $3)`,
+					key, limits, concNow).Scan(&ok)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if ok {
+					allowed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Equal(t, int64(50), allowed.Load())
+	var remaining int64
+	require.NoError(t, db.QueryRow(ctx, `SELECT remaining FROM rl.rl_peek_us($1, 'token_bucket', 100, 60000000, 0, 0, 'a', $2)`,
+		key, concNow).Scan(&remaining))
+	require.Equal(t, int64(50), remaining, "denied calls must not consume the other limit")
+}
+
+// TestCreateRace: two sessions create the same key at once. The second
+// waits for the first, then decides against its committed row.
+func TestCreateRace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		call string
+	}{
+		{"single", `SELECT bool_and(allowed) FROM rl.rl_allow_us($1, 'fixed_window', 1, 60000000, 1, 0, 'default', $2)`},
+		{"multi-ab", `SELECT bool_and(allowed) FROM rl.rl_allow_multi($1,
+			'[{"name":"a","algorithm":"fixed_window","limit":1,"window_us":60000000},
+			  {"name":"b","algorithm":"gcra","limit":5,"window_us":60000000}]', 1, $2)`},
+		{"multi-ba", `SELECT bool_and(allowed) FROM rl.rl_allow_multi($1,
+			'[{"name":"b","algorithm":"gcra","limit":5,"window_us":60000000},
+			  {"name":"a","algorithm":"fixed_window","limit":1,"window_us":60000000}]', 1, $2)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := uniqueKey("race")
+			a, b := connect(t, dbURL), connect(t, dbURL)
+			txA, err := a.Begin(ctx)
+			require.NoError(t, err)
+			var ok bool
+			require.NoError(t, txA.QueryRow(ctx, tc.call, key, concNow).Scan(&ok))
+			require.True(t, ok)
+
+			type result struct {
+				ok  bool
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				var r result
+				r.err = b.QueryRow(ctx, tc.call, key, concNow).Scan(&r.ok)
+				done <- r
+			}()
+			select {
+			case r := <-done:
+				t.Fatalf("second session did not wait for the first: %+v", r)
+			case <-time.After(300 * time.Millisecond):
+			}
+			require.NoError(t, txA.Commit(ctx))
+			select {
+			case r := <-done:
+				require.NoError(t, r.err)
+				require.False(t, r.ok, "the limit of 1 was taken by the first session")
+			case <-time.After(10 * time.Second):
+				t.Fatal("second session still blocked")
+			}
+			var x int64
+			require.NoError(t, db.QueryRow(ctx, `SELECT x FROM rl.state WHERE key = $1 AND name IN ('default', 'a')`, key).Scan(&x))
+			require.Equal(t, int64(1), x)
+		})
+	}
+}
+
+// TestCreateRaceRepeatableRead: under REPEATABLE READ the loser cannot see
+// the winner's row and gets a serialization failure (40001) to retry.
+func TestCreateRaceRepeatableRead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	key := uniqueKey("rr")
+	call := `SELECT allowed FROM rl.rl_allow_us($1, 'fixed_window', 1, 60000000, 1, 0, 'default', $2)`
+	a, b := connect(t, dbURL), connect(t, dbURL)
+	txA, err := a.Begin(ctx)
+	require.NoError(t, err)
+	var ok bool
+	require.NoError(t, txA.QueryRow(ctx, call, key, concNow).Scan(&ok))
+	require.True(t, ok)
+	txB, err := b.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	defer txB.Rollback(ctx)
+	_, err = txB.Exec(ctx, "SELECT 1") // take the snapshot now
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- txB.QueryRow(ctx, call, key, concNow).Scan(&ok) }()
+	time.Sleep(200 * time.Millisecond)
+	require.NoError(t, txA.Commit(ctx))
+	err = <-done
+	require.Equal(t, "40001", sqlState(err), "%v", err)
+}
+
+// TestPeekTakesNoLock: a peek answers while another transaction holds the
+// row, and a denied call writes nothing.
+func TestPeekTakesNoLock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	key := uniqueKey("peek")
+	a := connect(t, dbURL)
+	tx, err := a.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, `SELECT rl.rl_allow_us($1, 'token_bucket', 2, 1000000, 2, 0, 'default', $2)`, key, concNow)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+
+	tx, err = a.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM rl.state WHERE key = $1 FOR UPDATE`, key)
+	require.NoError(t, err)
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var allowed bool
+	require.NoError(t, db.QueryRow(pctx, `SELECT allowed FROM rl.rl_peek_us($1, 'token_bucket', 2, 1000000, 1, 0, 'default', $2)`,
+		key, concNow).Scan(&allowed))
+	require.False(t, allowed)
+	require.NoError(t, tx.Rollback(ctx))
+
+	var xmin1, xmin2 string
+	require.NoError(t, db.QueryRow(ctx, `SELECT xmin::text FROM rl.state WHERE key = $1`, key).Scan(&xmin1))
+	require.NoError(t, db.QueryRow(ctx, `SELECT allowed FROM rl.rl_allow_us($1, 'token_bucket', 2, 1000000, 1, 0, 'default', $2)`,
+		key, concNow).Scan(&allowed))
+	require.False(t, allowed)
+	require.NoError(t, db.QueryRow(ctx, `SELECT xmin::text FROM rl.state WHERE key = $1`, key).Scan(&xmin2))
+	require.Equal(t, xmin1, xmin2, "a denied call must not write the row")
+}

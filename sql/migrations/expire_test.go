@@ -1,0 +1,82 @@
+package migrations_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rlcore/rl/sql/migrations"
+	"github.com/rlcore/rl/sql/pgtest"
+)
+
+// TestExpire runs in a database of its own: rl_expire sweeps the whole table.
+func TestExpire(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := pgtest.NewDatabase(t)
+	require.NoError(t, migrations.Up(ctx, u))
+	conn := connect(t, u)
+	_, err := conn.Exec(ctx, "SET synchronous_commit = off")
+	require.NoError(t, err)
+	count := func() int64 {
+		var n int64
+		require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM rl.state`).Scan(&n))
+		return n
+	}
+	expire := func(now int64, batch any) int64 {
+		var n int64
+		require.NoError(t, conn.QueryRow(ctx, `SELECT rl.rl_expire($1, $2)`, now, batch).Scan(&n))
+		return n
+	}
+	const t0 = int64(1767225600000000)
+	// 100 idle-soon keys (1 s windows) and 10 live ones (1 hour).
+	_, err = conn.Exec(ctx, `SELECT rl.rl_allow_us('idle:' || i, 'token_bucket', 10, 1000000, now_us => $1)
+		FROM generate_series(1, 100) i`, t0)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `SELECT rl.rl_allow_us('live:' || i, 'sliding_window', 10, 3600000000, now_us => $1)
+		FROM generate_series(1, 10) i`, t0)
+	require.NoError(t, err)
+	require.Equal(t, int64(110), count())
+	require.Zero(t, expire(t0, nil), "nothing is idle yet")
+	require.Equal(t, int64(40), expire(t0+2_000_000, 40), "batch bounds one call")
+	require.Equal(t, int64(60), expire(t0+2_000_000, nil))
+	require.Equal(t, int64(10), count())
+	var live int64
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM rl.state WHERE key LIKE 'live:%'`).Scan(&live))
+	require.Equal(t, int64(10), live)
+
+	// An expired row decides exactly like a fresh one: expiry loses nothing.
+	var remaining int64
+	require.NoError(t, conn.QueryRow(ctx, `SELECT remaining FROM rl.rl_peek_us('idle:1', 'token_bucket', 10, 1000000, 0, 0, 'default', $1)`,
+		t0+2_000_000).Scan(&remaining))
+	require.Equal(t, int64(10), remaining)
+
+	// A row locked by a decision in flight is skipped, without waiting.
+	_, err = conn.Exec(ctx, `SELECT rl.rl_allow_us('locked', 'fixed', 1, 1000000, now_us => $1)`, t0)
+	require.NoError(t, err)
+	other := connect(t, u)
+	tx, err := other.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM rl.state WHERE key = 'locked' FOR UPDATE`)
+	require.NoError(t, err)
+	start := time.Now()
+	require.Zero(t, expire(t0+3_600_000_000*2, nil)-10, "the 10 live rows are now idle; the locked one is skipped")
+	require.Less(t, time.Since(start), 2*time.Second)
+	require.NoError(t, tx.Rollback(ctx))
+	require.Equal(t, int64(1), expire(t0+3_600_000_000*2, nil))
+
+	// Churn: many new keys a round, swept every round: the table stays bounded.
+	const perRound = 300
+	for round := range 20 {
+		now := t0 + int64(round)*2_000_000
+		batch := &pgx.Batch{}
+		batch.Queue(`SELECT rl.rl_allow_us('churn:' || $2::int || ':' || i, 'fixed_window', 5, 1000000, now_us => $1)
+			FROM generate_series(1, $3) i`, now, round, perRound)
+		batch.Queue(`SELECT rl.rl_expire($1)`, now)
+		require.NoError(t, conn.SendBatch(ctx, batch).Close())
+		require.LessOrEqual(t, count(), int64(perRound), "round %d", round)
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package migrations_test
+
+const raceEnabled = false
