@@ -1,0 +1,221 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rlcore/rl/sql/migrations"
+	"github.com/rlcore/rl/sql/pgtest"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// build compiles rl-migrate once into a temporary directory.
+func build(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "rl-migrate-test")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "rl-migrate")
+		if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, buildErr)
+	return binPath
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+	took           time.Duration
+}
+
+// runBin runs the binary with DATABASE_URL set to env (unset when empty).
+func runBin(t *testing.T, bin, env string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DATABASE_URL=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	if env != "" {
+		cmd.Env = append(cmd.Env, "DATABASE_URL="+env)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	r := result{stdout: stdout.String(), stderr: stderr.String(), took: time.Since(start)}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestCommand(t *testing.T) {
+	bin := build(t)
+	u := pgtest.NewDatabase(t)
+	// postgresql:// is accepted as well as postgres://.
+	u2 := "postgresql://" + strings.TrimPrefix(u, "postgres://")
+
+	r := runBin(t, bin, u, "up")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, "migrated up: version 5\n", r.stdout)
+
+	r = runBin(t, bin, u2, "up")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, "no change: version 5\n", r.stdout)
+
+	r = runBin(t, bin, "", "-database", u, "version")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, "5\n", r.stdout)
+
+	r = runBin(t, bin, u, "down", "2")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, "migrated down: version 3\n", r.stdout)
+
+	r = runBin(t, bin, u, "goto", "5")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, "migrated: version 5\n", r.stdout)
+
+	// A dirty version: say how to repair it.
+	conn, err := pgx.Connect(context.Background(), u)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(context.Background(), "UPDATE "+migrations.Table+" SET dirty = true")
+	require.NoError(t, err)
+	r = runBin(t, bin, u, "up")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "dirty at version 5")
+	require.Contains(t, r.stderr, `"rl-migrate force 4" after a failed up`)
+	r = runBin(t, bin, u, "version")
+	require.Equal(t, 1, r.code)
+	require.Equal(t, "5 (dirty)\n", r.stdout)
+	r = runBin(t, bin, u, "force", "5")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, "forced: version 5\n", r.stdout)
+
+	r = runBin(t, bin, u, "down")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, "migrated down: version none\n", r.stdout)
+	r = runBin(t, bin, u, "down")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, "no change: version none\n", r.stdout)
+	r = runBin(t, bin, u, "version")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, "none\n", r.stdout)
+}
+
+func TestCommandErrors(t *testing.T) {
+	bin := build(t)
+	for _, tc := range []struct {
+		name   string
+		env    string
+		args   []string
+		code   int
+		stderr string
+	}{
+		{"no URL", "", []string{"up"}, 1, "bad database URL: empty (set -database or DATABASE_URL)"},
+		{"bad scheme", "mysql://u:hunter2@h/db", []string{"up"}, 1, `bad database URL: scheme "mysql"`},
+		{"key=value", "host=h dbname=db", []string{"up"}, 1, "bad database URL: no scheme"},
+		{"no dbname", "postgres://h:5432", []string{"up"}, 1, "bad database URL: no database name"},
+		{"unreachable", "postgres://u:hunter2@127.0.0.1:1/db?sslmode=disable", []string{"up"}, 1,
+			"cannot open database postgres://u:xxxxx@127.0.0.1:1/db?sslmode=disable"},
+		{"no command", "", nil, 2, "no command"},
+		{"unknown command", "", []string{"sideways"}, 2, `unknown command "sideways"`},
+		{"down x", "", []string{"down", "x"}, 2, "N must be a positive integer"},
+		{"goto", "", []string{"goto"}, 2, "goto takes one argument"},
+		{"force x", "", []string{"force", "-2"}, 2, "V must be a version number"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runBin(t, bin, tc.env, tc.args...)
+			require.Equal(t, tc.code, r.code, "%s%s", r.stdout, r.stderr)
+			require.Contains(t, r.stderr, tc.stderr)
+			require.NotContains(t, r.stderr+r.stdout, "hunter2", "the password is never printed")
+			require.Less(t, r.took, 5*time.Second)
+		})
+	}
+
+	t.Run("hung server", func(t *testing.T) {
+		addr := silentListener(t)
+		r := runBin(t, bin, "postgres://u:hunter2@"+addr+"/db?sslmode=disable", "-timeout", "1s", "up")
+		require.Equal(t, 1, r.code)
+		require.Contains(t, r.stderr, "no answer within 1s")
+		require.NotContains(t, r.stderr, "hunter2")
+		require.Less(t, r.took, 4*time.Second)
+	})
+}
+
+// silentListener returns the address of a TCP server that accepts
+// connections and never answers, like a hung database.
+func silentListener(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+func TestRunHelp(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"-h"}, func(string) string { return "" }, &out, &errb)
+	require.Equal(t, 0, code)
+	require.Contains(t, errb.String(), "usage: rl-migrate")
+	require.Contains(t, errb.String(), "force V")
+}
