@@ -1,0 +1,377 @@
+// Package pgstore is the PostgreSQL store.Store, through a pgx pool.
+//
+// State lives in the rows of rl.state that the migrations in sql/migrations
+// create, one per (key, limit name), in the encoding the SQL functions
+// (rl.rl_allow and friends) use, so one key can be decided by this store, by
+// rl_allow() from SQL or a trigger, and by another process, interleaved,
+// with one result.
+//
+// Two paths decide:
+//
+//   - ModeSQL (the default): one statement, one round trip; the PL/pgSQL port
+//     of the core decides inside the database, under SELECT ... FOR UPDATE.
+//   - ModeGo: a transaction locks the rows with SELECT ... FOR UPDATE, the
+//     request's core.Decider (native Go or the WebAssembly module) decides,
+//     and the new states are written back: two round trips.
+//
+// Both produce identical decisions and rows (the conformance vectors and the
+// differential tests hold the SQL port equal to the core).
+//
+// Durability is a choice: DurabilityDurable commits synchronously (a decision
+// survives a crash once answered); DurabilityFast commits with
+// synchronous_commit = off, several times faster, where a crash can lose the
+// last fraction of a second of counts but never corrupts a row. For state
+// that need not survive a crash at all, the table can be made UNLOGGED (see
+// sql/README.md).
+//
+// Time: by default the database server's clock decides, so every app
+// instance shares one clock; Config.RequestClock uses the limiter's instead.
+//
+// Errors: invalid input is a core.Error (the functions' SQLSTATE RL0NN
+// mapped back); a server that is down, unreachable or slower than
+// Config.Timeout gives an error matching store.ErrUnavailable; a canceled
+// caller context gives the context's error.
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/store"
+)
+
+// Mode selects the decision path.
+type Mode int
+
+const (
+	// ModeSQL decides in PL/pgSQL in one round trip.
+	ModeSQL Mode = iota
+	// ModeGo locks the rows in a transaction and decides with the
+	// request's core.Decider.
+	ModeGo
+)
+
+// Durability selects how decisions are committed.
+type Durability int
+
+const (
+	// DurabilityDurable commits synchronously (the server's setting).
+	DurabilityDurable Durability = iota
+	// DurabilityFast commits with synchronous_commit = off.
+	DurabilityFast
+)
+
+// Config configures a Store. The zero value is the default.
+type Config struct {
+	Mode       Mode
+	Durability Durability
+	// RequestClock decides at the request's Now instead of the database
+	// server's clock.
+	RequestClock bool
+	// Timeout bounds each decision (0: only the caller's context). A
+	// decision that runs out of it fails with store.ErrUnavailable.
+	Timeout time.Duration
+	// ExpireEvery, if positive, runs Expire in the background that often.
+	ExpireEvery time.Duration
+	// OnExpireError hears errors of the background expiry.
+	OnExpireError func(error)
+}
+
+// Store is the PostgreSQL store.Store. The pool belongs to the caller.
+type Store struct {
+	pool *pgxpool.Pool
+	cfg  Config
+	stop chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New returns a Store over pool, whose database must have been migrated
+// (sql/migrations).
+func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("pgstore: nil pool")
+	}
+	s := &Store{pool: pool, cfg: cfg, stop: make(chan struct{})}
+	if cfg.ExpireEvery > 0 {
+		s.wg.Add(1)
+		go s.expirer()
+	}
+	return s, nil
+}
+
+// Close stops the background expiry. It does not close the pool.
+func (s *Store) Close() error {
+	s.once.Do(func() { close(s.stop) })
+	s.wg.Wait()
+	return nil
+}
+
+func (s *Store) expirer() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.ExpireEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ExpireEvery)
+			_, err := s.Expire(ctx)
+			cancel()
+			if err != nil && s.cfg.OnExpireError != nil {
+				s.cfg.OnExpireError(err)
+			}
+		}
+	}
+}
+
+// Expire deletes idle rows (all of whose states are fresh by now) and
+// returns how many it deleted.
+func (s *Store) Expire(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, "SELECT rl.rl_expire()").Scan(&n)
+	if err != nil {
+		return 0, classify(ctx, err)
+	}
+	return n, nil
+}
+
+// FullKey is the key under which a request's states are stored: prefix,
+// ":", key, or just key without a prefix. rl_allow() callers that share
+// state with a prefixed limiter use the same form.
+func FullKey(prefix, key string) string {
+	if prefix == "" {
+		return key
+	}
+	return prefix + ":" + key
+}
+
+func (s *Store) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.cfg.Timeout > 0 {
+		return context.WithTimeout(ctx, s.cfg.Timeout)
+	}
+	return ctx, func() {}
+}
+
+// Decide implements store.Store.
+func (s *Store) Decide(ctx context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
+	if len(req.Names) != len(req.Limits) || len(req.Limits) == 0 {
+		return 0, core.Decision{}, core.ErrLimits
+	}
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	out := make([]core.Decision, len(req.Limits))
+	var (
+		i   int
+		err error
+	)
+	if s.cfg.Mode == ModeGo {
+		i, err = s.decideGo(ctx, &req, out)
+	} else {
+		i, err = s.decideSQL(ctx, &req, out)
+	}
+	if err != nil {
+		return 0, core.Decision{}, classify(ctx, err)
+	}
+	if len(each) >= len(out) {
+		copy(each, out)
+	}
+	return i, out[i], nil
+}
+
+// nowSQL is the server clock in µs since the Unix epoch, as the SQL
+// functions read it (rl.now_us when a session sets it).
+const nowSQL = "rl._now()"
+
+// decideGo is the transaction path: lock, decide in Go, write back.
+func (s *Store) decideGo(ctx context.Context, req *store.Request, out []core.Decision) (int, error) {
+	key := FullKey(req.Prefix, req.Key)
+	n := len(req.Limits)
+	// Lock rows in name order so that calls on several limits never
+	// deadlock.
+	sorted := slices.Clone(req.Names)
+	slices.Sort(sorted)
+	pos := make(map[string]int, n)
+	for i, name := range req.Names {
+		pos[name] = i
+	}
+	states := make([]core.State, n)
+	now := req.Now
+	if req.Op == store.Peek {
+		rows, err := s.pool.Query(ctx, "SELECT "+nowSQL+", s.name, s.algorithm, s.t, s.x, s.y, s.log FROM (SELECT 1) one LEFT JOIN rl.state s ON s.key = $1 AND s.name = ANY($2)", key, sorted)
+		if err != nil {
+			return 0, err
+		}
+		if err := scanStates(rows, pos, states, &now, s.cfg.RequestClock); err != nil {
+			return 0, err
+		}
+		return req.Decider.PeekAll(req.Limits, states, now, req.Cost, out)
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) // no-op after Commit
+	b := &pgx.Batch{}
+	if s.cfg.Durability == DurabilityFast {
+		b.Queue("SET LOCAL synchronous_commit = off")
+	}
+	b.Queue("INSERT INTO rl.state (key, name) SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING", key, sorted)
+	b.Queue("SELECT "+nowSQL+", name, algorithm, t, x, y, log FROM rl.state WHERE key = $1 AND name = ANY($2) ORDER BY name FOR UPDATE", key, sorted)
+	br := tx.SendBatch(ctx, b)
+	if s.cfg.Durability == DurabilityFast {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return 0, err
+		}
+	}
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return 0, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		br.Close()
+		return 0, err
+	}
+	if err := scanStates(rows, pos, states, &now, s.cfg.RequestClock); err != nil {
+		br.Close()
+		return 0, err
+	}
+	if err := br.Close(); err != nil {
+		return 0, err
+	}
+	for i := range req.Limits {
+		if l := &req.Limits[i]; l.Algorithm == core.SlidingLog && int64(cap(states[i].Log)) < l.Limit {
+			states[i].Log = slices.Grow(states[i].Log, int(l.Limit)-len(states[i].Log))
+		}
+	}
+	i, err := req.Decider.TakeAll(req.Limits, states, now, req.Cost, out)
+	if err != nil || !out[i].Allowed || req.Cost == 0 {
+		return i, err // the rollback removes rows this call inserted
+	}
+	algs := make([]int32, n)
+	ts, xs, ys, exp := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	logs := make([]string, n)
+	for j, st := range states {
+		algs[j], ts[j], xs[j], ys[j] = int32(st.Algorithm), st.T, st.X, st.Y
+		exp[j] = now + out[j].ResetAfter
+		logs[j] = logLiteral(st.Log)
+	}
+	_, err = tx.Exec(ctx, `UPDATE rl.state s SET algorithm = u.algorithm, t = u.t, x = u.x, y = u.y, log = u.log::bigint[], expires_at = u.expires_at
+		FROM unnest($2::text[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bigint[]) AS u(name, algorithm, t, x, y, log, expires_at)
+		WHERE s.key = $1 AND s.name = u.name`, key, req.Names, algs, ts, xs, ys, logs, exp)
+	if err != nil {
+		return 0, err
+	}
+	return i, tx.Commit(ctx)
+}
+
+// logLiteral encodes a log as a PostgreSQL array literal (unnest cannot
+// take an array of arrays of different lengths).
+func logLiteral(log []int64) string {
+	b := make([]byte, 0, 2+len(log)*17)
+	b = append(b, '{')
+	for i, e := range log {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, e, 10)
+	}
+	return string(append(b, '}'))
+}
+
+func scanStates(rows pgx.Rows, pos map[string]int, states []core.State, now *int64, requestClock bool) error {
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			serverNow int64
+			name      *string
+			alg       *int32
+			t, x, y   *int64
+			log       []int64
+		)
+		if err := rows.Scan(&serverNow, &name, &alg, &t, &x, &y, &log); err != nil {
+			return err
+		}
+		if !requestClock {
+			*now = serverNow
+		}
+		if name == nil {
+			continue // LEFT JOIN: no rows
+		}
+		i, ok := pos[*name]
+		if !ok {
+			continue
+		}
+		states[i] = core.State{Algorithm: core.Algorithm(*alg), T: *t, X: *x, Y: *y, Log: log}
+	}
+	return rows.Err()
+}
+
+// Reset implements store.Store.
+func (s *Store) Reset(ctx context.Context, prefix, key string, names []string) error {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	var err error
+	if names == nil {
+		_, err = s.pool.Exec(ctx, "DELETE FROM rl.state WHERE key = $1", FullKey(prefix, key))
+	} else {
+		_, err = s.pool.Exec(ctx, "DELETE FROM rl.state WHERE key = $1 AND name = ANY($2)", FullKey(prefix, key), names)
+	}
+	return classify(ctx, err)
+}
+
+// unavailable marks an error as store.ErrUnavailable.
+type unavailable struct{ err error }
+
+func (e *unavailable) Error() string        { return "pgstore: database unavailable: " + e.err.Error() }
+func (e *unavailable) Unwrap() error        { return e.err }
+func (e *unavailable) Is(target error) bool { return target == store.ErrUnavailable }
+
+// classify maps a pgx error to this package's errors.
+func classify(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce core.Error
+	if errors.As(err, &ce) { // decided in Go: invalid input
+		return err
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		if len(pe.Code) == 5 && pe.Code[:3] == "RL0" {
+			if n, perr := strconv.Atoi(pe.Code[3:]); perr == nil && n >= 1 && n <= 10 {
+				return fmt.Errorf("pgstore: %s: %w", pe.Message, core.Error(n))
+			}
+		}
+		switch pe.Code[:2] {
+		case "08", "53", "57": // connection exception, insufficient resources, operator intervention
+			return &unavailable{err}
+		}
+		return fmt.Errorf("pgstore: %w", err)
+	}
+	if errors.Is(err, context.Canceled) && ctx.Err() == context.Canceled {
+		return fmt.Errorf("pgstore: %w", err) // the caller gave up
+	}
+	// Everything else is the connection: refused, reset, timed out.
+	return &unavailable{err}
+}

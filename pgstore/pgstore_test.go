@@ -1,0 +1,297 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/failover"
+	"github.com/rlcore/rl/internal/pgtest"
+	"github.com/rlcore/rl/internal/tcpproxy"
+	"github.com/rlcore/rl/memstore"
+	"github.com/rlcore/rl/pgstore"
+	"github.com/rlcore/rl/sql/migrations"
+	"github.com/rlcore/rl/store"
+	"github.com/rlcore/rl/store/storetest"
+)
+
+// db is one migrated database shared by this package's tests; keys keep
+// them apart.
+var (
+	dbOnce sync.Once
+	dbURL  string
+)
+
+func database(t *testing.T) string {
+	t.Helper()
+	dbOnce.Do(func() {
+		// The database outlives the first test that asks for it: it is
+		// dropped by TestMain.
+		dbURL = newMigrated(t)
+	})
+	if dbURL == "" {
+		t.Fatal("no database")
+	}
+	return dbURL
+}
+
+func newMigrated(t *testing.T) string {
+	u := pgtest.NewDatabase(&keep{T: t})
+	require.NoError(t, migrations.Up(context.Background(), u))
+	return u
+}
+
+// keep defers a database's cleanup to TestMain.
+type keep struct{ *testing.T }
+
+var cleanups []func()
+
+func (k *keep) Cleanup(f func()) { cleanups = append(cleanups, f) }
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, f := range cleanups {
+		f()
+	}
+	if code != 0 {
+		panic(fmt.Sprintf("exit %d", code))
+	}
+}
+
+const t0 = int64(1_767_225_600_000_000)
+
+var modes = []struct {
+	name string
+	cfg  pgstore.Config
+}{
+	{"sql", pgstore.Config{Mode: pgstore.ModeSQL, RequestClock: true}},
+	{"go", pgstore.Config{Mode: pgstore.ModeGo, RequestClock: true}},
+	{"sql-fast", pgstore.Config{Mode: pgstore.ModeSQL, RequestClock: true, Durability: pgstore.DurabilityFast}},
+	{"go-fast", pgstore.Config{Mode: pgstore.ModeGo, RequestClock: true, Durability: pgstore.DurabilityFast}},
+}
+
+func newStore(t *testing.T, pool *pgxpool.Pool, cfg pgstore.Config) *pgstore.Store {
+	s, err := pgstore.New(pool, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	pool := pgtest.Pool(t, database(t))
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			storetest.Run(t, storetest.Config{New: func(t *testing.T) store.Store { return newStore(t, pool, m.cfg) }})
+		})
+	}
+}
+
+var algorithms = []core.Algorithm{core.FixedWindow, core.SlidingWindow, core.SlidingLog, core.TokenBucket, core.LeakyBucket, core.GCRA}
+
+// TestExactness: 32 goroutines over one pool on a hot key, limit 100:
+// exactly the limit admitted, zero errors; and two pools (two app
+// instances) on one key share the limit exactly. Every algorithm, both
+// paths, several trials.
+func TestExactness(t *testing.T) {
+	u := database(t)
+	pools := []*pgxpool.Pool{pgtest.Pool(t, u), pgtest.Pool(t, u)}
+	for _, m := range modes[:2] {
+		stores := []*pgstore.Store{newStore(t, pools[0], m.cfg), newStore(t, pools[1], m.cfg)}
+		for _, alg := range algorithms {
+			for _, instances := range []int{1, 2} {
+				t.Run(fmt.Sprintf("%s/%s/instances=%d", m.name, alg, instances), func(t *testing.T) {
+					for trial := range 5 {
+						key := fmt.Sprintf("exact-%s-%s-%d-%d-%d", m.name, alg, instances, trial, time.Now().UnixNano())
+						lim := core.Limit{Algorithm: alg, Limit: 100, Window: 3_600_000_000}
+						var admitted, errs atomic.Int64
+						var wg sync.WaitGroup
+						start := make(chan struct{})
+						for g := range 32 {
+							wg.Add(1)
+							go func() {
+								defer wg.Done()
+								s := stores[g%instances]
+								<-start
+								for range 10 {
+									_, d, err := s.Decide(context.Background(), store.Request{Key: key, Names: []string{"default"},
+										Limits: []core.Limit{lim}, Now: t0, Cost: 1, Decider: core.Native{}}, nil)
+									if err != nil {
+										errs.Add(1)
+										t.Error(err)
+										return
+									}
+									if d.Allowed {
+										admitted.Add(1)
+									}
+								}
+							}()
+						}
+						close(start)
+						wg.Wait()
+						require.Zero(t, errs.Load())
+						require.Equal(t, int64(100), admitted.Load(), "trial %d", trial)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestInterleaved decides one key in turn through the SQL path, the Go
+// transaction path and rl_allow() called directly, and compares every
+// decision with the pure core's sequence.
+func TestInterleaved(t *testing.T) {
+	pool := pgtest.Pool(t, database(t))
+	sqlStore := newStore(t, pool, pgstore.Config{Mode: pgstore.ModeSQL, RequestClock: true})
+	goStore := newStore(t, pool, pgstore.Config{Mode: pgstore.ModeGo, RequestClock: true})
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			lim := core.Limit{Algorithm: alg, Limit: 7, Window: 2_000_000, Rate: 0}
+			key := fmt.Sprintf("inter-%s-%d", alg, time.Now().UnixNano())
+			st := core.State{Log: make([]int64, 0, 7)}
+			now := t0
+			for i := range 120 {
+				now += int64((i*104729)%900_000) - 150_000
+				cost := int64(i%4) % 3
+				want, next, err := core.Take(lim, st, now, cost)
+				require.NoError(t, err)
+				st = next
+				var got core.Decision
+				switch i % 3 {
+				case 0, 1:
+					s := []*pgstore.Store{sqlStore, goStore}[i%3]
+					_, got, err = s.Decide(context.Background(), store.Request{Key: key, Names: []string{"default"},
+						Limits: []core.Limit{lim}, Now: now, Cost: cost, Decider: core.Native{}}, nil)
+				case 2:
+					err = pool.QueryRow(context.Background(),
+						"SELECT allowed, lim, remaining, reset_after_us, retry_after_us, delay_us FROM rl.rl_allow_us($1, $2, $3, $4, $5, 0, 'default', $6)",
+						key, alg.String(), lim.Limit, lim.Window, cost, now).
+						Scan(&got.Allowed, &got.Limit, &got.Remaining, &got.ResetAfter, &got.RetryAfter, &got.Delay)
+				}
+				require.NoError(t, err, "step %d", i)
+				require.Equal(t, want, got, "step %d via %d (now %d cost %d)", i, i%3, now, cost)
+			}
+			// And the stored row is the core's state.
+			var a int32
+			var tt, x, y int64
+			var log []int64
+			require.NoError(t, pool.QueryRow(context.Background(), "SELECT algorithm, t, x, y, log FROM rl.state WHERE key = $1", key).Scan(&a, &tt, &x, &y, &log))
+			require.Equal(t, st.Algorithm, core.Algorithm(a))
+			require.Equal(t, []int64{st.T, st.X, st.Y}, []int64{tt, x, y})
+			require.Equal(t, len(st.Log), len(log))
+		})
+	}
+}
+
+func TestInvalidInputAndCancel(t *testing.T) {
+	pool := pgtest.Pool(t, database(t))
+	for _, m := range modes[:2] {
+		s := newStore(t, pool, m.cfg)
+		_, _, err := s.Decide(context.Background(), store.Request{Key: "bad", Names: []string{"default"},
+			Limits: []core.Limit{{Algorithm: core.GCRA, Limit: 5, Window: 0}}, Now: t0, Cost: 1, Decider: core.Native{}}, nil)
+		require.ErrorIs(t, err, core.ErrWindow, m.name)
+		require.False(t, errors.Is(err, store.ErrUnavailable))
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, _, err = s.Decide(ctx, store.Request{Key: "c", Names: []string{"default"},
+			Limits: []core.Limit{{Algorithm: core.GCRA, Limit: 5, Window: 10}}, Now: t0, Cost: 1, Decider: core.Native{}}, nil)
+		require.ErrorIs(t, err, context.Canceled)
+		require.False(t, errors.Is(err, store.ErrUnavailable), "a caller giving up is not an outage: %v (%T)", err, errors.Unwrap(err))
+	}
+}
+
+// TestOutage cuts the network between the pool and PostgreSQL: decisions
+// fail fast with ErrUnavailable; behind failover they are served from
+// memory; after the restore, PostgreSQL decides again without a restart.
+func TestOutage(t *testing.T) {
+	u := database(t)
+	pu, _ := url.Parse(u)
+	proxy, err := tcpproxy.New(pu.Host)
+	require.NoError(t, err)
+	defer proxy.Close()
+	pu.Host = proxy.Addr()
+	q := pu.Query()
+	q.Set("connect_timeout", "1")
+	pu.RawQuery = q.Encode()
+	pool := pgtest.Pool(t, pu.String())
+	pg := newStore(t, pool, pgstore.Config{Timeout: 500 * time.Millisecond})
+	var fallbacks atomic.Int64
+	fo, err := failover.New(failover.Config{Primary: pg, Fallback: memstore.New(nil), Threshold: 2, Cooldown: 200 * time.Millisecond,
+		OnFallback: func(error) { fallbacks.Add(1) }})
+	require.NoError(t, err)
+	lim := core.Limit{Algorithm: core.FixedWindow, Limit: 1000, Window: 3_600_000_000}
+	key := fmt.Sprintf("outage-%d", time.Now().UnixNano())
+	decide := func(s store.Store) (core.Decision, error) {
+		_, d, err := s.Decide(context.Background(), store.Request{Key: key, Names: []string{"default"},
+			Limits: []core.Limit{lim}, Cost: 1, Decider: core.Native{}}, nil)
+		return d, err
+	}
+	for range 3 {
+		d, err := decide(pg)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+	proxy.Cut()
+	start := time.Now()
+	_, err = decide(pg)
+	require.ErrorIs(t, err, store.ErrUnavailable)
+	require.Less(t, time.Since(start), 5*time.Second)
+	for range 10 {
+		d, err := decide(fo)
+		require.NoError(t, err, "failover answers during the outage")
+		require.True(t, d.Allowed)
+	}
+	require.Equal(t, failover.Open, fo.State())
+	proxy.Restore()
+	require.Eventually(t, func() bool {
+		d, err := decide(fo)
+		return err == nil && d.Allowed && fo.State() == failover.Closed
+	}, 20*time.Second, 100*time.Millisecond)
+	d, err := decide(pg)
+	require.NoError(t, err)
+	// PostgreSQL kept its count: 3 before, at least 1 probe after.
+	require.LessOrEqual(t, d.Remaining, int64(1000-5))
+	require.Positive(t, fallbacks.Load())
+}
+
+// TestExpiryBounded churns many keys and shows Expire keeps the table to
+// the live ones.
+func TestExpiryBounded(t *testing.T) {
+	u := newMigrated(t) // a database of its own: it counts rows
+	pool := pgtest.Pool(t, u)
+	s := newStore(t, pool, pgstore.Config{})
+	lim := core.Limit{Algorithm: core.TokenBucket, Limit: 5, Window: 50_000} // 50 ms to refill
+	ctx := context.Background()
+	count := func() (n int64) {
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM rl.state").Scan(&n))
+		return n
+	}
+	for round := range 5 {
+		for i := range 200 {
+			_, _, err := s.Decide(ctx, store.Request{Key: fmt.Sprintf("churn-%d-%d", round, i), Names: []string{"default"},
+				Limits: []core.Limit{lim}, Cost: 1, Decider: core.Native{}}, nil)
+			require.NoError(t, err)
+		}
+		time.Sleep(60 * time.Millisecond) // every row is idle now
+		n, err := s.Expire(ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(200), n)
+		require.Zero(t, count())
+	}
+	// Live rows stay.
+	_, _, err := s.Decide(ctx, store.Request{Key: "live", Names: []string{"default"},
+		Limits: []core.Limit{{Algorithm: core.FixedWindow, Limit: 5, Window: 3_600_000_000}}, Cost: 1, Decider: core.Native{}}, nil)
+	require.NoError(t, err)
+	_, err = s.Expire(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), count())
+}

@@ -1,0 +1,58 @@
+package pgstore
+
+import (
+	"context"
+
+	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/store"
+)
+
+// takeManySQL calls the function behind rl.rl_allow_multi and
+// rl.rl_peek_multi with arrays instead of JSON (migration 0003).
+const takeManySQL = "SELECT t.ord, t.allowed, t.lim, t.remaining, t.reset_after_us, t.retry_after_us, t.delay_us, t.deciding " +
+	"FROM rl._take_many($1, $2, $3, $4, $5, $6, $7, $8, $9) t"
+
+// takeManyFastSQL also turns off synchronous commit for its transaction.
+const takeManyFastSQL = "SELECT t.ord, t.allowed, t.lim, t.remaining, t.reset_after_us, t.retry_after_us, t.delay_us, t.deciding " +
+	"FROM (SELECT set_config('synchronous_commit', 'off', true)) c, rl._take_many($1, $2, $3, $4, $5, $6, $7, $8, $9) t"
+
+// decideSQL is the one-round-trip path: PL/pgSQL decides.
+func (s *Store) decideSQL(ctx context.Context, req *store.Request, out []core.Decision) (int, error) {
+	n := len(req.Limits)
+	algs := make([]int32, n)
+	lims, wins, rates := make([]int64, n), make([]int64, n), make([]int64, n)
+	for i, l := range req.Limits {
+		algs[i], lims[i], wins[i], rates[i] = int32(l.Algorithm), l.Limit, l.Window, l.Rate
+	}
+	var now *int64
+	if s.cfg.RequestClock {
+		now = &req.Now
+	}
+	q := takeManySQL
+	if s.cfg.Durability == DurabilityFast && req.Op == store.Take {
+		q = takeManyFastSQL
+	}
+	rows, err := s.pool.Query(ctx, q, FullKey(req.Prefix, req.Key), req.Names, algs, lims, wins, rates, req.Cost, now, req.Op == store.Take)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	index := 0
+	for rows.Next() {
+		var (
+			ord      int32
+			d        core.Decision
+			deciding bool
+		)
+		if err := rows.Scan(&ord, &d.Allowed, &d.Limit, &d.Remaining, &d.ResetAfter, &d.RetryAfter, &d.Delay, &deciding); err != nil {
+			return 0, err
+		}
+		if int(ord) < n {
+			out[ord] = d
+		}
+		if deciding {
+			index = int(ord)
+		}
+	}
+	return index, rows.Err()
+}
