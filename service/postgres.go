@@ -1,5 +1,3 @@
-//go:build pgstore
-
 package service
 
 import (

@@ -1,0 +1,299 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rlcore/rl/internal/pgtest"
+	"github.com/rlcore/rl/internal/tcpproxy"
+)
+
+// pgEnv serves yaml's rules over PostgreSQL (a fresh database, migrated by
+// the service) reached through a TCP proxy the test can cut.
+type pgEnv struct {
+	*env
+	px    *tcpproxy.Proxy
+	dbURL string // direct, not through the proxy
+}
+
+func newPGEnv(t *testing.T, yaml string, pc PostgresConfig) *pgEnv {
+	t.Helper()
+	dbURL := pgtest.NewDatabase(t)
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	px, err := tcpproxy.New(u.Host)
+	require.NoError(t, err)
+	t.Cleanup(func() { px.Close() })
+	u.Host = px.Addr()
+	pc.URL = u.String()
+	pc.Migrate = true
+
+	cfg, err := ParseConfig("pg.yaml", "yaml", []byte(yaml))
+	require.NoError(t, err)
+	var svc atomic.Pointer[Service]
+	hooks := storeHooks{failover: func(to string) {
+		if s := svc.Load(); s != nil {
+			s.FailoverEvent(to)
+		}
+	}}
+	h, err := openPostgres(context.Background(), pc, 0, quietLogger(), hooks)
+	require.NoError(t, err)
+	t.Cleanup(h.close)
+	s, err := New(cfg, Options{Store: h.store, Ready: h.ready, Decider: wasmPool(t), Logger: quietLogger()})
+	require.NoError(t, err)
+	svc.Store(s)
+	e := &env{svc: s, srv: httptest.NewServer(s.Handler())}
+	t.Cleanup(e.srv.Close)
+	return &pgEnv{env: e, px: px, dbURL: dbURL}
+}
+
+func (p *pgEnv) sqlRemaining(t *testing.T, key, alg string, limit int64, window string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, p.dbURL)
+	require.NoError(t, err)
+	defer c.Close(ctx)
+	var rem int64
+	require.NoError(t, c.QueryRow(ctx, "SELECT remaining FROM rl.rl_peek($1, $2, $3, $4::interval, 0)", key, alg, limit, window).Scan(&rem))
+	return rem
+}
+
+// The service decides on the same rows as rl_allow(): "rule:key".
+func TestPostgresSharesRowsWithSQL(t *testing.T) {
+	for _, mode := range []string{"go", "sql"} {
+		t.Run("decide="+mode, func(t *testing.T) {
+			p := newPGEnv(t, `rules: [{name: r, strategy: fixed, limit: 5, window: 1h}]`, PostgresConfig{Decide: mode})
+			for range 2 {
+				require.Equal(t, 200, p.post(t, "check", `{"rule":"r","key":"k"}`).code)
+			}
+			require.Equal(t, int64(3), p.sqlRemaining(t, "r:k", "fixed_window", 5, "1 hour"))
+			ctx := context.Background()
+			c, err := pgx.Connect(ctx, p.dbURL)
+			require.NoError(t, err)
+			defer c.Close(ctx)
+			_, err = c.Exec(ctx, "SELECT rl.rl_allow('r:k', 'fixed_window', 5, '1 hour', 2)")
+			require.NoError(t, err)
+			r := p.post(t, "check", `{"rule":"r","key":"k"}`)
+			require.Equal(t, 200, r.code)
+			require.Equal(t, int64(0), r.decision(t).Remaining)
+			require.Equal(t, 429, p.post(t, "check", `{"rule":"r","key":"k"}`).code)
+			require.Equal(t, 200, p.post(t, "reset", `{"rule":"r","key":"k"}`).code)
+			require.Equal(t, int64(5), p.sqlRemaining(t, "r:k", "fixed_window", 5, "1 hour"))
+			require.Equal(t, 200, p.do(t, "GET", "/readyz", "").code)
+		})
+	}
+}
+
+func TestPostgresExactness(t *testing.T) {
+	p := newPGEnv(t, `
+upstream: demo
+rules:
+  - {name: hot, strategy: sliding_log, limit: 100, window: 1h}
+  - {name: hotp, endpoint: /hot, key_by: global, limits: [{name: b, strategy: token, limit: 150, window: 1000d}, {name: d, strategy: fixed, limit: 100, window: 10000d}]}
+`, PostgresConfig{})
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	body := [][]byte{[]byte(`{"rule":"hot","key":"k"}`)}
+	for _, c := range []struct {
+		name string
+		mk   func(int) *http.Request
+	}{
+		{"api", func(int) *http.Request {
+			r, _ := http.NewRequest("POST", p.srv.URL+APIPrefix+"check", strings.NewReader(string(body[0])))
+			return r
+		}},
+		{"proxy", func(int) *http.Request { r, _ := http.NewRequest("GET", p.srv.URL+"/hot", nil); return r }},
+	} {
+		r := runLoad(client, 32, 0, 400, c.mk)
+		t.Logf("%s on PostgreSQL: admitted %d, denied %d, %.0f req/s, p50 %s, p99 %s", c.name, r.codes[200], r.codes[429], r.rate(), r.p50, r.p99)
+		require.Zero(t, r.errs)
+		require.Equal(t, 100, r.codes[200], "%s: %v", c.name, r.codes)
+		require.Equal(t, 300, r.codes[429], "%s: %v", c.name, r.codes)
+	}
+}
+
+// answer is one request of the outage test.
+type answer struct {
+	start, end time.Time
+	code       string // "200", "200 fail_open", "429", "503", "error"
+}
+
+// hammer checks rule on a few keys from a few clients until stop.
+func hammer(base, rule string, out *[]answer, mu *sync.Mutex, stop <-chan struct{}, wg *sync.WaitGroup) {
+	client := &http.Client{Timeout: 10 * time.Second}
+	for w := range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				a := answer{start: time.Now()}
+				resp, err := client.Post(base+APIPrefix+"check", "application/json",
+					strings.NewReader(fmt.Sprintf(`{"rule":%q,"key":"w%d-%d"}`, rule, w, i%50)))
+				if err != nil {
+					a.code = "error"
+				} else {
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					a.code = fmt.Sprint(resp.StatusCode)
+					if resp.StatusCode == 200 {
+						var d DecisionJSON
+						json.Unmarshal(b, &d)
+						if d.FailOpen {
+							a.code += " fail_open"
+						}
+					}
+				}
+				a.end = time.Now()
+				mu.Lock()
+				*out = append(*out, a)
+				mu.Unlock()
+				time.Sleep(2 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// PostgreSQL is cut while requests run: every request is answered by its
+// rule's fail policy, promptly, and decisions resume on PostgreSQL when it
+// comes back, without a restart.
+func TestPostgresOutage(t *testing.T) {
+	p := newPGEnv(t, `
+rules:
+  - {name: open, strategy: token, limit: 1000000, window: 1s, fail_open: true}
+  - {name: closed, strategy: token, limit: 1000000, window: 1s}
+`, PostgresConfig{Timeout: 2 * time.Second})
+	// Warm up: connections, prepared statements, WASM instances.
+	for i := range 20 {
+		require.Equal(t, 200, p.post(t, "check", fmt.Sprintf(`{"rule":"closed","key":"warm%d"}`, i)).code)
+	}
+	var mu sync.Mutex
+	answers := map[string]*[]answer{"open": {}, "closed": {}}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for rule, out := range answers {
+		hammer(p.srv.URL, rule, out, &mu, stop, &wg)
+	}
+	time.Sleep(500 * time.Millisecond)
+	cutAt := time.Now()
+	p.px.Cut()
+	require.Equal(t, 503, p.do(t, "GET", "/readyz", "").code, "not ready without the database")
+	time.Sleep(1500 * time.Millisecond)
+	p.px.Restore()
+	// Recovery: the closed rule decides on PostgreSQL again.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		r := p.post(t, "check", `{"rule":"closed","key":"probe"}`)
+		if r.code == 200 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "no recovery after the database came back: %d %s", r.code, r.body)
+		time.Sleep(50 * time.Millisecond)
+	}
+	healedAt := time.Now()
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+
+	// Phases: before (answered before the cut), after (started after the
+	// recovery was seen), and the outage in between (including requests in
+	// flight at its edges, which may still or already reach the database).
+	for rule, out := range answers {
+		phases := map[string]map[string]int{"before": {}, "cut": {}, "after": {}}
+		slowest := time.Duration(0)
+		for _, a := range *out {
+			ph := "cut"
+			switch {
+			case a.end.Before(cutAt):
+				ph = "before"
+			case a.start.After(healedAt):
+				ph = "after"
+			}
+			phases[ph][a.code]++
+			slowest = max(slowest, a.end.Sub(a.start))
+		}
+		t.Logf("%-6s before %v, outage %v, after %v; slowest answer %s", rule, phases["before"], phases["cut"], phases["after"], slowest.Round(time.Millisecond))
+		require.Less(t, slowest, 3*time.Second, "%s: answers must not stall", rule)
+		for ph, codes := range phases {
+			require.Zero(t, codes["error"], "%s %s: transport errors (a crash?)", rule, ph)
+		}
+		before, cut, after := phases["before"], phases["cut"], phases["after"]
+		require.Equal(t, sum(before), before["200"], "%s before: all decided", rule)
+		require.Equal(t, sum(after), after["200"], "%s after: all decided on PostgreSQL again", rule)
+		require.Positive(t, before["200"])
+		require.Positive(t, after["200"])
+		if rule == "open" {
+			require.Equal(t, sum(cut), cut["200 fail_open"]+cut["200"], "fail_open rule: every request admitted: %v", cut)
+			require.Greater(t, cut["200 fail_open"], 10*cut["200"], "mostly failed open: %v", cut)
+		} else {
+			require.Equal(t, sum(cut), cut["503"]+cut["200"], "fail-closed rule: refused with 503 when undecided: %v", cut)
+			require.Greater(t, cut["503"], 10*cut["200"], "mostly refused: %v", cut)
+		}
+	}
+	m := string(p.do(t, "GET", "/metrics", "").body)
+	require.Regexp(t, `rate_limiter_fail_open_total\{rule="open"\} [1-9]`, m)
+	require.Regexp(t, `rl_decisions_total\{outcome="fail_closed",rule="closed"\} [1-9]`, m)
+	require.Equal(t, 200, p.do(t, "GET", "/readyz", "").code)
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// With failover, an outage is served from memory behind the breaker (limits
+// still enforced, per process), and decisions return to PostgreSQL, whose
+// state resumes where it was, when it recovers.
+func TestPostgresFailover(t *testing.T) {
+	p := newPGEnv(t, `rules: [{name: r, strategy: fixed, limit: 10, window: 10000d}]`,
+		PostgresConfig{Timeout: 2 * time.Second, Failover: true, FailoverThreshold: 2, FailoverCooldown: 300 * time.Millisecond})
+	for range 4 {
+		require.Equal(t, 200, p.post(t, "check", `{"rule":"r","key":"k"}`).code)
+	}
+	require.Equal(t, int64(6), p.sqlRemaining(t, "r:k", "fixed_window", 10, "10000 days"))
+
+	p.px.Cut()
+	codes := map[int]int{}
+	for range 12 {
+		r := p.post(t, "check", `{"rule":"r","key":"k"}`)
+		codes[r.code]++
+		if r.code == 200 {
+			require.False(t, r.decision(t).FailOpen, "decided in memory, not failed open")
+		}
+	}
+	require.Equal(t, map[int]int{200: 10, 429: 2}, codes, "memory enforces the limit (from a fresh count)")
+	require.Equal(t, 200, p.do(t, "GET", "/readyz", "").code, "ready: the failover serves")
+	m := string(p.do(t, "GET", "/metrics", "").body)
+	require.Contains(t, m, `rl_failover_events_total{to="memory"} 1`)
+	require.Contains(t, m, "rl_failover_active 1")
+
+	p.px.Restore()
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(string(p.do(t, "GET", "/metrics", "").body), `rl_failover_events_total{to="primary"} 1`) {
+		require.True(t, time.Now().Before(deadline), "the breaker never closed")
+		p.post(t, "check", `{"rule":"r","key":"probe"}`) // calls drive the half-open probe
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Back on PostgreSQL: its count (4) resumes.
+	r := p.post(t, "check", `{"rule":"r","key":"k"}`)
+	require.Equal(t, 200, r.code)
+	require.Equal(t, int64(5), r.decision(t).Remaining)
+	require.Contains(t, string(p.do(t, "GET", "/metrics", "").body), "rl_failover_active 0")
+}
