@@ -109,7 +109,7 @@ func TestExactness(t *testing.T) {
 		for _, alg := range algorithms {
 			for _, instances := range []int{1, 2} {
 				t.Run(fmt.Sprintf("%s/%s/instances=%d", m.name, alg, instances), func(t *testing.T) {
-					for trial := range 5 {
+					for trial := range 3 {
 						key := fmt.Sprintf("exact-%s-%s-%d-%d-%d", m.name, alg, instances, trial, time.Now().UnixNano())
 						lim := core.Limit{Algorithm: alg, Limit: 100, Window: 3_600_000_000}
 						var admitted, errs atomic.Int64
