@@ -238,3 +238,21 @@ func TestReloadUnderLoad(t *testing.T) {
 	require.Contains(t, m, `rl_config_reloads_total{result="failure"} 1`)
 	require.Contains(t, m, "rl_config_last_reload_success 0")
 }
+
+// API keys are kept as digests: long tokens work, secrets stay out of the
+// store, and the decision API reaches the same state through the digest.
+func TestAPIKeysAreHashed(t *testing.T) {
+	up := newUpstream(t)
+	e := newEnv(t, "upstream: "+up.srv.URL+"\nrules: [{name: pay, endpoint: /pay, key_by: api_key, strategy: fixed, limit: 2, window: 1m}]", nil)
+	jwt := "eyJ" + strings.Repeat("a", 600)
+	require.Equal(t, 200, e.do(t, "GET", "/pay", "", "Authorization", "Bearer "+jwt).code)
+	digest := APIKeyDigest(jwt)
+	require.Equal(t, "sha256:", digest[:7])
+	require.Len(t, digest, 7+32)
+	r := e.post(t, "peek", `{"rule":"pay","key":"`+digest+`","cost":0}`)
+	require.Equal(t, int64(1), r.decision(t).Remaining, "the proxy's take is visible through the digest")
+	require.Equal(t, 200, e.post(t, "reset", `{"rule":"pay","key":"`+digest+`"}`).code)
+	require.Equal(t, 200, e.do(t, "GET", "/pay", "", "X-API-Key", jwt).code)
+	require.Equal(t, 200, e.do(t, "GET", "/pay", "", "X-API-Key", jwt).code)
+	require.Equal(t, 429, e.do(t, "GET", "/pay", "", "X-API-Key", jwt).code)
+}

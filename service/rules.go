@@ -2,6 +2,8 @@ package service
 
 import (
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/http"
@@ -166,7 +168,7 @@ func keyFunc(keyBy string, trusted []netip.Prefix) httplimit.KeyFunc {
 	case keyBy == "ip":
 		return httplimit.ClientIP(trusted...)
 	case keyBy == "api_key":
-		return httplimit.APIKey()
+		return hashedAPIKey(httplimit.APIKey())
 	case keyBy == "global":
 		return func(*http.Request) (string, error) { return "global", nil }
 	case strings.HasPrefix(keyBy, "header:"):
@@ -175,6 +177,28 @@ func keyFunc(keyBy string, trusted []netip.Prefix) httplimit.KeyFunc {
 		return httplimit.Query(keyBy[len("query:"):])
 	}
 	panic("service: unchecked key_by " + keyBy)
+}
+
+// hashedAPIKey keys by a digest of the API key: secrets never reach the
+// store (or PostgreSQL's rows and logs), and tokens of any length (JWTs)
+// make valid keys. The key is "sha256:" and the first 32 hex digits (128
+// bits) of the SHA-256 of the token, as APIKeyDigest computes it.
+func hashedAPIKey(f httplimit.KeyFunc) httplimit.KeyFunc {
+	return func(r *http.Request) (string, error) {
+		k, err := f(r)
+		if err != nil {
+			return "", err
+		}
+		return APIKeyDigest(k), nil
+	}
+}
+
+// APIKeyDigest is the key under which rules with key_by: api_key keep an
+// API key's state; send it as "key" to decide or reset the same key through
+// the decision API.
+func APIKeyDigest(apiKey string) string {
+	sum := sha256.Sum256([]byte(apiKey))
+	return "sha256:" + hex.EncodeToString(sum[:16])
 }
 
 // errCost is a cost header that is not an integer in [0, core.MaxCost].
