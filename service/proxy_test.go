@@ -181,6 +181,14 @@ func TestProxyBodyLimit(t *testing.T) {
 	e := newEnv(t, "upstream: "+up.srv.URL+"\nrules: ["+hosted+"]", func(o *Options) { o.ProxyMaxBodyBytes = 100 })
 	require.Equal(t, 413, e.do(t, "POST", "/x", strings.Repeat("x", 200)).code)
 	require.Equal(t, 200, e.do(t, "POST", "/x", strings.Repeat("x", 50)).code)
+	// A chunked body (no Content-Length) is cut while it streams.
+	req, err := http.NewRequest("POST", e.srv.URL+"/x", io.MultiReader(strings.NewReader(strings.Repeat("y", 150))))
+	require.NoError(t, err)
+	req.ContentLength = -1
+	resp, err := e.srv.Client().Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 413, resp.StatusCode)
 }
 
 // Reloads swap the rules atomically while requests run: none fails, and

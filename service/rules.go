@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -244,6 +245,12 @@ func (s *Service) reverseProxy(u *url.URL) http.Handler {
 		Transport: s.transport,
 		ErrorLog:  slogErrorLog(s.log),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				s.metrics.rejected.WithLabelValues("body_too_large").Inc()
+				http.Error(w, "Request body too large", http.StatusRequestEntityTooLarge)
+				return
+			}
 			s.log.Warn("upstream failed", "upstream", u.Redacted(), "method", r.Method, "path", r.URL.Path, "err", err)
 			http.Error(w, "Bad gateway: the upstream failed", http.StatusBadGateway)
 		},
