@@ -3,6 +3,7 @@ SET LOCAL search_path = pg_catalog, pg_temp;
 
 DROP FUNCTION rl.rl_expire(bigint, integer);
 DROP FUNCTION rl.rl_reset(text, text);
+DROP FUNCTION rl.rl_decide_multi(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint, boolean);
 DROP FUNCTION rl.rl_peek_multi(text, jsonb, bigint, bigint);
 DROP FUNCTION rl.rl_allow_multi(text, jsonb, bigint, bigint);
 DROP FUNCTION rl.rl_peek_us(text, text, bigint, bigint, bigint, bigint, text, bigint);

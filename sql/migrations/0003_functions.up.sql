@@ -215,9 +215,11 @@ END
 $fn$;
 
 -- rl._take_many decides several limits on one key, all or nothing
--- (core.TakeAll / core.PeekAll). Rows are locked in name order (COLLATE "C"),
--- so concurrent calls on overlapping names cannot deadlock; decisions and the
--- returned index follow the caller's order.
+-- (core.TakeAll / core.PeekAll). Rows are locked in name order (COLLATE "C",
+-- i.e. bytewise), creating missing ones in passing, so concurrent calls on
+-- overlapping names cannot deadlock; decisions and the returned index follow
+-- the caller's order. Other writers of rl.state must lock the same way (see
+-- sql/README.md, "Locking protocol").
 CREATE FUNCTION rl._take_many(p_key text, p_names text[], p_algs integer[], p_lims bigint[], p_wins bigint[],
                               p_rates bigint[], p_cost bigint, p_now bigint, p_take boolean)
     RETURNS SETOF rl.multi_decision
@@ -231,23 +233,42 @@ DECLARE
     rs       rl._eval_result[];
     r        rl._eval_result;
     st       rl.state_words;
-    inserted text[];
+    created  text[] := '{}';
     denied   integer;
     best     integer;
     i        integer;
-    ok       boolean;
-    attempt  integer := 0;
+    tries    integer;
 BEGIN
     IF p_key IS NULL OR p_key = '' OR octet_length(p_key) > 256 THEN
         PERFORM rl._check_key(p_key, 'key');
     END IF;
+    IF n IS NULL OR n = 0 OR array_ndims(p_names) <> 1 OR array_lower(p_names, 1) <> 1 THEN
+        PERFORM rl._raise(10, 'limit index 0: no limits');
+    END IF;
+    IF cardinality(p_algs) IS DISTINCT FROM n OR cardinality(p_lims) IS DISTINCT FROM n
+            OR cardinality(p_wins) IS DISTINCT FROM n OR cardinality(p_rates) IS DISTINCT FROM n
+            OR array_lower(p_algs, 1) <> 1 OR array_lower(p_lims, 1) <> 1
+            OR array_lower(p_wins, 1) <> 1 OR array_lower(p_rates, 1) <> 1 THEN
+        PERFORM rl._raise(10, 'limit index 0: the parameter arrays differ in length');
+    END IF;
+    FOR i IN 1 .. n LOOP
+        PERFORM rl._check_key(p_names[i], 'limit name');
+        IF p_names[i] = ANY (p_names[1 : i - 1]) THEN
+            PERFORM rl._raise(10, format('limit index %s: duplicate name %L', i - 1, p_names[i]));
+        END IF;
+    END LOOP;
     IF p_now IS NULL THEN
         p_now := rl._now();
     END IF;
     lock_ord := ARRAY(SELECT j FROM generate_subscripts(p_names, 1) AS j ORDER BY p_names[j] COLLATE "C");
-    <<attempts>>
-    LOOP
-        FOREACH i IN ARRAY lock_ord LOOP
+    -- Lock (take) or read (peek) the rows in name order. A missing row is
+    -- created fresh at once, at its place in that order, so every session
+    -- acquires a key's rows in one order and none can wait for a row while
+    -- holding one that the other waits for. Fresh rows that end up unused
+    -- (denied, cost 0) are deleted again: the call leaves nothing behind.
+    FOREACH i IN ARRAY lock_ord LOOP
+        tries := 0;
+        LOOP
             IF p_take THEN
                 SELECT s.algorithm, s.t, s.x, s.y, s.log INTO st
                   FROM rl.state s WHERE s.key = p_key AND s.name = p_names[i] FOR UPDATE;
@@ -255,35 +276,45 @@ BEGIN
                 SELECT s.algorithm, s.t, s.x, s.y, s.log INTO st
                   FROM rl.state s WHERE s.key = p_key AND s.name = p_names[i];
             END IF;
-            have[i] := FOUND;
-            IF NOT FOUND THEN
-                st := NULL; -- fresh
+            EXIT WHEN FOUND OR NOT p_take; -- not found: st is NULL, a fresh state
+            tries := tries + 1;
+            IF tries > 3 THEN
+                RAISE EXCEPTION 'ratelimit: the state row kept changing; retry the transaction'
+                    USING ERRCODE = 'serialization_failure';
             END IF;
-            ss[i] := st;
-        END LOOP;
-        -- core.all: first pass decides without changing anything.
-        denied := 0; -- 1-based; 0: none
-        FOR i IN 1 .. n LOOP
-            st := ss[i];
-            r := rl._eval(p_algs[i], p_lims[i], p_wins[i], p_rates[i], st.algorithm, st.t, st.x, st.y, st.log,
-                          p_now, p_cost, false);
-            IF r.err <> 0 THEN
-                PERFORM rl._raise(r.err, format('limit index %s (name %L)', i - 1, p_names[i]));
-            END IF;
-            rs[i] := r;
-            IF NOT r.allowed THEN
-                IF denied = 0 THEN
-                    denied := i;
-                ELSIF (rs[denied]).retry_after <> -1
-                      AND (r.retry_after = -1 OR r.retry_after > (rs[denied]).retry_after) THEN
-                    denied := i;
-                END IF;
+            -- Waits if another session is creating the same row; READ
+            -- COMMITTED then sees its row on the next SELECT (REPEATABLE READ
+            -- raises a serialization failure instead).
+            INSERT INTO rl.state AS s (key, name) VALUES (p_key, p_names[i]) ON CONFLICT DO NOTHING;
+            IF FOUND THEN
+                created := created || p_names[i];
             END IF;
         END LOOP;
-        IF denied > 0 THEN
-            best := denied;
-            EXIT attempts;
+        ss[i] := st;
+    END LOOP;
+    -- core.all: the first pass decides without changing anything.
+    denied := 0; -- 1-based; 0: none
+    FOR i IN 1 .. n LOOP
+        st := ss[i];
+        r := rl._eval(p_algs[i], p_lims[i], p_wins[i], p_rates[i], st.algorithm, st.t, st.x, st.y, st.log,
+                      p_now, p_cost, false);
+        IF r.err <> 0 THEN
+            PERFORM rl._raise(r.err, format('limit index %s (name %L)', i - 1, p_names[i]));
         END IF;
+        rs[i] := r;
+        IF NOT r.allowed THEN
+            -- later(r.retry_after, rs[denied].retry_after): Never (-1) counts as latest.
+            IF denied = 0 THEN
+                denied := i;
+            ELSIF (rs[denied]).retry_after <> -1
+                  AND (r.retry_after = -1 OR r.retry_after > (rs[denied]).retry_after) THEN
+                denied := i;
+            END IF;
+        END IF;
+    END LOOP;
+    IF denied > 0 THEN
+        best := denied;
+    ELSE
         best := 1;
         FOR i IN 1 .. n LOOP
             IF p_take THEN
@@ -299,41 +330,20 @@ BEGIN
                 best := i;
             END IF;
         END LOOP;
-        EXIT attempts WHEN NOT p_take OR p_cost = 0;
-        -- Create the missing rows first, in name order; if another session
-        -- created one meanwhile, undo ours and decide again.
-        inserted := '{}';
-        ok := true;
-        FOREACH i IN ARRAY lock_ord LOOP
-            CONTINUE WHEN have[i];
-            r := rs[i];
-            INSERT INTO rl.state AS s (key, name, algorithm, t, x, y, log, expires_at)
-            VALUES (p_key, p_names[i], r.algorithm, r.t, r.x, r.y, r.log, p_now + r.reset_after)
-            ON CONFLICT DO NOTHING;
-            IF NOT FOUND THEN
-                ok := false;
-                EXIT;
-            END IF;
-            inserted := inserted || p_names[i];
-        END LOOP;
-        IF ok THEN
+        IF p_take AND p_cost > 0 THEN
             FOREACH i IN ARRAY lock_ord LOOP
-                CONTINUE WHEN NOT have[i];
                 r := rs[i];
                 UPDATE rl.state s
                    SET algorithm = r.algorithm, t = r.t, x = r.x, y = r.y, log = r.log,
                        expires_at = p_now + r.reset_after
                  WHERE s.key = p_key AND s.name = p_names[i];
             END LOOP;
-            EXIT attempts;
+            created := '{}';
         END IF;
-        DELETE FROM rl.state s WHERE s.key = p_key AND s.name = ANY (inserted);
-        attempt := attempt + 1;
-        IF attempt >= 3 THEN
-            RAISE EXCEPTION 'ratelimit: the state rows kept changing; retry the transaction'
-                USING ERRCODE = 'serialization_failure';
-        END IF;
-    END LOOP;
+    END IF;
+    IF cardinality(created) > 0 THEN
+        DELETE FROM rl.state s WHERE s.key = p_key AND s.name = ANY (created);
+    END IF;
     FOR i IN 1 .. n LOOP
         r := rs[i];
         RETURN NEXT ROW(i - 1, p_names[i], r.allowed, r.lim, r.remaining, r.reset_after, r.retry_after, r.delay,
@@ -429,6 +439,23 @@ BEGIN
 END
 $fn$;
 
+-- rl.rl_decide_multi is rl_allow_multi (take true) and rl_peek_multi (take
+-- false) with the limits as parallel arrays instead of JSON, for programs:
+-- element i of names, algorithms (core.Algorithm numbers), lims, windows_us
+-- and rates is limit i. Unequal lengths, an empty list or a duplicate name
+-- raise RL010.
+CREATE FUNCTION rl.rl_decide_multi(key text, names text[], algorithms integer[], lims bigint[], windows_us bigint[],
+                                   rates bigint[], cost bigint DEFAULT 1, now_us bigint DEFAULT NULL,
+                                   take boolean DEFAULT true)
+    RETURNS SETOF rl.multi_decision
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+BEGIN
+    RETURN QUERY SELECT * FROM rl._take_many($1, $2, $3, $4, $5, $6, $7, $8, coalesce($9, true));
+END
+$fn$;
+
 -- rl.rl_reset forgets the state of limit name on key (NULL: every limit of
 -- the key) and returns the number of rows deleted.
 CREATE FUNCTION rl.rl_reset(key text, name text DEFAULT NULL) RETURNS bigint
@@ -436,10 +463,16 @@ CREATE FUNCTION rl.rl_reset(key text, name text DEFAULT NULL) RETURNS bigint
     SET search_path = pg_catalog, rl, pg_temp
 AS $fn$
 DECLARE
-    n bigint;
+    n     bigint;
+    names text[];
 BEGIN
     PERFORM rl._check_key($1, 'key');
-    DELETE FROM rl.state s WHERE s.key = $1 AND ($2 IS NULL OR s.name = $2);
+    -- Lock in name order first, as every writer does, then delete exactly
+    -- the rows locked (rows created meanwhile are not waited for).
+    SELECT array_agg(l.name) INTO names
+      FROM (SELECT s.name FROM rl.state s WHERE s.key = $1 AND ($2 IS NULL OR s.name = $2)
+             ORDER BY s.name COLLATE "C" FOR UPDATE) l;
+    DELETE FROM rl.state s WHERE s.key = $1 AND s.name = ANY (names);
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;
 END

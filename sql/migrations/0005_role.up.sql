@@ -32,6 +32,7 @@ BEGIN
                 rl.rl_peek_us(text, text, bigint, bigint, bigint, bigint, text, bigint),
                 rl.rl_allow_multi(text, jsonb, bigint, bigint),
                 rl.rl_peek_multi(text, jsonb, bigint, bigint),
+                rl.rl_decide_multi(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint, boolean),
                 rl.rl_reset(text, text),
                 rl.rl_expire(bigint, integer),
                 rl.enforce_limit()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -262,4 +264,76 @@ func TestPeekTakesNoLock(t *testing.T) {
 	require.False(t, allowed)
 	require.NoError(t, db.QueryRow(ctx, `SELECT xmin::text FROM rl.state WHERE key = $1`, key).Scan(&xmin2))
 	require.Equal(t, xmin1, xmin2, "a denied call must not write the row")
+}
+
+// TestNoDeadlocks mixes single-limit, multi-limit (random subsets of three
+// names in random orders) and reset calls on a few keys, new ones appearing
+// all the time: no call may fail (a deadlock would raise 40P01).
+func TestNoDeadlocks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	all := []string{"a", "b", "c"}
+	algs := map[string]string{"a": "token_bucket", "b": "fixed_window", "c": "sliding_log"}
+	var (
+		wg   sync.WaitGroup
+		errs = make(chan error, 16)
+	)
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 1))
+			for i := range 40 {
+				key := fmt.Sprintf("dl:%d:%d", i/10, r.IntN(2))
+				var err error
+				switch x := r.IntN(10); {
+				case x == 0:
+					_, err = db.Exec(ctx, `SELECT rl.rl_reset($1)`, key)
+				case x < 4:
+					n := all[r.IntN(3)]
+					_, err = db.Exec(ctx, `SELECT rl.rl_allow_us($1, $2, 5, 60000000, 1, 0, $3, $4)`, key, algs[n], n, concNow)
+				default:
+					names := slices.Clone(all)
+					r.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
+					names = names[:1+r.IntN(3)]
+					var b strings.Builder
+					b.WriteString("[")
+					for j, n := range names {
+						if j > 0 {
+							b.WriteString(",")
+						}
+						fmt.Fprintf(&b, `{"name":%q,"algorithm":%q,"limit":5,"window_us":60000000}`, n, algs[n])
+					}
+					b.WriteString("]")
+					_, err = db.Exec(ctx, `SELECT * FROM rl.rl_allow_multi($1, $2::jsonb, $3, $4)`,
+						key, b.String(), r.Int64N(3), concNow)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+// TestDeniedMultiLeavesNothing: a denied all-or-nothing call on a new key
+// creates no rows.
+func TestDeniedMultiLeavesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	key := uniqueKey("nothing")
+	var allowed bool
+	require.NoError(t, db.QueryRow(ctx, `SELECT bool_and(allowed) FROM rl.rl_allow_multi($1,
+		'[{"name":"a","algorithm":"gcra","limit":5,"window_us":1000000},
+		  {"name":"b","algorithm":"fixed","limit":2,"window_us":1000000}]', 3, $2)`, key, concNow).Scan(&allowed))
+	require.False(t, allowed)
+	var n int
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM rl.state WHERE key = $1`, key).Scan(&n))
+	require.Zero(t, n)
 }

@@ -106,6 +106,10 @@ func TestErrors(t *testing.T) {
 		{`SELECT rl.rl_allow($1, 'gcra', 5, '1 minute')`, "RL011", "", "The key is 258 bytes long.", []any{long}},
 		{`SELECT rl.rl_allow('k', 'gcra', 5, '1 minute', name => '')`, "RL011", "ratelimit: invalid limit name: it must be 1 to 256 bytes", "", nil},
 		{`SELECT rl.rl_reset('')`, "RL011", "", "", nil},
+		{`SELECT rl.rl_decide_multi('k', '{a,b}', '{4}', '{5,5}', '{1,1}', '{0,0}')`, "RL010", "", "limit index 0: the parameter arrays differ in length", nil},
+		{`SELECT rl.rl_decide_multi('k', '{a,a}', '{4,4}', '{5,5}', '{1,1}', '{0,0}')`, "RL010", "", "limit index 1: duplicate name 'a'", nil},
+		{`SELECT rl.rl_decide_multi('k', '{}', '{}', '{}', '{}', '{}')`, "RL010", "", "", nil},
+		{`SELECT rl.rl_decide_multi('k', '{a,""}', '{4,4}', '{5,5}', '{1,1}', '{0,0}')`, "RL011", "", "", nil},
 		{`SELECT rl.rl_expire(0, 0)`, "22023", "", "", nil},
 	} {
 		_, err := db.Exec(ctx, tc.query, tc.args...)

@@ -170,6 +170,12 @@ func TestRoleAppPrivileges(t *testing.T) {
 	for _, q := range []string{
 		`SELECT * FROM rl.rl_allow_multi('role:1', '[{"name":"a","algorithm":"gcra","limit":3,"window":"1 second"}]')`,
 		`SELECT * FROM rl.rl_peek('role:1', 'token_bucket', 10, '1 minute')`,
+		`SELECT * FROM rl.rl_decide_multi('role:1', '{a}', '{6}', '{3}', '{1000000}', '{0}')`,
+		`SELECT * FROM rl.rl_allow_us('role:2', 'gcra', 3, 1000000)`,
+		`SELECT * FROM rl.rl_peek_us('role:2', 'gcra', 3, 1000000)`,
+		`SELECT * FROM rl.rl_peek_multi('role:1', '[{"name":"a","algorithm":"gcra","limit":3,"window":"1 second"}]')`,
+		`SELECT * FROM rl.decide_all(ARRAY[ROW(4,5,1000,0)]::rl.limit_spec[], NULL, 0, 1)`,
+		`SELECT rl.algorithm_id('gcra'), rl.algorithm_name(6)`,
 		`SELECT rl.rl_reset('role:1')`,
 		`SELECT rl.rl_expire(0)`,
 		`SELECT * FROM rl.decide(4, 3, 1000000, 0, 0, 0, 0, 0, '{}', 0, 1)`,
@@ -183,6 +189,8 @@ func TestRoleAppPrivileges(t *testing.T) {
 		`INSERT INTO rl.state (key, name) VALUES ('x', 'y')`,
 		`SELECT rl._take1('k', 'default', 4, 10, 1000000, 0, 1, 0, true)`,
 		`SELECT rl._now()`,
+		`SELECT * FROM rl._take_many('k', '{a}', '{6}', '{3}', '{1000000}', '{0}', 1, 0, true)`,
+		`SELECT rl._eval(4, 5, 1000, 0, 0, 0, 0, 0, '{}', 0, 1, true)`,
 	} {
 		_, err := conn.Exec(ctx, q)
 		require.Equal(t, "42501", sqlState(err), "%s: %v", q, err)

@@ -18,7 +18,8 @@ import (
 
 // TestVectorsTable runs every vector case whose limits have distinct names
 // through the table functions: rl_allow_us / rl_peek_us for one limit,
-// rl_allow_multi / rl_peek_multi for several, rl_reset for reset, with
+// rl_allow_multi / rl_peek_multi (and rl_decide_multi) for several, rl_reset
+// for reset, with
 // explicit now_us, after writing set_states into rows. After every step the
 // rows must hold expect.states (a missing row is a fresh state) and the
 // expires_at the last write set.
@@ -33,8 +34,13 @@ func TestVectorsTable(t *testing.T) {
 				// Every case applies today; a future one with duplicate
 				// names could not map its states to rows.
 				require.True(t, distinctNames(c), "%s: duplicate limit names", c.ID)
-				if err := runTableCase(context.Background(), c); err != nil {
+				if err := runTableCase(context.Background(), c, false); err != nil {
 					t.Errorf("%s: %v", c.ID, err)
+				}
+				if len(c.Limits) > 1 {
+					if err := runTableCase(context.Background(), c, true); err != nil {
+						t.Errorf("%s (rl_decide_multi): %v", c.ID, err)
+					}
 				}
 			}
 		})
@@ -111,7 +117,7 @@ func readRows(ctx context.Context, key string, ns []string) ([]row, error) {
 	return out, nil
 }
 
-func runTableCase(ctx context.Context, c vectors.Case) error {
+func runTableCase(ctx context.Context, c vectors.Case, arrays bool) error {
 	key := "vec:" + c.ID
 	if _, err := db.Exec(ctx, `DELETE FROM rl.state WHERE key = $1`, key); err != nil {
 		return err
@@ -200,9 +206,21 @@ func runTableCase(ctx context.Context, c vectors.Case) error {
 				js = append(js, jl{l.Name, l.Algorithm, l.Limit, l.Window, l.Rate})
 			}
 			b, _ := json.Marshal(js)
+			const cols = `SELECT ord, name, allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, deciding, now_us`
 			var rows pgx.Rows
-			rows, err = db.Query(ctx, `SELECT ord, name, allowed, lim, remaining, reset_after_us, retry_after_us, delay_us,
-				deciding, now_us FROM `+fn+`($1, $2::jsonb, $3, $4)`, key, string(b), st.Cost, st.Now)
+			if arrays {
+				var (
+					algs              []int32
+					lims, wins, rates []int64
+				)
+				for _, l := range limits {
+					algs, lims, wins, rates = append(algs, l.Algorithm), append(lims, l.Limit), append(wins, l.Window), append(rates, l.Rate)
+				}
+				rows, err = db.Query(ctx, cols+` FROM rl.rl_decide_multi($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+					key, ns, algs, lims, wins, rates, st.Cost, st.Now, st.Op == "take")
+			} else {
+				rows, err = db.Query(ctx, cols+` FROM `+fn+`($1, $2::jsonb, $3, $4)`, key, string(b), st.Cost, st.Now)
+			}
 			if err == nil {
 				index = -1
 				for rows.Next() {
