@@ -20,6 +20,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/memstore"
 )
 
@@ -88,6 +89,13 @@ rules:
 	require.NoError(t, err)
 	svcSrv := httptest.NewServer(svc.Handler())
 	defer svcSrv.Close()
+	// The same service with the native core, to show what hosting WASM costs.
+	nativeMem := memstore.New(nil)
+	defer nativeMem.Close()
+	native, err := New(cfg, Options{Store: nativeMem, Decider: core.Native{}, Logger: quietLogger(), Transport: transport()})
+	require.NoError(t, err)
+	nativeSrv := httptest.NewServer(native.Handler())
+	defer nativeSrv.Close()
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConns: 4 * conc, MaxIdleConnsPerHost: 2 * conc, DisableCompression: true}}
 	const keys = 1000
@@ -116,15 +124,32 @@ rules:
 	// Warm up connections, the WASM instances and the keys.
 	runLoad(client, conc, 200*time.Millisecond, 0, post(svcSrv.URL, apiBodies))
 	runLoad(client, conc, 200*time.Millisecond, 0, get(svcSrv.URL, "/p"))
+	runLoad(client, conc, 200*time.Millisecond, 0, post(nativeSrv.URL, apiBodies))
 
-	results := []loadResult{
-		runLoad(client, conc, dur, 0, post(floorSrv.URL, apiBodies)).named("floor: bare net/http handler"),
-		runLoad(client, conc, dur, 0, post(svcSrv.URL, apiBodies)).named("decision API: POST /v1/ratelimit/check"),
-		runLoad(client, conc, dur, 0, get(floorProxy.URL, "/p")).named("floor: bare httputil.ReverseProxy"),
-		runLoad(client, conc, dur, 0, get(svcSrv.URL, "/p")).named("proxy filter: GET /p"),
+	// Phases alternate in rounds, so that a change in the machine's other
+	// load touches every phase alike.
+	phases := []struct {
+		name string
+		mk   func(int) *http.Request
+	}{
+		{"floor: bare net/http handler", post(floorSrv.URL, apiBodies)},
+		{"decision API: POST /v1/ratelimit/check", post(svcSrv.URL, apiBodies)},
+		{"floor: bare httputil.ReverseProxy", get(floorProxy.URL, "/p")},
+		{"proxy filter: GET /p", get(svcSrv.URL, "/p")},
+		{"decision API, native core (-decider native)", post(nativeSrv.URL, apiBodies)},
 	}
+	const rounds = 4
+	results := make([]loadResult, len(phases))
+	for range rounds {
+		for i, ph := range phases {
+			results[i] = results[i].merge(runLoad(client, conc, dur/rounds, 0, ph.mk))
+			results[i].name = ph.name
+		}
+	}
+	nativeRun := results[4]
+	results = results[:4]
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nload on loopback: %d clients, %s per phase, GOMAXPROCS %d, %s, WASM decider, memory store, 1000 keys\n",
+	fmt.Fprintf(&b, "\nload on loopback: %d clients, %s per phase (4 alternating rounds), GOMAXPROCS %d, %s, WASM decider, memory store, 1000 keys\n",
 		conc, dur, runtime.GOMAXPROCS(0), runtime.GOARCH)
 	fmt.Fprintf(&b, "%-42s %10s %12s %10s %10s %8s\n", "phase", "requests", "req/s", "p50", "p99", "vs floor")
 	for i, r := range results {
@@ -134,7 +159,9 @@ rules:
 		}
 		fmt.Fprintf(&b, "%-42s %10d %12.0f %10s %10s %8s\n", r.name, r.n, r.rate(), r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), ratio)
 	}
-	for _, r := range results {
+	fmt.Fprintf(&b, "%-42s %10d %12.0f %10s %10s %8s\n", nativeRun.name, nativeRun.n, nativeRun.rate(), nativeRun.p50.Round(time.Microsecond),
+		nativeRun.p99.Round(time.Microsecond), fmt.Sprintf("%.0f%%", 100*nativeRun.rate()/results[0].rate()))
+	for _, r := range append(results, nativeRun) {
 		require.Zero(t, r.errs, "%s: transport errors", r.name)
 		require.Equal(t, r.n, r.codes[200], "%s: every request admitted: %v", r.name, r.codes)
 	}
@@ -171,6 +198,26 @@ type loadResult struct {
 	codes    map[int]int
 	elapsed  time.Duration
 	p50, p99 time.Duration
+	lat      []time.Duration // sorted
+}
+
+// merge adds the requests of o to r.
+func (r loadResult) merge(o loadResult) loadResult {
+	if r.codes == nil {
+		r.codes = map[int]int{}
+	}
+	for c, n := range o.codes {
+		r.codes[c] += n
+	}
+	r.errs += o.errs
+	r.elapsed += o.elapsed
+	r.lat = append(r.lat, o.lat...)
+	slices.Sort(r.lat)
+	r.n = len(r.lat)
+	if r.n > 0 {
+		r.p50, r.p99 = r.lat[r.n/2], r.lat[r.n*99/100]
+	}
+	return r
 }
 
 func (r loadResult) named(n string) loadResult { r.name = n; return r }
@@ -230,5 +277,6 @@ func runLoad(client *http.Client, conc int, dur time.Duration, total int, mk fun
 		slices.Sort(all)
 		r.p50, r.p99 = all[r.n/2], all[r.n*99/100]
 	}
+	r.lat = all
 	return r
 }
