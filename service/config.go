@@ -308,6 +308,8 @@ func (p *parser) oneRule(m map[string]any) (RuleSpec, bool) {
 		if s, ok := p.str("name", v); ok {
 			if err := checkName(s); err != nil {
 				p.fail("name", "%v", err)
+			} else if s == InlineNamespace {
+				p.fail("name", "%q is reserved for the decision API's inline limits", s)
 			}
 			r.Name = s
 		}

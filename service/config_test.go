@@ -136,6 +136,7 @@ rules:
     limit: 1
     window: 1s
     limits: [{strategy: fixed, limit: 1, window: 1s}]
+  - {name: inline, strategy: fixed, limit: 1, window: 1s}
   - name: e
     endpoint: v1/e
     strategy: token
@@ -161,14 +162,15 @@ rules:
 		`bad.yaml: rules[3] "a": name: "a" is also the name of rules[0]`,
 		`bad.yaml: rules[4]: name: missing`,
 		`bad.yaml: rules[5] "d": limits: give either limits or strategy`,
-		`bad.yaml: rules[6] "e": endpoint: want a path starting with "/"`,
-		`bad.yaml: rules[6] "e": window: "-1s": want a positive duration`,
+		`bad.yaml: rules[6] "inline": name: "inline" is reserved`,
+		`bad.yaml: rules[7] "e": endpoint: want a path starting with "/"`,
+		`bad.yaml: rules[7] "e": window: "-1s": want a positive duration`,
 	} {
 		require.Contains(t, msg, want)
 	}
 	// rules[0]'s limit 0 is hidden behind its other mistakes in the same
 	// limit only when they stop validation; the count shows all were kept.
-	require.GreaterOrEqual(t, len(ce.Problems), 16, msg)
+	require.GreaterOrEqual(t, len(ce.Problems), 17, msg)
 }
 
 func TestLoadConfigByExtension(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/memstore"
 	"github.com/rlcore/rl/store"
@@ -124,7 +125,7 @@ func Run(ctx context.Context, rc RunConfig, reload <-chan os.Signal) error {
 	var ready func(context.Context) error
 	switch rc.Store {
 	case "", "memory":
-		m := memstore.New(&memstore.Config{MaxKeys: maxKeys})
+		m := memstore.New(&memstore.Config{MaxKeys: maxKeys, Clock: rl.CoarseClock})
 		closers = append(closers, func() { m.Close() })
 		st = m
 		log.Info("store: in memory", "max_keys", maxKeys)

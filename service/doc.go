@@ -1,0 +1,26 @@
+// Package service is the rate-limiting HTTP service that cmd/rl-wasm-host
+// runs: a JSON decision API, a reverse proxy filter and the operations
+// endpoints, over rules read from a YAML or JSON file.
+//
+// A Service decides with one core.Decider (the WebAssembly build of the
+// core hosted by package wasm, or core.Native) over one store.Store
+// (memstore, pgstore, or the failover store of both). Each rule is an
+// rl.Limiter whose base key is the rule's name; limits given inline in a
+// decision-API request use the base key "inline".
+//
+//	cfg, err := service.LoadConfig("rules.yaml")   // every mistake, by file, rule and field
+//	svc, err := service.New(cfg, service.Options{Store: memstore.New(nil), Decider: pool})
+//	http.ListenAndServe(":8080", svc.Handler())     // API under /v1/ratelimit/, ops, proxy
+//	...
+//	err = svc.Reload("rules.yaml")                  // atomic swap; an invalid file keeps the old rules
+//
+// Run is the whole process (listeners, stores, decider, reload on a
+// channel, graceful shutdown) as the command uses it.
+//
+// Units: the API and the configuration speak milliseconds and seconds
+// (durations rounded up, never early) and Go durations ("10s", "1d"); the
+// core underneath decides in microseconds.
+//
+// A Service is safe for concurrent use; requests read the rule set through
+// an atomic pointer, so a reload never blocks or drops them.
+package service
