@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -460,4 +461,17 @@ func TestFastEncoderMatchesEncodingJSON(t *testing.T) {
 		require.NoError(t, enc.Encode(d))
 		require.Equal(t, want.String(), string(d.appendJSON(nil)))
 	}
+}
+
+func TestStoreErrorLogsAreThrottled(t *testing.T) {
+	var buf bytes.Buffer
+	l := slog.New(slog.NewTextHandler(&buf, nil))
+	var th throttle
+	for range 100 {
+		th.log(l, "store failed", "r", fmt.Errorf("down"))
+	}
+	require.Equal(t, 1, strings.Count(buf.String(), "store failed"))
+	th.last.Store(time.Now().Add(-2 * time.Second).UnixNano())
+	th.log(l, "store failed", "r", fmt.Errorf("down"))
+	require.Contains(t, buf.String(), "suppressed_since_last=99")
 }

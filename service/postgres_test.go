@@ -103,7 +103,7 @@ upstream: demo
 rules:
   - {name: hot, strategy: sliding_log, limit: 100, window: 1h}
   - {name: hotp, endpoint: /hot, key_by: global, limits: [{name: b, strategy: token, limit: 150, window: 1000d}, {name: d, strategy: fixed, limit: 100, window: 10000d}]}
-`, PostgresConfig{})
+`, PostgresConfig{Timeout: 30 * time.Second}) // 32 clients queue on one row: this measures exactness, not latency
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	body := [][]byte{[]byte(`{"rule":"hot","key":"k"}`)}
 	for _, c := range []struct {

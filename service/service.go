@@ -59,6 +59,24 @@ type Service struct {
 
 	rules    atomic.Pointer[ruleSet]
 	draining atomic.Bool
+	storeErr throttle
+}
+
+// throttle logs at most one store failure a second, counting the others
+// (the metrics count every one), so an outage does not flood the logs.
+type throttle struct {
+	last       atomic.Int64 // unix ns of the last line
+	suppressed atomic.Int64
+}
+
+func (th *throttle) log(l *slog.Logger, msg, rule string, err error) {
+	now := time.Now().UnixNano()
+	last := th.last.Load()
+	if now-last < int64(time.Second) || !th.last.CompareAndSwap(last, now) {
+		th.suppressed.Add(1)
+		return
+	}
+	l.Warn(msg, "rule", rule, "err", err, "suppressed_since_last", th.suppressed.Swap(0))
 }
 
 // New returns a Service deciding by cfg's rules.
@@ -259,10 +277,10 @@ func (s *Service) decide(ctx context.Context, t *target, key string, cost int64,
 		t.m.storeErrors.Inc()
 		if t.failOpen {
 			t.m.failOpenTotal.Inc()
-			s.log.Warn("store failed; admitting (fail_open)", "rule", t.name, "err", err)
+			s.storeErr.log(s.log, "store failed; admitting (fail_open)", t.name, err)
 			return rl.Result{}, outFailOpen, nil
 		}
-		s.log.Warn("store failed; refusing (fail closed)", "rule", t.name, "err", err)
+		s.storeErr.log(s.log, "store failed; refusing (fail closed)", t.name, err)
 		return rl.Result{}, outFailClosed, err
 	}
 	// A core error other than cost: the store returned a corrupt state.
