@@ -17,5 +17,6 @@ DROP FUNCTION rl._jint(jsonb, text, integer);
 DROP FUNCTION rl._interval_us(interval);
 DROP FUNCTION rl._check_key(text, text);
 DROP FUNCTION rl._now();
+DROP FUNCTION rl._clock();
 DROP TYPE rl.multi_decision;
 DROP TYPE rl.decision;

@@ -4,6 +4,7 @@
 --
 -- Time: now_us NULL means the session's rl.now_us setting when set (tests and
 -- replays), else the database clock, so every app instance shares one clock.
+-- The trigger function (0004) always uses the database clock.
 SET LOCAL search_path = pg_catalog, pg_temp;
 
 -- The result of rl_allow and rl_peek (core.Decision, durations in µs).
@@ -31,7 +32,14 @@ CREATE TYPE rl.multi_decision AS (
     now_us         bigint
 );
 
--- rl._now: the rl.now_us setting if set, else clock_timestamp() in µs.
+-- rl._clock: the database clock, clock_timestamp(), in µs since the epoch.
+CREATE FUNCTION rl._clock() RETURNS bigint
+    LANGUAGE sql VOLATILE PARALLEL SAFE
+    RETURN (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+
+-- rl._now: the rl.now_us setting if set, else rl._clock(). Only the table
+-- functions read it: their callers could pass now_us anyway. The trigger does
+-- not: whoever inserts must not choose the time.
 CREATE FUNCTION rl._now() RETURNS bigint
     LANGUAGE plpgsql VOLATILE PARALLEL SAFE
 AS $fn$
@@ -39,7 +47,7 @@ DECLARE
     v text := current_setting('rl.now_us', true);
 BEGIN
     IF v IS NULL OR v = '' THEN
-        RETURN (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+        RETURN rl._clock();
     END IF;
     IF v !~ '^-?[0-9]{1,19}$' THEN
         RAISE EXCEPTION 'ratelimit: rl.now_us must be an integer (µs since the Unix epoch), not %', quote_literal(v)

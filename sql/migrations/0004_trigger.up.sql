@@ -9,7 +9,8 @@
 -- name (default '<schema>.<table>'). The key is prefix || the column's value
 -- as text, read with to_jsonb(NEW) ->> column: values are data, never SQL.
 -- A denied row raises SQLSTATE RL429 'rate limit exceeded'; DETAIL gives
--- the retry-after in seconds (rounded up) and µs.
+-- the retry-after in seconds (rounded up) and µs. Time is the database clock
+-- (the rl.now_us setting is ignored here: inserters must not choose it).
 SET LOCAL search_path = pg_catalog, pg_temp;
 
 CREATE FUNCTION rl.enforce_limit() RETURNS trigger
@@ -71,7 +72,9 @@ BEGIN
             USING ERRCODE = 'RL011',
                   HINT = format('To exempt such rows, add WHEN (NEW.%s IS NOT NULL) to trigger %s.', quote_ident(col), TG_NAME);
     END IF;
-    d := rl._take1(prefix || val, lname, rl._alg(TG_ARGV[1]), lim, win, 0, cost, NULL, true);
+    -- The database clock, never rl.now_us: a session inserting rows must not
+    -- be able to move its own time forward past the limit.
+    d := rl._take1(prefix || val, lname, rl._alg(TG_ARGV[1]), lim, win, 0, cost, rl._clock(), true);
     IF NOT d.allowed THEN
         IF d.retry_after_us < 0 THEN
             RAISE EXCEPTION 'rate limit exceeded'
