@@ -200,9 +200,11 @@ func TestInvalidConfigAtStart(t *testing.T) {
 // SIGTERM finishing a request in flight.
 func TestEndToEnd(t *testing.T) {
 	release := make(chan struct{})
+	arrived := make(chan struct{}, 1)
 	var slowOnce sync.Once
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
+			arrived <- struct{}{}
 			<-release
 		}
 		fmt.Fprintf(w, "upstream saw %s", r.URL.Path)
@@ -290,7 +292,11 @@ func TestEndToEnd(t *testing.T) {
 		resp.Body.Close()
 		slow <- resp.StatusCode
 	}()
-	time.Sleep(200 * time.Millisecond)
+	select {
+	case <-arrived: // the request is in flight, held by the upstream
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow request never reached the upstream")
+	}
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	p.waitLog(t, "shutting down")
 	time.Sleep(200 * time.Millisecond)
