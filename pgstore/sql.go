@@ -7,14 +7,14 @@ import (
 	"github.com/rlcore/rl/store"
 )
 
-// takeManySQL calls the function behind rl.rl_allow_multi and
-// rl.rl_peek_multi with arrays instead of JSON (migration 0003).
+// takeManySQL calls rl.rl_decide_multi: rl_allow_multi and rl_peek_multi
+// with arrays instead of JSON, executable by the rl_app role.
 const takeManySQL = "SELECT t.ord, t.allowed, t.lim, t.remaining, t.reset_after_us, t.retry_after_us, t.delay_us, t.deciding " +
-	"FROM rl._take_many($1, $2, $3, $4, $5, $6, $7, $8, $9) t"
+	"FROM rl.rl_decide_multi($1, $2, $3, $4, $5, $6, $7, $8, $9) t"
 
 // takeManyFastSQL also turns off synchronous commit for its transaction.
 const takeManyFastSQL = "SELECT t.ord, t.allowed, t.lim, t.remaining, t.reset_after_us, t.retry_after_us, t.delay_us, t.deciding " +
-	"FROM (SELECT set_config('synchronous_commit', 'off', true)) c, rl._take_many($1, $2, $3, $4, $5, $6, $7, $8, $9) t"
+	"FROM (SELECT set_config('synchronous_commit', 'off', true)) c, rl.rl_decide_multi($1, $2, $3, $4, $5, $6, $7, $8, $9) t"
 
 // decideSQL is the one-round-trip path: PL/pgSQL decides.
 func (s *Store) decideSQL(ctx context.Context, req *store.Request, out []core.Decision) (int, error) {
