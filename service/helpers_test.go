@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -16,4 +17,10 @@ func wasmPool(t testing.TB) *wasm.Pool {
 	require.NoError(t, err)
 	t.Cleanup(func() { p.Close(context.Background()) })
 	return p
+}
+
+func newServer(t testing.TB, s *Service) *httptest.Server {
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	return srv
 }
