@@ -26,7 +26,7 @@ func (s *Service) serveProxy(w http.ResponseWriter, r *http.Request) {
 	}
 	ru := rs.match(r)
 	if ru == nil {
-		s.forward(rs, w, r)
+		s.forward(rs.upstream, w, r)
 		return
 	}
 	start := time.Now()
@@ -59,7 +59,7 @@ func (s *Service) serveProxy(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Rate limiter unavailable", http.StatusServiceUnavailable)
 		return
 	case outFailOpen:
-		s.forward(rs, w, r)
+		s.forward(rs.upstream, w, r)
 		return
 	}
 	httplimit.SetHeaders(w.Header(), res)
@@ -77,16 +77,16 @@ func (s *Service) serveProxy(w http.ResponseWriter, r *http.Request) {
 	if ru.spec.Shape && res.Delay > 0 && !wait(r, res.Delay) {
 		return // the client went away while its request was held
 	}
-	s.forward(rs, w, r)
+	s.forward(rs.decided, w, r)
 }
 
-func (s *Service) forward(rs *ruleSet, w http.ResponseWriter, r *http.Request) {
+func (s *Service) forward(upstream http.Handler, w http.ResponseWriter, r *http.Request) {
 	if s.proxyBody > 0 && r.Body != nil {
 		r2 := *r // never edit the caller's request
 		r2.Body = http.MaxBytesReader(w, r.Body, s.proxyBody)
 		r = &r2
 	}
-	rs.upstream.ServeHTTP(w, r)
+	upstream.ServeHTTP(w, r)
 }
 
 func wait(r *http.Request, d time.Duration) bool {

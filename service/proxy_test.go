@@ -32,6 +32,8 @@ func newUpstream(t *testing.T) *upstream {
 		u.last.Store(r)
 		io.Copy(io.Discard, r.Body)
 		w.Header().Set("X-Upstream", "yes")
+		w.Header().Set("X-RateLimit-Remaining", "7") // its own, dropped on decided responses
+		w.Header().Set("RateLimit", `"upstream";r=7;t=1`)
 		fmt.Fprintf(w, "upstream %s %s", r.Method, r.URL.Path)
 	}))
 	t.Cleanup(u.srv.Close)
@@ -57,7 +59,8 @@ rules:
 	require.Equal(t, "upstream POST /v1/pay", string(r.body))
 	require.Equal(t, "yes", r.h.Get("X-Upstream"))
 	require.Equal(t, `"default";q=100;w=10`, r.h.Get("RateLimit-Policy"))
-	require.Equal(t, "99", r.h.Get("X-RateLimit-Remaining"))
+	require.Equal(t, []string{"99"}, r.h.Values("X-RateLimit-Remaining"), "the upstream's own was dropped")
+	require.Equal(t, []string{`"default";r=99;t=1`, `"upstream";r=7;t=1`}, r.h.Values("RateLimit"), "draft-11 fields form a list")
 	r = e.do(t, "GET", "/v1/pay/refund", "")
 	require.Equal(t, 400, r.code, "no API key")
 	require.Contains(t, string(r.body), "X-API-Key")
@@ -91,7 +94,8 @@ rules:
 	before := up.hits.Load()
 	r = e.do(t, "GET", "/static/app.js", "")
 	require.Equal(t, 200, r.code)
-	require.Empty(t, r.h.Get("RateLimit"))
+	require.Equal(t, []string{`"upstream";r=7;t=1`}, r.h.Values("RateLimit"), "the upstream's alone")
+	require.Equal(t, "7", r.h.Get("X-RateLimit-Remaining"))
 	require.Equal(t, before+1, up.hits.Load())
 	// Denied requests never reach the upstream.
 	before = up.hits.Load()

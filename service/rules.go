@@ -44,8 +44,11 @@ type ruleSet struct {
 	proxied []*rule // most specific first
 	inline  *rl.Limiter
 	inlineM *ruleMetrics
-	// upstream forwards admitted proxied requests; nil without an upstream.
-	upstream http.Handler
+	// upstream forwards proxied requests; nil without an upstream.
+	// decided forwards the requests a rule decided: it drops the
+	// upstream's own X-RateLimit-* fields, which would contradict ours
+	// (draft-11 RateLimit fields of both are kept: they form one list).
+	upstream, decided http.Handler
 	loaded   time.Time
 }
 
@@ -87,12 +90,14 @@ func (s *Service) build(cfg *Config) (*ruleSet, error) {
 	case "":
 	case "demo":
 		rs.upstream = demoUpstream()
+		rs.decided = rs.upstream
 	default:
 		u, err := url.Parse(cfg.Upstream)
 		if err != nil { // not reached: ParseConfig checked it
 			return nil, err
 		}
-		rs.upstream = s.reverseProxy(u)
+		rs.upstream = s.reverseProxy(u, nil)
+		rs.decided = s.reverseProxy(u, dropLegacyRateLimitFields)
 	}
 	return rs, nil
 }
@@ -232,9 +237,18 @@ func clipString(s string, n int) string {
 	return s
 }
 
+// dropLegacyRateLimitFields removes an upstream's X-RateLimit-* fields.
+func dropLegacyRateLimitFields(resp *http.Response) error {
+	for _, f := range []string{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"} {
+		delete(resp.Header, f)
+	}
+	return nil
+}
+
 // reverseProxy forwards to u over the service's shared transport.
-func (s *Service) reverseProxy(u *url.URL) http.Handler {
+func (s *Service) reverseProxy(u *url.URL, modify func(*http.Response) error) http.Handler {
 	return &httputil.ReverseProxy{
+		ModifyResponse: modify,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
 			// Keep the chain (as nginx's $proxy_add_x_forwarded_for does);
