@@ -49,7 +49,7 @@ type ruleSet struct {
 	// upstream's own X-RateLimit-* fields, which would contradict ours
 	// (draft-11 RateLimit fields of both are kept: they form one list).
 	upstream, decided http.Handler
-	loaded   time.Time
+	loaded            time.Time
 }
 
 // build compiles cfg into a rule set over the service's store and decider.
