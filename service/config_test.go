@@ -1,6 +1,7 @@
 package service
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -217,4 +218,38 @@ func TestParseDuration(t *testing.T) {
 		_, err := ParseDuration(s)
 		require.Error(t, err, s)
 	}
+}
+
+// FuzzParseConfig: any input is either a *ConfigError or a configuration
+// whose every rule builds a policy (go test -fuzz FuzzParseConfig ./service).
+func FuzzParseConfig(f *testing.F) {
+	for _, s := range []string{
+		`[` + hosted + `]`,
+		`{"rules":[{"name":"a","limits":[{"strategy":"gcra","limit":5,"window":"1d","rate":2}]}]}`,
+		`{"upstream":"demo","trusted_proxies":["10.0.0.0/8"],"rules":[{"endpoint":"/","host":"*.x","methods":"GET","strategy":"leaky","limit":1,"window":"1ms","cost_header":"X-C","shape":true}]}`,
+		`{"rules":[{"strategy":"sliding_log","limit":4096,"window":"1s","cost":0}]}`,
+		`[{"name":"x","strategy":"fixed","limit":1e3,"window":"1h","key_by":"query:k"}]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, format := range []string{"json", "yaml"} {
+			cfg, err := ParseConfig("f."+format, format, data)
+			if err != nil {
+				var ce *ConfigError
+				if !errors.As(err, &ce) || len(ce.Problems) == 0 {
+					t.Fatalf("%s: error %v is not a *ConfigError with problems", format, err)
+				}
+				continue
+			}
+			for _, r := range cfg.Rules {
+				if _, err := rl.NewPolicy(r.Limits...); err != nil {
+					t.Fatalf("%s: rule %q passed validation but: %v", format, r.Name, err)
+				}
+				if r.Name == "" || checkKeyBy(r.KeyBy) != nil || r.Cost < 0 {
+					t.Fatalf("%s: rule %+v", format, r)
+				}
+			}
+		}
+	})
 }
