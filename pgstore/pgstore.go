@@ -200,10 +200,8 @@ const nowSQL = "rl._now()"
 func (s *Store) decideGo(ctx context.Context, req *store.Request, out []core.Decision) (int, error) {
 	key := FullKey(req.Prefix, req.Key)
 	n := len(req.Limits)
-	// Lock rows in name order so that calls on several limits never
-	// deadlock.
 	sorted := slices.Clone(req.Names)
-	slices.Sort(sorted)
+	slices.Sort(sorted) // bytewise, as the locking protocol wants
 	pos := make(map[string]int, n)
 	for i, name := range req.Names {
 		pos[name] = i
@@ -230,33 +228,19 @@ func (s *Store) decideGo(ctx context.Context, req *store.Request, out []core.Dec
 		return 0, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) // no-op after Commit
-	b := &pgx.Batch{}
+	// rl.lock_states follows the locking protocol shared with the SQL
+	// functions (name by name in bytewise order, creating missing rows in
+	// passing); anything else can deadlock against them.
 	if s.cfg.Durability == DurabilityFast {
-		b.Queue("SET LOCAL synchronous_commit = off")
-	}
-	b.Queue("INSERT INTO rl.state (key, name) SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING", key, sorted)
-	b.Queue("SELECT "+nowSQL+", name, algorithm, t, x, y, log FROM rl.state WHERE key = $1 AND name = ANY($2) ORDER BY name FOR UPDATE", key, sorted)
-	br := tx.SendBatch(ctx, b)
-	if s.cfg.Durability == DurabilityFast {
-		if _, err := br.Exec(); err != nil {
-			br.Close()
+		if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = off"); err != nil {
 			return 0, err
 		}
 	}
-	if _, err := br.Exec(); err != nil {
-		br.Close()
-		return 0, err
-	}
-	rows, err := br.Query()
+	rows, err := tx.Query(ctx, "SELECT now_us, name, algorithm, t, x, y, log FROM rl.lock_states($1, $2)", key, sorted)
 	if err != nil {
-		br.Close()
 		return 0, err
 	}
 	if err := scanStates(rows, pos, states, &now, s.cfg.RequestClock); err != nil {
-		br.Close()
-		return 0, err
-	}
-	if err := br.Close(); err != nil {
 		return 0, err
 	}
 	for i := range req.Limits {
@@ -266,7 +250,7 @@ func (s *Store) decideGo(ctx context.Context, req *store.Request, out []core.Dec
 	}
 	i, err := req.Decider.TakeAll(req.Limits, states, now, req.Cost, out)
 	if err != nil || !out[i].Allowed || req.Cost == 0 {
-		return i, err // the rollback removes rows this call inserted
+		return i, err // the rollback removes rows lock_states created
 	}
 	algs := make([]int32, n)
 	ts, xs, ys, exp := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
@@ -331,12 +315,22 @@ func scanStates(rows pgx.Rows, pos map[string]int, states []core.State, now *int
 func (s *Store) Reset(ctx context.Context, prefix, key string, names []string) error {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	var err error
+	// rl_reset locks before it deletes, in the shared order; several names
+	// go in one transaction, in bytewise order.
+	full := FullKey(prefix, key)
 	if names == nil {
-		_, err = s.pool.Exec(ctx, "DELETE FROM rl.state WHERE key = $1", FullKey(prefix, key))
-	} else {
-		_, err = s.pool.Exec(ctx, "DELETE FROM rl.state WHERE key = $1 AND name = ANY($2)", FullKey(prefix, key), names)
+		_, err := s.pool.Exec(ctx, "SELECT rl.rl_reset($1)", full)
+		return classify(ctx, err)
 	}
+	sorted := slices.Clone(names)
+	slices.Sort(sorted)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		for _, name := range sorted {
+			b.Queue("SELECT rl.rl_reset($1, $2)", full, name)
+		}
+		return tx.SendBatch(ctx, b).Close()
+	})
 	return classify(ctx, err)
 }
 

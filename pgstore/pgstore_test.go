@@ -31,7 +31,7 @@ var (
 	dbURL  string
 )
 
-func database(t *testing.T) string {
+func database(t testing.TB) string {
 	t.Helper()
 	dbOnce.Do(func() {
 		// The database outlives the first test that asks for it: it is
@@ -44,14 +44,14 @@ func database(t *testing.T) string {
 	return dbURL
 }
 
-func newMigrated(t *testing.T) string {
-	u := pgtest.NewDatabase(&keep{T: t})
+func newMigrated(t testing.TB) string {
+	u := pgtest.NewDatabase(&keep{TB: t})
 	require.NoError(t, migrations.Up(context.Background(), u))
 	return u
 }
 
 // keep defers a database's cleanup to TestMain.
-type keep struct{ *testing.T }
+type keep struct{ testing.TB }
 
 var cleanups []func()
 
@@ -79,7 +79,7 @@ var modes = []struct {
 	{"go-fast", pgstore.Config{Mode: pgstore.ModeGo, RequestClock: true, Durability: pgstore.DurabilityFast}},
 }
 
-func newStore(t *testing.T, pool *pgxpool.Pool, cfg pgstore.Config) *pgstore.Store {
+func newStore(t testing.TB, pool *pgxpool.Pool, cfg pgstore.Config) *pgstore.Store {
 	s, err := pgstore.New(pool, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
@@ -294,4 +294,53 @@ func TestExpiryBounded(t *testing.T) {
 	_, err = s.Expire(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), count())
+}
+
+// TestNoDeadlock mixes multi-limit calls through both paths, with the limits
+// in different orders, and resets, on a few keys from many goroutines.
+func TestNoDeadlock(t *testing.T) {
+	pool := pgtest.Pool(t, database(t))
+	stores := []*pgstore.Store{
+		newStore(t, pool, pgstore.Config{Mode: pgstore.ModeSQL, RequestClock: true}),
+		newStore(t, pool, pgstore.Config{Mode: pgstore.ModeGo, RequestClock: true}),
+	}
+	a := core.Limit{Algorithm: core.TokenBucket, Limit: 1000, Window: 1_000_000}
+	b := core.Limit{Algorithm: core.FixedWindow, Limit: 1000, Window: 1_000_000}
+	c := core.Limit{Algorithm: core.SlidingLog, Limit: 1000, Window: 1_000_000}
+	orders := []struct {
+		names  []string
+		limits []core.Limit
+	}{
+		{[]string{"a", "b", "c"}, []core.Limit{a, b, c}},
+		{[]string{"c", "b", "a"}, []core.Limit{c, b, a}},
+		{[]string{"b", "a"}, []core.Limit{b, a}},
+		{[]string{"B", "a", "c"}, []core.Limit{b, a, c}}, // bytewise: "B" < "a"
+	}
+	prefix := fmt.Sprint("dl-", time.Now().UnixNano())
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 40 {
+				s := stores[(g+i)%2]
+				o := orders[(g*7+i)%len(orders)]
+				key := fmt.Sprint("k", i%3)
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				var err error
+				if (g+i)%11 == 0 {
+					err = s.Reset(ctx, prefix, key, o.names)
+				} else {
+					_, _, err = s.Decide(ctx, store.Request{Prefix: prefix, Key: key, Names: o.names, Limits: o.limits,
+						Now: t0 + int64(i), Cost: 1, Decider: core.Native{}}, nil)
+				}
+				cancel()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

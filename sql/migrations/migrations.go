@@ -40,7 +40,7 @@ import (
 var FS embed.FS
 
 // Latest is the version of the newest migration in FS.
-const Latest = 5
+const Latest = 6
 
 // Table is the default table in which the applied version is recorded.
 const Table = "rl_schema_migrations"
