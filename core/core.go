@@ -122,7 +122,7 @@ func (l *Limit) rate() int64 {
 //	SlidingLog    Log = times (µs) of admitted units, ascending, one entry per unit
 //	TokenBucket   T = last update (µs)       X = units taken, in 1/Window of a token
 //	LeakyBucket   T = last update (µs)       X = water level, in 1/Window of a unit
-//	GCRA          T = theoretical arrival time, whole µs; X = its fraction, in 1/Rate µs
+//	GCRA          T = theoretical arrival time, whole µs; X = its fraction, in 1/Rate µs (≤ MaxLimit)
 //
 // Unused words are zero. A state written by another algorithm (the limit's
 // configuration changed) is treated as fresh; a state written under other
@@ -269,8 +269,14 @@ func checkState(l *Limit, s *State) Error {
 		if s.T != 0 || s.X != 0 || s.Y != 0 || len(s.Log) != 0 {
 			return ErrState
 		}
-	case FixedWindow, TokenBucket, LeakyBucket, GCRA:
+	case FixedWindow, TokenBucket, LeakyBucket:
 		if s.Y != 0 {
+			return ErrState
+		}
+	case GCRA:
+		// X is a fraction numerator below Rate (≤ MaxLimit); larger values
+		// are corrupt and would overflow.
+		if s.Y != 0 || s.X > MaxLimit {
 			return ErrState
 		}
 	case SlidingWindow:

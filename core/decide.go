@@ -17,8 +17,9 @@ const (
 // now is in microseconds since the Unix epoch; see the package doc for units
 // and bounds. Invalid input returns an Error and the zero Decision.
 func Take(l Limit, s State, now, cost int64) (Decision, State, error) {
-	d, n, err := eval(&l, &s, now, cost, modeTake)
-	if err != 0 {
+	var d Decision
+	n := s
+	if err := eval(&l, &s, now, cost, modeTake, &d, &n); err != 0 {
 		return Decision{}, s, err
 	}
 	return d, n, nil
@@ -26,42 +27,46 @@ func Take(l Limit, s State, now, cost int64) (Decision, State, error) {
 
 // Peek returns the decision Take would return, without changing anything.
 func Peek(l Limit, s State, now, cost int64) (Decision, error) {
-	d, _, err := eval(&l, &s, now, cost, modePeek)
-	if err != 0 {
+	var d Decision
+	if err := eval(&l, &s, now, cost, modePeek, &d, nil); err != 0 {
 		return Decision{}, err
 	}
 	return d, nil
 }
 
-func eval(l *Limit, s *State, now, cost int64, m mode) (Decision, State, Error) {
+// eval decides into *d. In modeTake it writes the new state to *n, and only
+// when the state changes (an admission of a cost above 0); n may alias s.
+// Every algorithm reads all of *s before it writes *n.
+func eval(l *Limit, s *State, now, cost int64, m mode, d *Decision, n *State) Error {
 	if err := l.check(); err != 0 {
-		return Decision{}, *s, err
+		return err
 	}
 	if err := checkCall(now, cost); err != 0 {
-		return Decision{}, *s, err
+		return err
 	}
 	if err := checkState(l, s); err != 0 {
-		return Decision{}, *s, err
+		return err
+	}
+	*d = Decision{Limit: l.Limit}
+	if m != modeTake {
+		n = nil
 	}
 	switch l.Algorithm {
 	case FixedWindow:
-		d, n := fixedWindow(l, s, now, cost)
-		return d, n, 0
+		fixedWindow(l, s, now, cost, d, n)
 	case SlidingWindow:
-		d, n := slidingWindow(l, s, now, cost)
-		return d, n, 0
+		slidingWindow(l, s, now, cost, d, n)
 	case SlidingLog:
-		return slidingLog(l, s, now, cost, m)
+		return slidingLog(l, s, now, cost, m, d, n)
 	case GCRA:
-		d, n := gcra(l, s, now, cost)
-		return d, n, 0
+		gcra(l, s, now, cost, d, n)
 	default:
-		d, n := bucket(l, s, now, cost)
-		return d, n, 0
+		bucket(l, s, now, cost, d, n)
 	}
+	return 0
 }
 
-func fixedWindow(l *Limit, s *State, now, cost int64) (d Decision, n State) {
+func fixedWindow(l *Limit, s *State, now, cost int64, d *Decision, n *State) {
 	w, lim := l.Window, l.Limit
 	start, count := now-now%w, int64(0)
 	if s.Algorithm == FixedWindow && s.T >= start {
@@ -69,13 +74,13 @@ func fixedWindow(l *Limit, s *State, now, cost int64) (d Decision, n State) {
 		start, count = s.T, s.X
 	}
 	end := start + w
-	d.Limit = lim
-	n = *s
 	if cost == 0 || count+cost <= lim {
 		d.Allowed = true
 		if cost > 0 {
 			count += cost
-			n = State{Algorithm: FixedWindow, T: start, X: count}
+			if n != nil {
+				*n = State{Algorithm: FixedWindow, T: start, X: count}
+			}
 		}
 	} else if cost > lim {
 		d.RetryAfter = Never
@@ -86,10 +91,9 @@ func fixedWindow(l *Limit, s *State, now, cost int64) (d Decision, n State) {
 	if count > 0 {
 		d.ResetAfter = end - now
 	}
-	return d, n
 }
 
-func slidingWindow(l *Limit, s *State, now, cost int64) (d Decision, n State) {
+func slidingWindow(l *Limit, s *State, now, cost int64, d *Decision, n *State) {
 	w, lim := l.Window, l.Limit
 	start := now - now%w
 	var curr, prev int64
@@ -106,14 +110,14 @@ func slidingWindow(l *Limit, s *State, now, cost int64) (d Decision, n State) {
 	e := max(now, start) - start // elapsed in the current window, < w
 	// room: units (1/w of a request) left under the weighted count.
 	room := (lim-curr)*w - prev*(w-e)
-	d.Limit = lim
-	n = *s
 	if cost == 0 || (cost <= lim-curr && cost*w <= room) {
 		d.Allowed = true
 		if cost > 0 {
 			curr += cost
 			room -= cost * w
-			n = State{Algorithm: SlidingWindow, T: start, X: curr, Y: prev}
+			if n != nil {
+				*n = State{Algorithm: SlidingWindow, T: start, X: curr, Y: prev}
+			}
 		}
 	} else if cost > lim {
 		d.RetryAfter = Never
@@ -129,7 +133,6 @@ func slidingWindow(l *Limit, s *State, now, cost int64) (d Decision, n State) {
 	case prev > 0:
 		d.ResetAfter = start + w - now
 	}
-	return d, n
 }
 
 // slidingRetry returns the first instant at which cost (≤ lim) fits a
@@ -152,7 +155,7 @@ func slidingRetry(w, lim, start, e, curr, prev, cost int64) int64 {
 	return start + w + max(0, w-k)
 }
 
-func slidingLog(l *Limit, s *State, now, cost int64, m mode) (d Decision, n State, err Error) {
+func slidingLog(l *Limit, s *State, now, cost int64, m mode, d *Decision, n *State) Error {
 	w, lim := l.Window, l.Limit
 	log := s.Log
 	if s.Algorithm != SlidingLog {
@@ -174,8 +177,6 @@ func slidingLog(l *Limit, s *State, now, cost int64, m mode) (d Decision, n Stat
 	}
 	i0 := lo
 	count := int64(len(log) - i0)
-	d.Limit = lim
-	n = *s
 	newest := ne
 	if count > 0 {
 		newest = log[len(log)-1]
@@ -185,7 +186,8 @@ func slidingLog(l *Limit, s *State, now, cost int64, m mode) (d Decision, n Stat
 		if cost > 0 {
 			need := count + cost
 			if m != modePeek && int64(cap(log)) < need {
-				return Decision{}, *s, ErrLogCapacity
+				*d = Decision{}
+				return ErrLogCapacity
 			}
 			if m == modeTake {
 				copy(log[:count], log[i0:])
@@ -193,7 +195,7 @@ func slidingLog(l *Limit, s *State, now, cost int64, m mode) (d Decision, n Stat
 				for i := count; i < need; i++ {
 					log[i] = ne
 				}
-				n = State{Algorithm: SlidingLog, Log: log}
+				*n = State{Algorithm: SlidingLog, Log: log}
 			}
 			count = need
 			newest = ne
@@ -208,12 +210,12 @@ func slidingLog(l *Limit, s *State, now, cost int64, m mode) (d Decision, n Stat
 	if count > 0 {
 		d.ResetAfter = newest + w - now
 	}
-	return d, n, 0
+	return 0
 }
 
 // bucket decides TokenBucket and LeakyBucket: a level in units of 1/Window
 // of a token that drains Rate units per µs, capacity Limit×Window.
-func bucket(l *Limit, s *State, now, cost int64) (d Decision, n State) {
+func bucket(l *Limit, s *State, now, cost int64, d *Decision, n *State) {
 	w, lim, r := l.Window, l.Limit, l.rate()
 	capacity := lim * w
 	last, level := now, int64(0)
@@ -228,8 +230,6 @@ func bucket(l *Limit, s *State, now, cost int64) (d Decision, n State) {
 			level -= el * r
 		}
 	}
-	d.Limit = lim
-	n = *s
 	if cost == 0 || (cost <= lim && level+cost*w <= capacity) {
 		d.Allowed = true
 		if l.Algorithm == LeakyBucket && level > 0 {
@@ -237,7 +237,9 @@ func bucket(l *Limit, s *State, now, cost int64) (d Decision, n State) {
 		}
 		if cost > 0 {
 			level += cost * w
-			n = State{Algorithm: l.Algorithm, T: ne, X: level}
+			if n != nil {
+				*n = State{Algorithm: l.Algorithm, T: ne, X: level}
+			}
 		}
 	} else if cost > lim {
 		d.RetryAfter = Never
@@ -248,49 +250,48 @@ func bucket(l *Limit, s *State, now, cost int64) (d Decision, n State) {
 	if level > 0 {
 		d.ResetAfter = ceilDiv(level, r) + ne - now
 	}
-	return d, n
 }
 
 // gcra keeps the theoretical arrival time TAT = T + X/Rate µs. Its level
 // (TAT−now)×Rate is in the same units as bucket's; nothing is clamped, so a
 // clock that stepped back only makes the state look fuller.
-func gcra(l *Limit, s *State, now, cost int64) (d Decision, n State) {
+func gcra(l *Limit, s *State, now, cost int64, d *Decision, n *State) {
 	w, lim, r := l.Window, l.Limit, l.rate()
 	capacity := lim * w
+	st, sx := s.T, s.X
 	level, full := int64(0), false // full: level > capacity, too big to compute
 	if s.Algorithm == GCRA {
-		if s.T >= now {
-			if dt := s.T - now; dt > capacity/r {
+		if st >= now {
+			if dt := st - now; dt > capacity/r {
 				full = true
 			} else {
-				level = dt*r + s.X
+				level = dt*r + sx
 			}
-		} else if dt := now - s.T; s.X > 0 && dt < ceilDiv(s.X, r) {
-			level = s.X - dt*r
+		} else if dt := now - st; sx > 0 && dt < ceilDiv(sx, r) {
+			level = sx - dt*r
 		}
 	}
-	d.Limit = lim
-	n = *s
 	if cost == 0 || (!full && cost <= lim && level+cost*w <= capacity) {
 		d.Allowed = true
 		if cost > 0 {
 			level += cost * w
-			n = State{Algorithm: GCRA, T: now + level/r, X: level % r}
+			if n != nil {
+				*n = State{Algorithm: GCRA, T: now + level/r, X: level % r}
+			}
 			d.ResetAfter = ceilDiv(level, r)
 		}
 	} else if cost > lim {
 		d.RetryAfter = Never
 	} else {
 		// First t with (T−t)×r + X ≤ capacity − cost×w.
-		d.RetryAfter = s.T + ceilDivSigned(s.X+cost*w-capacity, r) - now
+		d.RetryAfter = st + ceilDivSigned(sx+cost*w-capacity, r) - now
 	}
 	if !full && level < capacity {
 		d.Remaining = (capacity - level) / w
 	}
 	if d.ResetAfter == 0 && (full || level > 0) {
-		d.ResetAfter = s.T + ceilDiv(s.X, r) - now
+		d.ResetAfter = st + ceilDiv(sx, r) - now
 	}
-	return d, n
 }
 
 // ceilDivSigned returns ⌈a/b⌉ for any a and b > 0.

@@ -10,6 +10,10 @@ package core
 // that long is not denied again by another one; when allowed, the limit with
 // the fewest Remaining. The first of equals wins. On an error it returns the
 // index of the limit that caused it.
+//
+// When the call is denied, a limit that would have admitted the cost reports
+// Allowed with its state as it is (nothing was taken from it): its decision
+// for cost 0.
 func TakeAll(ls []Limit, ss []State, now, cost int64, ds []Decision) (int, error) {
 	return all(ls, ss, now, cost, ds, modeTake)
 }
@@ -23,32 +27,41 @@ func all(ls []Limit, ss []State, now, cost int64, ds []Decision, m mode) (int, e
 	if len(ls) == 0 || len(ss) < len(ls) || len(ds) < len(ls) {
 		return 0, ErrLimits
 	}
+	if len(ls) == 1 { // one limit: decide and take in one pass
+		if err := eval(&ls[0], &ss[0], now, cost, m, &ds[0], &ss[0]); err != 0 {
+			return 0, err
+		}
+		return 0, nil
+	}
 	first := modeCheck
 	if m == modePeek {
 		first = modePeek
 	}
 	denied := -1
 	for i := range ls {
-		d, _, err := eval(&ls[i], &ss[i], now, cost, first)
-		if err != 0 {
+		if err := eval(&ls[i], &ss[i], now, cost, first, &ds[i], nil); err != 0 {
 			return i, err
 		}
-		ds[i] = d
-		if !d.Allowed && (denied < 0 || later(d.RetryAfter, ds[denied].RetryAfter)) {
+		if d := &ds[i]; !d.Allowed && (denied < 0 || later(d.RetryAfter, ds[denied].RetryAfter)) {
 			denied = i
 		}
 	}
 	if denied >= 0 {
+		if cost > 0 {
+			for i := range ls {
+				if ds[i].Allowed { // nothing was taken: report the state as it is
+					eval(&ls[i], &ss[i], now, 0, modePeek, &ds[i], nil)
+				}
+			}
+		}
 		return denied, nil
 	}
 	best := 0
 	for i := range ls {
 		if m == modeTake {
-			d, n, err := eval(&ls[i], &ss[i], now, cost, modeTake)
-			if err != 0 { // not reached: the check pass accepted the same input
-				return i, err
+			if err := eval(&ls[i], &ss[i], now, cost, modeTake, &ds[i], &ss[i]); err != 0 {
+				return i, err // not reached: the check pass accepted the same input
 			}
-			ds[i], ss[i] = d, n
 		}
 		if ds[i].Remaining < ds[best].Remaining {
 			best = i

@@ -208,8 +208,13 @@ BEGIN
         IF s_t <> 0 OR s_x <> 0 OR s_y <> 0 OR n_log <> 0 THEN
             r.err := 8; RETURN r;
         END IF;
-    WHEN 1, 4, 5, 6 THEN
+    WHEN 1, 4, 5 THEN
         IF s_y <> 0 THEN
+            r.err := 8; RETURN r;
+        END IF;
+    WHEN 6 THEN
+        -- X: the TAT's fraction numerator, below Rate (<= MaxLimit 2^40).
+        IF s_y <> 0 OR s_x > 1099511627776 THEN
             r.err := 8; RETURN r;
         END IF;
     WHEN 2 THEN
@@ -604,6 +609,17 @@ BEGIN
         END LOOP;
     ELSE
         best := denied;
+        -- Nothing was taken: a limit that would have admitted the cost
+        -- reports its state as it is (its decision for cost 0).
+        IF cost > 0 THEN
+            FOR i IN 0 .. n - 1 LOOP
+                CONTINUE WHEN NOT (rs[i]).allowed;
+                l := limits[lo + i];
+                s := states[slo + i];
+                rs[i] := rl._eval(l.algorithm, l.lim, l.window_us, l.rate, s.algorithm, s.t, s.x, s.y, s.log,
+                                  now_us, 0, false);
+            END LOOP;
+        END IF;
     END IF;
     FOR i IN 0 .. n - 1 LOOP
         r := rs[i];

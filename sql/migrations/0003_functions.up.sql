@@ -322,6 +322,16 @@ BEGIN
     END LOOP;
     IF denied > 0 THEN
         best := denied;
+        -- Nothing is taken: a limit that would have admitted the cost
+        -- reports its state as it is (its decision for cost 0).
+        IF p_cost > 0 THEN
+            FOR i IN 1 .. n LOOP
+                CONTINUE WHEN NOT (rs[i]).allowed;
+                st := ss[i];
+                rs[i] := rl._eval(p_algs[i], p_lims[i], p_wins[i], p_rates[i], st.algorithm, st.t, st.x, st.y, st.log,
+                                  p_now, 0, false);
+            END LOOP;
+        END IF;
     ELSE
         best := 1;
         FOR i IN 1 .. n LOOP

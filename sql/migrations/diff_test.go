@@ -379,16 +379,6 @@ func (g *gen) state(a core.Algorithm, lim vectors.Limit, now int64) vectors.Stat
 		return s
 	}
 	s.T, s.X = word(), word()
-	if s.Algorithm == int32(core.GCRA) && s.X > core.MaxUnits {
-		// Known core issue: checkState accepts a GCRA X up to MaxStateValue
-		// (2^62), but the core's own states have X < Rate, and for X above
-		// about 2^61 gcra's int64 arithmetic overflows (T + ⌈X/r⌉ − now,
-		// level + cost×w): Go wraps silently, sometimes back to the right
-		// value, sometimes to a negative Remaining or ResetAfter; the SQL
-		// port raises 22003 instead. Such states are left out until the core
-		// bounds X; everything up to 2^61 is compared.
-		s.X = core.MaxUnits
-	}
 	if s.Algorithm == int32(core.SlidingWindow) || g.chance(0.05) {
 		s.Y = word()
 	}

@@ -249,6 +249,13 @@ func common(alg core.Algorithm, p string) []*builder {
 			takeFrom(t0+7, 1, vectors.State{Algorithm: int32(alg), T: t0, Log: []int64{t0}})
 	case core.SlidingWindow:
 		e.takeFrom(t0+6, 1, vectors.State{Algorithm: int32(alg), Y: -3})
+	case core.GCRA:
+		// The fraction numerator is bounded by MaxLimit; the bound itself
+		// is accepted (it arises when Rate was lowered).
+		e.takeFrom(t0+6, 1, vectors.State{Algorithm: int32(alg), T: t0, X: core.MaxLimit + 1}).
+			takeFrom(t0+6, 1, vectors.State{Algorithm: int32(alg), T: core.MaxStateValue, X: core.MaxStateValue}).
+			takeFrom(t0+6, 0, vectors.State{Algorithm: int32(alg), T: t0 + 2_000_000, X: core.MaxLimit}).
+			takeFrom(t0+6, 1, vectors.State{Algorithm: int32(alg), T: t0, Y: 1})
 	default:
 		e.takeFrom(t0+6, 1, vectors.State{Algorithm: int32(alg), T: t0, Y: 1})
 	}
