@@ -56,22 +56,25 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
-type mapKey struct{ prefix, key string }
-
+// shard maps a key's hash to its entries (a chain: collisions are rare),
+// so a lookup hashes the key once.
 type shard struct {
 	mu sync.RWMutex
-	m  map[mapKey]*entry
-	_  [40]byte // keep shards on separate cache lines
+	m  map[uint64]*entry
+	n  int      // entries
+	_  [24]byte // one cache line per shard
 }
 
 // entry holds one key's states, one per limit name.
 type entry struct {
-	mu      sync.Mutex
-	dead    bool // removed from its shard; look the key up again
-	names   []string
-	states  []core.State
-	out     []core.Decision // scratch for decisions, used under mu
-	expires int64           // µs: all states are fresh from then on
+	prefix, key string
+	next        *entry // same hash
+	mu          sync.Mutex
+	dead        bool // removed from its shard; look the key up again
+	names       []string
+	states      []core.State
+	out         []core.Decision // scratch for decisions, used under mu
+	expires     int64           // µs: all states are fresh from then on
 }
 
 // maxStack bounds the limits of one call on a key whose limits changed.
@@ -105,7 +108,7 @@ func New(cfg *Config) *Store {
 		s.perCap = (c.MaxKeys + size - 1) / size
 	}
 	for i := range s.shards {
-		s.shards[i].m = make(map[mapKey]*entry)
+		s.shards[i].m = make(map[uint64]*entry)
 	}
 	interval := c.SweepInterval
 	if interval == 0 {
@@ -155,17 +158,64 @@ func (s *Store) Sweep(now int64) int {
 func (sh *shard) sweep(now int64) int {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	return sh.dropIdle(now)
+}
+
+// dropIdle removes the entries whose states are fresh at now; sh.mu is held.
+func (sh *shard) dropIdle(now int64) int {
 	n := 0
-	for k, e := range sh.m {
-		e.mu.Lock()
-		if e.expires <= now {
-			e.dead = true
-			delete(sh.m, k)
-			n++
+	for h, head := range sh.m {
+		var keep *entry
+		for e := head; e != nil; {
+			next := e.next
+			e.mu.Lock()
+			if e.expires <= now {
+				e.dead = true
+				n++
+			} else {
+				e.next, keep = keep, e
+			}
+			e.mu.Unlock()
+			e = next
 		}
-		e.mu.Unlock()
+		if keep == nil {
+			delete(sh.m, h)
+		} else {
+			sh.m[h] = keep
+		}
 	}
+	sh.n -= n
 	return n
+}
+
+// find returns the entry of (prefix, key) with hash h; sh.mu is held.
+func (sh *shard) find(h uint64, prefix, key string) *entry {
+	for e := sh.m[h]; e != nil; e = e.next {
+		if e.key == key && e.prefix == prefix {
+			return e
+		}
+	}
+	return nil
+}
+
+// unlink removes e; sh.mu is held for writing.
+func (sh *shard) unlink(h uint64, e *entry) {
+	if head := sh.m[h]; head == e {
+		if e.next == nil {
+			delete(sh.m, h)
+		} else {
+			sh.m[h] = e.next
+		}
+	} else {
+		for p := head; p != nil; p = p.next {
+			if p.next == e {
+				p.next = e.next
+				break
+			}
+		}
+	}
+	e.dead = true
+	sh.n--
 }
 
 // Len returns the number of keys held.
@@ -174,14 +224,15 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.RLock()
-		n += len(sh.m)
+		n += sh.n
 		sh.mu.RUnlock()
 	}
 	return n
 }
 
-func (s *Store) shard(k *mapKey) *shard {
-	return &s.shards[maphash.String(s.seed, k.key)&s.mask]
+func (s *Store) shard(key string) (*shard, uint64) {
+	h := maphash.String(s.seed, key)
+	return &s.shards[h&s.mask], h
 }
 
 // Decide implements store.Store.
@@ -189,18 +240,17 @@ func (s *Store) Decide(ctx context.Context, req store.Request, each []core.Decis
 	if len(req.Names) != len(req.Limits) || len(req.Limits) == 0 {
 		return 0, core.Decision{}, core.ErrLimits
 	}
-	k := mapKey{req.Prefix, req.Key}
-	sh := s.shard(&k)
+	sh, h := s.shard(req.Key)
 	for {
 		sh.mu.RLock()
-		e := sh.m[k]
+		e := sh.find(h, req.Prefix, req.Key)
 		sh.mu.RUnlock()
 		if e == nil {
 			if req.Op == store.Peek {
 				return decideFresh(&req, each)
 			}
 			var err error
-			if e, err = s.insert(sh, k); err != nil {
+			if e, err = s.insert(sh, h, req.Prefix, req.Key); err != nil {
 				return 0, core.Decision{}, err
 			}
 		}
@@ -237,29 +287,21 @@ func decideFresh(req *store.Request, each []core.Decision) (int, core.Decision, 
 	return i, out[i], nil
 }
 
-func (s *Store) insert(sh *shard, k mapKey) (*entry, error) {
+func (s *Store) insert(sh *shard, h uint64, prefix, key string) (*entry, error) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := sh.m[k]; e != nil {
+	if e := sh.find(h, prefix, key); e != nil {
 		return e, nil
 	}
-	if s.perCap > 0 && len(sh.m) >= s.perCap {
-		// Make room from idle keys first.
-		now := s.clock()
-		for k2, e := range sh.m {
-			e.mu.Lock()
-			if e.expires <= now {
-				e.dead = true
-				delete(sh.m, k2)
-			}
-			e.mu.Unlock()
-		}
-		if len(sh.m) >= s.perCap {
+	if s.perCap > 0 && sh.n >= s.perCap {
+		sh.dropIdle(s.clock()) // make room from idle keys first
+		if sh.n >= s.perCap {
 			return nil, store.ErrFull
 		}
 	}
-	e := &entry{}
-	sh.m[k] = e
+	e := &entry{prefix: prefix, key: key, next: sh.m[h]}
+	sh.m[h] = e
+	sh.n++
 	return e, nil
 }
 
@@ -360,19 +402,17 @@ func (e *entry) index(name string) int {
 
 // Reset implements store.Store.
 func (s *Store) Reset(ctx context.Context, prefix, key string, names []string) error {
-	k := mapKey{prefix, key}
-	sh := s.shard(&k)
+	sh, h := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.m[k]
+	e := sh.find(h, prefix, key)
 	if e == nil {
 		return nil
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if names == nil {
-		e.dead = true
-		delete(sh.m, k)
+		sh.unlink(h, e)
 		return nil
 	}
 	for _, name := range names {
