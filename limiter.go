@@ -56,6 +56,7 @@ type Config struct {
 // Limiter decides keys against policies. Create it with New.
 type Limiter struct {
 	store   store.Store
+	mem     *memstore.Store // store, when it is a memstore: called directly
 	owned   *memstore.Store
 	policy  *Policy
 	base    string
@@ -102,6 +103,7 @@ func New(cfg Config) (*Limiter, error) {
 		l.owned = memstore.New(&memstore.Config{Clock: l.clock})
 		l.store = l.owned
 	}
+	l.mem, _ = l.store.(*memstore.Store)
 	return l, nil
 }
 
@@ -198,6 +200,8 @@ func (l *Limiter) decide(ctx context.Context, op store.Op, key string, cost int6
 				each[j] = fromCore(&p.src[j], &ds[j])
 			}
 		}
+	} else if l.mem != nil {
+		i, d, err = l.mem.DecideRef(&req, nil)
 	} else {
 		i, d, err = l.store.Decide(ctx, req, nil)
 	}

@@ -237,6 +237,13 @@ func (s *Store) shard(key string) (*shard, uint64) {
 
 // Decide implements store.Store.
 func (s *Store) Decide(ctx context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
+	return s.DecideRef(&req, each)
+}
+
+// DecideRef is Decide for callers holding a *Store: it takes the request by
+// reference (it does not keep it), which spares copying it through the
+// store.Store interface on the hot path. The limiter uses it.
+func (s *Store) DecideRef(req *store.Request, each []core.Decision) (int, core.Decision, error) {
 	if len(req.Names) != len(req.Limits) || len(req.Limits) == 0 {
 		return 0, core.Decision{}, core.ErrLimits
 	}
@@ -247,7 +254,7 @@ func (s *Store) Decide(ctx context.Context, req store.Request, each []core.Decis
 		sh.mu.RUnlock()
 		if e == nil {
 			if req.Op == store.Peek {
-				return decideFresh(&req, each)
+				return decideFresh(req, each)
 			}
 			var err error
 			if e, err = s.insert(sh, h, req.Prefix, req.Key); err != nil {
@@ -259,7 +266,7 @@ func (s *Store) Decide(ctx context.Context, req store.Request, each []core.Decis
 			e.mu.Unlock()
 			continue
 		}
-		i, err := e.decide(&req)
+		i, err := e.decide(req)
 		var d core.Decision
 		if err == nil {
 			d = e.out[i]
