@@ -1,0 +1,263 @@
+//go:build wasip1
+
+// Command guest is the rate-limiting core (package core) compiled to a
+// WebAssembly WASI reactor: wasm/rl.wasm. It is a thin export layer over
+// core.Take, core.Peek, core.TakeAll and core.PeekAll and decides nothing
+// itself. The interface it exports is documented in wasm/ABI.md, the one
+// place that defines it; the constants below must match that file.
+//
+// Build it with wasm/build.sh, never by hand: the committed rl.wasm must be
+// reproducible byte for byte.
+//
+// The guest reads no clock (now is an argument), performs no I/O and
+// allocates nothing per call: every call decodes its input from the static
+// buffer returned by rl_buffer into static arrays, calls core, and encodes
+// the outcome back into the same buffer.
+package main
+
+import (
+	"unsafe"
+
+	"github.com/rlcore/rl/core"
+)
+
+// ABI constants (wasm/ABI.md, "Constants").
+const (
+	abiVersion = 1
+
+	maxLimits = 16   // slots in the buffer
+	logSlots  = 4097 // log entries per slot: core.MaxLogLimit + 1
+
+	headerWords   = 8                        // status, index, written, reserved
+	slotHeadWords = 18                       // limit, state, decision
+	slotWords     = slotHeadWords + logSlots // + log entries
+	bufWords      = headerWords + maxLimits*slotWords
+)
+
+// Header words.
+const (
+	hStatus  = 0
+	hIndex   = 1
+	hWritten = 2
+)
+
+// Slot words.
+const (
+	wLimitAlgorithm = 0
+	wLimitLimit     = 1
+	wLimitWindow    = 2
+	wLimitRate      = 3
+	wStateAlgorithm = 4
+	wStateT         = 5
+	wStateX         = 6
+	wStateY         = 7
+	wStateLogLen    = 8
+	wStateLogCap    = 9
+	wDecided        = 10
+	wAllowed        = 11
+	wDecLimit       = 12
+	wRemaining      = 13
+	wResetAfter     = 14
+	wRetryAfter     = 15
+	wDelay          = 16
+	// word 17 is reserved (0)
+)
+
+// ABI-level status codes (core.Error values are 1..10).
+const (
+	statusTooManyLimits = 100
+	statusBadLog        = 101
+)
+
+// logSlots must be core.MaxLogLimit + 1 (a compile error otherwise).
+var _ = [1]int{}[logSlots-1-core.MaxLogLimit]
+
+var (
+	// buf is the shared buffer: the host writes the input here and reads
+	// the outcome from here. An int64 array, so it is 8-byte aligned; wasm
+	// is little-endian, so word k is bytes 8k..8k+7 little-endian.
+	buf [bufWords]int64
+
+	ls [maxLimits]core.Limit
+	ss [maxLimits]core.State
+	ds [maxLimits]core.Decision
+)
+
+func main() {}
+
+//go:wasmexport abi_version
+func exportABIVersion() int32 { return abiVersion }
+
+//go:wasmexport rl_buffer
+func exportBuffer() uint32 { return uint32(uintptr(unsafe.Pointer(&buf[0]))) }
+
+//go:wasmexport rl_buffer_size
+func exportBufferSize() uint32 { return uint32(unsafe.Sizeof(buf)) }
+
+//go:wasmexport rl_max_limits
+func exportMaxLimits() int32 { return maxLimits }
+
+//go:wasmexport rl_log_slots
+func exportLogSlots() int32 { return logSlots }
+
+//go:wasmexport rl_take
+func exportTake(now, cost int64) int32 { return single(now, cost, true) }
+
+//go:wasmexport rl_peek
+func exportPeek(now, cost int64) int32 { return single(now, cost, false) }
+
+//go:wasmexport rl_take_all
+func exportTakeAll(n int32, now, cost int64) int32 { return multi(n, now, cost, true) }
+
+//go:wasmexport rl_peek_all
+func exportPeekAll(n int32, now, cost int64) int32 { return multi(n, now, cost, false) }
+
+// slot returns the words of slot i.
+func slot(i int) *[slotWords]int64 {
+	off := headerWords + i*slotWords
+	return (*[slotWords]int64)(buf[off : off+slotWords])
+}
+
+// algorithm reads an algorithm word. A value outside int32 is read as -1,
+// an unknown algorithm, so it fails exactly like any other unknown one
+// (ErrAlgorithm for a limit, ErrState for a state).
+func algorithm(v int64) core.Algorithm {
+	if v != int64(int32(v)) {
+		return -1
+	}
+	return core.Algorithm(v)
+}
+
+// load decodes slots [0, n) into ls and ss. It returns an ABI status and the
+// offending slot, or 0. Fields are assigned one by one: Go's wasm backend
+// turns a whole-struct assignment into memory.copy, which costs far more.
+func load(n int) (int32, int) {
+	for i := 0; i < n; i++ {
+		w := slot(i)
+		ln, cp := w[wStateLogLen], w[wStateLogCap]
+		if ln < 0 || cp < ln || cp > logSlots {
+			return statusBadLog, i
+		}
+		l := &ls[i]
+		l.Algorithm = algorithm(w[wLimitAlgorithm])
+		l.Limit = w[wLimitLimit]
+		l.Window = w[wLimitWindow]
+		l.Rate = w[wLimitRate]
+		s := &ss[i]
+		s.Algorithm = algorithm(w[wStateAlgorithm])
+		s.T = w[wStateT]
+		s.X = w[wStateX]
+		s.Y = w[wStateY]
+		// The log lives in the slot: core writes new entries in place.
+		s.Log = w[slotHeadWords : slotHeadWords+int(ln) : slotHeadWords+int(cp)]
+	}
+	return 0, 0
+}
+
+// unset marks a decision core has not written: core writes the limit's
+// Limit (≥ 1) or a zero Decision, never a negative Limit.
+const unset = -1
+
+func storeDecision(w *[slotWords]int64, d *core.Decision) {
+	allowed := int64(0)
+	if d.Allowed {
+		allowed = 1
+	}
+	w[wDecided] = 1
+	w[wAllowed] = allowed
+	w[wDecLimit] = d.Limit
+	w[wRemaining] = d.Remaining
+	w[wResetAfter] = d.ResetAfter
+	w[wRetryAfter] = d.RetryAfter
+	w[wDelay] = d.Delay
+}
+
+// storeState writes a new state into slot words w. Its log entries are
+// already in place: core wrote them into the slot's log region, the backing
+// array of the state it was given.
+func storeState(w *[slotWords]int64, s *core.State) {
+	w[wStateAlgorithm] = int64(s.Algorithm)
+	w[wStateT] = s.T
+	w[wStateX] = s.X
+	w[wStateY] = s.Y
+	w[wStateLogLen] = int64(len(s.Log))
+}
+
+func header(status int32, index int, written bool) int32 {
+	buf[hStatus] = int64(status)
+	buf[hIndex] = int64(index)
+	buf[hWritten] = 0
+	if written {
+		buf[hWritten] = 1
+	}
+	return status
+}
+
+// code returns the status code of a core error.
+func code(err error) int32 {
+	if err == nil {
+		return 0
+	}
+	return int32(err.(core.Error))
+}
+
+func single(now, cost int64, take bool) int32 {
+	if st, i := load(1); st != 0 {
+		return header(st, i, false)
+	}
+	w := slot(0)
+	if !take {
+		d, err := core.Peek(ls[0], ss[0], now, cost)
+		storeDecision(w, &d)
+		return header(code(err), 0, false)
+	}
+	d, n, err := core.Take(ls[0], ss[0], now, cost)
+	storeDecision(w, &d)
+	// core.Take returns the state unchanged unless it admitted a positive
+	// cost.
+	written := err == nil && d.Allowed && cost > 0
+	if written {
+		storeState(w, &n)
+	}
+	return header(code(err), 0, written)
+}
+
+func multi(n32 int32, now, cost int64, take bool) int32 {
+	if n32 < 0 || n32 > maxLimits {
+		return header(statusTooManyLimits, 0, false)
+	}
+	n := int(n32)
+	if st, i := load(n); st != 0 {
+		return header(st, i, false)
+	}
+	// Mark the decisions so that those core writes, on success or on
+	// error (where it may have written some), can be told from the rest.
+	for i := 0; i < n; i++ {
+		ds[i].Limit = unset
+	}
+	var (
+		index int
+		err   error
+	)
+	if take {
+		index, err = core.TakeAll(ls[:n], ss[:n], now, cost, ds[:n])
+	} else {
+		index, err = core.PeekAll(ls[:n], ss[:n], now, cost, ds[:n])
+	}
+	for i := 0; i < n; i++ {
+		if ds[i].Limit == unset {
+			slot(i)[wDecided] = 0
+		} else {
+			storeDecision(slot(i), &ds[i])
+		}
+	}
+	// core.TakeAll replaces the states only when every limit admitted a
+	// positive cost; otherwise they are untouched.
+	written := take && err == nil && ds[index].Allowed && cost > 0
+	if written {
+		for i := 0; i < n; i++ {
+			storeState(slot(i), &ss[i])
+		}
+	}
+	return header(code(err), index, written)
+}
