@@ -205,7 +205,7 @@ func (p *Pool) start(ctx context.Context, check bool) (*instance, error) {
 		return fail(fmt.Errorf("rl/wasm: rl_buffer: %w", err))
 	}
 	in.buf = uint32(v[0])
-	if in.mem = mod.Memory(); in.mem == nil {
+	if in.mem = mod.ExportedMemory("memory"); in.mem == nil {
 		return fail(fmt.Errorf("%w: no memory export", ErrABIVersion))
 	}
 	if _, ok := in.mem.Read(in.buf, bufferBytes); !ok {
@@ -317,6 +317,10 @@ func (p *Pool) Close(ctx context.Context) error {
 	var err error
 	p.closeOnce.Do(func() {
 		p.closed.Store(true)
+		// Release the callers waiting for an instance (with ErrClosed).
+		p.mu.Lock()
+		p.cond.Broadcast()
+		p.mu.Unlock()
 		for i := range p.slots {
 			if in := p.slots[i].p.Swap(nil); in != nil {
 				p.retire(in)
