@@ -174,14 +174,16 @@ DECLARE
     r       rl._eval_result;
     attempt integer := 0;
 BEGIN
-    IF p_key IS NULL OR p_key = '' OR octet_length(p_key) > 256 THEN
+    -- Each distinct PL/pgSQL expression is compiled once per transaction and
+    -- every statement has a cost: the common path runs few (see sql/README.md,
+    -- "Durability and speed").
+    IF (octet_length(p_key) BETWEEN 1 AND 256 AND octet_length(p_name) BETWEEN 1 AND 256) IS NOT TRUE THEN
         PERFORM rl._check_key(p_key, 'key');
-    END IF;
-    IF p_name IS NULL OR p_name = '' OR octet_length(p_name) > 256 THEN
         PERFORM rl._check_key(p_name, 'limit name');
     END IF;
     IF p_now IS NULL THEN
-        p_now := rl._now();
+        -- rl._now() without a call when rl.now_us is not set.
+        p_now := CASE WHEN coalesce(current_setting('rl.now_us', true), '') = '' THEN rl._clock() ELSE rl._now() END;
     END IF;
     LOOP
         IF p_take THEN
@@ -260,13 +262,16 @@ BEGIN
         PERFORM rl._raise(10, 'limit index 0: the parameter arrays differ in length');
     END IF;
     FOR i IN 1 .. n LOOP
-        PERFORM rl._check_key(p_names[i], 'limit name');
+        IF (octet_length(p_names[i]) BETWEEN 1 AND 256) IS NOT TRUE THEN
+            PERFORM rl._check_key(p_names[i], 'limit name');
+        END IF;
         IF p_names[i] = ANY (p_names[1 : i - 1]) THEN
             PERFORM rl._raise(10, format('limit index %s: duplicate name %L', i - 1, p_names[i]));
         END IF;
     END LOOP;
     IF p_now IS NULL THEN
-        p_now := rl._now();
+        -- rl._now() without a call when rl.now_us is not set.
+        p_now := CASE WHEN coalesce(current_setting('rl.now_us', true), '') = '' THEN rl._clock() ELSE rl._now() END;
     END IF;
     lock_ord := ARRAY(SELECT j FROM generate_subscripts(p_names, 1) AS j ORDER BY p_names[j] COLLATE "C");
     -- Lock (take) or read (peek) the rows in name order. A missing row is
@@ -439,7 +444,7 @@ DECLARE
     p record;
 BEGIN
     p := rl._parse_limits($2);
-    RETURN QUERY SELECT * FROM rl._take_many($1, p.names, p.algs, p.lims, p.wins, p.rates, $3, $4, true);
+    RETURN QUERY SELECT * FROM rl.rl_decide_multi($1, p.names, p.algs, p.lims, p.wins, p.rates, $3, $4, true);
 END
 $fn$;
 
@@ -453,7 +458,7 @@ DECLARE
     p record;
 BEGIN
     p := rl._parse_limits($2);
-    RETURN QUERY SELECT * FROM rl._take_many($1, p.names, p.algs, p.lims, p.wins, p.rates, $3, $4, false);
+    RETURN QUERY SELECT * FROM rl.rl_decide_multi($1, p.names, p.algs, p.lims, p.wins, p.rates, $3, $4, false);
 END
 $fn$;
 
@@ -469,8 +474,86 @@ CREATE FUNCTION rl.rl_decide_multi(key text, names text[], algorithms integer[],
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, rl, pg_temp
 AS $fn$
+DECLARE
+    p_key   ALIAS FOR $1;
+    p_names ALIAS FOR $2;
+    p_algs  ALIAS FOR $3;
+    p_lims  ALIAS FOR $4;
+    p_wins  ALIAS FOR $5;
+    p_rates ALIAS FOR $6;
+    p_cost  ALIAS FOR $7;
+    p_now   ALIAS FOR $8;
+    p_take  boolean := coalesce($9, true);
+    nm      text;
+    s_alg   integer;
+    s_t     bigint;
+    s_x     bigint;
+    s_y     bigint;
+    s_log   bigint[];
+    r       rl._eval_result;
+    tries   integer;
 BEGIN
-    RETURN QUERY SELECT * FROM rl._take_many($1, $2, $3, $4, $5, $6, $7, $8, coalesce($9, true));
+    -- One limit with well-formed arguments, the common call: core.TakeAll
+    -- decides it in one pass, exactly as core.Take, so it is decided and
+    -- stored like rl._take1 does, with few statements (each distinct
+    -- PL/pgSQL expression is compiled once per transaction, each query has
+    -- a cost): lock or read the row, decide once, write only an admitted
+    -- cost above 0. One row is locked, so there is no order to keep; a
+    -- missing row is inserted with its new state (ON CONFLICT DO NOTHING,
+    -- the loser decides again against the winner's row), so a call that
+    -- writes nothing creates nothing. Anything else goes to rl._take_many,
+    -- which validates and raises in the documented order.
+    IF cardinality(p_names) = 1 AND octet_length(p_key) BETWEEN 1 AND 256
+            AND octet_length(p_names[1]) BETWEEN 1 AND 256
+            AND array_ndims(p_names) = 1 AND array_lower(p_names, 1) = 1
+            AND cardinality(p_algs) = 1 AND cardinality(p_lims) = 1
+            AND cardinality(p_wins) = 1 AND cardinality(p_rates) = 1
+            AND array_lower(p_algs, 1) = 1 AND array_lower(p_lims, 1) = 1
+            AND array_lower(p_wins, 1) = 1 AND array_lower(p_rates, 1) = 1 THEN
+        nm := p_names[1];
+        IF p_now IS NULL THEN
+            -- rl._now() without a call when rl.now_us is not set.
+            p_now := CASE WHEN coalesce(current_setting('rl.now_us', true), '') = '' THEN rl._clock() ELSE rl._now() END;
+        END IF;
+        tries := 0;
+        LOOP
+            IF p_take THEN
+                SELECT s.algorithm, s.t, s.x, s.y, s.log INTO s_alg, s_t, s_x, s_y, s_log
+                  FROM rl.state s WHERE s.key = p_key AND s.name = nm FOR UPDATE;
+            ELSE
+                SELECT s.algorithm, s.t, s.x, s.y, s.log INTO s_alg, s_t, s_x, s_y, s_log
+                  FROM rl.state s WHERE s.key = p_key AND s.name = nm;
+            END IF;
+            -- FOUND is false: the NULLs read as a fresh state.
+            r := rl._eval(p_algs[1], p_lims[1], p_wins[1], p_rates[1], s_alg, s_t, s_x, s_y, s_log,
+                          p_now, p_cost, p_take);
+            IF r.err <> 0 THEN
+                PERFORM rl._raise(r.err, format('limit index 0 (name %L)', nm));
+            END IF;
+            -- Denied, peeked or cost 0: the state is unchanged; write nothing.
+            EXIT WHEN NOT p_take OR NOT r.allowed OR p_cost = 0;
+            IF FOUND THEN -- set by the SELECT: nothing run since changes it
+                UPDATE rl.state s
+                   SET algorithm = r.algorithm, t = r.t, x = r.x, y = r.y, log = r.log,
+                       expires_at = p_now + r.reset_after
+                 WHERE s.key = p_key AND s.name = nm;
+                EXIT;
+            END IF;
+            INSERT INTO rl.state AS s (key, name, algorithm, t, x, y, log, expires_at)
+            VALUES (p_key, nm, r.algorithm, r.t, r.x, r.y, r.log, p_now + r.reset_after)
+            ON CONFLICT DO NOTHING;
+            EXIT WHEN FOUND;
+            tries := tries + 1;
+            IF tries >= 3 THEN
+                RAISE EXCEPTION 'ratelimit: the state row kept changing; retry the transaction'
+                    USING ERRCODE = 'serialization_failure';
+            END IF;
+        END LOOP;
+        RETURN NEXT ROW(0, nm, r.allowed, r.lim, r.remaining, r.reset_after, r.retry_after, r.delay, true,
+                        p_now)::rl.multi_decision;
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT * FROM rl._take_many($1, $2, $3, $4, $5, $6, $7, $8, p_take);
 END
 $fn$;
 
