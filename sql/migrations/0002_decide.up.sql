@@ -131,11 +131,11 @@ CREATE FUNCTION rl._eval(
 AS $fn$
 DECLARE
     r     rl._eval_result;
-    w     bigint;
-    lim   bigint;
-    now   bigint;
-    cost  bigint;
-    rate  bigint;
+    w     ALIAS FOR p_win;
+    lim   ALIAS FOR p_lim;
+    now   ALIAS FOR p_now;
+    cost  ALIAS FOR p_cost;
+    rate  ALIAS FOR p_rate;
     n_log integer;
     e     bigint;
     prev  bigint;
@@ -158,49 +158,65 @@ DECLARE
     dt    bigint;
     is_full boolean;
 BEGIN
-    p_alg := coalesce(p_alg, 0);
-    lim := coalesce(p_lim, 0);
-    w := coalesce(p_win, 0);
-    rate := coalesce(p_rate, 0);
-    now := coalesce(p_now, -1);
-    cost := coalesce(p_cost, -1);
-    s_alg := coalesce(s_alg, 0);
-    s_t := coalesce(s_t, 0);
-    s_x := coalesce(s_x, 0);
-    s_y := coalesce(s_y, 0);
-    s_log := coalesce(s_log, '{}');
+    -- Every statement costs (and each distinct expression is compiled once
+    -- per transaction): the common path runs few. NULLs: one test.
+    IF p_alg IS NULL OR lim IS NULL OR w IS NULL OR rate IS NULL OR now IS NULL OR cost IS NULL
+            OR s_alg IS NULL OR s_t IS NULL OR s_x IS NULL OR s_y IS NULL OR s_log IS NULL THEN
+        p_alg := coalesce(p_alg, 0);
+        lim := coalesce(lim, 0);
+        w := coalesce(w, 0);
+        rate := coalesce(rate, 0);
+        now := coalesce(now, -1);
+        cost := coalesce(cost, -1);
+        s_alg := coalesce(s_alg, 0);
+        s_t := coalesce(s_t, 0);
+        s_x := coalesce(s_x, 0);
+        s_y := coalesce(s_y, 0);
+        s_log := coalesce(s_log, '{}');
+    END IF;
 
-    -- l.check()
-    IF p_alg < 1 OR p_alg > 6 THEN
-        r.err := 1; RETURN r;                              -- ErrAlgorithm
-    END IF;
-    IF lim < 1 OR lim > 1099511627776 OR (p_alg = 3 AND lim > 4096) THEN
-        r.err := 2; RETURN r;                              -- ErrLimit: MaxLimit 2^40, MaxLogLimit
-    END IF;
-    IF w < 1 OR w > 1000000000000000 THEN
-        r.err := 3; RETURN r;                              -- ErrWindow: MaxWindow 10^15
-    END IF;
-    IF p_alg <= 3 THEN
-        IF rate <> 0 THEN
+    -- The range checks below in one test, true exactly when none of them
+    -- fails (greatest: w >= 1 is tested before); only a failing call runs
+    -- them one by one, in the core's order, for its error.
+    IF NOT (p_alg BETWEEN 1 AND 6 AND lim BETWEEN 1 AND 1099511627776 AND (p_alg <> 3 OR lim <= 4096)
+            AND w BETWEEN 1 AND 1000000000000000
+            AND (p_alg <= 3 AND rate = 0 OR p_alg > 3 AND rate BETWEEN 0 AND 1099511627776)
+            AND (p_alg = 1 OR p_alg = 3 OR lim <= 2305843009213693952 / greatest(w, 1))
+            AND now BETWEEN 0 AND 253402300799999999 AND cost BETWEEN 0 AND 1099511627776
+            AND s_t BETWEEN 0 AND 4611686018427387904 AND s_x BETWEEN 0 AND 4611686018427387904
+            AND s_y BETWEEN 0 AND 4611686018427387904) THEN
+        -- l.check()
+        IF p_alg < 1 OR p_alg > 6 THEN
+            r.err := 1; RETURN r;                          -- ErrAlgorithm
+        END IF;
+        IF lim < 1 OR lim > 1099511627776 OR (p_alg = 3 AND lim > 4096) THEN
+            r.err := 2; RETURN r;                          -- ErrLimit: MaxLimit 2^40, MaxLogLimit
+        END IF;
+        IF w < 1 OR w > 1000000000000000 THEN
+            r.err := 3; RETURN r;                          -- ErrWindow: MaxWindow 10^15
+        END IF;
+        IF p_alg <= 3 THEN
+            IF rate <> 0 THEN
+                r.err := 4; RETURN r;                      -- ErrRate
+            END IF;
+        ELSIF rate < 0 OR rate > 1099511627776 THEN
             r.err := 4; RETURN r;                          -- ErrRate
         END IF;
-    ELSIF rate < 0 OR rate > 1099511627776 THEN
-        r.err := 4; RETURN r;                              -- ErrRate
-    END IF;
-    IF p_alg <> 1 AND p_alg <> 3 AND lim > 2305843009213693952 / w THEN
-        r.err := 5; RETURN r;                              -- ErrUnits: MaxUnits 2^61
-    END IF;
-    -- checkCall
-    IF now < 0 OR now > 253402300799999999 THEN
-        r.err := 7; RETURN r;                              -- ErrTime: MaxTime
-    END IF;
-    IF cost < 0 OR cost > 1099511627776 THEN
-        r.err := 6; RETURN r;                              -- ErrCost: MaxCost 2^40
-    END IF;
-    -- checkState (MaxStateValue 2^62)
-    IF s_t < 0 OR s_t > 4611686018427387904 OR s_x < 0 OR s_x > 4611686018427387904
-            OR s_y < 0 OR s_y > 4611686018427387904 THEN
-        r.err := 8; RETURN r;
+        IF p_alg <> 1 AND p_alg <> 3 AND lim > 2305843009213693952 / w THEN
+            r.err := 5; RETURN r;                          -- ErrUnits: MaxUnits 2^61
+        END IF;
+        -- checkCall
+        IF now < 0 OR now > 253402300799999999 THEN
+            r.err := 7; RETURN r;                          -- ErrTime: MaxTime
+        END IF;
+        IF cost < 0 OR cost > 1099511627776 THEN
+            r.err := 6; RETURN r;                          -- ErrCost: MaxCost 2^40
+        END IF;
+        -- checkState (MaxStateValue 2^62)
+        IF s_t < 0 OR s_t > 4611686018427387904 OR s_x < 0 OR s_x > 4611686018427387904
+                OR s_y < 0 OR s_y > 4611686018427387904 THEN
+            r.err := 8; RETURN r;
+        END IF;
     END IF;
     n_log := cardinality(s_log);
     CASE s_alg
@@ -249,18 +265,7 @@ BEGIN
     END CASE;
 
     -- n = *s: a call that admits nothing returns the state unchanged.
-    r.err := 0;
-    r.allowed := false;
-    r.lim := lim;
-    r.remaining := 0;
-    r.reset_after := 0;
-    r.retry_after := 0;
-    r.delay := 0;
-    r.algorithm := s_alg;
-    r.t := s_t;
-    r.x := s_x;
-    r.y := s_y;
-    r.log := s_log;
+    r := ROW(0, false, lim, 0, 0, 0, 0, s_alg, s_t, s_x, s_y, s_log)::rl._eval_result;
 
     CASE p_alg
     WHEN 1 THEN
