@@ -88,7 +88,7 @@ type instance struct {
 	take, peek, takeAll, peekAll api.Function
 	buf                          uint32   // address of the module's buffer
 	stack                        []uint64 // parameters and result of a call
-	stderr                       *tailWriter
+	stderr                       *headWriter
 }
 
 // process-wide in-memory compilation cache: the module is compiled once per
@@ -149,7 +149,7 @@ func New(ctx context.Context, cfg Config) (*Pool, error) {
 // start instantiates the module and prepares an instance. check also verifies
 // abi_version (once per Pool: every instance comes from the same module).
 func (p *Pool) start(ctx context.Context, check bool) (*instance, error) {
-	in := &instance{stderr: &tailWriter{}, stack: make([]uint64, 3)}
+	in := &instance{stderr: &headWriter{}, stack: make([]uint64, 3)}
 	mod, err := p.rt.InstantiateModule(ctx, p.compiled, p.modCfg.WithStderr(in.stderr))
 	if err != nil {
 		return nil, fmt.Errorf("rl/wasm: instantiate: %w%s", err, in.stderr.suffix())
@@ -376,25 +376,25 @@ func (p *Pool) InstanceMemory() (uint32, error) {
 	return in.mem.Size(), nil
 }
 
-// tailWriter keeps the first bytes a module writes to stderr (a Go guest
+// headWriter keeps the first bytes a module writes to stderr (a Go guest
 // prints its panic there before exiting), for the trap error.
-type tailWriter struct {
+type headWriter struct {
 	mu  sync.Mutex
 	buf []byte
 }
 
-const tailMax = 1024
+const headMax = 1024
 
-func (w *tailWriter) Write(b []byte) (int, error) {
+func (w *headWriter) Write(b []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if room := tailMax - len(w.buf); room > 0 {
+	if room := headMax - len(w.buf); room > 0 {
 		w.buf = append(w.buf, b[:min(room, len(b))]...)
 	}
 	return len(b), nil
 }
 
-func (w *tailWriter) suffix() string {
+func (w *headWriter) suffix() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.buf) == 0 {
