@@ -16,20 +16,18 @@ const (
 //
 // now is in microseconds since the Unix epoch; see the package doc for units
 // and bounds. Invalid input returns an Error and the zero Decision.
-func Take(l Limit, s State, now, cost int64) (Decision, State, error) {
-	var d Decision
-	n := s
-	if err := eval(&l, &s, now, cost, modeTake, &d, &n); err != 0 {
-		return Decision{}, s, err
+func Take(l Limit, s State, now, cost int64) (d Decision, n State, err error) {
+	n = s // eval reads all of the state before it writes the new one
+	if e := eval(&l, &n, now, cost, modeTake, &d, &n); e != 0 {
+		return Decision{}, s, e
 	}
 	return d, n, nil
 }
 
 // Peek returns the decision Take would return, without changing anything.
-func Peek(l Limit, s State, now, cost int64) (Decision, error) {
-	var d Decision
-	if err := eval(&l, &s, now, cost, modePeek, &d, nil); err != 0 {
-		return Decision{}, err
+func Peek(l Limit, s State, now, cost int64) (d Decision, err error) {
+	if e := eval(&l, &s, now, cost, modePeek, &d, nil); e != 0 {
+		return Decision{}, e
 	}
 	return d, nil
 }
