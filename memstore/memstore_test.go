@@ -11,6 +11,7 @@ import (
 	"github.com/rlcore/rl/memstore"
 	"github.com/rlcore/rl/store"
 	"github.com/rlcore/rl/store/storetest"
+	"github.com/rlcore/rl/wasm"
 )
 
 func newStore(t *testing.T) store.Store {
@@ -21,6 +22,16 @@ func newStore(t *testing.T) store.Store {
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Config{New: newStore})
+}
+
+// TestConformanceWASM runs the suite with the WebAssembly core deciding.
+func TestConformanceWASM(t *testing.T) {
+	p, err := wasm.New(context.Background(), wasm.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	storetest.Run(t, storetest.Config{New: newStore, Decider: p})
 }
 
 const t0 = int64(1_767_225_600_000_000)

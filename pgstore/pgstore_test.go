@@ -22,6 +22,7 @@ import (
 	"github.com/rlcore/rl/sql/migrations"
 	"github.com/rlcore/rl/store"
 	"github.com/rlcore/rl/store/storetest"
+	"github.com/rlcore/rl/wasm"
 )
 
 // db is one migrated database shared by this package's tests; keys keep
@@ -147,12 +148,17 @@ func TestExactness(t *testing.T) {
 }
 
 // TestInterleaved decides one key in turn through the SQL path, the Go
-// transaction path and rl_allow() called directly, and compares every
-// decision with the pure core's sequence.
+// transaction path with the native core, the same with the WebAssembly
+// core, and rl_allow() called directly, and compares every decision with
+// the pure core's sequence.
 func TestInterleaved(t *testing.T) {
 	pool := pgtest.Pool(t, database(t))
 	sqlStore := newStore(t, pool, pgstore.Config{Mode: pgstore.ModeSQL, RequestClock: true})
 	goStore := newStore(t, pool, pgstore.Config{Mode: pgstore.ModeGo, RequestClock: true})
+	wasmCore, err := wasm.New(context.Background(), wasm.Config{})
+	require.NoError(t, err)
+	defer wasmCore.Close(context.Background())
+	deciders := []core.Decider{nil, core.Native{}, wasmCore}
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			lim := core.Limit{Algorithm: alg, Limit: 7, Window: 2_000_000, Rate: 0}
@@ -166,19 +172,20 @@ func TestInterleaved(t *testing.T) {
 				require.NoError(t, err)
 				st = next
 				var got core.Decision
-				switch i % 3 {
-				case 0, 1:
-					s := []*pgstore.Store{sqlStore, goStore}[i%3]
+				via := i % 4
+				switch via {
+				case 0, 1, 2:
+					s := []*pgstore.Store{sqlStore, goStore, goStore}[via]
 					_, got, err = s.Decide(context.Background(), store.Request{Key: key, Names: []string{"default"},
-						Limits: []core.Limit{lim}, Now: now, Cost: cost, Decider: core.Native{}}, nil)
-				case 2:
+						Limits: []core.Limit{lim}, Now: now, Cost: cost, Decider: deciders[via]}, nil)
+				case 3:
 					err = pool.QueryRow(context.Background(),
 						"SELECT allowed, lim, remaining, reset_after_us, retry_after_us, delay_us FROM rl.rl_allow_us($1, $2, $3, $4, $5, 0, 'default', $6)",
 						key, alg.String(), lim.Limit, lim.Window, cost, now).
 						Scan(&got.Allowed, &got.Limit, &got.Remaining, &got.ResetAfter, &got.RetryAfter, &got.Delay)
 				}
 				require.NoError(t, err, "step %d", i)
-				require.Equal(t, want, got, "step %d via %d (now %d cost %d)", i, i%3, now, cost)
+				require.Equal(t, want, got, "step %d via %s (now %d cost %d)", i, []string{"sql", "go", "wasm", "rl_allow"}[via], now, cost)
 			}
 			// And the stored row is the core's state.
 			var a int32
