@@ -41,7 +41,7 @@ func FuzzDifferential(f *testing.F) {
 // TestDifferential is the seeded version that runs with every go test.
 func TestDifferential(t *testing.T) {
 	n := 20000
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		n = 2000
 	}
 	rng := rand.New(rand.NewPCG(20260101, 1))

@@ -312,7 +312,8 @@ func (p *Pool) trap(in *instance, op string, err error) error {
 // Close closes the pool: later calls return ErrClosed. It waits for the calls
 // in flight to return their instances, or for ctx to be done, then releases
 // the runtime and every instance. It returns ctx's error if it stopped
-// waiting early. Calling it again does nothing.
+// waiting early; calls still running then fail. Calling it again does
+// nothing.
 func (p *Pool) Close(ctx context.Context) error {
 	var err error
 	p.closeOnce.Do(func() {
