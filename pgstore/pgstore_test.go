@@ -230,7 +230,7 @@ func TestOutage(t *testing.T) {
 	q.Set("connect_timeout", "1")
 	pu.RawQuery = q.Encode()
 	pool := pgtest.Pool(t, pu.String())
-	pg := newStore(t, pool, pgstore.Config{Timeout: 500 * time.Millisecond})
+	pg := newStore(t, pool, pgstore.Config{Timeout: 2 * time.Second})
 	var fallbacks atomic.Int64
 	fo, err := failover.New(failover.Config{Primary: pg, Fallback: memstore.New(nil), Threshold: 2, Cooldown: 200 * time.Millisecond,
 		OnFallback: func(error) { fallbacks.Add(1) }})

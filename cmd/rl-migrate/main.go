@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/rlcore/rl/sql/migrations"
 )
@@ -113,11 +114,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 1
 	}
 
+	start := time.Now()
 	octx, cancel := context.WithTimeout(ctx, *timeout)
 	m, err := migrations.Open(octx, u)
+	// Either octx or the driver's connect_timeout (set from octx's deadline,
+	// rounded up) ended the attempt; the driver does not always wrap that.
+	expired := octx.Err() == context.DeadlineExceeded || time.Since(start) >= *timeout
 	cancel()
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
+		if expired || errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("cannot open database %s: no answer within %v", migrations.Redact(u), *timeout)
 		}
 		return fail(err)

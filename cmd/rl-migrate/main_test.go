@@ -94,23 +94,23 @@ func TestCommand(t *testing.T) {
 
 	r := runBin(t, bin, u, "up")
 	require.Equal(t, 0, r.code, r.stderr)
-	require.Equal(t, "migrated up: version 5\n", r.stdout)
+	require.Equal(t, fmt.Sprintf("migrated up: version %d\n", migrations.Latest), r.stdout)
 
 	r = runBin(t, bin, u2, "up")
 	require.Equal(t, 0, r.code, r.stderr)
-	require.Equal(t, "no change: version 5\n", r.stdout)
+	require.Equal(t, fmt.Sprintf("no change: version %d\n", migrations.Latest), r.stdout)
 
 	r = runBin(t, bin, "", "-database", u, "version")
 	require.Equal(t, 0, r.code, r.stderr)
-	require.Equal(t, "5\n", r.stdout)
+	require.Equal(t, fmt.Sprintf("%d\n", migrations.Latest), r.stdout)
 
 	r = runBin(t, bin, u, "down", "2")
 	require.Equal(t, 0, r.code, r.stderr)
-	require.Equal(t, "migrated down: version 3\n", r.stdout)
+	require.Equal(t, fmt.Sprintf("migrated down: version %d\n", migrations.Latest-2), r.stdout)
 
-	r = runBin(t, bin, u, "goto", "5")
+	r = runBin(t, bin, u, "goto", fmt.Sprint(migrations.Latest))
 	require.Equal(t, 0, r.code, r.stderr)
-	require.Equal(t, "migrated: version 5\n", r.stdout)
+	require.Equal(t, fmt.Sprintf("migrated: version %d\n", migrations.Latest), r.stdout)
 
 	// A dirty version: say how to repair it.
 	conn, err := pgx.Connect(context.Background(), u)
@@ -120,14 +120,14 @@ func TestCommand(t *testing.T) {
 	require.NoError(t, err)
 	r = runBin(t, bin, u, "up")
 	require.Equal(t, 1, r.code)
-	require.Contains(t, r.stderr, "dirty at version 5")
-	require.Contains(t, r.stderr, `"rl-migrate force 4" after a failed up`)
+	require.Contains(t, r.stderr, fmt.Sprintf("dirty at version %d", migrations.Latest))
+	require.Contains(t, r.stderr, fmt.Sprintf(`"rl-migrate force %d" after a failed up`, migrations.Latest-1))
 	r = runBin(t, bin, u, "version")
 	require.Equal(t, 1, r.code)
-	require.Equal(t, "5 (dirty)\n", r.stdout)
-	r = runBin(t, bin, u, "force", "5")
+	require.Equal(t, fmt.Sprintf("%d (dirty)\n", migrations.Latest), r.stdout)
+	r = runBin(t, bin, u, "force", fmt.Sprint(migrations.Latest))
 	require.Equal(t, 0, r.code, r.stderr)
-	require.Equal(t, "forced: version 5\n", r.stdout)
+	require.Equal(t, fmt.Sprintf("forced: version %d\n", migrations.Latest), r.stdout)
 
 	r = runBin(t, bin, u, "down")
 	require.Equal(t, 0, r.code, r.stderr)
