@@ -233,3 +233,25 @@ func TestNoGrowth(t *testing.T) {
 	}
 	t.Logf("instance memory: %d bytes (%d pages)", before, before/65536)
 }
+
+// TestZeroAllocs: the decision calls allocate nothing, on every path
+// (allowed, denied, errors, sliding logs, several limits).
+func TestZeroAllocs(t *testing.T) {
+	ls := []core.Limit{
+		{Algorithm: core.SlidingLog, Limit: 100, Window: 1_000_000},
+		{Algorithm: core.GCRA, Limit: 5, Window: 1_000_000},
+	}
+	ss, ds := []core.State{{Log: make([]int64, 0, 4096)}, {}}, make([]core.Decision, 2)
+	now := int64(1767225600000000)
+	for name, f := range map[string]func(){
+		"TakeAll": func() { now += 1000; pool.TakeAll(ls, ss, now, 1, ds) },
+		"PeekAll": func() { pool.PeekAll(ls, ss, now, 3, ds) },
+		"Take":    func() { now += 1000; d, s, _ := pool.Take(ls[0], ss[0], now, 1); ss[0] = s; ds[0] = d },
+		"Peek":    func() { ds[0], _ = pool.Peek(ls[1], ss[1], now, 1) },
+		"error":   func() { pool.TakeAll(ls, ss, -1, 1, ds) },
+	} {
+		if n := testing.AllocsPerRun(1000, f); n != 0 {
+			t.Errorf("%s: %v allocs per call", name, n)
+		}
+	}
+}
