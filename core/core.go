@@ -133,7 +133,8 @@ type State struct {
 	T, X, Y   int64
 	// Log holds the SlidingLog entries. Take writes new entries into its
 	// backing array, which must have capacity for the Limit (see
-	// ErrLogCapacity); the other algorithms ignore it.
+	// ErrLogCapacity); the other algorithms ignore it (and drop it from the
+	// states they write).
 	Log []int64
 }
 

@@ -9,7 +9,7 @@ package core
 // with the latest RetryAfter (Never counts as latest), so a client that waits
 // that long is not denied again by another one; when allowed, the limit with
 // the fewest Remaining. The first of equals wins. On an error it returns the
-// index of the limit that caused it.
+// index of the limit that caused it; the contents of ds are then unspecified.
 //
 // When the call is denied, a limit that would have admitted the cost reports
 // Allowed with its state as it is (nothing was taken from it): its decision
@@ -18,7 +18,9 @@ func TakeAll(ls []Limit, ss []State, now, cost int64, ds []Decision) (int, error
 	return all(ls, ss, now, cost, ds, modeTake)
 }
 
-// PeekAll returns what TakeAll would return, changing nothing.
+// PeekAll returns what TakeAll would return, changing nothing. It does not
+// check a sliding log's storage capacity (it stores nothing), so it can admit
+// where TakeAll would fail with ErrLogCapacity.
 func PeekAll(ls []Limit, ss []State, now, cost int64, ds []Decision) (int, error) {
 	return all(ls, ss, now, cost, ds, modePeek)
 }
