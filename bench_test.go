@@ -9,6 +9,7 @@ import (
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/wasm"
 )
 
 // Benchmarks of Limiter.Allow over the default in-memory store (memstore).
@@ -21,6 +22,7 @@ import (
 //	BenchmarkAllow/keys=10000/parallel    10,000 keys, b.RunParallel
 //	BenchmarkAllow/clock=system/...       the same with rl.SystemClock (time.Now per call)
 //	BenchmarkAllow/deny=most/keys=1/...   one hot key under 100/s: nearly every call denied
+//	BenchmarkAllow/decider=wasm/...       the same as the first, deciding with the WebAssembly core
 //
 // The admit/op metric is the fraction of calls admitted. The targets are
 // 0 allocs/op, and parallel faster than serial.
@@ -34,8 +36,8 @@ func benchKeys(n int) []string {
 	return keys
 }
 
-func newBenchLimiter(b *testing.B, p *rl.Policy, clock rl.Clock) *rl.Limiter {
-	l, err := rl.New(rl.Config{Policy: p, Clock: clock})
+func newBenchLimiter(b *testing.B, p *rl.Policy, clock rl.Clock, d core.Decider) *rl.Limiter {
+	l, err := rl.New(rl.Config{Policy: p, Clock: clock, Decider: d})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -57,22 +59,33 @@ func BenchmarkAllow(b *testing.B) {
 		policy *rl.Policy
 		clock  rl.Clock
 		keys   []int
+		wasm   bool
 	}
 	variants := []variant{
-		{"", admitAll, nil, []int{1, 10_000}},
-		{"clock=system/", admitAll, rl.SystemClock, []int{1, 10_000}},
-		{"deny=most/", denyMost, nil, []int{1}},
+		{"", admitAll, nil, []int{1, 10_000}, false},
+		{"clock=system/", admitAll, rl.SystemClock, []int{1, 10_000}, false},
+		{"deny=most/", denyMost, nil, []int{1}, false},
+		{"decider=wasm/", admitAll, nil, []int{1, 10_000}, true},
 	}
+	pool, err := wasm.New(context.Background(), wasm.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close(context.Background())
 	for _, v := range variants {
 		for _, nkeys := range v.keys {
 			keys := benchKeys(nkeys)
 			name := v.prefix + "keys=" + strconv.Itoa(nkeys)
+			var d core.Decider
+			if v.wasm {
+				d = pool
+			}
 			b.Run(name+"/serial", func(b *testing.B) {
-				l := newBenchLimiter(b, v.policy, v.clock)
+				l := newBenchLimiter(b, v.policy, v.clock, d)
 				benchSerial(b, l, keys)
 			})
 			b.Run(name+"/parallel", func(b *testing.B) {
-				l := newBenchLimiter(b, v.policy, v.clock)
+				l := newBenchLimiter(b, v.policy, v.clock, d)
 				benchParallel(b, l, keys)
 			})
 		}
