@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlcore/rl/sql/migrations"
-	"github.com/rlcore/rl/sql/pgtest"
+	"github.com/rlcore/rl/internal/pgtest"
 )
 
 var (

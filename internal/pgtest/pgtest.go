@@ -1,13 +1,21 @@
-// Package pgtest gives tests a PostgreSQL database of their own: created
-// fresh, migrated on request, dropped at the end. The server's URL comes
-// from DATABASE_URL (default: the local server, user postgres, database
-// test). A server that cannot be reached fails the test; it never skips.
+// Package pgtest gives tests a throwaway PostgreSQL database of their own.
+//
+// The server is named by the DATABASE_URL environment variable, defaulting to
+// DefaultURL. Each database is created as rltest_<random> so parallel test
+// runs never collide, and dropped when the test ends. An unreachable server
+// fails the test: database tests never skip, so CI cannot pass without them.
+//
+//	func TestX(t *testing.T) {
+//		url := pgtest.NewDatabase(t) // empty database
+//		...
+//	}
 package pgtest
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/url"
 	"os"
 	"testing"
@@ -17,50 +25,66 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// DefaultURL is the server tests use when DATABASE_URL is unset.
+// DefaultURL is the server used when DATABASE_URL is not set.
 const DefaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 
-// ServerURL returns DATABASE_URL or DefaultURL.
-func ServerURL() string {
+// URL returns DATABASE_URL, or DefaultURL when it is empty.
+func URL() string {
 	if u := os.Getenv("DATABASE_URL"); u != "" {
 		return u
 	}
 	return DefaultURL
 }
 
-// NewDatabase creates an empty database and returns its URL; it is dropped
-// when the test ends.
+// Create creates a new empty database on the server at serverURL and
+// returns its URL and a function that drops it (disconnecting its sessions).
+func Create(ctx context.Context, serverURL string) (dbURL string, drop func(context.Context) error, err error) {
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("pgtest: bad DATABASE_URL: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, serverURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("pgtest: PostgreSQL at %s is unreachable (set DATABASE_URL): %w", u.Redacted(), err)
+	}
+	defer conn.Close(ctx)
+	b := make([]byte, 6)
+	rand.Read(b)
+	name := "rltest_" + hex.EncodeToString(b)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", nil, fmt.Errorf("pgtest: %w", err)
+	}
+	u.Path = "/" + name
+	drop = func(ctx context.Context) error {
+		conn, err := pgx.Connect(ctx, serverURL)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		return err
+	}
+	return u.String(), drop, nil
+}
+
+// NewDatabase creates a new empty database for t, dropped when t ends, and
+// returns its URL. It fails t when the server is unreachable.
 func NewDatabase(t testing.TB) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	admin, err := pgx.Connect(ctx, ServerURL())
+	dbURL, drop, err := Create(context.Background(), URL())
 	if err != nil {
-		t.Fatalf("pgtest: PostgreSQL unreachable at %s (set DATABASE_URL): %v", redact(ServerURL()), err)
-	}
-	defer admin.Close(ctx)
-	var b [6]byte
-	rand.Read(b[:])
-	name := "rltest_" + hex.EncodeToString(b[:])
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("pgtest: create database: %v", err)
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		c, err := pgx.Connect(ctx, ServerURL())
-		if err != nil {
-			t.Errorf("pgtest: drop %s: %v", name, err)
-			return
-		}
-		defer c.Close(ctx)
-		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("pgtest: drop %s: %v", name, err)
+		if err := drop(ctx); err != nil {
+			t.Errorf("pgtest: drop database: %v", err)
 		}
 	})
-	u, _ := url.Parse(ServerURL())
-	u.Path = "/" + name
-	return u.String()
+	return dbURL
 }
 
 // Pool opens a pool on url, closed when the test ends.
@@ -77,12 +101,4 @@ func Pool(t testing.TB, url string) *pgxpool.Pool {
 	}
 	t.Cleanup(p.Close)
 	return p
-}
-
-func redact(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
 }

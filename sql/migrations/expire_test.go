@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlcore/rl/sql/migrations"
-	"github.com/rlcore/rl/sql/pgtest"
+	"github.com/rlcore/rl/internal/pgtest"
 )
 
 // TestExpire runs in a database of its own: rl_expire sweeps the whole table.

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rlcore/rl/sql/migrations"
-	"github.com/rlcore/rl/sql/pgtest"
+	"github.com/rlcore/rl/internal/pgtest"
 )
 
 // Every test in this package shares one database, created, migrated and
