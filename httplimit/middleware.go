@@ -104,19 +104,27 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			c.Denied.ServeHTTP(w, r)
 			return
 		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.WriteHeader(http.StatusTooManyRequests)
-		if res.Never {
-			w.Write([]byte("Rate limit exceeded: the request's cost exceeds the limit\n"))
-		} else {
-			w.Write([]byte("Rate limit exceeded\n"))
-		}
+		WriteDenied(w, res)
 		return
 	}
 	if c.Wait && res.Delay > 0 && !wait(r.Context(), res.Delay) {
 		return // the client went away
 	}
 	h.next.ServeHTTP(w, r)
+}
+
+// WriteDenied answers a denied request: status 429 and the plain-text body
+// "Rate limit exceeded" (saying so when the cost can never fit). Call
+// SetHeaders first.
+func WriteDenied(w http.ResponseWriter, res rl.Result) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusTooManyRequests)
+	if res.Never {
+		w.Write([]byte("Rate limit exceeded: the request's cost exceeds the limit\n"))
+	} else {
+		w.Write([]byte("Rate limit exceeded\n"))
+	}
 }
 
 func (h *handler) report(r *http.Request, err error) {

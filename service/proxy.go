@@ -64,14 +64,7 @@ func (s *Service) serveProxy(w http.ResponseWriter, r *http.Request) {
 	}
 	httplimit.SetHeaders(w.Header(), res)
 	if !res.Allowed {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Header().Set("X-Content-Type-Options", "nosniff")
-		w.WriteHeader(http.StatusTooManyRequests)
-		if res.Never {
-			w.Write([]byte("Rate limit exceeded: the request's cost exceeds the limit\n"))
-		} else {
-			w.Write([]byte("Rate limit exceeded\n"))
-		}
+		httplimit.WriteDenied(w, res)
 		return
 	}
 	if ru.spec.Shape && res.Delay > 0 && !wait(r, res.Delay) {
