@@ -215,7 +215,7 @@ BEGIN
         ON CONFLICT DO NOTHING;
         EXIT WHEN FOUND;
         attempt := attempt + 1;
-        IF attempt >= 3 THEN
+        IF attempt >= 100 THEN
             RAISE EXCEPTION 'ratelimit: the state row kept changing; retry the transaction'
                 USING ERRCODE = 'serialization_failure';
         END IF;
@@ -291,7 +291,7 @@ BEGIN
             END IF;
             EXIT WHEN FOUND OR NOT p_take; -- not found: st is NULL, a fresh state
             tries := tries + 1;
-            IF tries > 3 THEN
+            IF tries > 100 THEN
                 RAISE EXCEPTION 'ratelimit: the state row kept changing; retry the transaction'
                     USING ERRCODE = 'serialization_failure';
             END IF;
@@ -544,7 +544,7 @@ BEGIN
             ON CONFLICT DO NOTHING;
             EXIT WHEN FOUND;
             tries := tries + 1;
-            IF tries >= 3 THEN
+            IF tries >= 100 THEN
                 RAISE EXCEPTION 'ratelimit: the state row kept changing; retry the transaction'
                     USING ERRCODE = 'serialization_failure';
             END IF;

@@ -26,7 +26,7 @@ BEGIN
                            FROM rl.state s WHERE s.key = p_key AND s.name = nm FOR UPDATE;
             EXIT WHEN FOUND;
             tries := tries + 1;
-            IF tries > 3 THEN
+            IF tries > 100 THEN
                 RAISE EXCEPTION 'ratelimit: the state row kept changing; retry the transaction'
                     USING ERRCODE = 'serialization_failure';
             END IF;
