@@ -18,6 +18,7 @@ import (
 
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/tests/vectors"
+	"github.com/rlcore/rl/tests/vectors/vectorstest"
 )
 
 const (
@@ -51,7 +52,7 @@ type builder struct {
 
 func newCase(id, comment string, flags []string, limits ...vectors.Limit) *builder {
 	b := &builder{c: vectors.Case{ID: id, Comment: comment, Flags: flags, Limits: limits}}
-	b.limits = toCore(limits)
+	b.limits = vectorstest.ToLimits(limits)
 	b.states = make([]core.State, len(limits))
 	return b
 }
@@ -60,30 +61,10 @@ func lim(name string, alg core.Algorithm, limit, window, rate int64) vectors.Lim
 	return vectors.Limit{Name: name, Algorithm: int32(alg), Limit: limit, Window: window, Rate: rate}
 }
 
-func toCore(ls []vectors.Limit) []core.Limit {
-	out := make([]core.Limit, len(ls))
-	for i, l := range ls {
-		out[i] = core.Limit{Algorithm: core.Algorithm(l.Algorithm), Limit: l.Limit, Window: l.Window, Rate: l.Rate}
-	}
-	return out
-}
-
-func fromState(s core.State) vectors.State {
-	v := vectors.State{Algorithm: int32(s.Algorithm), T: s.T, X: s.X, Y: s.Y, Log: append([]int64{}, s.Log...)}
-	return v
-}
-
-func toState(v vectors.State) core.State {
-	s := core.State{Algorithm: core.Algorithm(v.Algorithm), T: v.T, X: v.X, Y: v.Y}
-	s.Log = make([]int64, len(v.Log), core.MaxLogLimit+int64(len(v.Log)))
-	copy(s.Log, v.Log)
-	return s
-}
-
 func (b *builder) withStates(ss ...vectors.State) *builder {
 	b.c.States = ss
 	for i, s := range ss {
-		b.states[i] = toState(s)
+		b.states[i] = vectorstest.ToState(s)
 	}
 	return b
 }
@@ -103,10 +84,10 @@ func (b *builder) takeFrom(now, cost int64, ss ...vectors.State) *builder {
 func (b *builder) op(op string, now, cost int64, ls []vectors.Limit, ss []vectors.State) *builder {
 	st := vectors.Step{Now: now, Op: op, Cost: cost, Limits: ls, SetStates: ss}
 	if ls != nil {
-		b.limits = toCore(ls)
+		b.limits = vectorstest.ToLimits(ls)
 	}
 	for i, s := range ss {
-		b.states[i] = toState(s)
+		b.states[i] = vectorstest.ToState(s)
 	}
 	for i := range b.states { // storage for log entries, as every runner gives
 		if b.states[i].Log == nil {
@@ -152,7 +133,7 @@ func (b *builder) op(op string, now, cost int64, ls []vectors.Limit, ss []vector
 		st.Expect.Error, st.Expect.ErrorCode = errName(ce), int32(ce)
 	}
 	for _, s := range b.states {
-		st.Expect.States = append(st.Expect.States, fromState(s))
+		st.Expect.States = append(st.Expect.States, vectorstest.FromState(s))
 	}
 	b.c.Steps = append(b.c.Steps, st)
 	return b
