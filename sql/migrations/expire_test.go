@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rlcore/rl/sql/migrations"
 	"github.com/rlcore/rl/internal/pgtest"
+	"github.com/rlcore/rl/sql/migrations"
 )
 
 // TestExpire runs in a database of its own: rl_expire sweeps the whole table.

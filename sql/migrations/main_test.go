@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/rlcore/rl/sql/migrations"
 	"github.com/rlcore/rl/internal/pgtest"
+	"github.com/rlcore/rl/sql/migrations"
 )
 
 // Every test in this package shares one database, created, migrated and

@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rlcore/rl/sql/migrations"
 	"github.com/rlcore/rl/internal/pgtest"
+	"github.com/rlcore/rl/sql/migrations"
 )
 
 func connect(t *testing.T, u string) *pgx.Conn {
