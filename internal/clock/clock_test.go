@@ -1,0 +1,61 @@
+package clock
+
+import (
+	"testing"
+	"time"
+)
+
+// TestCoarse: the coarse clock follows real time within about its
+// resolution, never goes back, stops ticking when idle and restarts on the
+// next reading.
+func TestCoarse(t *testing.T) {
+	c := NewCoarse(time.Millisecond)
+	prev := c.Now()
+	if d := System() - prev; d < -2000 || d > 50_000 {
+		t.Fatalf("first reading %d µs off the system clock", d)
+	}
+	deadline := time.Now().Add(100 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		now := c.Now()
+		if now < prev {
+			t.Fatalf("went back: %d after %d", now, prev)
+		}
+		prev = now
+	}
+	// It follows the monotonic clock from the wall time of its start, so it
+	// may differ from the wall clock by a few µs either way.
+	if lag := System() - c.Now(); lag < -2000 || lag > 50_000 {
+		t.Fatalf("lags %d µs behind the system clock", lag)
+	}
+	// Idle: the ticker stops after idleAfter without readings.
+	stopped := time.Now().Add(idleAfter + 2*time.Second)
+	for c.running.Load() && time.Now().Before(stopped) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if c.running.Load() {
+		t.Fatal("ticker still running while idle")
+	}
+	// The next reading restarts it and is current, not stale.
+	if lag := System() - c.Now(); lag < -2000 || lag > 50_000 {
+		t.Fatalf("after idle, lags %d µs", lag)
+	}
+	if !c.running.Load() {
+		t.Fatal("ticker not restarted")
+	}
+}
+
+func BenchmarkCoarse(b *testing.B) {
+	c := NewCoarse(time.Millisecond)
+	c.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		c.Now()
+	}
+}
+
+func BenchmarkSystem(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		System()
+	}
+}
