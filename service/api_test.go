@@ -346,8 +346,7 @@ func (s *raceStore) Decide(ctx context.Context, req store.Request, each []core.D
 }
 
 func TestBatchRaceIsReportedPartial(t *testing.T) {
-	var e *env
-	e = newEnv(t, `rules: [{name: r, strategy: fixed, limit: 2, window: 1m}]`, func(o *Options) {
+	e := newEnv(t, `rules: [{name: r, strategy: fixed, limit: 2, window: 1m}]`, func(o *Options) {
 		o.Store = &raceStore{Store: o.Store, key: "b"}
 	})
 	r := e.post(t, "batch", `{"items":[{"rule":"r","key":"a"},{"rule":"r","key":"b"},{"rule":"r","key":"c"}]}`)

@@ -220,8 +220,7 @@ func (r loadResult) merge(o loadResult) loadResult {
 	return r
 }
 
-func (r loadResult) named(n string) loadResult { r.name = n; return r }
-func (r loadResult) rate() float64             { return float64(r.n) / r.elapsed.Seconds() }
+func (r loadResult) rate() float64 { return float64(r.n) / r.elapsed.Seconds() }
 
 // runLoad sends requests from conc clients for dur, or until total requests
 // are sent when total > 0, and measures each one.

@@ -61,14 +61,6 @@ func lim(name string, alg core.Algorithm, limit, window, rate int64) vectors.Lim
 	return vectors.Limit{Name: name, Algorithm: int32(alg), Limit: limit, Window: window, Rate: rate}
 }
 
-func (b *builder) withStates(ss ...vectors.State) *builder {
-	b.c.States = ss
-	for i, s := range ss {
-		b.states[i] = vectorstest.ToState(s)
-	}
-	return b
-}
-
 func (b *builder) take(now, cost int64) *builder { return b.op("take", now, cost, nil, nil) }
 func (b *builder) peek(now, cost int64) *builder { return b.op("peek", now, cost, nil, nil) }
 func (b *builder) reset(now int64) *builder      { return b.op("reset", now, 0, nil, nil) }
