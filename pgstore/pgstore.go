@@ -223,24 +223,43 @@ func (s *Store) decideGo(ctx context.Context, req *store.Request, out []core.Dec
 		return 0, err
 	}
 	defer conn.Release()
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) // no-op after Commit
+	pc := conn.Conn()
+	// Two round trips: BEGIN and the lock in one pipelined batch, then the
+	// UPDATE and COMMIT in another (or a ROLLBACK when nothing is written).
 	// rl.lock_states follows the locking protocol shared with the SQL
 	// functions (name by name in bytewise order, creating missing rows in
 	// passing); anything else can deadlock against them.
+	open := true
+	defer func() {
+		if open { // undo the transaction, removing rows lock_states created
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if _, err := pc.Exec(rctx, "ROLLBACK"); err != nil {
+				pc.Close(rctx) // never hand a connection in a transaction back to the pool
+			}
+		}
+	}()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
 	if s.cfg.Durability == DurabilityFast {
-		if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = off"); err != nil {
+		b.Queue("SET LOCAL synchronous_commit = off")
+	}
+	b.Queue("SELECT now_us, name, algorithm, t, x, y, log FROM rl.lock_states($1, $2)", key, sorted)
+	br := pc.SendBatch(ctx, b)
+	for range b.Len() - 1 {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
 			return 0, err
 		}
 	}
-	rows, err := tx.Query(ctx, "SELECT now_us, name, algorithm, t, x, y, log FROM rl.lock_states($1, $2)", key, sorted)
-	if err != nil {
-		return 0, err
+	rows, err := br.Query()
+	if err == nil {
+		err = scanStates(rows, pos, states, &now, s.cfg.RequestClock)
 	}
-	if err := scanStates(rows, pos, states, &now, s.cfg.RequestClock); err != nil {
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return 0, err
 	}
 	for i := range req.Limits {
@@ -250,7 +269,7 @@ func (s *Store) decideGo(ctx context.Context, req *store.Request, out []core.Dec
 	}
 	i, err := req.Decider.TakeAll(req.Limits, states, now, req.Cost, out)
 	if err != nil || !out[i].Allowed || req.Cost == 0 {
-		return i, err // the rollback removes rows lock_states created
+		return i, err // the deferred rollback writes nothing
 	}
 	algs := make([]int32, n)
 	ts, xs, ys, exp := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
@@ -260,13 +279,24 @@ func (s *Store) decideGo(ctx context.Context, req *store.Request, out []core.Dec
 		exp[j] = now + out[j].ResetAfter
 		logs[j] = logLiteral(st.Log)
 	}
-	_, err = tx.Exec(ctx, `UPDATE rl.state s SET algorithm = u.algorithm, t = u.t, x = u.x, y = u.y, log = u.log::bigint[], expires_at = u.expires_at
+	b = &pgx.Batch{}
+	b.Queue(`UPDATE rl.state s SET algorithm = u.algorithm, t = u.t, x = u.x, y = u.y, log = u.log::bigint[], expires_at = u.expires_at
 		FROM unnest($2::text[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bigint[]) AS u(name, algorithm, t, x, y, log, expires_at)
 		WHERE s.key = $1 AND s.name = u.name`, key, req.Names, algs, ts, xs, ys, logs, exp)
+	b.Queue("COMMIT")
+	br = pc.SendBatch(ctx, b)
+	_, err = br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return 0, err
 	}
-	return i, tx.Commit(ctx)
+	open = false
+	return i, nil
 }
 
 // logLiteral encodes a log as a PostgreSQL array literal (unnest cannot
