@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -171,45 +170,13 @@ func TestCommandErrors(t *testing.T) {
 	}
 
 	t.Run("hung server", func(t *testing.T) {
-		addr := silentListener(t)
+		addr := pgtest.HungServer(t)
 		r := runBin(t, bin, "postgres://u:hunter2@"+addr+"/db?sslmode=disable", "-timeout", "1s", "up")
 		require.Equal(t, 1, r.code)
 		require.Contains(t, r.stderr, "no answer within 1s")
 		require.NotContains(t, r.stderr, "hunter2")
 		require.Less(t, r.took, 4*time.Second)
 	})
-}
-
-// silentListener returns the address of a TCP server that accepts
-// connections and never answers, like a hung database.
-func silentListener(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-	)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String()
 }
 
 func TestRunHelp(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/tests/vectors"
+	"github.com/rlcore/rl/tests/vectors/vectorstest"
 )
 
 // TestDifferential runs random operation sequences through the Go core and
@@ -119,21 +120,21 @@ func TestDifferential(t *testing.T) {
 // expectCore fills every step's Expect by running c through the Go core,
 // exactly as core/vectors_test.go runs a vector case.
 func expectCore(c *vectors.Case) {
-	limits := toLimits(c.Limits)
+	limits := vectorstest.ToLimits(c.Limits)
 	states := make([]core.State, len(limits))
 	for i := range states {
-		states[i] = toState(vectors.State{})
+		states[i] = vectorstest.ToState(vectors.State{})
 	}
 	for i, s := range c.States {
-		states[i] = toState(s)
+		states[i] = vectorstest.ToState(s)
 	}
 	for i := range c.Steps {
 		st := &c.Steps[i]
 		if st.Limits != nil {
-			limits = toLimits(st.Limits)
+			limits = vectorstest.ToLimits(st.Limits)
 		}
 		for j, s := range st.SetStates {
-			states[j] = toState(s)
+			states[j] = vectorstest.ToState(s)
 		}
 		for j, s := range states {
 			// A state written by another algorithm has no log storage; give
@@ -150,7 +151,7 @@ func expectCore(c *vectors.Case) {
 		switch st.Op {
 		case "reset":
 			for j := range states {
-				states[j] = toState(vectors.State{})
+				states[j] = vectorstest.ToState(vectors.State{})
 			}
 		case "take", "peek":
 			switch {
@@ -181,28 +182,9 @@ func expectCore(c *vectors.Case) {
 			}
 		}
 		for _, s := range states {
-			st.Expect.States = append(st.Expect.States, vectors.State{
-				Algorithm: int32(s.Algorithm), T: s.T, X: s.X, Y: s.Y, Log: append([]int64{}, s.Log...),
-			})
+			st.Expect.States = append(st.Expect.States, vectorstest.FromState(s))
 		}
 	}
-}
-
-func toLimits(ls []vectors.Limit) []core.Limit {
-	out := make([]core.Limit, len(ls))
-	for i, l := range ls {
-		out[i] = core.Limit{Algorithm: core.Algorithm(l.Algorithm), Limit: l.Limit, Window: l.Window, Rate: l.Rate}
-	}
-	return out
-}
-
-// toState gives a sliding log room for MaxLogLimit entries, as the vectors'
-// runners do.
-func toState(v vectors.State) core.State {
-	s := core.State{Algorithm: core.Algorithm(v.Algorithm), T: v.T, X: v.X, Y: v.Y}
-	s.Log = make([]int64, len(v.Log), core.MaxLogLimit+int64(len(v.Log)))
-	copy(s.Log, v.Log)
-	return s
 }
 
 // gen generates random operation sequences.

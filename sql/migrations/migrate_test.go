@@ -241,7 +241,7 @@ func TestUnreachable(t *testing.T) {
 	require.Less(t, time.Since(start), 5*time.Second)
 
 	// A server that accepts and never answers: the context bounds the wait.
-	ln := silentListener(t)
+	ln := pgtest.HungServer(t)
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	start = time.Now()
