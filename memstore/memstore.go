@@ -7,19 +7,34 @@
 // makes every decision exact under any concurrency. A decision on a warm key
 // allocates nothing.
 //
-// Memory is bounded by the active keys: an entry records when its states will
-// be back to fresh (the decisions' ResetAfter) and a sweeper drops it after
-// that. Config.MaxKeys optionally caps the number of keys; a new key beyond
-// the cap is refused with store.ErrFull.
+// Memory is bounded twice. An entry records when its states will be back to
+// fresh (the decisions' ResetAfter) and a sweeper drops it after that, so
+// the store holds the active keys only. And a byte budget (Config.MaxBytes,
+// default DefaultMaxBytes = 256 MiB) bounds what the active keys may hold:
+// every key is charged, when it is created, the bytes its state can ever
+// reach under the limits it is created with (its entry and the index slot,
+// its key and limit names, one state and one decision per limit, and for a
+// sliding log the whole log, Limit × 8 bytes, allocated at once). A key that
+// does not fit is refused with ErrBudget (which matches store.ErrFull and
+// store.ErrUnavailable) and the store does not grow; a key that exists keeps
+// being decided under those limits without asking for another byte, so
+// filling the budget with junk keys never locks out a key that was there
+// first. Only a key that later gains limits (new names, a longer sliding log)
+// asks the budget again for the difference, and gets ErrBudget when it is
+// full. Dropping a key (the sweeper, Reset) returns its bytes. Config.MaxKeys
+// optionally caps the number of keys too (store.ErrFull beyond it).
 package memstore
 
 import (
 	"context"
+	"fmt"
 	"hash/maphash"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/store"
@@ -33,6 +48,10 @@ type Config struct {
 	// MaxKeys caps the number of keys (each shard holds at most its share);
 	// 0 means no cap.
 	MaxKeys int
+	// MaxBytes is the byte budget of the keys' state (see the package
+	// doc for what a key is charged). Default (0): DefaultMaxBytes.
+	// Negative: no budget.
+	MaxBytes int64
 	// SweepInterval is how often idle keys are dropped. Default: 30s.
 	// Negative disables the background sweeper (call Sweep yourself).
 	SweepInterval time.Duration
@@ -41,17 +60,32 @@ type Config struct {
 	Clock func() int64
 }
 
+// DefaultMaxBytes is the default byte budget: 256 MiB of state, which with
+// the garbage collector's default headroom (GOGC=100: a heap up to about
+// twice what is live) stays near 512 MiB, so a process in a 1 GiB container
+// survives a store filled to the budget with room for everything else.
+const DefaultMaxBytes int64 = 256 << 20
+
+// ErrBudget is returned when a new key, or new limits on a key, do not fit
+// the byte budget. It matches store.ErrFull (and so store.ErrUnavailable).
+var ErrBudget = fmt.Errorf("%w: memstore byte budget reached", store.ErrFull)
+
+var errKeyCap = fmt.Errorf("%w: memstore key cap (MaxKeys) reached", store.ErrFull)
+
 // Store is an in-memory store.Store. Create it with New; Close stops its
 // sweeper.
 type Store struct {
 	shards  []shard
 	mask    uint64
 	seed    maphash.Seed
-	perCap  int // keys per shard, 0 = unlimited
+	perCap  int   // keys per shard, 0 = unlimited
+	budget  int64 // bytes, < 0 = unlimited
+	used    atomic.Int64
 	clock   func() int64
 	stop    chan struct{}
 	stopped sync.WaitGroup
 	closed  atomic.Bool
+	swept   atomic.Int64 // µs of the last sweep made to free budget
 }
 
 var _ store.Store = (*Store)(nil)
@@ -75,6 +109,7 @@ type entry struct {
 	states      []core.State
 	out         []core.Decision // scratch for decisions, used under mu
 	expires     int64           // µs: all states are fresh from then on
+	charged     int64           // bytes taken from the budget
 }
 
 // maxStack bounds the limits of one call on a key whose limits changed.
@@ -106,6 +141,10 @@ func New(cfg *Config) *Store {
 	}
 	if c.MaxKeys > 0 {
 		s.perCap = (c.MaxKeys + size - 1) / size
+	}
+	s.budget = c.MaxBytes
+	if s.budget == 0 {
+		s.budget = DefaultMaxBytes
 	}
 	for i := range s.shards {
 		s.shards[i].m = make(map[uint64]*entry)
@@ -150,20 +189,23 @@ func (s *Store) sweeper(every time.Duration) {
 func (s *Store) Sweep(now int64) int {
 	n := 0
 	for i := range s.shards {
-		n += s.shards[i].sweep(now)
+		n += s.sweepShard(&s.shards[i], now)
 	}
 	return n
 }
 
-func (sh *shard) sweep(now int64) int {
+func (s *Store) sweepShard(sh *shard, now int64) int {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return sh.dropIdle(now)
+	n, freed := sh.dropIdle(now)
+	s.used.Add(-freed)
+	return n
 }
 
-// dropIdle removes the entries whose states are fresh at now; sh.mu is held.
-func (sh *shard) dropIdle(now int64) int {
-	n := 0
+// dropIdle removes the entries whose states are fresh at now and returns how
+// many and the bytes they were charged; sh.mu is held.
+func (sh *shard) dropIdle(now int64) (int, int64) {
+	n, freed := 0, int64(0)
 	for h, head := range sh.m {
 		var keep *entry
 		for e := head; e != nil; {
@@ -172,6 +214,7 @@ func (sh *shard) dropIdle(now int64) int {
 			if e.expires <= now {
 				e.dead = true
 				n++
+				freed += e.charged
 			} else {
 				e.next, keep = keep, e
 			}
@@ -185,7 +228,7 @@ func (sh *shard) dropIdle(now int64) int {
 		}
 	}
 	sh.n -= n
-	return n
+	return n, freed
 }
 
 // find returns the entry of (prefix, key) with hash h; sh.mu is held.
@@ -198,8 +241,9 @@ func (sh *shard) find(h uint64, prefix, key string) *entry {
 	return nil
 }
 
-// unlink removes e; sh.mu is held for writing.
-func (sh *shard) unlink(h uint64, e *entry) {
+// unlink removes e and returns the bytes it was charged; sh.mu is held for
+// writing.
+func (sh *shard) unlink(h uint64, e *entry) int64 {
 	if head := sh.m[h]; head == e {
 		if e.next == nil {
 			delete(sh.m, h)
@@ -216,7 +260,12 @@ func (sh *shard) unlink(h uint64, e *entry) {
 	}
 	e.dead = true
 	sh.n--
+	return e.charged
 }
+
+// Bytes returns the bytes of the byte budget in use: the sum of what the
+// keys held were charged.
+func (s *Store) Bytes() int64 { return s.used.Load() }
 
 // Len returns the number of keys held.
 func (s *Store) Len() int {
@@ -257,7 +306,7 @@ func (s *Store) DecideRef(req *store.Request, each []core.Decision) (int, core.D
 				return decideFresh(req, each)
 			}
 			var err error
-			if e, err = s.insert(sh, h, req.Prefix, req.Key); err != nil {
+			if e, err = s.insert(sh, h, req); err != nil {
 				return 0, core.Decision{}, err
 			}
 		}
@@ -266,7 +315,7 @@ func (s *Store) DecideRef(req *store.Request, each []core.Decision) (int, core.D
 			e.mu.Unlock()
 			continue
 		}
-		i, err := e.decide(req)
+		i, err := s.decideEntry(e, req)
 		var d core.Decision
 		if err == nil {
 			d = e.out[i]
@@ -294,47 +343,180 @@ func decideFresh(req *store.Request, each []core.Decision) (int, core.Decision, 
 	return i, out[i], nil
 }
 
-func (s *Store) insert(sh *shard, h uint64, prefix, key string) (*entry, error) {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if e := sh.find(h, prefix, key); e != nil {
+// insert returns the entry of req's key, creating it with req's limits if
+// the key cap and the byte budget allow.
+func (s *Store) insert(sh *shard, h uint64, req *store.Request) (*entry, error) {
+	size := charge(req.Prefix, req.Key, req.Names, req.Limits)
+	for retried := false; ; retried = true {
+		sh.mu.Lock()
+		if e := sh.find(h, req.Prefix, req.Key); e != nil {
+			sh.mu.Unlock()
+			return e, nil
+		}
+		if s.perCap > 0 && sh.n >= s.perCap {
+			_, freed := sh.dropIdle(s.clock()) // make room from idle keys first
+			s.used.Add(-freed)
+			if sh.n >= s.perCap {
+				sh.mu.Unlock()
+				return nil, errKeyCap
+			}
+		}
+		if !s.reserve(size) {
+			sh.mu.Unlock()
+			if !retried && s.reclaim() {
+				continue
+			}
+			return nil, ErrBudget
+		}
+		e := newEntry(req, size)
+		e.next = sh.m[h]
+		sh.m[h] = e
+		sh.n++
+		sh.mu.Unlock()
 		return e, nil
 	}
-	if s.perCap > 0 && sh.n >= s.perCap {
-		sh.dropIdle(s.clock()) // make room from idle keys first
-		if sh.n >= s.perCap {
-			return nil, store.ErrFull
-		}
-	}
-	e := &entry{prefix: prefix, key: key, next: sh.m[h]}
-	sh.m[h] = e
-	sh.n++
-	return e, nil
 }
 
-// decide runs req against the entry's states into e.out; e.mu is held.
-func (e *entry) decide(req *store.Request) (int, error) {
+// reserve takes n bytes from the budget, or nothing and reports false.
+func (s *Store) reserve(n int64) bool {
+	if s.budget < 0 {
+		s.used.Add(n)
+		return true
+	}
+	if s.used.Add(n) > s.budget {
+		s.used.Add(-n)
+		return false
+	}
+	return true
+}
+
+// reclaimEvery is the least time between two sweeps made because the
+// budget was full: a flood of refused keys costs one atomic load each, not
+// a sweep each.
+const reclaimEvery = int64(time.Second / time.Microsecond)
+
+// reclaim sweeps the idle keys when the budget is full, at most once per
+// reclaimEvery, and reports whether it did.
+func (s *Store) reclaim() bool {
+	now := s.clock()
+	last := s.swept.Load()
+	if now-last < reclaimEvery || !s.swept.CompareAndSwap(last, now) {
+		return false
+	}
+	return s.Sweep(now) > 0
+}
+
+// Sizes of what a key holds, as charged to the budget. The allocator rounds
+// every object up to a size class: round16 approximates that.
+var (
+	entrySize    = round16(int64(unsafe.Sizeof(entry{})))
+	stateSize    = int64(unsafe.Sizeof(core.State{}))
+	decisionSize = int64(unsafe.Sizeof(core.Decision{}))
+)
+
+// indexSlot is the share of the shard's map[uint64]*entry per key: 8 bytes
+// of key, 8 of value and a control byte per slot, at a load between 7/16
+// and 7/8 after growth, so up to about 40 bytes; 48 with rounding.
+const indexSlot = 48
+
+func round16(n int64) int64 { return (n + 15) &^ 15 }
+
+// charge returns the bytes a key created with these limits is charged: all
+// it can hold under them (see the package doc).
+func charge(prefix, key string, names []string, limits []core.Limit) int64 {
+	n := entrySize + indexSlot + round16(int64(len(prefix))) + round16(int64(len(key)))
+	k := int64(len(names))
+	n += round16(16*k) + round16(stateSize*k) + round16(decisionSize*k)
+	for i := range names {
+		n += limitBytes(names[i], &limits[i])
+	}
+	return n
+}
+
+// limitBytes is what one limit adds besides its slots in the entry's
+// slices: its name and, for a sliding log, the log.
+func limitBytes(name string, l *core.Limit) int64 {
+	n := round16(int64(len(name)))
+	if l.Algorithm == core.SlidingLog && l.Limit > 0 && l.Limit <= core.MaxLogLimit {
+		n += round16(8 * l.Limit)
+	}
+	return n
+}
+
+// newEntry returns an entry for req's key with fresh states for req's
+// limits, sliding logs allocated at their full capacity. It copies the
+// strings it keeps, so that a key does not pin the request's buffers.
+func newEntry(req *store.Request, size int64) *entry {
+	n := len(req.Names)
+	e := &entry{
+		prefix: strings.Clone(req.Prefix), key: strings.Clone(req.Key),
+		names: make([]string, n), states: make([]core.State, n), out: make([]core.Decision, n),
+		charged: size,
+	}
+	for i, name := range req.Names {
+		e.names[i] = strings.Clone(name)
+		if l := &req.Limits[i]; l.Algorithm == core.SlidingLog && l.Limit > 0 && l.Limit <= core.MaxLogLimit {
+			e.states[i].Log = make([]int64, 0, l.Limit)
+		}
+	}
+	return e
+}
+
+// growth returns the bytes req's limits need beyond what e was charged:
+// limits it does not have yet, sliding logs longer than its own. e.mu is
+// held.
+func (e *entry) growth(req *store.Request, same bool) int64 {
+	var n int64
+	for i := range req.Limits {
+		l := &req.Limits[i]
+		j := i
+		if !same {
+			if j = e.index(req.Names[i]); j < 0 {
+				// Its slots in names, states and out, twice over for the
+				// slices' growth by append, and its name and log.
+				n += 2*(16+stateSize+decisionSize) + limitBytes(req.Names[i], l)
+				continue
+			}
+		}
+		if l.Algorithm == core.SlidingLog && l.Limit <= core.MaxLogLimit {
+			if c := int64(cap(e.states[j].Log)); c < l.Limit {
+				n += round16(8*l.Limit) - round16(8*c)
+			}
+		}
+	}
+	return n
+}
+
+// decideEntry runs req against e's states into e.out; e.mu is held.
+func (s *Store) decideEntry(e *entry, req *store.Request) (int, error) {
 	n := len(req.Limits)
 	var (
 		ss      []core.State
 		gather  bool
 		indexes [maxStack]int
 	)
-	if e.sameNames(req.Names) {
+	same := e.sameNames(req.Names)
+	if !same && n > maxStack {
+		return 0, core.ErrLimits
+	}
+	if extra := e.growth(req, same); extra > 0 {
+		if !s.reserve(extra) {
+			return 0, ErrBudget
+		}
+		e.charged += extra
+	}
+	if same {
 		ss = e.states
 	} else {
 		// Another set of limits than last time on this key: map each
 		// name to its state, adding the new ones.
-		if n > maxStack {
-			return 0, core.ErrLimits
-		}
 		gather = true
 		ss = make([]core.State, n)
 		for i, name := range req.Names {
 			j := e.index(name)
 			if j < 0 {
 				j = len(e.names)
-				e.names = append(e.names, name)
+				e.names = append(e.names, strings.Clone(name))
 				e.states = append(e.states, core.State{})
 			}
 			indexes[i] = j
@@ -345,13 +527,12 @@ func (e *entry) decide(req *store.Request) (int, error) {
 		e.out = make([]core.Decision, max(n, len(e.names)))
 	}
 	out := e.out[:n]
-	if req.Op == store.Take {
-		for i := range req.Limits {
-			if l := &req.Limits[i]; l.Algorithm == core.SlidingLog && int64(cap(ss[i].Log)) < l.Limit {
-				grown := make([]int64, len(ss[i].Log), l.Limit)
-				copy(grown, ss[i].Log)
-				ss[i].Log = grown
-			}
+	for i := range req.Limits {
+		// Logs at the capacity charged for them (see growth).
+		if l := &req.Limits[i]; l.Algorithm == core.SlidingLog && l.Limit <= core.MaxLogLimit && int64(cap(ss[i].Log)) < l.Limit {
+			grown := make([]int64, len(ss[i].Log), l.Limit)
+			copy(grown, ss[i].Log)
+			ss[i].Log = grown
 		}
 	}
 	var (
@@ -419,7 +600,7 @@ func (s *Store) Reset(ctx context.Context, prefix, key string, names []string) e
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if names == nil {
-		sh.unlink(h, e)
+		s.used.Add(-sh.unlink(h, e))
 		return nil
 	}
 	for _, name := range names {

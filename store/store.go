@@ -69,11 +69,19 @@ type Store interface {
 // errors.Is(err, ErrUnavailable) holds for them.
 var ErrUnavailable = errors.New("rate-limit store unavailable")
 
-// ErrFull is returned by a store with a cap on keys when a new key does not
-// fit. It matches ErrUnavailable too.
+// ErrBusy marks a store that is working but saturated: a decision waited
+// for a resource (a pooled database connection) longer than the store's
+// queue bound. It is load, not an outage, so it deliberately does NOT match
+// ErrUnavailable: fail-open policies and failover stores must not answer it
+// with admissions. Callers should answer "overloaded, retry later".
+var ErrBusy = errors.New("rate-limit store busy")
+
+// ErrFull is returned by a store with a cap on keys or bytes when a new key
+// does not fit (a store may return an error wrapping it that says which
+// cap). It matches ErrUnavailable too.
 var ErrFull = &fullError{}
 
 type fullError struct{}
 
-func (*fullError) Error() string        { return "rate-limit store full: key cap reached" }
+func (*fullError) Error() string        { return "rate-limit store full" }
 func (*fullError) Is(target error) bool { return target == ErrUnavailable }
