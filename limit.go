@@ -3,6 +3,7 @@ package rl
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/rlcore/rl/core"
@@ -124,13 +125,32 @@ type Result struct {
 func fromCore(l *Limit, d *core.Decision) LimitResult {
 	r := LimitResult{
 		Name: l.Name, Window: l.Window, Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
-		ResetAfter: time.Duration(d.ResetAfter) * time.Microsecond,
-		Delay:      time.Duration(d.Delay) * time.Microsecond,
+		ResetAfter: Micros(d.ResetAfter),
+		Delay:      Micros(d.Delay),
 	}
 	if d.RetryAfter == core.Never {
 		r.Never = true
 	} else {
-		r.RetryAfter = time.Duration(d.RetryAfter) * time.Microsecond
+		r.RetryAfter = Micros(d.RetryAfter)
 	}
 	return r
+}
+
+// maxMicros is the longest time.Duration in whole microseconds.
+const maxMicros = math.MaxInt64 / int64(time.Microsecond)
+
+// Micros converts a span in µs, as the core reports it, to a
+// time.Duration, saturating rather than wrapping: a span beyond what a
+// Duration holds (about 292 years; a valid limit such as a burst of 1000 at
+// 1 per 365 days reaches 1000 years) becomes math.MaxInt64 nanoseconds, and
+// a negative one (none is produced) becomes 0. Every Duration in a Result
+// comes through it.
+func Micros(us int64) time.Duration {
+	switch {
+	case us > maxMicros:
+		return math.MaxInt64
+	case us < 0:
+		return 0
+	}
+	return time.Duration(us) * time.Microsecond
 }

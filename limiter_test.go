@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -212,4 +213,40 @@ func TestExactness(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDurationsSaturate: a valid limit whose spans exceed what a
+// time.Duration holds (a burst of 1000 at 1 per 365 days: refilled in 1000
+// years) reports math.MaxInt64, never a wrapped, negative or short span.
+func TestDurationsSaturate(t *testing.T) {
+	year := 365 * 24 * time.Hour
+	for _, alg := range []core.Algorithm{core.GCRA, core.TokenBucket, core.LeakyBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
+			p := rl.MustPolicy(rl.Limit{Algorithm: alg, Limit: 1000, Window: year, Rate: 1})
+			l, _ := newLimiter(t, p)
+			ctx := context.Background()
+			r, err := l.AllowN(ctx, "k", 1000)
+			require.NoError(t, err)
+			require.True(t, r.Allowed)
+			require.Equal(t, time.Duration(math.MaxInt64), r.ResetAfter, "1000 years until full")
+			r, err = l.AllowN(ctx, "k", 1000)
+			require.NoError(t, err)
+			require.False(t, r.Allowed)
+			require.Equal(t, time.Duration(math.MaxInt64), r.RetryAfter, "1000 years until 1000 fit again")
+			r, err = l.Allow(ctx, "k")
+			require.NoError(t, err)
+			require.Equal(t, year, r.RetryAfter, "one unit: a year, exact")
+			if alg == core.LeakyBucket {
+				l.Reset(ctx, "k")
+				l.AllowN(ctx, "k", 999)
+				r, err = l.Allow(ctx, "k")
+				require.NoError(t, err)
+				require.True(t, r.Allowed)
+				require.Equal(t, time.Duration(math.MaxInt64), r.Delay, "999 years of queue ahead")
+			}
+		})
+	}
+	require.Equal(t, time.Duration(math.MaxInt64), rl.Micros(math.MaxInt64/1000+1))
+	require.Equal(t, time.Duration(math.MaxInt64/1000*1000), rl.Micros(math.MaxInt64/1000))
+	require.Equal(t, time.Duration(0), rl.Micros(-5))
 }
