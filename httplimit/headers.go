@@ -20,7 +20,9 @@ import (
 //
 // and, on a denial that a retry can pass, Retry-After in whole seconds,
 // rounded up so that it is never earlier than the moment a retry succeeds.
-// Durations are rounded up to whole seconds; w is at least 1.
+// Durations are rounded up to whole seconds; w is at least 1. The largest
+// Duration (about 292 years, what rl.Result saturates at) gives its whole
+// seconds, 9223372037, never a wrapped or negative value.
 func SetHeaders(h http.Header, r rl.Result) {
 	name := sfString(r.Name)
 	q := strconv.FormatInt(r.Limit, 10)
@@ -36,9 +38,18 @@ func SetHeaders(h http.Header, r rl.Result) {
 	}
 }
 
-// ceilSeconds rounds d up to whole seconds.
+// ceilSeconds rounds d up to whole seconds, 0 for a negative d. It cannot
+// overflow (d + time.Second - 1 would, within a second of the largest
+// Duration, and turn a 292-year wait into a negative one).
 func ceilSeconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
+	if d <= 0 {
+		return 0
+	}
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
 }
 
 // sfString encodes s as a Structured Field String (RFC 9651): quoted, with

@@ -5,6 +5,12 @@
 //
 // When the store fails, each middleware either fails open (serves the
 // request) or closed (503), and reports the error to a hook.
+//
+// A limit bounds each key, so it is only as strong as the key: ClientIP
+// keys IPv4 clients per address and IPv6 clients per /64 (IPKeyConfig
+// changes both), while Header, Query and APIKey key by whatever the client
+// sends, which bounds nothing unless a component you trust sets or verifies
+// that value.
 package httplimit
 
 import (

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -139,7 +141,16 @@ func TestKeys(t *testing.T) {
 		{"10.0.0.1:5", "198.51.100.1, 203.0.113.9, 10.1.1.1", "203.0.113.9"}, // rightmost untrusted
 		{"10.0.0.1:5", "garbage", "10.0.0.1"},
 		{"[::ffff:192.0.2.3]:5", "", "192.0.2.3"},
-		{"[2001:db8::1]:5", "", "2001:db8::1"},
+		{"[2001:db8::1]:5", "", "2001:db8::/64"}, // IPv6 by /64
+		{"[2001:db8::1:2:3:4]:5", "", "2001:db8::/64"},
+		{"[2001:db8:0:1::1]:5", "", "2001:db8:0:1::/64"},
+		{"[fe80::1%eth0]:5", "", "fe80::/64"},                    // the zone is dropped
+		{"10.0.0.1:5", "2001:db8::9", "2001:db8::/64"},           // from X-Forwarded-For too
+		{"10.0.0.1:5", "fe80::1%25x, 10.2.2.2", "fe80::/64"},     // a zone in X-Forwarded-For
+		{"10.0.0.1:5", "::ffff:203.0.113.7", "203.0.113.7"},      // IPv4-mapped is IPv4
+		{"[::ffff:10.0.0.1]:5", "203.0.113.9", "203.0.113.9"},    // a mapped trusted proxy is trusted
+		{"[::ffff:10.0.0.1%z]:5", "::ffff:10.9.9.9", "10.9.9.9"}, // all trusted: the leftmost
+		{"[2001:db8:ffff:ffff:ffff:ffff:ffff:ffff]:5", "", "2001:db8:ffff:ffff::/64"},
 	} {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.RemoteAddr = c.remote
@@ -199,4 +210,100 @@ func TestWaitShapes(t *testing.T) {
 	}
 	// The third request waited for two 20 ms leaks (timing only bounded below).
 	require.GreaterOrEqual(t, time.Since(start), 35*time.Millisecond)
+}
+
+func TestClientIPPrefixes(t *testing.T) {
+	key := func(cfg httplimit.IPKeyConfig, remote string) string {
+		t.Helper()
+		f, err := httplimit.ClientIPKey(cfg)
+		require.NoError(t, err)
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = remote
+		k, err := f(r)
+		require.NoError(t, err)
+		return k
+	}
+	for _, c := range []struct {
+		v4, v6       int
+		remote, want string
+	}{
+		{0, 0, "192.0.2.1:1", "192.0.2.1"},
+		{32, 64, "192.0.2.1:1", "192.0.2.1"},
+		{24, 0, "192.0.2.77:1", "192.0.2.0/24"},
+		{1, 0, "192.0.2.77:1", "128.0.0.0/1"},
+		{24, 0, "[::ffff:192.0.2.77]:1", "192.0.2.0/24"},
+		{0, 128, "[2001:db8::1]:1", "2001:db8::1"},
+		{0, 128, "[fe80::1%eth0]:1", "fe80::1"},
+		{0, 48, "[2001:db8:1:2:3::1]:1", "2001:db8:1::/48"},
+		{0, 56, "[2001:db8:1:2ff::1]:1", "2001:db8:1:200::/56"},
+	} {
+		require.Equal(t, c.want, key(httplimit.IPKeyConfig{IPv4Prefix: c.v4, IPv6Prefix: c.v6}, c.remote), "%+v", c)
+	}
+	for _, bad := range []httplimit.IPKeyConfig{{IPv4Prefix: -1}, {IPv4Prefix: 33}, {IPv6Prefix: -1}, {IPv6Prefix: 129}} {
+		_, err := httplimit.ClientIPKey(bad)
+		require.Error(t, err, "%+v", bad)
+	}
+}
+
+// One IPv6 host holds a /64: every address in it is the same client, so a
+// per-IP limit cannot be walked around by changing the low 64 bits.
+func TestIPv6ClientsShareTheirSlash64(t *testing.T) {
+	p := rl.MustPolicy(rl.Limit{Algorithm: core.FixedWindow, Limit: 2, Window: time.Minute})
+	h, _ := setup(t, httplimit.Config{}, p)
+	from := func(a string) func(*http.Request) { return func(r *http.Request) { r.RemoteAddr = "[" + a + "]:443" } }
+	require.Equal(t, 200, get(h, from("2001:db8:1:2::1")).Code)
+	require.Equal(t, 200, get(h, from("2001:db8:1:2::2")).Code)
+	for _, a := range []string{"2001:db8:1:2::3", "2001:db8:1:2:ffff:ffff:ffff:ffff", "2001:db8:1:2::1%eth1"} {
+		require.Equal(t, 429, get(h, from(a)).Code, a)
+	}
+	require.Equal(t, 200, get(h, from("2001:db8:1:3::1")).Code, "the next /64 is another client")
+	// Zones never make fresh keys.
+	require.Equal(t, 200, get(h, from("fe80::1%eth0")).Code)
+	require.Equal(t, 200, get(h, from("fe80::2%eth1")).Code)
+	require.Equal(t, 429, get(h, from("fe80::3%x")).Code)
+}
+
+// Durations near the largest time.Duration saturate: the header fields
+// never wrap to a negative number or fall back to an early "1".
+func TestHeadersSaturate(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{math.MaxInt64, "9223372037"}, // ⌈math.MaxInt64 ns / 1 s⌉
+		{math.MaxInt64 - 1, "9223372037"},
+		{math.MaxInt64 - 500*time.Millisecond, "9223372037"},
+		{math.MaxInt64 - time.Second + 2, "9223372036"}, // d + 1s - 1 overflows from here up
+	} {
+		h := http.Header{}
+		httplimit.SetHeaders(h, rl.Result{LimitResult: rl.LimitResult{Name: "y", Limit: 1000, Window: 365 * 24 * time.Hour,
+			ResetAfter: c.d, RetryAfter: c.d}})
+		require.Equal(t, c.want, h.Get("Retry-After"), c.d)
+		require.Equal(t, c.want, h.Get("X-RateLimit-Reset"), c.d)
+		require.Equal(t, `"y";r=0;t=`+c.want, h.Get("RateLimit"), c.d)
+		require.Equal(t, `"y";q=1000;w=31536000`, h.Get("RateLimit-Policy"))
+	}
+	// A whole number of seconds is not rounded up; a nanosecond more is.
+	h := http.Header{}
+	httplimit.SetHeaders(h, rl.Result{LimitResult: rl.LimitResult{RetryAfter: 3 * time.Second, ResetAfter: 3*time.Second + 1}})
+	require.Equal(t, "3", h.Get("Retry-After"))
+	require.Equal(t, "4", h.Get("X-RateLimit-Reset"))
+}
+
+// The limit of the issue: a burst of 1000 refilled at 1 per 365 days. A
+// request for the whole burst after it is spent waits 1000 years, beyond
+// what time.Duration holds: Retry-After must be huge and positive.
+func TestRetryAfterOfAVerySlowLimit(t *testing.T) {
+	p := rl.MustPolicy(rl.Limit{Name: "yearly", Algorithm: core.TokenBucket, Limit: 1000, Window: 365 * 24 * time.Hour, Rate: 1})
+	h, _ := setup(t, httplimit.Config{Cost: func(*http.Request) int64 { return 1000 }}, p)
+	w := get(h, nil)
+	require.Equal(t, 200, w.Code)
+	reset, err := strconv.ParseInt(w.Header().Get("X-RateLimit-Reset"), 10, 64)
+	require.NoError(t, err)
+	require.Greater(t, reset, int64(250*365*24*3600), "1000 years, saturated at about 292")
+	w = get(h, nil)
+	require.Equal(t, 429, w.Code)
+	retry, err := strconv.ParseInt(w.Header().Get("Retry-After"), 10, 64)
+	require.NoError(t, err)
+	require.Greater(t, retry, int64(250*365*24*3600), "Retry-After %q", w.Header().Get("Retry-After"))
 }
