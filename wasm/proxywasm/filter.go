@@ -1,0 +1,209 @@
+package main
+
+import (
+	"errors"
+	"time"
+
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/rlcore/rl/core"
+)
+
+// clock returns µs since the Unix epoch: the host's clock
+// (wasi clock_time_get). Tests replace it.
+var clock = func() int64 { return time.Now().UnixMicro() }
+
+// vmContext is the VM: one per Envoy worker thread (and one on the main
+// thread), all sharing one shared-data map per vm_id.
+type vmContext struct {
+	types.DefaultVMContext
+}
+
+// NewPluginContext implements types.VMContext.
+func (*vmContext) NewPluginContext(uint32) types.PluginContext {
+	return &pluginContext{sd: hostSharedData{}}
+}
+
+// pluginContext is one configured filter in one VM.
+type pluginContext struct {
+	types.DefaultPluginContext
+	sd    sharedData
+	cfg   *config
+	store *store
+	ds    []core.Decision
+}
+
+// OnPluginStart reads and validates the plugin configuration; an invalid
+// one is logged (every problem, by rule and field) and fails the start, so
+// Envoy rejects the configuration.
+func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
+	data, err := proxywasm.GetPluginConfiguration()
+	if err != nil && !errors.Is(err, types.ErrorStatusNotFound) {
+		proxywasm.LogCriticalf("rl-filter: reading the plugin configuration: %v", err)
+		return types.OnPluginStartStatusFailed
+	}
+	cfg, err := parseConfig(data)
+	if err != nil {
+		proxywasm.LogCritical(err.Error())
+		return types.OnPluginStartStatusFailed
+	}
+	st := newStore(cfg, p.sd)
+	if err := st.createSlots(); err != nil {
+		proxywasm.LogCriticalf("rl-filter: creating shared-data slots: %v", err)
+		return types.OnPluginStartStatusFailed
+	}
+	p.cfg, p.store, p.ds = cfg, st, make([]core.Decision, maxLimits)
+	proxywasm.LogInfof("rl-filter: %d rules, %d slots × %d keys per rule", len(cfg.Rules), cfg.Slots, cfg.KeysPerSlot)
+	return types.OnPluginStartStatusOK
+}
+
+// NewHttpContext implements types.PluginContext.
+func (p *pluginContext) NewHttpContext(uint32) types.HttpContext {
+	return &httpContext{p: p}
+}
+
+// httpContext is one request.
+type httpContext struct {
+	types.DefaultHttpContext
+	p *pluginContext
+	// headers are the rate-limit fields to add to the upstream's response
+	// (nil: none, the request was not decided or was answered locally).
+	headers [][2]string
+}
+
+func header(name string) string {
+	v, err := proxywasm.GetHttpRequestHeader(name)
+	if err != nil {
+		return ""
+	}
+	return v
+}
+
+func sourceAddress() string {
+	b, err := proxywasm.GetProperty([]string{"source", "address"})
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// OnHttpRequestHeaders matches, keys and decides the request.
+func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
+	cfg := h.p.cfg
+	if cfg == nil {
+		return types.ActionContinue
+	}
+	req := &request{
+		method:        header(":method"),
+		authority:     header(":authority"),
+		path:          header(":path"),
+		header:        header,
+		sourceAddress: sourceAddress,
+	}
+	r := cfg.match(req)
+	if r == nil {
+		return types.ActionContinue
+	}
+	key, err := r.key(req)
+	if err != nil {
+		return h.reply(400, nil, "Bad request: "+err.Error()+"\n")
+	}
+	cost, err := r.cost(req)
+	if err != nil {
+		return h.reply(400, nil, "Bad request: "+err.Error()+"\n")
+	}
+	if r.Global != nil {
+		return h.askGlobal(r, key, cost)
+	}
+	ds := h.p.ds[:len(r.Limits)]
+	idx, err := h.p.store.take(r, key, clock(), cost, ds)
+	if err != nil {
+		return h.failed(r, err)
+	}
+	d := ds[idx]
+	return h.decided(verdict{
+		allowed:    d.Allowed,
+		never:      d.RetryAfter == core.Never,
+		name:       r.LimitNames[idx],
+		limit:      d.Limit,
+		remaining:  d.Remaining,
+		window:     r.Limits[idx].Window,
+		resetAfter: d.ResetAfter,
+		retryAfter: d.RetryAfter,
+	})
+}
+
+// decided continues an admitted request (its response gets the rate-limit
+// fields) or answers a denied one 429.
+func (h *httpContext) decided(v verdict) types.Action {
+	hs := rateHeaders(v)
+	if v.allowed {
+		h.headers = hs
+		return types.ActionContinue
+	}
+	body := "Rate limit exceeded\n"
+	if v.never {
+		body = "Rate limit exceeded: the request's cost exceeds the limit\n"
+	}
+	return h.reply(429, hs, body)
+}
+
+// failed applies the rule's fail policy when no decision could be had.
+func (h *httpContext) failed(r *rule, err error) types.Action {
+	proxywasm.LogWarnf("rl-filter: rule %q: no decision (%v); failing %s", r.Name, err, map[bool]string{true: "open", false: "closed"}[r.FailOpen])
+	if r.FailOpen {
+		return types.ActionContinue
+	}
+	return h.reply(503, nil, "Rate limiter unavailable\n")
+}
+
+// reply answers the request locally.
+func (h *httpContext) reply(status uint32, hs [][2]string, body string) types.Action {
+	hs = append(hs, [2]string{"content-type", "text/plain; charset=utf-8"}, [2]string{"x-content-type-options", "nosniff"})
+	h.headers = nil
+	if err := proxywasm.SendHttpResponse(status, hs, []byte(body), -1); err != nil {
+		proxywasm.LogErrorf("rl-filter: sending the local response: %v", err)
+	}
+	return types.ActionPause
+}
+
+// OnHttpResponseHeaders adds the rate-limit fields of an admitted request
+// to the upstream's response: the upstream's own X-RateLimit-* fields are
+// replaced (they would contradict ours), its RateLimit and RateLimit-Policy
+// fields kept beside ours, one list as draft-11 allows.
+func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
+	for _, kv := range h.headers {
+		var err error
+		switch kv[0] {
+		case "RateLimit", "RateLimit-Policy":
+			err = proxywasm.AddHttpResponseHeader(kv[0], kv[1])
+		default:
+			err = proxywasm.ReplaceHttpResponseHeader(kv[0], kv[1])
+		}
+		if err != nil {
+			proxywasm.LogErrorf("rl-filter: setting %s: %v", kv[0], err)
+		}
+	}
+	h.headers = nil
+	return types.ActionContinue
+}
+
+// hostSharedData is the host's shared data.
+type hostSharedData struct{}
+
+func (hostSharedData) get(key string) ([]byte, uint32, error) {
+	v, cas, err := proxywasm.GetSharedData(key)
+	if errors.Is(err, types.ErrorStatusNotFound) {
+		return nil, 0, errNotFound
+	}
+	return v, cas, err
+}
+
+func (hostSharedData) set(key string, value []byte, cas uint32) error {
+	err := proxywasm.SetSharedData(key, value, cas)
+	if errors.Is(err, types.ErrorStatusCasMismatch) {
+		return errCASMismatch
+	}
+	return err
+}

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/rlcore/rl/core"
+)
+
+// Global mode: the rule's decision is rl-wasm-host's, asked over an HTTP
+// callout (proxy_http_call) to an Envoy cluster:
+//
+//	POST /v1/ratelimit/check
+//	{"rule": "<global.rule>", "key": "<rule>:<key>", "cost": n}
+//	{"limits": [{"name", "strategy", "limit", "window", "rate"}...], "key": "<rule>:<key>", "cost": n, "fail_open": b}
+//
+// 200 admits, 429 denies (the body's deciding limit gives the header
+// fields); anything else, a timeout or a failed call is a failure, answered
+// by the rule's fail policy.
+
+// checkRequest is the body of a callout, rl-wasm-host's DecisionRequest.
+type checkRequest struct {
+	Rule     string        `json:"rule,omitempty"`
+	Limits   []inlineLimit `json:"limits,omitempty"`
+	Key      string        `json:"key"`
+	Cost     int64         `json:"cost"`
+	FailOpen *bool         `json:"fail_open,omitempty"`
+}
+
+type inlineLimit struct {
+	Name     string `json:"name"`
+	Strategy string `json:"strategy"`
+	Limit    int64  `json:"limit"`
+	Window   string `json:"window"`
+	Rate     int64  `json:"rate,omitempty"`
+}
+
+// checkResponse is the part of rl-wasm-host's DecisionJSON the filter reads.
+type checkResponse struct {
+	Allowed      bool   `json:"allowed"`
+	FailOpen     bool   `json:"fail_open"`
+	LimitName    string `json:"limit_name"`
+	Limit        int64  `json:"limit"`
+	Remaining    int64  `json:"remaining"`
+	WindowMS     int64  `json:"window_ms"`
+	ResetAfterMS int64  `json:"reset_after_ms"`
+	RetryAfterMS int64  `json:"retry_after_ms"`
+	Never        bool   `json:"never"`
+}
+
+// globalKey is the key sent to rl-wasm-host: "<rule>:<key>", or, when that
+// is not a valid key there (longer than 256 bytes, or not printable ASCII
+// without spaces), "<rule>:sha256:" and 32 hex digits of the key's SHA-256.
+func globalKey(r *rule, key string) string {
+	k := r.Name + ":" + key
+	if len(k) <= 256 {
+		ok := true
+		for i := 0; i < len(k); i++ {
+			if k[i] < 0x21 || k[i] > 0x7e {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return k
+		}
+	}
+	return r.Name + ":" + apiKeyDigest(key)
+}
+
+// checkBody returns the callout's body.
+func checkBody(r *rule, key string, cost int64) []byte {
+	req := checkRequest{Key: globalKey(r, key), Cost: cost}
+	if r.Global.Rule != "" {
+		req.Rule = r.Global.Rule
+	} else {
+		for i, l := range r.Limits {
+			req.Limits = append(req.Limits, inlineLimit{
+				Name: r.LimitNames[i], Strategy: l.Algorithm.String(), Limit: l.Limit, Window: fmtWindow(l.Window), Rate: l.Rate,
+			})
+		}
+		fo := r.FailOpen
+		req.FailOpen = &fo
+	}
+	b, err := json.Marshal(req)
+	if err != nil { // not reached: plain fields
+		panic(err)
+	}
+	return b
+}
+
+// askGlobal sends the callout and pauses the request until its answer.
+func (h *httpContext) askGlobal(r *rule, key string, cost int64) types.Action {
+	g := r.Global
+	hs := [][2]string{
+		{":method", "POST"},
+		{":path", g.Path},
+		{":authority", g.Authority},
+		{"content-type", "application/json"},
+		{"accept", "application/json"},
+	}
+	_, err := proxywasm.DispatchHttpCall(g.Cluster, hs, checkBody(r, key, cost), nil, g.TimeoutMS,
+		func(numHeaders, bodySize, _ int) { h.onGlobal(r, numHeaders, bodySize) })
+	if err != nil {
+		return h.failed(r, fmt.Errorf("calling cluster %q: %w", g.Cluster, err))
+	}
+	return types.ActionPause
+}
+
+// onGlobal handles the callout's answer and resumes or answers the request.
+func (h *httpContext) onGlobal(r *rule, numHeaders, bodySize int) {
+	v, err := readGlobal(numHeaders, bodySize)
+	var act types.Action
+	switch {
+	case errors.Is(err, errServiceFailOpen):
+		act = types.ActionContinue // the service's store failed, fail_open: no decision, no fields
+	case err != nil:
+		act = h.failed(r, fmt.Errorf("cluster %q: %w", r.Global.Cluster, err))
+	default:
+		act = h.decided(v)
+	}
+	if act == types.ActionContinue {
+		if err := proxywasm.ResumeHttpRequest(); err != nil {
+			proxywasm.LogErrorf("rl-filter: resuming the request: %v", err)
+		}
+	}
+}
+
+var errServiceFailOpen = errors.New("rl-wasm-host failed open")
+
+// maxGlobalBody bounds the answer read (rl-wasm-host's is well below).
+const maxGlobalBody = 64 << 10
+
+// readGlobal reads the callout's answer.
+func readGlobal(numHeaders, bodySize int) (verdict, error) {
+	if numHeaders == 0 {
+		return verdict{}, errors.New("no answer (timeout, reset or no healthy host)")
+	}
+	hs, err := proxywasm.GetHttpCallResponseHeaders()
+	if err != nil {
+		return verdict{}, err
+	}
+	status := ""
+	for _, kv := range hs {
+		if kv[0] == ":status" {
+			status = kv[1]
+		}
+	}
+	if status != "200" && status != "429" {
+		return verdict{}, fmt.Errorf("answered status %q", clip(status, 16))
+	}
+	if bodySize <= 0 || bodySize > maxGlobalBody {
+		return verdict{}, fmt.Errorf("answered a body of %d bytes", bodySize)
+	}
+	body, err := proxywasm.GetHttpCallResponseBody(0, bodySize)
+	if err != nil {
+		return verdict{}, err
+	}
+	return parseGlobal(status, body)
+}
+
+// parseGlobal turns rl-wasm-host's answer into a verdict.
+func parseGlobal(status string, body []byte) (verdict, error) {
+	var cr checkResponse
+	if err := json.Unmarshal(body, &cr); err != nil {
+		return verdict{}, fmt.Errorf("answered malformed JSON: %v", err)
+	}
+	if cr.Allowed != (status == "200") {
+		return verdict{}, fmt.Errorf("answered status %s with allowed=%v", status, cr.Allowed)
+	}
+	if cr.FailOpen {
+		return verdict{}, errServiceFailOpen
+	}
+	if cr.Limit < 1 || cr.Remaining < 0 || cr.WindowMS < 1 || cr.ResetAfterMS < 0 || cr.RetryAfterMS < -1 ||
+		cr.Limit > core.MaxLimit || cr.WindowMS > core.MaxWindow/1000 || cr.ResetAfterMS > core.MaxWindow/1000 || cr.RetryAfterMS > core.MaxWindow/1000 {
+		return verdict{}, errors.New("answered a decision out of range: limit " + strconv.FormatInt(cr.Limit, 10))
+	}
+	v := verdict{
+		allowed:    cr.Allowed,
+		never:      cr.Never,
+		name:       cr.LimitName,
+		limit:      cr.Limit,
+		remaining:  cr.Remaining,
+		window:     cr.WindowMS * 1000,
+		resetAfter: cr.ResetAfterMS * 1000,
+		retryAfter: max(0, cr.RetryAfterMS) * 1000,
+	}
+	return v, nil
+}
