@@ -15,9 +15,9 @@ import (
 // counter for the map, bumped on every write; set with cas 0, or on a
 // missing key, always succeeds; values are copied in and out.
 type memData struct {
-	mu   sync.Mutex
-	m    map[string]memValue
-	next uint32
+	mu               sync.Mutex
+	m                map[string]memValue
+	next             uint32
 	sets, mismatches int
 }
 
