@@ -151,10 +151,11 @@ func (h *httpContext) decided(v verdict) types.Action {
 
 // failed applies the rule's fail policy when no decision could be had.
 func (h *httpContext) failed(r *rule, err error) types.Action {
-	proxywasm.LogWarnf("rl-filter: rule %q: no decision (%v); failing %s", r.Name, err, map[bool]string{true: "open", false: "closed"}[r.FailOpen])
 	if r.FailOpen {
+		proxywasm.LogWarnf("rl-filter: rule %q: no decision (%v); failing open", r.Name, err)
 		return types.ActionContinue
 	}
+	proxywasm.LogWarnf("rl-filter: rule %q: no decision (%v); failing closed", r.Name, err)
 	return h.reply(503, nil, "Rate limiter unavailable\n")
 }
 
@@ -174,14 +175,15 @@ func (h *httpContext) reply(status uint32, hs [][2]string, body string) types.Ac
 // fields kept beside ours, one list as draft-11 allows.
 func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	for _, kv := range h.headers {
-		var err error
-		switch kv[0] {
-		case "RateLimit", "RateLimit-Policy":
-			err = proxywasm.AddHttpResponseHeader(kv[0], kv[1])
-		default:
-			err = proxywasm.ReplaceHttpResponseHeader(kv[0], kv[1])
+		v := kv[1]
+		if kv[0] == "RateLimit" || kv[0] == "RateLimit-Policy" {
+			// One field, the upstream's members first: the same list on
+			// every host, however it would have joined two fields.
+			if up, err := proxywasm.GetHttpResponseHeader(kv[0]); err == nil && up != "" {
+				v = up + ", " + v
+			}
 		}
-		if err != nil {
+		if err := proxywasm.ReplaceHttpResponseHeader(kv[0], v); err != nil {
 			proxywasm.LogErrorf("rl-filter: setting %s: %v", kv[0], err)
 		}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"strconv"
 	"strings"
 )
@@ -49,8 +50,11 @@ func rateHeaders(v verdict) [][2]string {
 	return h
 }
 
-// ceilSeconds rounds µs up to whole seconds.
+// ceilSeconds rounds µs up to whole seconds. Spans beyond the largest
+// time.Duration (about 292 years) give its whole seconds, 9223372037, as
+// httplimit (whose results saturate there) does.
 func ceilSeconds(us int64) int64 {
+	us = min(max(us, 0), math.MaxInt64/1000)
 	return (us + 999_999) / 1_000_000
 }
 

@@ -114,15 +114,7 @@ func (r *rule) key(req *request) (string, error) {
 		}
 		return path, nil
 	case r.KeyBy == "ip":
-		a, err := netip.ParseAddrPort(req.sourceAddress())
-		if err != nil {
-			ip, err2 := netip.ParseAddr(req.sourceAddress())
-			if err2 != nil {
-				return "", errNoKey{"from an IP address (Envoy gave no source.address)"}
-			}
-			return ip.Unmap().String(), nil
-		}
-		return a.Addr().Unmap().String(), nil
+		return ipKey(req.sourceAddress())
 	case r.KeyBy == "api_key":
 		k := ""
 		if auth := req.header("authorization"); len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ") {
@@ -149,6 +141,25 @@ func (r *rule) key(req *request) (string, error) {
 		return "", errNoKey{"the " + name + " query parameter"}
 	}
 	return "", errors.New("rl-filter: unchecked key_by " + r.KeyBy)
+}
+
+// ipKey keys a client address ("ip:port" or "ip") as httplimit's default
+// ClientIPKey does: an IPv4 client by its address, an IPv6 client by its
+// /64 (what one host or subscriber usually holds, so rotating addresses
+// within it gains nothing), an IPv4-mapped address as IPv4, zones dropped.
+func ipKey(addr string) (string, error) {
+	var ip netip.Addr
+	if ap, err := netip.ParseAddrPort(addr); err == nil {
+		ip = ap.Addr()
+	} else if ip, err = netip.ParseAddr(addr); err != nil {
+		return "", errNoKey{"from an IP address (Envoy gave no source.address)"}
+	}
+	ip = ip.Unmap().WithZone("")
+	if ip.Is4() {
+		return ip.String(), nil
+	}
+	p, _ := ip.Prefix(64) // cannot fail: an IPv6 address without a zone
+	return p.String(), nil
 }
 
 // apiKeyDigest is the key of an API key: "sha256:" and the first 32 hex

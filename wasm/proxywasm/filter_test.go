@@ -1,0 +1,261 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/proxytest"
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// emulate starts the filter in the SDK's host emulator with a plugin
+// configuration and a fixed clock.
+func emulate(t *testing.T, conf string) proxytest.HostEmulator {
+	t.Helper()
+	now := t0 + 250_000 // a quarter into a second-long window
+	clock = func() int64 { return now }
+	opt := proxytest.NewEmulatorOption().WithVMContext(&vmContext{}).
+		WithPluginConfiguration([]byte(conf)).
+		WithProperty([]string{"source", "address"}, []byte("192.0.2.7:40000"))
+	host, reset := proxytest.NewHostEmulator(opt)
+	t.Cleanup(func() {
+		reset()
+		clock = func() int64 { return t0 } // no test reads the wall clock
+	})
+	if st := host.StartPlugin(); st != types.OnPluginStartStatusOK {
+		t.Fatalf("plugin start: %v; logs %q", st, host.GetCriticalLogs())
+	}
+	return host
+}
+
+func get(path string, hs ...[2]string) [][2]string {
+	return append([][2]string{{":method", "GET"}, {":authority", "api.example.com"}, {":path", path}}, hs...)
+}
+
+func headerValue(hs [][2]string, name string) string {
+	for _, kv := range hs {
+		if strings.EqualFold(kv[0], name) {
+			return kv[1]
+		}
+	}
+	return ""
+}
+
+func headerValues(hs [][2]string, name string) []string {
+	var vs []string
+	for _, kv := range hs {
+		if strings.EqualFold(kv[0], name) {
+			vs = append(vs, kv[1])
+		}
+	}
+	return vs
+}
+
+// roundTrip runs a request's headers (and, if it continues, the upstream's
+// response headers) through the filter.
+func roundTrip(host proxytest.HostEmulator, hs [][2]string, upstream ...[2]string) (action types.Action, local *proxytest.LocalHttpResponse, resp [][2]string) {
+	id := host.InitializeHttpContext()
+	action = host.CallOnRequestHeaders(id, hs, true)
+	if local = host.GetSentLocalResponse(id); local != nil || action != types.ActionContinue {
+		return action, local, nil
+	}
+	host.CallOnResponseHeaders(id, append([][2]string{{":status", "200"}}, upstream...), false)
+	return action, nil, host.GetCurrentResponseHeaders(id)
+}
+
+func TestFilterLocal(t *testing.T) {
+	host := emulate(t, `{"slots":16,"rules":[
+		{"name":"users","endpoint":"/v1","strategy":"fixed","limit":2,"window":"1s","key_by":"header:X-User","cost_header":"X-Cost"},
+		{"name":"big","endpoint":"/big","strategy":"token","limit":3,"window":"1s","cost":5}]}`)
+	for i := range 2 {
+		act, local, resp := roundTrip(host, get("/v1/x", [2]string{"x-user", "alice"}),
+			[2]string{"x-ratelimit-limit", "999"}, [2]string{"ratelimit", `"upstream";r=1;t=1`})
+		if act != types.ActionContinue || local != nil {
+			t.Fatalf("request %d: %v %+v", i, act, local)
+		}
+		if got, want := headerValues(resp, "ratelimit"), []string{`"upstream";r=1;t=1, "default";r=` + string(rune('1'-i)) + ";t=1"}; strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Errorf("request %d: RateLimit %q, want %q", i, got, want)
+		}
+		if got := headerValue(resp, "ratelimit-policy"); got != `"default";q=2;w=1` {
+			t.Errorf("request %d: RateLimit-Policy %q", i, got)
+		}
+		if got := headerValues(resp, "x-ratelimit-limit"); len(got) != 1 || got[0] != "2" {
+			t.Errorf("request %d: X-RateLimit-Limit %q (the upstream's must be replaced)", i, got)
+		}
+	}
+	act, local, _ := roundTrip(host, get("/v1/x", [2]string{"x-user", "alice"}))
+	if act != types.ActionPause || local == nil || local.StatusCode != 429 {
+		t.Fatalf("third: %v %+v", act, local)
+	}
+	if got := headerValue(local.Headers, "retry-after"); got != "1" { // 0.75 s rounded up
+		t.Errorf("Retry-After %q", got)
+	}
+	if got := headerValue(local.Headers, "ratelimit"); got != `"default";r=0;t=1` {
+		t.Errorf("RateLimit %q", got)
+	}
+	if string(local.Data) != "Rate limit exceeded\n" {
+		t.Errorf("body %q", local.Data)
+	}
+	// Another key, and a cost from the header.
+	if _, local, _ := roundTrip(host, get("/v1/x", [2]string{"x-user", "bob"}, [2]string{"x-cost", "2"})); local != nil {
+		t.Fatalf("bob: %+v", local)
+	}
+	if _, local, _ := roundTrip(host, get("/v1/x", [2]string{"x-user", "bob"})); local == nil || local.StatusCode != 429 {
+		t.Fatalf("bob after cost 2: %+v", local)
+	}
+	// A cost above the limit: never, no Retry-After.
+	_, local, _ = roundTrip(host, get("/big"))
+	if local == nil || local.StatusCode != 429 || headerValue(local.Headers, "retry-after") != "" ||
+		!strings.Contains(string(local.Data), "exceeds the limit") {
+		t.Fatalf("big: %+v", local)
+	}
+	// Unmatched: no decision, no fields.
+	if act, local, resp := roundTrip(host, get("/other")); act != types.ActionContinue || local != nil || headerValue(resp, "ratelimit") != "" {
+		t.Fatalf("unmatched: %v %+v %q", act, local, resp)
+	}
+	// Bad requests: no key, bad cost.
+	for _, hs := range [][][2]string{get("/v1/x"), get("/v1/x", [2]string{"x-user", "c"}, [2]string{"x-cost", "lots"})} {
+		_, local, _ := roundTrip(host, hs)
+		if local == nil || local.StatusCode != 400 || !strings.HasPrefix(string(local.Data), "Bad request: ") {
+			t.Fatalf("%q: %+v", hs, local)
+		}
+	}
+}
+
+func TestFilterIP(t *testing.T) {
+	host := emulate(t, `[{"name":"ip","strategy":"gcra","limit":1,"window":"1m"}]`)
+	if _, local, _ := roundTrip(host, get("/")); local != nil {
+		t.Fatalf("first: %+v", local)
+	}
+	_, local, _ := roundTrip(host, get("/"))
+	if local == nil || local.StatusCode != 429 || headerValue(local.Headers, "retry-after") != "60" {
+		t.Fatalf("second: %+v", local)
+	}
+}
+
+func TestFilterFailPolicy(t *testing.T) {
+	// One slot of one key: a second live key cannot be decided.
+	for _, open := range []bool{false, true} {
+		t.Run(map[bool]string{false: "closed", true: "open"}[open], func(t *testing.T) {
+			host := emulate(t, `{"slots":1,"keys_per_slot":1,"rules":[{"name":"r","strategy":"fixed","limit":5,"window":"1s","key_by":"header:k","fail_open":`+map[bool]string{false: "false", true: "true"}[open]+`}]}`)
+			if _, local, _ := roundTrip(host, get("/", [2]string{"k", "a"})); local != nil {
+				t.Fatal(local)
+			}
+			act, local, resp := roundTrip(host, get("/", [2]string{"k", "b"}))
+			if open {
+				if act != types.ActionContinue || local != nil || headerValue(resp, "ratelimit") != "" {
+					t.Fatalf("open: %v %+v %q", act, local, resp)
+				}
+			} else if local == nil || local.StatusCode != 503 {
+				t.Fatalf("closed: %v %+v", act, local)
+			}
+			if logs := host.GetWarnLogs(); len(logs) != 1 || !strings.Contains(logs[0], "slot is full") {
+				t.Errorf("warn logs %q", logs)
+			}
+		})
+	}
+}
+
+func TestFilterBadConfiguration(t *testing.T) {
+	opt := proxytest.NewEmulatorOption().WithVMContext(&vmContext{}).
+		WithPluginConfiguration([]byte(`[{"name":"pay","strategy":"tokn","limit":1,"window":"1s"}]`))
+	host, reset := proxytest.NewHostEmulator(opt)
+	defer reset()
+	if st := host.StartPlugin(); st != types.OnPluginStartStatusFailed {
+		t.Fatal("an invalid configuration started")
+	}
+	logs := host.GetCriticalLogs()
+	if len(logs) != 1 || !strings.Contains(logs[0], `rules[0] "pay": strategy: unknown strategy "tokn"`) {
+		t.Fatalf("critical logs %q", logs)
+	}
+}
+
+func TestFilterGlobal(t *testing.T) {
+	conf := `{"rules":[
+		{"name":"inline","endpoint":"/i","limits":[{"name":"burst","strategy":"token","limit":10,"window":"1s","rate":5},{"strategy":"fixed","limit":100,"window":"1d"}],
+		 "key_by":"header:x-user","global":{"cluster":"rl_service","authority":"rl.internal","timeout":"40ms"}},
+		{"name":"named","endpoint":"/n","strategy":"fixed","limit":1,"window":"1s","key_by":"header:x-user","fail_open":true,
+		 "global":{"cluster":"rl_service","rule":"login","path":"/api/check"}}]}`
+	host := emulate(t, conf)
+
+	start := func(path, user string) (uint32, proxytest.HttpCalloutAttribute) {
+		t.Helper()
+		id := host.InitializeHttpContext()
+		if act := host.CallOnRequestHeaders(id, get(path, [2]string{"x-user", user}), true); act != types.ActionPause {
+			t.Fatalf("%s: %v, want pause for the callout", path, act)
+		}
+		cs := host.GetCalloutAttributesFromContext(id)
+		if len(cs) != 1 {
+			t.Fatalf("%d callouts", len(cs))
+		}
+		return id, cs[0]
+	}
+
+	id, c := start("/i", "u 1") // a key with a space: sent as a digest
+	if c.Upstream != "rl_service" || headerValue(c.Headers, ":path") != "/v1/ratelimit/check" ||
+		headerValue(c.Headers, ":authority") != "rl.internal" || headerValue(c.Headers, ":method") != "POST" {
+		t.Fatalf("callout %+v", c)
+	}
+	var body map[string]any
+	if err := json.Unmarshal(c.Body, &body); err != nil {
+		t.Fatal(err)
+	}
+	want := `{"cost":1,"fail_open":false,"key":"inline:` + apiKeyDigest("u 1") + `","limits":[{"limit":10,"name":"burst","rate":5,"strategy":"token_bucket","window":"1s"},{"limit":100,"name":"fixed_window_1d","strategy":"fixed_window","window":"1d"}]}`
+	if got, _ := json.Marshal(body); string(got) != want {
+		t.Fatalf("body\n%s\nwant\n%s", got, want)
+	}
+	// Admitted: the request resumes, its response gets the fields.
+	host.CallOnHttpCallResponse(c.CalloutID, [][2]string{{":status", "200"}}, nil,
+		[]byte(`{"allowed":true,"rule":"inline","key":"k","cost":1,"limit_name":"burst","limit":10,"remaining":9,"window_ms":1000,"reset_after_ms":200,"reset_after":1,"retry_after_ms":0,"retry_after":0,"never":false,"delay_ms":0,"limits":[]}`))
+	if act := host.GetCurrentHttpStreamAction(id); act != types.ActionContinue {
+		t.Fatalf("after 200: %v", act)
+	}
+	host.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, false)
+	if got := headerValue(host.GetCurrentResponseHeaders(id), "ratelimit"); got != `"burst";r=9;t=1` {
+		t.Errorf("RateLimit %q", got)
+	}
+
+	// Denied: 429 with the service's retry, rounded up.
+	id, c = start("/n", "alice")
+	if headerValue(c.Headers, ":path") != "/api/check" || headerValue(c.Headers, ":authority") != "rl_service" ||
+		string(c.Body) != `{"rule":"login","key":"named:alice","cost":1}` {
+		t.Fatalf("callout %+v %s", c, c.Body)
+	}
+	host.CallOnHttpCallResponse(c.CalloutID, [][2]string{{":status", "429"}}, nil,
+		[]byte(`{"allowed":false,"limit_name":"default","limit":1,"remaining":0,"window_ms":1000,"reset_after_ms":1500,"retry_after_ms":1001,"never":false}`))
+	local := host.GetSentLocalResponse(id)
+	if local == nil || local.StatusCode != 429 || headerValue(local.Headers, "retry-after") != "2" {
+		t.Fatalf("denied: %+v", local)
+	}
+
+	// Failures: no answer, 5xx, a lying body; per the rule's fail policy.
+	for _, tc := range []struct {
+		path   string
+		status string
+		body   string
+		want   uint32 // 0: resumed
+	}{
+		{"/i", "", "", 503},
+		{"/i", "503", `{"error":"store down","code":"store_unavailable"}`, 503},
+		{"/i", "200", `{"allowed":false}`, 503},
+		{"/i", "200", `not json`, 503},
+		{"/n", "", "", 0},
+		{"/n", "500", "", 0},
+		{"/n", "200", `{"allowed":true,"fail_open":true}`, 0}, // the service failed open
+	} {
+		id, c := start(tc.path, "bob")
+		var hs [][2]string
+		if tc.status != "" {
+			hs = [][2]string{{":status", tc.status}}
+		}
+		host.CallOnHttpCallResponse(c.CalloutID, hs, nil, []byte(tc.body))
+		local := host.GetSentLocalResponse(id)
+		switch {
+		case tc.want == 0 && (local != nil || host.GetCurrentHttpStreamAction(id) != types.ActionContinue):
+			t.Errorf("%s %s %s: %+v, want resumed", tc.path, tc.status, tc.body, local)
+		case tc.want != 0 && (local == nil || local.StatusCode != tc.want):
+			t.Errorf("%s %s %s: %+v, want %d", tc.path, tc.status, tc.body, local, tc.want)
+		}
+	}
+}
