@@ -40,6 +40,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -78,9 +79,18 @@ type Config struct {
 	// RequestClock decides at the request's Now instead of the database
 	// server's clock.
 	RequestClock bool
-	// Timeout bounds each decision (0: only the caller's context). A
-	// decision that runs out of it fails with store.ErrUnavailable.
+	// Timeout bounds each decision once it has a connection (0: only the
+	// caller's context). A decision that runs out of it fails with
+	// store.ErrUnavailable: the database did not answer in time.
 	Timeout time.Duration
+	// QueueTimeout bounds the wait for a pooled connection (default 1s;
+	// negative: only the caller's context). Waiting is queueing, not a
+	// failure of the database: running out of it while every connection
+	// of the pool is in use fails with store.ErrBusy, which does not match
+	// store.ErrUnavailable, so a fail-open policy or a failover store never
+	// turns load into admissions. A connection that cannot be opened is
+	// store.ErrUnavailable.
+	QueueTimeout time.Duration
 	// ExpireEvery, if positive, runs Expire in the background that often.
 	ExpireEvery time.Duration
 	// OnExpireError hears errors of the background expiry.
@@ -94,6 +104,8 @@ type Store struct {
 	stop chan struct{}
 	wg   sync.WaitGroup
 	once sync.Once
+	// lastFail is when the database last failed (unix ns).
+	lastFail atomic.Int64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -159,6 +171,46 @@ func FullKey(prefix, key string) string {
 	return prefix + ":" + key
 }
 
+// acquire waits for a pooled connection, bounded by QueueTimeout.
+func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, error) {
+	qctx, cancel := ctx, context.CancelFunc(func() {})
+	switch {
+	case s.cfg.QueueTimeout == 0:
+		qctx, cancel = context.WithTimeout(ctx, time.Second)
+	case s.cfg.QueueTimeout > 0:
+		qctx, cancel = context.WithTimeout(ctx, s.cfg.QueueTimeout)
+	}
+	defer cancel()
+	conn, err := s.pool.Acquire(qctx)
+	if err == nil {
+		return conn, nil
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("pgstore: waiting for a connection: %w", ctx.Err())
+	}
+	if qctx.Err() != nil && !s.failingRecently() {
+		if st := s.pool.Stat(); st.AcquiredConns() >= st.MaxConns() {
+			return nil, fmt.Errorf("pgstore: all %d connections busy: %w", st.MaxConns(), store.ErrBusy)
+		}
+	}
+	return nil, s.fail(err)
+}
+
+// fail marks err as store.ErrUnavailable and remembers when the database
+// last failed.
+func (s *Store) fail(err error) error {
+	s.lastFail.Store(time.Now().UnixNano())
+	return &unavailable{err}
+}
+
+// failingRecently reports a database failure (an error or a timeout of a
+// statement that had a connection) within the last few queue timeouts:
+// connections busy then are stuck on a failing database, not on load.
+func (s *Store) failingRecently() bool {
+	window := 2 * (max(s.cfg.QueueTimeout, time.Second) + s.cfg.Timeout)
+	return time.Now().UnixNano()-s.lastFail.Load() < int64(window)
+}
+
 func (s *Store) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
 	if s.cfg.Timeout > 0 {
 		return context.WithTimeout(ctx, s.cfg.Timeout)
@@ -171,20 +223,22 @@ func (s *Store) Decide(ctx context.Context, req store.Request, each []core.Decis
 	if len(req.Names) != len(req.Limits) || len(req.Limits) == 0 {
 		return 0, core.Decision{}, core.ErrLimits
 	}
+	conn, err := s.acquire(ctx)
+	if err != nil {
+		return 0, core.Decision{}, err
+	}
+	defer conn.Release()
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	out := make([]core.Decision, len(req.Limits))
-	var (
-		i   int
-		err error
-	)
+	var i int
 	if s.cfg.Mode == ModeGo {
-		i, err = s.decideGo(ctx, &req, out)
+		i, err = s.decideGo(ctx, conn, &req, out)
 	} else {
-		i, err = s.decideSQL(ctx, &req, out)
+		i, err = s.decideSQL(ctx, conn, &req, out)
 	}
 	if err != nil {
-		return 0, core.Decision{}, classify(ctx, err)
+		return 0, core.Decision{}, s.classify(ctx, err)
 	}
 	if len(each) >= len(out) {
 		copy(each, out)
@@ -197,7 +251,7 @@ func (s *Store) Decide(ctx context.Context, req store.Request, each []core.Decis
 const nowSQL = "rl._now()"
 
 // decideGo is the transaction path: lock, decide in Go, write back.
-func (s *Store) decideGo(ctx context.Context, req *store.Request, out []core.Decision) (int, error) {
+func (s *Store) decideGo(ctx context.Context, conn *pgxpool.Conn, req *store.Request, out []core.Decision) (int, error) {
 	key := FullKey(req.Prefix, req.Key)
 	n := len(req.Limits)
 	sorted := slices.Clone(req.Names)
@@ -209,7 +263,7 @@ func (s *Store) decideGo(ctx context.Context, req *store.Request, out []core.Dec
 	states := make([]core.State, n)
 	now := req.Now
 	if req.Op == store.Peek {
-		rows, err := s.pool.Query(ctx, "SELECT "+nowSQL+", s.name, s.algorithm, s.t, s.x, s.y, s.log FROM (SELECT 1) one LEFT JOIN rl.state s ON s.key = $1 AND s.name = ANY($2)", key, sorted)
+		rows, err := conn.Query(ctx, "SELECT "+nowSQL+", s.name, s.algorithm, s.t, s.x, s.y, s.log FROM (SELECT 1) one LEFT JOIN rl.state s ON s.key = $1 AND s.name = ANY($2)", key, sorted)
 		if err != nil {
 			return 0, err
 		}
@@ -218,11 +272,6 @@ func (s *Store) decideGo(ctx context.Context, req *store.Request, out []core.Dec
 		}
 		return req.Decider.PeekAll(req.Limits, states, now, req.Cost, out)
 	}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Release()
 	pc := conn.Conn()
 	// Two round trips: BEGIN and the lock in one pipelined batch, then the
 	// UPDATE and COMMIT in another (or a ROLLBACK when nothing is written).
@@ -370,6 +419,16 @@ type unavailable struct{ err error }
 func (e *unavailable) Error() string        { return "pgstore: database unavailable: " + e.err.Error() }
 func (e *unavailable) Unwrap() error        { return e.err }
 func (e *unavailable) Is(target error) bool { return target == store.ErrUnavailable }
+
+// classify maps a pgx error to this package's errors, remembering
+// failures of the database.
+func (s *Store) classify(ctx context.Context, err error) error {
+	err = classify(ctx, err)
+	if errors.Is(err, store.ErrUnavailable) {
+		s.lastFail.Store(time.Now().UnixNano())
+	}
+	return err
+}
 
 // classify maps a pgx error to this package's errors.
 func classify(ctx context.Context, err error) error {

@@ -3,6 +3,8 @@ package pgstore
 import (
 	"context"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/store"
 )
@@ -17,7 +19,7 @@ const takeManyFastSQL = "SELECT t.ord, t.allowed, t.lim, t.remaining, t.reset_af
 	"FROM (SELECT set_config('synchronous_commit', 'off', true)) c, rl.rl_decide_multi($1, $2, $3, $4, $5, $6, $7, $8, $9) t"
 
 // decideSQL is the one-round-trip path: PL/pgSQL decides.
-func (s *Store) decideSQL(ctx context.Context, req *store.Request, out []core.Decision) (int, error) {
+func (s *Store) decideSQL(ctx context.Context, conn *pgxpool.Conn, req *store.Request, out []core.Decision) (int, error) {
 	n := len(req.Limits)
 	algs := make([]int32, n)
 	lims, wins, rates := make([]int64, n), make([]int64, n), make([]int64, n)
@@ -32,7 +34,7 @@ func (s *Store) decideSQL(ctx context.Context, req *store.Request, out []core.De
 	if s.cfg.Durability == DurabilityFast && req.Op == store.Take {
 		q = takeManyFastSQL
 	}
-	rows, err := s.pool.Query(ctx, q, FullKey(req.Prefix, req.Key), req.Names, algs, lims, wins, rates, req.Cost, now, req.Op == store.Take)
+	rows, err := conn.Query(ctx, q, FullKey(req.Prefix, req.Key), req.Names, algs, lims, wins, rates, req.Cost, now, req.Op == store.Take)
 	if err != nil {
 		return 0, err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/httplimit"
+	"github.com/rlcore/rl/internal/redact"
 )
 
 // DecisionRequest is the body of check, peek and reset, and one item of a
@@ -93,7 +94,10 @@ type ErrorJSON struct {
 	Error string `json:"error"`
 	// Code is a stable token: invalid_json, body_too_large, unknown_field,
 	// unknown_rule, invalid_key, invalid_cost, invalid_limits,
-	// inline_disabled, invalid_batch, method_not_allowed, store_unavailable.
+	// inline_disabled, invalid_batch, method_not_allowed, not_found,
+	// unauthorized (401: no or unknown token), forbidden (403: an admin
+	// operation with a check token), overloaded (503: too many requests in
+	// flight), store_unavailable.
 	Code string `json:"code"`
 }
 
@@ -162,7 +166,10 @@ func (s *Service) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 
 // resolve turns a request into a target and cost; on failure it returns an
 // *errClient naming the field (prefix "items[i]." in a batch).
-func (s *Service) resolve(rs *ruleSet, req *DecisionRequest, prefix string, reset bool) (target, int64, error) {
+//
+// A check costs at least 1 (a rule's MinCost): cost 0, reading a key's
+// quota without charging it, is a peek. Inline limits are for admins.
+func (s *Service) resolve(rs *ruleSet, req *DecisionRequest, prefix string, op apiOp, role Role) (target, int64, error) {
 	bad := func(code, format string, args ...any) (target, int64, error) {
 		return target{}, 0, &errClient{code, fmt.Errorf(prefix+format, args...)}
 	}
@@ -170,7 +177,7 @@ func (s *Service) resolve(rs *ruleSet, req *DecisionRequest, prefix string, rese
 		return bad("invalid_key", "key: %v", err)
 	}
 	var t target
-	cost := int64(1)
+	cost, minCost := int64(1), int64(1)
 	switch {
 	case req.Rule != "" && req.Limits != nil:
 		return bad("invalid_limits", "give rule or limits, not both")
@@ -183,11 +190,15 @@ func (s *Service) resolve(rs *ruleSet, req *DecisionRequest, prefix string, rese
 			return bad("invalid_limits", "fail_open: a rule's fail_open is set in the configuration")
 		}
 		t, cost = ru.target(), ru.spec.Cost
+		minCost = ru.spec.MinCost
 	case req.Limits != nil:
 		if !rs.cfg.InlineLimits {
 			return target{}, 0, &errClient{"inline_disabled", fmt.Errorf("%slimits: inline limits are disabled (inline_limits: false); name a rule", prefix)}
 		}
-		p, err := inlinePolicy(req.Limits, prefix)
+		if role != RoleAdmin {
+			return target{}, 0, &errClient{"forbidden", fmt.Errorf("%slimits: inline limits are an admin operation (this token's role is %s); name a rule", prefix, role)}
+		}
+		p, err := inlinePolicy(req.Limits, prefix, rs.cfg.MaxInlineLimits)
 		if err != nil {
 			return target{}, 0, err
 		}
@@ -199,22 +210,37 @@ func (s *Service) resolve(rs *ruleSet, req *DecisionRequest, prefix string, rese
 		return bad("invalid_limits", "rule: missing (name a rule, or give limits)")
 	}
 	if req.Cost != nil {
-		if reset {
+		if op == opReset {
 			return bad("invalid_cost", "cost: a reset has no cost")
 		}
 		cost = *req.Cost
-		if cost < 0 || cost > core.MaxCost {
+		switch {
+		case cost < 0 || cost > core.MaxCost:
 			return bad("invalid_cost", "cost: %d is outside [0, %d]", cost, core.MaxCost)
+		case op == opCheck && cost < minCost:
+			return bad("invalid_cost", "cost: %d is below this rule's minimum %d (to read a key's quota without charging it, peek)", cost, minCost)
 		}
 	}
 	return t, cost, nil
 }
 
+// apiOp is what a decision-API request does.
+type apiOp uint8
+
+const (
+	opCheck apiOp = iota
+	opPeek
+	opReset
+)
+
 // inlinePolicy validates inline limits with the configuration's rules and
 // messages.
-func inlinePolicy(ls []map[string]any, prefix string) (*rl.Policy, error) {
-	if len(ls) == 0 || len(ls) > rl.MaxLimits {
-		return nil, &errClient{"invalid_limits", fmt.Errorf("%slimits: %d limits, want 1 to %d", prefix, len(ls), rl.MaxLimits)}
+func inlinePolicy(ls []map[string]any, prefix string, max int) (*rl.Policy, error) {
+	if max <= 0 || max > rl.MaxLimits {
+		max = rl.MaxLimits
+	}
+	if len(ls) == 0 || len(ls) > max {
+		return nil, &errClient{"invalid_limits", fmt.Errorf("%slimits: %d limits, want 1 to %d (max_inline_limits)", prefix, len(ls), max)}
 	}
 	p := &parser{cfg: &Config{}}
 	limits := make([]rl.Limit, 0, len(ls))
@@ -262,7 +288,7 @@ func (s *Service) clientError(w http.ResponseWriter, err error) {
 	switch ce.code {
 	case "unknown_rule":
 		status = http.StatusNotFound
-	case "inline_disabled":
+	case "inline_disabled", "forbidden":
 		status = http.StatusForbidden
 	}
 	s.apiError(w, status, ce.code, ce.err.Error())
@@ -275,7 +301,11 @@ func (s *Service) apiDecide(peek bool) http.HandlerFunc {
 			return
 		}
 		rs := s.rules.Load()
-		t, cost, err := s.resolve(rs, &req, "", false)
+		op := opCheck
+		if peek {
+			op = opPeek
+		}
+		t, cost, err := s.resolve(rs, &req, "", op, roleOf(r))
 		if err != nil {
 			s.clientError(w, err)
 			return
@@ -290,7 +320,7 @@ func (s *Service) apiDecide(peek bool) http.HandlerFunc {
 		}
 		t.m.record(out)
 		if out == outFailClosed {
-			s.apiError(w, http.StatusServiceUnavailable, "store_unavailable", "rate limiter unavailable: "+err.Error())
+			s.failClosed(w, err)
 			return
 		}
 		d := decisionJSON(t.name, req.Key, cost, peek, res, out, each)
@@ -338,15 +368,43 @@ func limitJSON(l *rl.LimitResult) LimitJSON {
 	return j
 }
 
-func ceilDiv(d, unit time.Duration) int64 { return int64((d + unit - 1) / unit) }
+// ceilDiv rounds d up to whole units, 0 for a negative d. It saturates
+// rather than overflows: d + unit - 1 would wrap within a unit of the
+// largest Duration and turn a 292-year wait into a negative one.
+// failClosed answers a decision refused for a store failure or overload.
+func (s *Service) failClosed(w http.ResponseWriter, err error) {
+	w.Header().Set("Retry-After", "1")
+	if errors.Is(err, errOverloaded) {
+		s.apiError(w, http.StatusServiceUnavailable, "overloaded", "rate limiter overloaded; retry later")
+		return
+	}
+	s.apiError(w, http.StatusServiceUnavailable, "store_unavailable", "rate limiter unavailable: "+redact.String(err.Error()))
+}
+
+// RedactURL returns u with any password masked, for logs and answers.
+func RedactURL(u string) string { return redact.String(u) }
+
+func ceilDiv(d, unit time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	q := int64(d / unit)
+	if d%unit != 0 {
+		q++
+	}
+	return q
+}
 
 func (s *Service) apiReset(w http.ResponseWriter, r *http.Request) {
+	if !s.requireAdmin(w, r, "reset") {
+		return
+	}
 	var req DecisionRequest
 	if !s.readJSON(w, r, &req) {
 		return
 	}
 	rs := s.rules.Load()
-	t, _, err := s.resolve(rs, &req, "", true)
+	t, _, err := s.resolve(rs, &req, "", opReset, RoleAdmin)
 	if err != nil {
 		s.clientError(w, err)
 		return
@@ -393,6 +451,9 @@ func (s *Service) apiRules(w http.ResponseWriter, r *http.Request) {
 		s.apiError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use GET")
 		return
 	}
+	if !s.requireAdmin(w, r, "reading the rules") {
+		return
+	}
 	rs := s.rules.Load()
 	out := struct {
 		Config       string     `json:"config"`
@@ -400,7 +461,7 @@ func (s *Service) apiRules(w http.ResponseWriter, r *http.Request) {
 		Upstream     string     `json:"upstream"`
 		InlineLimits bool       `json:"inline_limits"`
 		Rules        []RuleJSON `json:"rules"`
-	}{rs.cfg.Path, rs.loaded.UTC(), rs.cfg.Upstream, rs.cfg.InlineLimits, []RuleJSON{}}
+	}{rs.cfg.Path, rs.loaded.UTC(), RedactURL(rs.cfg.Upstream), rs.cfg.InlineLimits, []RuleJSON{}}
 	for _, spec := range rs.cfg.Rules {
 		rj := RuleJSON{Name: spec.Name, Endpoint: spec.Endpoint, Host: spec.Host, Methods: spec.Methods, KeyBy: spec.KeyBy,
 			Cost: spec.Cost, CostHeader: spec.CostHeader, FailOpen: spec.FailOpen, Shape: spec.Shape}

@@ -49,7 +49,7 @@ func newEnv(t *testing.T, yaml string, mod func(*Options)) *env {
 	}
 	e.svc, err = New(cfg, opts)
 	require.NoError(t, err)
-	e.srv = httptest.NewServer(e.svc.Handler())
+	e.srv = httptest.NewServer(testHandler(e.svc))
 	t.Cleanup(e.srv.Close)
 	return e
 }
@@ -210,7 +210,11 @@ func TestInlineLimits(t *testing.T) {
 
 func TestCostZeroAndNever(t *testing.T) {
 	e := newEnv(t, `rules: [{name: r, strategy: token, limit: 10, window: 1s}]`, nil)
+	// Cost 0 reads the quota: only as a peek; a check costs at least 1.
 	r := e.post(t, "check", `{"rule":"r","key":"k","cost":0}`)
+	require.Equal(t, 400, r.code)
+	require.Equal(t, "invalid_cost", r.errorJSON(t).Code)
+	r = e.post(t, "peek", `{"rule":"r","key":"k","cost":0}`)
 	require.Equal(t, 200, r.code)
 	require.Equal(t, int64(10), r.decision(t).Remaining)
 	r = e.post(t, "check", `{"rule":"r","key":"k","cost":11}`)

@@ -78,7 +78,11 @@ func (s *Service) apiBatch(w http.ResponseWriter, r *http.Request) {
 	type nsKey struct{ ns, key string }
 	seen := make(map[nsKey]int, len(items))
 	for i := range req.Items {
-		t, cost, err := s.resolve(rs, &req.Items[i], fmt.Sprintf("items[%d].", i), false)
+		op := opCheck
+		if req.Peek {
+			op = opPeek
+		}
+		t, cost, err := s.resolve(rs, &req.Items[i], fmt.Sprintf("items[%d].", i), op, roleOf(r))
 		if err != nil {
 			s.clientError(w, err)
 			return

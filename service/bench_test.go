@@ -27,7 +27,7 @@ rules:
 	defer mem.Close()
 	svc, err := New(cfg, Options{Store: mem, Decider: wasmPool(b), Logger: quietLogger()})
 	require.NoError(b, err)
-	h := svc.Handler()
+	h := testHandler(svc)
 	bodies := make([][]byte, 1000)
 	for i := range bodies {
 		bodies[i] = fmt.Appendf(nil, `{"rule":"api","key":"user-%d"}`, i)

@@ -2,6 +2,7 @@ package service
 
 import (
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,8 +35,23 @@ type Config struct {
 	// a rule keys by client IP.
 	TrustedProxies []netip.Prefix
 	// InlineLimits lets decision-API requests carry their own limits
-	// instead of naming a rule. Default true.
+	// instead of naming a rule (an admin operation). Default true.
 	InlineLimits bool
+	// MaxInlineLimits bounds the limits one inline request may carry
+	// (field "max_inline_limits", 1 to 16). Default 4.
+	MaxInlineLimits int
+	// APITokens, if any, are the bearer tokens the decision API accepts
+	// (field "api_tokens"). With none, the API is served only on its own
+	// loopback listener, where every caller is an admin.
+	APITokens []APIToken
+	// UpstreamTimeout bounds the wait for the upstream's response header
+	// (field "upstream_timeout"); a proxied request still waiting then is
+	// answered 504. 0 means DefaultUpstreamTimeout.
+	UpstreamTimeout time.Duration
+	// IPv4Prefix and IPv6Prefix are the prefix lengths key_by: ip keys
+	// clients by (fields "ipv4_prefix", 1 to 32, and "ipv6_prefix", 1 to
+	// 128). 0 means 32 and 64: one key per IPv4 address and per IPv6 /64.
+	IPv4Prefix, IPv6Prefix int
 	// Rules in file order.
 	Rules []RuleSpec
 }
@@ -57,8 +73,13 @@ type RuleSpec struct {
 	// "header:<name>", "query:<name>" or "global".
 	KeyBy string
 	// Cost is the cost of a proxied request, or the default when
-	// CostHeader is absent from it.
+	// CostHeader is absent from it. At least MinCost.
 	Cost int64
+	// MinCost is the least a proxied request (or a decision-API check
+	// naming the rule) may cost; at least 1, the default. A cost header
+	// asking for less is answered 400: only an explicit peek on the
+	// decision API reads a key without charging it.
+	MinCost int64
 	// CostHeader, if set, names a request header carrying the cost.
 	CostHeader string
 	// FailOpen admits requests when the store fails; otherwise they are
@@ -67,6 +88,41 @@ type RuleSpec struct {
 	// Shape makes the proxy hold an admitted request for its LeakyBucket
 	// delay before forwarding it.
 	Shape bool
+}
+
+// Role is what a decision-API caller may do.
+type Role uint8
+
+const (
+	// RoleCheck may check, peek and batch configured rules.
+	RoleCheck Role = iota + 1
+	// RoleAdmin may also reset keys, read the rules and decide inline
+	// limits.
+	RoleAdmin
+)
+
+func (r Role) String() string {
+	switch r {
+	case RoleCheck:
+		return "check"
+	case RoleAdmin:
+		return "admin"
+	}
+	return "none"
+}
+
+// APIToken is one bearer token of the decision API, kept as the SHA-256 of
+// the token so the configuration file holds no secret:
+//
+//	api_tokens:
+//	  - {name: gateway, role: check, sha256: 9f86d08...}   # printf %s "$TOKEN" | sha256sum
+type APIToken struct {
+	// Name identifies the token in logs; never the token itself.
+	Name string
+	// Role is what its holder may do.
+	Role Role
+	// SHA256 is the digest of the token.
+	SHA256 [32]byte
 }
 
 // Proxied reports whether the rule matches proxied requests.
@@ -158,7 +214,7 @@ func ParseConfig(name, format string, data []byte) (*Config, error) {
 	default:
 		return nil, fmt.Errorf("config: unknown format %q", format)
 	}
-	p := &parser{cfg: &Config{Path: name, InlineLimits: true}}
+	p := &parser{cfg: &Config{Path: name, InlineLimits: true, MaxInlineLimits: DefaultMaxInlineLimits}}
 	p.file(doc)
 	if len(p.problems) > 0 {
 		return nil, &ConfigError{File: name, Problems: p.problems}
@@ -200,10 +256,41 @@ func (p *parser) file(doc any) {
 				p.upstream(v)
 			case "trusted_proxies":
 				p.trusted(v)
+			case "upstream_timeout":
+				if str, ok := p.str(k, v); ok {
+					if d, err := ParseDuration(str); err != nil {
+						p.fail(k, "%v", err)
+					} else {
+						p.cfg.UpstreamTimeout = d
+					}
+				}
+			case "ipv4_prefix", "ipv6_prefix":
+				if n, ok := p.integer(k, v); ok {
+					bits := int64(32)
+					if k == "ipv6_prefix" {
+						bits = 128
+					}
+					if n < 1 || n > bits {
+						p.fail(k, "%d is outside [1, %d]", n, bits)
+					} else if k == "ipv4_prefix" {
+						p.cfg.IPv4Prefix = int(n)
+					} else {
+						p.cfg.IPv6Prefix = int(n)
+					}
+				}
 			case "inline_limits":
 				if b, ok := p.boolean(k, v); ok {
 					p.cfg.InlineLimits = b
 				}
+			case "max_inline_limits":
+				if n, ok := p.integer(k, v); ok {
+					if n < 1 || n > rl.MaxLimits {
+						p.fail(k, "%d is outside [1, %d]", n, rl.MaxLimits)
+					}
+					p.cfg.MaxInlineLimits = int(n)
+				}
+			case "api_tokens":
+				p.tokens(v)
 			case "rules":
 				if l, ok := v.([]any); ok {
 					p.rules(l)
@@ -211,7 +298,7 @@ func (p *parser) file(doc any) {
 					p.fail(k, "want a list of rules, got %s", kind(v))
 				}
 			default:
-				p.fail(k, "unknown field (want upstream, trusted_proxies, inline_limits, rules)")
+				p.fail(k, "unknown field (want %s)", strings.Join(fileFields, ", "))
 			}
 		}
 		if _, ok := d["rules"]; !ok {
@@ -219,6 +306,78 @@ func (p *parser) file(doc any) {
 		}
 	default:
 		p.fail("", "want a mapping with \"rules\" (or a list of rules), got %s", kind(doc))
+	}
+}
+
+// fileFields are the top-level fields of a configuration file.
+var fileFields = []string{"upstream", "trusted_proxies", "inline_limits", "max_inline_limits", "api_tokens",
+	"upstream_timeout", "ipv4_prefix", "ipv6_prefix", "rules"}
+
+// DefaultMaxInlineLimits is the default of Config.MaxInlineLimits.
+const DefaultMaxInlineLimits = 4
+
+func (p *parser) tokens(v any) {
+	l, ok := v.([]any)
+	if !ok {
+		p.fail("api_tokens", "want a list of {name, role, sha256}, got %s", kind(v))
+		return
+	}
+	names := map[string]bool{}
+	digests := map[[32]byte]bool{}
+	for i, e := range l {
+		f := fmt.Sprintf("api_tokens[%d]", i)
+		m, ok := e.(map[string]any)
+		if !ok {
+			p.fail(f, "want a mapping {name, role, sha256}, got %s", kind(e))
+			continue
+		}
+		var t APIToken
+		for _, k := range sortedKeys(m) {
+			switch k {
+			case "name":
+				if s, ok := p.str(f+".name", m[k]); ok {
+					if err := checkName(s); err != nil {
+						p.fail(f+".name", "%v", err)
+					} else if names[s] {
+						p.fail(f+".name", "%q names two tokens", s)
+					}
+					names[s] = true
+					t.Name = s
+				}
+			case "role":
+				if s, ok := p.str(f+".role", m[k]); ok {
+					switch s {
+					case "admin":
+						t.Role = RoleAdmin
+					case "check":
+						t.Role = RoleCheck
+					default:
+						p.fail(f+".role", "%q: want admin or check", s)
+					}
+				}
+			case "sha256":
+				if s, ok := p.str(f+".sha256", m[k]); ok {
+					b, err := hex.DecodeString(strings.TrimPrefix(s, "sha256:"))
+					if err != nil || len(b) != 32 {
+						p.fail(f+".sha256", "want the 64 hex digits of the token's SHA-256 (printf %%s \"$TOKEN\" | sha256sum), not the token itself")
+						continue
+					}
+					copy(t.SHA256[:], b)
+					if digests[t.SHA256] {
+						p.fail(f+".sha256", "the same token is listed twice")
+					}
+					digests[t.SHA256] = true
+				}
+			default:
+				p.fail(f+"."+k, "unknown field (want name, role, sha256)")
+			}
+		}
+		for _, k := range []string{"name", "role", "sha256"} {
+			if _, ok := m[k]; !ok {
+				p.fail(f+"."+k, "missing")
+			}
+		}
+		p.cfg.APITokens = append(p.cfg.APITokens, t)
 	}
 }
 
@@ -265,7 +424,7 @@ func (p *parser) trusted(v any) {
 }
 
 var ruleFields = []string{"name", "endpoint", "host", "methods", "strategy", "algorithm", "limit", "window", "rate",
-	"limits", "key_by", "cost", "cost_header", "fail_open", "shape"}
+	"limits", "key_by", "cost", "min_cost", "cost_header", "fail_open", "shape"}
 
 func (p *parser) rules(l []any) {
 	seen := map[string]int{}
@@ -298,7 +457,7 @@ func (p *parser) rules(l []any) {
 
 func (p *parser) oneRule(m map[string]any) (RuleSpec, bool) {
 	before := len(p.problems)
-	r := RuleSpec{KeyBy: "ip", Cost: 1}
+	r := RuleSpec{KeyBy: "ip", Cost: 1, MinCost: 1}
 	for _, k := range sortedKeys(m) {
 		if !slices.Contains(ruleFields, k) {
 			p.fail(k, "unknown field (want one of %s)", strings.Join(ruleFields, ", "))
@@ -418,13 +577,26 @@ func (p *parser) oneRule(m map[string]any) (RuleSpec, bool) {
 			r.KeyBy = s
 		}
 	}
+	if v, ok := m["min_cost"]; ok {
+		if n, ok := p.integer("min_cost", v); ok {
+			if n < 1 || n > core.MaxCost {
+				p.fail("min_cost", "%d is outside [1, %d] (a decision costs at least 1; cost 0 is a peek)", n, core.MaxCost)
+			}
+			r.MinCost = n
+		}
+	}
 	if v, ok := m["cost"]; ok {
 		if n, ok := p.integer("cost", v); ok {
-			if n < 0 || n > core.MaxCost {
-				p.fail("cost", "%d is outside [0, %d]", n, core.MaxCost)
+			if n < 1 || n > core.MaxCost {
+				p.fail("cost", "%d is outside [1, %d] (a decision costs at least 1; cost 0 is a peek)", n, core.MaxCost)
 			}
 			r.Cost = n
 		}
+	} else if r.MinCost > r.Cost {
+		r.Cost = r.MinCost
+	}
+	if r.Cost < r.MinCost && r.MinCost >= 1 && r.MinCost <= core.MaxCost {
+		p.fail("cost", "%d is below min_cost %d", r.Cost, r.MinCost)
 	}
 	if v, ok := m["cost_header"]; ok {
 		if s, ok := p.str("cost_header", v); ok {

@@ -23,7 +23,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	h := svc.Handler()
+	h := svc.APIHandler() // serve it on a listener of its own, loopback only
 	for range 3 {
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, httptest.NewRequest("POST", "/v1/ratelimit/check", strings.NewReader(`{"rule":"/v1/pay","key":"customer-42"}`)))

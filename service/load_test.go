@@ -87,14 +87,14 @@ rules:
 	defer mem.Close()
 	svc, err := New(cfg, Options{Store: mem, Decider: wasmPool(t), Logger: quietLogger(), Transport: transport()})
 	require.NoError(t, err)
-	svcSrv := httptest.NewServer(svc.Handler())
+	svcSrv := httptest.NewServer(testHandler(svc))
 	defer svcSrv.Close()
 	// The same service with the native core, to show what hosting WASM costs.
 	nativeMem := memstore.New(nil)
 	defer nativeMem.Close()
 	native, err := New(cfg, Options{Store: nativeMem, Decider: core.Native{}, Logger: quietLogger(), Transport: transport()})
 	require.NoError(t, err)
-	nativeSrv := httptest.NewServer(native.Handler())
+	nativeSrv := httptest.NewServer(testHandler(native))
 	defer nativeSrv.Close()
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConns: 4 * conc, MaxIdleConnsPerHost: 2 * conc, DisableCompression: true}}

@@ -29,6 +29,7 @@ type metrics struct {
 	rules          prometheus.Gauge
 	failover       *prometheus.CounterVec
 	failoverActive prometheus.Gauge
+	overload       *prometheus.CounterVec
 	apiLatency     prometheus.Observer
 	proxyLatency   prometheus.Observer
 }
@@ -76,8 +77,12 @@ func newMetrics() *metrics {
 		Name: "rl_failover_active",
 		Help: "1 while decisions are served by the in-memory failover store instead of PostgreSQL.",
 	})
+	m.overload = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rl_overload_rejected_total",
+		Help: "Requests answered 503 with Retry-After because of load, never admitted nor forwarded, by reason: in_flight (Options.MaxInFlight), key_in_flight (MaxInFlightPerKey), store_busy (every database connection in use past the queue timeout).",
+	}, []string{"reason"})
 	m.reg.MustRegister(m.decisions, m.failOpen, m.storeErrors, m.latency, m.rejected, m.reloads, m.configOK,
-		m.rules, m.failover, m.failoverActive,
+		m.rules, m.failover, m.failoverActive, m.overload,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.apiLatency = m.latency.WithLabelValues("api")
 	m.proxyLatency = m.latency.WithLabelValues("proxy")

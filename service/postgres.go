@@ -31,9 +31,13 @@ type PostgresConfig struct {
 	Durable bool
 	// MaxConns bounds the pool; 0: pgx's default (max(4, CPUs)).
 	MaxConns int32
-	// Timeout bounds each decision; a slower database counts as down.
-	// Default 250ms.
+	// Timeout bounds each decision once it has a connection; a slower
+	// database counts as down. Default 250ms.
 	Timeout time.Duration
+	// QueueTimeout bounds the wait for a pooled connection. Running out of
+	// it while every connection is busy is load (a 503, never fail_open);
+	// while the database is failing it is an outage. Default 1s.
+	QueueTimeout time.Duration
 	// Failover decides in memory while PostgreSQL is down, behind a
 	// circuit breaker that returns to PostgreSQL when it recovers.
 	Failover bool
@@ -70,7 +74,7 @@ func openPostgres(ctx context.Context, pc PostgresConfig, maxKeys int, log *slog
 		return nil, fmt.Errorf("database %s: %w", redacted, err)
 	}
 	timeout := orDefault(pc.Timeout, 250*time.Millisecond)
-	cfg := pgstore.Config{Timeout: timeout, ExpireEvery: time.Minute,
+	cfg := pgstore.Config{Timeout: timeout, QueueTimeout: orDefault(pc.QueueTimeout, time.Second), ExpireEvery: time.Minute,
 		OnExpireError: func(err error) { log.Warn("expiring idle rows failed", "err", err) }}
 	switch pc.Decide {
 	case "", "go":
@@ -107,7 +111,7 @@ func openPostgres(ctx context.Context, pc PostgresConfig, maxKeys int, log *slog
 		pool.Close()
 		return nil, err
 	}
-	h := &storeHandle{store: pg, close: func() { pg.Close(); pool.Close() }}
+	h := &storeHandle{store: pg, maxConns: pcfg.MaxConns, close: func() { pg.Close(); pool.Close() }}
 	h.ready = func(ctx context.Context) error { return pool.Ping(ctx) }
 	if pc.Failover {
 		mem := memstore.New(&memstore.Config{MaxKeys: maxKeys})

@@ -55,7 +55,7 @@ func newPGEnv(t *testing.T, yaml string, pc PostgresConfig) *pgEnv {
 	s, err := New(cfg, Options{Store: h.store, Ready: h.ready, Decider: wasmPool(t), Logger: quietLogger()})
 	require.NoError(t, err)
 	svc.Store(s)
-	e := &env{svc: s, srv: httptest.NewServer(s.Handler())}
+	e := &env{svc: s, srv: httptest.NewServer(testHandler(s))}
 	t.Cleanup(e.srv.Close)
 	return &pgEnv{env: e, px: px, dbURL: dbURL}
 }

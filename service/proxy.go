@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/rlcore/rl/httplimit"
@@ -24,7 +25,19 @@ func (s *Service) serveProxy(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Request body too large", http.StatusRequestEntityTooLarge)
 		return
 	}
-	ru := rs.match(r)
+	esc := r.URL.EscapedPath()
+	path, err := canonicalPath(esc)
+	if err != nil {
+		s.metrics.rejected.WithLabelValues("invalid_path").Inc()
+		http.Error(w, "Bad request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	// From here on r carries the canonical path: the one matched is the
+	// one forwarded.
+	if path != esc {
+		r = withPath(r, path)
+	}
+	ru := rs.match(r, path)
 	if ru == nil {
 		s.forward(rs.upstream, w, r)
 		return
@@ -56,6 +69,11 @@ func (s *Service) serveProxy(w http.ResponseWriter, r *http.Request) {
 	t.m.record(out)
 	switch out {
 	case outFailClosed:
+		w.Header().Set("Retry-After", "1")
+		if errors.Is(err, errOverloaded) {
+			http.Error(w, "Rate limiter overloaded; retry later", http.StatusServiceUnavailable)
+			return
+		}
 		http.Error(w, "Rate limiter unavailable", http.StatusServiceUnavailable)
 		return
 	case outFailOpen:
@@ -80,6 +98,20 @@ func (s *Service) forward(upstream http.Handler, w http.ResponseWriter, r *http.
 		r = &r2
 	}
 	upstream.ServeHTTP(w, r)
+}
+
+// withPath returns r with its URL's path set to p, a canonical escaped
+// path; r itself is never edited.
+func withPath(r *http.Request, p string) *http.Request {
+	dec, err := url.PathUnescape(p)
+	if err != nil { // not reached: canonicalPath checked every escape
+		dec = p
+	}
+	r2 := *r
+	u := *r.URL
+	u.Path, u.RawPath = dec, p
+	r2.URL = &u
+	return &r2
 }
 
 func wait(r *http.Request, d time.Duration) bool {

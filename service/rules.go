@@ -4,12 +4,9 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -33,6 +30,9 @@ type rule struct {
 	lim    *rl.Limiter
 	key    httplimit.KeyFunc
 	m      *ruleMetrics
+	// endpoint and host are the spec's in the canonical forms requests
+	// are matched in (matchPath, canonicalHost; host keeps a "*." prefix).
+	endpoint, host string
 }
 
 // ruleSet is everything a configuration load produces; requests read it
@@ -68,16 +68,24 @@ func (s *Service) build(cfg *Config) (*ruleSet, error) {
 		if err != nil {
 			return nil, fmt.Errorf("rule %q: %w", spec.Name, err)
 		}
-		r := &rule{spec: spec, policy: p, lim: lim, key: keyFunc(spec.KeyBy, cfg.TrustedProxies), m: s.metrics.forRule(spec.Name)}
+		key, err := keyFunc(spec.KeyBy, cfg)
+		if err != nil { // not reached: ParseConfig validated the prefixes
+			return nil, fmt.Errorf("rule %q: %w", spec.Name, err)
+		}
+		r := &rule{spec: spec, policy: p, lim: lim, key: key, m: s.metrics.forRule(spec.Name)}
 		rs.byName[spec.Name] = r
 		if spec.Proxied() {
+			if r.endpoint, err = endpointMatchPath(spec.Endpoint); err != nil {
+				return nil, fmt.Errorf("rule %q: endpoint: %w", spec.Name, err)
+			}
+			r.host = ruleHost(spec.Host)
 			rs.proxied = append(rs.proxied, r)
 		}
 	}
 	slices.SortStableFunc(rs.proxied, func(a, b *rule) int {
 		return cmp.Or(
-			-cmp.Compare(len(a.spec.Endpoint), len(b.spec.Endpoint)),
-			-cmp.Compare(specificity(a.spec.Host), specificity(b.spec.Host)),
+			-cmp.Compare(len(a.endpoint), len(b.endpoint)),
+			-cmp.Compare(specificity(a.host), specificity(b.host)),
 			-cmp.Compare(min(1, len(a.spec.Methods)), min(1, len(b.spec.Methods))),
 		)
 	})
@@ -96,8 +104,9 @@ func (s *Service) build(cfg *Config) (*ruleSet, error) {
 		if err != nil { // not reached: ParseConfig checked it
 			return nil, err
 		}
-		rs.upstream = s.reverseProxy(u, nil)
-		rs.decided = s.reverseProxy(u, dropLegacyRateLimitFields)
+		rt := s.upstreamTransport(cfg)
+		rs.upstream = s.reverseProxy(u, rt, nil)
+		rs.decided = s.reverseProxy(u, rt, dropLegacyRateLimitFields)
 	}
 	return rs, nil
 }
@@ -113,28 +122,30 @@ func specificity(host string) int {
 	return 2
 }
 
-// match returns the most specific proxied rule matching r, or nil.
-func (rs *ruleSet) match(r *http.Request) *rule {
+// match returns the most specific proxied rule matching r, whose path in
+// canonical form (canonicalPath) is path, or nil.
+func (rs *ruleSet) match(r *http.Request, path string) *rule {
 	if len(rs.proxied) == 0 {
 		return nil
 	}
-	host := ""
+	path = matchPath(path)
+	host, hostRead := "", false
 	for _, ru := range rs.proxied {
-		if ru.spec.Host != "" && host == "" {
-			host = requestHost(r)
+		if ru.host != "" && !hostRead {
+			host, hostRead = requestHost(r), true
 		}
-		if ru.matches(r, host) {
+		if ru.matches(r, path, host) {
 			return ru
 		}
 	}
 	return nil
 }
 
-func (ru *rule) matches(r *http.Request, host string) bool {
-	if !pathMatches(ru.spec.Endpoint, r.URL.Path) {
+func (ru *rule) matches(r *http.Request, path, host string) bool {
+	if !pathMatches(ru.endpoint, path) {
 		return false
 	}
-	if h := ru.spec.Host; h != "" {
+	if h := ru.host; h != "" {
 		if strings.HasPrefix(h, "*.") {
 			if !strings.HasSuffix(host, h[1:]) {
 				return false
@@ -151,7 +162,8 @@ func (ru *rule) matches(r *http.Request, host string) bool {
 
 // pathMatches reports whether path is endpoint or below it: "/v1/pay"
 // matches "/v1/pay" and "/v1/pay/refund" but not "/v1/payments"; an
-// endpoint ending in "/" matches everything under it.
+// endpoint ending in "/" matches everything under it. Both are in the form
+// matchPath gives.
 func pathMatches(endpoint, path string) bool {
 	if !strings.HasPrefix(path, endpoint) {
 		return false
@@ -159,28 +171,43 @@ func pathMatches(endpoint, path string) bool {
 	return len(path) == len(endpoint) || endpoint[len(endpoint)-1] == '/' || path[len(endpoint)] == '/'
 }
 
-// requestHost is r's host, lower case, without a port.
-func requestHost(r *http.Request) string {
-	h := r.Host
-	if host, _, err := net.SplitHostPort(h); err == nil {
-		h = host
+// endpointMatchPath is a rule's endpoint (as written in the configuration,
+// unescaped) in the form request paths are matched in.
+func endpointMatchPath(endpoint string) (string, error) {
+	p, err := canonicalPath((&url.URL{Path: endpoint}).EscapedPath())
+	if err != nil {
+		return "", err
 	}
-	return strings.ToLower(strings.TrimSuffix(h, "."))
+	return matchPath(p), nil
 }
 
-// keyFunc returns the key function a rule's key_by names (validated).
-func keyFunc(keyBy string, trusted []netip.Prefix) httplimit.KeyFunc {
+// ruleHost is a rule's host pattern in canonical form.
+func ruleHost(h string) string {
+	if rest, ok := strings.CutPrefix(h, "*."); ok {
+		return "*." + canonicalHost(rest)
+	}
+	return canonicalHost(h)
+}
+
+// requestHost is r's host in canonical form: lower case, without a port or
+// trailing dots.
+func requestHost(r *http.Request) string { return canonicalHost(r.Host) }
+
+// keyFunc returns the key function a rule's key_by names (validated);
+// key_by: ip keys by cfg's client prefixes.
+func keyFunc(keyBy string, cfg *Config) (httplimit.KeyFunc, error) {
 	switch {
 	case keyBy == "ip":
-		return httplimit.ClientIP(trusted...)
+		return httplimit.ClientIPKey(httplimit.IPKeyConfig{
+			TrustedProxies: cfg.TrustedProxies, IPv4Prefix: cfg.IPv4Prefix, IPv6Prefix: cfg.IPv6Prefix})
 	case keyBy == "api_key":
-		return hashedAPIKey(httplimit.APIKey())
+		return hashedAPIKey(httplimit.APIKey()), nil
 	case keyBy == "global":
-		return func(*http.Request) (string, error) { return "global", nil }
+		return func(*http.Request) (string, error) { return "global", nil }, nil
 	case strings.HasPrefix(keyBy, "header:"):
-		return httplimit.Header(keyBy[len("header:"):])
+		return httplimit.Header(keyBy[len("header:"):]), nil
 	case strings.HasPrefix(keyBy, "query:"):
-		return httplimit.Query(keyBy[len("query:"):])
+		return httplimit.Query(keyBy[len("query:"):]), nil
 	}
 	panic("service: unchecked key_by " + keyBy)
 }
@@ -207,27 +234,51 @@ func APIKeyDigest(apiKey string) string {
 	return "sha256:" + hex.EncodeToString(sum[:16])
 }
 
-// errCost is a cost header that is not an integer in [0, core.MaxCost].
-type errCost struct{ value string }
-
-func (e errCost) Error() string {
-	return fmt.Sprintf("cost %q is not an integer between 0 and %d", e.value, core.MaxCost)
+// errCost is a cost header that is not an integer in [min, core.MaxCost].
+type errCost struct {
+	value string
+	min   int64
 }
 
-// cost returns the cost of a proxied request.
+func (e errCost) Error() string {
+	return fmt.Sprintf("cost %q is not an integer between %d and %d", e.value, e.min, core.MaxCost)
+}
+
+// cost returns the cost of a proxied request: the rule's cost, or the cost
+// header's value, which must be a decimal integer in [MinCost, MaxCost]
+// (digits only: no sign, spaces or exponent) and present at most once. A
+// proxied request is never free: cost 0 exists only as a decision-API peek.
 func (ru *rule) cost(r *http.Request) (int64, error) {
 	if ru.spec.CostHeader == "" {
 		return ru.spec.Cost, nil
 	}
-	v := r.Header.Get(ru.spec.CostHeader)
-	if v == "" {
+	vs := r.Header.Values(ru.spec.CostHeader)
+	if len(vs) == 0 {
 		return ru.spec.Cost, nil
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-	if err != nil || n < 0 || n > core.MaxCost {
-		return 0, errCost{clipString(v, 32)}
+	v := vs[0]
+	if len(vs) > 1 {
+		return 0, errCost{clipString(strings.Join(vs, ", "), 32), ru.spec.MinCost}
+	}
+	n, ok := parseCost(v)
+	if !ok || n < ru.spec.MinCost || n > core.MaxCost {
+		return 0, errCost{clipString(v, 32), ru.spec.MinCost}
 	}
 	return n, nil
+}
+
+// parseCost parses 1 to 19 ASCII digits.
+func parseCost(v string) (int64, bool) {
+	if v == "" || len(v) > 19 {
+		return 0, false
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	return n, err == nil
 }
 
 func clipString(s string, n int) string {
@@ -245,8 +296,10 @@ func dropLegacyRateLimitFields(resp *http.Response) error {
 	return nil
 }
 
-// reverseProxy forwards to u over the service's shared transport.
-func (s *Service) reverseProxy(u *url.URL, modify func(*http.Response) error) http.Handler {
+// reverseProxy forwards to u over rt. Hop-by-hop header fields, those the
+// standard names and those the upstream's (or the client's) Connection
+// field lists, are dropped by httputil.ReverseProxy in both directions.
+func (s *Service) reverseProxy(u *url.URL, rt *headerTimeout, modify func(*http.Response) error) http.Handler {
 	return &httputil.ReverseProxy{
 		ModifyResponse: modify,
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -256,17 +309,8 @@ func (s *Service) reverseProxy(u *url.URL, modify func(*http.Response) error) ht
 			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
 			pr.SetXForwarded()
 		},
-		Transport: s.transport,
-		ErrorLog:  slogErrorLog(s.log),
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				s.metrics.rejected.WithLabelValues("body_too_large").Inc()
-				http.Error(w, "Request body too large", http.StatusRequestEntityTooLarge)
-				return
-			}
-			s.log.Warn("upstream failed", "upstream", u.Redacted(), "method", r.Method, "path", r.URL.Path, "err", err)
-			http.Error(w, "Bad gateway: the upstream failed", http.StatusBadGateway)
-		},
+		Transport:    rt,
+		ErrorLog:     slogErrorLog(s.log),
+		ErrorHandler: s.upstreamError(u, rt.d),
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"sync"
 	"time"
@@ -25,10 +26,18 @@ type RunConfig struct {
 	ConfigPath string
 	// Listen is the address of the main listener. Default ":8080".
 	Listen string
-	// APIListen, if set, moves the decision API and the operations
-	// endpoints to a listener of their own; Listen then serves the proxy
-	// alone (every path is proxied, none is shadowed).
+	// APIListen is the listener of the decision API, /healthz, /readyz and
+	// /metrics; Listen then serves the proxy alone (every path is proxied,
+	// none is shadowed). Default DefaultAPIListen, a loopback address.
+	// An address that is not loopback needs api_tokens in the
+	// configuration. "main" serves the API on Listen beside the proxy,
+	// which proxy clients reach, so it needs api_tokens too; without them
+	// Run refuses to start.
 	APIListen string
+	// MaxInFlight and MaxInFlightPerKey: see Options. MaxInFlightPerKey
+	// defaults to half the PostgreSQL pool with Store "postgres"
+	// (negative: no bound) and to no bound in memory.
+	MaxInFlight, MaxInFlightPerKey int
 	// Decider is "wasm" (default: the embedded WebAssembly core hosted by
 	// wazero) or "native" (the same core compiled into the binary).
 	Decider string
@@ -71,6 +80,13 @@ func Run(ctx context.Context, rc RunConfig, reload <-chan os.Signal) error {
 	}
 	cfg, err := LoadConfig(rc.ConfigPath)
 	if err != nil {
+		return err
+	}
+	apiListen := rc.APIListen
+	if apiListen == "" {
+		apiListen = DefaultAPIListen
+	}
+	if err := checkAPIListen(apiListen, len(cfg.APITokens) > 0); err != nil {
 		return err
 	}
 	var closers []func()
@@ -123,6 +139,7 @@ func Run(ctx context.Context, rc RunConfig, reload <-chan os.Signal) error {
 	}
 	var st store.Store
 	var ready func(context.Context) error
+	perKey := rc.MaxInFlightPerKey
 	switch rc.Store {
 	case "", "memory":
 		m := memstore.New(&memstore.Config{MaxKeys: maxKeys, Clock: rl.CoarseClock})
@@ -136,19 +153,22 @@ func Run(ctx context.Context, rc RunConfig, reload <-chan os.Signal) error {
 		}
 		closers = append(closers, h.close)
 		st, ready = h.store, h.ready
+		if perKey == 0 {
+			perKey = max(1, int(h.maxConns)/2)
+		}
 	default:
 		return fmt.Errorf("-store %q: want memory or postgres", rc.Store)
 	}
 
 	svc, err := New(cfg, Options{Store: st, Decider: decider, Logger: log, MaxBodyBytes: rc.MaxBodyBytes,
-		ProxyMaxBodyBytes: rc.ProxyMaxBodyBytes, Ready: ready})
+		ProxyMaxBodyBytes: rc.ProxyMaxBodyBytes, Ready: ready, MaxInFlight: rc.MaxInFlight, MaxInFlightPerKey: max(perKey, 0)})
 	if err != nil {
 		return err
 	}
 	svcRef.Lock()
 	svcRef.s = svc
 	svcRef.Unlock()
-	log.Info("config loaded", "file", rc.ConfigPath, "rules", len(cfg.Rules), "upstream", cfg.Upstream)
+	log.Info("config loaded", "file", rc.ConfigPath, "rules", len(cfg.Rules), "upstream", RedactURL(cfg.Upstream), "api_tokens", len(cfg.APITokens))
 
 	listen := rc.Listen
 	if listen == "" {
@@ -177,12 +197,12 @@ func Run(ctx context.Context, rc RunConfig, reload <-chan os.Signal) error {
 		servers = append(servers, server{role, srv, ln})
 		return nil
 	}
-	if rc.APIListen == "" {
+	if apiListen == "main" {
 		err = add("all", listen, svc.Handler())
 	} else {
 		err = add("proxy", listen, svc.ProxyHandler())
 		if err == nil {
-			err = add("api", rc.APIListen, svc.APIHandler())
+			err = add("api", apiListen, svc.APIHandler())
 		}
 	}
 	if err != nil {
@@ -239,6 +259,32 @@ loop:
 	return runErr
 }
 
+// DefaultAPIListen is the default address of the decision API's listener:
+// loopback, so only the host's own processes reach it.
+const DefaultAPIListen = "127.0.0.1:8081"
+
+// checkAPIListen refuses an API that untrusted clients could reach without
+// a token: on the main listener, or on an address that is not loopback.
+func checkAPIListen(addr string, tokens bool) error {
+	if tokens {
+		return nil
+	}
+	if addr == "main" {
+		return errors.New("-api-listen main serves the decision API (reset, inline limits, everyone's usage) to every proxy client: configure api_tokens first")
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("-api-listen %q: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("-api-listen %q is not a loopback address, so other hosts could reset keys and read usage: configure api_tokens, or listen on 127.0.0.1 or [::1]", addr)
+}
+
 func orDefault(d, def time.Duration) time.Duration {
 	if d <= 0 {
 		return def
@@ -252,7 +298,8 @@ type storeHooks struct {
 }
 
 type storeHandle struct {
-	store store.Store
-	ready func(context.Context) error
-	close func()
+	maxConns int32
+	store    store.Store
+	ready    func(context.Context) error
+	close    func()
 }

@@ -7,6 +7,7 @@ import (
 	"log"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -39,6 +40,19 @@ type Options struct {
 	// Transport carries proxied requests. Default: a clone of
 	// http.DefaultTransport keeping up to 512 idle connections per host.
 	Transport http.RoundTripper
+	// MaxInFlight bounds the proxied and decision-API requests being
+	// served at once. Beyond it a request is answered 503 with
+	// Retry-After at once, never forwarded, and counted in
+	// rl_overload_rejected_total{reason="in_flight"}. Default 4096;
+	// negative: no bound.
+	MaxInFlight int
+	// MaxInFlightPerKey bounds the decisions on one key (of one rule)
+	// waiting for the store at once; beyond it they are answered 503 like
+	// MaxInFlight's, so one hot key cannot take every connection of a
+	// database pool from the other keys. Keys share 4096 counters by hash,
+	// so a bound may occasionally cover two keys. 0: no bound (the default;
+	// the command sets half the PostgreSQL pool).
+	MaxInFlightPerKey int
 }
 
 // Service is the rate-limiting HTTP service: the decision API, the reverse
@@ -60,6 +74,10 @@ type Service struct {
 	rules    atomic.Pointer[ruleSet]
 	draining atomic.Bool
 	storeErr throttle
+
+	maxInFlight int64
+	inFlight    atomic.Int64
+	perKey      *keyGate // nil: no per-key bound
 }
 
 // throttle logs at most one store failure a second, counting the others
@@ -108,6 +126,15 @@ func New(cfg *Config, opts Options) (*Service, error) {
 	if s.maxKey <= 0 {
 		s.maxKey = rl.DefaultMaxKeyLength
 	}
+	switch {
+	case opts.MaxInFlight == 0:
+		s.maxInFlight = DefaultMaxInFlight
+	case opts.MaxInFlight > 0:
+		s.maxInFlight = int64(opts.MaxInFlight)
+	}
+	if opts.MaxInFlightPerKey > 0 {
+		s.perKey = newKeyGate(opts.MaxInFlightPerKey)
+	}
 	if s.transport == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConns = 1024
@@ -153,7 +180,7 @@ func (s *Service) Reload(path string) error {
 	}
 	s.metrics.reloads.WithLabelValues("success").Inc()
 	s.metrics.configOK.Set(1)
-	s.log.Info("config reloaded", "file", path, "rules", len(cfg.Rules), "upstream", cfg.Upstream)
+	s.log.Info("config reloaded", "file", path, "rules", len(cfg.Rules), "upstream", RedactURL(cfg.Upstream))
 	return nil
 }
 
@@ -180,23 +207,40 @@ func (s *Service) FailoverEvent(to string) {
 // APIPrefix is the path prefix of the decision API.
 const APIPrefix = "/v1/ratelimit/"
 
-// Handler serves everything on one listener: the decision API under
-// APIPrefix, /healthz, /readyz and /metrics, and every other path through
-// the proxy filter.
+// DefaultMaxInFlight is the default of Options.MaxInFlight.
+const DefaultMaxInFlight = 4096
+
+// Handler serves everything on one listener, one that proxy clients reach:
+// the decision API under APIPrefix and /metrics, both only with a bearer
+// token of the configuration's api_tokens (without tokens they always
+// answer 401), /healthz and /readyz, and every other path through the
+// proxy filter. Prefer ProxyHandler and APIHandler on two listeners.
 func (s *Service) Handler() http.Handler {
-	mux := s.opsMux()
+	mux := http.NewServeMux()
+	mux.Handle(APIPrefix, s.limitInFlight(s.authenticate(false, s.apiMux())))
+	mux.Handle("/metrics", s.authenticate(false, s.metrics.handler()))
+	s.health(mux)
 	mux.Handle("/", s.ProxyHandler())
 	return mux
 }
 
-// APIHandler serves the decision API and the operations endpoints only,
-// for a listener of their own; other paths are 404.
-func (s *Service) APIHandler() http.Handler { return s.opsMux() }
+// APIHandler serves the decision API, /healthz, /readyz and /metrics for a
+// listener of their own, which only trusted clients reach (loopback by
+// default): without api_tokens in the configuration every caller there is
+// an admin; with them each request needs a token, and its role. Other
+// paths are 404.
+func (s *Service) APIHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(APIPrefix, s.limitInFlight(s.authenticate(true, s.apiMux())))
+	mux.Handle("/metrics", s.authenticate(true, s.metrics.handler()))
+	s.health(mux)
+	return mux
+}
 
 // ProxyHandler serves the proxy filter alone: every path is proxied.
-func (s *Service) ProxyHandler() http.Handler { return http.HandlerFunc(s.serveProxy) }
+func (s *Service) ProxyHandler() http.Handler { return s.limitInFlight(http.HandlerFunc(s.serveProxy)) }
 
-func (s *Service) opsMux() *http.ServeMux {
+func (s *Service) apiMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc(APIPrefix+"check", s.apiDecide(false))
 	mux.HandleFunc(APIPrefix+"peek", s.apiDecide(true))
@@ -206,13 +250,43 @@ func (s *Service) opsMux() *http.ServeMux {
 	mux.HandleFunc(APIPrefix, func(w http.ResponseWriter, r *http.Request) {
 		s.apiError(w, http.StatusNotFound, "not_found", "no such endpoint: want "+APIPrefix+"check, peek, reset, batch or rules")
 	})
+	return mux
+}
+
+func (s *Service) health(mux *http.ServeMux) {
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/readyz", s.serveReady)
-	mux.Handle("/metrics", s.metrics.handler())
-	return mux
+}
+
+// limitInFlight answers 503 at once, with Retry-After, to requests beyond
+// MaxInFlight.
+func (s *Service) limitInFlight(next http.Handler) http.Handler {
+	if s.maxInFlight <= 0 {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.inFlight.Add(1) > s.maxInFlight {
+			s.inFlight.Add(-1)
+			s.overloaded(w, r, "in_flight")
+			return
+		}
+		defer s.inFlight.Add(-1)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// overloaded answers 503 with Retry-After: 1 and counts it.
+func (s *Service) overloaded(w http.ResponseWriter, r *http.Request, reason string) {
+	s.metrics.overload.WithLabelValues(reason).Inc()
+	w.Header().Set("Retry-After", "1")
+	if strings.HasPrefix(r.URL.Path, APIPrefix) {
+		s.apiError(w, http.StatusServiceUnavailable, "overloaded", "too many requests in flight; retry later")
+		return
+	}
+	http.Error(w, "Rate limiter overloaded; retry later", http.StatusServiceUnavailable)
 }
 
 func (s *Service) serveReady(w http.ResponseWriter, r *http.Request) {
@@ -247,6 +321,9 @@ func (ru *rule) target() target {
 	return target{name: ru.spec.Name, lim: ru.lim, policy: ru.policy, failOpen: ru.spec.FailOpen, m: ru.m}
 }
 
+// errOverloaded is a decision refused because too many are in flight.
+var errOverloaded = errors.New("overloaded: too many decisions in flight")
+
 // errClient marks an error that is the request's fault (4xx).
 type errClient struct {
 	code string
@@ -259,7 +336,21 @@ func (e *errClient) Unwrap() error { return e.err }
 // decide decides key against t. The outcome is one of the out* constants;
 // a request error (invalid key or cost) returns *errClient, a store failure
 // of a fail-closed target returns outFailClosed and the error.
+//
+// Only a store that is down (store.ErrUnavailable: a connection error, a
+// timeout of a statement that had a connection, an open breaker, a full
+// memory store) is answered by the target's fail policy. A busy store
+// (store.ErrBusy), a per-key bound reached (errOverloaded) or any other
+// failure is closed: load alone never turns into admissions.
 func (s *Service) decide(ctx context.Context, t *target, key string, cost int64, peek bool, each []rl.LimitResult) (rl.Result, string, error) {
+	if s.perKey != nil {
+		slot, ok := s.perKey.enter(t.name, key)
+		if !ok {
+			s.metrics.overload.WithLabelValues("key_in_flight").Inc()
+			return rl.Result{}, outFailClosed, errOverloaded
+		}
+		defer slot.Add(-1)
+	}
 	res, err := t.lim.Do(ctx, rl.Request{Key: key, Cost: cost, Policy: t.policy, Peek: peek, Each: each})
 	if err == nil {
 		if res.Allowed {
@@ -273,6 +364,15 @@ func (s *Service) decide(ctx context.Context, t *target, key string, cost int64,
 		return res, "", &errClient{"invalid_key", err}
 	case errors.As(err, &ce) && ce == core.ErrCost:
 		return res, "", &errClient{"invalid_cost", err}
+	case errors.Is(err, store.ErrBusy):
+		t.m.storeErrors.Inc()
+		s.metrics.overload.WithLabelValues("store_busy").Inc()
+		s.storeErr.log(s.log, "store busy; refusing (load is never admitted)", t.name, err)
+		return rl.Result{}, outFailClosed, fmt.Errorf("%w: %w", errOverloaded, err)
+	case errors.Is(err, rl.ErrStore) && !errors.Is(err, store.ErrUnavailable):
+		t.m.storeErrors.Inc()
+		s.storeErr.log(s.log, "store failed; refusing (not an outage, so no fail_open)", t.name, err)
+		return rl.Result{}, outFailClosed, err
 	case errors.Is(err, rl.ErrStore):
 		t.m.storeErrors.Inc()
 		if t.failOpen {

@@ -8,13 +8,17 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -37,8 +41,11 @@ func run(args []string) int {
 		logLevel    string
 	)
 	fs.StringVar(&rc.ConfigPath, "config", "", "rules file, YAML (.yaml, .yml) or JSON (.json); reloaded on SIGHUP (required)")
-	fs.StringVar(&rc.Listen, "listen", ":8080", "address of the main listener: decision API, /healthz, /readyz, /metrics and the proxy")
-	fs.StringVar(&rc.APIListen, "api-listen", "", "if set, serve the decision API and /healthz, /readyz, /metrics here, and only the proxy on -listen")
+	fs.StringVar(&rc.Listen, "listen", ":8080", "address of the proxy listener (every path proxied)")
+	fs.StringVar(&rc.APIListen, "api-listen", service.DefaultAPIListen, "address of the decision API, /healthz, /readyz and /metrics; not loopback, or \"main\" (on -listen), only with api_tokens in the config")
+	fs.IntVar(&rc.MaxInFlight, "max-in-flight", service.DefaultMaxInFlight, "requests served at once; beyond: 503 with Retry-After (-1: no bound)")
+	fs.IntVar(&rc.MaxInFlightPerKey, "max-in-flight-per-key", 0, "decisions on one key waiting for the store at once; beyond: 503 (0: half the PostgreSQL pool, none in memory; -1: no bound)")
+	hashToken := fs.Bool("hash-token", false, "read an API token on stdin, print the sha256 to put in api_tokens, and exit")
 	fs.StringVar(&rc.Decider, "decider", "wasm", "decision core: wasm (the embedded WebAssembly module hosted by wazero) or native")
 	fs.IntVar(&rc.WasmInstances, "wasm-instances", 0, "most WebAssembly instances (0: 2 × GOMAXPROCS)")
 	fs.StringVar(&rc.Store, "store", "memory", "state store: memory or postgres")
@@ -48,7 +55,8 @@ func run(args []string) int {
 	fs.StringVar(&rc.Postgres.Decide, "pg-decide", "go", "with -store postgres: go (lock the rows, the -decider core decides) or sql (the PL/pgSQL port decides, one round trip)")
 	fs.BoolVar(&rc.Postgres.Durable, "pg-durable", false, "commit every decision synchronously (default: synchronous_commit off)")
 	maxConns := fs.Int("pg-max-conns", 0, "PostgreSQL pool size (0: pgx's default)")
-	fs.DurationVar(&rc.Postgres.Timeout, "store-timeout", 250*time.Millisecond, "bound on one PostgreSQL decision; slower counts as a store failure")
+	fs.DurationVar(&rc.Postgres.Timeout, "store-timeout", 250*time.Millisecond, "bound on one PostgreSQL decision once it has a connection; slower counts as a store failure")
+	fs.DurationVar(&rc.Postgres.QueueTimeout, "store-queue-timeout", time.Second, "bound on waiting for a PostgreSQL connection; when all are busy this is load: 503, never fail_open")
 	fs.BoolVar(&rc.Postgres.Failover, "failover", false, "while PostgreSQL fails, decide in memory behind a circuit breaker; return when it recovers")
 	fs.IntVar(&rc.Postgres.FailoverThreshold, "failover-threshold", 3, "store failures in a row that open the breaker")
 	fs.DurationVar(&rc.Postgres.FailoverCooldown, "failover-cooldown", 5*time.Second, "time the breaker stays open before probing PostgreSQL")
@@ -71,6 +79,21 @@ func run(args []string) int {
 	}
 	if showVersion {
 		fmt.Println("rl-wasm-host", versionString())
+		return 0
+	}
+	if *hashToken {
+		tok, err := io.ReadAll(io.LimitReader(os.Stdin, 4096))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "rl-wasm-host: -hash-token:", err)
+			return 1
+		}
+		t := strings.TrimRight(string(tok), "\r\n")
+		if len(t) < 16 {
+			fmt.Fprintln(os.Stderr, "rl-wasm-host: -hash-token: want a token of at least 16 bytes on stdin (e.g. openssl rand -hex 32)")
+			return 2
+		}
+		sum := sha256.Sum256([]byte(t))
+		fmt.Println(hex.EncodeToString(sum[:]))
 		return 0
 	}
 	if fs.NArg() > 0 {

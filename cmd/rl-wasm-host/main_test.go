@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -60,15 +61,19 @@ type proc struct {
 	cmd    *exec.Cmd
 	mu     sync.Mutex
 	logs   []string
-	addr   chan string
+	addr   chan [2]string // role, address
 	exited chan error
-	base   string
+	base   string // the proxy's listener (or the one listener, -api-listen main)
+	api    string // the decision API's listener
 }
 
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
+	if !slices.Contains(args, "-api-listen") {
+		args = append([]string{"-api-listen", "127.0.0.1:0"}, args...)
+	}
 	p := &proc{cmd: exec.Command(binary(t), append([]string{"-listen", "127.0.0.1:0"}, args...)...),
-		addr: make(chan string, 4), exited: make(chan error, 1)}
+		addr: make(chan [2]string, 4), exited: make(chan error, 1)}
 	p.cmd.Env = append(os.Environ(), "DATABASE_URL=")
 	stderr, err := p.cmd.StderrPipe()
 	require.NoError(t, err)
@@ -80,9 +85,9 @@ func start(t *testing.T, args ...string) *proc {
 			p.mu.Lock()
 			p.logs = append(p.logs, line)
 			p.mu.Unlock()
-			var rec struct{ Msg, Addr string }
+			var rec struct{ Msg, Role, Addr string }
 			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "listening" {
-				p.addr <- rec.Addr
+				p.addr <- [2]string{rec.Role, rec.Addr}
 			}
 		}
 		p.exited <- p.cmd.Wait()
@@ -93,13 +98,22 @@ func start(t *testing.T, args ...string) *proc {
 			t.Logf("rl-wasm-host logs:\n%s", p.log())
 		}
 	})
-	select {
-	case a := <-p.addr:
-		p.base = "http://" + a
-	case err := <-p.exited:
-		t.Fatalf("rl-wasm-host exited at start: %v\n%s", err, p.log())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("rl-wasm-host did not start listening\n%s", p.log())
+	for p.base == "" || p.api == "" {
+		select {
+		case a := <-p.addr:
+			switch a[0] {
+			case "all":
+				p.base, p.api = "http://"+a[1], "http://"+a[1]
+			case "proxy":
+				p.base = "http://" + a[1]
+			case "api":
+				p.api = "http://" + a[1]
+			}
+		case err := <-p.exited:
+			t.Fatalf("rl-wasm-host exited at start: %v\n%s", err, p.log())
+		case <-time.After(30 * time.Second):
+			t.Fatalf("rl-wasm-host did not start listening\n%s", p.log())
+		}
 	}
 	return p
 }
@@ -169,14 +183,18 @@ func TestVersion(t *testing.T) {
 func TestSampleConfigStarts(t *testing.T) {
 	p := start(t, "-config", "sample.yaml")
 	p.waitLog(t, "WebAssembly core hosted by wazero")
-	code, h, body := call(t, "POST", p.base+"/v1/ratelimit/check", `{"rule":"/v1/pay","key":"demo-key"}`)
+	code, h, body := call(t, "POST", p.api+"/v1/ratelimit/check", `{"rule":"/v1/pay","key":"demo-key"}`)
 	require.Equal(t, 200, code, body)
 	require.Equal(t, `"default";q=100;w=10`, h.Get("RateLimit-Policy"))
 	code, _, body = call(t, "GET", p.base+"/v1/pay", "", "X-API-Key", "demo-key")
 	require.Equal(t, 200, code)
 	require.Contains(t, body, "demo upstream")
-	code, _, _ = call(t, "GET", p.base+"/readyz", "")
+	code, _, _ = call(t, "GET", p.api+"/readyz", "")
 	require.Equal(t, 200, code)
+	// The API is not reachable through the proxy's listener: its paths are
+	// proxied like any other.
+	code, _, body = call(t, "POST", p.base+"/v1/ratelimit/reset", `{"rule":"/v1/pay","key":"demo-key"}`)
+	require.NotContains(t, body, `"reset":true`)
 }
 
 func TestInvalidConfigAtStart(t *testing.T) {
@@ -221,12 +239,8 @@ func TestEndToEnd(t *testing.T) {
 		]}`, up.URL, limit)
 	}
 	writeFile(t, cfg, rules(2))
-	p := start(t, "-config", cfg, "-api-listen", "127.0.0.1:0", "-decider", "native")
-	api := "http://" + <-p.addr // the second listener
-	proxy := p.base
-	if strings.Contains(p.log(), `"role":"api","addr":"`+strings.TrimPrefix(proxy, "http://")) {
-		api, proxy = proxy, api
-	}
+	p := start(t, "-config", cfg, "-decider", "native")
+	api, proxy := p.api, p.base
 
 	// Decision API on its own listener.
 	code, _, body := call(t, "POST", api+"/v1/ratelimit/check", `{"rule":"/v1/pay","key":"k1","cost":2}`)
@@ -314,7 +328,7 @@ func TestPostgresStore(t *testing.T) {
 	p := start(t, "-config", cfg, "-store", "postgres", "-database-url", db, "-migrate", "-failover")
 	p.waitLog(t, "database migrated")
 	for i, want := range []int{200, 200, 429} {
-		code, _, body := call(t, "POST", p.base+"/v1/ratelimit/check", `{"rule":"r","key":"k"}`)
+		code, _, body := call(t, "POST", p.api+"/v1/ratelimit/check", `{"rule":"r","key":"k"}`)
 		require.Equal(t, want, code, "call %d: %s", i, body)
 	}
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))

@@ -32,6 +32,8 @@ import (
 	"github.com/golang-migrate/migrate/v4"
 	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // registers the pgx5 scheme
 	"github.com/golang-migrate/migrate/v4/source/iofs"
+
+	"github.com/rlcore/rl/internal/redact"
 )
 
 // FS holds the migration files.
@@ -278,17 +280,7 @@ func capConnectTimeout(driverURL string, d time.Duration) string {
 
 // Redact returns databaseURL with its password replaced by "xxxxx", for
 // messages. A string that does not parse is replaced whole.
-func Redact(databaseURL string) string {
-	u, err := url.Parse(databaseURL)
-	if err != nil {
-		return "<unparsable URL>"
-	}
-	if q := u.Query(); q.Has("password") {
-		q.Set("password", "xxxxx")
-		u.RawQuery = q.Encode()
-	}
-	return u.Redacted()
-}
+func Redact(databaseURL string) string { return redact.String(databaseURL) }
 
 // secrets returns the password of u in the forms it may appear in messages.
 func secrets(u *url.URL) []string {

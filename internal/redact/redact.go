@@ -1,0 +1,114 @@
+// Package redact removes secrets from connection strings and URLs before
+// they reach a log line, an error message or an API answer.
+package redact
+
+import (
+	"net/url"
+	"strings"
+)
+
+// Mask replaces every secret.
+const Mask = "xxxxx"
+
+// String returns s with its secrets replaced by Mask. s may be a URL
+// (scheme://user:password@host/...?password=...), whose userinfo password
+// and password, sslpassword and token query parameters are masked, or a
+// keyword/value connection string (host=db password='s e c r e t'),
+// whose password and sslpassword values are masked, quoted or not. A
+// string with a scheme that does not parse as a URL is replaced whole, so
+// nothing of it can leak.
+func String(s string) string {
+	if scheme, _, ok := strings.Cut(s, "://"); ok && !strings.ContainsAny(scheme, " =") {
+		u, err := url.Parse(s)
+		if err != nil {
+			return "<unparsable URL>"
+		}
+		q := u.Query()
+		changed := false
+		for k := range q {
+			if isSecretKey(k) {
+				q.Set(k, Mask)
+				changed = true
+			}
+		}
+		if changed {
+			u.RawQuery = q.Encode()
+		}
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), Mask)
+		}
+		return u.String()
+	}
+	if !strings.Contains(s, "=") {
+		return s
+	}
+	return keywords(s)
+}
+
+func isSecretKey(k string) bool {
+	switch strings.ToLower(k) {
+	case "password", "sslpassword", "token", "secret", "api_key", "apikey":
+		return true
+	}
+	return false
+}
+
+// keywords masks the secret values of a libpq keyword/value string:
+// key = value pairs separated by spaces, a value optionally in single
+// quotes with \' and \\ escapes.
+func keywords(s string) string {
+	var b strings.Builder
+	i := 0
+	for i < len(s) {
+		// Copy spaces.
+		for i < len(s) && s[i] == ' ' {
+			b.WriteByte(' ')
+			i++
+		}
+		start := i
+		for i < len(s) && s[i] != '=' && s[i] != ' ' {
+			i++
+		}
+		key := s[start:i]
+		b.WriteString(key)
+		for i < len(s) && s[i] == ' ' {
+			b.WriteByte(' ')
+			i++
+		}
+		if i >= len(s) || s[i] != '=' {
+			continue
+		}
+		b.WriteByte('=')
+		i++
+		for i < len(s) && s[i] == ' ' {
+			b.WriteByte(' ')
+			i++
+		}
+		vstart := i
+		if i < len(s) && s[i] == '\'' {
+			i++
+			for i < len(s) && s[i] != '\'' {
+				if s[i] == '\\' {
+					i++
+				}
+				i++
+			}
+			if i < len(s) {
+				i++
+			}
+		} else {
+			for i < len(s) && s[i] != ' ' {
+				i++
+			}
+		}
+		if i > len(s) {
+			i = len(s)
+		}
+		if isSecretKey(key) {
+			b.WriteString(Mask)
+		} else {
+			b.WriteString(s[vstart:i])
+		}
+	}
+	return b.String()
+}

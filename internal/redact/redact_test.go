@@ -1,0 +1,44 @@
+package redact
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestString(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"postgres://app:s3cret@db:5432/rl", "postgres://app:xxxxx@db:5432/rl"},
+		{"postgres://app@db/rl?password=s3cret&sslmode=require", "postgres://app@db/rl?password=xxxxx&sslmode=require"},
+		{"https://user:pa%40ss@upstream.example/base", "https://user:xxxxx@upstream.example/base"},
+		{"http://upstream:8080", "http://upstream:8080"},
+		{"host=db user=app password=s3cret dbname=rl", "host=db user=app password=xxxxx dbname=rl"},
+		{"host=db password = 's3 cr\\'et' sslmode=disable", "host=db password = xxxxx sslmode=disable"},
+		{"host=db sslpassword=k3y", "host=db sslpassword=xxxxx"},
+		{"demo", "demo"},
+		{"postgres://%zz:pw@db", "<unparsable URL>"},
+	} {
+		if got := String(c.in); got != c.want {
+			t.Errorf("String(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func FuzzString(f *testing.F) {
+	for _, s := range []string{"postgres://a:secretpw@h/d", "host=h password=secretpw", "password='secretpw'", "x://u:secretpw@h?token=secretpw"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		String(s) // never panics
+		// A keyword password never survives, whatever follows it.
+		const pw = "Zq9secretpw"
+		in := "host=h password=" + pw + " " + s
+		if out := String(in); strings.Contains(out, pw) && !strings.Contains(s, pw) {
+			t.Fatalf("String(%q) kept the password: %q", in, out)
+		}
+		// Nor a URL's.
+		in = "postgres://u:" + pw + "@h/d?" + s
+		if out := String(in); strings.Contains(out, pw) && !strings.Contains(s, pw) && out != "<unparsable URL>" {
+			t.Fatalf("String(%q) kept the password: %q", in, out)
+		}
+	})
+}

@@ -1,0 +1,272 @@
+package service
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func tokenHash(tok string) string {
+	sum := sha256.Sum256([]byte(tok))
+	return hex.EncodeToString(sum[:])
+}
+
+// doURL sends one request to base+path with headers in pairs.
+func doURL(t *testing.T, method, url, body string, hdr ...string) reply {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	require.NoError(t, err)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return reply{resp.StatusCode, resp.Header, b}
+}
+
+// Issue 9.1: a proxied request is never free. X-Cost: 0 on an exhausted
+// rule was admitted and forwarded.
+func TestCostHeaderNeverFree(t *testing.T) {
+	up := newUpstream(t)
+	e := newEnv(t, `
+upstream: `+up.srv.URL+`
+rules:
+  - {name: export, endpoint: /export, key_by: global, strategy: fixed, limit: 3, window: 1m, cost_header: X-Cost}
+  - {name: bulk, endpoint: /bulk, key_by: global, strategy: fixed, limit: 100, window: 1m, cost_header: X-Cost, min_cost: 5}
+`, nil)
+	for range 3 {
+		require.Equal(t, 200, e.do(t, "GET", "/export", "").code)
+	}
+	require.Equal(t, 429, e.do(t, "GET", "/export", "").code)
+	hits := up.hits.Load()
+	for i := range 10 {
+		r := e.do(t, "GET", "/export", "", "X-Cost", "0")
+		require.Equal(t, 400, r.code, "try %d: %s", i, r.body)
+	}
+	for _, bad := range []string{"-1", "+1", "1.0", "1e3", "0x10", "", "١", "99999999999999999999", "4611686018427387905", "1,1"} {
+		r := e.do(t, "GET", "/export", "", "X-Cost", bad)
+		require.Equal(t, 400, r.code, "X-Cost %q: %s", bad, r.body)
+	}
+	// Two cost headers are ambiguous.
+	req, _ := http.NewRequest("GET", e.srv.URL+"/export", nil)
+	req.Header.Add("X-Cost", "1")
+	req.Header.Add("X-Cost", "0")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 400, resp.StatusCode)
+	require.Equal(t, hits, up.hits.Load(), "nothing forwarded after the limit")
+
+	// min_cost: a request asking for less than the minimum is refused.
+	require.Equal(t, 400, e.do(t, "GET", "/bulk", "", "X-Cost", "4").code)
+	require.Equal(t, 200, e.do(t, "GET", "/bulk", "", "X-Cost", "5").code)
+	r := e.do(t, "GET", "/bulk", "")
+	require.Equal(t, 200, r.code)
+	require.Equal(t, "90", r.h.Get("X-RateLimit-Remaining"), "no header: the rule's cost, raised to min_cost")
+
+	// The decision API: cost 0 only as a peek; a rule's min_cost holds.
+	require.Equal(t, 400, e.post(t, "check", `{"rule":"export","key":"x","cost":0}`).code)
+	require.Equal(t, 400, e.post(t, "check", `{"rule":"bulk","key":"x","cost":1}`).code)
+	require.Equal(t, 200, e.post(t, "peek", `{"rule":"bulk","key":"x","cost":0}`).code)
+}
+
+func TestCostConfig(t *testing.T) {
+	for _, c := range []struct{ yaml, want string }{
+		{`rules: [{name: a, strategy: fixed, limit: 1, window: 1s, cost: 0}]`, `cost: 0 is outside [1,`},
+		{`rules: [{name: a, strategy: fixed, limit: 1, window: 1s, min_cost: 0}]`, `min_cost: 0 is outside [1,`},
+		{`rules: [{name: a, strategy: fixed, limit: 9, window: 1s, min_cost: 3, cost: 2}]`, `cost: 2 is below min_cost 3`},
+	} {
+		_, err := ParseConfig("c.yaml", "yaml", []byte(c.yaml))
+		require.ErrorContains(t, err, c.want, c.yaml)
+	}
+}
+
+const tokAdmin, tokCheck = "admin-token-0123456789abcdef", "check-token-0123456789abcdef"
+
+func tokenConfig(upstream string) string {
+	return `
+upstream: ` + upstream + `
+api_tokens:
+  - {name: ops, role: admin, sha256: ` + tokenHash(tokAdmin) + `}
+  - {name: edge, role: check, sha256: "sha256:` + tokenHash(tokCheck) + `"}
+rules:
+  - {name: r, endpoint: /r, strategy: fixed, limit: 5, window: 1m}
+`
+}
+
+// Issue 9.2: on the one-listener handler the API needs a token, and roles
+// separate checking from administration.
+func TestAPIAuthOnSharedListener(t *testing.T) {
+	up := newUpstream(t)
+	e := newEnv(t, tokenConfig("https://user:hunter2secret@"+strings.TrimPrefix(up.srv.URL, "http://")), nil)
+	srv := httptest.NewServer(e.svc.Handler())
+	t.Cleanup(srv.Close)
+	api := srv.URL + APIPrefix
+
+	check := `{"rule":"r","key":"k"}`
+	inline := `{"limits":[{"strategy":"fixed","limit":1,"window":"1m"}],"key":"k"}`
+	for _, c := range []struct {
+		name, method, op, body, token string
+		want                          int
+		code                          string
+	}{
+		{"no token", "POST", "check", check, "", 401, "unauthorized"},
+		{"wrong token", "POST", "check", check, "nope-0123456789abcdef", 401, "unauthorized"},
+		{"no token reset", "POST", "reset", check, "", 401, "unauthorized"},
+		{"no token rules", "GET", "rules", "", "", 401, "unauthorized"},
+		{"check token checks", "POST", "check", check, tokCheck, 200, ""},
+		{"check token peeks", "POST", "peek", check, tokCheck, 200, ""},
+		{"check token batch", "POST", "batch", `{"items":[` + check + `]}`, tokCheck, 200, ""},
+		{"check token reset", "POST", "reset", check, tokCheck, 403, "forbidden"},
+		{"check token rules", "GET", "rules", "", tokCheck, 403, "forbidden"},
+		{"check token inline", "POST", "check", inline, tokCheck, 403, "forbidden"},
+		{"check token inline batch", "POST", "batch", `{"items":[` + inline + `]}`, tokCheck, 403, "forbidden"},
+		{"admin reset", "POST", "reset", check, tokAdmin, 200, ""},
+		{"admin inline", "POST", "check", inline, tokAdmin, 200, ""},
+		{"admin rules", "GET", "rules", "", tokAdmin, 200, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var hdr []string
+			if c.token != "" {
+				hdr = []string{"Authorization", "Bearer " + c.token}
+			}
+			r := doURL(t, c.method, api+c.op, c.body, hdr...)
+			require.Equal(t, c.want, r.code, "%s", r.body)
+			if c.code != "" {
+				require.Equal(t, c.code, r.errorJSON(t).Code)
+			}
+			if c.want == 401 {
+				require.Equal(t, `Bearer realm="rl"`, r.h.Get("WWW-Authenticate"))
+			}
+			require.NotContains(t, string(r.body), "hunter2secret")
+		})
+	}
+	r := doURL(t, "GET", srv.URL+"/metrics", "")
+	require.Equal(t, 401, r.code, "metrics need a token on the shared listener")
+	r = doURL(t, "GET", srv.URL+"/metrics", "", "Authorization", "Bearer "+tokCheck)
+	require.Equal(t, 200, r.code)
+	r = doURL(t, "GET", api+"rules", "", "Authorization", "Bearer "+tokAdmin)
+	require.Contains(t, string(r.body), `"upstream":"https://user:xxxxx@`)
+}
+
+// Without tokens the API answers only on its own listener, where every
+// caller is an admin; the one-listener handler then refuses everyone.
+func TestAPIWithoutTokens(t *testing.T) {
+	e := newEnv(t, `rules: [{name: r, strategy: fixed, limit: 5, window: 1m}]`, nil)
+	shared := httptest.NewServer(e.svc.Handler())
+	t.Cleanup(shared.Close)
+	require.Equal(t, 401, doURL(t, "POST", shared.URL+APIPrefix+"reset", `{"rule":"r","key":"k"}`).code)
+	own := httptest.NewServer(e.svc.APIHandler())
+	t.Cleanup(own.Close)
+	require.Equal(t, 200, doURL(t, "POST", own.URL+APIPrefix+"reset", `{"rule":"r","key":"k"}`).code)
+	proxy := httptest.NewServer(e.svc.ProxyHandler())
+	t.Cleanup(proxy.Close)
+	r := doURL(t, "POST", proxy.URL+APIPrefix+"reset", `{"rule":"r","key":"k"}`)
+	require.NotContains(t, string(r.body), `"reset"`, "the proxy listener never serves the API")
+}
+
+func TestCheckAPIListen(t *testing.T) {
+	for _, c := range []struct {
+		addr   string
+		tokens bool
+		ok     bool
+	}{
+		{"127.0.0.1:8081", false, true},
+		{"[::1]:8081", false, true},
+		{"localhost:8081", false, true},
+		{":8081", false, false},
+		{"0.0.0.0:8081", false, false},
+		{"10.0.0.5:8081", false, false},
+		{"main", false, false},
+		{"main", true, true},
+		{":8081", true, true},
+		{"nonsense", false, false},
+	} {
+		err := checkAPIListen(c.addr, c.tokens)
+		require.Equal(t, c.ok, err == nil, "%s tokens=%v: %v", c.addr, c.tokens, err)
+	}
+}
+
+func TestTokenConfigErrors(t *testing.T) {
+	for _, c := range []struct{ yaml, want string }{
+		{`api_tokens: [{name: a, role: admin, sha256: secret}]`, `api_tokens[0].sha256: want the 64 hex digits`},
+		{`api_tokens: [{name: a, role: root, sha256: ` + tokenHash("x") + `}]`, `api_tokens[0].role: "root": want admin or check`},
+		{`api_tokens: [{name: a, role: admin}]`, `api_tokens[0].sha256: missing`},
+		{`api_tokens: [{name: a, role: admin, sha256: ` + tokenHash("x") + `}, {name: b, role: check, sha256: ` + tokenHash("x") + `}]`, `listed twice`},
+		{`max_inline_limits: 17`, `max_inline_limits: 17 is outside [1, 16]`},
+	} {
+		_, err := ParseConfig("c.yaml", "yaml", []byte(c.yaml+"\nrules: [{name: r, strategy: fixed, limit: 1, window: 1s}]"))
+		require.ErrorContains(t, err, c.want, c.yaml)
+	}
+}
+
+// Issue 9.6: the decision API caps inline limits per request.
+func TestInlineLimitsCapped(t *testing.T) {
+	e := newEnv(t, "max_inline_limits: 2\nrules: [{name: r, strategy: fixed, limit: 1, window: 1m}]", nil)
+	three := `{"key":"k","limits":[{"name":"a","strategy":"sliding_log","limit":4096,"window":"1m"},{"name":"b","strategy":"sliding_log","limit":4096,"window":"1h"},{"name":"c","strategy":"sliding_log","limit":4096,"window":"1d"}]}`
+	r := e.post(t, "check", three)
+	require.Equal(t, 400, r.code)
+	require.Contains(t, r.errorJSON(t).Error, "want 1 to 2 (max_inline_limits)")
+}
+
+// Issue 9.4: requests beyond MaxInFlight are answered 503 at once, with
+// Retry-After, never forwarded, and counted.
+func TestMaxInFlight(t *testing.T) {
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 8)
+	var hits sync.WaitGroup
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+	}))
+	t.Cleanup(up.Close)
+	e := newEnv(t, "upstream: "+up.URL+"\nrules: [{name: r, endpoint: /, key_by: global, strategy: fixed, limit: 100, window: 1m, fail_open: true}]",
+		func(o *Options) { o.MaxInFlight = 2 })
+	for range 2 {
+		hits.Go(func() { e.do(t, "GET", "/slow", "") })
+	}
+	<-arrived
+	<-arrived
+	r := e.do(t, "GET", "/third", "")
+	require.Equal(t, 503, r.code)
+	require.Equal(t, "1", r.h.Get("Retry-After"))
+	close(release)
+	hits.Wait()
+	require.Equal(t, 200, e.do(t, "GET", "/after", "").code)
+	m := doURL(t, "GET", e.srv.URL+"/metrics", "")
+	require.Contains(t, string(m.body), `rl_overload_rejected_total{reason="in_flight"} 1`)
+}
+
+// The per-key bound refuses the excess on one key, not other keys.
+func TestKeyGate(t *testing.T) {
+	g := newKeyGate(2)
+	a1, ok := g.enter("r", "hot")
+	require.True(t, ok)
+	a2, ok := g.enter("r", "hot")
+	require.True(t, ok)
+	_, ok = g.enter("r", "hot")
+	require.False(t, ok, "a third on the hot key")
+	free := 0
+	for i := range 100 {
+		if c, ok := g.enter("r", fmt.Sprint("other", i)); ok {
+			free++
+			c.Add(-1)
+		}
+	}
+	require.GreaterOrEqual(t, free, 99, "other keys are not held back (one may share the hot key's counter)")
+	a1.Add(-1)
+	a2.Add(-1)
+	_, ok = g.enter("r", "hot")
+	require.True(t, ok)
+}

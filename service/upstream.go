@@ -1,0 +1,101 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// DefaultUpstreamTimeout is the default of Config.UpstreamTimeout.
+const DefaultUpstreamTimeout = 30 * time.Second
+
+// errUpstreamTimeout is an upstream that sent no response header within
+// the upstream timeout; the proxy answers 504.
+var errUpstreamTimeout = errors.New("no response header from the upstream within the upstream timeout")
+
+// headerTimeout bounds the wait for an upstream's response header: the
+// request is canceled when d passes without one. The body is not bounded
+// (a download may stream for long); the server's write timeout is.
+type headerTimeout struct {
+	rt http.RoundTripper
+	d  time.Duration
+}
+
+func (t *headerTimeout) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithCancelCause(req.Context())
+	timer := time.AfterFunc(t.d, func() { cancel(errUpstreamTimeout) })
+	resp, err := t.rt.RoundTrip(req.WithContext(ctx))
+	if !timer.Stop() { // fired: the request is (being) canceled
+		if err == nil {
+			resp.Body.Close()
+		}
+		cancel(nil)
+		return nil, errUpstreamTimeout
+	}
+	if err != nil {
+		cancel(nil)
+		return nil, err
+	}
+	// The request's context must live as long as its body is read.
+	if rwc, ok := resp.Body.(io.ReadWriteCloser); ok { // 101 Switching Protocols
+		resp.Body = &cancelRWBody{rwc, cancel}
+	} else {
+		resp.Body = &cancelBody{resp.Body, cancel}
+	}
+	return resp, nil
+}
+
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelCauseFunc
+}
+
+func (b *cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel(nil)
+	return err
+}
+
+type cancelRWBody struct {
+	io.ReadWriteCloser
+	cancel context.CancelCauseFunc
+}
+
+func (b *cancelRWBody) Close() error {
+	err := b.ReadWriteCloser.Close()
+	b.cancel(nil)
+	return err
+}
+
+// upstreamTransport is the service's transport with cfg's header timeout.
+func (s *Service) upstreamTransport(cfg *Config) *headerTimeout {
+	d := cfg.UpstreamTimeout
+	if d <= 0 {
+		d = DefaultUpstreamTimeout
+	}
+	return &headerTimeout{rt: s.transport, d: d}
+}
+
+// upstreamError answers a proxied request the upstream failed: 504 when it
+// sent no response header in time, 413 for a body over the proxy's bound,
+// else 502.
+func (s *Service) upstreamError(u *url.URL, timeout time.Duration) func(http.ResponseWriter, *http.Request, error) {
+	return func(w http.ResponseWriter, r *http.Request, err error) {
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			s.metrics.rejected.WithLabelValues("body_too_large").Inc()
+			http.Error(w, "Request body too large", http.StatusRequestEntityTooLarge)
+		case errors.Is(err, errUpstreamTimeout):
+			s.metrics.rejected.WithLabelValues("upstream_timeout").Inc()
+			s.log.Warn("upstream timed out", "upstream", u.Redacted(), "method", r.Method, "path", r.URL.Path, "timeout", timeout)
+			http.Error(w, "Gateway timeout: the upstream did not answer in time", http.StatusGatewayTimeout)
+		default:
+			s.log.Warn("upstream failed", "upstream", u.Redacted(), "method", r.Method, "path", r.URL.Path, "err", err)
+			http.Error(w, "Bad gateway: the upstream failed", http.StatusBadGateway)
+		}
+	}
+}
