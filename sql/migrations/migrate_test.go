@@ -177,7 +177,6 @@ func TestRoleAppPrivileges(t *testing.T) {
 		`SELECT * FROM rl.decide_all(ARRAY[ROW(4,5,1000,0)]::rl.limit_spec[], NULL, 0, 1)`,
 		`SELECT rl.algorithm_id('gcra'), rl.algorithm_name(6)`,
 		`SELECT rl.rl_reset('role:1')`,
-		`SELECT rl.rl_expire(0)`,
 		`SELECT * FROM rl.decide(4, 3, 1000000, 0, 0, 0, 0, 0, '{}', 0, 1)`,
 	} {
 		_, err := conn.Exec(ctx, q)
@@ -189,6 +188,11 @@ func TestRoleAppPrivileges(t *testing.T) {
 		`INSERT INTO rl.state (key, name) VALUES ('x', 'y')`,
 		`SELECT rl._take1('k', 'default', 4, 10, 1000000, 0, 1, 0, true)`,
 		`SELECT rl._now()`,
+		`SELECT rl.rl_expire(0)`,
+		`SELECT * FROM rl.lock_states('role:1', '{a}')`,
+		`SELECT * FROM rl.tenants`,
+		`SELECT rl._request_now(0)`,
+		`SELECT rl._check_tenant_key('k', NULL)`,
 		`SELECT * FROM rl._take_many('k', '{a}', '{6}', '{3}', '{1000000}', '{0}', 1, 0, true)`,
 		`SELECT rl._eval(4, 5, 1000, 0, 0, 0, 0, 0, '{}', 0, 1, true)`,
 	} {

@@ -1,7 +1,9 @@
 // Package migrations holds the PostgreSQL schema of rl: the schema rl, the
 // state table rl.state, the PL/pgSQL port of the decision core (rl.decide,
 // rl.decide_all), the table functions (rl.rl_allow and friends), the trigger
-// function rl.enforce_limit and the role rl_app. sql/README.md documents them.
+// function rl.enforce_limit, the roles rl_app and rl_admin, and the table
+// rl.tenants that holds each tenant role to its key prefixes.
+// sql/README.md documents them.
 //
 // FS holds golang-migrate files ({version}_{title}.up.sql / .down.sql). Apply
 // them with Up, with the rl-migrate command, or with any golang-migrate setup
@@ -42,7 +44,7 @@ import (
 var FS embed.FS
 
 // Latest is the version of the newest migration in FS.
-const Latest = 6
+const Latest = 7
 
 // Table is the default table in which the applied version is recorded.
 const Table = "rl_schema_migrations"
