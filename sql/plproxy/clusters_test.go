@@ -16,7 +16,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rlcore/rl/internal/pgtest"
 	"github.com/rlcore/rl/sql/migrations"
 	"github.com/rlcore/rl/sql/plproxy"
 )
@@ -107,7 +106,7 @@ func (c *pgCluster) url(db string) string {
 }
 
 // TestSeparateClusters shards over two PostgreSQL servers this test starts
-// on ports of their own (the router stays on the test server): keys spread
+// on ports of their own, with the router on a third: keys spread
 // over both, 32 connections contending for one key admit exactly the
 // limit, and a stopped server fails only its keys while the other keeps
 // deciding. It fails, never skips, when the servers cannot be started.
@@ -120,7 +119,10 @@ func TestSeparateClusters(t *testing.T) {
 		require.NoError(t, migrations.Up(ctx, u))
 		shards = append(shards, u)
 	}
-	router := pgtest.NewDatabase(t)
+	// The router gets a server of its own too: its 32 sessions below stay
+	// off the shared test server.
+	rc := startCluster(t, bin)
+	router := rc.url("postgres")
 	require.NoError(t, plproxy.Apply(ctx, router, plproxy.Config{Shards: shards, Partitions: 8}))
 	shardOf := func(k string) int { return plproxy.Partition(k, 8) % 2 }
 
