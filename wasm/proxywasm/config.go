@@ -44,6 +44,8 @@ type config struct {
 type rule struct {
 	Name     string
 	Endpoint string // path prefix; "/" matches every path
+	// matchEndpoint is Endpoint in the form request paths are matched in.
+	matchEndpoint string
 	Host     string // "", "api.example.com" or "*.example.com", lower case
 	Methods  []string
 	// Limits and their names, decided together, all or nothing.
@@ -297,6 +299,15 @@ func (p *parser) oneRule(m map[string]any) (*rule, bool) {
 	}
 	if r.Endpoint == "" {
 		r.Endpoint = "/"
+	}
+	if strings.HasPrefix(r.Endpoint, "/") {
+		if m, err := matchPath(r.Endpoint); strings.ContainsAny(r.Endpoint, "?#") {
+			p.fail("endpoint", "%q: want a path without a query or fragment", clip(r.Endpoint, 64))
+		} else if err != nil {
+			p.fail("endpoint", "%q: %v", clip(r.Endpoint, 64), err)
+		} else {
+			r.matchEndpoint = m
+		}
 	}
 	if r.Name == "" {
 		if err := checkName(r.Endpoint); err != nil {

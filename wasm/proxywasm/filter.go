@@ -101,7 +101,10 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		header:        header,
 		sourceAddress: sourceAddress,
 	}
-	r := cfg.match(req)
+	r, err := cfg.match(req)
+	if err != nil {
+		return h.reply(400, nil, "Bad request: "+err.Error()+"\n")
+	}
 	if r == nil {
 		return types.ActionContinue
 	}

@@ -114,8 +114,15 @@ func TestFilterLocal(t *testing.T) {
 	if act, local, resp := roundTrip(host, get("/other")); act != types.ActionContinue || local != nil || headerValue(resp, "ratelimit") != "" {
 		t.Fatalf("unmatched: %v %+v %q", act, local, resp)
 	}
-	// Bad requests: no key, bad cost.
-	for _, hs := range [][][2]string{get("/v1/x"), get("/v1/x", [2]string{"x-user", "c"}, [2]string{"x-cost", "lots"})} {
+	// Other spellings of the path are the same rule and key.
+	for _, p := range []string{"/V1/x", "//v1/./x", "/a/../v1/%78"} {
+		if _, local, _ := roundTrip(host, get(p, [2]string{"x-user", "alice"})); local == nil || local.StatusCode != 429 {
+			t.Fatalf("%s: %+v, want the rule's 429", p, local)
+		}
+	}
+	// Bad requests: no key, bad cost, a path that cannot be matched safely.
+	for _, hs := range [][][2]string{get("/v1/x"), get("/v1/x", [2]string{"x-user", "c"}, [2]string{"x-cost", "lots"}),
+		get("/v1%2Fx", [2]string{"x-user", "c"})} {
 		_, local, _ := roundTrip(host, hs)
 		if local == nil || local.StatusCode != 400 || !strings.HasPrefix(string(local.Data), "Bad request: ") {
 			t.Fatalf("%q: %+v", hs, local)

@@ -44,22 +44,29 @@ type request struct {
 	method, authority, path string // pseudo-headers; path with its query
 	header                  func(name string) string
 	sourceAddress           func() string // Envoy's source.address, "ip:port"
+	// canonical is the path rules match, set by match.
+	canonical string
 }
 
-// match returns the most specific rule matching req, or nil.
-func (c *config) match(req *request) *rule {
-	path, _, _ := strings.Cut(req.path, "?")
+// match returns the most specific rule matching req, or nil; an error for a
+// path that cannot be matched safely (the filter answers 400).
+func (c *config) match(req *request) (*rule, error) {
+	path, err := matchPath(req.path)
+	if err != nil {
+		return nil, err
+	}
+	req.canonical = path
 	host := hostOf(req.authority)
 	for _, r := range c.proxied {
 		if r.matches(req.method, host, path) {
-			return r
+			return r, nil
 		}
 	}
-	return nil
+	return nil, nil
 }
 
 func (r *rule) matches(method, host, path string) bool {
-	if !pathMatches(r.Endpoint, path) {
+	if !pathMatches(r.matchEndpoint, path) {
 		return false
 	}
 	if h := r.Host; h != "" {
@@ -108,11 +115,10 @@ func (r *rule) key(req *request) (string, error) {
 	case r.KeyBy == "global":
 		return "global", nil
 	case r.KeyBy == "path":
-		path, _, _ := strings.Cut(req.path, "?")
-		if path == "" {
+		if req.canonical == "" {
 			return "", errNoKey{"a path"}
 		}
-		return path, nil
+		return req.canonical, nil
 	case r.KeyBy == "ip":
 		return ipKey(req.sourceAddress())
 	case r.KeyBy == "api_key":

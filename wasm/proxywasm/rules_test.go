@@ -3,6 +3,7 @@ package main
 import (
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/rlcore/rl/httplimit"
@@ -28,21 +29,95 @@ func TestMatch(t *testing.T) {
 		{"GET", "x", "/static/a.css", "dir"},
 		{"GET", "x", "/static", "all"},
 	} {
-		r := cfg.match(&request{method: tc.method, authority: tc.authority, path: tc.path})
-		if r == nil || r.Name != tc.want {
-			t.Errorf("%s %s %s: %v, want %s", tc.method, tc.authority, tc.path, r, tc.want)
+		r, err := cfg.match(&request{method: tc.method, authority: tc.authority, path: tc.path})
+		if err != nil || r == nil || r.Name != tc.want {
+			t.Errorf("%s %s %s: %v %v, want %s", tc.method, tc.authority, tc.path, r, err, tc.want)
 		}
 	}
 	none := mustConfig(t, `[{"name":"a","endpoint":"/a","strategy":"fixed","limit":1,"window":"1s"}]`)
-	if r := none.match(&request{method: "GET", path: "/b"}); r != nil {
-		t.Errorf("/b matched %s", r.Name)
+	if r, err := none.match(&request{method: "GET", path: "/b"}); r != nil || err != nil {
+		t.Errorf("/b matched %v, %v", r, err)
 	}
+	if _, err := none.match(&request{method: "GET", path: "/a%2Fb"}); err != errPathSlash {
+		t.Errorf("/a%%2Fb: %v", err)
+	}
+}
+
+// TestMatchPath: no spelling of a path goes around its rule (the forms
+// rl-wasm-host's proxy matches), and what cannot be cleaned is refused.
+func TestMatchPath(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"/", "/"},
+		{"/v1/pay?x=/admin", "/v1/pay"},
+		{"/V1/PAY", "/v1/pay"},
+		{"/v1/%70ay", "/v1/pay"},
+		{"//v1///pay", "/v1/pay"},
+		{"/x/../v1/./pay", "/v1/pay"},
+		{"/x/%2e%2e/v1/pay", "/v1/pay"},
+		{"/x/..;p=1/v1/pay", "/v1/pay"},
+		{"/v1/pay;jsessionid=1/refund", "/v1/pay/refund"},
+		{"/static/", "/static/"},
+		{"/a/.", "/a/"},
+		{"/a/b/..", "/a/"},
+		{"/caf\xc3\xa9", "/caf%c3%a9"},
+		{"/%3b%41", "/%3ba"},
+		{"/a b", "/a%20b"},
+	} {
+		in := tc.in
+		if got, err := matchPath(in); err != nil || got != tc.want {
+			t.Errorf("%q: %q, %v; want %q", in, got, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		in   string
+		want error
+	}{
+		{"", errPathRelative},
+		{"v1", errPathRelative},
+		{"/a%2fb", errPathSlash},
+		{"/a%5Cb", errPathSlash},
+		{"/a\\b", errPathSlash},
+		{"/a%00", errPathControl},
+		{"/a\x01", errPathControl},
+		{"/a%2541", errPathDouble},
+		{"/a%25%34%31", errPathDouble},
+		{"/..", errPathEscape},
+		{"/a/../../b", errPathEscape},
+		{"/a%4", errPathBadEncoding},
+		{"/a%zz", errPathBadEncoding},
+	} {
+		in := tc.in
+		if got, err := matchPath(in); err != tc.want {
+			t.Errorf("%q: %q, %v; want %v", in, got, err, tc.want)
+		}
+	}
+}
+
+func FuzzMatchPath(f *testing.F) {
+	for _, s := range []string{"/", "/v1/pay", "/x/%2e%2e/a;b/./c//d", "/%41%2F", "/a/b/../..", "/caf\xc3\xa9?q"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		m, err := matchPath(p)
+		if err != nil {
+			return
+		}
+		// Canonical: its own form, rooted, no dot or empty segments.
+		if again, err := matchPath(m); err != nil || again != m {
+			t.Fatalf("%q → %q → %q, %v", p, m, again, err)
+		}
+		if !strings.HasPrefix(m, "/") || strings.Contains(m, "//") || strings.Contains(m, "/./") || strings.Contains(m, "/../") ||
+			strings.HasSuffix(m, "/..") || strings.HasSuffix(m, "/.") || strings.ContainsAny(m, ";?#\\") || m != strings.ToLower(m) {
+			t.Fatalf("%q → %q", p, m)
+		}
+	})
 }
 
 func TestKeys(t *testing.T) {
 	hs := map[string]string{"x-user": "u 1", "authorization": "Bearer  tok", "x-api-key": "other", "x-cost": " 7 "}
 	req := &request{
-		path:          "/p/a?k=v%201&k=second&e=%zz",
+		path:          "/P/a?k=v%201&k=second&e=%zz",
+		canonical:     "/p/a", // as match sets it
 		header:        func(n string) string { return hs[n] },
 		sourceAddress: func() string { return "[2001:db8:1:2:3::4%eth0]:5555" },
 	}

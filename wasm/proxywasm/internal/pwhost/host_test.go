@@ -408,12 +408,16 @@ func TestBadConfiguration(t *testing.T) {
 // BenchmarkDecision is one request decided in the wazero-hosted module:
 // stream context created, request headers (match, key, shared-data read,
 // core.TakeAll, compare-and-swap write), response headers (the fields
-// added), done and delete. 1000 keys on a token bucket that admits all.
+// added), done and delete. 1000 keys on a token bucket that admits all; two
+// limits; every request denied (no write); no rule matching (the host's and
+// the SDK's share).
 func BenchmarkDecision(b *testing.B) {
 	for _, bc := range []struct{ name, conf string }{
 		{"token_bucket", `{"slots":4096,"rules":[{"name":"r","strategy":"token","limit":1000000,"window":"1s","key_by":"header:x-user"}]}`},
 		{"two_limits", `{"slots":4096,"rules":[{"name":"r","limits":[{"strategy":"gcra","limit":1000000,"window":"1s"},{"strategy":"fixed","limit":1000000000,"window":"1d"}],"key_by":"header:x-user"}]}`},
 		{"denied", `{"slots":4096,"rules":[{"name":"r","strategy":"fixed","limit":1,"window":"1h","key_by":"header:x-user"}]}`},
+		// The floor: the same request through the module, no rule matching.
+		{"unmatched", `{"slots":1,"rules":[{"name":"r","endpoint":"/none","strategy":"fixed","limit":1,"window":"1h","key_by":"header:x-user"}]}`},
 	} {
 		b.Run("case="+bc.name, func(b *testing.B) {
 			h := newHost(b)
