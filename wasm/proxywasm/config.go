@@ -46,8 +46,8 @@ type rule struct {
 	Endpoint string // path prefix; "/" matches every path
 	// matchEndpoint is Endpoint in the form request paths are matched in.
 	matchEndpoint string
-	Host     string // "", "api.example.com" or "*.example.com", lower case
-	Methods  []string
+	Host          string // "", "api.example.com" or "*.example.com", lower case
+	Methods       []string
 	// Limits and their names, decided together, all or nothing.
 	Limits     []core.Limit
 	LimitNames []string
