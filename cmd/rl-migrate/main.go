@@ -1,7 +1,11 @@
 // Command rl-migrate applies the PostgreSQL migrations of rl (package
-// github.com/rlcore/rl/sql/migrations) to a database.
+// github.com/rlcore/rl/sql/migrations) to a database, or to every shard of
+// a sharded setup, and installs the PL/Proxy router of one (package
+// github.com/rlcore/rl/sql/plproxy).
 //
 //	rl-migrate [-database URL] [-timeout 10s] up | down [N] | goto V | version | force V
+//	rl-migrate -shards URL,URL,... up | down [N] | goto V | version | force V
+//	rl-migrate [-database ROUTER_URL] -shards URL,URL,... [-partitions N] router
 //
 // The URL comes from -database or DATABASE_URL: postgres://, postgresql://
 // (converted to golang-migrate's pgx5://) or pgx5://. The applied version is
@@ -10,18 +14,22 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/rlcore/rl/sql/migrations"
+	"github.com/rlcore/rl/sql/plproxy"
 )
 
 func main() {
@@ -31,7 +39,7 @@ func main() {
 	os.Exit(code)
 }
 
-const usage = `usage: rl-migrate [-database URL] [-timeout 10s] command
+const usage = `usage: rl-migrate [-database URL] [-shards URL,...] [-partitions N] [-timeout 10s] command
 
 commands:
   up         apply every pending migration
@@ -40,9 +48,16 @@ commands:
   version    print the applied version
   force V    record version V (-1: none) as applied and clean, running nothing;
              use it after repairing a migration that failed part-way
+  router     install the PL/Proxy router schema in the -database database and
+             define its cluster: the server rl_shards with -partitions
+             partitions (a power of two; default: the shard count rounded up),
+             partition i on shard i mod the shard count; again: repoints them
 
 The URL (postgres://user:password@host:port/dbname?sslmode=disable) comes from
--database or the DATABASE_URL environment variable.
+-database or the DATABASE_URL environment variable. With -shards (comma-
+separated URLs; a comma inside one is written %2C), up, down, goto, version
+and force run on every shard in turn instead; the router command takes the
+router's URL from -database or DATABASE_URL and the shards from -shards.
 
 flags:
 `
@@ -53,6 +68,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.SetOutput(stderr)
 	dbURL := fs.String("database", "", "PostgreSQL URL (default $DATABASE_URL)")
 	timeout := fs.Duration("timeout", migrations.DefaultConnectTimeout, "how long to try to connect")
+	shardList := fs.String("shards", "", "comma-separated URLs of the shard databases")
+	partitions := fs.Int("partitions", 0, "router: the partition count, a power of two (default: the shard count rounded up)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
@@ -75,6 +92,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cmd, rest := rest[0], rest[1:]
 	var n int
 	switch cmd {
+	case "router":
+		if len(rest) != 0 {
+			return usageErr("router takes no argument")
+		}
 	case "up", "version":
 		if len(rest) != 0 {
 			return usageErr("%s takes no argument", cmd)
@@ -105,25 +126,107 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if *timeout <= 0 {
 		return usageErr("-timeout must be positive")
 	}
+	var shards []string
+	if *shardList != "" {
+		for _, s := range strings.Split(*shardList, ",") {
+			if s = strings.TrimSpace(s); s == "" {
+				return usageErr("-shards: an empty URL in the list")
+			}
+			shards = append(shards, s)
+		}
+	}
+	databaseSet := false
+	fs.Visit(func(f *flag.Flag) { databaseSet = databaseSet || f.Name == "database" })
+	switch {
+	case cmd == "router" && len(shards) == 0:
+		return usageErr("router needs -shards")
+	case cmd != "router" && *partitions != 0:
+		return usageErr("-partitions is for the router command")
+	case cmd != "router" && len(shards) > 0 && databaseSet:
+		return usageErr("give -database or -shards, not both: %s runs on one database or on every shard", cmd)
+	}
 	u := *dbURL
 	if u == "" {
 		u = getenv("DATABASE_URL")
 	}
+	if cmd == "router" {
+		return router(ctx, u, plproxy.Config{Shards: shards, Partitions: *partitions}, *timeout, stdout, stderr)
+	}
+	if len(shards) == 0 {
+		return migrate(ctx, u, cmd, n, *timeout, stdout, stderr)
+	}
+	code := 0
+	for i, s := range shards {
+		fmt.Fprintf(stdout, "shard %d (%s): ", i, migrations.Redact(s))
+		var out bytes.Buffer
+		c := migrate(ctx, s, cmd, n, *timeout, &out, stderr)
+		if out.Len() == 0 {
+			out.WriteString("failed\n")
+		}
+		stdout.Write(out.Bytes())
+		code = max(code, c)
+	}
+	return code
+}
+
+// router installs the router schema and the cluster definition.
+func router(ctx context.Context, routerURL string, cfg plproxy.Config, timeout time.Duration, stdout, stderr io.Writer) int {
+	fail := func(err error) int {
+		msg := err.Error()
+		for _, u := range append([]string{routerURL}, cfg.Shards...) {
+			if pu, perr := url.Parse(u); perr == nil {
+				if pw, ok := pu.User.Password(); ok && pw != "" {
+					msg = strings.ReplaceAll(msg, pw, "xxxxx")
+				}
+				if pw := pu.Query().Get("password"); pw != "" {
+					msg = strings.ReplaceAll(msg, pw, "xxxxx")
+				}
+			}
+		}
+		fmt.Fprintf(stderr, "rl-migrate: %s\n", msg)
+		return 1
+	}
+	parts, _, _, err := cfg.Layout()
+	if err != nil {
+		return fail(err)
+	}
+	if _, _, err := migrations.DriverURL(routerURL); err != nil {
+		return fail(err)
+	}
+	pu, _ := url.Parse(routerURL)
+	if q := pu.Query(); q.Get("connect_timeout") == "" {
+		q.Set("connect_timeout", strconv.Itoa(int((timeout+time.Second-1)/time.Second)))
+		pu.RawQuery = q.Encode()
+	}
+	if pu.Scheme == "pgx5" {
+		pu.Scheme = "postgres"
+	}
+	if err := plproxy.Apply(ctx, pu.String(), cfg); err != nil {
+		return fail(fmt.Errorf("router %s: %w", migrations.Redact(routerURL), err))
+	}
+	fmt.Fprintf(stdout, "router ready: %d partitions on %d shards (server %s)\n", len(parts), len(cfg.Shards), plproxy.Cluster)
+	for i, p := range parts {
+		fmt.Fprintf(stdout, "  p%d: %s\n", i, p)
+	}
+	return 0
+}
+
+// migrate runs cmd on the database at u.
+func migrate(ctx context.Context, u, cmd string, n int, timeout time.Duration, stdout, stderr io.Writer) int {
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "rl-migrate: %v\n", err)
 		return 1
 	}
-
 	start := time.Now()
-	octx, cancel := context.WithTimeout(ctx, *timeout)
+	octx, cancel := context.WithTimeout(ctx, timeout)
 	m, err := migrations.Open(octx, u)
 	// Either octx or the driver's connect_timeout (set from octx's deadline,
 	// rounded up) ended the attempt; the driver does not always wrap that.
-	expired := octx.Err() == context.DeadlineExceeded || time.Since(start) >= *timeout
+	expired := octx.Err() == context.DeadlineExceeded || time.Since(start) >= timeout
 	cancel()
 	if err != nil {
 		if expired || errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("cannot open database %s: no answer within %v", migrations.Redact(u), *timeout)
+			err = fmt.Errorf("cannot open database %s: no answer within %v", migrations.Redact(u), timeout)
 		}
 		return fail(err)
 	}
