@@ -211,6 +211,9 @@ func ParseConfig(name, format string, data []byte) (*Config, error) {
 		if dec.More() {
 			return nil, &ConfigError{File: name, Problems: []Problem{{Message: "JSON: data after the top-level value"}}}
 		}
+		if msg := jsonDuplicateKey(data); msg != "" {
+			return nil, &ConfigError{File: name, Problems: []Problem{{Message: "JSON: " + msg}}}
+		}
 	default:
 		return nil, fmt.Errorf("config: unknown format %q", format)
 	}
@@ -220,6 +223,55 @@ func ParseConfig(name, format string, data []byte) (*Config, error) {
 		return nil, &ConfigError{File: name, Problems: p.problems}
 	}
 	return p.cfg, nil
+}
+
+// jsonDuplicateKey finds a key given twice in one JSON object (which
+// encoding/json silently resolves to the last) and describes it, or "".
+func jsonDuplicateKey(data []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	type frame struct {
+		obj  bool
+		seen map[string]bool
+		key  bool // the next string token is a key
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "" // syntax errors are reported by Decode
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if top != nil && top.obj && top.key {
+			if k, ok := tok.(string); ok {
+				if top.seen[k] {
+					line := 1 + bytes.Count(data[:min(int(dec.InputOffset()), len(data))], []byte("\n"))
+					return fmt.Sprintf("line %d: key %q given twice in one object", line, k)
+				}
+				top.seen[k] = true
+				top.key = false
+				continue
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{obj: true, seen: map[string]bool{}, key: true})
+			continue
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+		if len(stack) == 0 {
+			return ""
+		}
+		if top := stack[len(stack)-1]; top.obj {
+			top.key = true // a value ended: a key comes next
+		}
+	}
 }
 
 // jsonErr adds a line number to a JSON syntax error.
@@ -247,6 +299,9 @@ func (p *parser) file(doc any) {
 	case nil:
 		p.fail("", "empty file: want a mapping with \"rules\" (or a list of rules)")
 	case []any: // a bare list of rules, as hosted services export them
+		if len(d) == 0 {
+			p.fail("rules", "empty: want at least one rule (a service without rules limits nothing)")
+		}
 		p.rules(d)
 	case map[string]any:
 		for _, k := range sortedKeys(d) {
@@ -301,8 +356,10 @@ func (p *parser) file(doc any) {
 				p.fail(k, "unknown field (want %s)", strings.Join(fileFields, ", "))
 			}
 		}
-		if _, ok := d["rules"]; !ok {
+		if l, ok := d["rules"]; !ok {
 			p.fail("rules", "missing")
+		} else if l, ok := l.([]any); ok && len(l) == 0 {
+			p.fail("rules", "empty: want at least one rule (a service without rules limits nothing)")
 		}
 	default:
 		p.fail("", "want a mapping with \"rules\" (or a list of rules), got %s", kind(doc))
@@ -477,14 +534,18 @@ func (p *parser) oneRule(m map[string]any) (RuleSpec, bool) {
 		if s, ok := p.str("endpoint", v); ok {
 			if !strings.HasPrefix(s, "/") {
 				p.fail("endpoint", "want a path starting with \"/\", got %q", s)
+			} else if c, err := canonicalPath(s); err != nil {
+				p.fail("endpoint", "%q: %v", s, err)
+			} else if c != s || strings.Contains(s, ";") {
+				p.fail("endpoint", "%q is not in canonical form (no \"..\", \".\", \"//\", \";\" or encoded unreserved characters): requests are matched after cleaning their path, so this endpoint could never match; want %q", s, matchPath(c))
 			}
 			r.Endpoint = s
 		}
 	}
 	if v, ok := m["host"]; ok {
 		if s, ok := p.str("host", v); ok {
-			if s == "" || strings.ContainsAny(s, "/ ") {
-				p.fail("host", "want a host name such as api.example.com or *.example.com, got %q", s)
+			if err := checkHost(s); err != nil {
+				p.fail("host", "%v", err)
 			}
 			r.Host = strings.ToLower(s)
 		}
@@ -611,6 +672,12 @@ func (p *parser) oneRule(m map[string]any) (RuleSpec, bool) {
 	}
 	if v, ok := m["shape"]; ok {
 		r.Shape, _ = p.boolean("shape", v)
+		if r.Shape && len(r.Limits) > 0 && !slices.ContainsFunc(r.Limits, func(l rl.Limit) bool { return l.Algorithm == core.LeakyBucket }) {
+			p.fail("shape", "only a leaky bucket delays admitted requests, and this rule has none (strategy: leaky)")
+		}
+		if r.Shape && r.Endpoint == "" {
+			p.fail("shape", "shaping holds proxied requests, and this rule has no endpoint")
+		}
 	}
 	return r, len(p.problems) == before
 }
@@ -731,6 +798,24 @@ func checkName(s string) error {
 		if c := s[i]; c <= 0x20 || c >= 0x7f || c == '"' || c == '\\' {
 			return fmt.Errorf("%q: byte %d is not printable ASCII (or is a space, quote or backslash)", s, i)
 		}
+	}
+	return nil
+}
+
+// checkHost accepts a rule's host: a DNS name or IP address, or "*."
+// followed by a name (every subdomain). A bare "*" would match every host:
+// leave host out for that.
+func checkHost(s string) error {
+	name := strings.TrimPrefix(canonicalHost(s), "*.")
+	switch {
+	case strings.ContainsAny(s, "/\\@?#% "):
+		return fmt.Errorf("%q: want a host name such as api.example.com or *.example.com, without scheme or path", s)
+	case s == "" || s == "*":
+		return fmt.Errorf("%q: want a host name such as api.example.com or *.example.com (leave host out to match every host)", s)
+	case name == "" || strings.ContainsAny(name, "*/ \\@?#%[]") || strings.Contains(name, "..") || strings.HasPrefix(name, "."):
+		return fmt.Errorf("%q: want a host name such as api.example.com or *.example.com, without scheme or path", s)
+	case len(name) > 253:
+		return fmt.Errorf("%q: longer than 253 bytes", s)
 	}
 	return nil
 }

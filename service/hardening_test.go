@@ -270,3 +270,38 @@ func TestKeyGate(t *testing.T) {
 	_, ok = g.enter("r", "hot")
 	require.True(t, ok)
 }
+
+// Issue 9.9: configuration mistakes that were accepted silently.
+func TestConfigMistakes(t *testing.T) {
+	rule := `{"name": "r", "strategy": "fixed", "limit": 1, "window": "1s"}`
+	for _, c := range []struct{ format, doc, want string }{
+		{"yaml", "rules: []", "rules: empty"},
+		{"json", "[]", "rules: empty"},
+		{"json", `{"rules": [` + rule + `], "rules": []}`, `key "rules" given twice`},
+		{"json", `{"rules": [{"name": "a", "name": "b", "strategy": "fixed", "limit": 1, "window": "1s"}]}`, `key "name" given twice`},
+		{"json", `{"rules": [{"name": "a", "limits": [{"strategy": "fixed", "limit": 1, "limit": 100, "window": "1s"}]}]}`, `key "limit" given twice`},
+		{"yaml", "rules:\n  - {name: a, name: b, strategy: fixed, limit: 1, window: 1s}", `mapping key "name" already defined`},
+		{"yaml", "rules: [" + rule + "]\nrules: [" + rule + "]", `mapping key "rules" already defined`},
+		{"yaml", `rules: [{name: r, host: "*", strategy: fixed, limit: 1, window: 1s}]`, `host: "*": want a host name`},
+		{"yaml", `rules: [{name: r, host: "https://api.example.com", strategy: fixed, limit: 1, window: 1s}]`, `host: "https://api.example.com"`},
+		{"yaml", `rules: [{name: r, host: "*.*.example.com", strategy: fixed, limit: 1, window: 1s}]`, `host: "*.*.example.com"`},
+		{"yaml", `rules: [{name: r, endpoint: /a/../admin, strategy: fixed, limit: 1, window: 1s}]`, `endpoint: "/a/../admin" is not in canonical form`},
+		{"yaml", `rules: [{name: r, endpoint: "/admin/..", strategy: fixed, limit: 1, window: 1s}]`, `is not in canonical form`},
+		{"yaml", `rules: [{name: r, endpoint: "//admin", strategy: fixed, limit: 1, window: 1s}]`, `is not in canonical form`},
+		{"yaml", `rules: [{name: r, endpoint: "/admin;x", strategy: fixed, limit: 1, window: 1s}]`, `is not in canonical form`},
+		{"yaml", `rules: [{name: r, endpoint: "/%2e%2e/admin", strategy: fixed, limit: 1, window: 1s}]`, `endpoint: "/%2e%2e/admin"`},
+		{"yaml", `rules: [{name: r, endpoint: /x, strategy: token, limit: 1, window: 1s, shape: true}]`, `shape: only a leaky bucket`},
+		{"yaml", `rules: [{name: r, strategy: leaky, limit: 1, window: 1s, shape: true}]`, `shape: shaping holds proxied requests`},
+	} {
+		_, err := ParseConfig("c."+c.format, c.format, []byte(c.doc))
+		require.ErrorContains(t, err, c.want, c.doc)
+	}
+	// What stays valid.
+	for _, doc := range []string{
+		`rules: [{name: r, host: "*.example.com", endpoint: /v1/, strategy: leaky, limit: 1, window: 1s, shape: true}]`,
+		`rules: [{name: r, host: "10.0.0.1", strategy: fixed, limit: 1, window: 1s}]`,
+	} {
+		_, err := ParseConfig("c.yaml", "yaml", []byte(doc))
+		require.NoError(t, err, doc)
+	}
+}

@@ -206,7 +206,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	write(1_000_000)
 	cfg, err := LoadConfig(path)
 	require.NoError(t, err)
-	e := newEnv(t, "rules: []", nil)
+	e := newEnv(t, "rules: [{name: placeholder, strategy: fixed, limit: 1, window: 1s}]", nil)
 	require.NoError(t, e.svc.SetConfig(cfg))
 
 	ctx, cancel := context.WithCancel(context.Background())

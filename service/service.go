@@ -77,6 +77,7 @@ type Service struct {
 
 	maxInFlight int64
 	inFlight    atomic.Int64
+	outage      outage
 	perKey      *keyGate // nil: no per-key bound
 }
 
@@ -321,6 +322,34 @@ func (ru *rule) target() target {
 	return target{name: ru.spec.Name, lim: ru.lim, policy: ru.policy, failOpen: ru.spec.FailOpen, m: ru.m}
 }
 
+// outageTimeouts is how many store timeouts in a row, with no success
+// between, make the service take the store for down.
+const outageTimeouts = 3
+
+// outage tells an outage of the store, which fail policies answer, from
+// load. An error that is not a timeout (a refused or broken connection, a
+// full memory store, a failover breaker's) is an outage at once. A timeout
+// is one only after outageTimeouts of them in a row: a loaded store times
+// out some decisions while it completes others, and load must never turn
+// into admissions; a hung one completes none.
+type outage struct {
+	timeouts atomic.Int32
+}
+
+func (o *outage) success() {
+	if o.timeouts.Load() != 0 {
+		o.timeouts.Store(0)
+	}
+}
+
+// down records err and reports whether the store counts as down.
+func (o *outage) down(err error) bool {
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	return o.timeouts.Add(1) >= outageTimeouts
+}
+
 // errOverloaded is a decision refused because too many are in flight.
 var errOverloaded = errors.New("overloaded: too many decisions in flight")
 
@@ -353,6 +382,7 @@ func (s *Service) decide(ctx context.Context, t *target, key string, cost int64,
 	}
 	res, err := t.lim.Do(ctx, rl.Request{Key: key, Cost: cost, Policy: t.policy, Peek: peek, Each: each})
 	if err == nil {
+		s.outage.success()
 		if res.Allowed {
 			return res, outAllowed, nil
 		}
@@ -372,6 +402,10 @@ func (s *Service) decide(ctx context.Context, t *target, key string, cost int64,
 	case errors.Is(err, rl.ErrStore) && !errors.Is(err, store.ErrUnavailable):
 		t.m.storeErrors.Inc()
 		s.storeErr.log(s.log, "store failed; refusing (not an outage, so no fail_open)", t.name, err)
+		return rl.Result{}, outFailClosed, err
+	case errors.Is(err, rl.ErrStore) && !s.outage.down(err):
+		t.m.storeErrors.Inc()
+		s.storeErr.log(s.log, "store timed out; refusing (fail_open waits for timeouts in a row: a slow store may be a loaded one)", t.name, err)
 		return rl.Result{}, outFailClosed, err
 	case errors.Is(err, rl.ErrStore):
 		t.m.storeErrors.Inc()

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"net/url"
+	"strings"
 	"time"
 )
 
@@ -25,7 +28,7 @@ type headerTimeout struct {
 }
 
 func (t *headerTimeout) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx, cancel := context.WithCancelCause(req.Context())
+	ctx, cancel := context.WithCancelCause(httptrace.WithClientTrace(req.Context(), interimTrace))
 	timer := time.AfterFunc(t.d, func() { cancel(errUpstreamTimeout) })
 	resp, err := t.rt.RoundTrip(req.WithContext(ctx))
 	if !timer.Stop() { // fired: the request is (being) canceled
@@ -46,6 +49,36 @@ func (t *headerTimeout) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp.Body = &cancelBody{resp.Body, cancel}
 	}
 	return resp, nil
+}
+
+// interimTrace drops the hop-by-hop fields of 1xx responses (103 Early
+// Hints), which httputil.ReverseProxy copies to the client as they are; it
+// runs before the proxy's own hook, on the same header.
+var interimTrace = &httptrace.ClientTrace{
+	Got1xxResponse: func(_ int, h textproto.MIMEHeader) error {
+		removeHopByHop(http.Header(h))
+		return nil
+	},
+}
+
+// hopByHop are the hop-by-hop fields of RFC 9110 §7.6.1 (and the
+// non-standard Proxy-Connection), as httputil.ReverseProxy drops them.
+var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// removeHopByHop deletes from h the fields its Connection field names and
+// the standard hop-by-hop fields.
+func removeHopByHop(h http.Header) {
+	for _, v := range h["Connection"] {
+		for f := range strings.SplitSeq(v, ",") {
+			if f = textproto.TrimString(f); f != "" {
+				h.Del(f)
+			}
+		}
+	}
+	for _, f := range hopByHop {
+		h.Del(f)
+	}
 }
 
 type cancelBody struct {
