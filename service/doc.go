@@ -10,7 +10,8 @@
 //
 //	cfg, err := service.LoadConfig("rules.yaml")   // every mistake, by file, rule and field
 //	svc, err := service.New(cfg, service.Options{Store: memstore.New(nil), Decider: pool})
-//	http.ListenAndServe(":8080", svc.Handler())     // API under /v1/ratelimit/, ops, proxy
+//	go http.ListenAndServe("127.0.0.1:8081", svc.APIHandler()) // decision API and ops: trusted clients only
+//	http.ListenAndServe(":8080", svc.ProxyHandler())         // the proxy: every path
 //	...
 //	err = svc.Reload("rules.yaml")                  // atomic swap; an invalid file keeps the old rules
 //

@@ -116,7 +116,7 @@ rules:
 `))
 	require.NoError(t, err)
 	const timeout = 300 * time.Millisecond
-	h, err := openPostgres(context.Background(), PostgresConfig{URL: u.String(), Migrate: true, Timeout: timeout, QueueTimeout: timeout}, 0, quietLogger(), storeHooks{})
+	h, err := openPostgres(context.Background(), PostgresConfig{URL: u.String(), Migrate: true, Timeout: timeout, QueueTimeout: timeout}, nil, quietLogger(), storeHooks{})
 	require.NoError(t, err)
 	t.Cleanup(h.close)
 	s, err := New(cfg, Options{Store: h.store, Ready: h.ready, Decider: wasmPool(t), Logger: quietLogger()})

@@ -48,7 +48,7 @@ type PostgresConfig struct {
 	FailoverCooldown  time.Duration
 }
 
-func openPostgres(ctx context.Context, pc PostgresConfig, maxKeys int, log *slog.Logger, hooks storeHooks) (*storeHandle, error) {
+func openPostgres(ctx context.Context, pc PostgresConfig, mem *memstore.Config, log *slog.Logger, hooks storeHooks) (*storeHandle, error) {
 	if pc.URL == "" {
 		return nil, errors.New("-store postgres: no database URL (set DATABASE_URL or -database-url)")
 	}
@@ -114,7 +114,7 @@ func openPostgres(ctx context.Context, pc PostgresConfig, maxKeys int, log *slog
 	h := &storeHandle{store: pg, maxConns: pcfg.MaxConns, close: func() { pg.Close(); pool.Close() }}
 	h.ready = func(ctx context.Context) error { return pool.Ping(ctx) }
 	if pc.Failover {
-		mem := memstore.New(&memstore.Config{MaxKeys: maxKeys})
+		mem := memstore.New(mem)
 		fo, err := failover.New(failover.Config{
 			Primary: pg, Fallback: mem,
 			Threshold: pc.FailoverThreshold, Cooldown: pc.FailoverCooldown,

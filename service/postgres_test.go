@@ -49,7 +49,7 @@ func newPGEnv(t *testing.T, yaml string, pc PostgresConfig) *pgEnv {
 			s.FailoverEvent(to)
 		}
 	}}
-	h, err := openPostgres(context.Background(), pc, 0, quietLogger(), hooks)
+	h, err := openPostgres(context.Background(), pc, nil, quietLogger(), hooks)
 	require.NoError(t, err)
 	t.Cleanup(h.close)
 	s, err := New(cfg, Options{Store: h.store, Ready: h.ready, Decider: wasmPool(t), Logger: quietLogger()})

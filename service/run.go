@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,6 +49,11 @@ type RunConfig struct {
 	// MaxKeys caps the in-memory store's keys (also the failover store's);
 	// 0 means 1,000,000, negative means no cap.
 	MaxKeys int
+	// MaxBytes is the in-memory store's byte budget (also the failover
+	// store's); 0 means memstore.DefaultMaxBytes. A key that does not fit
+	// is a store failure, answered by the rule's fail policy; keys already
+	// held are never locked out.
+	MaxBytes int64
 	// Postgres configures Store "postgres".
 	Postgres PostgresConfig
 	// Timeouts of the HTTP servers. Defaults: 5s, 30s, 60s, 120s.
@@ -142,12 +148,12 @@ func Run(ctx context.Context, rc RunConfig, reload <-chan os.Signal) error {
 	perKey := rc.MaxInFlightPerKey
 	switch rc.Store {
 	case "", "memory":
-		m := memstore.New(&memstore.Config{MaxKeys: maxKeys, Clock: rl.CoarseClock})
+		m := memstore.New(&memstore.Config{MaxKeys: maxKeys, MaxBytes: rc.MaxBytes, Clock: rl.CoarseClock})
 		closers = append(closers, func() { m.Close() })
 		st = m
-		log.Info("store: in memory", "max_keys", maxKeys)
+		log.Info("store: in memory", "max_keys", maxKeys, "max_bytes", cmp.Or(rc.MaxBytes, memstore.DefaultMaxBytes))
 	case "postgres":
-		h, err := openPostgres(ctx, rc.Postgres, maxKeys, log, hooks)
+		h, err := openPostgres(ctx, rc.Postgres, &memstore.Config{MaxKeys: maxKeys, MaxBytes: rc.MaxBytes}, log, hooks)
 		if err != nil {
 			return err
 		}

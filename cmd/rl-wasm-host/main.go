@@ -50,6 +50,7 @@ func run(args []string) int {
 	fs.IntVar(&rc.WasmInstances, "wasm-instances", 0, "most WebAssembly instances (0: 2 × GOMAXPROCS)")
 	fs.StringVar(&rc.Store, "store", "memory", "state store: memory or postgres")
 	fs.IntVar(&rc.MaxKeys, "max-keys", 0, "cap on keys held in memory (0: 1000000; -1: no cap); a new key beyond it is a store failure")
+	fs.Int64Var(&rc.MaxBytes, "max-bytes", 0, "byte budget of the state held in memory (0: 256 MiB); a new key beyond it is a store failure, existing keys keep being decided")
 	fs.StringVar(&rc.Postgres.URL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL for -store postgres (default $DATABASE_URL)")
 	fs.BoolVar(&rc.Postgres.Migrate, "migrate", false, "apply the database migrations before serving (-store postgres)")
 	fs.StringVar(&rc.Postgres.Decide, "pg-decide", "go", "with -store postgres: go (lock the rows, the -decider core decides) or sql (the PL/pgSQL port decides, one round trip)")
