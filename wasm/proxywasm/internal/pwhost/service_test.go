@@ -1,0 +1,144 @@
+package pwhost
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// startRLWasmHost builds and starts cmd/rl-wasm-host with a configuration
+// file, and returns its base URL.
+func startRLWasmHost(t *testing.T, config string) string {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "rl-wasm-host")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../../../cmd/rl-wasm-host").CombinedOutput(); err != nil {
+		t.Fatalf("building rl-wasm-host: %v\n%s", err, out)
+	}
+	cfg := filepath.Join(dir, "rules.json")
+	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-config", cfg, "-listen", "127.0.0.1:0", "-api-listen", "127.0.0.1:0", "-decider", "native")
+	cmd.Env = append(os.Environ(), "DATABASE_URL=")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var rec struct{ Msg, Role, Addr string }
+			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "listening" && (rec.Role == "all" || rec.Role == "api") {
+				addr <- rec.Addr
+			}
+		}
+	}()
+	select {
+	case a := <-addr:
+		return "http://" + a
+	case <-time.After(60 * time.Second):
+		t.Fatal("rl-wasm-host did not start listening")
+	}
+	return ""
+}
+
+// TestGlobalWithRLWasmHost: two Envoy replicas (two hosts, two VMs each, no
+// shared data between the replicas) in global mode, their callouts sent to
+// a real rl-wasm-host, admit exactly each limit between them: one rule
+// naming a rule of the service, one sending its limits inline.
+func TestGlobalWithRLWasmHost(t *testing.T) {
+	base := startRLWasmHost(t, `{"rules":[{"name":"login","strategy":"token","limit":5,"window":"1h","rate":1}]}`)
+	const filterConfig = `{"rules":[
+		{"name":"named","endpoint":"/login","key_by":"header:x-user","strategy":"token","limit":5,"window":"1h","rate":1,
+		 "global":{"cluster":"rl","rule":"login"}},
+		{"name":"inline","endpoint":"/api","key_by":"header:x-user","strategy":"gcra","limit":4,"window":"1h","rate":1,
+		 "global":{"cluster":"rl","timeout":"5s"}}]}`
+	ctx := context.Background()
+	var vms []*VM
+	for range 2 { // replicas
+		h := newHost(t)
+		for range 2 { // workers
+			vm, err := h.NewVM(ctx, []byte(filterConfig))
+			if err != nil {
+				t.Fatal(err)
+			}
+			vms = append(vms, vm)
+		}
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	// forward plays Envoy's part of a callout: the HTTP request to the
+	// cluster, the answer back to the VM.
+	forward := func(c *Callout) CalloutResponse {
+		var path string
+		for _, kv := range c.Headers {
+			if kv[0] == ":path" {
+				path = kv[1]
+			}
+		}
+		resp, err := client.Post(base+path, "application/json", bytes.NewReader(c.Body))
+		if err != nil {
+			return CalloutResponse{} // no headers: the call failed
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return CalloutResponse{Headers: [][2]string{{":status", strconv.Itoa(resp.StatusCode)}}, Body: body}
+	}
+	paths := map[string]int{"/login": 5, "/api/x": 4}
+	admitted := map[string]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 10 {
+				path := "/login"
+				if (g+i)%2 == 1 {
+					path = "/api/x"
+				}
+				vm := vms[(g+i)%len(vms)]
+				req := [][2]string{{":method", "POST"}, {":authority", "app"}, {":path", path}, {"x-user", "alice"}}
+				s, err := vm.Request(req, nil, nil)
+				if err != nil || len(s.Callouts) != 1 {
+					t.Errorf("request: %v, %d callouts", err, len(s.Callouts))
+					return
+				}
+				if err := vm.Respond(s, s.Callouts[0], forward(s.Callouts[0]), [][2]string{{":status", "200"}}); err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				switch {
+				case s.Resumed && s.Local == nil:
+					admitted[path]++
+				case s.Local != nil && s.Local.Status == 429:
+				default:
+					t.Errorf("%s: resumed %v, local %d %q; last log %q", path, s.Resumed, s.Local.Status, s.Local.Body, vm.Logs[len(vm.Logs)-1])
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	for p, want := range paths {
+		if admitted[p] != want {
+			t.Errorf("%s: %d admitted across the replicas, want %d", p, admitted[p], want)
+		}
+	}
+}
