@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rlcore/rl/memstore"
 )
 
 func tokenHash(tok string) string {
@@ -304,4 +306,62 @@ func TestConfigMistakes(t *testing.T) {
 		_, err := ParseConfig("c.yaml", "yaml", []byte(doc))
 		require.NoError(t, err, doc)
 	}
+}
+
+// Issue 9.6: junk inline keys fill the memory store's byte budget; then a
+// new key is answered by its rule's fail policy and the store stops
+// growing, while keys it already holds keep being decided.
+func TestFullStoreKeepsExistingKeys(t *testing.T) {
+	var mem *memstore.Store
+	e := newEnv(t, `
+max_inline_limits: 16
+rules:
+  - {name: closed, strategy: fixed, limit: 3, window: 1h}
+  - {name: open, strategy: fixed, limit: 3, window: 1h, fail_open: true}
+`, func(o *Options) {
+		mem = memstore.New(&memstore.Config{MaxBytes: 1 << 20, SweepInterval: -1, Clock: o.Clock})
+		o.Store = mem
+	})
+	t.Cleanup(func() { mem.Close() })
+	require.Equal(t, 200, e.post(t, "check", `{"rule":"closed","key":"old"}`).code)
+
+	var ls []string
+	for i := range 16 {
+		ls = append(ls, fmt.Sprintf(`{"name":"l%d","strategy":"sliding_log","limit":4096,"window":"1h"}`, i))
+	}
+	junk := func(i int) string {
+		return fmt.Sprintf(`{"key":"junk%d","limits":[%s]}`, i, strings.Join(ls, ","))
+	}
+	full := -1
+	for i := range 100 {
+		if r := e.post(t, "check", junk(i)); r.code != 200 {
+			require.Equal(t, 503, r.code, "%s", r.body)
+			full = i
+			break
+		}
+	}
+	require.Positive(t, full, "the budget filled")
+	used := mem.Bytes()
+	require.LessOrEqual(t, used, int64(1<<20))
+	for i := range 20 {
+		require.Equal(t, 503, e.post(t, "check", junk(1000+i)).code)
+	}
+	require.Equal(t, used, mem.Bytes(), "a full store does not grow")
+	// Fill what is left with small junk keys too.
+	for i := 0; ; i++ {
+		require.Less(t, i, 100_000)
+		if e.post(t, "check", fmt.Sprintf(`{"key":"small%d","limits":[{"strategy":"fixed","limit":1,"window":"1h"}]}`, i)).code != 200 {
+			break
+		}
+	}
+
+	// A new key: the rule's fail policy.
+	require.Equal(t, 503, e.post(t, "check", `{"rule":"closed","key":"new"}`).code)
+	r := e.post(t, "check", `{"rule":"open","key":"new"}`)
+	require.Equal(t, 200, r.code)
+	require.True(t, r.decision(t).FailOpen)
+	// The key held before is still decided exactly.
+	require.Equal(t, 200, e.post(t, "check", `{"rule":"closed","key":"old"}`).code)
+	require.Equal(t, 200, e.post(t, "check", `{"rule":"closed","key":"old"}`).code)
+	require.Equal(t, 429, e.post(t, "check", `{"rule":"closed","key":"old"}`).code)
 }
