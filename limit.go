@@ -122,8 +122,9 @@ type Result struct {
 	Index int
 }
 
-func fromCore(l *Limit, d *core.Decision) LimitResult {
-	r := LimitResult{
+// fromCore writes d, a decision of l, to *r.
+func fromCore(l *Limit, d *core.Decision, r *LimitResult) {
+	*r = LimitResult{
 		Name: l.Name, Window: l.Window, Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
 		ResetAfter: Micros(d.ResetAfter),
 		Delay:      Micros(d.Delay),
@@ -133,7 +134,6 @@ func fromCore(l *Limit, d *core.Decision) LimitResult {
 	} else {
 		r.RetryAfter = Micros(d.RetryAfter)
 	}
-	return r
 }
 
 // maxMicros is the longest time.Duration in whole microseconds.

@@ -2,10 +2,12 @@ package rl
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/clock"
@@ -56,8 +58,8 @@ type Config struct {
 // Limiter decides keys against policies. Create it with New.
 type Limiter struct {
 	store   store.Store
-	mem     *memstore.Store // store, when it is a memstore: called directly
 	owned   *memstore.Store
+	coarse  *clock.Coarse // the clock, when it is the default one
 	policy  *Policy
 	base    string
 	clock   Clock
@@ -92,6 +94,7 @@ func New(cfg Config) (*Limiter, error) {
 		decider: cfg.Decider, maxKey: cfg.MaxKeyLength, anyKey: cfg.AnyKey}
 	if l.clock == nil {
 		l.clock = CoarseClock
+		l.coarse = coarse()
 	}
 	if l.decider == nil {
 		l.decider = core.Native{}
@@ -103,7 +106,6 @@ func New(cfg Config) (*Limiter, error) {
 		l.owned = memstore.New(&memstore.Config{Clock: l.clock})
 		l.store = l.owned
 	}
-	l.mem, _ = l.store.(*memstore.Store)
 	return l, nil
 }
 
@@ -117,17 +119,23 @@ func (l *Limiter) Close() error {
 
 // Allow takes one unit for key under the default policy.
 func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
-	return l.decide(ctx, store.Take, key, 1, nil, nil)
+	var r Result
+	err := l.decide(ctx, store.Take, key, 1, nil, nil, &r)
+	return r, err
 }
 
 // AllowN takes cost units (0 or more) for key under the default policy.
 func (l *Limiter) AllowN(ctx context.Context, key string, cost int64) (Result, error) {
-	return l.decide(ctx, store.Take, key, cost, nil, nil)
+	var r Result
+	err := l.decide(ctx, store.Take, key, cost, nil, nil, &r)
+	return r, err
 }
 
 // Peek reports what AllowN would decide, changing nothing.
 func (l *Limiter) Peek(ctx context.Context, key string, cost int64) (Result, error) {
-	return l.decide(ctx, store.Peek, key, cost, nil, nil)
+	var r Result
+	err := l.decide(ctx, store.Peek, key, cost, nil, nil, &r)
+	return r, err
 }
 
 // Reset forgets key's state under the default policy's limits.
@@ -172,47 +180,65 @@ func (l *Limiter) Do(ctx context.Context, req Request) (Result, error) {
 	if req.Peek {
 		op = store.Peek
 	}
-	return l.decide(ctx, op, req.Key, req.Cost, req.Policy, req.Each)
+	var r Result
+	err := l.decide(ctx, op, req.Key, req.Cost, req.Policy, req.Each, &r)
+	return r, err
 }
 
-func (l *Limiter) decide(ctx context.Context, op store.Op, key string, cost int64, p *Policy, each []LimitResult) (Result, error) {
+// decide decides into *r (left zero on an error).
+func (l *Limiter) decide(ctx context.Context, op store.Op, key string, cost int64, p *Policy, each []LimitResult, r *Result) error {
 	if err := l.checkKey(key); err != nil {
-		return Result{}, err
+		return err
 	}
 	if p == nil {
 		if p = l.policy; p == nil {
-			return Result{}, ErrNoPolicy
+			return ErrNoPolicy
 		}
 	}
 	req := store.Request{Prefix: l.base, Key: key, Names: p.names, Limits: p.limits, Op: op,
-		Now: l.clock(), Cost: cost, Decider: l.decider}
+		Now: l.now(), Cost: cost, Decider: l.decider}
 	var (
 		i   int
 		d   core.Decision
 		err error
 	)
 	if len(each) >= len(p.limits) {
-		var buf [MaxLimits]core.Decision
-		ds := buf[:len(p.limits)]
-		i, d, err = l.store.Decide(ctx, req, ds)
-		if err == nil {
-			for j := range ds {
-				each[j] = fromCore(&p.src[j], &ds[j])
-			}
-		}
-	} else if l.mem != nil {
-		i, d, err = l.mem.DecideRef(&req, nil)
+		i, d, err = l.decideEach(ctx, &req, p, each)
 	} else {
 		i, d, err = l.store.Decide(ctx, req, nil)
 	}
 	if err != nil {
 		var ce core.Error
 		if errors.As(err, &ce) {
-			return Result{}, fmt.Errorf("rl: %q: %w", key, err)
+			return fmt.Errorf("rl: %q: %w", key, err)
 		}
-		return Result{}, fmt.Errorf("%w: %w", ErrStore, err)
+		return fmt.Errorf("%w: %w", ErrStore, err)
 	}
-	return Result{LimitResult: fromCore(&p.src[i], &d), Index: i}, nil
+	fromCore(&p.src[i], &d, &r.LimitResult)
+	r.Index = i
+	return nil
+}
+
+// decideEach is decide's call of the store when every limit's result is
+// wanted.
+func (l *Limiter) decideEach(ctx context.Context, req *store.Request, p *Policy, each []LimitResult) (int, core.Decision, error) {
+	var buf [MaxLimits]core.Decision
+	ds := buf[:len(p.limits)]
+	i, d, err := l.store.Decide(ctx, *req, ds)
+	if err == nil {
+		for j := range ds {
+			fromCore(&p.src[j], &ds[j], &each[j])
+		}
+	}
+	return i, d, err
+}
+
+// now reads the limiter's clock.
+func (l *Limiter) now() int64 {
+	if l.coarse != nil {
+		return l.coarse.Now()
+	}
+	return l.clock()
 }
 
 // keyChars marks the bytes a key may hold by default: 0x21 to 0x7E.
@@ -230,7 +256,7 @@ func (l *Limiter) checkKey(key string) error {
 	if len(key) > l.maxKey {
 		return &KeyError{Key: clip(key), Reason: fmt.Sprintf("%d bytes, longer than %d", len(key), l.maxKey)}
 	}
-	if !l.anyKey {
+	if !l.anyKey && !printable(key) {
 		for i := 0; i < len(key); i++ {
 			if !keyChars[key[i]] {
 				return &KeyError{Key: clip(key), Reason: fmt.Sprintf("byte %#02x at %d is not printable ASCII (set Config.AnyKey to allow any bytes)", key[i], i)}
@@ -238,6 +264,28 @@ func (l *Limiter) checkKey(key string) error {
 		}
 	}
 	return nil
+}
+
+// printable reports whether every byte of key is in 0x21 to 0x7E, eight
+// bytes at a time: a byte below 0x21 borrows into its high bit when 0x21 is
+// subtracted, one above 0x7E carries into it when 1 is added, and one of
+// 0x80 or more has it already (exact for the presence of such a byte).
+func printable(key string) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	b := unsafe.Slice(unsafe.StringData(key), len(key))
+	for len(b) >= 8 {
+		x := binary.LittleEndian.Uint64(b)
+		if (((x-ones*0x21)&^x)|(x+ones)|x)&highs != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if !keyChars[c] {
+			return false
+		}
+	}
+	return true
 }
 
 func clip(key string) string {

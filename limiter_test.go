@@ -176,42 +176,100 @@ func TestStoreErrors(t *testing.T) {
 	require.False(t, errors.Is(err, rl.ErrStore))
 }
 
-// TestExactness: 32 goroutines hammer one key through the Limiter with the
-// real clock; exactly the limit passes, for every algorithm.
+// TestExactness: 64 goroutines released at once on one key admit exactly
+// the limit, 300 trials (a fresh key each) per algorithm.
 func TestExactness(t *testing.T) {
+	const goroutines, calls, limit, trials = 64, 4, 100, 300
 	for _, alg := range []core.Algorithm{core.FixedWindow, core.SlidingWindow, core.SlidingLog, core.TokenBucket, core.LeakyBucket, core.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
 			// A day-long window: nothing is restored during the test.
-			p := rl.MustPolicy(rl.Limit{Algorithm: alg, Limit: 100, Window: 24 * time.Hour})
-			for trial := range 20 {
-				l, err := rl.New(rl.Config{Policy: p})
-				require.NoError(t, err)
-				var admitted atomic.Int64
-				var wg sync.WaitGroup
-				start := make(chan struct{})
-				for range 32 {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						<-start
-						for range 10 {
-							r, err := l.Allow(context.Background(), "hot")
+			p := rl.MustPolicy(rl.Limit{Algorithm: alg, Limit: limit, Window: 24 * time.Hour})
+			l, err := rl.New(rl.Config{Policy: p})
+			require.NoError(t, err)
+			defer l.Close()
+			var start, done sync.WaitGroup
+			var admitted atomic.Int64
+			key := make(chan string)
+			for range goroutines {
+				go func() {
+					for k := range key {
+						start.Done()
+						start.Wait()
+						for range calls {
+							r, err := l.Allow(context.Background(), k)
 							if err != nil {
 								t.Error(err)
-								return
-							}
-							if r.Allowed {
+							} else if r.Allowed {
 								admitted.Add(1)
 							}
 						}
-					}()
-				}
-				close(start)
-				wg.Wait()
-				l.Close()
-				require.Equal(t, int64(100), admitted.Load(), "trial %d", trial)
+						done.Done()
+					}
+				}()
 			}
+			for trial := range trials {
+				admitted.Store(0)
+				start.Add(goroutines)
+				done.Add(goroutines)
+				k := fmt.Sprint("hot:", trial)
+				for range goroutines {
+					key <- k
+				}
+				done.Wait()
+				if n := admitted.Load(); n != limit {
+					close(key)
+					t.Fatalf("trial %d: %d admitted, want %d", trial, n, limit)
+				}
+			}
+			close(key)
 		})
+	}
+}
+
+// TestAllOrNothingRace races a two-limit policy against callers of each of
+// its limits alone, on one key: the two-limit calls take from both limits or
+// from neither, so the units left in each limit are exactly its quota less
+// what was admitted by the calls that include it.
+func TestAllOrNothingRace(t *testing.T) {
+	hourly := rl.Limit{Name: "hourly", Algorithm: core.FixedWindow, Limit: 60, Window: time.Hour}
+	burst := rl.Limit{Name: "burst", Algorithm: core.TokenBucket, Limit: 40, Window: 24 * time.Hour}
+	both := rl.MustPolicy(hourly, burst)
+	onlyHourly, onlyBurst := rl.MustPolicy(hourly), rl.MustPolicy(burst)
+	policies := []*rl.Policy{both, onlyHourly, onlyBurst}
+	l, _ := newLimiter(t, both)
+	ctx := context.Background()
+	for trial := range 100 {
+		key := fmt.Sprint("k", trial)
+		var admitted [3]atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for g := range 48 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				for i := range 6 {
+					which := (g + i + trial) % 3
+					r, err := l.Do(ctx, rl.Request{Key: key, Cost: int64(1 + (g+i)%2), Policy: policies[which]})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if r.Allowed {
+						admitted[which].Add(int64(1 + (g+i)%2))
+					}
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		each := make([]rl.LimitResult, 2)
+		_, err := l.Do(ctx, rl.Request{Key: key, Policy: both, Peek: true, Each: each})
+		require.NoError(t, err)
+		a, h, b := admitted[0].Load(), admitted[1].Load(), admitted[2].Load()
+		require.Equal(t, 60-(a+h), each[0].Remaining, "trial %d: hourly left, after %d two-limit + %d alone", trial, a, h)
+		require.Equal(t, 40-(a+b), each[1].Remaining, "trial %d: burst left, after %d two-limit + %d alone", trial, a, b)
+		require.Positive(t, a, "trial %d: no two-limit call was admitted", trial)
 	}
 }
 
@@ -249,4 +307,27 @@ func TestDurationsSaturate(t *testing.T) {
 	require.Equal(t, time.Duration(math.MaxInt64), rl.Micros(math.MaxInt64/1000+1))
 	require.Equal(t, time.Duration(math.MaxInt64/1000*1000), rl.Micros(math.MaxInt64/1000))
 	require.Equal(t, time.Duration(0), rl.Micros(-5))
+}
+
+// TestKeyBytes checks the eight-bytes-at-a-time key check against the
+// rule byte by byte: every length up to 24, a byte at every position.
+func TestKeyBytes(t *testing.T) {
+	l, _ := newLimiter(t, rl.MustPolicy(rl.Limit{Algorithm: core.FixedWindow, Limit: 1, Window: time.Second}))
+	ctx := context.Background()
+	for n := 1; n <= 24; n++ {
+		for pos := range n {
+			for c := range 256 {
+				b := []byte(strings.Repeat("a~!", 8)[:n])
+				b[pos] = byte(c)
+				_, err := l.Peek(ctx, string(b), 1)
+				want := c >= 0x21 && c <= 0x7e
+				if (err == nil) != want {
+					t.Fatalf("key %q (byte %#02x at %d): err %v", b, c, pos, err)
+				}
+				if !want && !errors.Is(err, rl.ErrInvalidKey) {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
 }

@@ -1,11 +1,26 @@
 // Package memstore is the in-memory store.Store: the embedded default of the
 // limiter, for one process.
 //
-// Keys are spread over shards by a seeded hash; each shard maps keys to
-// entries under a read-write lock, and each entry has its own mutex, so calls
-// on different keys rarely contend and calls on one key are serialized, which
-// makes every decision exact under any concurrency. A decision on a warm key
-// allocates nothing.
+// # Scaling with cores
+//
+// Keys are spread over shards by a seeded hash. A shard's index is a hash
+// table whose buckets are atomic pointers: a lookup takes no lock and
+// writes nothing shared, so calls on different keys never contend (only
+// creating, resizing and dropping keys take the shard's mutex, and a lookup
+// that misses asks again under it, so a miss is always authoritative). Each
+// key's entry has its own mutex, taken for the decision: calls on one key
+// are serialized, which makes every decision exact under any concurrency,
+// and the core (the store.Request's Decider) decides under it on the key's
+// states in place. A decision on a warm key allocates nothing.
+//
+// Why not compare-and-swap of a packed state: the one-word algorithms
+// (fixed window, token and leaky bucket, GCRA) keep two integers, a time in
+// µs (up to 2^58) and a count in 1/Window units (up to 2^61), which do not
+// fit one 64-bit word without losing exactness, and Go has no 128-bit
+// compare-and-swap. A per-key mutex costs one compare-and-swap to take and
+// one atomic add to release, on a cache line of that key alone.
+//
+// # Memory
 //
 // Memory is bounded twice. An entry records when its states will be back to
 // fresh (the decisions' ResetAfter) and a sweeper drops it after that, so
@@ -21,8 +36,10 @@
 // filling the budget with junk keys never locks out a key that was there
 // first. Only a key that later gains limits (new names, a longer sliding log)
 // asks the budget again for the difference, and gets ErrBudget when it is
-// full. Dropping a key (the sweeper, Reset) returns its bytes. Config.MaxKeys
-// optionally caps the number of keys too (store.ErrFull beyond it).
+// full. Dropping a key (the sweeper, Reset) returns its bytes; when the
+// budget is full, a new key first triggers a sweep of idle keys (at most
+// one a second). Config.MaxKeys optionally caps the number of keys too
+// (store.ErrFull beyond it).
 package memstore
 
 import (
@@ -90,26 +107,45 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
-// shard maps a key's hash to its entries (a chain: collisions are rare),
-// so a lookup hashes the key once.
+// shard is one part of the index. Readers load tab and walk a bucket's
+// chain with atomic loads; writers hold mu.
 type shard struct {
-	mu sync.RWMutex
-	m  map[uint64]*entry
-	n  int      // entries
-	_  [24]byte // one cache line per shard
+	mu  sync.Mutex
+	tab atomic.Pointer[table]
+	n   int      // entries, under mu
+	_   [40]byte // one cache line per shard
 }
+
+// table is a shard's hash table: chains of entries linked by entry.next.
+// A resize relinks the entries into a new table; a reader still on the old
+// one may then miss an entry (never find a wrong one, never loop), which is
+// why a miss is checked again under the shard's mutex.
+type table struct {
+	mask    uint64
+	buckets []atomic.Pointer[entry]
+}
+
+// bucket returns the chain head of hash h. The shard was chosen by h's low
+// bits; the bucket by its high ones.
+func (t *table) bucket(h uint64) *atomic.Pointer[entry] { return &t.buckets[(h>>32)&t.mask] }
+
+// initialBuckets is the size of a new shard's table; it doubles when the
+// shard holds more entries than buckets.
+const initialBuckets = 8
 
 // entry holds one key's states, one per limit name.
 type entry struct {
-	prefix, key string
-	next        *entry // same hash
-	mu          sync.Mutex
-	dead        bool // removed from its shard; look the key up again
-	names       []string
-	states      []core.State
-	out         []core.Decision // scratch for decisions, used under mu
-	expires     int64           // µs: all states are fresh from then on
-	charged     int64           // bytes taken from the budget
+	mu      sync.Mutex
+	dead    bool // removed from its shard, under mu: look the key up again
+	h       uint64
+	next    atomic.Pointer[entry] // same bucket
+	prefix  string
+	key     string
+	names   []string
+	states  []core.State
+	out     []core.Decision // scratch for decisions, used under mu
+	expires int64           // µs: all states are fresh from then on
+	charged int64           // bytes taken from the budget
 }
 
 // maxStack bounds the limits of one call on a key whose limits changed.
@@ -147,7 +183,7 @@ func New(cfg *Config) *Store {
 		s.budget = DefaultMaxBytes
 	}
 	for i := range s.shards {
-		s.shards[i].m = make(map[uint64]*entry)
+		s.shards[i].tab.Store(newTable(initialBuckets))
 	}
 	interval := c.SweepInterval
 	if interval == 0 {
@@ -158,6 +194,10 @@ func New(cfg *Config) *Store {
 		go s.sweeper(interval)
 	}
 	return s
+}
+
+func newTable(n int) *table {
+	return &table{mask: uint64(n - 1), buckets: make([]atomic.Pointer[entry], n)}
 }
 
 // Close stops the sweeper. The store keeps working; Close is idempotent.
@@ -203,57 +243,84 @@ func (s *Store) sweepShard(sh *shard, now int64) int {
 }
 
 // dropIdle removes the entries whose states are fresh at now and returns how
-// many and the bytes they were charged; sh.mu is held.
+// many and the bytes they were charged; sh.mu is held. A removed entry
+// keeps its next link, so a reader standing on it walks on.
 func (sh *shard) dropIdle(now int64) (int, int64) {
 	n, freed := 0, int64(0)
-	for h, head := range sh.m {
-		var keep *entry
-		for e := head; e != nil; {
-			next := e.next
+	t := sh.tab.Load()
+	for i := range t.buckets {
+		var pred *entry
+		for e := t.buckets[i].Load(); e != nil; {
+			next := e.next.Load()
 			e.mu.Lock()
-			if e.expires <= now {
+			idle := e.expires <= now
+			if idle {
 				e.dead = true
+			}
+			e.mu.Unlock()
+			if idle {
+				if pred == nil {
+					t.buckets[i].Store(next)
+				} else {
+					pred.next.Store(next)
+				}
 				n++
 				freed += e.charged
 			} else {
-				e.next, keep = keep, e
+				pred = e
 			}
-			e.mu.Unlock()
 			e = next
-		}
-		if keep == nil {
-			delete(sh.m, h)
-		} else {
-			sh.m[h] = keep
 		}
 	}
 	sh.n -= n
 	return n, freed
 }
 
-// find returns the entry of (prefix, key) with hash h; sh.mu is held.
+// find returns the entry of (prefix, key) with hash h, or nil. Without
+// sh.mu a nil may be wrong (a resize was under way); with it, it is not.
 func (sh *shard) find(h uint64, prefix, key string) *entry {
-	for e := sh.m[h]; e != nil; e = e.next {
-		if e.key == key && e.prefix == prefix {
+	for e := sh.tab.Load().bucket(h).Load(); e != nil; e = e.next.Load() {
+		if e.h == h && e.key == key && e.prefix == prefix {
 			return e
 		}
 	}
 	return nil
 }
 
-// unlink removes e and returns the bytes it was charged; sh.mu is held for
-// writing.
-func (sh *shard) unlink(h uint64, e *entry) int64 {
-	if head := sh.m[h]; head == e {
-		if e.next == nil {
-			delete(sh.m, h)
-		} else {
-			sh.m[h] = e.next
+// link adds e (not in the shard) and grows the table when it holds more
+// entries than buckets; sh.mu is held.
+func (sh *shard) link(e *entry) {
+	t := sh.tab.Load()
+	b := t.bucket(e.h)
+	e.next.Store(b.Load())
+	b.Store(e)
+	sh.n++
+	if sh.n <= len(t.buckets) {
+		return
+	}
+	nt := newTable(2 * len(t.buckets))
+	for i := range t.buckets {
+		for e := t.buckets[i].Load(); e != nil; {
+			next := e.next.Load()
+			nb := nt.bucket(e.h)
+			e.next.Store(nb.Load())
+			nb.Store(e)
+			e = next
 		}
+	}
+	sh.tab.Store(nt)
+}
+
+// unlink removes e and returns the bytes it was charged; sh.mu and e.mu are
+// held.
+func (sh *shard) unlink(e *entry) int64 {
+	b := sh.tab.Load().bucket(e.h)
+	if b.Load() == e {
+		b.Store(e.next.Load())
 	} else {
-		for p := head; p != nil; p = p.next {
-			if p.next == e {
-				p.next = e.next
+		for p := b.Load(); p != nil; p = p.next.Load() {
+			if p.next.Load() == e {
+				p.next.Store(e.next.Load())
 				break
 			}
 		}
@@ -272,55 +339,42 @@ func (s *Store) Len() int {
 	n := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
-		sh.mu.RLock()
+		sh.mu.Lock()
 		n += sh.n
-		sh.mu.RUnlock()
+		sh.mu.Unlock()
 	}
 	return n
 }
 
-func (s *Store) shard(key string) (*shard, uint64) {
-	h := maphash.String(s.seed, key)
-	return &s.shards[h&s.mask], h
-}
-
 // Decide implements store.Store.
-func (s *Store) Decide(ctx context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
-	return s.DecideRef(&req, each)
-}
-
-// DecideRef is Decide for callers holding a *Store: it takes the request by
-// reference (it does not keep it), which spares copying it through the
-// store.Store interface on the hot path. The limiter uses it.
-func (s *Store) DecideRef(req *store.Request, each []core.Decision) (int, core.Decision, error) {
+func (s *Store) Decide(_ context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
 	if len(req.Names) != len(req.Limits) || len(req.Limits) == 0 {
 		return 0, core.Decision{}, core.ErrLimits
 	}
-	sh, h := s.shard(req.Key)
+	h := maphash.String(s.seed, req.Key)
+	sh := &s.shards[h&s.mask]
 	for {
-		sh.mu.RLock()
 		e := sh.find(h, req.Prefix, req.Key)
-		sh.mu.RUnlock()
 		if e == nil {
-			if req.Op == store.Peek {
-				return decideFresh(req, each)
-			}
 			var err error
-			if e, err = s.insert(sh, h, req); err != nil {
+			if e, err = s.insert(sh, h, &req); err != nil {
 				return 0, core.Decision{}, err
+			}
+			if e == nil { // a peek of a key that has no state
+				return decideFresh(&req, each)
 			}
 		}
 		e.mu.Lock()
-		if e.dead { // swept between lookup and lock
+		if e.dead { // dropped between lookup and lock
 			e.mu.Unlock()
 			continue
 		}
-		i, err := s.decideEntry(e, req)
+		i, err := s.decideEntry(e, &req)
 		var d core.Decision
 		if err == nil {
 			d = e.out[i]
 			if len(each) >= len(req.Limits) {
-				copy(each, e.out)
+				copy(each, e.out[:len(req.Limits)])
 			}
 		}
 		e.mu.Unlock()
@@ -343,13 +397,14 @@ func decideFresh(req *store.Request, each []core.Decision) (int, core.Decision, 
 	return i, out[i], nil
 }
 
-// insert returns the entry of req's key, creating it with req's limits if
-// the key cap and the byte budget allow.
+// insert returns the entry of req's key, looked up again under the shard's
+// mutex, creating it with req's limits if the key cap and the byte budget
+// allow. For a peek of a key that has none it returns nil.
 func (s *Store) insert(sh *shard, h uint64, req *store.Request) (*entry, error) {
-	size := charge(req.Prefix, req.Key, req.Names, req.Limits)
+	size := int64(-1)
 	for retried := false; ; retried = true {
 		sh.mu.Lock()
-		if e := sh.find(h, req.Prefix, req.Key); e != nil {
+		if e := sh.find(h, req.Prefix, req.Key); e != nil || req.Op == store.Peek {
 			sh.mu.Unlock()
 			return e, nil
 		}
@@ -361,6 +416,9 @@ func (s *Store) insert(sh *shard, h uint64, req *store.Request) (*entry, error) 
 				return nil, errKeyCap
 			}
 		}
+		if size < 0 {
+			size = charge(req.Prefix, req.Key, req.Names, req.Limits)
+		}
 		if !s.reserve(size) {
 			sh.mu.Unlock()
 			if !retried && s.reclaim() {
@@ -369,9 +427,8 @@ func (s *Store) insert(sh *shard, h uint64, req *store.Request) (*entry, error) 
 			return nil, ErrBudget
 		}
 		e := newEntry(req, size)
-		e.next = sh.m[h]
-		sh.m[h] = e
-		sh.n++
+		e.h = h
+		sh.link(e)
 		sh.mu.Unlock()
 		return e, nil
 	}
@@ -490,6 +547,21 @@ func (e *entry) growth(req *store.Request, same bool) int64 {
 // decideEntry runs req against e's states into e.out; e.mu is held.
 func (s *Store) decideEntry(e *entry, req *store.Request) (int, error) {
 	n := len(req.Limits)
+	if n == 1 && len(e.names) == 1 && req.Limits[0].Algorithm != core.SlidingLog && e.names[0] == req.Names[0] {
+		// The common case: the one limit the key was created with, and no
+		// log to size.
+		out := e.out[:1]
+		if req.Op == store.Peek {
+			return req.Decider.PeekAll(req.Limits, e.states, req.Now, req.Cost, out)
+		}
+		i, err := req.Decider.TakeAll(req.Limits, e.states, req.Now, req.Cost, out)
+		if err == nil && out[0].Allowed {
+			if exp := req.Now + out[0].ResetAfter; exp > e.expires {
+				e.expires = exp
+			}
+		}
+		return i, err
+	}
 	var (
 		ss      []core.State
 		gather  bool
@@ -589,8 +661,10 @@ func (e *entry) index(name string) int {
 }
 
 // Reset implements store.Store.
-func (s *Store) Reset(ctx context.Context, prefix, key string, names []string) error {
-	sh, h := s.shard(key)
+// Reset implements store.Store.
+func (s *Store) Reset(_ context.Context, prefix, key string, names []string) error {
+	h := maphash.String(s.seed, key)
+	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.find(h, prefix, key)
@@ -600,7 +674,7 @@ func (s *Store) Reset(ctx context.Context, prefix, key string, names []string) e
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if names == nil {
-		s.used.Add(-sh.unlink(h, e))
+		s.used.Add(-sh.unlink(e))
 		return nil
 	}
 	for _, name := range names {

@@ -1,0 +1,172 @@
+package rl_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rlcore/rl"
+	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/memstore"
+	"github.com/rlcore/rl/store"
+)
+
+// countingStore counts the admitted takes that reach the store.
+type countingStore struct {
+	store.Store
+	admitted atomic.Int64
+}
+
+func (c *countingStore) Decide(ctx context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
+	i, d, err := c.Store.Decide(ctx, req, each)
+	if err == nil && d.Allowed && req.Op == store.Take && req.Cost > 0 {
+		c.admitted.Add(1)
+	}
+	return i, d, err
+}
+
+func newRealLimiter(t *testing.T, p *rl.Policy) (*rl.Limiter, *countingStore) {
+	mem := memstore.New(&memstore.Config{Clock: rl.SystemClock})
+	t.Cleanup(func() { mem.Close() })
+	cs := &countingStore{Store: mem}
+	l, err := rl.New(rl.Config{Policy: p, Store: cs, Clock: rl.SystemClock})
+	require.NoError(t, err)
+	return l, cs
+}
+
+// TestWaitSleepsAndRetries: a burst of 2 refilled one per 20 ms; 6 waits in
+// a row are all admitted, each a single admission at the store.
+func TestWaitSleepsAndRetries(t *testing.T) {
+	p := rl.MustPolicy(rl.Limit{Algorithm: core.GCRA, Limit: 2, Window: 20 * time.Millisecond, Rate: 1})
+	l, cs := newRealLimiter(t, p)
+	ctx := context.Background()
+	for i := range 6 {
+		r, err := l.Wait(ctx, "k")
+		require.NoError(t, err, "wait %d", i)
+		require.True(t, r.Allowed)
+	}
+	require.Equal(t, int64(6), cs.admitted.Load())
+	// The key is empty now: a peek is denied.
+	r, err := l.Peek(ctx, "k", 1)
+	require.NoError(t, err)
+	require.False(t, r.Allowed)
+}
+
+func TestWaitErrors(t *testing.T) {
+	p := rl.MustPolicy(rl.Limit{Algorithm: core.FixedWindow, Limit: 3, Window: time.Hour})
+	l, cs := newRealLimiter(t, p)
+	ctx := context.Background()
+
+	_, err := l.WaitN(ctx, "k", 4)
+	require.ErrorIs(t, err, rl.ErrNever, "a cost above the limit never fits")
+
+	_, err = l.WaitN(ctx, "k", 3)
+	require.NoError(t, err)
+	// Exhausted for up to an hour: a 10 s deadline cannot be met, so Wait
+	// returns ErrWaitDeadline, not the context's error after sleeping.
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = l.Wait(dctx, "k")
+	require.ErrorIs(t, err, rl.ErrWaitDeadline)
+	require.NoError(t, dctx.Err(), "returned before the deadline")
+	require.False(t, errors.Is(err, context.DeadlineExceeded))
+
+	// Canceled while sleeping: the context's error.
+	cctx, cancel2 := context.WithCancel(ctx)
+	time.AfterFunc(10*time.Millisecond, cancel2)
+	_, err = l.Wait(cctx, "k")
+	require.ErrorIs(t, err, context.Canceled)
+
+	// A done context takes nothing.
+	_, err = l.Wait(cctx, "other")
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, int64(1), cs.admitted.Load(), "only the WaitN of 3 took anything")
+
+	_, err = l.Wait(ctx, "bad key")
+	require.ErrorIs(t, err, rl.ErrInvalidKey)
+}
+
+// TestWaitContention: 32 goroutines wait on one key of a bucket of 4
+// refilled 4 per 40 ms. Every waiter is admitted exactly once, and the store
+// admitted exactly 32 takes: losing a race means sleeping again, never a
+// second admission or one beyond the limit.
+func TestWaitContention(t *testing.T) {
+	p := rl.MustPolicy(rl.Limit{Algorithm: core.TokenBucket, Limit: 4, Window: 40 * time.Millisecond})
+	l, cs := newRealLimiter(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	var ok atomic.Int64
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := l.Wait(ctx, "hot")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if r.Allowed {
+				ok.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, int64(32), ok.Load())
+	require.Equal(t, int64(32), cs.admitted.Load())
+}
+
+// TestWaitShapes: Wait on a leaky bucket sleeps the shaping Delay of its
+// admission, so it returns with the Delay served.
+func TestWaitShapes(t *testing.T) {
+	p := rl.MustPolicy(rl.Limit{Algorithm: core.LeakyBucket, Limit: 3, Window: 30 * time.Millisecond})
+	l, _ := newRealLimiter(t, p)
+	ctx := context.Background()
+	start := time.Now()
+	var last rl.Result
+	for range 3 {
+		r, err := l.Wait(ctx, "k")
+		require.NoError(t, err)
+		last = r
+	}
+	require.Positive(t, last.Delay)
+	require.GreaterOrEqual(t, time.Since(start), last.Delay, "the last Delay was slept")
+}
+
+// TestReserve: a reservation takes now and reports the shaping delay; a
+// denied one took nothing.
+func TestReserve(t *testing.T) {
+	p := rl.MustPolicy(rl.Limit{Algorithm: core.LeakyBucket, Limit: 5, Window: time.Second})
+	l, clk := newLimiter(t, p)
+	ctx := context.Background()
+	for i := range 5 {
+		res, err := l.Reserve(ctx, "k")
+		require.NoError(t, err)
+		require.True(t, res.Allowed)
+		require.Equal(t, time.Duration(i)*200*time.Millisecond, res.Delay, "reservation %d", i)
+		require.Equal(t, res.Delay, res.DelayFrom(res.At))
+		require.Equal(t, time.Duration(0), res.DelayFrom(res.At.Add(time.Hour)))
+	}
+	res, err := l.Reserve(ctx, "k")
+	require.NoError(t, err)
+	require.False(t, res.Allowed)
+	require.Equal(t, 200*time.Millisecond, res.RetryAfter)
+	require.ErrorIs(t, res.Wait(ctx), rl.ErrNotReserved)
+	clk.Advance(200 * time.Millisecond)
+	res, err = l.ReserveN(ctx, "k", 1)
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+	require.Equal(t, 800*time.Millisecond, res.Delay)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	require.ErrorIs(t, res.Wait(cctx), context.Canceled)
+	l2, _ := newLimiter(t, rl.MustPolicy(rl.Limit{Algorithm: core.FixedWindow, Limit: 1, Window: time.Second}))
+	res, err = l2.Reserve(ctx, "x")
+	require.NoError(t, err)
+	require.NoError(t, res.Wait(ctx), "no delay: returns at once")
+}
