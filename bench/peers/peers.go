@@ -10,6 +10,12 @@ import (
 	"sync"
 	"time"
 
+	gorl "github.com/AliRizaAynaci/gorl/v2"
+	gorlCore "github.com/AliRizaAynaci/gorl/v2/core"
+	ajiwo "github.com/ajiwo/ratelimit"
+	ajiwoMem "github.com/ajiwo/ratelimit/backends/memory"
+	ajiwoTB "github.com/ajiwo/ratelimit/strategies/tokenbucket"
+	"github.com/mennanov/limiters"
 	goLimiter "github.com/sethvargo/go-limiter"
 	"github.com/sethvargo/go-limiter/memorystore"
 	"github.com/throttled/throttled/v2"
@@ -52,15 +58,14 @@ var All = []Peer{
 	{Name: "go-limiter", Module: "github.com/sethvargo/go-limiter/memorystore", Algorithm: "bucket refilled per whole interval (tick)", New: newGoLimiter},
 	{Name: "throttled", Module: "github.com/throttled/throttled/v2 + store/memstore", Algorithm: "GCRA over get + CAS (10 tries)", New: newThrottled},
 	{Name: "ulule", Module: "github.com/ulule/limiter/v3 + drivers/store/memory", Algorithm: "fixed window counter from the key's first hit", New: newUlule},
+	{Name: "mennanov", Module: "github.com/mennanov/limiters (TokenBucketInMemory, LockNoop, Registry)", Algorithm: "token bucket, one per key in its Registry (as its IP-limiter example)", New: newMennanov},
+	{Name: "ajiwo", Module: "github.com/ajiwo/ratelimit + backends/memory", Algorithm: "token bucket (strategies/tokenbucket) over get + CAS", New: newAjiwo},
+	{Name: "gorl", Module: "github.com/AliRizaAynaci/gorl/v2 (in-memory store)", Algorithm: "token bucket (core.TokenBucket)", New: newGorl},
 }
 
 // Unavailable lists the peers asked for that could not be fetched here, and
 // why. They are printed in every table rather than silently dropped.
-var Unavailable = []struct{ Name, Module, Reason string }{
-	{"mennanov/limiters", "github.com/mennanov/limiters", "Go module proxy answers 403 Forbidden (\"This module version is not available\") for every version; no other way to fetch it here"},
-	{"ajiwo/ratelimit", "github.com/ajiwo/ratelimit", "Go module proxy answers 403 Forbidden for every version (tried @latest and v0.0.3)"},
-	{"gorl", "github.com/AliRizaAynaci/gorl/v2", "Go module proxy answers 403 Forbidden for every version (v1 and v2); its Redis mode was therefore not tried either"},
-}
+var Unavailable []struct{ Name, Module, Reason string }
 
 // Find returns the peer named name.
 func Find(name string) (Peer, bool) {
@@ -195,6 +200,81 @@ func (u ul) Allow(ctx context.Context, key string) (bool, error) {
 // Close: the memory store's cleaner goroutine has no public stop; it is
 // stopped by a finalizer when the store is collected.
 func (u ul) Close() error { return nil }
+
+// --- github.com/mennanov/limiters ---
+
+// mennanovLim keys token buckets the way the module's gRPC IP-limiter
+// example does: a Registry maps each key to a *TokenBucket (in-memory state,
+// no-op lock), renewed for one window per call.
+type mennanovLim struct {
+	reg      *limiters.Registry
+	clock    limiters.Clock
+	capacity int64
+	refill   time.Duration
+	ttl      time.Duration
+}
+
+func newMennanov(limit int64, window time.Duration) (Limiter, error) {
+	refill := window / time.Duration(limit) // one token per refill
+	if refill <= 0 {
+		return nil, fmt.Errorf("mennanov: %d per %s is finer than 1ns a token", limit, window)
+	}
+	return &mennanovLim{reg: limiters.NewRegistry(), clock: limiters.NewSystemClock(), capacity: limit, refill: refill, ttl: window}, nil
+}
+
+func (m *mennanovLim) Allow(ctx context.Context, key string) (bool, error) {
+	b := m.reg.GetOrCreate(key, func() any {
+		return limiters.NewTokenBucket(m.capacity, m.refill, limiters.NewLockNoop(), limiters.NewTokenBucketInMemory(), m.clock, limiters.NewStdLogger())
+	}, m.ttl, m.clock.Now()).(*limiters.TokenBucket)
+	_, err := b.Limit(ctx)
+	if err == limiters.ErrLimitExhausted {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (m *mennanovLim) Close() error { return nil }
+
+// --- github.com/ajiwo/ratelimit ---
+
+type ajiwoLim struct{ l *ajiwo.RateLimiter }
+
+func newAjiwo(limit int64, window time.Duration) (Limiter, error) {
+	l, err := ajiwo.New(
+		ajiwo.WithBackend(ajiwoMem.New()),
+		ajiwo.WithBaseKey("bench"),
+		ajiwo.WithPrimaryStrategy(&ajiwoTB.Config{Burst: int(limit), Rate: float64(limit) / window.Seconds()}),
+	)
+	if err != nil {
+		return nil, err
+	}
+	return ajiwoLim{l}, nil
+}
+
+func (a ajiwoLim) Allow(ctx context.Context, key string) (bool, error) {
+	return a.l.Allow(ctx, ajiwo.AccessOptions{Key: key})
+}
+
+func (a ajiwoLim) Close() error { return a.l.Close() }
+
+// --- github.com/AliRizaAynaci/gorl/v2 ---
+
+type gorlLim struct{ l gorlCore.Limiter }
+
+func newGorl(limit int64, window time.Duration) (Limiter, error) {
+	l, err := gorl.New(gorlCore.Config{Strategy: gorlCore.TokenBucket, Limit: int(limit), Window: window})
+	if err != nil {
+		return nil, err
+	}
+	return gorlLim{l}, nil
+}
+
+func (g gorlLim) Allow(ctx context.Context, key string) (bool, error) {
+	r, err := g.l.Allow(ctx, key)
+	return r.Allowed, err
+}
+
+func (g gorlLim) Close() error { return g.l.Close() }
 
 // Describe returns a one-line description of p for tables.
 func (p Peer) Describe() string { return fmt.Sprintf("%s: %s, %s", p.Name, p.Module, p.Algorithm) }
