@@ -10,7 +10,7 @@
 // partition. The partition count is a power of two and fixed: a key's
 // partition is hashtext(key) & (partitions-1), so changing the count moves
 // keys. Size it ahead (e.g. 16 partitions on 2 servers, 8 each) and grow by
-// pointing partitions at new servers; sql/README.md ("Sharding") gives the
+// pointing partitions at new servers; docs/scaling.md gives the
 // procedure.
 //
 // Partition computes the router's choice in Go (HashText is PostgreSQL's
@@ -203,7 +203,7 @@ func Apply(ctx context.Context, routerURL string, cfg Config) error {
 		}
 		if oldParts > 0 && oldParts != len(parts) {
 			return fmt.Errorf("plproxy: the server %s has %d partitions, not %d: changing the count moves keys "+
-				"between partitions (see sql/README.md, \"Sharding\")", Cluster, oldParts, len(parts))
+				"between partitions (see docs/scaling.md, \"Adding servers\")", Cluster, oldParts, len(parts))
 		}
 		opts := map[string]string{}
 		for k, v := range cfg.Options {

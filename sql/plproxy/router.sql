@@ -175,7 +175,7 @@ $fn$;
 -- with the same arguments and errors, deciding on the key's shard. The
 -- shard commits the decision by itself (PL/Proxy runs each remote call in a
 -- transaction of its own): a row the trigger admitted is counted even when
--- the inserting transaction later rolls back. See sql/README.md, "Sharding".
+-- the inserting transaction later rolls back. See docs/scaling.md, "Triggers".
 CREATE OR REPLACE FUNCTION rl.enforce_limit() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, rl, pg_temp
@@ -260,8 +260,8 @@ $fn$;
 -- Identity: PL/Proxy connects to a shard with the user mapping of the
 -- calling role (current_user), else the mapping for PUBLIC; the shard
 -- applies its own checks (trusted request time, tenants, rl_expire) to the
--- role it is connected as. Map tenant roles one to one (see sql/README.md,
--- "Sharding"). rl.enforce_limit decides as the owner of this schema, so
+-- role it is connected as. Map tenant roles one to one (see docs/scaling.md,
+-- "Roles and tenants"). rl.enforce_limit decides as the owner of this schema, so
 -- only rl_admin may create triggers with it here: a tenant could otherwise
 -- name another tenant's key prefix in a trigger of its own.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA rl FROM PUBLIC;
