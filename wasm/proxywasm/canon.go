@@ -45,6 +45,9 @@ func matchPath(p string) (string, error) {
 	if p == "" || p[0] != '/' {
 		return "", errPathRelative
 	}
+	if plainPath(p) {
+		return p, nil
+	}
 	b := make([]byte, 0, len(p))
 	for i := 0; i < len(p); i++ {
 		c := p[i]
@@ -144,4 +147,31 @@ func unhex(c byte) byte {
 func isUnreserved(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
 		c == '-' || c == '.' || c == '_' || c == '~'
+}
+
+// plainPath reports whether p (starting with "/") is already in the form
+// matchPath returns: lower-case unreserved characters, sub-delimiters other
+// than ";", ":", "@" and single slashes, with no dot segment. Most paths
+// are, and skip the work.
+func plainPath(p string) bool {
+	start := 1
+	for i := 1; i <= len(p); i++ {
+		if i < len(p) {
+			c := p[i]
+			switch {
+			case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+				continue
+			case c == '/':
+			case strings.IndexByte("-._~!$&'()*+,=:@", c) >= 0:
+				continue
+			default:
+				return false
+			}
+		}
+		if s := p[start:i]; s == "." || s == ".." || (s == "" && i < len(p)) {
+			return false
+		}
+		start = i + 1
+	}
+	return true
 }

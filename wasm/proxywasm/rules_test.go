@@ -102,6 +102,12 @@ func FuzzMatchPath(f *testing.F) {
 		if err != nil {
 			return
 		}
+		// The fast path agrees with the full one.
+		if plainPath(p) {
+			if m != p {
+				t.Fatalf("plain %q → %q", p, m)
+			}
+		}
 		// Canonical: its own form, rooted, no dot or empty segments.
 		if again, err := matchPath(m); err != nil || again != m {
 			t.Fatalf("%q → %q → %q, %v", p, m, again, err)

@@ -74,6 +74,7 @@ type store struct {
 	states []core.State
 	logs   []int64
 	out    []byte
+	refs   []entryRef
 }
 
 func newStore(cfg *config, sd sharedData) *store {
@@ -161,7 +162,8 @@ func (s *store) take(r *rule, key string, now, cost int64, ds []core.Decision) (
 		if err != nil {
 			return 0, err
 		}
-		sl := parseSlot(val)
+		sl := parseSlot(val, s.refs[:0])
+		s.refs = sl.entries
 		pos := sl.find(d)
 		fresh := true
 		if pos >= 0 && sl.loadStates(pos, r, states, s.logs) {
@@ -232,11 +234,11 @@ type entryRef struct {
 
 func (sl *slot) word(off int) int64 { return int64(binary.LittleEndian.Uint64(sl.w[off:])) }
 
-// parseSlot parses a slot value. A value it cannot parse (another encoding,
-// a torn or foreign write) reads as an empty slot, which the next write
-// replaces.
-func parseSlot(v []byte) slot {
-	sl := slot{w: v}
+// parseSlot parses a slot value, appending its entries to refs. A value it
+// cannot parse (another encoding, a torn or foreign write) reads as an
+// empty slot, which the next write replaces.
+func parseSlot(v []byte, refs []entryRef) slot {
+	sl := slot{w: v, entries: refs}
 	if len(v) < 16 || len(v)%8 != 0 || binary.LittleEndian.Uint64(v) != slotMagic {
 		return slot{}
 	}

@@ -199,7 +199,7 @@ func TestStoreSlotReuse(t *testing.T) {
 		}
 	}
 	val, _, _ := sd.get(s.slotKeys[r][0])
-	if sl := parseSlot(val); len(sl.entries) != 3 {
+	if sl := parseSlot(val, nil); len(sl.entries) != 3 {
 		t.Fatalf("%d entries, want 3 (the expired ones dropped)", len(sl.entries))
 	}
 	if len(sd.m) != 1 {
