@@ -195,17 +195,17 @@ func (l *Limiter) decide(ctx context.Context, op store.Op, key string, cost int6
 			return ErrNoPolicy
 		}
 	}
-	req := store.Request{Prefix: l.base, Key: key, Names: p.names, Limits: p.limits, Op: op,
-		Now: l.now(), Cost: cost, Decider: l.decider}
 	var (
 		i   int
 		d   core.Decision
 		err error
 	)
 	if len(each) >= len(p.limits) {
-		i, d, err = l.decideEach(ctx, &req, p, each)
+		i, d, err = l.decideEach(ctx, op, key, cost, p, each)
 	} else {
-		i, d, err = l.store.Decide(ctx, req, nil)
+		// The request is built in the call: a variable would be copied.
+		i, d, err = l.store.Decide(ctx, store.Request{Prefix: l.base, Key: key, Names: p.names, Limits: p.limits,
+			Op: op, Now: l.now(), Cost: cost, Decider: l.decider}, nil)
 	}
 	if err != nil {
 		var ce core.Error
@@ -221,10 +221,11 @@ func (l *Limiter) decide(ctx context.Context, op store.Op, key string, cost int6
 
 // decideEach is decide's call of the store when every limit's result is
 // wanted.
-func (l *Limiter) decideEach(ctx context.Context, req *store.Request, p *Policy, each []LimitResult) (int, core.Decision, error) {
+func (l *Limiter) decideEach(ctx context.Context, op store.Op, key string, cost int64, p *Policy, each []LimitResult) (int, core.Decision, error) {
 	var buf [MaxLimits]core.Decision
 	ds := buf[:len(p.limits)]
-	i, d, err := l.store.Decide(ctx, *req, ds)
+	i, d, err := l.store.Decide(ctx, store.Request{Prefix: l.base, Key: key, Names: p.names, Limits: p.limits,
+		Op: op, Now: l.now(), Cost: cost, Decider: l.decider}, ds)
 	if err == nil {
 		for j := range ds {
 			fromCore(&p.src[j], &ds[j], &each[j])

@@ -554,7 +554,15 @@ func (s *Store) decideEntry(e *entry, req *store.Request) (int, error) {
 		if req.Op == store.Peek {
 			return req.Decider.PeekAll(req.Limits, e.states, req.Now, req.Cost, out)
 		}
-		i, err := req.Decider.TakeAll(req.Limits, e.states, req.Now, req.Cost, out)
+		var (
+			i   int
+			err error
+		)
+		if _, native := req.Decider.(core.Native); native {
+			i, err = core.TakeAll(req.Limits, e.states, req.Now, req.Cost, out) // the same call, direct
+		} else {
+			i, err = req.Decider.TakeAll(req.Limits, e.states, req.Now, req.Cost, out)
+		}
 		if err == nil && out[0].Allowed {
 			if exp := req.Now + out[0].ResetAfter; exp > e.expires {
 				e.expires = exp
