@@ -11,7 +11,7 @@ import (
 func TestCanonicalPath(t *testing.T) {
 	for _, c := range []struct {
 		in, want, match string // match "" means want
-		err                    *errPath
+		err             *errPath
 	}{
 		{in: "/", want: "/"},
 		{in: "/admin", want: "/admin"},

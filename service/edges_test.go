@@ -457,3 +457,31 @@ func TestDecisionDurationsSaturate(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, retry, centuries, "Retry-After %q", h.Get("Retry-After"))
 }
+
+// stubRT answers every request at once, without I/O.
+type stubRT struct{}
+
+func (stubRT) RoundTrip(*http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: 200, Body: http.NoBody, Header: http.Header{}}, nil
+}
+
+// BenchmarkHeaderTimeout is the cost the upstream timeout adds to a round
+// trip (a timer, a context and the body wrapper), against none.
+func BenchmarkHeaderTimeout(b *testing.B) {
+	req := httptest.NewRequest("GET", "http://upstream.test/p", nil)
+	for _, c := range []struct {
+		name string
+		rt   http.RoundTripper
+	}{{"none", stubRT{}}, {"timeout", &headerTimeout{rt: stubRT{}, d: DefaultUpstreamTimeout}}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := c.rt.RoundTrip(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				resp.Body.Close()
+			}
+		})
+	}
+}

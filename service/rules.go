@@ -300,7 +300,7 @@ func dropLegacyRateLimitFields(resp *http.Response) error {
 // standard names and those the upstream's (or the client's) Connection
 // field lists, are dropped by httputil.ReverseProxy in both directions.
 func (s *Service) reverseProxy(u *url.URL, rt *headerTimeout, modify func(*http.Response) error) http.Handler {
-	return &httputil.ReverseProxy{
+	rp := &httputil.ReverseProxy{
 		ModifyResponse: modify,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
@@ -313,4 +313,5 @@ func (s *Service) reverseProxy(u *url.URL, rt *headerTimeout, modify func(*http.
 		ErrorLog:     slogErrorLog(s.log),
 		ErrorHandler: s.upstreamError(u, rt.d),
 	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { rp.ServeHTTP(interimWriter{w}, r) })
 }

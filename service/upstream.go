@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
 	"strings"
@@ -28,7 +27,7 @@ type headerTimeout struct {
 }
 
 func (t *headerTimeout) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx, cancel := context.WithCancelCause(httptrace.WithClientTrace(req.Context(), interimTrace))
+	ctx, cancel := context.WithCancelCause(req.Context())
 	timer := time.AfterFunc(t.d, func() { cancel(errUpstreamTimeout) })
 	resp, err := t.rt.RoundTrip(req.WithContext(ctx))
 	if !timer.Stop() { // fired: the request is (being) canceled
@@ -51,15 +50,20 @@ func (t *headerTimeout) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// interimTrace drops the hop-by-hop fields of 1xx responses (103 Early
-// Hints), which httputil.ReverseProxy copies to the client as they are; it
-// runs before the proxy's own hook, on the same header.
-var interimTrace = &httptrace.ClientTrace{
-	Got1xxResponse: func(_ int, h textproto.MIMEHeader) error {
-		removeHopByHop(http.Header(h))
-		return nil
-	},
+// interimWriter drops the hop-by-hop fields of 1xx responses (103 Early
+// Hints), which httputil.ReverseProxy copies from the upstream as they are
+// (it drops those of the final response itself). The proxy reaches the
+// underlying writer's Flush and Hijack through Unwrap.
+type interimWriter struct{ http.ResponseWriter }
+
+func (w interimWriter) WriteHeader(code int) {
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		removeHopByHop(w.Header())
+	}
+	w.ResponseWriter.WriteHeader(code)
 }
+
+func (w interimWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // hopByHop are the hop-by-hop fields of RFC 9110 §7.6.1 (and the
 // non-standard Proxy-Connection), as httputil.ReverseProxy drops them.
