@@ -90,7 +90,12 @@ func (c *pgCluster) start() {
 	c.t.Helper()
 	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c max_connections=120 -c fsync=off -c synchronous_commit=off -c shared_buffers=16MB",
 		c.port, filepath.Dir(c.dir))
-	c.run("pg_ctl", "-D", c.dir, "-o", opts, "-l", filepath.Join(filepath.Dir(c.dir), "log"), "-w", "-t", "60", "start")
+	logFile := filepath.Join(filepath.Dir(c.dir), "log")
+	argv := append(append([]string{}, c.as...), filepath.Join(c.bin, "pg_ctl"), "-D", c.dir, "-o", opts, "-l", logFile, "-w", "-t", "60", "start")
+	if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+		log, _ := os.ReadFile(logFile)
+		c.t.Fatalf("pg_ctl start: %v\n%s\nserver log:\n%s", err, out, log)
+	}
 }
 
 func (c *pgCluster) stop(mode string) {
