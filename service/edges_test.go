@@ -485,3 +485,16 @@ func BenchmarkHeaderTimeout(b *testing.B) {
 		})
 	}
 }
+
+// An endpoint is written as on the wire: escapes kept, matched whatever the
+// case of the request.
+func TestEscapedEndpoint(t *testing.T) {
+	up := newRecorder(t)
+	e := newEdgeEnv(t, "upstream: "+up.srv.URL+"\nrules: [{name: sp, endpoint: /a%20b/Caf%C3%A9, strategy: fixed, limit: 1, window: 1m, key_by: global}]\n")
+	require.Equal(t, 200, rawDo(t, e.proxy, "GET", "/a%20b/Caf%C3%A9").code)
+	for _, p := range []string{"/a%20b/caf%c3%a9", "/A%20B/CAF%C3%A9/x", "/x/../a%20b/%43af%C3%A9"} {
+		require.Equal(t, 429, rawDo(t, e.proxy, "GET", p).code, p)
+	}
+	require.Equal(t, 200, rawDo(t, e.proxy, "GET", "/a%20b/Cafe").code)
+	require.Equal(t, []string{"/a%20b/Caf%C3%A9", "/a%20b/Cafe"}, up.got())
+}

@@ -171,10 +171,11 @@ func pathMatches(endpoint, path string) bool {
 	return len(path) == len(endpoint) || endpoint[len(endpoint)-1] == '/' || path[len(endpoint)] == '/'
 }
 
-// endpointMatchPath is a rule's endpoint (as written in the configuration,
-// unescaped) in the form request paths are matched in.
+// endpointMatchPath is a rule's endpoint, written as on the wire (escaped:
+// "/a%20b"; ParseConfig checked it is canonical), in the form request
+// paths are matched in.
 func endpointMatchPath(endpoint string) (string, error) {
-	p, err := canonicalPath((&url.URL{Path: endpoint}).EscapedPath())
+	p, err := canonicalPath(endpoint)
 	if err != nil {
 		return "", err
 	}
