@@ -77,6 +77,18 @@ type globalSpec struct {
 	// Rule names a rule of rl-wasm-host's configuration; "" sends this
 	// rule's limits inline.
 	Rule string
+	// Token, if set, is sent as "Authorization: Bearer <token>" (one of
+	// rl-wasm-host's api_tokens). A secret: never logged.
+	Token string
+}
+
+// String describes g without its token.
+func (g globalSpec) String() string {
+	t := ""
+	if g.Token != "" {
+		t = " token=<redacted>"
+	}
+	return fmt.Sprintf("{cluster=%s authority=%s path=%s timeout=%dms rule=%s%s}", g.Cluster, g.Authority, g.Path, g.TimeoutMS, g.Rule, t)
 }
 
 // Problem is one mistake in the configuration.
@@ -403,7 +415,7 @@ func (p *parser) oneRule(m map[string]any) (*rule, bool) {
 	return r, len(p.problems) == before
 }
 
-var globalFields = []string{"cluster", "authority", "path", "timeout", "rule"}
+var globalFields = []string{"cluster", "authority", "path", "timeout", "rule", "token"}
 
 func (p *parser) global(v any) *globalSpec {
 	m, ok := v.(map[string]any)
@@ -453,6 +465,15 @@ func (p *parser) global(v any) *globalSpec {
 			default:
 				g.TimeoutMS = uint32(d / time.Millisecond)
 			}
+		}
+	}
+	if v, ok := m["token"]; ok {
+		if s, ok := v.(string); !ok {
+			p.fail("global.token", "want a string") // never echo a token
+		} else if len(s) == 0 || len(s) > 4096 || strings.IndexFunc(s, func(c rune) bool { return c <= 0x20 || c >= 0x7f }) >= 0 {
+			p.fail("global.token", "want 1 to 4096 bytes of printable ASCII without spaces (the value is not shown)")
+		} else {
+			g.Token = s
 		}
 	}
 	if v, ok := m["rule"]; ok {

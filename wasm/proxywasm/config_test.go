@@ -17,7 +17,7 @@ func TestParseConfig(t *testing.T) {
 	     "limits":[{"name":"burst","strategy":"gcra","limit":10,"window":"1s"},{"strategy":"fixed","limit":1000,"window":"1d"}],
 	     "key_by":"header:X-User","cost":2,"cost_header":"X-Cost","fail_open":true},
 	    {"name":"log","strategy":"log","limit":5,"window":"1m","key_by":"query:k",
-	     "global":{"cluster":"rl","timeout":"250ms","rule":"login"}}
+	     "global":{"cluster":"rl","timeout":"250ms","rule":"login","token":"t0k3n"}}
 	  ]}`))
 	if err != nil {
 		t.Fatal(err)
@@ -37,12 +37,16 @@ func TestParseConfig(t *testing.T) {
 		t.Errorf("search: %+v", search)
 	}
 	if lg.Endpoint != "/" || lg.maxLog != 5 || lg.Global == nil ||
-		*lg.Global != (globalSpec{Cluster: "rl", Authority: "rl", Path: "/v1/ratelimit/check", TimeoutMS: 250, Rule: "login"}) {
+		*lg.Global != (globalSpec{Cluster: "rl", Authority: "rl", Path: "/v1/ratelimit/check", TimeoutMS: 250, Rule: "login", Token: "t0k3n"}) {
 		t.Errorf("log: %+v %+v", lg, lg.Global)
 	}
 	// Most specific first: the longest endpoint.
 	if cfg.proxied[0] != search || cfg.proxied[1] != pay || cfg.proxied[2] != lg {
 		t.Errorf("order: %s %s %s", cfg.proxied[0].Name, cfg.proxied[1].Name, cfg.proxied[2].Name)
+	}
+
+	if str := lg.Global.String(); strings.Contains(str, "t0k3n") || !strings.Contains(str, "token=<redacted>") {
+		t.Errorf("String() = %s", str)
 	}
 
 	// A bare list of rules, as hosted services export them; defaults.
@@ -97,6 +101,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{"global", `[{"name":"g","strategy":"fixed","limit":1,"window":"1s","global":{"timeout":"0s","path":"x","clutser":"rl"}}]`,
 			[]string{`rules[0] "g": global.clutser: unknown field`, `rules[0] "g": global.cluster: missing`,
 				`rules[0] "g": global.path: want a path starting with "/"`, `rules[0] "g": global.timeout: 0s is outside [1ms, 1m0s]`}},
+		{"global token", `[{"name":"g","strategy":"fixed","limit":1,"window":"1s","global":{"cluster":"rl","token":"se cret"}}]`,
+			[]string{`rules[0] "g": global.token: want 1 to 4096 bytes of printable ASCII without spaces (the value is not shown)`}},
+		{"global token type", `[{"name":"g","strategy":"fixed","limit":1,"window":"1s","global":{"cluster":"rl","token":12345}}]`,
+			[]string{`rules[0] "g": global.token: want a string`}},
 		{"global shape", `[{"name":"g","strategy":"fixed","limit":1,"window":"1s","global":"rl"}]`,
 			[]string{`rules[0] "g": global: want an object`}},
 	} {

@@ -183,7 +183,7 @@ func TestFilterGlobal(t *testing.T) {
 		{"name":"inline","endpoint":"/i","limits":[{"name":"burst","strategy":"token","limit":10,"window":"1s","rate":5},{"strategy":"fixed","limit":100,"window":"1d"}],
 		 "key_by":"header:x-user","global":{"cluster":"rl_service","authority":"rl.internal","timeout":"40ms"}},
 		{"name":"named","endpoint":"/n","strategy":"fixed","limit":1,"window":"1s","key_by":"header:x-user","fail_open":true,
-		 "global":{"cluster":"rl_service","rule":"login","path":"/api/check"}}]}`
+		 "global":{"cluster":"rl_service","rule":"login","path":"/api/check","token":"s3cret"}}]}`
 	host := emulate(t, conf)
 
 	start := func(path, user string) (uint32, proxytest.HttpCalloutAttribute) {
@@ -200,7 +200,7 @@ func TestFilterGlobal(t *testing.T) {
 	}
 
 	id, c := start("/i", "u 1") // a key with a space: sent as a digest
-	if c.Upstream != "rl_service" || headerValue(c.Headers, ":path") != "/v1/ratelimit/check" ||
+	if c.Upstream != "rl_service" || headerValue(c.Headers, ":path") != "/v1/ratelimit/check" || headerValue(c.Headers, "authorization") != "" ||
 		headerValue(c.Headers, ":authority") != "rl.internal" || headerValue(c.Headers, ":method") != "POST" {
 		t.Fatalf("callout %+v", c)
 	}
@@ -226,6 +226,7 @@ func TestFilterGlobal(t *testing.T) {
 	// Denied: 429 with the service's retry, rounded up.
 	id, c = start("/n", "alice")
 	if headerValue(c.Headers, ":path") != "/api/check" || headerValue(c.Headers, ":authority") != "rl_service" ||
+		headerValue(c.Headers, "authorization") != "Bearer s3cret" ||
 		string(c.Body) != `{"rule":"login","key":"named:alice","cost":1}` {
 		t.Fatalf("callout %+v %s", c, c.Body)
 	}

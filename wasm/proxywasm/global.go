@@ -16,6 +16,7 @@ import (
 // callout (proxy_http_call) to an Envoy cluster:
 //
 //	POST /v1/ratelimit/check
+//	Authorization: Bearer <global.token>        (if set)
 //	{"rule": "<global.rule>", "key": "<rule>:<key>", "cost": n}
 //	{"limits": [{"name", "strategy", "limit", "window", "rate"}...], "key": "<rule>:<key>", "cost": n, "fail_open": b}
 //
@@ -103,6 +104,9 @@ func (h *httpContext) askGlobal(r *rule, key string, cost int64) types.Action {
 		{":authority", g.Authority},
 		{"content-type", "application/json"},
 		{"accept", "application/json"},
+	}
+	if g.Token != "" {
+		hs = append(hs, [2]string{"authorization", "Bearer " + g.Token})
 	}
 	_, err := proxywasm.DispatchHttpCall(g.Cluster, hs, checkBody(r, key, cost), nil, g.TimeoutMS,
 		func(numHeaders, bodySize, _ int) { h.onGlobal(r, numHeaders, bodySize) })

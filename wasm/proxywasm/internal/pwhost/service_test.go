@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -11,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -63,12 +66,19 @@ func startRLWasmHost(t *testing.T, config string) string {
 // a real rl-wasm-host, admit exactly each limit between them: one rule
 // naming a rule of the service, one sending its limits inline.
 func TestGlobalWithRLWasmHost(t *testing.T) {
-	base := startRLWasmHost(t, `{"rules":[{"name":"login","strategy":"token","limit":5,"window":"1h","rate":1}]}`)
+	// Tokens: a check token for the named rule, an admin one for inline
+	// limits (rl-wasm-host's roles); the file holds their SHA-256.
+	sum := func(tok string) string { h := sha256.Sum256([]byte(tok)); return hex.EncodeToString(h[:]) }
+	base := startRLWasmHost(t, `{"api_tokens":[{"name":"envoy","role":"check","sha256":"`+sum("check-token")+`"},
+		{"name":"envoy-admin","role":"admin","sha256":"`+sum("admin-token")+`"}],
+		"rules":[{"name":"login","strategy":"token","limit":5,"window":"1h","rate":1}]}`)
 	const filterConfig = `{"rules":[
 		{"name":"named","endpoint":"/login","key_by":"header:x-user","strategy":"token","limit":5,"window":"1h","rate":1,
-		 "global":{"cluster":"rl","rule":"login"}},
+		 "global":{"cluster":"rl","rule":"login","token":"check-token"}},
 		{"name":"inline","endpoint":"/api","key_by":"header:x-user","strategy":"gcra","limit":4,"window":"1h","rate":1,
-		 "global":{"cluster":"rl","timeout":"5s"}}]}`
+		 "global":{"cluster":"rl","timeout":"5s","token":"admin-token"}},
+		{"name":"anonymous","endpoint":"/anon","key_by":"header:x-user","strategy":"gcra","limit":4,"window":"1h","rate":1,
+		 "global":{"cluster":"rl","rule":"login"}}]}`
 	ctx := context.Background()
 	var vms []*VM
 	for range 2 { // replicas
@@ -85,13 +95,26 @@ func TestGlobalWithRLWasmHost(t *testing.T) {
 	// forward plays Envoy's part of a callout: the HTTP request to the
 	// cluster, the answer back to the VM.
 	forward := func(c *Callout) CalloutResponse {
-		var path string
+		var method, path string
 		for _, kv := range c.Headers {
-			if kv[0] == ":path" {
+			switch kv[0] {
+			case ":method":
+				method = kv[1]
+			case ":path":
 				path = kv[1]
 			}
 		}
-		resp, err := client.Post(base+path, "application/json", bytes.NewReader(c.Body))
+		req, err := http.NewRequest(method, base+path, bytes.NewReader(c.Body))
+		if err != nil {
+			t.Error(err)
+			return CalloutResponse{}
+		}
+		for _, kv := range c.Headers {
+			if !strings.HasPrefix(kv[0], ":") {
+				req.Header.Add(kv[0], kv[1])
+			}
+		}
+		resp, err := client.Do(req)
 		if err != nil {
 			return CalloutResponse{} // no headers: the call failed
 		}
@@ -139,6 +162,24 @@ func TestGlobalWithRLWasmHost(t *testing.T) {
 	for p, want := range paths {
 		if admitted[p] != want {
 			t.Errorf("%s: %d admitted across the replicas, want %d", p, admitted[p], want)
+		}
+	}
+	// Without a token the service refuses the callout (401): the rule
+	// fails closed.
+	vm := vms[0]
+	s, err := vm.Request([][2]string{{":method", "GET"}, {":authority", "app"}, {":path", "/anon"}, {"x-user", "bob"}}, nil, nil)
+	if err != nil || len(s.Callouts) != 1 {
+		t.Fatalf("anonymous: %v", err)
+	}
+	if err := vm.Respond(s, s.Callouts[0], forward(s.Callouts[0]), nil); err != nil {
+		t.Fatal(err)
+	}
+	if s.Local == nil || s.Local.Status != 503 || !strings.Contains(vm.Logs[len(vm.Logs)-1], `answered status "401"`) {
+		t.Errorf("anonymous: %+v; last log %q", s.Local, vm.Logs[len(vm.Logs)-1])
+	}
+	for _, l := range vm.Logs {
+		if strings.Contains(l, "check-token") || strings.Contains(l, "admin-token") {
+			t.Errorf("a token reached the log: %q", l)
 		}
 	}
 }
