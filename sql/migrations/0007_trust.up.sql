@@ -17,16 +17,17 @@
 -- login role or roles that role is a member of (SET ROLE checks membership,
 -- also via set_config or a function's SET clause, and is refused inside
 -- SECURITY DEFINER functions), so no argument, setting or wrapper function
--- can make a call look like another role's: the identity is never passed as
--- an argument. A SECURITY DEFINER function of someone else's in between does
+-- can make a call look like another role's: no granted function takes the
+-- identity as an argument (the helpers that do are granted to no one, and
+-- run as the owner). A SECURITY DEFINER function of someone else's in between does
 -- not change it: a tenant calling an owner's wrapper is still that tenant (a
 -- wrapper cannot lend more than the session has), and code that a trusted
 -- session runs (any function, trigger or view it calls) acts for that
 -- session, as PostgreSQL's own SECURITY INVOKER code does.
 --
--- Trusted: a member of the owner of schema rl (the role that ran these
--- migrations; superusers are members of every role) or of the role rl_admin.
--- Trusted roles are never restricted to a prefix.
+-- Trusted: a member of the owner of rl's functions and schema (the role that
+-- ran these migrations; superusers are members of every role) or of the role
+-- rl_admin. Trusted roles are never restricted to a prefix.
 --
 -- Helpers, for the functions of later migrations (none is granted; call them
 -- from SECURITY DEFINER functions, whose search_path must put rl after
@@ -36,7 +37,7 @@
 --   rl._caller() -> name
 --       the role the session acts as (see Identity).
 --   rl._trusted(who name) -> boolean
---       who is a member of the schema's owner or of rl_admin.
+--       who is a member of the owner of rl's functions or of rl_admin.
 --   rl._request_now(p_now bigint) -> bigint
 --       the time to decide at: p_now, else the setting rl.now_us, else the
 --       database clock, for a trusted caller; the database clock for everyone
@@ -72,13 +73,14 @@ CREATE FUNCTION rl._caller() RETURNS name
     RETURN CASE WHEN pg_catalog.current_setting('role') = 'none' THEN session_user
                 ELSE pg_catalog.current_setting('role')::name END;
 
--- rl._trusted: who may choose the request time, expire and lock rows.
+-- rl._trusted: who may choose the request time, expire and lock rows. It is
+-- SECURITY DEFINER so that CURRENT_USER is its owner, the owner of rl's
+-- functions, wherever it is called from (no catalog query: about 2 µs); its
+-- body is parsed at creation, so no search_path applies.
 CREATE FUNCTION rl._trusted(who name) RETURNS boolean
-    LANGUAGE sql STABLE PARALLEL SAFE
-    RETURN pg_catalog.pg_has_role(who, (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'rl'),
-                                  'MEMBER')
-        OR coalesce(pg_catalog.pg_has_role(who, (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = 'rl_admin'),
-                                           'MEMBER'), false);
+    LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
+    RETURN pg_catalog.pg_has_role(who, CURRENT_USER, 'MEMBER')
+        OR coalesce(pg_catalog.pg_has_role(who, pg_catalog.to_regrole('rl_admin'), 'MEMBER'), false);
 
 -- rl._request_now: the time a call decides at (see the top of this file).
 -- The common call, no time given, reads the clock without checking anything.
@@ -101,6 +103,7 @@ BEGIN
     IF (pg_catalog.octet_length(p_key) BETWEEN 1 AND 256) IS NOT TRUE THEN
         PERFORM rl._check_key(p_key, 'key');
     END IF;
+    -- One query when rl.tenants is empty (about 6 µs), the common case.
     IF NOT EXISTS (SELECT FROM rl.tenants) THEN
         RETURN;
     END IF;
