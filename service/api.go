@@ -122,6 +122,33 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(b.Bytes())
 }
 
+// jsonTypeName says what a Go type is in JSON's words, so that no Go type
+// name reaches an API error.
+func jsonTypeName(goType string) string {
+	switch {
+	case strings.HasPrefix(goType, "int"), strings.HasPrefix(goType, "*int"):
+		return "an integer"
+	case goType == "string":
+		return "a string"
+	case goType == "bool", goType == "*bool":
+		return "true or false"
+	case strings.HasPrefix(goType, "[]"):
+		return "a list"
+	}
+	return "an object"
+}
+
+// jsonValueKind names what encoding/json found ("number 1e+30", "string").
+func jsonValueKind(v string) string {
+	switch {
+	case v == "number" || strings.HasPrefix(v, "number "):
+		return "a number out of range or not an integer"
+	case v == "":
+		return "something else"
+	}
+	return "a " + v
+}
+
 // readJSON decodes the body into v, strictly: one JSON value, no unknown
 // fields, at most maxBody bytes. It answers the error itself and returns
 // false on failure.
@@ -152,8 +179,10 @@ func (s *Service) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 	switch {
 	case errors.As(err, &mbe):
 		s.apiError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body larger than %d bytes", mbe.Limit))
+	case errors.As(err, &te) && (te.Field == "cost" || strings.HasSuffix(te.Field, ".cost")):
+		s.apiError(w, http.StatusBadRequest, "invalid_cost", fmt.Sprintf("%s: want an integer between 0 and %d, got %s", te.Field, core.MaxCost, jsonValueKind(te.Value)))
 	case errors.As(err, &te):
-		s.apiError(w, http.StatusBadRequest, "invalid_json", fmt.Sprintf("field %q: want %s, got %s", te.Field, te.Type, te.Value))
+		s.apiError(w, http.StatusBadRequest, "invalid_json", fmt.Sprintf("field %q: want %s, got %s", te.Field, jsonTypeName(te.Type.String()), jsonValueKind(te.Value)))
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		s.apiError(w, http.StatusBadRequest, "unknown_field", strings.TrimPrefix(err.Error(), "json: ")+" (want rule, limits, key, cost, fail_open)")
 	case errors.Is(err, io.EOF):

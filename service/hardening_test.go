@@ -365,3 +365,38 @@ rules:
 	require.Equal(t, 200, e.post(t, "check", `{"rule":"closed","key":"old"}`).code)
 	require.Equal(t, 429, e.post(t, "check", `{"rule":"closed","key":"old"}`).code)
 }
+
+// Issue 10 (new-user wrongs): an over-large cost is invalid_cost, and API
+// errors speak JSON, not Go.
+func TestAPIErrorsSpeakJSON(t *testing.T) {
+	e := newEnv(t, `rules: [{name: r, strategy: fixed, limit: 1, window: 1m}]`, nil)
+	for _, c := range []struct{ body, code, want string }{
+		{`{"rule":"r","key":"k","cost":1e30}`, "invalid_cost", "cost: want an integer between 0 and"},
+		{`{"rule":"r","key":"k","cost":99999999999999999999}`, "invalid_cost", "cost: want an integer"},
+		{`{"rule":"r","key":"k","cost":1.5}`, "invalid_cost", "cost: want an integer"},
+		{`{"rule":"r","key":"k","cost":"3"}`, "invalid_cost", "got a string"},
+		{`{"rule":5,"key":"k"}`, "invalid_json", `field "rule": want a string, got a number`},
+		{`{"rule":"r","key":"k","fail_open":"yes"}`, "invalid_json", `want true or false`},
+		{`{"key":"k","limits":{}}`, "invalid_json", `want a list`},
+	} {
+		r := e.post(t, "check", c.body)
+		require.Equal(t, 400, r.code, c.body)
+		ej := r.errorJSON(t)
+		require.Equal(t, c.code, ej.Code, c.body)
+		require.Contains(t, ej.Error, c.want, c.body)
+		for _, goName := range []string{"int64", "map[", "interface", "[]map", "*bool"} {
+			require.NotContains(t, ej.Error, goName, c.body)
+		}
+	}
+}
+
+// The proxy's 400 for a bad key says why, without echoing the key.
+func TestProxyBadKeySaysWhy(t *testing.T) {
+	up := newUpstream(t)
+	e := newEnv(t, "upstream: "+up.srv.URL+"\nrules: [{name: r, endpoint: /, key_by: \"header:X-User\", strategy: fixed, limit: 5, window: 1m}]", nil)
+	r := e.do(t, "GET", "/x", "", "X-User", strings.Repeat("u", 300))
+	require.Equal(t, 400, r.code)
+	require.Contains(t, string(r.body), "Invalid rate-limit key (header:X-User): ")
+	require.Contains(t, string(r.body), "longer than")
+	require.NotContains(t, string(r.body), strings.Repeat("u", 50))
+}

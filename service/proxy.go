@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/httplimit"
 )
 
@@ -63,7 +64,7 @@ func (s *Service) serveProxy(w http.ResponseWriter, r *http.Request) {
 		if errors.As(err, &ce) {
 			s.metrics.rejected.WithLabelValues(ce.code).Inc()
 		}
-		http.Error(w, "Invalid rate-limit key", http.StatusBadRequest)
+		http.Error(w, "Invalid rate-limit key ("+ru.spec.KeyBy+"): "+keyReason(err), http.StatusBadRequest)
 		return
 	}
 	t.m.record(out)
@@ -123,6 +124,19 @@ func wait(r *http.Request, d time.Duration) bool {
 	case <-r.Context().Done():
 		return false
 	}
+}
+
+// keyReason says why a key was refused, without echoing the key.
+func keyReason(err error) string {
+	var ke *rl.KeyError
+	if errors.As(err, &ke) {
+		return ke.Reason
+	}
+	var ce *errClient
+	if errors.As(err, &ce) && ce.code == "invalid_cost" {
+		return "invalid cost"
+	}
+	return "refused"
 }
 
 func keyHint(keyBy string) string {

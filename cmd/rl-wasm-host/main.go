@@ -101,6 +101,11 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "rl-wasm-host: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
+	if rc.ConfigPath == "" {
+		fmt.Fprintln(os.Stderr, "rl-wasm-host: -config is required (try -config cmd/rl-wasm-host/sample.yaml)")
+		fs.Usage()
+		return 2
+	}
 	rc.Postgres.MaxConns = int32(*maxConns)
 
 	var level slog.Level
@@ -141,6 +146,9 @@ func run(args []string) int {
 	return 0
 }
 
+// versionString is the module's version (or -X main.version), its module
+// path, the VCS revision it was built from ("+dirty" when the tree had
+// changes) and the Go version.
 func versionString() string {
 	v := version
 	info, ok := debug.ReadBuildInfo()
@@ -150,13 +158,25 @@ func versionString() string {
 			v = info.Main.Version
 		}
 	}
-	if ok {
-		for _, s := range info.Settings {
-			if s.Key == "vcs.revision" {
-				v += " " + s.Value
+	if !ok {
+		return v
+	}
+	if info.Main.Path != "" {
+		v = info.Main.Path + " " + v
+	}
+	var rev, modified string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = "+dirty"
 			}
 		}
-		v += " " + info.GoVersion
 	}
-	return v
+	if rev != "" {
+		v += " " + rev + modified
+	}
+	return v + " " + info.GoVersion
 }

@@ -39,7 +39,7 @@ func binary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "rl-wasm-host")
-		out, err := exec.Command("go", "build", "-ldflags", "-X main.version=v0.0.0-e2e", "-o", binPath, ".").CombinedOutput()
+		out, err := exec.Command("go", "build", "-buildvcs=auto", "-ldflags", "-X main.version=v0.0.0-e2e", "-o", binPath, ".").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
@@ -177,7 +177,20 @@ func writeFile(t *testing.T, path, text string) {
 func TestVersion(t *testing.T) {
 	out, err := exec.Command(binary(t), "-version").CombinedOutput()
 	require.NoError(t, err)
-	require.Contains(t, string(out), "rl-wasm-host v0.0.0-e2e")
+	require.Contains(t, string(out), "rl-wasm-host github.com/rlcore/rl v0.0.0-e2e")
+	// Built in a git checkout: the revision it was built from.
+	if rev, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil {
+		require.Contains(t, string(out), strings.TrimSpace(string(rev)))
+	}
+}
+
+func TestNoConfigIsUsage(t *testing.T) {
+	out, err := exec.Command(binary(t)).CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, 2, ee.ExitCode())
+	require.Contains(t, string(out), "-config is required")
+	require.Contains(t, string(out), "Usage of rl-wasm-host")
 }
 
 func TestSampleConfigStarts(t *testing.T) {
