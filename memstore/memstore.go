@@ -133,7 +133,11 @@ func (t *table) bucket(h uint64) *atomic.Pointer[entry] { return &t.buckets[(h>>
 // shard holds more entries than buckets.
 const initialBuckets = 8
 
-// entry holds one key's states, one per limit name.
+// entry holds one key's states, one per limit name. A key created with
+// one limit keeps its name, state and decision scratch in the entry itself
+// (the slices point into it), and a short prefix and key too, so that a
+// decision reads a few adjacent cache lines rather than one allocation
+// each.
 type entry struct {
 	mu      sync.Mutex
 	dead    bool // removed from its shard, under mu: look the key up again
@@ -146,6 +150,19 @@ type entry struct {
 	out     []core.Decision // scratch for decisions, used under mu
 	expires int64           // µs: all states are fresh from then on
 	charged int64           // bytes taken from the budget
+
+	name1  [1]string
+	state1 [1]core.State
+	out1   [1]core.Decision
+	text   [inlineText]byte // prefix, key and a single limit's name, when they fit
+}
+
+// inlineText is the room in an entry for its prefix, key and name.
+const inlineText = 48
+
+// inline reports whether a key fits its entry's inline fields.
+func inline(prefix, key string, names []string) bool {
+	return len(names) == 1 && len(prefix)+len(key)+len(names[0]) <= inlineText
 }
 
 // maxStack bounds the limits of one call on a key whose limits changed.
@@ -481,7 +498,14 @@ func round16(n int64) int64 { return (n + 15) &^ 15 }
 // charge returns the bytes a key created with these limits is charged: all
 // it can hold under them (see the package doc).
 func charge(prefix, key string, names []string, limits []core.Limit) int64 {
-	n := entrySize + indexSlot + round16(int64(len(prefix))) + round16(int64(len(key)))
+	n := entrySize + indexSlot
+	if inline(prefix, key, names) {
+		if limits[0].Algorithm == core.SlidingLog {
+			n += limitBytes("", &limits[0])
+		}
+		return n
+	}
+	n += round16(int64(len(prefix))) + round16(int64(len(key)))
 	k := int64(len(names))
 	n += round16(16*k) + round16(stateSize*k) + round16(decisionSize*k)
 	for i := range names {
@@ -505,13 +529,26 @@ func limitBytes(name string, l *core.Limit) int64 {
 // strings it keeps, so that a key does not pin the request's buffers.
 func newEntry(req *store.Request, size int64) *entry {
 	n := len(req.Names)
-	e := &entry{
-		prefix: strings.Clone(req.Prefix), key: strings.Clone(req.Key),
-		names: make([]string, n), states: make([]core.State, n), out: make([]core.Decision, n),
-		charged: size,
+	e := &entry{charged: size}
+	if inline(req.Prefix, req.Key, req.Names) {
+		// Strings into e.text: e never moves, and they keep it alive.
+		t := e.text[:0]
+		t = append(t, req.Prefix...)
+		t = append(t, req.Key...)
+		t = append(t, req.Names[0]...)
+		lp, lk := len(req.Prefix), len(req.Key)
+		e.prefix = unsafe.String(unsafe.SliceData(t), lp)
+		e.key = unsafe.String((*byte)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(t)), lp)), lk)
+		e.name1[0] = unsafe.String((*byte)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(t)), lp+lk)), len(req.Names[0]))
+		e.names, e.states, e.out = e.name1[:], e.state1[:], e.out1[:]
+	} else {
+		e.prefix, e.key = strings.Clone(req.Prefix), strings.Clone(req.Key)
+		e.names, e.states, e.out = make([]string, n), make([]core.State, n), make([]core.Decision, n)
+		for i, name := range req.Names {
+			e.names[i] = strings.Clone(name)
+		}
 	}
-	for i, name := range req.Names {
-		e.names[i] = strings.Clone(name)
+	for i := range req.Limits {
 		if l := &req.Limits[i]; l.Algorithm == core.SlidingLog && l.Limit > 0 && l.Limit <= core.MaxLogLimit {
 			e.states[i].Log = make([]int64, 0, l.Limit)
 		}
