@@ -368,11 +368,12 @@ func TestUpstreamTimeoutConfig(t *testing.T) {
 
 // Hop-by-hop header fields, the standard ones and those a Connection
 // field names, never cross the proxy, in either direction; 1xx responses
-// included.
+// included. Nor do the fields some upstreams take as the path.
 func TestHopByHopHeadersStop(t *testing.T) {
-	var gotDrop, gotKeep atomic.Value
+	var gotDrop, gotKeep, gotOverride atomic.Value
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		gotDrop.Store(r.Header.Get("X-Drop"))
+		gotOverride.Store(r.Header.Get("X-Original-URL") + r.Header.Get("X-Rewrite-URL"))
 		gotKeep.Store(r.Header.Get("X-Keep"))
 		h := w.Header()
 		h.Set("Link", "</a.css>; rel=preload")
@@ -393,7 +394,8 @@ func TestHopByHopHeadersStop(t *testing.T) {
 	t.Cleanup(up.Close)
 	e := newEdgeEnv(t, "upstream: "+up.URL+"\nrules: [{name: r, endpoint: /limited, strategy: fixed, limit: 100, window: 1m, key_by: global}]\n")
 	for _, p := range []string{"/limited", "/unlimited"} {
-		r := rawDo(t, e.proxy, "GET", p, "Connection", "close, X-Drop", "X-Drop", "1", "X-Keep", "2")
+		r := rawDo(t, e.proxy, "GET", p, "Connection", "close, X-Drop", "X-Drop", "1", "X-Keep", "2",
+			"X-Original-URL", "/admin", "X-Rewrite-URL", "/admin")
 		require.Equal(t, 200, r.code, p)
 		require.Equal(t, "k", r.h.Get("X-Kept"), p)
 		for _, f := range []string{"X-Secret", "X-Other", "Keep-Alive", "Proxy-Authenticate"} {
@@ -404,6 +406,7 @@ func TestHopByHopHeadersStop(t *testing.T) {
 		require.Empty(t, r.interim[0].Values("X-Hint-Secret"), "%s: a hop-by-hop field of a 1xx reached the client", p)
 		require.Equal(t, "", gotDrop.Load(), p)
 		require.Equal(t, "2", gotKeep.Load(), p)
+		require.Equal(t, "", gotOverride.Load(), "%s: a path override reached the upstream", p)
 	}
 }
 

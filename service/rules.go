@@ -297,6 +297,10 @@ func dropLegacyRateLimitFields(resp *http.Response) error {
 	return nil
 }
 
+// pathOverrideFields are request header fields some upstreams take as the
+// request's path; the proxy never forwards them.
+var pathOverrideFields = []string{"X-Original-Url", "X-Rewrite-Url"}
+
 // reverseProxy forwards to u over rt. Hop-by-hop header fields, those the
 // standard names and those the upstream's (or the client's) Connection
 // field lists, are dropped by httputil.ReverseProxy in both directions.
@@ -309,6 +313,12 @@ func (s *Service) reverseProxy(u *url.URL, rt *headerTimeout, modify func(*http.
 			// the upstream decides whom to trust, as key_by: ip does here.
 			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
 			pr.SetXForwarded()
+			// Some upstreams (IIS URL Rewrite, Symfony, Zend) serve the
+			// path these name instead of the request's: the upstream
+			// must see the path that was matched.
+			for _, f := range pathOverrideFields {
+				delete(pr.Out.Header, f)
+			}
 		},
 		Transport:    rt,
 		ErrorLog:     slogErrorLog(s.log),
