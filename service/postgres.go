@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -75,7 +76,17 @@ func openPostgres(ctx context.Context, pc PostgresConfig, mem *memstore.Config, 
 	}
 	timeout := orDefault(pc.Timeout, 250*time.Millisecond)
 	cfg := pgstore.Config{Timeout: timeout, QueueTimeout: orDefault(pc.QueueTimeout, time.Second), ExpireEvery: time.Minute,
-		OnExpireError: func(err error) { log.Warn("expiring idle rows failed", "err", err) }}
+		OnExpireError: func(err error) {
+			if isPermission(err) {
+				// rl_expire is for the owner and rl_admin (migration 0007):
+				// say so once, not every minute.
+				expireDenied.Do(func() {
+					log.Warn("not expiring idle rows: this database role may not call rl_expire (grant it rl_admin, or run rl_expire from a cron job as the owner)", "err", err)
+				})
+				return
+			}
+			log.Warn("expiring idle rows failed", "err", err)
+		}}
 	switch pc.Decide {
 	case "", "go":
 		cfg.Mode = pgstore.ModeGo
@@ -141,6 +152,14 @@ func openPostgres(ctx context.Context, pc PostgresConfig, mem *memstore.Config, 
 		h.ready = nil
 	}
 	return h, nil
+}
+
+// expireDenied reports a refused expiry once per process.
+var expireDenied sync.Once
+
+func isPermission(err error) bool {
+	var pe interface{ SQLState() string }
+	return errors.As(err, &pe) && pe.SQLState() == "42501"
 }
 
 func isUndefined(err error) bool {
