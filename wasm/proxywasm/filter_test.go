@@ -267,3 +267,25 @@ func TestFilterGlobal(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseGlobal: whatever the decision service answers, the filter gets
+// a verdict in range or an error, never a panic or a negative field.
+func FuzzParseGlobal(f *testing.F) {
+	f.Add("200", []byte(`{"allowed":true,"limit_name":"default","limit":10,"remaining":9,"window_ms":1000,"reset_after_ms":100,"retry_after_ms":0}`))
+	f.Add("429", []byte(`{"allowed":false,"limit_name":"d","limit":1,"remaining":0,"window_ms":1,"reset_after_ms":1,"retry_after_ms":-1,"never":true}`))
+	f.Add("200", []byte(`{"allowed":true,"fail_open":true}`))
+	f.Fuzz(func(t *testing.T, status string, body []byte) {
+		v, err := parseGlobal(status, body)
+		if err != nil {
+			return
+		}
+		if v.limit < 1 || v.remaining < 0 || v.window < 1 || v.resetAfter < 0 || v.retryAfter < 0 || v.allowed != (status == "200") {
+			t.Fatalf("%s %s: %+v", status, body, v)
+		}
+		for _, kv := range rateHeaders(v) {
+			if strings.ContainsAny(kv[1], "\r\n\x00") {
+				t.Fatalf("header %q", kv)
+			}
+		}
+	})
+}

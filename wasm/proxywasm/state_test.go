@@ -288,3 +288,35 @@ func BenchmarkStoreTake(b *testing.B) {
 		i++
 	}
 }
+
+// FuzzParseSlot: any shared-data value (another plugin on the same vm_id
+// can write anything) parses without panicking, and a decision on it either
+// succeeds or fails with a typed error; what the store writes parses back.
+func FuzzParseSlot(f *testing.F) {
+	d, _ := digest("k", 1)
+	sl := slot{}
+	good, _ := sl.encode(nil, -1, d, t0+1e6, []core.State{{Algorithm: core.SlidingLog, Log: []int64{t0 - 5, t0}}}, t0, 4)
+	f.Add(good)
+	f.Add(encodeEmpty())
+	f.Add([]byte("junk"))
+	cfg := mustConfig(f, `{"slots":1,"rules":[{"name":"r","limits":[{"strategy":"log","limit":3,"window":"1s"}]}]}`)
+	r := cfg.Rules[0]
+	f.Fuzz(func(t *testing.T, v []byte) {
+		sl := parseSlot(v, nil)
+		for _, e := range sl.entries {
+			if e.off < 16 || e.end > len(v) || e.off >= e.end || e.states < 0 || e.states > maxLimits {
+				t.Fatalf("entry %+v of %d bytes", e, len(v))
+			}
+		}
+		sd := newMemData()
+		sd.set("rl/v1/r/0", v, 0)
+		s := newStore(cfg, sd)
+		ds := make([]core.Decision, 1)
+		if _, err := s.take(r, "k", t0, 1, ds); err != nil && !errors.Is(err, errFull) {
+			t.Fatalf("take: %v", err)
+		}
+		if out, _, _ := sd.get("rl/v1/r/0"); len(parseSlot(out, nil).entries) == 0 && ds[0].Allowed {
+			t.Fatalf("an admission wrote a slot that does not parse: %x", out)
+		}
+	})
+}
