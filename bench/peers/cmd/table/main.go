@@ -116,9 +116,14 @@ func main() {
 		ratio   float64
 		fastest string
 		allocs  float64
+		// The same on each peer's fastest run, the least disturbed by
+		// other load on a shared machine.
+		minRatio   float64
+		minFastest string
 	}
 	verdicts := map[scenario]verdict{}
 	rlNS := map[scenario]float64{}
+	rlMin := map[scenario]float64{}
 	for _, sc := range scenarios {
 		rows := data[sc]
 		rl, haveRL := rows[peers.Project]
@@ -129,6 +134,7 @@ func main() {
 		}
 		// Fastest peer other than this project (and its system-clock variant).
 		fastest, fastNS := "", 0.0
+		minFastest, minFastNS := "", 0.0
 		for name, ss := range rows {
 			if strings.HasPrefix(name, peers.Project+"-") || name == peers.Project {
 				continue
@@ -136,6 +142,12 @@ func main() {
 			if m := median(ss, func(s sample) float64 { return s.ns }); fastest == "" || m < fastNS {
 				fastest, fastNS = name, m
 			}
+			if lo, _ := minMax(ss); minFastest == "" || lo < minFastNS {
+				minFastest, minFastNS = name, lo
+			}
+		}
+		if haveRL {
+			rlMin[sc], _ = minMax(rl)
 		}
 		for _, name := range order {
 			ss, ok := rows[name]
@@ -148,7 +160,7 @@ func main() {
 			switch {
 			case name == peers.Project && fastest != "":
 				ratio = fmt.Sprintf("**rl ÷ fastest peer (%s) = %.2f**", fastest, ns/fastNS)
-				verdicts[sc] = verdict{ns / fastNS, fastest, median(ss, func(s sample) float64 { return s.allocs })}
+				verdicts[sc] = verdict{ns / fastNS, fastest, median(ss, func(s sample) float64 { return s.allocs }), lo / minFastNS, minFastest}
 			case name == peers.Project:
 				ratio = "1.00"
 			case haveRL:
@@ -179,18 +191,34 @@ func main() {
 		if !ok {
 			continue
 		}
-		fmt.Printf("- %s: rl ÷ fastest peer (%s) = %.2f, target ≤ 0.50: %s; allocs/op %s, target 0: %s\n",
-			sc, v.fastest, v.ratio, met(v.ratio <= 0.5), trim(v.allocs, 0), met(v.allocs == 0))
+		fmt.Printf("- %s: rl ÷ fastest peer (%s) = %.2f, target ≤ %.2f: %s (on the fastest runs: ÷ %s = %.2f, %s); allocs/op %s, target 0: %s\n",
+			sc, v.fastest, v.ratio, peerTarget, met(v.ratio <= peerTarget), v.minFastest, v.minRatio, met(v.minRatio <= peerTarget),
+			trim(v.allocs, 0), met(v.allocs == 0))
 	}
 	for _, k := range []string{"1", "10000"} {
 		s, okS := rlNS[scenario{k, "serial"}]
 		p, okP := rlNS[scenario{k, "parallel"}]
-		if okS && okP {
-			fmt.Printf("- keys=%s: rl parallel %s ns/op vs serial %s ns/op (parallel ÷ serial = %.2f), target parallel faster: %s\n",
-				k, trim(p, 1), trim(s, 1), p/s, met(p < s))
+		if !okS || !okP {
+			continue
+		}
+		if k == "10000" {
+			ms, mp := rlMin[scenario{k, "serial"}], rlMin[scenario{k, "parallel"}]
+			fmt.Printf("- keys=%s: rl parallel %s ns/op vs serial %s ns/op (parallel ÷ serial = %.2f), target ≤ %.2f: %s (on the fastest runs: %.2f, %s)\n",
+				k, trim(p, 1), trim(s, 1), p/s, scaleTarget, met(p/s <= scaleTarget), mp/ms, met(mp/ms <= scaleTarget))
+		} else {
+			fmt.Printf("- keys=%s: rl parallel %s ns/op vs serial %s ns/op (parallel ÷ serial = %.2f; one key serializes its callers, no target)\n",
+				k, trim(p, 1), trim(s, 1), p/s)
 		}
 	}
 }
+
+// The targets of issue 11: rl at most 0.6× the fastest peer in every
+// scenario, and on 10,000 keys parallel at most 0.55× its own serial time
+// (scaling over 2 cores).
+const (
+	peerTarget  = 0.60
+	scaleTarget = 0.55
+)
 
 func met(ok bool) string {
 	if ok {
