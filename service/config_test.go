@@ -76,7 +76,7 @@ rules:
     fail_open: true
     shape: true
     limits:
-      - {name: burst, strategy: token, limit: 10, window: 1s, rate: 5}
+      - {name: burst, strategy: leaky, limit: 10, window: 1s, rate: 5}
       - {strategy: fixed, limit: 1000, window: 1d}
       - {algorithm: gcra, limit: 3, window: 500ms}
 `))
@@ -95,7 +95,7 @@ rules:
 	require.True(t, r.FailOpen)
 	require.True(t, r.Shape)
 	require.Equal(t, []rl.Limit{
-		{Name: "burst", Algorithm: core.TokenBucket, Limit: 10, Window: time.Second, Rate: 5},
+		{Name: "burst", Algorithm: core.LeakyBucket, Limit: 10, Window: time.Second, Rate: 5},
 		{Name: "fixed_window_1d", Algorithm: core.FixedWindow, Limit: 1000, Window: 24 * time.Hour},
 		{Name: "gcra_500ms", Algorithm: core.GCRA, Limit: 3, Window: 500 * time.Millisecond},
 	}, r.Limits)
