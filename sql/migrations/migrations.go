@@ -44,7 +44,7 @@ import (
 var FS embed.FS
 
 // Latest is the version of the newest migration in FS.
-const Latest = 7
+const Latest = 9 // 0008 (the SQL port refactor) and 0009 (batched decisions)
 
 // Table is the default table in which the applied version is recorded.
 const Table = "rl_schema_migrations"

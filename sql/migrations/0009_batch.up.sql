@@ -1,0 +1,529 @@
+-- 0009: batched decisions. One call decides many requests, on many keys, in
+-- one statement and one transaction (one commit, one fsync when durable):
+--
+--   rl.rl_decide_batch(keys, names, algorithms, lims, windows_us, rates
+--                      [, costs [, limit_counts [, now_us [, take]]]])
+--       -> SETOF rl.batch_decision, one row per limit of each request, in
+--          input order (an invalid request: one row with its error).
+--   rl.lock_states_batch(keys, names) -> the rows of the (key, name) pairs,
+--       locked (created fresh when missing) in one order, for programs that
+--       decide outside the database (pgstore's batched Go/WASM path); trusted
+--       roles only, as rl.lock_states.
+--   rl.drop_fresh_states(keys, names) -> deletes those of the rows that are
+--       still fresh (never written), which rl.lock_states_batch created for a
+--       request that was denied; trusted roles only.
+--
+-- Locking: every row a batch takes is locked in one order, bytewise by key,
+-- then bytewise by name (COLLATE "C"), creating a missing row fresh at its
+-- place in that order. A single-request function locks the rows of one key in
+-- bytewise name order, which is the same order restricted to that key, so
+-- batches, single calls and rl.lock_states never wait for each other in a
+-- cycle. The common case (every row exists) is one statement
+-- (SELECT ... ORDER BY ... FOR UPDATE locks in output order) inside a
+-- subtransaction; if a row is missing the subtransaction is rolled back,
+-- releasing what it locked, and the rows are locked one by one in the same
+-- order, creating the missing ones.
+--
+-- Decisions: requests are decided in input order against the locked states,
+-- so several requests for one key in a batch are decided one after the other
+-- under one lock, exactly as if they had been separate calls in that order.
+-- Each request is all or nothing across its limits (core.TakeAll, as
+-- rl._take_many), decided by rl._eval, the same PL/pgSQL port of the core the
+-- single-request functions use. An invalid request gets its own error row
+-- (error_code: the SQLSTATE the single-request functions raise, RL0NN or
+-- 42501) and changes nothing; the others are decided. The new states are
+-- written with one UPDATE; rows created for requests that wrote nothing are
+-- deleted again.
+--
+-- Tenants and time: the rules of 0007. Every key is checked as
+-- rl._check_tenant_key checks it (one lookup of the caller's prefixes per
+-- call); a request time is honoured for trusted roles only, as
+-- rl._request_now does.
+SET LOCAL search_path = pg_catalog, pg_temp;
+
+-- One row of rl.rl_decide_batch.
+CREATE TYPE rl.batch_decision AS (
+    req            integer, -- the request's position in keys (0-based)
+    ord            integer, -- the limit's position within its request (0-based); NULL on an error row
+    name           text,
+    allowed        boolean, -- this limit's decision; the request admitted iff all its rows are allowed
+    lim            bigint,
+    remaining      bigint,
+    reset_after_us bigint,
+    retry_after_us bigint,  -- 0 when allowed; -1: never (cost above the limit)
+    delay_us       bigint,
+    deciding       boolean, -- the row core.TakeAll returns as its index
+    now_us         bigint,  -- the time the request was decided at
+    error_code     text,    -- NULL, or the SQLSTATE of the request's error (RL0NN: core.Error NN; 42501: tenant)
+    error_message  text
+);
+
+COMMENT ON TYPE rl.batch_decision IS
+    'One row of rl.rl_decide_batch: a limit of a request, or a request''s error (error_code set, ord NULL)';
+
+-- rl._lock_batch locks the rows of the distinct (key, name) pairs of
+-- p_keys and p_names in (key, name) bytewise order, creating missing rows
+-- fresh in passing, and returns the pairs in that order with their states
+-- and whether this call created them. Keys and names must be valid (1 to 256
+-- bytes): the callers check them. Not granted.
+CREATE FUNCTION rl._lock_batch(p_keys text[], p_names text[],
+                               OUT keys text[], OUT names text[], OUT states rl.state_words[], OUT created boolean[])
+    LANGUAGE plpgsql
+AS $fn$
+DECLARE
+    m     integer;
+    got   integer;
+    ok    boolean := false;
+    st    rl.state_words;
+    c     boolean;
+    tries integer;
+BEGIN
+    SELECT coalesce(array_agg(d.k ORDER BY d.k COLLATE "C", d.n COLLATE "C"), '{}'),
+           coalesce(array_agg(d.n ORDER BY d.k COLLATE "C", d.n COLLATE "C"), '{}')
+      INTO keys, names
+      FROM (SELECT DISTINCT u.k, u.n FROM unnest(p_keys, p_names) AS u(k, n)) d;
+    m := cardinality(keys);
+    IF m = 0 THEN
+        states := '{}';
+        created := '{}';
+        RETURN;
+    END IF;
+    -- Every row present, the common case: one statement locks them in order.
+    -- A row missing (or deleted meanwhile) rolls the subtransaction back,
+    -- which releases the locks it took: nothing is held out of order.
+    BEGIN
+        SELECT array_agg(ROW(l.algorithm, l.t, l.x, l.y, l.log)::rl.state_words ORDER BY l.o), count(*)
+          INTO states, got
+          FROM (SELECT u.o, s.algorithm, s.t, s.x, s.y, s.log
+                  FROM unnest(keys, names) WITH ORDINALITY AS u(k, n, o)
+                  JOIN rl.state s ON s.key = u.k AND s.name = u.n
+                 ORDER BY u.o
+                   FOR UPDATE OF s) l;
+        IF got < m THEN
+            RAISE EXCEPTION USING ERRCODE = 'RL999', MESSAGE = 'ratelimit: internal: a row is missing';
+        END IF;
+        ok := true;
+    EXCEPTION WHEN SQLSTATE 'RL999' THEN
+        ok := false;
+    END;
+    IF ok THEN
+        created := array_fill(false, ARRAY[m]);
+        RETURN;
+    END IF;
+    -- Row by row, in the same order, creating the missing ones (the protocol
+    -- of rl._take_many and rl.lock_states).
+    states := '{}';
+    created := '{}';
+    FOR i IN 1 .. m LOOP
+        tries := 0;
+        c := false;
+        LOOP
+            SELECT s.algorithm, s.t, s.x, s.y, s.log INTO st
+              FROM rl.state s WHERE s.key = keys[i] AND s.name = names[i] FOR UPDATE;
+            EXIT WHEN FOUND;
+            tries := tries + 1;
+            IF tries > 100 THEN
+                RAISE EXCEPTION 'ratelimit: the state row kept changing; retry the transaction'
+                    USING ERRCODE = 'serialization_failure';
+            END IF;
+            INSERT INTO rl.state AS s (key, name) VALUES (keys[i], names[i]) ON CONFLICT DO NOTHING;
+            c := c OR FOUND;
+        END LOOP;
+        states[i] := st;
+        created[i] := c;
+    END LOOP;
+END
+$fn$;
+
+-- rl.rl_decide_batch decides many requests in one call (see the top of this
+-- file and sql/README.md, "Batched decisions"). Request r (1-based here,
+-- 0-based in the result) has key keys[r], cost costs[r] (NULL array: 1),
+-- limit_counts[r] limits (NULL array: one each) taken in turn from names,
+-- algorithms, lims, windows_us and rates, time now_us[r] (NULL array or
+-- element: the database clock; honoured for trusted roles only) and take[r]
+-- (false: peek; NULL array or element: take).
+CREATE FUNCTION rl.rl_decide_batch(keys text[], names text[], algorithms integer[], lims bigint[],
+                                   windows_us bigint[], rates bigint[], costs bigint[] DEFAULT NULL,
+                                   limit_counts integer[] DEFAULT NULL, now_us bigint[] DEFAULT NULL,
+                                   take boolean[] DEFAULT NULL)
+    RETURNS SETOF rl.batch_decision
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+DECLARE
+    p_keys   ALIAS FOR $1;
+    p_names  ALIAS FOR $2;
+    p_algs   ALIAS FOR $3;
+    p_lims   ALIAS FOR $4;
+    p_wins   ALIAS FOR $5;
+    p_rates  ALIAS FOR $6;
+    p_costs  ALIAS FOR $7;
+    p_counts ALIAS FOR $8;
+    p_nows   ALIAS FOR $9;
+    p_takes  ALIAS FOR $10;
+    nreq     integer := coalesce(cardinality(p_keys), 0);
+    nlim     integer := coalesce(cardinality(p_names), 0);
+    firsts   integer[];
+    cnts     integer[];
+    ecode    text[];
+    emsg     text[];
+    nows     bigint[];
+    takes    boolean[];
+    limkey   text[];
+    lk       text[] := '{}';
+    ln       text[] := '{}';
+    pk       text[] := '{}';
+    pn       text[] := '{}';
+    sk       text[];
+    sn       text[];
+    sw       rl.state_words[];
+    sc       boolean[];
+    sexp     bigint[];
+    dirty    boolean[];
+    slot     integer[];
+    v_now    bigint;
+    who      name;
+    trusted  boolean;
+    pfx      text[];
+    k        text;
+    f        integer;
+    c        integer;
+    j        integer;
+    tk       boolean;
+    p_cost   bigint;
+    p_now    bigint;
+    st       rl.state_words;
+    r        rl._eval_result;
+    rs       rl._eval_result[];
+    denied   integer;
+    best     integer;
+    bad      integer;
+    total    bigint;
+    any_dirty boolean := false;
+BEGIN
+    -- The shape of the call: an error here fails the whole call (RL010).
+    IF (nreq > 0 AND (array_ndims(p_keys) <> 1 OR array_lower(p_keys, 1) <> 1))
+            OR (nlim > 0 AND (array_ndims(p_names) <> 1 OR array_lower(p_names, 1) <> 1))
+            OR coalesce(cardinality(p_algs), 0) <> nlim OR coalesce(cardinality(p_lims), 0) <> nlim
+            OR coalesce(cardinality(p_wins), 0) <> nlim OR coalesce(cardinality(p_rates), 0) <> nlim
+            OR (nlim > 0 AND (array_lower(p_algs, 1) <> 1 OR array_lower(p_lims, 1) <> 1
+                              OR array_lower(p_wins, 1) <> 1 OR array_lower(p_rates, 1) <> 1))
+            OR (p_costs IS NOT NULL AND (cardinality(p_costs) <> nreq OR (nreq > 0 AND array_lower(p_costs, 1) <> 1)))
+            OR (p_nows IS NOT NULL AND (cardinality(p_nows) <> nreq OR (nreq > 0 AND array_lower(p_nows, 1) <> 1)))
+            OR (p_takes IS NOT NULL AND (cardinality(p_takes) <> nreq OR (nreq > 0 AND array_lower(p_takes, 1) <> 1))) THEN
+        PERFORM rl._raise(10, 'rl_decide_batch: keys, costs, now_us and take need one element per request, '
+                              'names, algorithms, lims, windows_us and rates one per limit');
+    END IF;
+    IF p_counts IS NULL THEN
+        IF nlim <> nreq THEN
+            PERFORM rl._raise(10, 'rl_decide_batch: without limit_counts, each request has one limit');
+        END IF;
+    ELSE
+        SELECT sum(u.c), count(*) FILTER (WHERE u.c IS NULL OR u.c < 0) INTO total, bad FROM unnest(p_counts) AS u(c);
+        IF cardinality(p_counts) <> nreq OR (nreq > 0 AND array_lower(p_counts, 1) <> 1)
+                OR bad > 0 OR coalesce(total, 0) <> nlim THEN
+            PERFORM rl._raise(10, 'rl_decide_batch: limit_counts needs one count (0 or more) per request, adding up to the number of limits');
+        END IF;
+    END IF;
+    IF nreq = 0 THEN
+        RETURN;
+    END IF;
+
+    -- Time and tenants, once per call (0007's rules).
+    v_now := rl._request_now(NULL);
+    IF EXISTS (SELECT FROM rl.tenants) THEN
+        who := rl._caller();
+        trusted := rl._trusted(who);
+        IF NOT trusted THEN
+            SELECT array_agg(t.key_prefix ORDER BY t.key_prefix COLLATE "C") INTO pfx
+              FROM rl.tenants t WHERE pg_has_role(who, t.role, 'MEMBER');
+        END IF;
+    END IF;
+
+    -- Each request: check it, or give it its error; collect the rows to lock
+    -- (takes) and to read (peeks).
+    limkey := array_fill(NULL::text, ARRAY[nlim]);
+    j := 1;
+    FOR q IN 1 .. nreq LOOP
+        c := CASE WHEN p_counts IS NULL THEN 1 ELSE p_counts[q] END;
+        firsts[q] := j;
+        cnts[q] := c;
+        j := j + c;
+        k := p_keys[q];
+        IF (octet_length(k) BETWEEN 1 AND 256) IS NOT TRUE THEN
+            ecode[q] := 'RL011';
+            emsg[q] := 'ratelimit: invalid key: it must be 1 to 256 bytes';
+            CONTINUE;
+        END IF;
+        IF pfx IS NOT NULL AND NOT EXISTS (SELECT FROM unnest(pfx) AS u(p) WHERE starts_with(k, u.p)) THEN
+            ecode[q] := '42501';
+            emsg[q] := format('ratelimit: role %s may not use key %s', quote_ident(who), quote_literal(k));
+            CONTINUE;
+        END IF;
+        IF c = 0 THEN
+            ecode[q] := 'RL010';
+            emsg[q] := rl._error_message(10);
+            CONTINUE;
+        END IF;
+        FOR i IN firsts[q] .. firsts[q] + c - 1 LOOP
+            IF (octet_length(p_names[i]) BETWEEN 1 AND 256) IS NOT TRUE THEN
+                ecode[q] := 'RL011';
+                emsg[q] := 'ratelimit: invalid limit name: it must be 1 to 256 bytes';
+                EXIT;
+            END IF;
+            IF i > firsts[q] AND p_names[i] = ANY (p_names[firsts[q] : i - 1]) THEN
+                ecode[q] := 'RL010';
+                emsg[q] := rl._error_message(10);
+                EXIT;
+            END IF;
+        END LOOP;
+        CONTINUE WHEN ecode[q] IS NOT NULL;
+        -- rl._request_now, with the caller's trust looked up once.
+        IF p_nows IS NULL OR p_nows[q] IS NULL THEN
+            nows[q] := v_now;
+        ELSE
+            IF trusted IS NULL THEN
+                trusted := rl._trusted(rl._caller());
+            END IF;
+            nows[q] := CASE WHEN trusted THEN p_nows[q] ELSE v_now END;
+        END IF;
+        takes[q] := p_takes IS NULL OR coalesce(p_takes[q], true);
+        FOR i IN firsts[q] .. firsts[q] + c - 1 LOOP
+            limkey[i] := k;
+            IF takes[q] THEN
+                lk := lk || k;
+                ln := ln || p_names[i];
+            ELSE
+                pk := pk || k;
+                pn := pn || p_names[i];
+            END IF;
+        END LOOP;
+    END LOOP;
+
+    -- Lock the rows the takes use, in the one order; read the rows only
+    -- peeked at.
+    SELECT l.keys, l.names, l.states, l.created INTO sk, sn, sw, sc FROM rl._lock_batch(lk, ln) l;
+    IF cardinality(pk) > 0 THEN
+        SELECT sk || coalesce(array_agg(p.k), '{}'), sn || coalesce(array_agg(p.n), '{}'),
+               sw || coalesce(array_agg(coalesce(ROW(s.algorithm, s.t, s.x, s.y, s.log)::rl.state_words,
+                                                 ROW(0, 0, 0, 0, '{}')::rl.state_words)), '{}'),
+               sc || coalesce(array_agg(false), '{}')
+          INTO sk, sn, sw, sc
+          FROM (SELECT DISTINCT u.k, u.n FROM unnest(pk, pn) AS u(k, n)
+                EXCEPT SELECT v.k, v.n FROM unnest(sk, sn) AS v(k, n)) p
+          LEFT JOIN rl.state s ON s.key = p.k AND s.name = p.n;
+    END IF;
+    SELECT array_agg(s.o ORDER BY l.j) INTO slot
+      FROM unnest(limkey, p_names) WITH ORDINALITY AS l(k, n, j)
+      LEFT JOIN unnest(sk, sn) WITH ORDINALITY AS s(k, n, o) ON s.k = l.k AND s.n = l.n;
+    sexp := array_fill(NULL::bigint, ARRAY[cardinality(sk)]);
+    dirty := array_fill(false, ARRAY[cardinality(sk)]);
+
+    -- Decide, in input order.
+    FOR q IN 1 .. nreq LOOP
+        IF ecode[q] IS NOT NULL THEN
+            RETURN NEXT ROW(q - 1, NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, false, NULL,
+                            ecode[q], emsg[q])::rl.batch_decision;
+            CONTINUE;
+        END IF;
+        f := firsts[q];
+        c := cnts[q];
+        tk := takes[q];
+        p_now := nows[q];
+        p_cost := CASE WHEN p_costs IS NULL THEN 1 ELSE p_costs[q] END;
+        IF c = 1 THEN
+            -- One limit: core.TakeAll is core.Take, decided in one pass.
+            st := sw[slot[f]];
+            r := rl._eval(p_algs[f], p_lims[f], p_wins[f], p_rates[f], st.algorithm, st.t, st.x, st.y, st.log,
+                          p_now, p_cost, tk);
+            IF r.err <> 0 THEN
+                RETURN NEXT ROW(q - 1, NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, false, p_now,
+                                'RL0' || lpad(r.err::text, 2, '0'), rl._error_message(r.err))::rl.batch_decision;
+                CONTINUE;
+            END IF;
+            IF tk AND r.allowed AND p_cost > 0 THEN
+                sw[slot[f]] := ROW(r.algorithm, r.t, r.x, r.y, r.log)::rl.state_words;
+                sexp[slot[f]] := p_now + r.reset_after;
+                dirty[slot[f]] := true;
+                any_dirty := true;
+            END IF;
+            RETURN NEXT ROW(q - 1, 0, p_names[f], r.allowed, r.lim, r.remaining, r.reset_after, r.retry_after,
+                            r.delay, true, p_now, NULL, NULL)::rl.batch_decision;
+            CONTINUE;
+        END IF;
+        -- Several limits: core.TakeAll / core.PeekAll, as rl._take_many.
+        rs := '{}';
+        denied := 0;
+        bad := 0;
+        FOR i IN 1 .. c LOOP
+            st := sw[slot[f + i - 1]];
+            r := rl._eval(p_algs[f + i - 1], p_lims[f + i - 1], p_wins[f + i - 1], p_rates[f + i - 1],
+                          st.algorithm, st.t, st.x, st.y, st.log, p_now, p_cost, false);
+            IF r.err <> 0 THEN
+                bad := r.err;
+                EXIT;
+            END IF;
+            rs[i] := r;
+            IF NOT r.allowed THEN
+                IF denied = 0 THEN
+                    denied := i;
+                ELSIF (rs[denied]).retry_after <> -1
+                      AND (r.retry_after = -1 OR r.retry_after > (rs[denied]).retry_after) THEN
+                    denied := i;
+                END IF;
+            END IF;
+        END LOOP;
+        IF bad <> 0 THEN
+            RETURN NEXT ROW(q - 1, NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, false, p_now,
+                            'RL0' || lpad(bad::text, 2, '0'), rl._error_message(bad))::rl.batch_decision;
+            CONTINUE;
+        END IF;
+        IF denied > 0 THEN
+            best := denied;
+            IF p_cost > 0 THEN
+                FOR i IN 1 .. c LOOP
+                    CONTINUE WHEN NOT (rs[i]).allowed;
+                    st := sw[slot[f + i - 1]];
+                    rs[i] := rl._eval(p_algs[f + i - 1], p_lims[f + i - 1], p_wins[f + i - 1], p_rates[f + i - 1],
+                                      st.algorithm, st.t, st.x, st.y, st.log, p_now, 0, false);
+                END LOOP;
+            END IF;
+        ELSE
+            best := 1;
+            FOR i IN 1 .. c LOOP
+                IF tk THEN
+                    st := sw[slot[f + i - 1]];
+                    r := rl._eval(p_algs[f + i - 1], p_lims[f + i - 1], p_wins[f + i - 1], p_rates[f + i - 1],
+                                  st.algorithm, st.t, st.x, st.y, st.log, p_now, p_cost, true);
+                    rs[i] := r;
+                END IF;
+                IF (rs[i]).remaining < (rs[best]).remaining THEN
+                    best := i;
+                END IF;
+            END LOOP;
+            IF tk AND p_cost > 0 THEN
+                FOR i IN 1 .. c LOOP
+                    r := rs[i];
+                    sw[slot[f + i - 1]] := ROW(r.algorithm, r.t, r.x, r.y, r.log)::rl.state_words;
+                    sexp[slot[f + i - 1]] := p_now + r.reset_after;
+                    dirty[slot[f + i - 1]] := true;
+                END LOOP;
+                any_dirty := true;
+            END IF;
+        END IF;
+        FOR i IN 1 .. c LOOP
+            r := rs[i];
+            RETURN NEXT ROW(q - 1, i - 1, p_names[f + i - 1], r.allowed, r.lim, r.remaining, r.reset_after,
+                            r.retry_after, r.delay, i = best, p_now, NULL, NULL)::rl.batch_decision;
+        END LOOP;
+    END LOOP;
+
+    -- Write the new states back in one statement; delete the rows created
+    -- for requests that wrote nothing.
+    IF any_dirty THEN
+        UPDATE rl.state s
+           SET algorithm = (u.w).algorithm, t = (u.w).t, x = (u.w).x, y = (u.w).y, log = (u.w).log,
+               expires_at = u.e
+          FROM (SELECT * FROM unnest(sk, sn, sexp, dirty) WITH ORDINALITY AS v(k, n, e, d, o)) u0
+          JOIN LATERAL (SELECT u0.k, u0.n, u0.e, sw[u0.o] AS w) u ON true
+         WHERE u0.d AND s.key = u.k AND s.name = u.n;
+    END IF;
+    IF true = ANY (sc) THEN
+        DELETE FROM rl.state s
+         USING unnest(sk, sn, sc, dirty) AS u(k, n, c, d)
+         WHERE u.c AND NOT u.d AND s.key = u.k AND s.name = u.n;
+    END IF;
+END
+$fn$;
+
+COMMENT ON FUNCTION rl.rl_decide_batch(text[], text[], integer[], bigint[], bigint[], bigint[], bigint[], integer[], bigint[], boolean[]) IS
+    'Decides many requests (each one key, one or more limits, all or nothing) in one call and one transaction; '
+    'one row per limit of each request, in input order; an invalid request gets an error row. See sql/README.md.';
+
+-- rl.lock_states_batch: rl.lock_states for a batch. Locks the rows of the
+-- distinct (keys[i], names[i]) pairs in (key, name) bytewise order, creating
+-- missing ones fresh, and returns them in that order with whether this call
+-- created them and the time the functions decide at. Call it in a
+-- transaction; decide; UPDATE the rows written; call rl.drop_fresh_states
+-- for created rows left unwritten; commit. Trusted roles only.
+CREATE FUNCTION rl.lock_states_batch(keys text[], names text[])
+    RETURNS TABLE (key text, name text, algorithm integer, t bigint, x bigint, y bigint, log bigint[],
+                   created boolean, now_us bigint)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+DECLARE
+    p_keys  ALIAS FOR $1;
+    p_names ALIAS FOR $2;
+    v_now   bigint;
+    l       record;
+BEGIN
+    PERFORM rl._require_trusted('rl.lock_states_batch');
+    IF cardinality(p_keys) IS DISTINCT FROM cardinality(p_names) THEN
+        PERFORM rl._raise(10, 'rl.lock_states_batch: keys and names differ in length');
+    END IF;
+    IF EXISTS (SELECT FROM unnest(p_keys, p_names) AS u(k, n)
+                WHERE (octet_length(u.k) BETWEEN 1 AND 256 AND octet_length(u.n) BETWEEN 1 AND 256) IS NOT TRUE) THEN
+        PERFORM rl._check_key(u.k, 'key'), rl._check_key(u.n, 'limit name')
+           FROM unnest(p_keys, p_names) AS u(k, n);
+    END IF;
+    v_now := rl._request_now(NULL);
+    SELECT * INTO l FROM rl._lock_batch(p_keys, p_names);
+    RETURN QUERY SELECT u.k, u.n, (u.w).algorithm, (u.w).t, (u.w).x, (u.w).y, (u.w).log, u.c, v_now
+                   FROM (SELECT v.k, v.n, l.states[v.o] AS w, v.c
+                           FROM unnest(l.keys, l.names, l.created) WITH ORDINALITY AS v(k, n, c, o)) u;
+END
+$fn$;
+
+COMMENT ON FUNCTION rl.lock_states_batch(text[], text[]) IS
+    'Locks (creating if missing) the state rows of many (key, name) pairs in (key, name) bytewise order; for deciding outside SQL';
+
+-- rl.drop_fresh_states deletes the rows of the pairs that are still fresh
+-- (never written: what rl.lock_states_batch creates), so that a batch whose
+-- requests were denied leaves nothing behind. A fresh row decides exactly as
+-- a missing one, so deleting it changes no decision. Trusted roles only.
+CREATE FUNCTION rl.drop_fresh_states(keys text[], names text[]) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+DECLARE
+    n bigint;
+BEGIN
+    PERFORM rl._require_trusted('rl.drop_fresh_states');
+    DELETE FROM rl.state s
+     USING unnest($1, $2) AS u(k, n)
+     WHERE s.key = u.k AND s.name = u.n
+       AND s.algorithm = 0 AND s.t = 0 AND s.x = 0 AND s.y = 0 AND cardinality(s.log) = 0 AND s.expires_at = 0;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$fn$;
+
+-- New functions are executable by PUBLIC until revoked (see 0007).
+REVOKE ALL ON FUNCTION
+    rl._lock_batch(text[], text[]),
+    rl.rl_decide_batch(text[], text[], integer[], bigint[], bigint[], bigint[], bigint[], integer[], bigint[], boolean[]),
+    rl.lock_states_batch(text[], text[]),
+    rl.drop_fresh_states(text[], text[])
+    FROM PUBLIC;
+
+DO $do$
+BEGIN
+    FOR attempt IN 1 .. 5 LOOP
+        BEGIN
+            GRANT EXECUTE ON FUNCTION
+                rl.rl_decide_batch(text[], text[], integer[], bigint[], bigint[], bigint[], bigint[], integer[], bigint[], boolean[])
+                TO rl_app;
+            GRANT EXECUTE ON FUNCTION
+                rl.lock_states_batch(text[], text[]),
+                rl.drop_fresh_states(text[], text[])
+                TO rl_admin;
+            RETURN;
+        EXCEPTION WHEN duplicate_object OR unique_violation OR undefined_object THEN
+            IF attempt = 5 THEN
+                RAISE;
+            END IF;
+        END;
+    END LOOP;
+END
+$do$;
