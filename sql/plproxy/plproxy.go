@@ -99,13 +99,14 @@ func (c Config) Layout() (parts []string, user, password string, err error) {
 // ConnString converts a postgres:// or postgresql:// URL into the libpq
 // key=value connect string PL/Proxy needs for a partition (it appends the
 // user mapping's options, which a URL cannot take), returning the user and
-// password separately. Query parameters become keywords.
+// password separately. Query parameters become keywords, except those of
+// golang-migrate (x-...) and pgxpool (pool_...), which libpq would refuse.
 func ConnString(databaseURL string) (connString, user, password string, err error) {
 	u, err := url.Parse(databaseURL)
 	if err != nil {
 		return "", "", "", errors.New("cannot parse the shard URL (want postgres://user@host:port/dbname)")
 	}
-	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
+	if u.Scheme != "postgres" && u.Scheme != "postgresql" && u.Scheme != "pgx5" {
 		return "", "", "", fmt.Errorf("shard URL scheme %q (want postgres:// or postgresql://)", u.Scheme)
 	}
 	db := strings.TrimPrefix(u.Path, "/")
@@ -123,11 +124,13 @@ func ConnString(databaseURL string) (connString, user, password string, err erro
 	password, _ = u.User.Password()
 	for k, vs := range u.Query() {
 		v := vs[len(vs)-1]
-		switch k {
-		case "user":
+		switch {
+		case k == "user":
 			user = v
-		case "password":
+		case k == "password":
 			password = v
+		case strings.HasPrefix(k, "x-") || strings.HasPrefix(k, "pool_"):
+			// golang-migrate's and pgxpool's parameters, unknown to libpq
 		default:
 			kv[k] = v
 		}
@@ -159,8 +162,9 @@ func quoteConn(v string) string {
 
 // Apply installs RouterSQL in the database at routerURL and creates or
 // updates the server rl_shards with cfg's partitions, a user mapping for
-// PUBLIC with the shards' user and password, and USAGE on the server for
-// rl_app and rl_admin, in one transaction. It refuses a database holding rl.state (a
+// PUBLIC with the shards' user and password (replaced when the URLs name
+// them, else created only if missing), and USAGE on the server for rl_app
+// and rl_admin, in one transaction. It refuses a database holding rl.state (a
 // shard, or a single node). Applying again with other shards repoints the
 // partitions; with another partition count it moves keys, so it refuses
 // unless the server has no partitions yet.
@@ -242,11 +246,12 @@ func Apply(ctx context.Context, routerURL string, cfg Config) error {
 		if password != "" {
 			mapping = append(mapping, "password "+literal(password))
 		}
-		if _, err := tx.Exec(ctx, "DROP USER MAPPING IF EXISTS FOR PUBLIC SERVER "+Cluster); err != nil {
-			return fmt.Errorf("plproxy: %w", err)
-		}
-		um := "CREATE USER MAPPING FOR PUBLIC SERVER " + Cluster
+		// URLs without a user or password keep a mapping set by hand.
+		um := "CREATE USER MAPPING IF NOT EXISTS FOR PUBLIC SERVER " + Cluster
 		if len(mapping) > 0 {
+			if _, err := tx.Exec(ctx, "DROP USER MAPPING IF EXISTS FOR PUBLIC SERVER "+Cluster); err != nil {
+				return fmt.Errorf("plproxy: %w", err)
+			}
 			um += " OPTIONS (" + strings.Join(mapping, ", ") + ")"
 		}
 		if _, err := tx.Exec(ctx, um); err != nil {

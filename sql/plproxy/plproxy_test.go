@@ -102,6 +102,8 @@ func TestLayout(t *testing.T) {
 		{[]string{"postgres://h/a", "postgres://h/b", "postgres://h/c"}, 0,
 			[]string{"dbname=a host=h", "dbname=b host=h", "dbname=c host=h", "dbname=a host=h"}, "", "", ""},
 		{[]string{"postgres://h/my%20db?user=x&password=it's"}, 0, []string{`dbname='my db' host=h`}, "x", "it's", ""},
+		{[]string{"pgx5://h:1/a?x-migrations-table=t&pool_max_conns=4&options=-c%20synchronous_commit%3Doff&connect_timeout=5"}, 0,
+			[]string{`connect_timeout=5 dbname=a host=h options='-c synchronous_commit=off' port=1`}, "", "", ""},
 		{[]string{"postgres://h/a", "postgres://h/b"}, 3, nil, "", "", "3 partitions: want a power of two from 2"},
 		{[]string{"postgres://h/a", "postgres://h/b", "postgres://h/c"}, 2, nil, "", "", "2 partitions"},
 		{nil, 0, nil, "", "", "no shards"},
@@ -263,6 +265,16 @@ func TestApply(t *testing.T) {
 	var d bool
 	require.NoError(t, conn.QueryRow(ctx, "SELECT allowed FROM rl.rl_allow('k', 'gcra', 1, '1 second')").Scan(&d))
 	require.True(t, d)
+	// URLs without a user keep the mapping that names one.
+	var bare []string
+	for _, s := range c.Shards {
+		bare = append(bare, strings.Replace(s, "postgres@", "", 1))
+	}
+	require.NotEqual(t, c.Shards, bare)
+	require.NoError(t, plproxy.Apply(ctx, c.Router, plproxy.Config{Shards: bare, Partitions: 4}))
+	var um []string
+	require.NoError(t, conn.QueryRow(ctx, "SELECT umoptions FROM pg_user_mappings WHERE srvname = 'rl_shards' AND usename = 'public'").Scan(&um))
+	require.Equal(t, []string{"user=postgres"}, um)
 }
 
 // routerCore decides the vectors through the router: it writes the given
