@@ -58,7 +58,7 @@ func TestTenantThroughRouter(t *testing.T) {
 	conn, err := pgx.Connect(ctx, u.String())
 	require.NoError(t, err)
 	defer conn.Close(ctx)
-	far := time.Now().Add(100*365*24*time.Hour).UnixMicro()
+	far := time.Now().Add(100 * 365 * 24 * time.Hour).UnixMicro()
 	for i := range 10 { // keys on both shards
 		k := "a:" + string(rune('0'+i))
 		var now int64
