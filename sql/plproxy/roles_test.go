@@ -67,6 +67,9 @@ func TestTenantThroughRouter(t *testing.T) {
 		_, err = conn.Exec(ctx, "SELECT rl.rl_allow($1, 'gcra', 5, '1 minute')", "b:"+string(rune('0'+i)))
 		requireCode(t, err, "42501")
 	}
+	for _, s := range c.Shards {
+		require.Positive(t, count(t, s, "SELECT count(*) FROM rl.state WHERE key LIKE 'a:%'"), "keys on every shard")
+	}
 	_, err = conn.Exec(ctx, "SELECT rl.rl_expire()")
 	requireCode(t, err, "42501")
 }
