@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rlcore/rl/service"
+	"github.com/rlcore/rl/internal/service"
 )
 
 // version is set at build time: -ldflags "-X main.version=v1.2.3".

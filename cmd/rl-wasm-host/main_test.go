@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -178,9 +179,14 @@ func TestVersion(t *testing.T) {
 	out, err := exec.Command(binary(t), "-version").CombinedOutput()
 	require.NoError(t, err)
 	require.Contains(t, string(out), "rl-wasm-host github.com/rlcore/rl v0.0.0-e2e")
-	// Built in a git checkout: the revision it was built from.
-	if rev, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil {
-		require.Contains(t, string(out), strings.TrimSpace(string(rev)))
+	// Built in a git checkout: the revision it was built from (a commit of
+	// this repository; HEAD may have moved on since the build).
+	if _, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil {
+		rev := regexp.MustCompile(`\b[0-9a-f]{40}\b`).FindString(string(out))
+		require.NotEmpty(t, rev, "no revision in %q", out)
+		typ, err := exec.Command("git", "cat-file", "-t", rev).Output()
+		require.NoError(t, err)
+		require.Equal(t, "commit", strings.TrimSpace(string(typ)))
 	}
 }
 

@@ -6,8 +6,8 @@ import (
 	"net/http/httptest"
 	"strings"
 
+	"github.com/rlcore/rl/internal/service"
 	"github.com/rlcore/rl/memstore"
-	"github.com/rlcore/rl/service"
 )
 
 func Example() {

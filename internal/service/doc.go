@@ -1,5 +1,7 @@
 // Package service is the rate-limiting HTTP service that cmd/rl-wasm-host
-// runs: a JSON decision API, a reverse proxy filter and the operations
+// runs (internal: its configuration language and JSON API are the
+// command's interface, documented in cmd/rl-wasm-host/README.md, not a Go
+// API): a JSON decision API, a reverse proxy filter and the operations
 // endpoints, over rules read from a YAML or JSON file.
 //
 // A Service decides with one core.Decider (the WebAssembly build of the
