@@ -52,6 +52,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("Reset", func(t *testing.T) { reset(t, cfg, prefix) })
 	t.Run("InvalidInput", func(t *testing.T) { invalid(t, cfg, prefix) })
 	t.Run("Exactness", func(t *testing.T) { exactness(t, cfg, prefix) })
+	t.Run("AllOrNothingRace", func(t *testing.T) { allOrNothingRace(t, cfg, prefix) })
 }
 
 func req(cfg Config, prefix, key string, op store.Op, now, cost int64, names []string, ls ...core.Limit) store.Request {
@@ -246,4 +247,61 @@ func asCore(err error) (core.Error, bool) {
 	var ce core.Error
 	ok := errors.As(err, &ce)
 	return ce, ok
+}
+
+// allOrNothingRace races a two-limit request against requests for each of
+// its limits alone, on one key: a two-limit call takes from both or from
+// neither, so afterwards each limit has exactly its quota left less what the
+// admitted calls that include it took.
+func allOrNothingRace(t *testing.T, cfg Config, prefix string) {
+	s := cfg.New(t)
+	hourly := core.Limit{Algorithm: core.FixedWindow, Limit: 60, Window: 3_600_000_000}
+	burst := core.Limit{Algorithm: core.TokenBucket, Limit: 40, Window: 86_400_000_000}
+	reqs := []struct {
+		names []string
+		ls    []core.Limit
+	}{
+		{[]string{"hourly", "burst"}, []core.Limit{hourly, burst}},
+		{[]string{"hourly"}, []core.Limit{hourly}},
+		{[]string{"burst"}, []core.Limit{burst}},
+	}
+	const key = "race-all-or-nothing"
+	var admitted [3]atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	errs := make(chan error, cfg.Goroutines)
+	for g := range cfg.Goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := range cfg.Calls {
+				which, cost := (g+i)%3, int64(1+(g+i)%2)
+				r := reqs[which]
+				_, d, err := s.Decide(context.Background(), req(cfg, prefix, key, store.Take, t0, cost, r.names, r.ls...), nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if d.Allowed {
+					admitted[which].Add(cost)
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	each := make([]core.Decision, 2)
+	if _, _, err := s.Decide(context.Background(), req(cfg, prefix, key, store.Peek, t0, 0, reqs[0].names, reqs[0].ls...), each); err != nil {
+		t.Fatal(err)
+	}
+	a, h, b := admitted[0].Load(), admitted[1].Load(), admitted[2].Load()
+	if each[0].Remaining != 60-(a+h) || each[1].Remaining != 40-(a+b) {
+		t.Fatalf("after %d units by both limits, %d by hourly alone, %d by burst alone: %d hourly and %d burst left, want %d and %d",
+			a, h, b, each[0].Remaining, each[1].Remaining, 60-(a+h), 40-(a+b))
+	}
 }
