@@ -1,0 +1,21 @@
+package pgstore
+
+// QueueLen and InFlight let tests see a Batched store's queue.
+func QueueLen(b *Batched) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, c := range b.queue {
+		if !c.left.Load() {
+			n++
+		}
+	}
+	return n
+}
+
+// InFlight is the number of running batch statements.
+func InFlight(b *Batched) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.inflight
+}
