@@ -139,12 +139,15 @@ const initialBuckets = 8
 // decision reads a few adjacent cache lines rather than one allocation
 // each.
 type entry struct {
+	// What a lookup reads first, then the text its strings point into.
+	h      uint64
+	next   atomic.Pointer[entry] // same bucket
+	prefix string
+	key    string
+	text   [inlineText]byte // prefix, key and a single limit's name, when they fit
+
 	mu      sync.Mutex
 	dead    bool // removed from its shard, under mu: look the key up again
-	h       uint64
-	next    atomic.Pointer[entry] // same bucket
-	prefix  string
-	key     string
 	names   []string
 	states  []core.State
 	out     []core.Decision // scratch for decisions, used under mu
@@ -154,7 +157,6 @@ type entry struct {
 	name1  [1]string
 	state1 [1]core.State
 	out1   [1]core.Decision
-	text   [inlineText]byte // prefix, key and a single limit's name, when they fit
 }
 
 // inlineText is the room in an entry for its prefix, key and name.
