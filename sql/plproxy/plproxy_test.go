@@ -125,7 +125,7 @@ func TestLayout(t *testing.T) {
 
 // routed are the functions the router has, with the signatures of a shard.
 var routed = []string{"rl_allow", "rl_allow_us", "rl_peek", "rl_peek_us", "rl_allow_multi", "rl_peek_multi",
-	"rl_decide_multi", "rl_reset", "rl_expire", "enforce_limit"}
+	"rl_decide_multi", "rl_decide_batch", "rl_reset", "rl_expire", "enforce_limit"}
 
 func signatures(t *testing.T, url string) map[string]string {
 	conn, err := pgx.Connect(ctx, url)

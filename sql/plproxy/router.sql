@@ -49,6 +49,23 @@ BEGIN
             now_us         bigint
         );
     END IF;
+    IF to_regtype('rl.batch_decision') IS NULL THEN
+        CREATE TYPE rl.batch_decision AS (
+            req            integer,
+            ord            integer,
+            name           text,
+            allowed        boolean,
+            lim            bigint,
+            remaining      bigint,
+            reset_after_us bigint,
+            retry_after_us bigint,
+            delay_us       bigint,
+            deciding       boolean,
+            now_us         bigint,
+            error_code     text,
+            error_message  text
+        );
+    END IF;
 END
 $do$;
 
@@ -142,9 +159,102 @@ CREATE OR REPLACE FUNCTION rl.rl_expire(now_us bigint DEFAULT NULL, batch intege
     SET search_path = pg_catalog, rl, pg_temp
     RETURN (SELECT coalesce(sum(n), 0)::bigint FROM rl._expire_all($1, $2) AS n);
 
--- rl.lock_states exists on a router only to say why pgstore's Go/WASM
--- transaction path cannot run through it: its row locks must be taken on
--- the shard itself, which pgstore.NewSharded does.
+-- rl._batch_split sends each request of a batch to the partition of its
+-- key (PL/Proxy's SPLIT: every array is cut per partition, element by
+-- element, and the partitions run in parallel). A request's limits travel as
+-- one jsonb element, [[name, algorithm, lim, window_us, rate], ...]; the
+-- shard rebuilds the flat arrays of rl.rl_decide_batch and maps the request
+-- numbers of its part back to the caller's (reqs).
+CREATE OR REPLACE FUNCTION rl._batch_split(reqs integer[], keys text[], costs bigint[], counts integer[],
+                                           nows bigint[], takes boolean[], specs jsonb[])
+    RETURNS SETOF rl.batch_decision
+    LANGUAGE plproxy
+AS $fn$
+    CLUSTER 'rl_shards';
+    SPLIT reqs, keys, costs, counts, nows, takes, specs;
+    RUN ON hashtext(coalesce(keys, ''));
+    SELECT ($1)[b.req + 1] AS req, b.ord, b.name, b.allowed, b.lim, b.remaining, b.reset_after_us,
+           b.retry_after_us, b.delay_us, b.deciding, b.now_us, b.error_code, b.error_message
+      FROM (SELECT coalesce(array_agg(l.v ->> 0 ORDER BY p.i, l.j), '{}') AS f_names,
+                   coalesce(array_agg((l.v ->> 1)::integer ORDER BY p.i, l.j), '{}') AS f_algs,
+                   coalesce(array_agg((l.v ->> 2)::bigint ORDER BY p.i, l.j), '{}') AS f_lims,
+                   coalesce(array_agg((l.v ->> 3)::bigint ORDER BY p.i, l.j), '{}') AS f_wins,
+                   coalesce(array_agg((l.v ->> 4)::bigint ORDER BY p.i, l.j), '{}') AS f_rates
+              FROM unnest($7) WITH ORDINALITY AS p(e, i)
+             CROSS JOIN LATERAL jsonb_array_elements(p.e) WITH ORDINALITY AS l(v, j)) f,
+           rl.rl_decide_batch($2, f.f_names, f.f_algs, f.f_lims, f.f_wins, f.f_rates, $3, $4, $5, $6) b;
+$fn$;
+
+-- rl.rl_decide_batch on a router: the shard function's checks of the call's
+-- shape (RL010 for the whole call), then each request on its key's shard,
+-- the rows in input order as on one node. Each shard decides its part of the
+-- batch in a transaction of its own: if one shard fails, the call fails,
+-- though other shards may have taken their part.
+CREATE OR REPLACE FUNCTION rl.rl_decide_batch(keys text[], names text[], algorithms integer[], lims bigint[],
+                                              windows_us bigint[], rates bigint[], costs bigint[] DEFAULT NULL,
+                                              limit_counts integer[] DEFAULT NULL, now_us bigint[] DEFAULT NULL,
+                                              take boolean[] DEFAULT NULL)
+    RETURNS SETOF rl.batch_decision
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+DECLARE
+    nreq  integer := coalesce(cardinality($1), 0);
+    nlim  integer := coalesce(cardinality($2), 0);
+    total bigint;
+    bad   integer;
+    cnts  integer[];
+    specs jsonb[] := '{}';
+    j     integer := 1;
+BEGIN
+    IF (nreq > 0 AND (array_ndims($1) <> 1 OR array_lower($1, 1) <> 1))
+            OR (nlim > 0 AND (array_ndims($2) <> 1 OR array_lower($2, 1) <> 1))
+            OR coalesce(cardinality($3), 0) <> nlim OR coalesce(cardinality($4), 0) <> nlim
+            OR coalesce(cardinality($5), 0) <> nlim OR coalesce(cardinality($6), 0) <> nlim
+            OR (nlim > 0 AND (array_lower($3, 1) <> 1 OR array_lower($4, 1) <> 1
+                              OR array_lower($5, 1) <> 1 OR array_lower($6, 1) <> 1))
+            OR ($7 IS NOT NULL AND (cardinality($7) <> nreq OR (nreq > 0 AND array_lower($7, 1) <> 1)))
+            OR ($9 IS NOT NULL AND (cardinality($9) <> nreq OR (nreq > 0 AND array_lower($9, 1) <> 1)))
+            OR ($10 IS NOT NULL AND (cardinality($10) <> nreq OR (nreq > 0 AND array_lower($10, 1) <> 1))) THEN
+        RAISE EXCEPTION USING ERRCODE = 'RL010', MESSAGE = 'ratelimit: bad limit list (ErrLimits)',
+            DETAIL = 'rl_decide_batch: keys, costs, now_us and take need one element per request, '
+                     'names, algorithms, lims, windows_us and rates one per limit';
+    END IF;
+    IF $8 IS NULL THEN
+        IF nlim <> nreq THEN
+            RAISE EXCEPTION USING ERRCODE = 'RL010', MESSAGE = 'ratelimit: bad limit list (ErrLimits)',
+                DETAIL = 'rl_decide_batch: without limit_counts, each request has one limit';
+        END IF;
+    ELSE
+        SELECT sum(u.c), count(*) FILTER (WHERE u.c IS NULL OR u.c < 0) INTO total, bad FROM unnest($8) AS u(c);
+        IF cardinality($8) <> nreq OR (nreq > 0 AND array_lower($8, 1) <> 1)
+                OR bad > 0 OR coalesce(total, 0) <> nlim THEN
+            RAISE EXCEPTION USING ERRCODE = 'RL010', MESSAGE = 'ratelimit: bad limit list (ErrLimits)',
+                DETAIL = 'rl_decide_batch: limit_counts needs one count (0 or more) per request, adding up to the number of limits';
+        END IF;
+    END IF;
+    IF nreq = 0 THEN
+        RETURN;
+    END IF;
+    cnts := coalesce($8, array_fill(1, ARRAY[nreq]));
+    FOR q IN 1 .. nreq LOOP
+        specs := specs || coalesce((SELECT jsonb_agg(jsonb_build_array($2[i], $3[i], $4[i], $5[i], $6[i]) ORDER BY i)
+                                      FROM generate_series(j, j + cnts[q] - 1) AS i), '[]');
+        j := j + cnts[q];
+    END LOOP;
+    RETURN QUERY
+        SELECT b.* FROM rl._batch_split(ARRAY(SELECT generate_series(0, nreq - 1)), $1,
+                                        coalesce($7, array_fill(1::bigint, ARRAY[nreq])), cnts,
+                                        coalesce($9, array_fill(NULL::bigint, ARRAY[nreq])),
+                                        coalesce($10, array_fill(NULL::boolean, ARRAY[nreq])), specs) b
+         ORDER BY b.req, b.ord NULLS FIRST;
+END
+$fn$;
+
+-- rl.lock_states (and the batch forms of migration 0009) exist on a router
+-- only to say why pgstore's Go/WASM transaction path cannot run through it:
+-- its row locks must be taken on the shard itself, which pgstore.NewSharded
+-- does.
 CREATE OR REPLACE FUNCTION rl.lock_states(p_key text, p_names text[])
     RETURNS TABLE (name text, algorithm integer, t bigint, x bigint, y bigint, log bigint[], now_us bigint)
     LANGUAGE plpgsql
@@ -154,6 +264,30 @@ BEGIN
     RAISE EXCEPTION 'ratelimit: this database is a PL/Proxy router: row locks are taken on the shards'
         USING ERRCODE = 'feature_not_supported',
               HINT = 'Decide in SQL (pgstore.ModeSQL) through the router, or use pgstore.NewSharded over the shards'' pools for the Go/WASM path.';
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl.lock_states_batch(keys text[], names text[])
+    RETURNS TABLE (key text, name text, algorithm integer, t bigint, x bigint, y bigint, log bigint[],
+                   created boolean, now_us bigint)
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+BEGIN
+    RAISE EXCEPTION 'ratelimit: this database is a PL/Proxy router: row locks are taken on the shards'
+        USING ERRCODE = 'feature_not_supported',
+              HINT = 'Decide in SQL (rl_decide_batch) through the router, or use pgstore.NewSharded over the shards'' pools for the Go/WASM path.';
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl.drop_fresh_states(keys text[], names text[]) RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+BEGIN
+    RAISE EXCEPTION 'ratelimit: this database is a PL/Proxy router: row locks are taken on the shards'
+        USING ERRCODE = 'feature_not_supported',
+              HINT = 'Use pgstore.NewSharded over the shards'' pools for the Go/WASM path.';
 END
 $fn$;
 
@@ -291,8 +425,14 @@ BEGIN
                 rl.rl_peek_multi(text, jsonb, bigint, bigint),
                 rl.rl_decide_multi(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint, boolean),
                 rl.rl_reset(text, text),
+                rl.rl_decide_batch(text[], text[], integer[], bigint[], bigint[], bigint[], bigint[], integer[], bigint[], boolean[]),
+                rl._batch_split(integer[], text[], bigint[], integer[], bigint[], boolean[], jsonb[]),
                 rl.lock_states(text, text[])
                 TO rl_app;
+            GRANT EXECUTE ON FUNCTION
+                rl.lock_states_batch(text[], text[]),
+                rl.drop_fresh_states(text[], text[])
+                TO rl_admin;
             -- rl.rl_expire calls rl._expire_all as its caller, so that the
             -- shards see the caller's user mapping.
             GRANT EXECUTE ON FUNCTION
