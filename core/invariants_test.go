@@ -1,86 +1,92 @@
-package core
+package core_test
 
 import (
-	"math/rand/v2"
+	"math/bits"
 	"slices"
 	"testing"
+
+	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/difftest"
+	"github.com/rlcore/rl/tests/vectors/vectorstest"
 )
 
-// step is one call in a simulated sequence.
+// step is one call of a checked sequence.
 type step struct {
 	now, cost int64
 }
 
-// checkInvariants runs steps against l from a fresh state and fails t on any
+// checkInvariants runs the Take steps of seq (a difftest.Config.Valid
+// sequence: one limit, never changed) from a fresh state and fails t on any
 // broken invariant. It returns the admitted calls.
-func checkInvariants(t testing.TB, l Limit, steps []step) []step {
+func checkInvariants(t testing.TB, seq difftest.Sequence) []step {
 	t.Helper()
-	s := State{}
-	if l.Algorithm == SlidingLog {
-		s.Log = make([]int64, 0, l.Limit)
-	}
+	l := seq.Limits[0]
+	s := core.State{Log: make([]int64, 0, core.MaxLogLimit)}
 	var admitted []step
 	maxNow := int64(0)
-	for i, st := range steps {
+	for i, ds := range seq.Steps {
+		st := step{ds.Now, ds.Cost}
+		fail := func(format string, args ...any) {
+			t.Helper()
+			t.Fatalf("%v\nstep %d: "+format, append([]any{seq, i}, args...)...)
+		}
 		before := cloneState(s)
-		p, err := Peek(l, s, st.now, st.cost)
+		p, err := core.Peek(l, s, st.now, st.cost)
 		if err != nil {
-			t.Fatalf("step %d: Peek: %v", i, err)
+			fail("Peek: %v", err)
 		}
 		if !stateEqual(s, before) {
-			t.Fatalf("step %d: Peek changed the state", i)
+			fail("Peek changed the state")
 		}
-		d, n, err := Take(l, s, st.now, st.cost)
+		d, n, err := core.Take(l, s, st.now, st.cost)
 		if err != nil {
-			t.Fatalf("step %d: Take: %v", i, err)
+			fail("Take: %v", err)
 		}
 		if d != p {
-			t.Fatalf("step %d: Peek %+v != Take %+v", i, p, d)
+			fail("Peek %+v != Take %+v", p, d)
 		}
 		if d.Remaining < 0 || d.Remaining > l.Limit || d.ResetAfter < 0 || d.Delay < 0 {
-			t.Fatalf("step %d: out of range %+v", i, d)
+			fail("out of range %+v", d)
 		}
-		if d.Allowed != (d.RetryAfter == 0) && !(d.RetryAfter == Never && !d.Allowed) {
-			t.Fatalf("step %d: allowed/retry mismatch %+v", i, d)
+		if d.Allowed != (d.RetryAfter == 0) && !(d.RetryAfter == core.Never && !d.Allowed) {
+			fail("allowed/retry mismatch %+v", d)
 		}
 		if !d.Allowed {
 			if !stateEqual(n, before) {
-				t.Fatalf("step %d: denial changed the state", i)
+				fail("denial changed the state")
 			}
 			if st.cost > l.Limit {
-				if d.RetryAfter != Never {
-					t.Fatalf("step %d: cost > limit must be Never: %+v", i, d)
+				if d.RetryAfter != core.Never {
+					fail("cost > limit must be Never: %+v", d)
 				}
-			} else {
+			} else if at := st.now + d.RetryAfter; at <= core.MaxTime {
 				// Retry-after is exact: not earlier, not later.
-				ok, _ := Peek(l, before, st.now+d.RetryAfter, st.cost)
-				if !ok.Allowed {
-					t.Fatalf("step %d (%+v): retry at +%d still denied: %+v (state %+v)", i, st, d.RetryAfter, ok, before)
+				if ok, _ := core.Peek(l, before, at, st.cost); !ok.Allowed {
+					fail("retry at +%d still denied: %+v (state %+v)", d.RetryAfter, ok, before)
 				}
 				if d.RetryAfter > 1 {
-					if early, _ := Peek(l, before, st.now+d.RetryAfter-1, st.cost); early.Allowed {
-						t.Fatalf("step %d (%+v): retry-after %d is late: allowed 1µs earlier (state %+v)", i, st, d.RetryAfter, before)
+					if early, _ := core.Peek(l, before, at-1, st.cost); early.Allowed {
+						fail("retry-after %d is late: allowed 1µs earlier (state %+v)", d.RetryAfter, before)
 					}
 				}
 			}
 		}
 		// Reset-after: afterwards the state decides like a fresh one.
-		at := st.now + d.ResetAfter
-		if at <= MaxTime && st.now >= maxNow {
-			for _, c := range []int64{1, l.Limit} {
-				got, _ := Peek(l, n, at, c)
-				want, _ := Peek(l, State{}, at, c)
+		if at := st.now + d.ResetAfter; at <= core.MaxTime && st.now >= maxNow {
+			for _, c := range []int64{1, min(l.Limit, core.MaxCost)} {
+				got, _ := core.Peek(l, n, at, c)
+				want, _ := core.Peek(l, core.State{}, at, c)
 				if got != want {
-					t.Fatalf("step %d: at reset-after +%d state %+v decides %+v, fresh %+v", i, d.ResetAfter, n, got, want)
+					fail("at reset-after +%d state %+v decides %+v, fresh %+v", d.ResetAfter, n, got, want)
 				}
 			}
 		}
 		// A clock that steps back never refunds.
 		if st.now < maxNow {
-			ahead, _ := Peek(l, before, maxNow, 0)
-			back, _ := Peek(l, before, st.now, 0)
+			ahead, _ := core.Peek(l, before, maxNow, 0)
+			back, _ := core.Peek(l, before, st.now, 0)
 			if back.Remaining > ahead.Remaining {
-				t.Fatalf("step %d: backwards clock refunded: remaining %d at %d, %d at %d", i, back.Remaining, st.now, ahead.Remaining, maxNow)
+				fail("backwards clock refunded: remaining %d at %d, %d at %d", back.Remaining, st.now, ahead.Remaining, maxNow)
 			}
 		}
 		if d.Allowed && st.cost > 0 {
@@ -96,7 +102,7 @@ func checkInvariants(t testing.TB, l Limit, steps []step) []step {
 // checkAdmissionBound checks that the admitted calls never exceed what the
 // algorithm allows over any interval. Calls are taken at the effective time
 // max(now so far), as the algorithms read a backwards clock.
-func checkAdmissionBound(t testing.TB, l Limit, admitted []step) {
+func checkAdmissionBound(t testing.TB, l core.Limit, admitted []step) {
 	t.Helper()
 	eff := make([]step, len(admitted))
 	hi := int64(0)
@@ -104,11 +110,15 @@ func checkAdmissionBound(t testing.TB, l Limit, admitted []step) {
 		hi = max(hi, a.now)
 		eff[i] = step{hi, a.cost}
 	}
-	if l.Algorithm == GCRA {
+	if l.Algorithm == core.GCRA {
 		eff = admitted // GCRA has no last-seen time: bound on real times
 		slices.SortStableFunc(eff, func(a, b step) int { return int(a.now - b.now) })
 	}
 	w := l.Window
+	rate := l.Rate
+	if rate == 0 {
+		rate = l.Limit
+	}
 	for i := range eff {
 		var sum int64
 		for j := i; j < len(eff); j++ {
@@ -116,19 +126,28 @@ func checkAdmissionBound(t testing.TB, l Limit, admitted []step) {
 			span := eff[j].now - eff[i].now
 			var bound int64
 			switch l.Algorithm {
-			case FixedWindow, SlidingWindow:
+			case core.FixedWindow, core.SlidingWindow:
 				if eff[i].now/w != eff[j].now/w {
 					continue
 				}
 				bound = l.Limit
-			case SlidingLog:
+			case core.SlidingLog:
 				if span >= w {
 					continue
 				}
 				bound = l.Limit
 			default:
-				// Limit plus what refills in span: floor(span×rate/window).
-				bound = l.Limit + span*l.rate()/w
+				// Limit plus what refills in span: floor(span×rate/window),
+				// in 128 bits.
+				h, lo := bits.Mul64(uint64(span), uint64(rate))
+				if h >= uint64(w) {
+					continue // more than 2^64 units: no bound
+				}
+				q, _ := bits.Div64(h, lo, uint64(w))
+				if q > uint64(1<<62) {
+					continue
+				}
+				bound = l.Limit + int64(q)
 			}
 			if sum > bound {
 				t.Fatalf("%v admitted %d > %d in [%d, %d]", l.Algorithm, sum, bound, eff[i].now, eff[j].now)
@@ -137,81 +156,47 @@ func checkAdmissionBound(t testing.TB, l Limit, admitted []step) {
 	}
 }
 
-func cloneState(s State) State {
+func cloneState(s core.State) core.State {
 	s.Log = slices.Clone(s.Log)
 	return s
 }
 
-func stateEqual(a, b State) bool {
+func stateEqual(a, b core.State) bool {
 	return a.Algorithm == b.Algorithm && a.T == b.T && a.X == b.X && a.Y == b.Y && slices.Equal(a.Log, b.Log)
 }
 
-var allAlgorithms = []Algorithm{FixedWindow, SlidingWindow, SlidingLog, TokenBucket, LeakyBucket, GCRA}
-
-func randomLimit(r *rand.Rand, alg Algorithm) Limit {
-	l := Limit{Algorithm: alg, Limit: 1 + r.Int64N(12), Window: 1 + r.Int64N(2000)}
-	if alg >= TokenBucket && r.IntN(2) == 0 {
-		l.Rate = 1 + r.Int64N(20)
-	}
-	return l
-}
-
-func randomSteps(r *rand.Rand, l Limit, n int) []step {
-	now := r.Int64N(1_000_000)
-	steps := make([]step, n)
-	for i := range steps {
-		switch r.IntN(10) {
-		case 0:
-			now = max(0, now-r.Int64N(l.Window*2)) // backwards
-		case 1:
-			now += r.Int64N(l.Window * 3) // a long gap
-		default:
-			now += r.Int64N(l.Window/4 + 1)
-		}
-		cost := int64(1)
-		switch r.IntN(6) {
-		case 0:
-			cost = 0
-		case 1:
-			cost = r.Int64N(l.Limit + 2)
-		}
-		steps[i] = step{now, cost}
-	}
-	return steps
-}
-
+// TestInvariantsRandom checks the invariants on random valid sequences
+// (package internal/difftest): every algorithm, limits and windows from 1 to
+// their bounds, times from 0 to MaxTime, a clock that steps back.
 func TestInvariantsRandom(t *testing.T) {
-	r := rand.New(rand.NewPCG(1, 2))
-	for _, alg := range allAlgorithms {
-		t.Run(alg.String(), func(t *testing.T) {
-			for range 3000 {
-				l := randomLimit(r, alg)
-				checkInvariants(t, l, randomSteps(r, l, 40))
-			}
-		})
+	n := 10000
+	if testing.Short() {
+		n = 2000
+	}
+	for seed := range uint64(n) {
+		checkInvariants(t, difftest.Generate(seed, difftest.Config{Valid: true}))
 	}
 }
 
 func FuzzInvariants(f *testing.F) {
-	f.Add(uint8(1), uint16(5), uint16(100), uint8(0), []byte{1, 2, 3, 200, 4})
-	f.Add(uint8(4), uint16(3), uint16(1000), uint8(7), []byte{0, 0, 0, 9, 250, 1})
-	f.Fuzz(func(t *testing.T, alg uint8, lim, win uint16, rate uint8, script []byte) {
-		l := Limit{Algorithm: allAlgorithms[int(alg)%len(allAlgorithms)], Limit: 1 + int64(lim%64), Window: 1 + int64(win)}
-		if l.Algorithm >= TokenBucket {
-			l.Rate = int64(rate % 32)
-		}
-		now := int64(10_000_000)
-		var steps []step
-		for i := 0; i+1 < len(script) && len(steps) < 64; i += 2 {
-			dt := int64(script[i])
-			if dt >= 240 {
-				dt = -(dt - 239) * l.Window / 4 // backwards
-			} else if dt >= 200 {
-				dt = (dt - 199) * l.Window
-			}
-			now = max(0, now+dt)
-			steps = append(steps, step{now, int64(script[i+1]) % (l.Limit + 3)})
-		}
-		checkInvariants(t, l, steps)
+	f.Add([]byte{1, 2, 3, 200, 4})
+	f.Add([]byte{0, 0, 0, 9, 250, 1, 7, 7, 7, 7, 7, 7, 7, 7, 7})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkInvariants(t, difftest.FromBytes(data, difftest.Config{Valid: true}))
 	})
+}
+
+// TestSingleVsAll holds the one-limit path of TakeAll and PeekAll to Take
+// and Peek, and the multi-limit calls to themselves, on the random
+// sequences of the differential tests.
+func TestSingleVsAll(t *testing.T) {
+	n := 1500
+	if testing.Short() {
+		n = 300
+	}
+	r := difftest.Runner{Deciders: []difftest.Decider{
+		{Name: "Take/Peek", Decider: vectorstest.Native{}},
+		{Name: "TakeAll/PeekAll", Decider: core.Native{}},
+	}}
+	t.Log(r.Check(t, difftest.Config{}, 1, n))
 }

@@ -59,9 +59,5 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	defer db.Close()
-	if _, err := db.Exec(ctx, harnessSQL); err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL: create the test harness:", err)
-		return 1
-	}
 	return m.Run()
 }

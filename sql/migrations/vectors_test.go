@@ -1,29 +1,17 @@
 package migrations_test
 
 import (
-	"context"
 	"testing"
 
-	"github.com/stretchr/testify/require"
-
-	"github.com/rlcore/rl/tests/vectors"
+	"github.com/rlcore/rl/internal/sqldecider"
+	"github.com/rlcore/rl/tests/vectors/vectorstest"
 )
 
-// TestVectorsPure runs every conformance vector through rl.decide and
-// rl.decide_all.
+// TestVectorsPure runs every conformance vector through rl.decide (one
+// limit) and rl.decide_all (several), and every step through rl.decide_all.
 func TestVectorsPure(t *testing.T) {
 	t.Parallel()
-	files, err := vectors.Load()
-	require.NoError(t, err)
-	require.GreaterOrEqual(t, len(files), 7)
-	steps := 0
-	for _, f := range files {
-		got, err := runPure(context.Background(), f.Cases)
-		require.NoError(t, err, f.Name)
-		for i, c := range f.Cases {
-			checkCase(t, f.Name+"/"+c.ID, c, got[i])
-			steps += len(c.Steps)
-		}
-	}
-	t.Logf("%d files, %d steps", len(files), steps)
+	d := sqldecider.New(db)
+	t.Run("single", func(t *testing.T) { vectorstest.Run(t, d, false) })
+	t.Run("all", func(t *testing.T) { vectorstest.Run(t, d, true) })
 }

@@ -1,7 +1,6 @@
 // Package vectorstest runs the conformance vectors (package vectors) against
-// anything with the core's decision API: package core itself (Native) or the
-// WebAssembly host (package wasm). The SQL functions have a runner of their
-// own in sql/migrations, since they are called through SQL.
+// anything with the core's decision API: package core itself (Native), the
+// WebAssembly host (package wasm) or the SQL functions (internal/sqldecider).
 package vectorstest
 
 import (
