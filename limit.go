@@ -4,19 +4,21 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/rlcore/rl/core"
 )
 
 // MaxLimits is the most limits one Policy holds.
-const MaxLimits = 16
+const MaxLimits = core.MaxLimits
 
 // Limit is one rate limit of a Policy.
 type Limit struct {
 	// Name identifies the limit's state within a key and appears in
 	// results and headers. Empty means "default" for a single limit, and
-	// "<algorithm>_<window>" (e.g. "fixed_window_1m0s") among several.
+	// "<algorithm>_<window>" (e.g. "fixed_window_1m") among several: see
+	// DefaultLimitName.
 	Name string
 	// Algorithm selects the algorithm; see package core.
 	Algorithm core.Algorithm
@@ -58,10 +60,7 @@ func NewPolicy(limits ...Limit) (*Policy, error) {
 	seen := make(map[string]bool, len(limits))
 	for i, l := range limits {
 		if l.Name == "" {
-			l.Name = "default"
-			if len(limits) > 1 {
-				l.Name = fmt.Sprintf("%s_%s", l.Algorithm, l.Window)
-			}
+			l.Name = DefaultLimitName(l, len(limits))
 		}
 		if seen[l.Name] {
 			return nil, fmt.Errorf("%w: two limits named %q", ErrPolicy, l.Name)
@@ -74,6 +73,34 @@ func NewPolicy(limits ...Limit) (*Policy, error) {
 		p.src[i], p.limits[i], p.names[i] = l, c, l.Name
 	}
 	return p, nil
+}
+
+// DefaultLimitName is the name NewPolicy gives an unnamed limit of a policy
+// of n limits: "default" when it is alone, else its algorithm and window,
+// as in "fixed_window_1m" or "token_bucket_1s" (see FormatWindow). State is
+// kept per limit name, so every front end (a Go app, rl-wasm-host's rules
+// and decision API) names limits this way, and decides the same rows.
+func DefaultLimitName(l Limit, n int) string {
+	if n == 1 {
+		return "default"
+	}
+	return l.Algorithm.String() + "_" + FormatWindow(l.Window)
+}
+
+// FormatWindow writes a window compactly: whole days as "1d", whole hours
+// as "2h", whole minutes as "1m", anything else as time.Duration.String
+// ("1s", "1.5s", "500ms").
+func FormatWindow(d time.Duration) string {
+	const day = 24 * time.Hour
+	switch {
+	case d >= day && d%day == 0:
+		return strconv.FormatInt(int64(d/day), 10) + "d"
+	case d >= time.Hour && d%time.Hour == 0:
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	case d >= time.Minute && d%time.Minute == 0:
+		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
+	}
+	return d.String()
 }
 
 // MustPolicy is NewPolicy for limits known to be valid, such as package-level

@@ -127,7 +127,7 @@ func TestPolicyErrors(t *testing.T) {
 		rl.Limit{Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour})
 	require.NoError(t, err)
 	require.Equal(t, "gcra_1s", p.Limits()[0].Name)
-	require.Equal(t, "fixed_window_1h0m0s", p.Limits()[1].Name)
+	require.Equal(t, "fixed_window_1h", p.Limits()[1].Name)
 }
 
 func TestKeys(t *testing.T) {

@@ -3,6 +3,8 @@ package wasm
 import (
 	_ "embed"
 	"errors"
+
+	"github.com/rlcore/rl/wasm/internal/abi"
 )
 
 // The module is built by build.sh (Go version pinned in go.version; run
@@ -23,48 +25,48 @@ func Module() []byte {
 // ABIVersion is the version of the interface described in ABI.md that this
 // package speaks. New refuses a module whose abi_version export returns
 // anything else.
-const ABIVersion = 1
+const ABIVersion = abi.Version
 
 // MaxLimits is the most limits one call can decide: the module's buffer has
 // this many slots. TakeAll and PeekAll return ErrTooManyLimits beyond it.
-const MaxLimits = 16
+const MaxLimits = abi.MaxLimits
 
-// Layout of the module's buffer (ABI.md, "Buffer layout").
+// Layout of the module's buffer in bytes (ABI.md, "Buffer layout"), from
+// the word layout the guest shares (wasm/internal/abi).
 const (
-	logSlots      = 4097 // log entries per slot: core.MaxLogLimit + 1
-	headerBytes   = 64
-	slotHeadBytes = 144
-	slotBytes     = slotHeadBytes + 8*logSlots
-	bufferBytes   = headerBytes + MaxLimits*slotBytes
+	logSlots      = abi.LogSlots
+	headerBytes   = 8 * abi.HeaderWords
+	slotHeadBytes = 8 * abi.SlotHeadWords
+	slotBytes     = 8 * abi.SlotWords
+	bufferBytes   = 8 * abi.BufWords
 
 	// Header offsets.
-	hStatus  = 0
-	hIndex   = 8
-	hWritten = 16
+	hStatus  = 8 * abi.HStatus
+	hIndex   = 8 * abi.HIndex
+	hWritten = 8 * abi.HWritten
 
 	// Slot offsets.
-	oLimitAlgorithm = 0
-	oLimitLimit     = 8
-	oLimitWindow    = 16
-	oLimitRate      = 24
-	oStateAlgorithm = 32
-	oStateT         = 40
-	oStateX         = 48
-	oStateY         = 56
-	oStateLogLen    = 64
-	oStateLogCap    = 72
-	oDecided        = 80
-	oAllowed        = 88
-	oDecLimit       = 96
-	oRemaining      = 104
-	oResetAfter     = 112
-	oRetryAfter     = 120
-	oDelay          = 128
-	oLog            = slotHeadBytes
+	oLimitAlgorithm = 8 * abi.WLimitAlgorithm
+	oLimitLimit     = 8 * abi.WLimitLimit
+	oLimitWindow    = 8 * abi.WLimitWindow
+	oLimitRate      = 8 * abi.WLimitRate
+	oStateAlgorithm = 8 * abi.WStateAlgorithm
+	oStateT         = 8 * abi.WStateT
+	oStateX         = 8 * abi.WStateX
+	oStateY         = 8 * abi.WStateY
+	oStateLogLen    = 8 * abi.WStateLogLen
+	oStateLogCap    = 8 * abi.WStateLogCap
+	oDecided        = 8 * abi.WDecided
+	oAllowed        = 8 * abi.WAllowed
+	oDecLimit       = 8 * abi.WDecLimit
+	oRemaining      = 8 * abi.WRemaining
+	oResetAfter     = 8 * abi.WResetAfter
+	oRetryAfter     = 8 * abi.WRetryAfter
+	oDelay          = 8 * abi.WDelay
+	oLog            = 8 * abi.WLog
 
-	// ABI status codes beyond core.Error's 1..10.
-	statusTooManyLimits = 100
-	statusBadLog        = 101
+	statusTooManyLimits = abi.StatusTooManyLimits
+	statusBadLog        = abi.StatusBadLog
 )
 
 // Errors of the host. Decision errors are core.Error values, identical to

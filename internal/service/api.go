@@ -281,12 +281,9 @@ func inlinePolicy(ls []map[string]any, prefix string, max int) (*rl.Policy, erro
 			continue
 		}
 		if l.Name == "" {
-			if len(ls) == 1 {
-				l.Name = "default"
-			} else {
-				l.Name = fmt.Sprintf("%s_%s", l.Algorithm, fmtDuration(l.Window))
-			}
+			l.Name = rl.DefaultLimitName(l, len(ls))
 		}
+
 		if names[l.Name] {
 			p.fail(f+".name", "%q names two limits", l.Name)
 		}

@@ -614,7 +614,7 @@ func (p *parser) oneRule(m map[string]any) (RuleSpec, bool) {
 					continue
 				}
 				if lim.Name == "" {
-					lim.Name = fmt.Sprintf("%s_%s", lim.Algorithm, fmtDuration(lim.Window))
+					lim.Name = rl.DefaultLimitName(lim, len(l))
 				}
 				if names[lim.Name] {
 					p.fail(f+".name", "%q names two limits of the rule", lim.Name)
@@ -852,18 +852,8 @@ func ParseDuration(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// fmtDuration writes d compactly: "1s", "1m", "1h", "1d", else d.String().
-func fmtDuration(d time.Duration) string {
-	switch {
-	case d >= 24*time.Hour && d%(24*time.Hour) == 0:
-		return fmt.Sprintf("%dd", d/(24*time.Hour))
-	case d >= time.Hour && d%time.Hour == 0:
-		return fmt.Sprintf("%dh", d/time.Hour)
-	case d >= time.Minute && d%time.Minute == 0:
-		return fmt.Sprintf("%dm", d/time.Minute)
-	}
-	return d.String()
-}
+// fmtDuration writes d compactly: "1s", "1m", "1h", "1d" (rl.FormatWindow).
+func fmtDuration(d time.Duration) string { return rl.FormatWindow(d) }
 
 func (p *parser) str(field string, v any) (string, bool) {
 	s, ok := v.(string)

@@ -19,58 +19,56 @@ import (
 	"unsafe"
 
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/wasm/internal/abi"
 )
 
-// ABI constants (wasm/ABI.md, "Constants").
+// ABI constants (wasm/ABI.md, "Constants"), shared with the host through
+// wasm/internal/abi.
 const (
-	abiVersion = 1
+	abiVersion = abi.Version
 
-	maxLimits = 16   // slots in the buffer
-	logSlots  = 4097 // log entries per slot: core.MaxLogLimit + 1
+	maxLimits = abi.MaxLimits // slots in the buffer
+	logSlots  = abi.LogSlots  // log entries per slot: core.MaxLogLimit + 1
 
-	headerWords   = 8                        // status, index, written, reserved
-	slotHeadWords = 18                       // limit, state, decision
-	slotWords     = slotHeadWords + logSlots // + log entries
-	bufWords      = headerWords + maxLimits*slotWords
+	headerWords   = abi.HeaderWords
+	slotHeadWords = abi.SlotHeadWords
+	slotWords     = abi.SlotWords
+	bufWords      = abi.BufWords
 )
 
 // Header words.
 const (
-	hStatus  = 0
-	hIndex   = 1
-	hWritten = 2
+	hStatus  = abi.HStatus
+	hIndex   = abi.HIndex
+	hWritten = abi.HWritten
 )
 
 // Slot words.
 const (
-	wLimitAlgorithm = 0
-	wLimitLimit     = 1
-	wLimitWindow    = 2
-	wLimitRate      = 3
-	wStateAlgorithm = 4
-	wStateT         = 5
-	wStateX         = 6
-	wStateY         = 7
-	wStateLogLen    = 8
-	wStateLogCap    = 9
-	wDecided        = 10
-	wAllowed        = 11
-	wDecLimit       = 12
-	wRemaining      = 13
-	wResetAfter     = 14
-	wRetryAfter     = 15
-	wDelay          = 16
-	// word 17 is reserved (0)
+	wLimitAlgorithm = abi.WLimitAlgorithm
+	wLimitLimit     = abi.WLimitLimit
+	wLimitWindow    = abi.WLimitWindow
+	wLimitRate      = abi.WLimitRate
+	wStateAlgorithm = abi.WStateAlgorithm
+	wStateT         = abi.WStateT
+	wStateX         = abi.WStateX
+	wStateY         = abi.WStateY
+	wStateLogLen    = abi.WStateLogLen
+	wStateLogCap    = abi.WStateLogCap
+	wDecided        = abi.WDecided
+	wAllowed        = abi.WAllowed
+	wDecLimit       = abi.WDecLimit
+	wRemaining      = abi.WRemaining
+	wResetAfter     = abi.WResetAfter
+	wRetryAfter     = abi.WRetryAfter
+	wDelay          = abi.WDelay
 )
 
 // ABI-level status codes (core.Error values are 1..10).
 const (
-	statusTooManyLimits = 100
-	statusBadLog        = 101
+	statusTooManyLimits = abi.StatusTooManyLimits
+	statusBadLog        = abi.StatusBadLog
 )
-
-// logSlots must be core.MaxLogLimit + 1 (a compile error otherwise).
-var _ = [1]int{}[logSlots-1-core.MaxLogLimit]
 
 var (
 	// buf is the shared buffer: the host writes the input here and reads

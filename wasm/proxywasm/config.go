@@ -21,7 +21,7 @@ const (
 	maxSlots           = 1 << 20
 	defaultKeysPerSlot = 4
 	maxKeysPerSlot     = 64
-	maxLimits          = 16 // limits per rule, as rl.MaxLimits and the WASM ABI
+	maxLimits          = core.MaxLimits // limits per rule, as rl.MaxLimits and the WASM ABI
 	defaultTimeoutMS   = 100
 	maxTimeoutMS       = 60_000
 	defaultCheckPath   = "/v1/ratelimit/check"
