@@ -26,8 +26,8 @@
 //
 // The default clock is a coarse one shared by the process: a background
 // goroutine advances an atomic microsecond counter every millisecond while
-// the clock is being read, so a reading costs about one nanosecond instead
-// of the 30–55 ns of time.Now here, and lags real time by at most about a
+// the clock is being read, so a reading costs an atomic load instead of a
+// time.Now call (BENCHMARKS.md has both), and lags real time by at most about a
 // millisecond (always in the conservative direction: a late clock never
 // admits early). It follows the monotonic clock, so wall-clock steps do not
 // move it. Use SystemClock for microsecond precision, or inject your own.

@@ -21,13 +21,14 @@ const DefaultMaxKeyLength = 256
 // Clock returns the current time in microseconds since the Unix epoch.
 type Clock func() int64
 
-// SystemClock reads time.Now: microsecond precision, about 30–55 ns a call.
+// SystemClock reads time.Now: microsecond precision, at the cost of a
+// time.Now call (BENCHMARKS.md has the figures).
 func SystemClock() int64 { return clock.System() }
 
 var coarse = sync.OnceValue(func() *clock.Coarse { return clock.NewCoarse(time.Millisecond) })
 
 // CoarseClock is the default clock: the process-wide coarse clock described
-// in the package doc (1 ms resolution, about 1 ns a reading).
+// in the package doc (1 ms resolution, an atomic load a reading).
 func CoarseClock() int64 { return coarse().Now() }
 
 // Config configures a Limiter. Zero fields take the documented defaults.

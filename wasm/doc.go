@@ -35,9 +35,9 @@
 // a time. Idle instances sit in a fixed array of atomic slots, one per
 // possible instance: a call takes one with a single compare-and-swap and
 // returns it with another, and only when every slot is empty does it take a
-// mutex, to start an instance or wait for one. Measured on the development
-// machine (BenchmarkPool, take and return): slots 22 ns, a mutex-guarded
-// stack 30 ns, a buffered channel 53 ns. sync.Pool is not used because it
+// mutex, to start an instance or wait for one: BenchmarkPool compares it
+// with a mutex-guarded stack and a buffered channel (figures in
+// BENCHMARKS.md; the slots are the fastest). sync.Pool is not used because it
 // drops items at garbage collection, and a dropped instance would have to be
 // closed and restarted, which costs milliseconds.
 //
@@ -46,10 +46,10 @@
 // TakeAll, PeekAll, Take and Peek allocate nothing: each instance has a
 // preallocated call stack, the buffer is read and written through a view of
 // the module's memory, and the module itself allocates nothing per call.
-// The host's own share (pool, encoding, call) is about 45 ns; the rest is
-// the core running as WebAssembly, which Go's wasm backend and wazero make
-// far slower than native: a single-limit token-bucket decision takes about
-// 0.5 µs instead of 15–20 ns. See README.md and bench_test.go.
+// The host's own share (pool, encoding, call) is small; the rest is the
+// core running as WebAssembly, which Go's wasm backend and wazero make many
+// times slower than native. BENCHMARKS.md has the measured figures, from
+// bench_test.go.
 //
 // # Errors
 //
