@@ -169,9 +169,12 @@ type Request struct {
 	Policy *Policy
 	// Peek decides without changing anything.
 	Peek bool
-	// Each, when at least as long as the policy, receives every limit's
-	// result. (This costs one small allocation per call; without it a
-	// decision on a warm key allocates nothing.)
+	// Each is a slice the caller provides (make([]rl.LimitResult,
+	// policy.Len()), reusable across calls): when at least as long as the
+	// policy it receives every limit's result, in the policy's order; a
+	// shorter or nil slice receives nothing. (This costs one small
+	// allocation per call; without it a decision on a warm key allocates
+	// nothing.)
 	Each []LimitResult
 }
 
