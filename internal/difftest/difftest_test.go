@@ -126,9 +126,13 @@ func TestConfig(t *testing.T) {
 // limits, and every core.Error occurs (ErrLogCapacity only where log
 // storage is kept as generated).
 func TestReach(t *testing.T) {
+	seqs := make([]difftest.Sequence, 1000)
+	for i := range seqs {
+		seqs[i] = difftest.Generate(uint64(i), difftest.Config{})
+	}
 	for _, exact := range []bool{false, true} {
 		r := difftest.Runner{Exact: exact, Deciders: []difftest.Decider{native}}
-		stats := r.Check(t, difftest.Config{}, 1, 1000)
+		stats := r.CheckSequences(t, seqs)
 		want := []string{"Take/1 allowed", "Take/1 denied", "Peek/1 allowed", "Peek/1 denied"}
 		for _, c := range []string{"TakeAll", "PeekAll"} {
 			for _, n := range []string{"1", "2", "3", "n"} {
