@@ -102,9 +102,9 @@ func TestMigrateUpDownUp(t *testing.T) {
 	require.True(t, exists(t, conn, "SELECT FROM pg_proc WHERE proname = 'rl_allow'"))
 }
 
-// TestDownRefusesWhileTriggersUseIt: the trigger function is not dropped
-// under a user's trigger; the database is left dirty, as documented, and
-// force repairs it.
+// TestDownRefusesWhileTriggersUseIt: a migration below version 4 would drop
+// the trigger function under a user's trigger: Down, Steps and Goto refuse
+// before changing anything, naming the triggers.
 func TestDownRefusesWhileTriggersUseIt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -119,23 +119,53 @@ func TestDownRefusesWhileTriggersUseIt(t *testing.T) {
 	m, err := migrations.Open(ctx, u)
 	require.NoError(t, err)
 	defer m.Close()
-	err = m.Down(ctx)
-	require.Error(t, err)
-	require.Contains(t, err.Error(), "enforce_limit")
-
-	m2, err := migrations.Open(ctx, u)
+	var te *migrations.TriggerError
+	require.ErrorAs(t, m.Down(ctx), &te)
+	require.Equal(t, []string{"public.posts: posts_limit"}, te.Triggers)
+	require.ErrorAs(t, m.Goto(ctx, 2), &te)
+	require.ErrorAs(t, m.Steps(ctx, -migrations.Latest), &te)
+	v, dirty, err := m.Version(ctx)
 	require.NoError(t, err)
-	defer m2.Close()
-	var de *migrations.DirtyError
-	require.ErrorAs(t, m2.Up(ctx), &de)
-	require.Equal(t, 3, de.Version, "golang-migrate marks the target of the failed down")
-	require.Contains(t, de.Error(), `"rl-migrate force 4" after a failed down`)
+	require.Equal(t, uint(migrations.Latest), v, "nothing was reverted")
+	require.False(t, dirty)
+	// Above version 4 the trigger function stays: allowed.
+	require.NoError(t, m.Goto(ctx, 4))
+	require.NoError(t, m.Up(ctx))
 
 	_, err = conn.Exec(ctx, `DROP TABLE posts`)
 	require.NoError(t, err)
-	require.NoError(t, m2.Force(ctx, 4))
-	require.NoError(t, m2.Down(ctx))
+	require.NoError(t, m.Down(ctx))
 	require.False(t, exists(t, conn, "SELECT FROM pg_namespace WHERE nspname = 'rl'"))
+}
+
+// A failed first migration is repaired with "force -1" (no version), never
+// "force 0", which records a version that does not exist.
+func TestDirtyFirstMigrationSaysForceMinusOne(t *testing.T) {
+	err := &migrations.DirtyError{Version: 1}
+	require.Contains(t, err.Error(), `"rl-migrate force -1" after a failed up`)
+	require.NotContains(t, err.Error(), "force 0")
+	require.Contains(t, (&migrations.DirtyError{Version: 5}).Error(), `"rl-migrate force 4" after a failed up, "rl-migrate force 6" after a failed down`)
+}
+
+// Migrations applied by hand (no record of them): Up says to force the
+// version, and changes nothing, instead of failing on the first CREATE.
+func TestUpAfterMigrationsAppliedByHand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := pgtest.NewDatabase(t)
+	conn := connect(t, u)
+	require.NoError(t, migrations.Up(ctx, u))
+	_, err := conn.Exec(ctx, "DROP TABLE "+migrations.Table)
+	require.NoError(t, err)
+
+	m, err := migrations.Open(ctx, u)
+	require.NoError(t, err)
+	defer m.Close()
+	var ue *migrations.UnrecordedError
+	require.ErrorAs(t, m.Up(ctx), &ue)
+	require.Contains(t, ue.Error(), `"rl-migrate force N"`)
+	require.NoError(t, m.Force(ctx, migrations.Latest))
+	require.ErrorIs(t, m.Up(ctx), migrations.ErrNoChange)
 }
 
 func TestConcurrentUp(t *testing.T) {

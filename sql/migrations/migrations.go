@@ -34,6 +34,7 @@ import (
 	"github.com/golang-migrate/migrate/v4"
 	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // registers the pgx5 scheme
 	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/rlcore/rl/internal/redact"
 )
@@ -68,10 +69,109 @@ type DirtyError struct {
 }
 
 func (e *DirtyError) Error() string {
+	before := e.Version - 1
+	if before == 0 {
+		before = -1 // no version: "force 0" would record a version 0 that does not exist
+	}
 	return fmt.Sprintf("database is dirty at version %d: the migration to version %d failed and was rolled back. "+
 		"Fix the cause (see the error of that run), then record the version the schema is really at: "+
 		"\"rl-migrate force %d\" after a failed up, \"rl-migrate force %d\" after a failed down; then migrate again",
-		e.Version, e.Version, e.Version-1, e.Version+1)
+		e.Version, e.Version, before, e.Version+1)
+}
+
+// TriggerError reports triggers that still call rl.enforce_limit, which a
+// migration down below version 4 would have to drop. Nothing was changed.
+type TriggerError struct {
+	Triggers []string // "schema.table: trigger"
+}
+
+func (e *TriggerError) Error() string {
+	return fmt.Sprintf("refusing to migrate below version 4 (it drops rl.enforce_limit): %d trigger(s) still use it: %s; "+
+		"drop them first (DROP TRIGGER name ON table); nothing was changed", len(e.Triggers), strings.Join(e.Triggers, ", "))
+}
+
+// UnrecordedError reports a database whose schema rl exists although no
+// migration is recorded: the SQL files were applied by hand (or with
+// another tool). Migrating up would fail on the first CREATE.
+type UnrecordedError struct{}
+
+func (e *UnrecordedError) Error() string {
+	return "the schema rl already exists but no migration is recorded in " + Table + " (applied by hand, or with another tool?): " +
+		"record the last migration it holds with \"rl-migrate force N\" (N: the number of the last file applied, see sql/README.md), " +
+		"then run \"rl-migrate up\"; nothing was changed"
+}
+
+// connURL is databaseURL as pgx takes it: golang-migrate's pgx5:// scheme
+// and x- parameters removed.
+func connURL(databaseURL string) string {
+	u, err := url.Parse(databaseURL)
+	if err != nil {
+		return databaseURL
+	}
+	if u.Scheme == "pgx5" {
+		u.Scheme = "postgres"
+	}
+	q := u.Query()
+	for k := range q {
+		if strings.HasPrefix(k, "x-") {
+			q.Del(k)
+		}
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// checkDown refuses, before anything changes, a migration to below version
+// 4 while triggers use rl.enforce_limit.
+func (m *Migrator) checkDown(ctx context.Context, target int) error {
+	if target >= 4 {
+		return nil
+	}
+	conn, err := pgx.Connect(ctx, m.url)
+	if err != nil {
+		return errors.New(scrub(err.Error(), m.secret))
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT format('%s.%s: %s', n.nspname, c.relname, t.tgname)
+		  FROM pg_trigger t
+		  JOIN pg_proc p ON p.oid = t.tgfoid
+		  JOIN pg_namespace pn ON pn.oid = p.pronamespace
+		  JOIN pg_class c ON c.oid = t.tgrelid
+		  JOIN pg_namespace n ON n.oid = c.relnamespace
+		 WHERE pn.nspname = 'rl' AND p.proname = 'enforce_limit' AND NOT t.tgisinternal
+		 ORDER BY 1`)
+	if err != nil {
+		return errors.New(scrub(err.Error(), m.secret))
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return errors.New(scrub(err.Error(), m.secret))
+	}
+	if len(names) > 0 {
+		return &TriggerError{Triggers: names}
+	}
+	return nil
+}
+
+// checkUp refuses, before anything changes, to migrate a database whose
+// schema exists with no recorded migration.
+func (m *Migrator) checkUp(ctx context.Context) error {
+	if _, _, err := m.m.Version(); !errors.Is(err, migrate.ErrNilVersion) {
+		return nil
+	}
+	conn, err := pgx.Connect(ctx, m.url)
+	if err != nil {
+		return errors.New(scrub(err.Error(), m.secret))
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass('rl.state') IS NOT NULL").Scan(&exists); err != nil {
+		return errors.New(scrub(err.Error(), m.secret))
+	}
+	if exists {
+		return &UnrecordedError{}
+	}
+	return nil
 }
 
 // URLError reports a database URL this package cannot use. Its text never
@@ -102,6 +202,7 @@ func Up(ctx context.Context, databaseURL string) error {
 // an advisory lock).
 type Migrator struct {
 	m      *migrate.Migrate
+	url    string   // for the checks made before changing anything
 	secret []string // strings scrubbed from error messages
 }
 
@@ -137,7 +238,7 @@ func Open(ctx context.Context, databaseURL string) (*Migrator, error) {
 		if r.err != nil {
 			return nil, fmt.Errorf("cannot open database %s: %s", Redact(databaseURL), scrub(r.err.Error(), secret))
 		}
-		return &Migrator{m: r.m, secret: secret}, nil
+		return &Migrator{m: r.m, url: connURL(databaseURL), secret: secret}, nil
 	case <-ctx.Done():
 		go func() { // the attempt ends by its connect_timeout
 			if r := <-done; r.m != nil {
@@ -156,25 +257,55 @@ func (m *Migrator) Close() error {
 
 // Up applies every pending migration. It returns ErrNoChange when there is
 // none.
+//
+// On a database whose schema rl exists without a recorded migration (the
+// files were applied by hand) it returns *UnrecordedError and changes
+// nothing.
 func (m *Migrator) Up(ctx context.Context) error {
+	if err := m.checkUp(ctx); err != nil {
+		return err
+	}
 	return m.run(ctx, m.m.Up)
 }
 
 // Down reverts every applied migration. It returns ErrNoChange when there is
-// none. Down refuses (and leaves the database dirty at that version) while
-// triggers still use rl.enforce_limit or other objects live in the schema rl;
-// the role rl_app is dropped only when nothing uses it anymore.
+// none. While triggers still use rl.enforce_limit it returns *TriggerError
+// before changing anything; should other objects of users live in the
+// schema rl, the last migration refuses to drop it (and the database is
+// left dirty at that version). The roles rl_app and rl_admin are dropped
+// only when nothing uses them anymore.
 func (m *Migrator) Down(ctx context.Context) error {
+	if err := m.checkDown(ctx, 0); err != nil {
+		return err
+	}
 	return m.run(ctx, m.m.Down)
 }
 
-// Steps applies n migrations (n > 0) or reverts -n (n < 0).
+// Steps applies n migrations (n > 0) or reverts -n (n < 0), checking a
+// revert as Down does.
 func (m *Migrator) Steps(ctx context.Context, n int) error {
+	if n < 0 {
+		v, _, err := m.Version(ctx)
+		if err != nil {
+			return err
+		}
+		if err := m.checkDown(ctx, int(v)+n); err != nil {
+			return err
+		}
+	} else if err := m.checkUp(ctx); err != nil {
+		return err
+	}
 	return m.run(ctx, func() error { return m.m.Steps(n) })
 }
 
-// Goto migrates up or down to version v.
+// Goto migrates up or down to version v, checking as Up and Down do.
 func (m *Migrator) Goto(ctx context.Context, v uint) error {
+	if err := m.checkDown(ctx, int(v)); err != nil {
+		return err
+	}
+	if err := m.checkUp(ctx); err != nil {
+		return err
+	}
 	return m.run(ctx, func() error { return m.m.Migrate(v) })
 }
 
