@@ -174,7 +174,7 @@ func (s *Stats) count(o outcome, limits []core.Limit) {
 	var ce core.Error
 	switch {
 	case errors.As(o.err, &ce):
-		res = fmt.Sprintf("error %d %s", int(ce), ce.Error())
+		res = "error " + strconv.Itoa(int(ce)) + " " + ce.Error()
 	case o.err != nil:
 		res = "error " + o.err.Error()
 	case o.index >= 0 && o.index < len(o.ds) && o.ds[o.index].Allowed:
