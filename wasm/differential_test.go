@@ -6,7 +6,6 @@ import (
 
 	"github.com/rlcore/rl/internal/difftest"
 	"github.com/rlcore/rl/tests/vectors/vectorstest"
-	"github.com/rlcore/rl/wasm"
 )
 
 // The differential tests run the same sequences (package internal/difftest)
@@ -30,7 +29,7 @@ func TestDifferential(t *testing.T) {
 		n = 1500
 	}
 	r := exact()
-	t.Log(r.Check(t, difftest.Config{MaxLimits: wasm.MaxLimits}, 20260101, n))
+	t.Log(r.Check(t, difftest.Config{}, 20260101, n))
 }
 
 // TestExtremes decides every algorithm at its parameter bounds against
@@ -55,7 +54,7 @@ func FuzzDifferential(f *testing.F) {
 	f.Add([]byte{0, 3, 0, 3})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := exact()
-		if d := r.Run(difftest.FromBytes(data, difftest.Config{MaxLimits: wasm.MaxLimits})); d != nil {
+		if d := r.Run(difftest.FromBytes(data, difftest.Config{})); d != nil {
 			t.Fatal(d)
 		}
 	})

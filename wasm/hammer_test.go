@@ -23,7 +23,7 @@ func TestHammer(t *testing.T) {
 		{Name: "native", Decider: vectorstest.Native{}},
 		{Name: "wasm", Decider: p},
 	}}
-	stats := r.Check(t, difftest.Config{MaxLimits: wasm.MaxLimits}, 99, n)
+	stats := r.Check(t, difftest.Config{}, 99, n)
 	st := p.Stats()
 	if st.Instances > 3 || st.Discarded != 0 {
 		t.Fatalf("stats %+v", st)

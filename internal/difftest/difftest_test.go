@@ -73,7 +73,7 @@ func TestNativeWASMSQL(t *testing.T) {
 	if testing.Short() {
 		n = 100
 	}
-	stats := r.Check(t, difftest.Config{MaxLimits: wasm.MaxLimits}, 20261123, n)
+	stats := r.Check(t, difftest.Config{}, 20261123, n)
 	t.Log(stats)
 }
 

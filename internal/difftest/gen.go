@@ -74,8 +74,8 @@ type Sequence struct {
 // Config shapes generated sequences. The zero value is the default: any
 // input, valid or not, for the differential tests.
 type Config struct {
-	// MaxLimits bounds the number of limits of a sequence; 0 means 16, the
-	// most the WebAssembly module decides at once (wasm.MaxLimits).
+	// MaxLimits bounds the number of limits of a sequence; 0 means
+	// core.MaxLimits.
 	MaxLimits int
 	// MaxSteps bounds the number of steps; 0 means 40.
 	MaxSteps int
@@ -339,7 +339,7 @@ func (g *gen) fresh() core.State {
 func (g *gen) sequence() Sequence {
 	maxLimits := g.cfg.MaxLimits
 	if maxLimits <= 0 {
-		maxLimits = 16
+		maxLimits = core.MaxLimits
 	}
 	maxSteps := g.cfg.MaxSteps
 	if maxSteps <= 0 {
