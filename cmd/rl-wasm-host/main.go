@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rlcore/rl/internal/rls"
 	"github.com/rlcore/rl/internal/service"
 )
 
@@ -45,6 +46,8 @@ func run(args []string) int {
 	fs.StringVar(&rc.APIListen, "api-listen", service.DefaultAPIListen, "address of the decision API, /healthz, /readyz and /metrics; not loopback, or \"main\" (on -listen), only with api_tokens in the config")
 	fs.IntVar(&rc.MaxInFlight, "max-in-flight", service.DefaultMaxInFlight, "requests served at once; beyond: 503 with Retry-After (-1: no bound)")
 	fs.IntVar(&rc.MaxInFlightPerKey, "max-in-flight-per-key", 0, "decisions on one key waiting for the store at once; beyond: 503 (0: half the PostgreSQL pool, none in memory; -1: no bound)")
+	grpcListen := fs.String("grpc-listen", "", "address of the Envoy rate limit service (gRPC, envoy.service.ratelimit.v3; off by default); not loopback only with api_tokens in the config")
+	rlsConfig := fs.String("rls-config", "", "the rate limit service's configuration in envoyproxy/ratelimit's format: a YAML file, or a directory of them (one domain each); reloaded on SIGHUP")
 	hashToken := fs.Bool("hash-token", false, "read an API token on stdin, print the sha256 to put in api_tokens, and exit")
 	fs.StringVar(&rc.Decider, "decider", "wasm", "decision core: wasm (the embedded WebAssembly module hosted by wazero) or native")
 	fs.IntVar(&rc.WasmInstances, "wasm-instances", 0, "most WebAssembly instances (0: 2 × GOMAXPROCS)")
@@ -107,6 +110,16 @@ func run(args []string) int {
 		return 2
 	}
 	rc.Postgres.MaxConns = int32(*maxConns)
+	switch {
+	case *grpcListen != "" && *rlsConfig == "":
+		fmt.Fprintln(os.Stderr, "rl-wasm-host: -grpc-listen needs -rls-config (the rate limit service's configuration)")
+		return 2
+	case *grpcListen != "":
+		rc.Extensions = append(rc.Extensions, rls.NewExtension(rls.ExtensionConfig{Listen: *grpcListen, ConfigPath: *rlsConfig}))
+	case *rlsConfig != "":
+		fmt.Fprintln(os.Stderr, "rl-wasm-host: -rls-config needs -grpc-listen (the rate limit service's address)")
+		return 2
+	}
 
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(logLevel)); err != nil {

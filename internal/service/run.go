@@ -70,6 +70,10 @@ type RunConfig struct {
 	// OnListen, if set, hears each listener's role ("all", "proxy", "api")
 	// and bound address, once it is listening.
 	OnListen func(role, addr string)
+	// Extensions are front ends served beside the HTTP listeners over the
+	// same Service (the command's Envoy rate limit service): started once
+	// the Service exists, reloaded after it, shut down with it.
+	Extensions []Extension
 }
 
 // Run runs the service until ctx is done, then shuts it down gracefully.
@@ -217,7 +221,27 @@ func Run(ctx context.Context, rc RunConfig, reload <-chan os.Signal) error {
 		}
 		return err
 	}
-	errc := make(chan error, len(servers))
+	for _, ext := range rc.Extensions {
+		role, addr, err := ext.Start(svc)
+		if err != nil {
+			for _, s := range servers {
+				s.ln.Close()
+			}
+			return err
+		}
+		log.Info("listening", "role", role, "addr", addr)
+		if rc.OnListen != nil {
+			rc.OnListen(role, addr)
+		}
+	}
+	errc := make(chan error, len(servers)+len(rc.Extensions))
+	for _, ext := range rc.Extensions {
+		go func() {
+			if err := ext.Serve(); err != nil {
+				errc <- err
+			}
+		}()
+	}
 	for _, s := range servers {
 		log.Info("listening", "role", s.role, "addr", s.ln.Addr().String())
 		if rc.OnListen != nil {
@@ -241,6 +265,9 @@ loop:
 			break loop
 		case <-reload:
 			svc.Reload(rc.ConfigPath)
+			for _, ext := range rc.Extensions {
+				ext.Reload()
+			}
 		}
 	}
 
@@ -252,6 +279,9 @@ loop:
 	sctx, cancel := context.WithTimeout(context.Background(), orDefault(rc.ShutdownTimeout, 15*time.Second))
 	defer cancel()
 	var wg sync.WaitGroup
+	for _, ext := range rc.Extensions {
+		wg.Go(func() { ext.Shutdown(sctx) })
+	}
 	for _, s := range servers {
 		wg.Go(func() {
 			if err := s.srv.Shutdown(sctx); err != nil {

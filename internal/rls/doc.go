@@ -1,0 +1,34 @@
+// Package rls is rl-wasm-host's Envoy rate limit service: a gRPC server of
+// envoy.service.ratelimit.v3.RateLimitService (ShouldRateLimit) deciding
+// with the same store, decider and clock as the HTTP service it runs beside
+// (internal: its configuration and behaviour are the command's interface,
+// documented in cmd/rl-wasm-host/README.md).
+//
+// Configuration is envoyproxy/ratelimit's format, read by LoadConfig from a
+// file or a directory of files (one domain each): domain, nested
+// descriptors of key and optional value (a value ending in "*" matches by
+// prefix), rate_limit {unit, requests_per_unit, unit_multiplier, unlimited,
+// name, replaces}, shadow_mode. Extensions in rate_limit: algorithm (any of
+// the core's; default fixed_window, as envoyproxy/ratelimit counts) and
+// fail_open. Matching is envoyproxy/ratelimit's: at each depth key and
+// value, else value prefix, else key alone; a limit applies only at the
+// request descriptor's last entry. Each distinct descriptor (its entries'
+// values, not the configuration node) has its own state, kept under the
+// base key "rls:<domain>".
+//
+// Unlike envoyproxy/ratelimit, which charges every descriptor of a request
+// even when another one denies it (its issue #1060), a request is decided
+// all or nothing: it is charged on its limits only when all of them admit
+// it. See Server.ShouldRateLimit and decideAll for the two-phase step and
+// its race, which can only under-admit.
+//
+// Costs: a descriptor's hits_addend when set (0: check without charging),
+// else the request's hits_addend, 0 meaning 1. Store failures follow the
+// HTTP service's rules (service.ClassifyFailure): a store that is down is
+// answered OK for a fail_open limit and UNAVAILABLE otherwise (Envoy's
+// failure_mode_deny then decides); load is answered OVER_LIMIT with
+// Retry-After 1, never admitted.
+//
+// A Server is safe for concurrent use; SetConfig swaps the configuration
+// atomically, so a reload never blocks or drops calls.
+package rls

@@ -1,0 +1,147 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/rlcore/rl/internal/service"
+)
+
+// ExtensionConfig configures the rate limit service as rl-wasm-host runs it
+// (flags -grpc-listen and -rls-config).
+type ExtensionConfig struct {
+	// Listen is the gRPC listener's address. A loopback address serves
+	// every local caller; any other needs api_tokens in the service's
+	// configuration, and then every call a token.
+	Listen string
+	// ConfigPath is the envoyproxy/ratelimit configuration: a file, or a
+	// directory of .yaml files; reloaded on SIGHUP.
+	ConfigPath string
+	// Options of the Server (Trusted is set from Listen).
+	Options Options
+}
+
+// NewExtension returns the rate limit service as a service.Extension for
+// service.RunConfig.Extensions.
+func NewExtension(cfg ExtensionConfig) service.Extension { return &extension{cfg: cfg} }
+
+type extension struct {
+	cfg  ExtensionConfig
+	srv  *Server
+	grpc *grpc.Server
+	ln   net.Listener
+}
+
+// Start loads the configuration, checks the listener's trust and binds it.
+func (e *extension) Start(svc *service.Service) (string, string, error) {
+	if e.cfg.ConfigPath == "" {
+		return "", "", errors.New("-grpc-listen needs -rls-config (the rate limit service's configuration)")
+	}
+	cfg, err := LoadConfig(e.cfg.ConfigPath)
+	if err != nil {
+		return "", "", err
+	}
+	trusted, err := CheckListen(e.cfg.Listen, len(svc.Config().APITokens) > 0)
+	if err != nil {
+		return "", "", err
+	}
+	opts := e.cfg.Options
+	opts.Trusted = trusted
+	if e.srv, err = New(svc, cfg, opts); err != nil {
+		return "", "", err
+	}
+	if e.ln, err = net.Listen("tcp", e.cfg.Listen); err != nil {
+		return "", "", fmt.Errorf("listen %s: %w", e.cfg.Listen, err)
+	}
+	e.grpc = NewGRPCServer(e.srv)
+	svc.Logger().Info("rate limit service config loaded", "path", e.cfg.ConfigPath, "domains", len(cfg.Domains))
+	return "grpc", e.ln.Addr().String(), nil
+}
+
+// NewGRPCServer returns a gRPC server serving s as
+// envoy.service.ratelimit.v3.RateLimitService and the standard health
+// service (grpc.health.v1, for Envoy's gRPC health checks). Requests are
+// small: messages are bounded to 64 KiB.
+func NewGRPCServer(s *Server) *grpc.Server {
+	g := grpc.NewServer(
+		grpc.MaxRecvMsgSize(64<<10),
+		grpc.MaxConcurrentStreams(1024),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	)
+	rlsv3.RegisterRateLimitServiceServer(g, s)
+	hs := health.NewServer()
+	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(g, hs)
+	return g
+}
+
+func (e *extension) Serve() error {
+	if err := e.grpc.Serve(e.ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("serve grpc: %w", err)
+	}
+	return nil
+}
+
+// Reload reads the configuration again; an invalid one keeps the one in
+// force, logged and counted in rl_rls_config_reloads_total.
+func (e *extension) Reload() {
+	cfg, err := LoadConfig(e.cfg.ConfigPath)
+	if err == nil {
+		err = e.srv.SetConfig(cfg)
+	}
+	if err != nil {
+		e.srv.m.reloads.WithLabelValues("failure").Inc()
+		e.srv.log.Error("rate limit service config reload failed; keeping the one in force", "path", e.cfg.ConfigPath, "err", err)
+		return
+	}
+	e.srv.m.reloads.WithLabelValues("success").Inc()
+	e.srv.log.Info("rate limit service config reloaded", "path", e.cfg.ConfigPath, "domains", len(cfg.Domains))
+}
+
+// Shutdown stops gracefully (calls in flight finish), or at once when ctx
+// ends first.
+func (e *extension) Shutdown(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		e.grpc.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		e.grpc.Stop()
+		<-done
+	}
+}
+
+// CheckListen reports whether addr is a loopback address (trusted), and
+// refuses any other unless the service's configuration has api_tokens:
+// Envoy's rate limit protocol has no authentication of its own, so on a
+// reachable address a caller must send a token (Envoy: the grpc_service's
+// initial_metadata), as on the decision API.
+func CheckListen(addr string, tokens bool) (trusted bool, err error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, fmt.Errorf("-grpc-listen %q: %w", addr, err)
+	}
+	if host == "localhost" {
+		return true, nil
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsLoopback() {
+		return true, nil
+	}
+	if !tokens {
+		return false, fmt.Errorf("-grpc-listen %q is not a loopback address, so other hosts could spend any descriptor's quota: configure api_tokens (Envoy sends one in its grpc_service initial_metadata), or listen on 127.0.0.1 or [::1]", addr)
+	}
+	return false, nil
+}

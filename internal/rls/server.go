@@ -1,0 +1,605 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/rlcore/rl"
+	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/httplimit"
+	"github.com/rlcore/rl/internal/service"
+)
+
+type entry = commonv3.RateLimitDescriptor_Entry
+
+// Defaults of Options.
+const (
+	DefaultMaxDescriptors = 64
+	DefaultMaxEntries     = 16
+)
+
+// Options configures a Server. Zero fields take the documented defaults.
+type Options struct {
+	// Trusted reports that only trusted peers reach the listener
+	// (loopback): without api_tokens in the Service's configuration every
+	// caller may call, as on the decision API's own listener. Otherwise
+	// each call needs the gRPC metadata "authorization: Bearer <token>"
+	// with a configured token (Envoy sends it with the rate limit
+	// cluster's grpc_service initial_metadata).
+	Trusted bool
+	// MaxDescriptors bounds the descriptors of one request. Default 64.
+	MaxDescriptors int
+	// MaxEntries bounds the entries of one descriptor. Default 16.
+	MaxEntries int
+}
+
+// Server implements envoy.service.ratelimit.v3.RateLimitService over a
+// Service's store, decider and clock. Create it with New; it is safe for
+// concurrent use, and SetConfig swaps the configuration atomically.
+type Server struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	svc        *service.Service
+	log        *slog.Logger
+	set        atomic.Pointer[ruleSet]
+	m          *metrics
+	unknown    *domainMetrics
+	trusted    bool
+	maxDesc    int
+	maxEntries int
+	maxKey     int
+	logged     atomic.Int64 // unix ns of the last store-failure log line
+}
+
+type ruleSet struct {
+	cfg     *Config
+	domains map[string]*domainSet
+}
+
+type domainSet struct {
+	d   *Domain
+	ns  string // the limiter's base key, and the per-key gate's namespace
+	lim *rl.Limiter
+	m   *domainMetrics
+}
+
+// New returns a Server deciding by cfg over svc.
+func New(svc *service.Service, cfg *Config, opts Options) (*Server, error) {
+	if svc == nil || cfg == nil {
+		return nil, errors.New("rls: nil Service or Config")
+	}
+	s := &Server{svc: svc, log: svc.Logger(), m: newMetrics(), trusted: opts.Trusted,
+		maxDesc: opts.MaxDescriptors, maxEntries: opts.MaxEntries, maxKey: svc.MaxKeyLength()}
+	if s.maxDesc <= 0 {
+		s.maxDesc = DefaultMaxDescriptors
+	}
+	if s.maxEntries <= 0 {
+		s.maxEntries = DefaultMaxEntries
+	}
+	if err := s.m.register(svc.Register); err != nil {
+		return nil, fmt.Errorf("rls: metrics: %w", err)
+	}
+	s.unknown = s.m.forDomain(unknownDomain)
+	if err := s.SetConfig(cfg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// KeyPrefix is the base key of a domain's state: a descriptor of domain d
+// is kept under "rls:" + d (in PostgreSQL the row key is
+// "rls:<domain>:<descriptor key>").
+const KeyPrefix = "rls:"
+
+// SetConfig swaps in cfg: calls in flight finish under the old one.
+func (s *Server) SetConfig(cfg *Config) error {
+	rs := &ruleSet{cfg: cfg, domains: make(map[string]*domainSet, len(cfg.Domains))}
+	for name, d := range cfg.Domains {
+		lim, err := rl.New(rl.Config{Store: s.svc.Store(), BaseKey: KeyPrefix + name, Clock: s.svc.Clock(),
+			Decider: s.svc.Decider(), MaxKeyLength: s.maxKey})
+		if err != nil {
+			return fmt.Errorf("rls: domain %q: %w", name, err)
+		}
+		rs.domains[name] = &domainSet{d: d, ns: KeyPrefix + name, lim: lim, m: s.m.forDomain(name)}
+		d.limits(func(path string, l *Limit) { l.m = s.m.forDescriptor(name, path) })
+	}
+	s.set.Store(rs)
+	return nil
+}
+
+// Config returns the configuration in force.
+func (s *Server) Config() *Config { return s.set.Load().cfg }
+
+// item is one descriptor of a request.
+type item struct {
+	n    *node
+	key  string
+	cost int64
+	// check: hits_addend 0 given on the descriptor: decided without
+	// charging.
+	check bool
+	// same is the index of an earlier descriptor with the same limit and
+	// key, whose decision (costs summed) this one shares; -1 when none.
+	same     int
+	replaced bool
+	decided  bool
+	taken    bool
+	res      rl.Result
+	out      string
+}
+
+func (it *item) limit() *Limit {
+	if it.n == nil || it.replaced {
+		return nil
+	}
+	return it.n.limit
+}
+
+// enforced reports whether the item takes part in the request's all or
+// nothing decision.
+func (it *item) enforced() bool {
+	l := it.limit()
+	return l != nil && !l.Unlimited && !l.Shadow && !it.check && it.same < 0
+}
+
+// errOverload is a decision refused because of load.
+var errOverload = errors.New("overloaded")
+
+// ShouldRateLimit decides every descriptor of req all or nothing: a request
+// is charged on each of its limits only when every one admits it. See the
+// package documentation.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	start := time.Now()
+	if err := s.authenticate(ctx); err != nil {
+		return nil, err
+	}
+	rs := s.set.Load()
+	descs := req.GetDescriptors()
+	switch {
+	case req.GetDomain() == "":
+		return nil, status.Error(codes.InvalidArgument, "domain: empty")
+	case len(descs) == 0 || len(descs) > s.maxDesc:
+		return nil, status.Errorf(codes.InvalidArgument, "descriptors: %d, want 1 to %d", len(descs), s.maxDesc)
+	}
+	ds := rs.domains[req.GetDomain()]
+	dm := s.unknown
+	if ds != nil {
+		dm = ds.m
+	}
+	items := make([]item, len(descs))
+	for i, d := range descs {
+		it := &items[i]
+		it.same = -1
+		if err := s.parseDescriptor(i, d, req.GetHitsAddend(), it); err != nil {
+			dm.failed.Inc()
+			return nil, err
+		}
+		if ds != nil {
+			it.n = ds.d.match(d.GetEntries())
+		}
+	}
+	if ds == nil {
+		dm.unmatched.Add(float64(len(items)))
+		dm.ok.Inc()
+		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: okStatuses(len(items))}, nil
+	}
+	s.prepare(items, descs)
+
+	denied, overloaded, err := s.decideAll(ctx, ds, items)
+	if err != nil {
+		dm.failed.Inc()
+		s.count(items, true, false)
+		return nil, err
+	}
+	resp := s.respond(items, denied, overloaded)
+	s.count(items, denied, overloaded)
+	if denied {
+		dm.overLimit.Inc()
+	} else {
+		dm.ok.Inc()
+	}
+	for i := range items {
+		if items[i].limit() == nil {
+			dm.unmatched.Inc()
+		}
+	}
+	s.m.latency.Observe(time.Since(start).Seconds())
+	return resp, nil
+}
+
+// parseDescriptor checks descriptor i and sets it's cost: the descriptor's
+// hits_addend when given (0: check without charging, as envoyproxy/ratelimit
+// reads it), else the request's, 0 meaning 1.
+func (s *Server) parseDescriptor(i int, d *commonv3.RateLimitDescriptor, hits uint32, it *item) error {
+	n := len(d.GetEntries())
+	switch {
+	case n == 0 || n > s.maxEntries:
+		return status.Errorf(codes.InvalidArgument, "descriptors[%d].entries: %d, want 1 to %d", i, n, s.maxEntries)
+	case d.GetIsNegativeHits():
+		return status.Errorf(codes.InvalidArgument, "descriptors[%d].is_negative_hits: not supported (a decision is never refunded)", i)
+	case d.GetLimit() != nil:
+		return status.Errorf(codes.InvalidArgument, "descriptors[%d].limit: limit overrides are not supported; configure the limit in the rate limit service's configuration", i)
+	}
+	if h := d.GetHitsAddend(); h != nil {
+		if h.GetValue() == 0 {
+			it.check = true
+		}
+		it.cost = int64(min(h.GetValue(), math.MaxInt64))
+	} else {
+		it.cost = int64(max(1, hits))
+	}
+	if it.cost > core.MaxCost {
+		return status.Errorf(codes.InvalidArgument, "descriptors[%d].hits_addend: %d is above %d", i, it.cost, core.MaxCost)
+	}
+	return nil
+}
+
+// prepare applies replaces, computes keys, and merges descriptors with the
+// same limit and key (their costs summed: one decision for both).
+func (s *Server) prepare(items []item, descs []*commonv3.RateLimitDescriptor) {
+	if len(items) > 1 {
+		var replaced map[string]bool
+		for i := range items {
+			if l := items[i].limit(); l != nil && len(l.Replaces) > 0 && !l.Unlimited {
+				if replaced == nil {
+					replaced = map[string]bool{}
+				}
+				for _, r := range l.Replaces {
+					replaced[r] = true
+				}
+			}
+		}
+		for i := range items {
+			if l := items[i].limit(); l != nil && l.Name != "" && replaced[l.Name] {
+				items[i].replaced = true
+			}
+		}
+	}
+	for i := range items {
+		it := &items[i]
+		l := it.limit()
+		if l == nil || l.Unlimited || l.RequestsPerUnit == 0 {
+			continue
+		}
+		it.key = descriptorKey(descs[i].GetEntries(), s.maxKey)
+		for j := 0; j < i; j++ {
+			o := &items[j]
+			if o.same < 0 && o.n == it.n && o.key == it.key && !o.replaced {
+				it.same = j
+				o.cost += it.cost
+				o.check = o.check && it.check
+				if o.cost > core.MaxCost {
+					o.cost = core.MaxCost
+				}
+				break
+			}
+		}
+	}
+}
+
+// decideAll decides the request: the enforced descriptors all or nothing,
+// then the check-only and shadow ones. It reports whether the request is
+// denied and whether for load; an error is the call's answer (a store down
+// under a fail-closed limit).
+//
+// One enforced descriptor is one atomic step. Several are keys of their
+// own, and no store has a step over several keys, so they are decided in
+// two phases, as the decision API's atomic batch: every one is checked
+// without charging, and only when all pass is each one taken. A concurrent
+// request may drain a descriptor between its check and its take (one store
+// round trip); that take is then denied, the request answered OVER_LIMIT,
+// and the descriptors taken before it stay charged (counted in
+// rl_rls_partial_total). The race only under-admits: every take is exact.
+func (s *Server) decideAll(ctx context.Context, ds *domainSet, items []item) (denied, overloaded bool, err error) {
+	var enforced []int
+	for i := range items {
+		if items[i].enforced() {
+			if items[i].n.limit.RequestsPerUnit == 0 {
+				denied = true
+				s.denyAll(&items[i])
+				continue
+			}
+			enforced = append(enforced, i)
+		}
+	}
+	fail := func(it *item, err error) (bool, bool, error) {
+		if errors.Is(err, errOverload) {
+			it.out = outOverloaded
+			return true, true, nil
+		}
+		return true, false, err
+	}
+	switch {
+	case denied || len(enforced) > 1:
+		for _, i := range enforced {
+			it := &items[i]
+			if err := s.decide(ctx, ds, it, true); err != nil {
+				return fail(it, err)
+			}
+			if it.out == outDenied {
+				denied = true
+			}
+		}
+		if denied {
+			break
+		}
+		for n, i := range enforced {
+			it := &items[i]
+			if it.out == outFailOpen {
+				continue
+			}
+			if err := s.decide(ctx, ds, it, false); err != nil {
+				if n > 0 {
+					ds.m.partial.Inc()
+				}
+				return fail(it, err)
+			}
+			if it.out == outDenied {
+				if n > 0 {
+					ds.m.partial.Inc()
+				}
+				denied = true
+				break
+			}
+		}
+	case len(enforced) == 1:
+		it := &items[enforced[0]]
+		if err := s.decide(ctx, ds, it, false); err != nil {
+			return fail(it, err)
+		}
+		denied = it.out == outDenied
+	}
+	for i := range items {
+		it := &items[i]
+		l := it.limit()
+		if l == nil || l.Unlimited || it.same >= 0 || it.enforced() {
+			continue
+		}
+		if l.RequestsPerUnit == 0 {
+			s.denyAll(it)
+			continue
+		}
+		// Check-only descriptors are never charged; shadow ones are
+		// charged when the request is admitted, as they would be if
+		// enforced. Their failures deny nothing.
+		if err := s.decide(ctx, ds, it, it.check || denied); err != nil {
+			it.out = ""
+			if errors.Is(err, errOverload) {
+				it.out = outOverloaded
+			}
+		}
+	}
+	return denied, false, nil
+}
+
+// decide decides one descriptor, peek or take, into it. It returns
+// errOverload for load, or the gRPC error answering a store that is down
+// under a fail-closed limit.
+func (s *Server) decide(ctx context.Context, ds *domainSet, it *item, peek bool) error {
+	l := it.n.limit
+	slot, ok := s.svc.EnterKey(ds.ns, it.key)
+	if !ok {
+		return errOverload
+	}
+	if slot != nil {
+		defer slot.Add(-1)
+	}
+	cost := it.cost
+	if it.check {
+		cost, peek = 0, true
+	}
+	res, err := ds.lim.Do(ctx, rl.Request{Key: it.key, Cost: cost, Policy: l.policy, Peek: peek})
+	if err == nil {
+		s.svc.DecisionSucceeded()
+		it.res, it.decided = res, true
+		it.taken = !peek && res.Allowed
+		if res.Allowed {
+			it.out = outAllowed
+		} else {
+			it.out = outDenied
+		}
+		return nil
+	}
+	var ce core.Error
+	if errors.Is(err, rl.ErrInvalidKey) || (errors.As(err, &ce) && ce == core.ErrCost) {
+		return status.Errorf(codes.InvalidArgument, "%v", err) // not reached: keys are encoded, costs checked
+	}
+	ds.m.storeErrors.Inc()
+	switch s.svc.ClassifyFailure(err) {
+	case service.FailureOutage:
+		if l.FailOpen {
+			s.logFailure("store down; answering OK (fail_open)", ds, err)
+			it.out = outFailOpen
+			return nil
+		}
+		s.logFailure("store down; failing the call (UNAVAILABLE: Envoy's failure_mode_deny decides)", ds, err)
+		it.out = outFailClosed
+		return status.Error(codes.Unavailable, "rate limit store unavailable")
+	default:
+		s.logFailure("store busy or failing; answering OVER_LIMIT (load is never admitted)", ds, err)
+		return errOverload
+	}
+}
+
+// denyAll decides a limit of requests_per_unit 0: denied, no retry passes,
+// nothing stored.
+func (s *Server) denyAll(it *item) {
+	l := it.n.limit
+	it.decided, it.out = true, outDenied
+	it.res = rl.Result{LimitResult: rl.LimitResult{Name: "deny_all", Window: l.window, Never: true,
+		ResetAfter: untilWindowEnd(s.svc.Clock()(), l.window)}}
+}
+
+// logFailure logs at most one store failure a second.
+func (s *Server) logFailure(msg string, ds *domainSet, err error) {
+	now := time.Now().UnixNano()
+	last := s.logged.Load()
+	if now-last < int64(time.Second) || !s.logged.CompareAndSwap(last, now) {
+		return
+	}
+	s.log.Warn("rls: "+msg, "domain", ds.d.Name, "err", err)
+}
+
+// respond builds the response: a status per descriptor, the overall code,
+// and the rate-limit header fields of the deciding descriptor.
+func (s *Server) respond(items []item, denied, overloaded bool) *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(items))}
+	if denied {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	deciding := -1
+	for i := range items {
+		it := &items[i]
+		src := it
+		if it.same >= 0 {
+			src = &items[it.same]
+		}
+		l := it.limit()
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		resp.Statuses[i] = st
+		switch {
+		case l == nil:
+			continue
+		case l.Unlimited:
+			st.LimitRemaining = math.MaxUint32
+			continue
+		}
+		st.CurrentLimit = l.current
+		switch {
+		case src.out == outOverloaded:
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			continue
+		case !src.decided:
+			continue
+		}
+		if src.out == outDenied && !l.Shadow {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		st.LimitRemaining = uint32(min(src.res.Remaining, math.MaxUint32))
+		st.DurationUntilReset = durationpb.New(src.res.ResetAfter)
+		if l.Shadow || it.same >= 0 {
+			continue
+		}
+		// The header fields describe the deciding descriptor: when denied,
+		// the denying one with the latest retry; else the one with the
+		// fewest remaining.
+		switch d := deciding; {
+		case d < 0:
+			deciding = i
+		case src.out == outDenied && (items[d].out != outDenied || laterRetry(&src.res, &items[d].res)):
+			deciding = i
+		case src.out != outDenied && items[d].out != outDenied && src.res.Remaining < items[d].res.Remaining:
+			deciding = i
+		}
+	}
+	switch {
+	case overloaded:
+		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{{Key: "retry-after", Value: "1"}}
+	case deciding >= 0:
+		resp.ResponseHeadersToAdd = headerValues(items[deciding].res)
+	}
+	return resp
+}
+
+// headerNames are the fields httplimit.SetHeaders writes, in the order
+// they are sent.
+var headerNames = []string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"}
+
+// headerValues are the draft-11 RateLimit and RateLimit-Policy fields, the
+// X-RateLimit-* fields and, on a denial a retry can pass, Retry-After, as
+// httplimit.SetHeaders writes them for the HTTP service.
+func headerValues(r rl.Result) []*corev3.HeaderValue {
+	h := make(http.Header, len(headerNames))
+	httplimit.SetHeaders(h, r)
+	out := make([]*corev3.HeaderValue, 0, len(headerNames))
+	for _, k := range headerNames {
+		if v := h.Get(k); v != "" {
+			out = append(out, &corev3.HeaderValue{Key: strings.ToLower(k), Value: v})
+		}
+	}
+	return out
+}
+
+// laterRetry reports whether a's retry is later than b's (Never latest).
+func laterRetry(a, b *rl.Result) bool {
+	if b.Never {
+		return false
+	}
+	return a.Never || a.RetryAfter > b.RetryAfter
+}
+
+// untilWindowEnd is the time from now (µs) to the end of the epoch-aligned
+// window of length w.
+func untilWindowEnd(now int64, w time.Duration) time.Duration {
+	us := int64(w / time.Microsecond)
+	return time.Duration(us-now%us) * time.Microsecond
+}
+
+func okStatuses(n int) []*rlsv3.RateLimitResponse_DescriptorStatus {
+	st := make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)
+	for i := range st {
+		st[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	}
+	return st
+}
+
+// count records each descriptor's outcome.
+func (s *Server) count(items []item, denied, overloaded bool) {
+	for i := range items {
+		it := &items[i]
+		l := it.limit()
+		if l == nil || l.m == nil {
+			continue
+		}
+		src := it
+		if it.same >= 0 {
+			src = &items[it.same]
+		}
+		switch {
+		case l.Unlimited:
+			l.m.unlimited.Inc()
+		case src.out == outOverloaded:
+			l.m.overloaded.Inc()
+		case src.out == outFailOpen:
+			l.m.failOpen.Inc()
+		case src.out == outFailClosed:
+			l.m.failClosed.Inc()
+		case src.out == outDenied && l.Shadow:
+			l.m.shadowDenied.Inc()
+		case src.out == outDenied, src.out == outAllowed && denied && !l.Shadow && !it.check:
+			l.m.denied.Inc()
+		case src.out == outAllowed:
+			l.m.allowed.Inc()
+		}
+	}
+}
+
+// authenticate admits a call by the api_tokens in force: on a trusted
+// listener without tokens every caller; otherwise a caller sending the
+// metadata "authorization: Bearer <token>" with a configured token.
+func (s *Server) authenticate(ctx context.Context) error {
+	var authz string
+	if !s.trusted || len(s.svc.Config().APITokens) > 0 {
+		if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) > 0 {
+			authz = v[0]
+		}
+	}
+	if s.svc.TokenRole(s.trusted, authz) == 0 {
+		return status.Error(codes.Unauthenticated, "the rate limit service needs the metadata \"authorization: Bearer <token>\" with a token of the configuration's api_tokens")
+	}
+	return nil
+}

@@ -1,0 +1,133 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rlcore/rl"
+	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/store"
+)
+
+// This file holds the hooks another front end uses to decide over the same
+// Service as the HTTP listeners: the Envoy rate limit service (package
+// internal/rls) takes the Service's store, decider and clock, answers store
+// failures by the same rules, authenticates with its api_tokens, reports on
+// its /metrics, and is started, reloaded and stopped by Run.
+
+// Extension is a front end Run serves beside the HTTP listeners, over the
+// Service it built (RunConfig.Extensions).
+type Extension interface {
+	// Start loads what the extension needs and binds its listener, once
+	// the Service exists. It returns the listener's role and address for
+	// the logs and RunConfig.OnListen. An error (a *ConfigError for an
+	// invalid configuration file) stops Run before anything is served.
+	Start(svc *Service) (role, addr string, err error)
+	// Serve serves until Shutdown; it returns nil after a Shutdown.
+	Serve() error
+	// Reload reloads the extension's configuration (SIGHUP), after the
+	// Service's. An invalid file keeps the configuration in force; the
+	// extension logs and counts it.
+	Reload()
+	// Shutdown stops serving gracefully within ctx.
+	Shutdown(ctx context.Context)
+}
+
+// Store returns the store the Service decides over.
+func (s *Service) Store() store.Store { return s.store }
+
+// Decider returns the decision function the Service applies.
+func (s *Service) Decider() core.Decider { return s.decider }
+
+// Clock returns the Service's decision clock.
+func (s *Service) Clock() rl.Clock { return s.clock }
+
+// Logger returns the Service's logger.
+func (s *Service) Logger() *slog.Logger { return s.log }
+
+// MaxKeyLength returns the longest key the Service accepts, in bytes.
+func (s *Service) MaxKeyLength() int { return s.maxKey }
+
+// Register adds collectors to the registry the Service's /metrics serves.
+func (s *Service) Register(cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := s.metrics.reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Failure is how a front end answers a decision the store failed.
+type Failure uint8
+
+const (
+	// FailureOutage: the store is down; the fail policy answers.
+	FailureOutage Failure = iota + 1
+	// FailureOverload: the store (or one key) is saturated; refuse at
+	// once and let the client retry. Load never turns into admissions.
+	FailureOverload
+	// FailureOther: a failure that is not an outage (or a store timeout
+	// not yet counted as one); refuse.
+	FailureOther
+)
+
+// ClassifyFailure tells how to answer err, the error of a decision that the
+// request did not cause (not rl.ErrInvalidKey, not core.ErrCost), by the
+// rules the HTTP service follows: only a store that is down
+// (store.ErrUnavailable, and for timeouts three in a row with no success
+// between) is an outage; store.ErrBusy is overload, counted in
+// rl_overload_rejected_total{reason="store_busy"}. It records the failure
+// in the Service's outage tracker, which the HTTP listeners share.
+func (s *Service) ClassifyFailure(err error) Failure {
+	switch {
+	case errors.Is(err, store.ErrBusy):
+		s.metrics.overload.WithLabelValues("store_busy").Inc()
+		return FailureOverload
+	case errors.Is(err, rl.ErrStore) && !errors.Is(err, store.ErrUnavailable):
+		return FailureOther
+	case errors.Is(err, rl.ErrStore) && !s.outage.down(err):
+		return FailureOther
+	case errors.Is(err, rl.ErrStore):
+		return FailureOutage
+	}
+	// A core error other than cost: the store returned a corrupt state,
+	// which the HTTP service answers by the fail policy too.
+	return FailureOutage
+}
+
+// DecisionSucceeded records a decision the store completed: it ends a run
+// of timeouts that ClassifyFailure counts toward an outage.
+func (s *Service) DecisionSucceeded() { s.outage.success() }
+
+// EnterKey takes a place among the decisions in flight on key of namespace
+// ns under Options.MaxInFlightPerKey. It returns ok false at the bound
+// (counted in rl_overload_rejected_total{reason="key_in_flight"}; answer as
+// overload), and otherwise a slot to give back with slot.Add(-1), nil when
+// there is no bound.
+func (s *Service) EnterKey(ns, key string) (slot *atomic.Int32, ok bool) {
+	if s.perKey == nil {
+		return nil, true
+	}
+	slot, ok = s.perKey.enter(ns, key)
+	if !ok {
+		s.metrics.overload.WithLabelValues("key_in_flight").Inc()
+	}
+	return slot, ok
+}
+
+// TokenRole returns the Role a caller presenting the credentials in an
+// Authorization value ("Bearer <token>") has, by the api_tokens in force,
+// or 0 when it may not call. On a trusted listener (loopback) without
+// configured tokens every caller is an admin, as on the decision API's.
+func (s *Service) TokenRole(trusted bool, authorization string) Role {
+	tokens := s.rules.Load().cfg.APITokens
+	if trusted && len(tokens) == 0 {
+		return RoleAdmin
+	}
+	return matchToken(tokens, authorization)
+}
