@@ -199,28 +199,35 @@ func (l *Limiter) decide(ctx context.Context, op store.Op, key string, cost int6
 			return ErrNoPolicy
 		}
 	}
-	var (
-		i   int
-		d   core.Decision
-		err error
-	)
 	if len(each) >= len(p.limits) {
-		i, d, err = l.decideEach(ctx, op, key, cost, p, each)
-	} else {
-		// The request is built in the call: a variable would be copied.
-		i, d, err = l.store.Decide(ctx, store.Request{Prefix: l.base, Key: key, Names: p.names, Limits: p.limits,
-			Op: op, Now: l.now(), Cost: cost, Decider: l.decider}, nil)
-	}
-	if err != nil {
-		var ce core.Error
-		if errors.As(err, &ce) {
-			return fmt.Errorf("rl: %q: %w", key, err)
+		i, d, err := l.decideEach(ctx, op, key, cost, p, each)
+		if err != nil {
+			return storeError(key, err)
 		}
-		return fmt.Errorf("%w: %w", ErrStore, err)
+		fromCore(&p.src[i], &d, &r.LimitResult)
+		r.Index = i
+		return nil
+	}
+	// The request is built in the call (a variable would be copied once
+	// more), and the decision is read field by field where the call left
+	// it: a block copy of it stalls on store-to-load forwarding.
+	i, d, err := l.store.Decide(ctx, store.Request{Prefix: l.base, Key: key, Names: p.names, Limits: p.limits,
+		Op: op, Now: l.now(), Cost: cost, Decider: l.decider}, nil)
+	if err != nil {
+		return storeError(key, err)
 	}
 	fromCore(&p.src[i], &d, &r.LimitResult)
 	r.Index = i
 	return nil
+}
+
+// storeError wraps an error of the store's Decide.
+func storeError(key string, err error) error {
+	var ce core.Error
+	if errors.As(err, &ce) {
+		return fmt.Errorf("rl: %q: %w", key, err)
+	}
+	return fmt.Errorf("%w: %w", ErrStore, err)
 }
 
 // decideEach is decide's call of the store when every limit's result is

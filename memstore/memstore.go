@@ -391,7 +391,11 @@ func (s *Store) Decide(_ context.Context, req store.Request, each []core.Decisio
 		i, err := s.decideEntry(e, &req)
 		var d core.Decision
 		if err == nil {
-			d = e.out[i]
+			// Field by field, as in rl.fromCore: a struct copy of what
+			// the core just wrote stalls on store-to-load forwarding.
+			o := &e.out[i]
+			d.Allowed, d.Limit, d.Remaining = o.Allowed, o.Limit, o.Remaining
+			d.ResetAfter, d.RetryAfter, d.Delay = o.ResetAfter, o.RetryAfter, o.Delay
 			if len(each) >= len(req.Limits) {
 				copy(each, e.out[:len(req.Limits)])
 			}
