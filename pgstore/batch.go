@@ -40,7 +40,7 @@ type BatchConfig struct {
 // Defaults of BatchConfig.
 const (
 	DefaultMaxBatch    = 256
-	DefaultMaxInFlight = 4
+	DefaultMaxInFlight = 2
 )
 
 // Batched is a store.Store that coalesces concurrent decisions: while
@@ -216,13 +216,7 @@ func (b *Batched) Decide(ctx context.Context, req store.Request, each []core.Dec
 }
 
 func (b *Batched) queueTimeout() time.Duration {
-	switch qt := b.s.cfg.QueueTimeout; {
-	case qt == 0:
-		return time.Second
-	case qt > 0:
-		return qt
-	}
-	return 0
+	return max(b.s.cfg.QueueTimeout, 0)
 }
 
 // leave marks c as abandoned and reports whether it was already in a
@@ -383,11 +377,14 @@ func (b *Batched) execSQL(ctx context.Context, conn *pgxpool.Conn, all []*call) 
 	if nlim == nreq {
 		countsArg = nil // one limit each
 	}
-	var nowsArg any
+	var nowsArg, takesArg any
 	if nows != nil {
 		nowsArg = nows
 	}
-	rows, err := conn.Query(ctx, q, keys, names, algs, lims, wins, rates, costs, countsArg, nowsArg, takes)
+	if slices.Contains(takes, false) {
+		takesArg = takes // NULL, all takes: the function's fast path
+	}
+	rows, err := conn.Query(ctx, q, keys, names, algs, lims, wins, rates, costs, countsArg, nowsArg, takesArg)
 	if err != nil {
 		return err
 	}

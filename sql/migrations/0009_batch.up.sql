@@ -61,41 +61,36 @@ CREATE TYPE rl.batch_decision AS (
 COMMENT ON TYPE rl.batch_decision IS
     'One row of rl.rl_decide_batch: a limit of a request, or a request''s error (error_code set, ord NULL)';
 
--- rl._lock_batch locks the rows of the distinct (key, name) pairs of
--- p_keys and p_names in (key, name) bytewise order, creating missing rows
--- fresh in passing, and returns the pairs in that order with their states
--- and whether this call created them. Keys and names must be valid (1 to 256
--- bytes): the callers check them. Not granted.
-CREATE FUNCTION rl._lock_batch(p_keys text[], p_names text[],
-                               OUT keys text[], OUT names text[], OUT states rl.state_words[], OUT created boolean[])
+-- rl._lock_batch locks the rows of the (key, name) pairs p_keys[i],
+-- p_names[i], which the caller gives distinct, valid (1 to 256 bytes) and in
+-- (key, name) bytewise order, creating missing rows fresh in passing, and
+-- returns their states and whether this call created them, in that order.
+-- Not granted.
+CREATE FUNCTION rl._lock_batch(p_keys text[], p_names text[], OUT states rl.state_words[], OUT created boolean[])
     LANGUAGE plpgsql
 AS $fn$
 DECLARE
-    m     integer;
+    m     integer := coalesce(cardinality(p_keys), 0);
     got   integer;
     ok    boolean := false;
     st    rl.state_words;
     c     boolean;
     tries integer;
 BEGIN
-    SELECT coalesce(array_agg(d.k ORDER BY d.k COLLATE "C", d.n COLLATE "C"), '{}'),
-           coalesce(array_agg(d.n ORDER BY d.k COLLATE "C", d.n COLLATE "C"), '{}')
-      INTO keys, names
-      FROM (SELECT DISTINCT u.k, u.n FROM unnest(p_keys, p_names) AS u(k, n)) d;
-    m := cardinality(keys);
     IF m = 0 THEN
         states := '{}';
         created := '{}';
         RETURN;
     END IF;
-    -- Every row present, the common case: one statement locks them in order.
-    -- A row missing (or deleted meanwhile) rolls the subtransaction back,
-    -- which releases the locks it took: nothing is held out of order.
+    -- Every row present, the common case: one statement locks them in order
+    -- (the locking happens above the sort). A row missing (or deleted
+    -- meanwhile) rolls the subtransaction back, which releases the locks it
+    -- took: nothing stays locked out of order.
     BEGIN
         SELECT array_agg(ROW(l.algorithm, l.t, l.x, l.y, l.log)::rl.state_words ORDER BY l.o), count(*)
           INTO states, got
           FROM (SELECT u.o, s.algorithm, s.t, s.x, s.y, s.log
-                  FROM unnest(keys, names) WITH ORDINALITY AS u(k, n, o)
+                  FROM unnest(p_keys, p_names) WITH ORDINALITY AS u(k, n, o)
                   JOIN rl.state s ON s.key = u.k AND s.name = u.n
                  ORDER BY u.o
                    FOR UPDATE OF s) l;
@@ -119,14 +114,14 @@ BEGIN
         c := false;
         LOOP
             SELECT s.algorithm, s.t, s.x, s.y, s.log INTO st
-              FROM rl.state s WHERE s.key = keys[i] AND s.name = names[i] FOR UPDATE;
+              FROM rl.state s WHERE s.key = p_keys[i] AND s.name = p_names[i] FOR UPDATE;
             EXIT WHEN FOUND;
             tries := tries + 1;
             IF tries > 100 THEN
                 RAISE EXCEPTION 'ratelimit: the state row kept changing; retry the transaction'
                     USING ERRCODE = 'serialization_failure';
             END IF;
-            INSERT INTO rl.state AS s (key, name) VALUES (keys[i], names[i]) ON CONFLICT DO NOTHING;
+            INSERT INTO rl.state AS s (key, name) VALUES (p_keys[i], p_names[i]) ON CONFLICT DO NOTHING;
             c := c OR FOUND;
         END LOOP;
         states[i] := st;
@@ -170,10 +165,10 @@ DECLARE
     nows     bigint[];
     takes    boolean[];
     limkey   text[];
-    lk       text[] := '{}';
-    ln       text[] := '{}';
-    pk       text[] := '{}';
-    pn       text[] := '{}';
+    limtake  boolean[];
+    ptake    boolean[];
+    lw       rl.state_words[];
+    lc       boolean[];
     sk       text[];
     sn       text[];
     sw       rl.state_words[];
@@ -240,9 +235,25 @@ BEGIN
         END IF;
     END IF;
 
-    -- Each request: check it, or give it its error; collect the rows to lock
-    -- (takes) and to read (peeks).
-    limkey := array_fill(NULL::text, ARRAY[nlim]);
+    -- Each request: check it, or give it its error; note each limit's key
+    -- and whether a take uses it. The common call (one valid limit per
+    -- request, no tenant restriction, no request times, no peeks) needs no
+    -- loop: each statement in one costs per request.
+    IF p_counts IS NULL AND pfx IS NULL AND p_nows IS NULL AND p_takes IS NULL
+            AND (SELECT bool_and(octet_length(u.k) BETWEEN 1 AND 256 AND octet_length(u.n) BETWEEN 1 AND 256)
+                   FROM unnest(p_keys, p_names) AS u(k, n)) THEN
+        limkey := p_keys;
+        limtake := array_fill(true, ARRAY[nlim]);
+        firsts := ARRAY(SELECT generate_series(1, nreq));
+        cnts := array_fill(1, ARRAY[nreq]);
+        nows := array_fill(v_now, ARRAY[nreq]);
+        takes := limtake;
+        ecode := array_fill(NULL::text, ARRAY[nreq]);
+        nreq := -nreq; -- skip the loop below
+    ELSE
+        limkey := array_fill(NULL::text, ARRAY[nlim]);
+        limtake := array_fill(false, ARRAY[nlim]);
+    END IF;
     j := 1;
     FOR q IN 1 .. nreq LOOP
         c := CASE WHEN p_counts IS NULL THEN 1 ELSE p_counts[q] END;
@@ -290,32 +301,40 @@ BEGIN
         takes[q] := p_takes IS NULL OR coalesce(p_takes[q], true);
         FOR i IN firsts[q] .. firsts[q] + c - 1 LOOP
             limkey[i] := k;
-            IF takes[q] THEN
-                lk := lk || k;
-                ln := ln || p_names[i];
-            ELSE
-                pk := pk || k;
-                pn := pn || p_names[i];
-            END IF;
+            limtake[i] := takes[q];
         END LOOP;
     END LOOP;
 
-    -- Lock the rows the takes use, in the one order; read the rows only
-    -- peeked at.
-    SELECT l.keys, l.names, l.states, l.created INTO sk, sn, sw, sc FROM rl._lock_batch(lk, ln) l;
-    IF cardinality(pk) > 0 THEN
-        SELECT sk || coalesce(array_agg(p.k), '{}'), sn || coalesce(array_agg(p.n), '{}'),
-               sw || coalesce(array_agg(coalesce(ROW(s.algorithm, s.t, s.x, s.y, s.log)::rl.state_words,
-                                                 ROW(0, 0, 0, 0, '{}')::rl.state_words)), '{}'),
-               sc || coalesce(array_agg(false), '{}')
-          INTO sk, sn, sw, sc
-          FROM (SELECT DISTINCT u.k, u.n FROM unnest(pk, pn) AS u(k, n)
-                EXCEPT SELECT v.k, v.n FROM unnest(sk, sn) AS v(k, n)) p
-          LEFT JOIN rl.state s ON s.key = p.k AND s.name = p.n;
+    nreq := abs(nreq);
+    -- The distinct rows of the valid requests in (key, name) bytewise
+    -- order, whether a take uses them, and each limit's row (slot).
+    SELECT array_agg(x.r ORDER BY x.j),
+           coalesce(array_agg(x.k ORDER BY x.r) FILTER (WHERE x.first AND x.k IS NOT NULL), '{}'),
+           coalesce(array_agg(x.n ORDER BY x.r) FILTER (WHERE x.first AND x.k IS NOT NULL), '{}'),
+           coalesce(array_agg(x.t ORDER BY x.r) FILTER (WHERE x.first AND x.k IS NOT NULL), '{}')
+      INTO slot, sk, sn, ptake
+      FROM (SELECT l.j, l.k, l.n,
+                   dense_rank() OVER (ORDER BY l.k COLLATE "C", l.n COLLATE "C") AS r,
+                   row_number() OVER (PARTITION BY l.k, l.n ORDER BY l.j) = 1 AS first,
+                   bool_or(l.t) OVER (PARTITION BY l.k, l.n) AS t
+              FROM unnest(limkey, p_names, limtake) WITH ORDINALITY AS l(k, n, t, j)) x;
+    -- Lock the rows the takes use, in that order; read the rows only peeked
+    -- at.
+    IF false = ANY (ptake) THEN
+        SELECT l.states, l.created INTO lw, lc
+          FROM rl._lock_batch(ARRAY(SELECT u.k FROM unnest(sk, ptake) WITH ORDINALITY AS u(k, t, o) WHERE u.t ORDER BY u.o),
+                              ARRAY(SELECT u.n FROM unnest(sn, ptake) WITH ORDINALITY AS u(n, t, o) WHERE u.t ORDER BY u.o)) l;
+        SELECT array_agg(CASE WHEN u.t THEN lw[u.lo]
+                              ELSE coalesce((SELECT ROW(s.algorithm, s.t, s.x, s.y, s.log)::rl.state_words FROM rl.state s
+                                              WHERE s.key = u.k AND s.name = u.n),
+                                            ROW(0, 0, 0, 0, '{}')::rl.state_words) END ORDER BY u.o),
+               array_agg(u.t AND lc[u.lo] ORDER BY u.o)
+          INTO sw, sc
+          FROM (SELECT v.k, v.n, v.t, v.o, count(*) FILTER (WHERE v.t) OVER (ORDER BY v.o) AS lo
+                  FROM unnest(sk, sn, ptake) WITH ORDINALITY AS v(k, n, t, o)) u;
+    ELSE
+        SELECT l.states, l.created INTO sw, sc FROM rl._lock_batch(sk, sn) l;
     END IF;
-    SELECT array_agg(s.o ORDER BY l.j) INTO slot
-      FROM unnest(limkey, p_names) WITH ORDINALITY AS l(k, n, j)
-      LEFT JOIN unnest(sk, sn) WITH ORDINALITY AS s(k, n, o) ON s.k = l.k AND s.n = l.n;
     sexp := array_fill(NULL::bigint, ARRAY[cardinality(sk)]);
     dirty := array_fill(false, ARRAY[cardinality(sk)]);
 
@@ -422,11 +441,9 @@ BEGIN
     -- for requests that wrote nothing.
     IF any_dirty THEN
         UPDATE rl.state s
-           SET algorithm = (u.w).algorithm, t = (u.w).t, x = (u.w).x, y = (u.w).y, log = (u.w).log,
-               expires_at = u.e
-          FROM (SELECT * FROM unnest(sk, sn, sexp, dirty) WITH ORDINALITY AS v(k, n, e, d, o)) u0
-          JOIN LATERAL (SELECT u0.k, u0.n, u0.e, sw[u0.o] AS w) u ON true
-         WHERE u0.d AND s.key = u.k AND s.name = u.n;
+           SET algorithm = u.algorithm, t = u.t, x = u.x, y = u.y, log = u.log, expires_at = u.e
+          FROM unnest(sk, sn, sexp, dirty, sw) AS u(k, n, e, d, algorithm, t, x, y, log)
+         WHERE u.d AND s.key = u.k AND s.name = u.n;
     END IF;
     IF true = ANY (sc) THEN
         DELETE FROM rl.state s
@@ -456,6 +473,8 @@ DECLARE
     p_keys  ALIAS FOR $1;
     p_names ALIAS FOR $2;
     v_now   bigint;
+    ks      text[];
+    ns      text[];
     l       record;
 BEGIN
     PERFORM rl._require_trusted('rl.lock_states_batch');
@@ -468,10 +487,13 @@ BEGIN
            FROM unnest(p_keys, p_names) AS u(k, n);
     END IF;
     v_now := rl._request_now(NULL);
-    SELECT * INTO l FROM rl._lock_batch(p_keys, p_names);
-    RETURN QUERY SELECT u.k, u.n, (u.w).algorithm, (u.w).t, (u.w).x, (u.w).y, (u.w).log, u.c, v_now
-                   FROM (SELECT v.k, v.n, l.states[v.o] AS w, v.c
-                           FROM unnest(l.keys, l.names, l.created) WITH ORDINALITY AS v(k, n, c, o)) u;
+    SELECT coalesce(array_agg(d.k ORDER BY d.k COLLATE "C", d.n COLLATE "C"), '{}'),
+           coalesce(array_agg(d.n ORDER BY d.k COLLATE "C", d.n COLLATE "C"), '{}')
+      INTO ks, ns
+      FROM (SELECT DISTINCT u.k, u.n FROM unnest(p_keys, p_names) AS u(k, n)) d;
+    SELECT * INTO l FROM rl._lock_batch(ks, ns);
+    RETURN QUERY SELECT u.k, u.n, u.algorithm, u.t, u.x, u.y, u.log, u.c, v_now
+                   FROM unnest(ks, ns, l.states, l.created) AS u(k, n, algorithm, t, x, y, log, c);
 END
 $fn$;
 
