@@ -489,7 +489,11 @@ func (s *Server) respond(items []item, denied, overloaded bool) *rlsv3.RateLimit
 		if src.out == outDenied && !l.Shadow {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-		st.LimitRemaining = uint32(min(src.res.Remaining, math.MaxUint32))
+		rem := src.res.Remaining
+		if src.out == outAllowed && !src.taken && !src.check {
+			rem += src.cost // checked, not charged: what remains is what it had
+		}
+		st.LimitRemaining = uint32(min(rem, math.MaxUint32))
 		st.DurationUntilReset = durationpb.New(src.res.ResetAfter)
 		if l.Shadow || it.same >= 0 {
 			continue
