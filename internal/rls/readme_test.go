@@ -72,7 +72,9 @@ descriptors:
       unit: day
       requests_per_unit: 100
 `, envOpts{})
-	marketing := func(n string) []*commonv3.RateLimitDescriptor { return []*commonv3.RateLimitDescriptor{d("message_type", "marketing", "to_number", n), d("to_number", n)} }
+	marketing := func(n string) []*commonv3.RateLimitDescriptor {
+		return []*commonv3.RateLimitDescriptor{d("message_type", "marketing", "to_number", n), d("to_number", n)}
+	}
 	// 5 marketing messages to each number; then denied.
 	require.Equal(t, 5, e.admitted(t, 8, "messaging", marketing("2061111111")...))
 	require.Equal(t, 5, e.admitted(t, 5, "messaging", marketing("2062222222")...))
