@@ -123,11 +123,18 @@ func (l *Limit) rate() int64 {
 //	TokenBucket   T = last update (µs)       X = units taken, in 1/Window of a token
 //	LeakyBucket   T = last update (µs)       X = water level, in 1/Window of a unit
 //	GCRA          T = theoretical arrival time, whole µs; X = its fraction, in 1/Rate µs (≤ MaxLimit)
+//	              Y = time of the admission that wrote it (≤ T; 0 in states written before it was kept)
 //
 // Unused words are zero. A state written by another algorithm (the limit's
 // configuration changed) is treated as fresh; a state written under other
 // parameters of the same algorithm is read under the new ones, clamped so it
-// never denies longer than one full window or refill.
+// never denies longer than a state written under the new parameters could:
+// one window (FixedWindow, SlidingLog), two windows (SlidingWindow, whose
+// previous window still weighs) or one full refill, Limit×Window/Rate
+// (TokenBucket, LeakyBucket, GCRA), counted from the time the state was
+// written. A window state written under another window length is read in
+// the new window that holds its start, so RetryAfter stays exact. (A GCRA
+// state with Y = 0 is not clamped: it has no time to count from.)
 type State struct {
 	Algorithm Algorithm
 	T, X, Y   int64
@@ -276,8 +283,9 @@ func checkState(l *Limit, s *State) Error {
 		}
 	case GCRA:
 		// X is a fraction numerator below Rate (≤ MaxLimit); larger values
-		// are corrupt and would overflow.
-		if s.Y != 0 || s.X > MaxLimit {
+		// are corrupt and would overflow. Y, the admission's time, is never
+		// after the TAT it wrote.
+		if s.X > MaxLimit || s.Y > s.T {
 			return ErrState
 		}
 	case SlidingWindow:

@@ -69,7 +69,9 @@ func fixedWindow(l *Limit, s *State, now, cost int64, d *Decision, n *State) {
 	start, count := now-now%w, int64(0)
 	if s.Algorithm == FixedWindow && s.T >= start {
 		// The current window, or a later one if the clock stepped back.
-		start, count = s.T, s.X
+		// A state written under another window length may start off
+		// the current one's grid: its window is the one holding T.
+		start, count = s.T-s.T%w, s.X
 	}
 	end := start + w
 	if cost == 0 || count+cost <= lim {
@@ -96,10 +98,13 @@ func slidingWindow(l *Limit, s *State, now, cost int64, d *Decision, n *State) {
 	start := now - now%w
 	var curr, prev int64
 	if s.Algorithm == SlidingWindow {
+		// The window holding T: T itself unless the state was written
+		// under another window length.
+		st := s.T - s.T%w
 		switch {
-		case s.T >= start:
-			start, curr, prev = s.T, s.X, s.Y
-		case s.T+w == start:
+		case st >= start:
+			start, curr, prev = st, s.X, s.Y
+		case st+w == start:
 			prev = s.X
 		}
 	}
@@ -250,15 +255,26 @@ func bucket(l *Limit, s *State, now, cost int64, d *Decision, n *State) {
 	}
 }
 
-// gcra keeps the theoretical arrival time TAT = T + X/Rate µs. Its level
-// (TAT−now)×Rate is in the same units as bucket's; nothing is clamped, so a
-// clock that stepped back only makes the state look fuller.
+// gcra keeps the theoretical arrival time TAT = T + X/Rate µs and, in Y,
+// the time of the admission that wrote it. Its level (TAT−now)×Rate is in
+// the same units as bucket's. Under the parameters that wrote it, the level
+// at Y is at most the capacity; a state whose level at Y is higher was
+// written under other parameters and is read as full at Y (clamped: one
+// full refill from Y at most). Y = 0 (an admission at time 0, or a state
+// written before Y was kept) is not clamped. A clock that stepped back
+// makes the state look fuller.
 func gcra(l *Limit, s *State, now, cost int64, d *Decision, n *State) {
 	w, lim, r := l.Window, l.Limit, l.rate()
 	capacity := lim * w
 	st, sx := s.T, s.X
 	level, full := int64(0), false // full: level > capacity, too big to compute
 	if s.Algorithm == GCRA {
+		if y := s.Y; y > 0 {
+			// checkState: st ≥ y. dt×r ≤ capacity when the first test fails.
+			if dt := st - y; dt > capacity/r || dt*r+sx > capacity {
+				st, sx = y+capacity/r, capacity%r
+			}
+		}
 		if st >= now {
 			if dt := st - now; dt > capacity/r {
 				full = true
@@ -274,7 +290,7 @@ func gcra(l *Limit, s *State, now, cost int64, d *Decision, n *State) {
 		if cost > 0 {
 			level += cost * w
 			if n != nil {
-				*n = State{Algorithm: GCRA, T: now + level/r, X: level % r}
+				*n = State{Algorithm: GCRA, T: now + level/r, X: level % r, Y: now}
 			}
 			d.ResetAfter = ceilDiv(level, r)
 		}

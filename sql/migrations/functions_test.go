@@ -2,12 +2,15 @@ package migrations_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
+
+	"github.com/rlcore/rl/core"
 )
 
 // TestAllowExample is the README's first example.
@@ -74,20 +77,28 @@ func TestErrors(t *testing.T) {
 		query, state, message, detail string
 		args                          []any
 	}{
-		{`SELECT rl.rl_allow('k', 'bogus', 5, '1 minute')`, "RL001", "ratelimit: unknown algorithm (ErrAlgorithm)", "", nil},
-		{`SELECT rl.rl_allow('k', 'gcra', 0, '1 minute')`, "RL002", "ratelimit: limit out of range (ErrLimit)", "", nil},
-		{`SELECT rl.rl_allow('k', 'log', 4097, '1 minute')`, "RL002", "ratelimit: limit out of range (ErrLimit)", "", nil},
-		{`SELECT rl.rl_allow('k', 'gcra', 5, '-1 minute')`, "RL003", "ratelimit: window out of range (ErrWindow)", "", nil},
-		{`SELECT rl.rl_allow('k', 'gcra', 5, '40 years')`, "RL003", "ratelimit: window out of range (ErrWindow)", "", nil},
-		{`SELECT rl.rl_allow('k', 'fixed', 5, '1 minute', rate => 3)`, "RL004", "ratelimit: rate out of range (ErrRate)", "", nil},
-		{`SELECT rl.rl_allow('k', 'gcra', 1099511627776, '1 day')`, "RL005", "ratelimit: limit × window too large (ErrUnits)", "", nil},
-		{`SELECT rl.rl_allow('k', 'gcra', 5, '1 minute', cost => -1)`, "RL006", "ratelimit: cost out of range (ErrCost)", "", nil},
-		{`SELECT rl.rl_allow('k', 'gcra', 5, '1 minute', now_us => -1)`, "RL007", "ratelimit: time out of range (ErrTime)", "", nil},
-		{`SELECT rl.decide(4, 5, 1000, 0, 4, -1, 0, 0, '{}', 0, 1)`, "RL008", "ratelimit: corrupt state (ErrState)", "", nil},
+		{`SELECT rl.rl_allow('k', 'bogus', 5, '1 minute')`, "RL001", fmt.Sprintf("ratelimit: algorithm 'bogus': unknown (want %s)", allAlgorithms("")), "", nil},
+		{`SELECT rl.decide(7, 5, 1000, 0, 0, 0, 0, 0, '{}', 0, 1)`, "RL001", fmt.Sprintf("ratelimit: algorithm 7: unknown (want %s)", allAlgorithms("numbers")), "", nil},
+		{`SELECT rl.rl_allow('k', 'gcra', 0, '1 minute')`, "RL002", fmt.Sprintf("ratelimit: limit 0: outside [1, %d] for %s", core.MaxLimit, core.GCRA), "", nil},
+		{`SELECT rl.rl_allow('k', 'log', 4097, '1 minute')`, "RL002", fmt.Sprintf("ratelimit: limit 4097: outside [1, %d] for %s", core.MaxLogLimit, core.SlidingLog), "", nil},
+		{`SELECT rl.rl_allow('k', 'gcra', 5, '-1 minute')`, "RL003", fmt.Sprintf("ratelimit: window '-00:01:00': outside [1 µs, %d µs]", core.MaxWindow), "", nil},
+		{`SELECT rl.rl_allow_us('k', 'gcra', 5, 0)`, "RL003", fmt.Sprintf("ratelimit: window 0 µs: outside [1, %d] µs", core.MaxWindow), "", nil},
+		{`SELECT rl.rl_allow('k', 'gcra', 0, '-1 minute')`, "RL002", "", "", nil}, // the limit is checked first
+		{`SELECT rl.rl_allow('k', 'gcra', 5, '40 years')`, "RL003", fmt.Sprintf("ratelimit: window '40 years': outside [1 µs, %d µs]", core.MaxWindow), "", nil},
+		{`SELECT rl.rl_allow('k', 'fixed', 5, '1 minute', rate => 3)`, "RL004",
+			fmt.Sprintf("ratelimit: rate 3: must be 0 or absent for %s (rate applies to %s, %s and %s)", core.FixedWindow, core.TokenBucket, core.LeakyBucket, core.GCRA), "", nil},
+		{`SELECT rl.rl_allow('k', 'token', 5, '1 minute', rate => -2)`, "RL004", fmt.Sprintf("ratelimit: rate -2: outside [0, %d] for %s", core.MaxLimit, core.TokenBucket), "", nil},
+		{`SELECT rl.rl_allow('k', 'gcra', 1099511627776, '1 day')`, "RL005",
+			fmt.Sprintf("ratelimit: limit %d × window %d µs: too large for %s (limit × window in µs must be at most %d)", core.MaxLimit, int64(24*time.Hour/time.Microsecond), core.GCRA, core.MaxUnits), "", nil},
+		{`SELECT rl.rl_allow('k', 'gcra', 5, '1 minute', cost => -1)`, "RL006", fmt.Sprintf("ratelimit: cost -1: outside [0, %d]", core.MaxCost), "", nil},
+		{`SELECT rl.rl_allow('k', 'gcra', 5, '1 minute', now_us => -1)`, "RL007", fmt.Sprintf("ratelimit: time -1 µs: outside [0, %d] µs since the Unix epoch", core.MaxTime), "", nil},
+		{`SELECT rl.decide(4, 5, 1000, 0, 4, -1, 0, 0, '{}', 0, 1)`, "RL008",
+			fmt.Sprintf("ratelimit: stored state (algorithm %d, t -1, x 0, y 0, 0 log entries) is corrupt for %s", core.TokenBucket, core.TokenBucket), "", nil},
+		{`SELECT rl.decide(6, 5, 1000, 0, 6, 5, 0, 6, '{}', 0, 1)`, "RL008", "", "", nil}, // y, the admission time, after the TAT
 		{`SELECT rl.decide(3, 5, 1000, 0, 3, 0, 0, 0, '{2,1}', 0, 1)`, "RL008", "", "", nil},
 		{`SELECT rl.decide(3, 5, 1000, 0, 3, 0, 0, 0, '{1,NULL}', 0, 1)`, "RL008", "", "", nil},
 		{`SELECT rl.decide(3, 5, 1000, 0, 3, 0, 0, 0, '{{1},{2}}', 0, 1)`, "RL008", "", "", nil},
-		{`SELECT rl.decide_all('{}', NULL, 0, 1)`, "RL010", "ratelimit: bad limit list (ErrLimits)", "limit index 0", nil},
+		{`SELECT rl.decide_all('{}', NULL, 0, 1)`, "RL010", core.ErrLimits.Error() + " (ErrLimits)", "limit index 0", nil},
 		{`SELECT rl.decide_all(ARRAY[ROW(4,5,1000,0), ROW(4,5,0,0)]::rl.limit_spec[], NULL, 0, 1)`, "RL003", "", "limit index 1", nil},
 		{`SELECT rl.decide_all(ARRAY[ROW(4,5,1000,0)]::rl.limit_spec[], '{}', 0, 1)`, "RL010", "", "", nil},
 		{`SELECT rl.decide(4, 5, 1000, 0, 0, 0, 0, 0, '{}', 0, 1, 'taek')`, "22023", "", "", nil},
@@ -189,4 +200,63 @@ func TestResetAndNever(t *testing.T) {
 	require.Equal(t, int64(1), n)
 	require.NoError(t, db.QueryRow(ctx, `SELECT rl.rl_reset($1)`, key).Scan(&n))
 	require.Zero(t, n)
+}
+
+// allAlgorithms lists the algorithms as the SQL errors do, from core's names:
+// "fixed_window, ..., leaky_bucket or gcra", or with their numbers.
+func allAlgorithms(numbers string) string {
+	var b strings.Builder
+	for a := core.FixedWindow; a <= core.GCRA; a++ {
+		switch {
+		case a == core.GCRA:
+			b.WriteString(" or ")
+		case a > core.FixedWindow:
+			b.WriteString(", ")
+		}
+		if numbers != "" {
+			fmt.Fprintf(&b, "%d ", a)
+		}
+		b.WriteString(a.String())
+	}
+	return b.String()
+}
+
+// TestConstants: the bounds the SQL functions use are core's.
+func TestConstants(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var got [8]int64
+	require.NoError(t, db.QueryRow(ctx, `SELECT rl._max_time(), rl._max_window(), rl._max_limit(), rl._max_cost(),
+		rl._max_log_limit(), rl._max_units(), rl._max_state_value(), rl._lock_tries()`).Scan(
+		&got[0], &got[1], &got[2], &got[3], &got[4], &got[5], &got[6], &got[7]))
+	require.Equal(t, [8]int64{core.MaxTime, core.MaxWindow, core.MaxLimit, core.MaxCost, core.MaxLogLimit,
+		core.MaxUnits, core.MaxStateValue, 100}, got)
+	for a := core.Algorithm(0); a <= core.GCRA+1; a++ {
+		var name string
+		require.NoError(t, db.QueryRow(ctx, `SELECT rl.algorithm_name($1)`, int32(a)).Scan(&name))
+		require.Equal(t, a.String(), name)
+	}
+}
+
+// TestParamsChangeSQL: the case of the issue through rl_allow: a key limited
+// to 1 per year, switched to 10 per second, waits 0.1 s, not a year; the
+// retry is exact.
+func TestParamsChangeSQL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const t0 = int64(1767225600000000)
+	key := uniqueKey("clamp")
+	var allowed bool
+	var retry int64
+	q := `SELECT allowed, retry_after_us FROM rl.rl_allow_us($1, 'gcra', $2, $3, now_us => $4)`
+	require.NoError(t, db.QueryRow(ctx, q, key, 1, int64(365*24*time.Hour/time.Microsecond), t0).Scan(&allowed, &retry))
+	require.True(t, allowed)
+	require.NoError(t, db.QueryRow(ctx, q, key, 10, int64(time.Second/time.Microsecond), t0+1).Scan(&allowed, &retry))
+	require.False(t, allowed)
+	require.Equal(t, int64(100_000-1), retry)
+	require.NoError(t, db.QueryRow(ctx, q, key, 10, int64(time.Second/time.Microsecond), t0+1+retry-1).Scan(&allowed, &retry))
+	require.False(t, allowed)
+	require.Equal(t, int64(1), retry)
+	require.NoError(t, db.QueryRow(ctx, q, key, 10, int64(time.Second/time.Microsecond), t0+100_000).Scan(&allowed, &retry))
+	require.True(t, allowed)
 }

@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
 	"strconv"
 	"testing"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
+
+	"github.com/rlcore/rl/core"
 )
 
 var retryDetail = regexp.MustCompile(`^Retry after (\d+) s \((\d+) µs\)`)
@@ -92,14 +95,18 @@ func TestTriggerArguments(t *testing.T) {
 	require.InDelta(t, 8*3600_000000, x, 3600_000000/10*2, "two costs of 4 (of 10 per hour), minus a few ms of refill")
 
 	for _, tc := range []struct {
-		args, state string
+		args, state, message string
 	}{
-		{`'nosuchcol', 'gcra', '5', '1 minute'`, "42703"},
-		{`'owner', 'gcra', 'five', '1 minute'`, "22023"},
-		{`'owner', 'gcra'`, "22023"},
-		{`'owner', 'nope', '5', '1 minute'`, "RL001"},
-		{`'owner', 'gcra', '5', '0 seconds'`, "RL003"},
-		{`'owner', 'gcra', '5', '1 minute', '-1'`, "RL006"},
+		{`'nosuchcol', 'gcra', '5', '1 minute'`, "42703", `argument 1 (key_column): the table has no column nosuchcol`},
+		{`'owner', 'gcra', 'five', '1 minute'`, "22023", `argument 3 (limit): 'five' is not an integer`},
+		{`'owner', 'gcra'`, "22023", "has 2 arguments"},
+		{`'owner', 'gcra_', '5', '1 minute'`, "RL001",
+			fmt.Sprintf(`argument 2 (algorithm): 'gcra_' is not an algorithm (want %s)`, allAlgorithms(""))},
+		{`'owner', 'gcra', '0', '1 minute'`, "RL002", fmt.Sprintf(`argument 3 (limit): limit 0: outside [1, %d] for %s`, core.MaxLimit, core.GCRA)},
+		{`'owner', 'gcra', '5', '0 seconds'`, "RL003", fmt.Sprintf(`argument 4 (window): '0 seconds': outside [1 µs, %d µs]`, core.MaxWindow)},
+		{`'owner', 'gcra', '5', '1 minit'`, "22023", `argument 4 (window): '1 minit' is not an interval such as '1 minute'`},
+		{`'owner', 'gcra', '5', '1 minute', '-1'`, "RL006", fmt.Sprintf(`argument 5 (cost): cost -1: outside [0, %d]`, core.MaxCost)},
+		{`'owner', 'gcra', '5', '1 minute', 'x'`, "22023", `argument 5 (cost): 'x' is not an integer`},
 	} {
 		_, err := conn.Exec(ctx, `DROP TRIGGER IF EXISTS bad ON uploads_trg;
 			DROP TRIGGER IF EXISTS uploads_limit ON uploads_trg;
@@ -107,6 +114,8 @@ func TestTriggerArguments(t *testing.T) {
 		require.NoError(t, err)
 		err = insert0(ctx, conn, `INSERT INTO uploads_trg VALUES ('bob', 1)`)
 		require.Equal(t, tc.state, sqlState(err), "%s: %v", tc.args, err)
+		require.Contains(t, err.Error(), tc.message, tc.args)
+		require.Contains(t, err.Error(), "trigger bad on ", tc.args)
 	}
 	_, err = conn.Exec(ctx, `DROP TRIGGER bad ON uploads_trg;
 		CREATE TRIGGER bad AFTER INSERT ON uploads_trg FOR EACH ROW EXECUTE FUNCTION rl.enforce_limit('owner', 'gcra', '5', '1 minute')`)

@@ -73,6 +73,27 @@ func (b *builder) takeFrom(now, cost int64, ss ...vectors.State) *builder {
 	return b.op("take", now, cost, nil, ss)
 }
 
+// retryEdge follows a denied call with cost at 1 µs before and exactly at
+// its RetryAfter (the deciding limit's): a peek that must be denied, then a
+// take that must be admitted.
+func (b *builder) retryEdge(cost int64) *builder {
+	last := b.c.Steps[len(b.c.Steps)-1]
+	ex := last.Expect
+	if ex.ErrorCode != 0 || len(ex.Decisions) == 0 || ex.Decisions[ex.Index].Allowed || ex.Decisions[ex.Index].RetryAfter <= 1 {
+		log.Fatalf("%s: retryEdge after a call that was not denied for a while: %+v", b.c.ID, ex)
+	}
+	at := last.Now + ex.Decisions[ex.Index].RetryAfter
+	b.peek(at-1, cost)
+	if p := b.c.Steps[len(b.c.Steps)-1].Expect.Decisions[ex.Index]; p.Allowed {
+		log.Fatalf("%s: admitted 1 µs before the retry", b.c.ID)
+	}
+	b.take(at, cost)
+	if d := b.c.Steps[len(b.c.Steps)-1].Expect.Decisions[ex.Index]; !d.Allowed {
+		log.Fatalf("%s: denied at the retry", b.c.ID)
+	}
+	return b
+}
+
 func (b *builder) op(op string, now, cost int64, ls []vectors.Limit, ss []vectors.State) *builder {
 	st := vectors.Step{Now: now, Op: op, Cost: cost, Limits: ls, SetStates: ss}
 	if ls != nil {
@@ -181,7 +202,18 @@ func common(alg core.Algorithm, p string) []*builder {
 			take(t0+2*sec, 1),
 		newCase(p+"-foreign", "a state written by another algorithm is treated as fresh", []string{"state"}, l(2, sec)).
 			takeFrom(t0, 1, vectors.State{Algorithm: int32(other(alg)), T: t0, X: 5}).take(t0+1, 1).take(t0+2, 1),
+		newCase(p+"-clamp", "a state written at 1 per year, read at 10 per second: denied no longer than the new limit allows "+
+			"(one window, two for the sliding window, or one refill from when it was written), retry_after exact", []string{"params", "edge"}, l(1, 365*day)).
+			take(t0+5*sec, 1).take(t0+5*sec+1, 1).
+			takeWith(t0+5*sec+2, 10, []vectors.Limit{l(10, sec)}).take(t0+5*sec+3, 10).retryEdge(10).take(t0+20*sec, 1),
 	)
+	if alg <= core.SlidingLog {
+		cs = append(cs, newCase(p+"-regrid", "the window changes to a length whose grid the stored times are not on: retry_after exact "+
+			"(1 µs before denied, at it admitted)", []string{"params", "edge"}, l(5, 3*sec)).
+			take(t0+7*sec, 5).takeWith(t0+8*sec, 1, []vectors.Limit{l(5, 10*sec)}).retryEdge(1).
+			takeWith(t0+41*sec, 4, []vectors.Limit{l(4, 7*sec)}).take(t0+41*sec+1, 2).retryEdge(2).
+			takeWith(t0+50*sec+3, 3, []vectors.Limit{l(3, 2*sec+1)}).take(t0+50*sec+4, 1).retryEdge(1))
+	}
 	// Errors: each leaves the state as it was.
 	e := newCase(p+"-errors", "invalid parameters, costs, times and states", []string{"error"}, l(3, sec)).take(t0, 1)
 	bad := func(mod func(*vectors.Limit)) []vectors.Limit {
@@ -228,7 +260,7 @@ func common(alg core.Algorithm, p string) []*builder {
 		e.takeFrom(t0+6, 1, vectors.State{Algorithm: int32(alg), T: t0, X: core.MaxLimit + 1}).
 			takeFrom(t0+6, 1, vectors.State{Algorithm: int32(alg), T: core.MaxStateValue, X: core.MaxStateValue}).
 			takeFrom(t0+6, 0, vectors.State{Algorithm: int32(alg), T: t0 + 2_000_000, X: core.MaxLimit}).
-			takeFrom(t0+6, 1, vectors.State{Algorithm: int32(alg), T: t0, Y: 1})
+			takeFrom(t0+6, 1, vectors.State{Algorithm: int32(alg), T: t0, Y: t0 + 1})
 	default:
 		e.takeFrom(t0+6, 1, vectors.State{Algorithm: int32(alg), T: t0, Y: 1})
 	}
@@ -336,6 +368,16 @@ func files() map[string]vectors.File {
 			take(t0, 5).take(t0+499999, 1).take(t0+500*ms, 1).take(t0+sec, 2).take(t0+10*sec, 5),
 		newCase("gcra-backwards", "a clock that steps back makes the state look fuller, never emptier", []string{"backwards"}, lim("default", core.GCRA, 2, sec, 0)).
 			take(t0, 2).take(t0-3*sec, 1).take(t0+500*ms, 1).take(t0-sec, 0),
+		newCase("gcra-clamp-rate", "a burst of 2^20 at 1 per 2^41 µs, then 3 per second: the old TAT, 2^61 µs ahead, is read as one full refill from its admission",
+			[]string{"params", "edge"}, lim("default", core.GCRA, 1<<20, core.MaxUnits>>20, 1)).
+			take(t0, 1<<20).takeWith(t0+1, 2, []vectors.Limit{lim("default", core.GCRA, 3, sec, 3)}).take(t0+2, 1).retryEdge(1).
+			takeWith(t0+3*sec, 1, []vectors.Limit{lim("default", core.GCRA, 2, 5*sec, core.MaxLimit)}),
+		newCase("gcra-legacy", "a state without its admission time (y 0, written before it was kept) is not clamped",
+			[]string{"params", "state"}, lim("default", core.GCRA, 10, sec, 0)).
+			takeFrom(t0, 1, vectors.State{Algorithm: int32(core.GCRA), T: t0 + 365*day}).take(t0+365*day-900*ms-1, 1).take(t0+365*day-900*ms, 1),
+		newCase("gcra-corrupt-y", "an admission time after the TAT it wrote is corrupt", []string{"state", "error"}, lim("default", core.GCRA, 3, sec, 0)).
+			takeFrom(t0, 1, vectors.State{Algorithm: int32(core.GCRA), T: t0, Y: t0 + 1}).
+			takeFrom(t0, 1, vectors.State{Algorithm: int32(core.GCRA), T: t0 + 1, Y: t0 + 1}),
 	)
 	add("gcra.json", "GCRA: burst Limit at Rate per Window, kept as one theoretical arrival time.", g)
 

@@ -1,0 +1,213 @@
+package core_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/rlcore/rl/core"
+)
+
+// Tests of the promise core.State makes about parameter changes: a state
+// written under other parameters never denies longer than a state written
+// under the new ones could, and RetryAfter stays exact.
+
+const (
+	µs   int64 = 1
+	sec        = 1_000_000 * µs
+	year       = 365 * 24 * 3600 * sec
+	t0   int64 = 1767225600000000 // 2026-01-01
+)
+
+var algorithms = []core.Algorithm{core.FixedWindow, core.SlidingWindow, core.SlidingLog, core.TokenBucket, core.LeakyBucket, core.GCRA}
+
+// longestWait is the longest RetryAfter a state written under l, at or
+// before the call's time, may cause for a cost within the limit.
+func longestWait(l core.Limit) int64 {
+	switch l.Algorithm {
+	case core.FixedWindow, core.SlidingLog:
+		return l.Window
+	case core.SlidingWindow:
+		return 2 * l.Window
+	}
+	r := l.Rate
+	if r == 0 {
+		r = l.Limit
+	}
+	// ⌈Limit×Window/Rate⌉: a full refill.
+	c := l.Limit * l.Window
+	return (c + r - 1) / r
+}
+
+// requireExact checks that a call of cost at now+d.RetryAfter is admitted
+// and one µs earlier is not.
+func requireExact(t *testing.T, l core.Limit, s core.State, now, cost int64, d core.Decision, what string) {
+	t.Helper()
+	if d.Allowed || d.RetryAfter == core.Never {
+		return
+	}
+	at, err := core.Peek(l, s, now+d.RetryAfter, cost)
+	if err != nil {
+		t.Fatalf("%s: Peek at retry: %v", what, err)
+	}
+	if !at.Allowed {
+		t.Fatalf("%s: denied at now+RetryAfter (%d): %+v", what, d.RetryAfter, at)
+	}
+	if d.RetryAfter > 1 {
+		before, err := core.Peek(l, s, now+d.RetryAfter-1, cost)
+		if err != nil {
+			t.Fatalf("%s: Peek before retry: %v", what, err)
+		}
+		if before.Allowed {
+			t.Fatalf("%s: admitted 1 µs before now+RetryAfter (%d)", what, d.RetryAfter)
+		}
+	}
+}
+
+// exhaust takes from l at now until a call of cost 1 is denied, so that the
+// state is as full as l allows.
+func exhaust(t *testing.T, l core.Limit, now int64) core.State {
+	t.Helper()
+	s := core.State{Log: make([]int64, 0, core.MaxLogLimit)}
+	d, n, err := core.Take(l, s, now, l.Limit)
+	if err != nil || !d.Allowed {
+		t.Fatalf("exhaust %+v: %+v %v", l, d, err)
+	}
+	return n
+}
+
+// TestParamsChangeClamped: every algorithm, a state made full under extreme
+// old parameters, read under new ones: the wait is at most what the new
+// parameters allow, and exact. 1 per year switched to 10 per second frees
+// the key within 0.1 s.
+func TestParamsChangeClamped(t *testing.T) {
+	t.Parallel()
+	type params struct{ limit, window, rate int64 }
+	olds := []params{
+		{1, year, 0},                          // 1 per year
+		{1, core.MaxWindow, 0},                // 1 per 31 years
+		{4096, 1, 0},                          // a huge rate
+		{1 << 20, core.MaxUnits >> 20, 1},     // a tiny rate, huge capacity
+		{3, 7, core.MaxLimit},                 // a huge rate, tiny capacity
+		{1000, sec, 999},                      // close to the new ones
+		{5, 3 * sec, 2},                       // a window off the new one's grid
+		{2, 1_000_003, 0},                     // a prime window
+		{4096, year / 1000, 0},                // a long window, many units
+		{1, core.MaxWindow / 1_000_000, 1},    // 1 per 1000 s
+		{core.MaxLogLimit, core.MaxWindow, 0}, // a full log over 31 years
+	}
+	news := []params{
+		{10, sec, 0},
+		{1, 1, 0},
+		{3, 7 * sec, 2},
+		{100, 60 * sec, 1},
+		{2, 1_000_001, 0},
+		{7, 24 * 3600 * sec, 0},
+	}
+	for _, alg := range algorithms {
+		for _, o := range olds {
+			for _, nw := range news {
+				ol := core.Limit{Algorithm: alg, Limit: o.limit, Window: o.window, Rate: o.rate}
+				nl := core.Limit{Algorithm: alg, Limit: nw.limit, Window: nw.window, Rate: nw.rate}
+				if alg < core.TokenBucket {
+					ol.Rate, nl.Rate = 0, 0
+				}
+				if ol.Validate() != nil || nl.Validate() != nil {
+					continue
+				}
+				name := fmt.Sprintf("%s/%+v→%+v", alg, o, nw)
+				for _, written := range []int64{t0, t0 + 123_457, t0 + 59*sec + 999_999} {
+					s := exhaust(t, ol, written)
+					for _, later := range []int64{0, 1, 99_999, sec} {
+						now := written + later
+						for _, cost := range []int64{1, nl.Limit} {
+							d, err := core.Peek(nl, s, now, cost)
+							if err != nil {
+								t.Fatalf("%s: %v", name, err)
+							}
+							if !d.Allowed && d.RetryAfter > longestWait(nl) {
+								t.Fatalf("%s written %d, now +%d, cost %d: RetryAfter %d > %d (state %+v)",
+									name, written, later, cost, d.RetryAfter, longestWait(nl), s)
+							}
+							requireExact(t, nl, s, now, cost, d, name)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestGCRAYearToSecond is the case in the issue: a key limited to 1 per year,
+// switched to 10 per second, is free again within 0.1 s, not a year.
+func TestGCRAYearToSecond(t *testing.T) {
+	t.Parallel()
+	old := core.Limit{Algorithm: core.GCRA, Limit: 1, Window: year}
+	s := exhaust(t, old, t0)
+	nl := core.Limit{Algorithm: core.GCRA, Limit: 10, Window: sec}
+	d, err := core.Peek(nl, s, t0+1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Allowed || d.RetryAfter != sec/10-1 {
+		t.Fatalf("want denied for 0.1 s from the old admission, got %+v", d)
+	}
+	requireExact(t, nl, s, t0+1, 1, d, "gcra")
+	d, _, err = core.Take(nl, s, t0+sec/10, 1)
+	if err != nil || !d.Allowed {
+		t.Fatalf("want admitted at 0.1 s: %+v %v", d, err)
+	}
+}
+
+// TestParamsChangeRandom: random limits and traffic, the parameters changed
+// at random points on a clock that never steps back: every denial's
+// RetryAfter is exact and at most the current parameters' longest wait.
+func TestParamsChangeRandom(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(10, 2026))
+	randLimit := func(alg core.Algorithm) core.Limit {
+		for {
+			l := core.Limit{Algorithm: alg, Limit: 1 + r.Int64N(1<<uint(r.IntN(13))), Window: 1 + r.Int64N(1<<uint(r.IntN(46)))}
+			if alg >= core.TokenBucket && r.IntN(2) == 0 {
+				l.Rate = 1 + r.Int64N(1<<uint(r.IntN(41)))
+			}
+			if l.Validate() == nil {
+				return l
+			}
+		}
+	}
+	iters := 3000
+	if testing.Short() {
+		iters = 300
+	}
+	for _, alg := range algorithms {
+		for range iters {
+			l := randLimit(alg)
+			s := core.State{Log: make([]int64, 0, core.MaxLogLimit)}
+			now := t0 + r.Int64N(year)
+			for i := range 12 {
+				if r.IntN(3) == 0 {
+					l = randLimit(alg)
+				}
+				switch r.IntN(3) {
+				case 0:
+					now += r.Int64N(l.Window + 1)
+				case 1:
+					now += r.Int64N(l.Window/8 + 1)
+				}
+				cost := 1 + r.Int64N(l.Limit)
+				d, n, err := core.Take(l, s, now, cost)
+				if err != nil {
+					t.Fatalf("%s step %d %+v: %v", alg, i, l, err)
+				}
+				if !d.Allowed {
+					if d.RetryAfter > longestWait(l) {
+						t.Fatalf("%s step %d %+v state %+v cost %d: RetryAfter %d > %d", alg, i, l, s, cost, d.RetryAfter, longestWait(l))
+					}
+					requireExact(t, l, s, now, cost, d, fmt.Sprintf("%s step %d %+v state %+v", alg, i, l, s))
+				}
+				s = n
+			}
+		}
+	}
+}
