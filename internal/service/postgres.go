@@ -14,6 +14,7 @@ import (
 	"github.com/rlcore/rl/memstore"
 	"github.com/rlcore/rl/pgstore"
 	"github.com/rlcore/rl/sql/migrations"
+	"github.com/rlcore/rl/store"
 )
 
 // PostgresConfig configures the PostgreSQL store.
@@ -30,6 +31,10 @@ type PostgresConfig struct {
 	// commit with synchronous_commit = off (a crash can lose the last
 	// fraction of a second of counts, never corrupt a row).
 	Durable bool
+	// Batch coalesces concurrent decisions into batches, one statement and
+	// one commit each (pgstore.Batched): more decisions per second under
+	// load for a little latency.
+	Batch bool
 	// MaxConns bounds the pool; 0: pgx's default (max(4, CPUs)).
 	MaxConns int32
 	// Timeout bounds each decision once it has a connection; a slower
@@ -108,7 +113,7 @@ func openPostgres(ctx context.Context, pc PostgresConfig, mem *memstore.Config, 
 	cancel()
 	switch {
 	case err == nil:
-		log.Info("store: PostgreSQL", "database", redacted, "decide", pc.Decide, "durable", pc.Durable, "timeout", timeout, "failover", pc.Failover)
+		log.Info("store: PostgreSQL", "database", redacted, "decide", pc.Decide, "durable", pc.Durable, "batch", pc.Batch, "timeout", timeout, "failover", pc.Failover)
 	case isUndefined(err):
 		pool.Close()
 		return nil, fmt.Errorf("database %s is not migrated (table rl.state missing): run with -migrate, or rl-migrate up", redacted)
@@ -117,7 +122,15 @@ func openPostgres(ctx context.Context, pc PostgresConfig, mem *memstore.Config, 
 			"database", redacted, "err", err)
 	}
 
-	pg, err := pgstore.New(pool, cfg)
+	var pg interface {
+		store.Store
+		Close() error
+	}
+	if pc.Batch {
+		pg, err = pgstore.NewBatched(pool, cfg, pgstore.BatchConfig{})
+	} else {
+		pg, err = pgstore.New(pool, cfg)
+	}
 	if err != nil {
 		pool.Close()
 		return nil, err
