@@ -136,7 +136,7 @@ func LoadConfig(path string) (*Config, error) {
 			if fe, ok := err.(*service.ConfigError); ok {
 				for _, p := range fe.Problems {
 					if fi.IsDir() {
-						p.Message = filepath.Base(f) + ": " + p.Message
+						p.Rule = strings.TrimSuffix(filepath.Base(f)+": "+p.Rule, ": ")
 					}
 					ce.Problems = append(ce.Problems, p)
 				}
@@ -145,7 +145,7 @@ func LoadConfig(path string) (*Config, error) {
 			return nil, err
 		}
 		if prev, dup := cfg.Domains[d.Name]; dup {
-			ce.Problems = append(ce.Problems, service.Problem{Field: "domain",
+			ce.Problems = append(ce.Problems, service.Problem{Rule: filepath.Base(f), Field: "domain",
 				Message: fmt.Sprintf("%q is also the domain of %s (one file per domain)", d.Name, filepath.Base(prev.File))})
 			continue
 		}

@@ -1,0 +1,93 @@
+package rls
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rlcore/rl/internal/service"
+)
+
+func TestConfigErrors(t *testing.T) {
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"no domain", `descriptors: []`, `domain: missing`},
+		{"unknown top field", `{domain: d, rules: []}`, `rules: unknown field`},
+		{"domain with space", `domain: "a b"`, `domain: "a b": byte 1`},
+		{"no key", `{domain: d, descriptors: [{value: v}]}`, `domain "d": descriptors[0].key: missing`},
+		{"empty key", `{domain: d, descriptors: [{key: ""}]}`, `descriptors[0].key: empty`},
+		{"unknown descriptor field", `{domain: d, descriptors: [{key: k, limit: 3}]}`, `descriptors[0].limit: unknown field`},
+		{"no unit", `{domain: d, descriptors: [{key: k, rate_limit: {requests_per_unit: 3}}]}`, `descriptors[0].rate_limit.unit: missing`},
+		{"bad unit", `{domain: d, descriptors: [{key: k, rate_limit: {unit: fortnight, requests_per_unit: 3}}]}`, `rate_limit.unit: unknown unit "fortnight"`},
+		{"no requests", `{domain: d, descriptors: [{key: k, rate_limit: {unit: second}}]}`, `rate_limit.requests_per_unit: missing`},
+		{"negative requests", `{domain: d, descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: -1}}]}`, `requests_per_unit: -1 is outside`},
+		{"unlimited with unit", `{domain: d, descriptors: [{key: k, rate_limit: {unlimited: true, unit: second}}]}`, `rate_limit.unit: must be absent when unlimited`},
+		{"bad algorithm", `{domain: d, descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 3, algorithm: magic}}]}`, `rate_limit.algorithm: unknown algorithm "magic"`},
+		{"log too large", `{domain: d, descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 5000, algorithm: sliding_log}}]}`, `requests_per_unit: 5000 is above 4096`},
+		{"replaces itself", `{domain: d, descriptors: [{key: k, rate_limit: {name: a, replaces: [{name: a}], unit: second, requests_per_unit: 3}}]}`, `replaces[0].name: "a" is this limit's own name`},
+		{"nested error", `{domain: d, descriptors: [{key: a, descriptors: [{key: b, rate_limit: {unit: second, requests_per_unit: x}}]}]}`, `descriptors[0].descriptors[0].rate_limit.requests_per_unit: want an integer`},
+		{"duplicate", `{domain: d, descriptors: [{key: k, value: v}, {key: k, value: v}]}`, `descriptors[1]: a second descriptor with key "k" and value "v"`},
+		{"fail_open not bool", `{domain: d, descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 3, fail_open: "yes"}}]}`, `rate_limit.fail_open: want true or false`},
+		{"multiplier too long", `{domain: d, descriptors: [{key: k, rate_limit: {unit: year, unit_multiplier: 100, requests_per_unit: 3}}]}`, `rate_limit.unit_multiplier: 100 years is longer`},
+		{"yaml", "domain: [", `YAML:`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseDomain("x.yaml", []byte(tc.yaml))
+			var ce *service.ConfigError
+			require.True(t, errors.As(err, &ce), "%v", err)
+			require.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestLoadConfigDirectory(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) { require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644)) }
+	write("a.yaml", `{domain: a, descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]}`)
+	write("b.yml", `{domain: b, descriptors: [{key: k, value: 30, rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 2, algorithm: gcra}}]}`)
+	write(".hidden.yaml", `not: a config`)
+	write("notes.txt", `ignored`)
+	cfg, err := LoadConfig(dir)
+	require.NoError(t, err)
+	require.Len(t, cfg.Domains, 2)
+	var got []string
+	cfg.Domains["b"].limits(func(path string, l *Limit) {
+		got = append(got, path, l.Limit.Name, l.Limit.Window.String())
+	})
+	require.Equal(t, []string{"k_30", "gcra_5m", "5m0s"}, got)
+
+	write("c.yaml", `{domain: a, descriptors: []}`)
+	write("d.yaml", `{domain: d, descriptors: [{key: k, rate_limit: {unit: second}}]}`)
+	_, err = LoadConfig(dir)
+	require.Error(t, err)
+	msg := err.Error()
+	require.Contains(t, msg, `domain: "a" is also the domain of a.yaml`)
+	require.Contains(t, msg, `: c.yaml: domain: "a" is also`)
+	require.Contains(t, msg, `: d.yaml: domain "d": descriptors[0].rate_limit.requests_per_unit: missing`)
+	require.Equal(t, 2, strings.Count(msg, "\n"))
+}
+
+// FuzzParseDomain: any input is a Domain or a *service.ConfigError, never
+// a panic.
+func FuzzParseDomain(f *testing.F) {
+	f.Add([]byte(hitsYAML))
+	f.Add([]byte(`{domain: d, descriptors: [{key: a, value: "v*", descriptors: [{key: b, rate_limit: {unlimited: true}}]}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dom, err := ParseDomain("f.yaml", data)
+		if err != nil {
+			var ce *service.ConfigError
+			if !errors.As(err, &ce) || len(ce.Problems) == 0 {
+				t.Fatalf("error %v is not a ConfigError with problems", err)
+			}
+			return
+		}
+		dom.limits(func(path string, l *Limit) {
+			if !l.Unlimited && l.RequestsPerUnit > 0 && l.policy == nil {
+				t.Fatalf("limit %s without a policy", path)
+			}
+		})
+	})
+}

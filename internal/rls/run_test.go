@@ -1,0 +1,93 @@
+package rls
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/rlcore/rl/internal/service"
+)
+
+// The extension as rl-wasm-host runs it: started by service.Run beside the
+// HTTP listeners, reloaded with them, its metrics on their /metrics.
+func TestRunExtension(t *testing.T) {
+	dir := t.TempDir()
+	mainPath := filepath.Join(dir, "main.yaml")
+	rlsPath := filepath.Join(dir, "rls.yaml")
+	require.NoError(t, os.WriteFile(mainPath, []byte(`rules: [{name: api, strategy: fixed, limit: 1, window: 1s}]`), 0o644))
+	write := func(n string) {
+		require.NoError(t, os.WriteFile(rlsPath, []byte(`{domain: d, descriptors: [{key: k, rate_limit: {unit: hour, requests_per_unit: `+n+`}}]}`), 0o644))
+	}
+	write("5")
+	var mu sync.Mutex
+	addrs := map[string]string{}
+	ctx, cancel := context.WithCancel(context.Background())
+	reload := make(chan os.Signal, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- service.Run(ctx, service.RunConfig{ConfigPath: mainPath, Listen: "127.0.0.1:0", APIListen: "127.0.0.1:0",
+			Decider: "native", Logger: quietLogger(),
+			OnListen: func(role, addr string) {
+				mu.Lock()
+				addrs[role] = addr
+				mu.Unlock()
+			},
+			Extensions: []service.Extension{NewExtension(ExtensionConfig{Listen: "127.0.0.1:0", ConfigPath: rlsPath})},
+		}, reload)
+	}()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return addrs["grpc"] != "" && addrs["api"] != ""
+	}, 5*time.Second, 10*time.Millisecond)
+	conn, err := grpc.NewClient(addrs["grpc"], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	c := rlsv3.NewRateLimitServiceClient(conn)
+	limitOf := func() uint32 {
+		r, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d",
+			Descriptors: []*commonv3.RateLimitDescriptor{d("k", "v")}})
+		require.NoError(t, err)
+		return r.Statuses[0].CurrentLimit.RequestsPerUnit
+	}
+	require.Equal(t, uint32(5), limitOf())
+
+	write("7")
+	reload <- os.Interrupt
+	require.Eventually(t, func() bool { return limitOf() == 7 }, 5*time.Second, 10*time.Millisecond)
+	write("oops")
+	reload <- os.Interrupt
+
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + addrs["api"] + "/metrics")
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return contains(b, `rl_rls_config_reloads_total{result="failure"} 1`)
+	}, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, uint32(7), limitOf(), "an invalid file keeps the configuration in force")
+	resp, err := http.Get("http://" + addrs["api"] + "/metrics")
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.True(t, contains(b, `rl_rls_descriptor_decisions_total{descriptor="k",domain="d",outcome="allowed"}`), "%s", b)
+	require.True(t, contains(b, `rl_rls_requests_total{code="ok",domain="d"}`))
+}
+
+func contains(b []byte, s string) bool { return strings.Contains(string(b), s) }
