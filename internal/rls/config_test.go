@@ -45,7 +45,9 @@ func TestConfigErrors(t *testing.T) {
 
 func TestLoadConfigDirectory(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, body string) { require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644)) }
+	write := func(name, body string) {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644))
+	}
 	write("a.yaml", `{domain: a, descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]}`)
 	write("b.yml", `{domain: b, descriptors: [{key: k, value: 30, rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 2, algorithm: gcra}}]}`)
 	write(".hidden.yaml", `not: a config`)
