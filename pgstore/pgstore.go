@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,8 +84,9 @@ type Config struct {
 	// caller's context). A decision that runs out of it fails with
 	// store.ErrUnavailable: the database did not answer in time.
 	Timeout time.Duration
-	// QueueTimeout bounds the wait for a pooled connection (default 1s;
-	// negative: only the caller's context). Waiting is queueing, not a
+	// QueueTimeout, if positive, bounds the wait for a pooled connection
+	// (0 or negative: only the caller's context bounds it; rl-wasm-host
+	// sets 1s). Waiting is queueing, not a
 	// failure of the database: running out of it while every connection
 	// of the pool is in use fails with store.ErrBusy, which does not match
 	// store.ErrUnavailable, so a fail-open policy or a failover store never
@@ -174,10 +176,7 @@ func FullKey(prefix, key string) string {
 // acquire waits for a pooled connection, bounded by QueueTimeout.
 func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, error) {
 	qctx, cancel := ctx, context.CancelFunc(func() {})
-	switch {
-	case s.cfg.QueueTimeout == 0:
-		qctx, cancel = context.WithTimeout(ctx, time.Second)
-	case s.cfg.QueueTimeout > 0:
+	if s.cfg.QueueTimeout > 0 {
 		qctx, cancel = context.WithTimeout(ctx, s.cfg.QueueTimeout)
 	}
 	defer cancel()
@@ -448,6 +447,13 @@ func classify(ctx context.Context, err error) error {
 		}
 		switch pe.Code[:2] {
 		case "08", "53", "57": // connection exception, insufficient resources, operator intervention
+			return &unavailable{err}
+		}
+		// A PL/Proxy router that cannot reach a shard reports XX000
+		// "PL/Proxy function ...: <connection error>"; an error the shard
+		// itself raised comes as "... REMOTE ERROR: ..." and is the
+		// request's.
+		if pe.Code == "XX000" && strings.HasPrefix(pe.Message, "PL/Proxy function") && !strings.Contains(pe.Message, "REMOTE ERROR") {
 			return &unavailable{err}
 		}
 		return fmt.Errorf("pgstore: %w", err)
