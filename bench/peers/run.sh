@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the peer benchmarks and the over-admission program and prints one
 # markdown table of the benchmarks (with ratios to rl) and the over-admission
-# table. About 4 minutes with the defaults on a 2-core machine.
+# table. About 8 minutes with the defaults (9 peers) on a 2-core machine.
 #
 #   bench/peers/run.sh                 # ROUNDS=5 BENCHTIME=1s TRIALS=200
 #   ROUNDS=10 BENCHTIME=1s bench/peers/run.sh
