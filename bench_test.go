@@ -25,7 +25,8 @@ import (
 //	BenchmarkAllow/decider=wasm/...       the same as the first, deciding with the WebAssembly core
 //
 // The admit/op metric is the fraction of calls admitted. The targets are
-// 0 allocs/op, and parallel faster than serial.
+// 0 allocs/op, and on 10,000 keys parallel at most 0.55× serial on 2 cores
+// (bench/peers/run.sh compares with other limiters).
 
 // benchKeys returns n precomputed keys.
 func benchKeys(n int) []string {
