@@ -948,6 +948,65 @@ BEGIN
 END
 $fn$;
 
+-- rl._parse_limits, as in 0007, naming an unknown algorithm name where it
+-- stands.
+CREATE OR REPLACE FUNCTION rl._parse_limits(limits jsonb,
+    OUT names text[], OUT algs integer[], OUT lims bigint[], OUT wins bigint[], OUT rates bigint[])
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $fn$
+DECLARE
+    e jsonb;
+    a jsonb;
+    i integer := 0;
+    nm text;
+BEGIN
+    names := '{}'; algs := '{}'; lims := '{}'; wins := '{}'; rates := '{}';
+    IF limits IS NULL OR jsonb_typeof(limits) <> 'array' OR jsonb_array_length(limits) = 0 THEN
+        PERFORM rl._raise(10, 'limits must be a non-empty JSON array of objects');
+    END IF;
+    FOR e IN SELECT v FROM jsonb_array_elements(limits) AS v LOOP
+        IF jsonb_typeof(e) <> 'object' THEN
+            PERFORM rl._raise(10, format('limits[%s] is not a JSON object', i));
+        END IF;
+        IF jsonb_typeof(e -> 'name') IS DISTINCT FROM 'string' THEN
+            PERFORM rl._raise(10, format('limits[%s] has no "name" string', i));
+        END IF;
+        nm := e ->> 'name';
+        PERFORM rl._check_key(nm, 'limit name');
+        IF nm = ANY (names) THEN
+            PERFORM rl._raise(10, format('limits[%s]: duplicate name %L', i, nm));
+        END IF;
+        names := names || nm;
+        a := e -> 'algorithm';
+        IF jsonb_typeof(a) = 'string' THEN
+            IF rl._alg(a #>> '{}') = 0 THEN
+                RAISE EXCEPTION USING ERRCODE = 'RL001',
+                    MESSAGE = format('ratelimit: limits[%s].algorithm %s: unknown (want %s, %s, %s, %s, %s or %s)', i,
+                        quote_literal(a #>> '{}'), rl.algorithm_name(1), rl.algorithm_name(2), rl.algorithm_name(3),
+                        rl.algorithm_name(4), rl.algorithm_name(5), rl.algorithm_name(6)),
+                    DETAIL = rl._limit_detail(i, names),
+                    HINT = 'The short names fixed, sliding, log, token and leaky, and the numbers 1 to 6, are accepted too.';
+            END IF;
+            algs := algs || rl._alg(a #>> '{}');
+        ELSE
+            algs := algs || greatest(-1, least(2147483647, coalesce(rl._jint(a, 'algorithm', i), 0)))::integer;
+        END IF;
+        lims := lims || rl._jint(e -> 'limit', 'limit', i);
+        IF e ? 'window_us' OR NOT e ? 'window' THEN
+            wins := wins || rl._jint(e -> 'window_us', 'window_us', i);
+        ELSIF jsonb_typeof(e -> 'window') = 'string' THEN
+            wins := wins || rl._interval_us((e ->> 'window')::interval);
+        ELSE
+            RAISE EXCEPTION 'ratelimit: limits[%].window must be an interval string such as "1 minute"', i
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        -- A missing rate is the default, 0; "rate": null is NULL, ErrRate.
+        rates := rates || CASE WHEN e ? 'rate' THEN rl._jint(e -> 'rate', 'rate', i) ELSE 0 END;
+        i := i + 1;
+    END LOOP;
+END
+$fn$;
+
 -- The table functions check the key (rl._check_tenant_key), decide at
 -- rl._request_now(now_us), and name an unknown algorithm.
 CREATE OR REPLACE FUNCTION rl.rl_allow(key text, algorithm text, lim bigint, win interval, cost bigint DEFAULT 1,
