@@ -211,3 +211,82 @@ func TestParamsChangeRandom(t *testing.T) {
 		}
 	}
 }
+
+// admittedIn counts the admissions at times in [from, from+w).
+func admittedIn(times []int64, from, w int64) int64 {
+	n := int64(0)
+	for _, at := range times {
+		if at >= from && at < from+w {
+			n++
+		}
+	}
+	return n
+}
+
+// TestSlidingWindowBound: the sliding window counter admits at most 2L−1
+// units in an interval of one window (the documented bound), and that bound
+// is reached: L at the last µs of one window, then L−1 before the end of
+// the next. The sliding log never admits more than L.
+func TestSlidingWindowBound(t *testing.T) {
+	t.Parallel()
+	const L, w = 10, 10 * sec
+	l := core.Limit{Algorithm: core.SlidingWindow, Limit: L, Window: w}
+	var s core.State
+	var times []int64
+	take := func(now int64) bool {
+		d, n, err := core.Take(l, s, now, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			s = n
+			times = append(times, now)
+		}
+		return d.Allowed
+	}
+	first := t0 + w - 1 // the last µs of a window
+	for range L {
+		if !take(first) {
+			t.Fatal("a fresh window denied")
+		}
+	}
+	for take(first + w - 1) { // the last µs of the interval [first, first+w)
+	}
+	if got := admittedIn(times, first, w); got != 2*L-1 {
+		t.Fatalf("worst case admitted %d in one window, want 2L−1 = %d", got, 2*L-1)
+	}
+
+	r := rand.New(rand.NewPCG(2, 1))
+	for _, alg := range []core.Algorithm{core.SlidingWindow, core.SlidingLog} {
+		worst := 0.0
+		for range 200 {
+			l := core.Limit{Algorithm: alg, Limit: 1 + r.Int64N(20), Window: 1 + r.Int64N(sec)}
+			s := core.State{Log: make([]int64, 0, core.MaxLogLimit)}
+			var times []int64
+			now := t0 + r.Int64N(l.Window)
+			for range 400 {
+				now += r.Int64N(l.Window/(2*l.Limit) + 1)
+				d, n, err := core.Take(l, s, now, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed {
+					s = n
+					times = append(times, now)
+				}
+			}
+			for _, from := range times {
+				got := admittedIn(times, from, l.Window)
+				bound := 2*l.Limit - 1
+				if alg == core.SlidingLog {
+					bound = l.Limit
+				}
+				if got > bound {
+					t.Fatalf("%+v: %d admitted in [%d, +%d), bound %d", l, got, from, l.Window, bound)
+				}
+				worst = max(worst, float64(got)/float64(l.Limit))
+			}
+		}
+		t.Logf("%s: at most %.2f × Limit in one window of random traffic", alg, worst)
+	}
+}
