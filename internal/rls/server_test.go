@@ -11,6 +11,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -235,8 +236,16 @@ func TestExactHotDescriptor(t *testing.T) {
 			require.NoError(t, err)
 			return s
 		},
+		"postgres_batched": func(t *testing.T) store.Store {
+			url := pgtest.NewDatabase(t)
+			require.NoError(t, migrations.Up(context.Background(), url))
+			s, err := pgstore.NewBatched(pgtest.Pool(t, url), pgstore.Config{}, pgstore.BatchConfig{})
+			require.NoError(t, err)
+			t.Cleanup(func() { s.Close() })
+			return s
+		},
 	}
-	for _, sname := range []string{"memory", "postgres"} {
+	for _, sname := range []string{"memory", "postgres", "postgres_batched"} {
 		t.Run("store="+sname, func(t *testing.T) {
 			st := stores[sname](t)
 			for _, alg := range []string{"fixed", "sliding", "sliding_log", "token", "leaky", "gcra"} {
@@ -288,4 +297,51 @@ descriptors:
 func withCheck(x *commonv3.RateLimitDescriptor) *commonv3.RateLimitDescriptor {
 	x.HitsAddend = wrapperspb.UInt64(0)
 	return x
+}
+
+// draining is a store that, when armed, spends a key's whole quota from
+// under a request between its check and its take: the race of the
+// two-phase step.
+type draining struct {
+	store.Store
+	target string
+	armed  atomic.Bool
+}
+
+func (s *draining) Decide(ctx context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
+	if req.Op == store.Take && req.Key == s.target && s.armed.CompareAndSwap(true, false) {
+		drain := req
+		drain.Cost = req.Limits[0].Limit
+		if _, _, err := s.Store.Decide(ctx, drain, nil); err != nil {
+			return 0, core.Decision{}, err
+		}
+	}
+	return s.Store.Decide(ctx, req, each)
+}
+
+// The documented race: a descriptor drained between the check and the take
+// denies the request after an earlier descriptor was charged. It
+// under-admits (that charge stays), never over-admits, and is counted.
+func TestPartialRace(t *testing.T) {
+	m := memstore.New(nil)
+	defer m.Close()
+	dr := &draining{Store: m, target: "b=1"}
+	e := newEnv(t, `
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: b
+    rate_limit: {unit: hour, requests_per_unit: 10}
+`, envOpts{store: dr})
+	dr.armed.Store(true)
+	r := e.call(t, "d", d("a", "1"), d("b", "1"))
+	require.Equal(t, OVER, r.OverallCode)
+	require.Equal(t, OK, r.Statuses[0].Code)
+	require.Equal(t, uint32(9), r.Statuses[0].LimitRemaining, "a was charged before b's take was denied")
+	require.Equal(t, OVER, r.Statuses[1].Code)
+	require.Equal(t, uint32(9), e.call(t, "d", withCheck(d("a", "1"))).Statuses[0].LimitRemaining)
+	var pm dto.Metric
+	require.NoError(t, e.srv.m.partial.WithLabelValues("d").Write(&pm))
+	require.Equal(t, float64(1), pm.GetCounter().GetValue())
 }
