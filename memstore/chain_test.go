@@ -40,7 +40,7 @@ func TestHashChains(t *testing.T) {
 	if sh.find(h, "p", "c") != nil || sh.find(h, "p", "d") == nil || sh.find(h, "p", "b") == nil {
 		t.Fatal("unlink from the middle of a chain")
 	}
-	if n, _ := sh.dropIdle(1); n != 3 { // a, b and q/a (expires 0)
+	if n, _, _ := sh.dropIdle(1); n != 3 { // a, b and q/a (expires 0)
 		t.Fatalf("dropped %d", n)
 	}
 	if sh.find(h, "p", "d") == nil || sh.find(h, "p", "a") != nil || sh.n != 1 {

@@ -46,6 +46,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"runtime"
 	"strings"
 	"sync"
@@ -103,6 +104,7 @@ type Store struct {
 	stopped sync.WaitGroup
 	closed  atomic.Bool
 	swept   atomic.Int64 // µs of the last sweep made to free budget
+	horizon atomic.Int64 // µs: the latest time a dropped key's states became fresh
 }
 
 var _ store.Store = (*Store)(nil)
@@ -243,8 +245,14 @@ func (s *Store) sweeper(every time.Duration) {
 }
 
 // Sweep drops every key whose states are all fresh at now (µs) and returns
-// how many it dropped. The background sweeper calls it; tests with a fake
-// clock call it directly.
+// how many it dropped. The background sweeper calls it with Config.Clock,
+// which must be the callers' clock (the limiter's); tests with a fake clock
+// call it directly.
+//
+// Forgetting never refunds: a caller whose clock is behind the time a
+// dropped state became fresh (its clock stepped back) decides a new key as
+// of that time, as the core reads a state at its own latest time (see
+// Decide). It gets what a caller at that time would, never more.
 func (s *Store) Sweep(now int64) int {
 	n := 0
 	for i := range s.shards {
@@ -256,16 +264,28 @@ func (s *Store) Sweep(now int64) int {
 func (s *Store) sweepShard(sh *shard, now int64) int {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	n, freed := sh.dropIdle(now)
+	n, freed, latest := sh.dropIdle(now)
 	s.used.Add(-freed)
+	s.raiseHorizon(latest)
 	return n
 }
 
+// raiseHorizon records that states fresh only from t on were dropped.
+func (s *Store) raiseHorizon(t int64) {
+	for {
+		h := s.horizon.Load()
+		if t <= h || s.horizon.CompareAndSwap(h, t) {
+			return
+		}
+	}
+}
+
 // dropIdle removes the entries whose states are fresh at now and returns how
-// many and the bytes they were charged; sh.mu is held. A removed entry
-// keeps its next link, so a reader standing on it walks on.
-func (sh *shard) dropIdle(now int64) (int, int64) {
-	n, freed := 0, int64(0)
+// many, the bytes they were charged and the latest time a dropped state
+// became fresh; sh.mu is held. A removed entry keeps its next link, so a
+// reader standing on it walks on.
+func (sh *shard) dropIdle(now int64) (int, int64, int64) {
+	n, freed, latest := 0, int64(0), int64(math.MinInt64)
 	t := sh.tab.Load()
 	for i := range t.buckets {
 		var pred *entry
@@ -285,6 +305,7 @@ func (sh *shard) dropIdle(now int64) (int, int64) {
 				}
 				n++
 				freed += e.charged
+				latest = max(latest, e.expires)
 			} else {
 				pred = e
 			}
@@ -292,7 +313,7 @@ func (sh *shard) dropIdle(now int64) (int, int64) {
 		}
 	}
 	sh.n -= n
-	return n, freed
+	return n, freed, latest
 }
 
 // find returns the entry of (prefix, key) with hash h, or nil. Without
@@ -375,6 +396,14 @@ func (s *Store) Decide(_ context.Context, req store.Request, each []core.Decisio
 	for {
 		e := sh.find(h, req.Prefix, req.Key)
 		if e == nil {
+			// A key without an entry may have been swept: its states were
+			// fresh from some time on, at most the horizon. A caller whose
+			// clock is behind that (it stepped back, or lags the sweeper's)
+			// decides a new entry at the horizon, as the swept state would
+			// have been read at its own latest time: a sweep never refunds.
+			if hz := s.horizon.Load(); req.Now < hz {
+				req.Now = hz
+			}
 			var err error
 			if e, err = s.insert(sh, h, &req); err != nil {
 				return 0, core.Decision{}, err
@@ -432,8 +461,9 @@ func (s *Store) insert(sh *shard, h uint64, req *store.Request) (*entry, error) 
 			return e, nil
 		}
 		if s.perCap > 0 && sh.n >= s.perCap {
-			_, freed := sh.dropIdle(s.clock()) // make room from idle keys first
+			_, freed, latest := sh.dropIdle(s.clock()) // make room from idle keys first
 			s.used.Add(-freed)
+			s.raiseHorizon(latest)
 			if sh.n >= s.perCap {
 				sh.mu.Unlock()
 				return nil, errKeyCap

@@ -159,3 +159,49 @@ func TestSweepRace(t *testing.T) {
 	wg.Wait()
 	close(stop)
 }
+
+// Issue 10: after a sweep at a later time, a clock stepping back was
+// admitted again at the earlier time, as if the swept state had never been.
+// Now a store that sweeps never admits more than one that keeps every
+// state, whatever the clock does after the sweep.
+func TestSweepNeverRefunds(t *testing.T) {
+	const t0, minute = int64(1_700_000_000_000_000), int64(60_000_000)
+	for _, alg := range []core.Algorithm{core.FixedWindow, core.SlidingWindow, core.SlidingLog, core.TokenBucket, core.LeakyBucket, core.GCRA} {
+		t.Run(alg.String(), func(t *testing.T) {
+			swept := memstore.New(&memstore.Config{SweepInterval: -1})
+			defer swept.Close()
+			kept := memstore.New(&memstore.Config{SweepInterval: -1})
+			defer kept.Close()
+			lim := []core.Limit{{Algorithm: alg, Limit: 2, Window: minute}}
+			take := func(s *memstore.Store, now int64) bool {
+				req := store.Request{Key: "k", Names: []string{"default"}, Limits: lim, Cost: 1, Decider: core.Native{}, Now: now}
+				_, d, err := s.Decide(context.Background(), req, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return d.Allowed
+			}
+			for range 3 {
+				take(swept, t0)
+				take(kept, t0)
+			}
+			if n := swept.Sweep(t0 + 10*minute); n != 1 {
+				t.Fatalf("swept %d keys, want 1", n)
+			}
+			// The clock is back just after the admissions and runs on for
+			// two minutes and a bit.
+			a, b := 0, 0
+			for now := t0 + 1; now < t0+2*minute+10_000_000; now += 1_000_000 {
+				if take(swept, now) {
+					a++
+				}
+				if take(kept, now) {
+					b++
+				}
+			}
+			if a > b {
+				t.Fatalf("after the sweep %d admitted, %d without it: the sweep refunded", a, b)
+			}
+		})
+	}
+}
