@@ -116,7 +116,7 @@ func (d *Decider) PeekAll(ls []core.Limit, ss []core.State, now, cost int64, ds 
 }
 
 func (d *Decider) all(ls []core.Limit, ss []core.State, now, cost int64, ds []core.Decision, op string) (int, error) {
-	if len(ls) == 0 || len(ss) < len(ls) || len(ds) < len(ls) {
+	if len(ds) < len(ls) { // the rest of ErrLimits is rl.decide_all's to find
 		return 0, core.ErrLimits
 	}
 	if d.pool == nil {
@@ -124,14 +124,15 @@ func (d *Decider) all(ls []core.Limit, ss []core.State, now, cost int64, ds []co
 	}
 	n := len(ls)
 	var (
-		la, sa            = make([]int32, n), make([]int32, n)
+		la                = make([]int32, n)
 		lims, wins, rates = make([]int64, n), make([]int64, n), make([]int64, n)
-		st, sx, sy, logs  = make([]int64, n), make([]int64, n), make([]int64, n), []int64{}
-		offs, lens        = make([]int32, n), make([]int32, n)
+		sa, offs, lens    = make([]int32, len(ss)), make([]int32, len(ss)), make([]int32, len(ss))
+		st, sx, sy, logs  = make([]int64, len(ss)), make([]int64, len(ss)), make([]int64, len(ss)), []int64{}
 	)
 	for i, l := range ls {
 		la[i], lims[i], wins[i], rates[i] = int32(l.Algorithm), l.Limit, l.Window, l.Rate
-		s := &ss[i]
+	}
+	for i, s := range ss {
 		sa[i], st[i], sx[i], sy[i] = int32(s.Algorithm), s.T, s.X, s.Y
 		offs[i], lens[i] = int32(len(logs)), int32(len(s.Log))
 		logs = append(logs, s.Log...)
