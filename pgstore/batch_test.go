@@ -307,10 +307,15 @@ func TestBatchedConnectionCut(t *testing.T) {
 			// The batch of 8 is now in flight, waiting for key's row.
 			require.Eventually(t, func() bool { return pgstore.QueueLen(s) == 0 && s.Stats().Batches > before.Batches }, 10*time.Second, time.Millisecond)
 			require.Equal(t, before.Requests+8, s.Stats().Requests)
+			const waiting = "FROM pg_stat_activity WHERE application_name = 'rl-batch-cut' AND wait_event_type = 'Lock'"
+			require.Eventually(t, func() bool {
+				var n int
+				return direct.QueryRow(context.Background(), "SELECT count(*) "+waiting).Scan(&n) == nil && n == 1
+			}, 10*time.Second, time.Millisecond, "the batch's statement waits for the row")
 			proxy.Cut()
 			// The server has not noticed yet: end the statement's session
 			// as a real network failure eventually would.
-			_, err := direct.Exec(context.Background(), "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'rl-batch-cut' AND wait_event_type = 'Lock'")
+			_, err := direct.Exec(context.Background(), "SELECT pg_terminate_backend(pid) "+waiting)
 			require.NoError(t, err)
 			for _, ch := range chans {
 				r := <-ch

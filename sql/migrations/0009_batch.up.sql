@@ -1,4 +1,4 @@
--- 0009: batched decisions. One call decides many requests, on many keys, in
+-- 0009 (after 0008, whose rl._eval, rl._all and rl._explain it calls): batched decisions. One call decides many requests, on many keys, in
 -- one statement and one transaction (one commit, one fsync when durable):
 --
 --   rl.rl_decide_batch(keys, names, algorithms, lims, windows_us, rates
@@ -27,9 +27,11 @@
 -- Decisions: requests are decided in input order against the locked states,
 -- so several requests for one key in a batch are decided one after the other
 -- under one lock, exactly as if they had been separate calls in that order.
--- Each request is all or nothing across its limits (core.TakeAll, as
--- rl._take_many), decided by rl._eval, the same PL/pgSQL port of the core the
--- single-request functions use. An invalid request gets its own error row
+-- Each request is all or nothing across its limits (core.TakeAll: rl._all,
+-- or rl._eval for a single limit), the same PL/pgSQL port of the core the
+-- single-request functions use (0008); its checks (rl._limit_error,
+-- rl._call_error, rl._state_error) run first so that an invalid request is
+-- reported in its row instead of raised for the whole call. An invalid request gets its own error row
 -- (error_code: the SQLSTATE the single-request functions raise, RL0NN or
 -- 42501) and changes nothing; the others are decided. The new states are
 -- written with one UPDATE; rows created for requests that wrote nothing are
@@ -190,7 +192,7 @@ DECLARE
     st       rl.state_words;
     r        rl._eval_result;
     rs       rl._eval_result[];
-    denied   integer;
+    ss       rl.state_words[];
     best     integer;
     bad      integer;
     total    bigint;
@@ -351,13 +353,17 @@ BEGIN
         p_now := nows[q];
         p_cost := CASE WHEN p_costs IS NULL THEN 1 ELSE p_costs[q] END;
         IF c = 1 THEN
-            -- One limit: core.TakeAll is core.Take, decided in one pass.
+            -- One limit: core.TakeAll is core.Take, decided in one pass (as
+            -- rl._all decides it).
             st := sw[slot[f]];
             r := rl._eval(p_algs[f], p_lims[f], p_wins[f], p_rates[f], st.algorithm, st.t, st.x, st.y, st.log,
                           p_now, p_cost, tk);
             IF r.err <> 0 THEN
                 RETURN NEXT ROW(q - 1, NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, false, p_now,
-                                'RL0' || lpad(r.err::text, 2, '0'), rl._error_message(r.err))::rl.batch_decision;
+                                'RL0' || lpad(r.err::text, 2, '0'),
+                                rl._explain(r.err, p_algs[f], p_lims[f], p_wins[f], p_rates[f], p_now, p_cost,
+                                            st.algorithm, st.t, st.x, st.y, st.log)
+                                || format(' (limit index 0, name %L)', p_names[f]))::rl.batch_decision;
                 CONTINUE;
             END IF;
             IF tk AND r.allowed AND p_cost > 0 THEN
@@ -370,65 +376,39 @@ BEGIN
                             r.delay, true, p_now, NULL, NULL)::rl.batch_decision;
             CONTINUE;
         END IF;
-        -- Several limits: core.TakeAll / core.PeekAll, as rl._take_many.
-        rs := '{}';
-        denied := 0;
+        -- Several limits: core.TakeAll / core.PeekAll (rl._all). Its checks
+        -- first, in its order, so that an invalid request gets its error
+        -- here instead of rl._all raising it for the whole call.
+        ss := ARRAY(SELECT sw[slot[i]] FROM generate_series(f, f + c - 1) AS i ORDER BY i);
         bad := 0;
         FOR i IN 1 .. c LOOP
-            st := sw[slot[f + i - 1]];
-            r := rl._eval(p_algs[f + i - 1], p_lims[f + i - 1], p_wins[f + i - 1], p_rates[f + i - 1],
-                          st.algorithm, st.t, st.x, st.y, st.log, p_now, p_cost, false);
-            IF r.err <> 0 THEN
-                bad := r.err;
+            st := ss[i];
+            j := f + i - 1;
+            bad := coalesce(nullif(rl._limit_error(p_algs[j], p_lims[j], p_wins[j], p_rates[j]), 0),
+                            nullif(rl._call_error(p_now, p_cost), 0),
+                            rl._state_error(coalesce(st.algorithm, 0), coalesce(st.t, 0), coalesce(st.x, 0),
+                                            coalesce(st.y, 0), coalesce(st.log, '{}')));
+            IF bad <> 0 THEN
+                RETURN NEXT ROW(q - 1, NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, false, p_now,
+                                'RL0' || lpad(bad::text, 2, '0'),
+                                rl._explain(bad, p_algs[j], p_lims[j], p_wins[j], p_rates[j], p_now, p_cost,
+                                            st.algorithm, st.t, st.x, st.y, st.log)
+                                || format(' (limit index %s, name %L)', i - 1, p_names[j]))::rl.batch_decision;
                 EXIT;
             END IF;
-            rs[i] := r;
-            IF NOT r.allowed THEN
-                IF denied = 0 THEN
-                    denied := i;
-                ELSIF (rs[denied]).retry_after <> -1
-                      AND (r.retry_after = -1 OR r.retry_after > (rs[denied]).retry_after) THEN
-                    denied := i;
-                END IF;
-            END IF;
         END LOOP;
-        IF bad <> 0 THEN
-            RETURN NEXT ROW(q - 1, NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, false, p_now,
-                            'RL0' || lpad(bad::text, 2, '0'), rl._error_message(bad))::rl.batch_decision;
-            CONTINUE;
-        END IF;
-        IF denied > 0 THEN
-            best := denied;
-            IF p_cost > 0 THEN
-                FOR i IN 1 .. c LOOP
-                    CONTINUE WHEN NOT (rs[i]).allowed;
-                    st := sw[slot[f + i - 1]];
-                    rs[i] := rl._eval(p_algs[f + i - 1], p_lims[f + i - 1], p_wins[f + i - 1], p_rates[f + i - 1],
-                                      st.algorithm, st.t, st.x, st.y, st.log, p_now, 0, false);
-                END LOOP;
-            END IF;
-        ELSE
-            best := 1;
+        CONTINUE WHEN bad <> 0;
+        SELECT a.rs, a.best INTO rs, best
+          FROM rl._all(p_algs[f : f + c - 1], p_lims[f : f + c - 1], p_wins[f : f + c - 1], p_rates[f : f + c - 1],
+                       ss, p_now, p_cost, tk, p_names[f : f + c - 1]) a;
+        IF tk AND p_cost > 0 AND (rs[best]).allowed THEN
             FOR i IN 1 .. c LOOP
-                IF tk THEN
-                    st := sw[slot[f + i - 1]];
-                    r := rl._eval(p_algs[f + i - 1], p_lims[f + i - 1], p_wins[f + i - 1], p_rates[f + i - 1],
-                                  st.algorithm, st.t, st.x, st.y, st.log, p_now, p_cost, true);
-                    rs[i] := r;
-                END IF;
-                IF (rs[i]).remaining < (rs[best]).remaining THEN
-                    best := i;
-                END IF;
+                r := rs[i];
+                sw[slot[f + i - 1]] := ROW(r.algorithm, r.t, r.x, r.y, r.log)::rl.state_words;
+                sexp[slot[f + i - 1]] := p_now + r.reset_after;
+                dirty[slot[f + i - 1]] := true;
             END LOOP;
-            IF tk AND p_cost > 0 THEN
-                FOR i IN 1 .. c LOOP
-                    r := rs[i];
-                    sw[slot[f + i - 1]] := ROW(r.algorithm, r.t, r.x, r.y, r.log)::rl.state_words;
-                    sexp[slot[f + i - 1]] := p_now + r.reset_after;
-                    dirty[slot[f + i - 1]] := true;
-                END LOOP;
-                any_dirty := true;
-            END IF;
+            any_dirty := true;
         END IF;
         FOR i IN 1 .. c LOOP
             r := rs[i];
