@@ -724,6 +724,11 @@ BEGIN
 END
 $fn$;
 
+-- rl._interval_us, as in 0003.
+CREATE OR REPLACE FUNCTION rl._interval_us(win interval) RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN greatest(-1, least(1000000000000001, extract(epoch FROM win) * 1000000))::bigint;
+
 -- rl._parse_limits, as in 0007.
 CREATE OR REPLACE FUNCTION rl._parse_limits(limits jsonb,
     OUT names text[], OUT algs integer[], OUT lims bigint[], OUT wins bigint[], OUT rates bigint[])

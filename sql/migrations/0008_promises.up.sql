@@ -58,6 +58,13 @@ CREATE FUNCTION rl._lock_tries() RETURNS integer
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN 100;
 
+-- rl._interval_us, as in 0003, with the bound as rl._max_window(): a window
+-- interval in µs, clamped to [-1, MaxWindow + 1] so that an out-of-range
+-- window is reported as ErrWindow in check order.
+CREATE OR REPLACE FUNCTION rl._interval_us(win interval) RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN greatest(-1, least(rl._max_window() + 1, extract(epoch FROM win) * 1000000))::bigint;
+
 -- rl._limit_error is core Limit.check: 0 or the core.Error code. All
 -- arguments non-NULL (rl._eval replaces NULLs first).
 CREATE FUNCTION rl._limit_error(p_alg integer, p_lim bigint, p_win bigint, p_rate bigint) RETURNS integer
