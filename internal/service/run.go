@@ -179,6 +179,10 @@ func Run(ctx context.Context, rc RunConfig, reload <-chan os.Signal) error {
 	svcRef.s = svc
 	svcRef.Unlock()
 	log.Info("config loaded", "file", rc.ConfigPath, "rules", len(cfg.Rules), "upstream", RedactURL(cfg.Upstream), "api_tokens", len(cfg.APITokens))
+	if ut, wt := cmp.Or(cfg.UpstreamTimeout, DefaultUpstreamTimeout), orDefault(rc.WriteTimeout, 60*time.Second); cfg.Upstream != "" && ut >= wt {
+		log.Warn("upstream_timeout is not below -write-timeout: a slow upstream's answer is cut off as an empty reply before the proxy can answer 504",
+			"upstream_timeout", ut, "write_timeout", wt)
+	}
 
 	listen := rc.Listen
 	if listen == "" {
