@@ -252,11 +252,14 @@ func TestBatchedCancel(t *testing.T) {
 // is load (store.ErrBusy), not an outage.
 func TestBatchedQueueTimeout(t *testing.T) {
 	pool := pgtest.Pool(t, database(t))
-	s := newBatched(t, pool, pgstore.Config{RequestClock: true, Timeout: 10 * time.Second, QueueTimeout: 100 * time.Millisecond},
+	s := newBatched(t, pool, pgstore.Config{RequestClock: true, Timeout: 10 * time.Second, QueueTimeout: 300 * time.Millisecond},
 		pgstore.BatchConfig{MaxInFlight: 1})
 	blocker := fmt.Sprintf("bbusy-block-%d", time.Now().UnixNano())
-	release := hold(t, pool, blocker)
 	lim := core.Limit{Algorithm: core.FixedWindow, Limit: 10, Window: 3_600_000_000}
+	// An open connection in the pool and a compiled statement: the blocked
+	// call below must wait for the row, not for a new connection.
+	require.NoError(t, (<-decideAsync(s, context.Background(), blocker, lim, 0)).err)
+	release := hold(t, pool, blocker)
 	first := decideAsync(s, context.Background(), blocker, lim, 1)
 	require.Eventually(t, func() bool { return pgstore.QueueLen(s) == 0 && pgstore.InFlight(s) == 1 }, 10*time.Second, time.Millisecond)
 	r := <-decideAsync(s, context.Background(), "bbusy-other", lim, 1)
