@@ -259,7 +259,7 @@ func TestBatchedQueueTimeout(t *testing.T) {
 	// An open connection in the pool and a compiled statement: the blocked
 	// call below must wait for the row, not for a new connection.
 	require.NoError(t, (<-decideAsync(s, context.Background(), blocker, lim, 0)).err)
-	release := hold(t, pool, blocker)
+	release := hold(t, pgtest.Pool(t, database(t)), blocker) // from a pool of its own
 	first := decideAsync(s, context.Background(), blocker, lim, 1)
 	require.Eventually(t, func() bool { return pgstore.QueueLen(s) == 0 && pgstore.InFlight(s) == 1 }, 10*time.Second, time.Millisecond)
 	r := <-decideAsync(s, context.Background(), "bbusy-other", lim, 1)
