@@ -93,3 +93,33 @@ func FuzzParseDomain(f *testing.F) {
 		})
 	})
 }
+
+// FuzzDescriptorKey: the key encoding is injective (two descriptors share a
+// key only when their entries are equal) and printable ASCII.
+func FuzzDescriptorKey(f *testing.F) {
+	f.Add("a", "1|b=2", "", "")
+	f.Add("a", "1", "b", "2")
+	f.Add("k", "x y%", "k", "x%20y%25")
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2 string) {
+		one := d(k1, v1)
+		two := d(k1, v1, k2, v2)
+		if k2 == "" && v2 == "" {
+			two = d(k2, v2)
+		}
+		a, b := descriptorKey(one.Entries, 1<<20), descriptorKey(two.Entries, 1<<20)
+		for _, k := range []string{a, b} {
+			for i := 0; i < len(k); i++ {
+				if k[i] <= 0x20 || k[i] >= 0x7f {
+					t.Fatalf("key %q: byte %d not printable", k, i)
+				}
+			}
+		}
+		equal := len(one.Entries) == len(two.Entries)
+		for i := 0; equal && i < len(one.Entries); i++ {
+			equal = one.Entries[i].Key == two.Entries[i].Key && one.Entries[i].Value == two.Entries[i].Value
+		}
+		if (a == b) != equal {
+			t.Fatalf("%v and %v: keys %q and %q", one.Entries, two.Entries, a, b)
+		}
+	})
+}

@@ -142,24 +142,53 @@ func TestLoad(t *testing.T) {
 	t.Logf("grpc / http = %.2f (target ≥ 0.80)", g/h)
 }
 
-// BenchmarkShouldRateLimit: one gRPC connection, parallel streams, one
-// descriptor on 1000 keys, the WASM decider over memory.
-func BenchmarkShouldRateLimit(b *testing.B) {
-	_, client := loadEnv(b)
+// BenchmarkDecisions compares the rate limit service with the HTTP
+// decision API over the same Service (WASM decider, memory store), one
+// descriptor or key of 1000 per call, 32 parallel callers per CPU: api=grpc
+// on ONE connection (many streams), api=http on keep-alive connections.
+func BenchmarkDecisions(b *testing.B) {
+	api, client := loadEnv(b)
 	descs := make([][]*commonv3.RateLimitDescriptor, 1000)
+	bodies := make([][]byte, 1000)
 	for i := range descs {
 		descs[i] = []*commonv3.RateLimitDescriptor{d("user", fmt.Sprintf("user-%d", i))}
+		bodies[i] = fmt.Appendf(nil, `{"rule":"api","key":"user-%d"}`, i)
 	}
-	b.ReportAllocs()
-	b.SetParallelism(32)
-	var next atomic.Int64
-	b.RunParallel(func(pb *testing.PB) {
-		i := int(next.Add(1))
-		for pb.Next() {
-			i++
-			if _, err := client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "load", Descriptors: descs[i%len(descs)]}); err != nil {
-				b.Fatal(err)
+	b.Run("api=grpc", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetParallelism(32)
+		var next atomic.Int64
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(next.Add(1))
+			for pb.Next() {
+				i++
+				if _, err := client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "load", Descriptors: descs[i%len(descs)]}); err != nil {
+					b.Fatal(err)
+				}
 			}
-		}
+		})
+	})
+	b.Run("api=http", func(b *testing.B) {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 256, 256
+		defer tr.CloseIdleConnections()
+		hc := &http.Client{Transport: tr}
+		b.ReportAllocs()
+		b.SetParallelism(32)
+		var next atomic.Int64
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(next.Add(1))
+			for pb.Next() {
+				i++
+				resp, err := hc.Post(api+service.APIPrefix+"check", "application/json", bytes.NewReader(bodies[i%len(bodies)]))
+				if err != nil {
+					b.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
 	})
 }
