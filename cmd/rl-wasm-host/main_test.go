@@ -344,7 +344,9 @@ func TestPostgresStore(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "rules.yaml")
 	writeFile(t, cfg, "rules: [{name: r, strategy: sliding_log, limit: 2, window: 1m}]\n")
-	p := start(t, "-config", cfg, "-store", "postgres", "-database-url", db, "-migrate", "-failover")
+	// A generous store timeout: on a loaded machine a slow first decision would
+	// be answered by the failover (in memory) and the counts would differ.
+	p := start(t, "-config", cfg, "-store", "postgres", "-database-url", db, "-migrate", "-failover", "-store-timeout", "10s")
 	p.waitLog(t, "database migrated")
 	for i, want := range []int{200, 200, 429} {
 		code, _, body := call(t, "POST", p.api+"/v1/ratelimit/check", `{"rule":"r","key":"k"}`)
