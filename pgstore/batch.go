@@ -309,6 +309,26 @@ func (b *Batched) exec(ctx context.Context, calls []*call) {
 	defer conn.Release()
 	sctx, scancel := b.s.ctx(ctx)
 	defer scancel()
+	if c := single(calls); c != nil {
+		// A batch of one (a lone caller): the single-request statement,
+		// cheaper than the batch function's fixed cost.
+		dec := c.decider
+		if dec == nil {
+			dec = core.Native{}
+		}
+		req := store.Request{Key: c.key, Names: c.names, Limits: c.limits, Op: c.op, Now: c.now, Cost: c.cost, Decider: dec}
+		var i int
+		if b.s.cfg.Mode == ModeGo {
+			i, err = b.s.decideGo(sctx, conn, &req, c.out)
+		} else {
+			i, err = b.s.decideSQL(sctx, conn, &req, c.out)
+		}
+		if err != nil {
+			c.err = b.s.classify(sctx, err)
+		}
+		c.index = i
+		return
+	}
 	if b.s.cfg.Mode == ModeGo {
 		err = b.execGo(sctx, conn, calls)
 	} else {
@@ -320,6 +340,21 @@ func (b *Batched) exec(ctx context.Context, calls []*call) {
 			c.err = err
 		}
 	}
+}
+
+// single returns the one call of calls whose caller has not left, if there
+// is exactly one (nil otherwise).
+func single(calls []*call) *call {
+	var one *call
+	for _, c := range calls {
+		if !c.left.Load() {
+			if one != nil {
+				return nil
+			}
+			one = c
+		}
+	}
+	return one
 }
 
 // batchSQL calls rl.rl_decide_batch; batchFastSQL also turns off
