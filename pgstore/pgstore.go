@@ -17,6 +17,13 @@
 // Both produce identical decisions and rows (the conformance vectors and the
 // differential tests hold the SQL port equal to the core).
 //
+// Batched (NewBatched) is the same store with concurrent decisions
+// coalesced: while its statements run, arrivals queue, and the next
+// statement decides everything queued in one transaction (rl.rl_decide_batch,
+// or the Go path locking every row of the batch in one order), one commit
+// for many decisions. It trades a little latency under load for throughput;
+// a lone caller waits for nothing but its own statement.
+//
 // Durability is a choice: DurabilityDurable commits synchronously (a decision
 // survives a crash once answered); DurabilityFast commits with
 // synchronous_commit = off, several times faster, where a crash can lose the
