@@ -105,7 +105,8 @@ func New(svc *service.Service, cfg *Config, opts Options) (*Server, error) {
 // "rls:<domain>:<descriptor key>").
 const KeyPrefix = "rls:"
 
-// SetConfig swaps in cfg: calls in flight finish under the old one.
+// SetConfig swaps in cfg: calls in flight finish under the old one. A
+// Config belongs to one Server (its limits take that Server's counters).
 func (s *Server) SetConfig(cfg *Config) error {
 	rs := &ruleSet{cfg: cfg, domains: make(map[string]*domainSet, len(cfg.Domains))}
 	for name, d := range cfg.Domains {
@@ -115,7 +116,11 @@ func (s *Server) SetConfig(cfg *Config) error {
 			return fmt.Errorf("rls: domain %q: %w", name, err)
 		}
 		rs.domains[name] = &domainSet{d: d, ns: KeyPrefix + name, lim: lim, m: s.m.forDomain(name)}
-		d.limits(func(path string, l *Limit) { l.m = s.m.forDescriptor(name, path) })
+		d.limits(func(path string, l *Limit) {
+			if l.m == nil { // set once: a Config in force may be set again
+				l.m = s.m.forDescriptor(name, path)
+			}
+		})
 	}
 	s.set.Store(rs)
 	return nil
