@@ -154,21 +154,34 @@ func (m *Migrator) checkDown(ctx context.Context, target int) error {
 }
 
 // checkUp refuses, before anything changes, to migrate a database whose
-// schema exists with no recorded migration.
+// schema exists with no recorded migration. Both are read in one snapshot,
+// so a migration another process completes meanwhile is seen whole or not
+// at all.
 func (m *Migrator) checkUp(ctx context.Context) error {
-	if _, _, err := m.m.Version(); !errors.Is(err, migrate.ErrNilVersion) {
-		return nil
-	}
 	conn, err := pgx.Connect(ctx, m.url)
 	if err != nil {
 		return errors.New(scrub(err.Error(), m.secret))
 	}
 	defer conn.Close(ctx)
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT to_regclass('rl.state') IS NOT NULL").Scan(&exists); err != nil {
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
 		return errors.New(scrub(err.Error(), m.secret))
 	}
-	if exists {
+	defer tx.Rollback(ctx)
+	var schema, table bool
+	if err := tx.QueryRow(ctx, "SELECT to_regclass('rl.state') IS NOT NULL, to_regclass($1) IS NOT NULL", Table).Scan(&schema, &table); err != nil {
+		return errors.New(scrub(err.Error(), m.secret))
+	}
+	if !schema {
+		return nil
+	}
+	recorded := false
+	if table {
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+pgx.Identifier{Table}.Sanitize()+")").Scan(&recorded); err != nil {
+			return errors.New(scrub(err.Error(), m.secret))
+		}
+	}
+	if !recorded {
 		return &UnrecordedError{}
 	}
 	return nil
