@@ -35,6 +35,7 @@ import (
 	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // registers the pgx5 scheme
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/rlcore/rl/internal/redact"
 )
@@ -154,37 +155,38 @@ func (m *Migrator) checkDown(ctx context.Context, target int) error {
 }
 
 // checkUp refuses, before anything changes, to migrate a database whose
-// schema exists with no recorded migration. Both are read in one snapshot,
-// so a migration another process completes meanwhile is seen whole or not
-// at all.
+// schema exists with no recorded migration. golang-migrate rewrites its
+// record with TRUNCATE and INSERT, which a concurrent reader can see as an
+// empty table for a moment (TRUNCATE is not MVCC-safe), so an unrecorded
+// schema must be seen three times, 50 ms apart.
 func (m *Migrator) checkUp(ctx context.Context) error {
 	conn, err := pgx.Connect(ctx, m.url)
 	if err != nil {
 		return errors.New(scrub(err.Error(), m.secret))
 	}
 	defer conn.Close(ctx)
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return errors.New(scrub(err.Error(), m.secret))
-	}
-	defer tx.Rollback(ctx)
-	var schema, table bool
-	if err := tx.QueryRow(ctx, "SELECT to_regclass('rl.state') IS NOT NULL, to_regclass($1) IS NOT NULL", Table).Scan(&schema, &table); err != nil {
-		return errors.New(scrub(err.Error(), m.secret))
-	}
-	if !schema {
-		return nil
-	}
-	recorded := false
-	if table {
-		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+pgx.Identifier{Table}.Sanitize()+")").Scan(&recorded); err != nil {
+	q := "SELECT to_regclass('rl.state') IS NOT NULL AND NOT EXISTS (SELECT 1 FROM " + pgx.Identifier{Table}.Sanitize() + ")"
+	for try := 0; ; try++ {
+		var unrecorded bool
+		if err := conn.QueryRow(ctx, q).Scan(&unrecorded); err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && pe.Code == "42P01" { // no record table: nothing migrated by us
+				return nil
+			}
 			return errors.New(scrub(err.Error(), m.secret))
 		}
+		if !unrecorded {
+			return nil
+		}
+		if try == 2 {
+			return &UnrecordedError{}
+		}
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	if !recorded {
-		return &UnrecordedError{}
-	}
-	return nil
 }
 
 // URLError reports a database URL this package cannot use. Its text never
