@@ -178,17 +178,25 @@ func (b *Batched) Decide(ctx context.Context, req store.Request, each []core.Dec
 		defer t.Stop()
 		queueTimer = t.C
 	}
+	answer := func() (int, core.Decision, error) {
+		if c.err != nil {
+			return 0, core.Decision{}, c.err
+		}
+		if len(each) >= n {
+			copy(each, c.out)
+		}
+		return c.index, c.out[c.index], nil
+	}
 	for {
 		select {
 		case <-c.done:
-			if c.err != nil {
-				return 0, core.Decision{}, c.err
-			}
-			if len(each) >= n {
-				copy(each, c.out)
-			}
-			return c.index, c.out[c.index], nil
+			return answer()
 		case <-ctx.Done():
+			select {
+			case <-c.done: // decided meanwhile: the answer, not the context's error
+				return answer()
+			default:
+			}
 			claimed := b.leave(c)
 			err := ctx.Err()
 			if claimed && errors.Is(err, context.DeadlineExceeded) {
