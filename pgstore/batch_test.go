@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -477,4 +478,18 @@ func TestDecideBatchSQL(t *testing.T) {
 		}
 	}
 	require.NoError(t, tx.Rollback(ctx))
+
+	// The Go path's functions are for trusted roles only.
+	for _, q := range []string{"SELECT count(*) FROM rl.lock_states_batch(ARRAY['tx:a'], ARRAY['d'])",
+		"SELECT rl.drop_fresh_states(ARRAY['tx:a'], ARRAY['d'])"} {
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "SET LOCAL ROLE "+role)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, q)
+		var pe *pgconn.PgError
+		require.ErrorAs(t, err, &pe, q)
+		require.Equal(t, "42501", pe.Code, q)
+		require.NoError(t, tx.Rollback(ctx))
+	}
 }
