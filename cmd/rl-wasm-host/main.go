@@ -56,7 +56,7 @@ func run(args []string) int {
 	fs.Int64Var(&rc.MaxBytes, "max-bytes", 0, "byte budget of the state held in memory (0: 256 MiB); a new key beyond it is a store failure, existing keys keep being decided")
 	fs.StringVar(&rc.Postgres.URL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL for -store postgres (default $DATABASE_URL)")
 	fs.BoolVar(&rc.Postgres.Migrate, "migrate", false, "apply the database migrations before serving (-store postgres)")
-	fs.StringVar(&rc.Postgres.Decide, "pg-decide", "go", "with -store postgres: go (lock the rows, the -decider core decides) or sql (the PL/pgSQL port decides, one round trip)")
+	fs.StringVar(&rc.Postgres.Decide, "pg-decide", "sql", "with -store postgres: sql (the PL/pgSQL port decides, one round trip; pgstore's default too) or go (lock the rows, the -decider core decides; needs the owner or rl_admin)")
 	fs.BoolVar(&rc.Postgres.Durable, "pg-durable", false, "commit every decision synchronously (default: synchronous_commit off)")
 	fs.BoolVar(&rc.Postgres.Batch, "pg-batch", false, "with -store postgres: decide concurrent requests in batches, one statement and one commit each (more decisions/s under load)")
 	maxConns := fs.Int("pg-max-conns", 0, "PostgreSQL pool size (0: pgx's default)")

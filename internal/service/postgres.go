@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,9 +24,11 @@ type PostgresConfig struct {
 	URL string
 	// Migrate applies the migrations in sql/migrations before serving.
 	Migrate bool
-	// Decide is "go" (default: the rows are locked in a transaction and
-	// the service's decider, the WebAssembly core by default, decides) or
-	// "sql" (the PL/pgSQL port decides in one round trip).
+	// Decide is "sql" (default, as pgstore's: the PL/pgSQL port decides
+	// in one round trip, and any role granted rl_app may run it) or "go"
+	// (the rows are locked in a transaction and the service's decider, the
+	// WebAssembly core by default, decides; it needs a trusted role, the
+	// owner or rl_admin, since migration 0007).
 	Decide string
 	// Durable commits every decision synchronously; by default decisions
 	// commit with synchronous_commit = off (a crash can lose the last
@@ -93,9 +96,9 @@ func openPostgres(ctx context.Context, pc PostgresConfig, mem *memstore.Config, 
 			log.Warn("expiring idle rows failed", "err", err)
 		}}
 	switch pc.Decide {
-	case "", "go":
+	case "go":
 		cfg.Mode = pgstore.ModeGo
-	case "sql":
+	case "", "sql":
 		cfg.Mode = pgstore.ModeSQL
 	default:
 		pool.Close()
@@ -113,7 +116,7 @@ func openPostgres(ctx context.Context, pc PostgresConfig, mem *memstore.Config, 
 	cancel()
 	switch {
 	case err == nil:
-		log.Info("store: PostgreSQL", "database", redacted, "decide", pc.Decide, "durable", pc.Durable, "batch", pc.Batch, "timeout", timeout, "failover", pc.Failover)
+		log.Info("store: PostgreSQL", "database", redacted, "decide", cmp.Or(pc.Decide, "sql"), "durable", pc.Durable, "batch", pc.Batch, "timeout", timeout, "failover", pc.Failover)
 	case isUndefined(err):
 		pool.Close()
 		return nil, fmt.Errorf("database %s is not migrated (table rl.state missing): run with -migrate, or rl-migrate up", redacted)
