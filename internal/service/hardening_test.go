@@ -1,8 +1,10 @@
 package service
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -399,4 +401,20 @@ func TestProxyBadKeySaysWhy(t *testing.T) {
 	require.Contains(t, string(r.body), "Invalid rate-limit key (header:X-User): ")
 	require.Contains(t, string(r.body), "longer than")
 	require.NotContains(t, string(r.body), strings.Repeat("u", 50))
+}
+
+// A timeout alone is load; outageTimeouts of them in a row, with no success
+// between, are an outage; any other store failure is one at once.
+func TestOutageNeedsTimeoutsInARow(t *testing.T) {
+	var o outage
+	timeout := fmt.Errorf("store: %w", context.DeadlineExceeded)
+	for i := 1; i < outageTimeouts; i++ {
+		require.False(t, o.down(timeout), "timeout %d", i)
+	}
+	o.success()
+	for i := 1; i < outageTimeouts; i++ {
+		require.False(t, o.down(timeout), "after a success, timeout %d", i)
+	}
+	require.True(t, o.down(timeout), "timeouts in a row")
+	require.True(t, (&outage{}).down(errors.New("connection refused")), "a connection error is an outage at once")
 }
