@@ -9,6 +9,7 @@ import (
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/memstore"
 	"github.com/rlcore/rl/wasm"
 )
 
@@ -38,7 +39,9 @@ func benchKeys(n int) []string {
 }
 
 func newBenchLimiter(b *testing.B, p *rl.Policy, clock rl.Clock, d core.Decider) *rl.Limiter {
-	l, err := rl.New(rl.Config{Policy: p, Clock: clock, Decider: d})
+	s := memstore.New(&memstore.Config{Clock: clock, Decider: d})
+	b.Cleanup(func() { s.Close() })
+	l, err := rl.New(rl.Config{Store: s, Policy: p, Clock: clock})
 	if err != nil {
 		b.Fatal(err)
 	}

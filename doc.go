@@ -14,6 +14,29 @@
 //	if err != nil { /* invalid key or store failure */ }
 //	if !res.Allowed { /* deny; retry after res.RetryAfter */ }
 //
+// # Layers
+//
+// Each layer uses only the one below it, through one interface:
+//
+//	core        the pure decision function: limits, states, a time, a cost in;
+//	            decisions and new states out (no clock, I/O or allocation)
+//	deciders    who computes it (core.Decider): core.Native{}; the WebAssembly
+//	            build hosted by wazero (package wasm); the PL/pgSQL port
+//	            (sql/migrations), all held equal by tests/vectors
+//	stores      an atomic read-modify-write of one key's states with the
+//	            store's decider applied inside (store.Store): memstore (in
+//	            memory), pgstore (PostgreSQL rows under SELECT ... FOR UPDATE;
+//	            ModeSQL decides in PL/pgSQL, ModeGo with a Go or WebAssembly
+//	            decider; Batched coalesces; Sharded spreads keys), failover
+//	            (PostgreSQL with memory behind a breaker)
+//	front ends  this package's Limiter (keys, policies, Wait, Reserve); the
+//	            net/http middleware (httplimit); the rl-wasm-host command
+//	            (decision API, proxy, Envoy's gRPC rate limit service) and
+//	            rl_allow() in SQL and triggers
+//
+// The decider is chosen with the store (memstore.Config.Decider,
+// pgstore.Config.Mode and Decider), once, not per call.
+//
 // # Results and errors
 //
 // Denial is a Result with Allowed false, never an error. Errors are: an

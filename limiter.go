@@ -44,9 +44,6 @@ type Config struct {
 	BaseKey string
 	// Clock is the time source. Default: CoarseClock.
 	Clock Clock
-	// Decider applies the algorithms. Default: core.Native{} (the
-	// WebAssembly host in package wasm is the other choice).
-	Decider core.Decider
 	// MaxKeyLength bounds keys in bytes. Default: DefaultMaxKeyLength.
 	MaxKeyLength int
 	// AnyKey accepts any bytes in keys. By default a key is printable
@@ -58,15 +55,14 @@ type Config struct {
 
 // Limiter decides keys against policies. Create it with New.
 type Limiter struct {
-	store   store.Store
-	owned   *memstore.Store
-	coarse  *clock.Coarse // the clock, when it is the default one
-	policy  *Policy
-	base    string
-	clock   Clock
-	decider core.Decider
-	maxKey  int
-	anyKey  bool
+	store  store.Store
+	owned  *memstore.Store
+	coarse *clock.Coarse // the clock, when it is the default one
+	policy *Policy
+	base   string
+	clock  Clock
+	maxKey int
+	anyKey bool
 }
 
 // Errors of the Limiter. Denial is not an error.
@@ -92,13 +88,10 @@ func (e *KeyError) Is(target error) bool { return target == ErrInvalidKey }
 // New returns a Limiter.
 func New(cfg Config) (*Limiter, error) {
 	l := &Limiter{store: cfg.Store, policy: cfg.Policy, base: cfg.BaseKey, clock: cfg.Clock,
-		decider: cfg.Decider, maxKey: cfg.MaxKeyLength, anyKey: cfg.AnyKey}
+		maxKey: cfg.MaxKeyLength, anyKey: cfg.AnyKey}
 	if l.clock == nil {
 		l.clock = CoarseClock
 		l.coarse = coarse()
-	}
-	if l.decider == nil {
-		l.decider = core.Native{}
 	}
 	if l.maxKey <= 0 {
 		l.maxKey = DefaultMaxKeyLength
@@ -212,7 +205,7 @@ func (l *Limiter) decide(ctx context.Context, op store.Op, key string, cost int6
 	// more), and the decision is read field by field where the call left
 	// it: a block copy of it stalls on store-to-load forwarding.
 	i, d, err := l.store.Decide(ctx, store.Request{Prefix: l.base, Key: key, Names: p.names, Limits: p.limits,
-		Op: op, Now: l.now(), Cost: cost, Decider: l.decider}, nil)
+		Op: op, Now: l.now(), Cost: cost}, nil)
 	if err != nil {
 		return storeError(key, err)
 	}
@@ -236,7 +229,7 @@ func (l *Limiter) decideEach(ctx context.Context, op store.Op, key string, cost 
 	var buf [MaxLimits]core.Decision
 	ds := buf[:len(p.limits)]
 	i, d, err := l.store.Decide(ctx, store.Request{Prefix: l.base, Key: key, Names: p.names, Limits: p.limits,
-		Op: op, Now: l.now(), Cost: cost, Decider: l.decider}, ds)
+		Op: op, Now: l.now(), Cost: cost}, ds)
 	if err == nil {
 		for j := range ds {
 			fromCore(&p.src[j], &ds[j], &each[j])

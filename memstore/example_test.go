@@ -20,7 +20,7 @@ func ExampleConfig_maxBytes() {
 	log := []core.Limit{{Algorithm: core.SlidingLog, Limit: 4096, Window: 60_000_000}}
 	decide := func(key string) error {
 		_, _, err := s.Decide(context.Background(), store.Request{Key: key, Names: []string{"default"}, Limits: log,
-			Now: 1_767_225_600_000_000, Cost: 1, Decider: core.Native{}}, nil)
+			Now: 1_767_225_600_000_000, Cost: 1}, nil)
 		return err
 	}
 	for _, key := range []string{"a", "b", "c", "d", "a"} {

@@ -10,8 +10,8 @@
 // that misses asks again under it, so a miss is always authoritative). Each
 // key's entry has its own mutex, taken for the decision: calls on one key
 // are serialized, which makes every decision exact under any concurrency,
-// and the core (the store.Request's Decider) decides under it on the key's
-// states in place. A decision on a warm key allocates nothing.
+// and the store's decider (Config.Decider, the native core by default)
+// decides under it on the key's states in place. A decision on a warm key allocates nothing.
 //
 // Why not compare-and-swap of a packed state: the one-word algorithms
 // (fixed window, token and leaky bucket, GCRA) keep two integers, a time in
@@ -76,6 +76,10 @@ type Config struct {
 	// Clock returns the time in µs since the Unix epoch the sweeper compares
 	// expiries with; use the limiter's clock. Default: the system clock.
 	Clock func() int64
+	// Decider is the decision function applied inside each key's lock.
+	// Default: core.Native{} (a *wasm.Pool decides with the WebAssembly
+	// build of the same core).
+	Decider core.Decider
 }
 
 // DefaultMaxBytes is the default byte budget: 256 MiB of state, which with
@@ -105,6 +109,8 @@ type Store struct {
 	closed  atomic.Bool
 	swept   atomic.Int64 // µs of the last sweep made to free budget
 	horizon atomic.Int64 // µs: the latest time a dropped key's states became fresh
+	decider core.Decider
+	native  bool // decider is core.Native: call the core directly
 }
 
 var _ store.Store = (*Store)(nil)
@@ -187,12 +193,17 @@ func New(cfg *Config) *Store {
 		size <<= 1
 	}
 	s := &Store{
-		shards: make([]shard, size),
-		mask:   uint64(size - 1),
-		seed:   maphash.MakeSeed(),
-		clock:  c.Clock,
-		stop:   make(chan struct{}),
+		shards:  make([]shard, size),
+		mask:    uint64(size - 1),
+		seed:    maphash.MakeSeed(),
+		clock:   c.Clock,
+		stop:    make(chan struct{}),
+		decider: c.Decider,
 	}
+	if s.decider == nil {
+		s.decider = core.Native{}
+	}
+	_, s.native = s.decider.(core.Native)
 	if s.clock == nil {
 		s.clock = func() int64 { return time.Now().UnixMicro() }
 	}
@@ -409,7 +420,7 @@ func (s *Store) Decide(_ context.Context, req store.Request, each []core.Decisio
 				return 0, core.Decision{}, err
 			}
 			if e == nil { // a peek of a key that has no state
-				return decideFresh(&req, each)
+				return s.decideFresh(&req, each)
 			}
 		}
 		e.mu.Lock()
@@ -435,11 +446,11 @@ func (s *Store) Decide(_ context.Context, req store.Request, each []core.Decisio
 }
 
 // decideFresh peeks a key that has no entry.
-func decideFresh(req *store.Request, each []core.Decision) (int, core.Decision, error) {
+func (s *Store) decideFresh(req *store.Request, each []core.Decision) (int, core.Decision, error) {
 	n := len(req.Limits)
 	ss := make([]core.State, n)
 	out := make([]core.Decision, n)
-	i, err := req.Decider.PeekAll(req.Limits, ss, req.Now, req.Cost, out)
+	i, err := s.decider.PeekAll(req.Limits, ss, req.Now, req.Cost, out)
 	if err != nil {
 		return i, core.Decision{}, err
 	}
@@ -625,16 +636,16 @@ func (s *Store) decideEntry(e *entry, req *store.Request) (int, error) {
 		// log to size.
 		out := e.out[:1]
 		if req.Op == store.Peek {
-			return req.Decider.PeekAll(req.Limits, e.states, req.Now, req.Cost, out)
+			return s.decider.PeekAll(req.Limits, e.states, req.Now, req.Cost, out)
 		}
 		var (
 			i   int
 			err error
 		)
-		if _, native := req.Decider.(core.Native); native {
+		if s.native {
 			i, err = core.TakeAll(req.Limits, e.states, req.Now, req.Cost, out) // the same call, direct
 		} else {
-			i, err = req.Decider.TakeAll(req.Limits, e.states, req.Now, req.Cost, out)
+			i, err = s.decider.TakeAll(req.Limits, e.states, req.Now, req.Cost, out)
 		}
 		if err == nil && out[0].Allowed {
 			if exp := req.Now + out[0].ResetAfter; exp > e.expires {
@@ -693,9 +704,9 @@ func (s *Store) decideEntry(e *entry, req *store.Request) (int, error) {
 		err error
 	)
 	if req.Op == store.Peek {
-		return req.Decider.PeekAll(req.Limits, ss, req.Now, req.Cost, out)
+		return s.decider.PeekAll(req.Limits, ss, req.Now, req.Cost, out)
 	}
-	idx, err = req.Decider.TakeAll(req.Limits, ss, req.Now, req.Cost, out)
+	idx, err = s.decider.TakeAll(req.Limits, ss, req.Now, req.Cost, out)
 	if err != nil || !out[idx].Allowed {
 		if gather { // keep grown logs
 			for i := range n {

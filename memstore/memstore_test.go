@@ -31,7 +31,11 @@ func TestConformanceWASM(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close(context.Background())
-	storetest.Run(t, storetest.Config{New: newStore, Decider: p})
+	storetest.Run(t, storetest.Config{New: func(t *testing.T) store.Store {
+		s := memstore.New(&memstore.Config{Decider: p})
+		t.Cleanup(func() { s.Close() })
+		return s
+	}})
 }
 
 const t0 = int64(1_767_225_600_000_000)
@@ -40,7 +44,7 @@ var fixed = core.Limit{Algorithm: core.FixedWindow, Limit: 10, Window: 60_000_00
 
 func take(s *memstore.Store, key string, now, cost int64, ls ...core.Limit) (core.Decision, error) {
 	names := []string{"default", "second", "third"}[:len(ls)]
-	_, d, err := s.Decide(context.Background(), store.Request{Key: key, Names: names, Limits: ls, Now: now, Cost: cost, Decider: core.Native{}}, nil)
+	_, d, err := s.Decide(context.Background(), store.Request{Key: key, Names: names, Limits: ls, Now: now, Cost: cost}, nil)
 	return d, err
 }
 
@@ -54,7 +58,7 @@ func TestIdleKeysAreDropped(t *testing.T) {
 	}
 	// A peek and a denied call on unknown keys create nothing.
 	take(s, "big", t0, 11, fixed)
-	s.Decide(context.Background(), store.Request{Key: "peeked", Names: []string{"default"}, Limits: []core.Limit{fixed}, Op: store.Peek, Now: t0, Cost: 1, Decider: core.Native{}}, nil)
+	s.Decide(context.Background(), store.Request{Key: "peeked", Names: []string{"default"}, Limits: []core.Limit{fixed}, Op: store.Peek, Now: t0, Cost: 1}, nil)
 	if n := s.Len(); n != 1001 { // "big" got an entry that is fresh at once
 		t.Fatalf("Len = %d, want 1001", n)
 	}
@@ -111,7 +115,7 @@ func TestWarmKeyAllocatesNothing(t *testing.T) {
 	log := core.Limit{Algorithm: core.SlidingLog, Limit: 4096, Window: 1_000_000}
 	for _, ls := range [][]core.Limit{{tb}, {tb, fixed}, {log}} {
 		take(s, "warm", t0, 1, ls...)
-		req := store.Request{Key: "warm", Names: []string{"default", "second"}[:len(ls)], Limits: ls, Now: t0, Cost: 1, Decider: core.Native{}}
+		req := store.Request{Key: "warm", Names: []string{"default", "second"}[:len(ls)], Limits: ls, Now: t0, Cost: 1}
 		ctx := context.Background()
 		allocs := testing.AllocsPerRun(1000, func() {
 			req.Now++
@@ -174,7 +178,7 @@ func TestSweepNeverRefunds(t *testing.T) {
 			defer kept.Close()
 			lim := []core.Limit{{Algorithm: alg, Limit: 2, Window: minute}}
 			take := func(s *memstore.Store, now int64) bool {
-				req := store.Request{Key: "k", Names: []string{"default"}, Limits: lim, Cost: 1, Decider: core.Native{}, Now: now}
+				req := store.Request{Key: "k", Names: []string{"default"}, Limits: lim, Cost: 1, Now: now}
 				_, d, err := s.Decide(context.Background(), req, nil)
 				if err != nil {
 					t.Fatal(err)

@@ -51,7 +51,7 @@ const (
 //
 //   - ModeSQL calls rl.rl_decide_batch (migration 0009): one statement.
 //   - ModeGo locks every row of the batch with rl.lock_states_batch, in one
-//     order, decides in Go with each request's core.Decider, and writes the
+//     order, decides in Go with Config.Decider, and writes the
 //     new states back with one UPDATE ... FROM unnest: two round trips.
 //
 // An invalid request gets its own error; the rest of its batch is decided.
@@ -91,13 +91,12 @@ var _ store.Store = (*Batched)(nil)
 
 // call is one queued decision.
 type call struct {
-	key     string // FullKey
-	names   []string
-	limits  []core.Limit
-	op      store.Op
-	now     int64
-	cost    int64
-	decider core.Decider
+	key    string // FullKey
+	names  []string
+	limits []core.Limit
+	op     store.Op
+	now    int64
+	cost   int64
 
 	out     []core.Decision
 	index   int
@@ -156,7 +155,7 @@ func (b *Batched) Decide(ctx context.Context, req store.Request, each []core.Dec
 	}
 	c := &call{
 		key: FullKey(req.Prefix, req.Key), names: slices.Clone(req.Names), limits: slices.Clone(req.Limits),
-		op: req.Op, now: req.Now, cost: req.Cost, decider: req.Decider,
+		op: req.Op, now: req.Now, cost: req.Cost,
 		out: make([]core.Decision, n), done: make(chan struct{}),
 	}
 	b.mu.Lock()
@@ -320,11 +319,7 @@ func (b *Batched) exec(ctx context.Context, calls []*call) {
 	if c := single(calls); c != nil {
 		// A batch of one (a lone caller): the single-request statement,
 		// cheaper than the batch function's fixed cost.
-		dec := c.decider
-		if dec == nil {
-			dec = core.Native{}
-		}
-		req := store.Request{Key: c.key, Names: c.names, Limits: c.limits, Op: c.op, Now: c.now, Cost: c.cost, Decider: dec}
+		req := store.Request{Key: c.key, Names: c.names, Limits: c.limits, Op: c.op, Now: c.now, Cost: c.cost}
 		var i int
 		if b.s.cfg.Mode == ModeGo {
 			i, err = b.s.decideGo(sctx, conn, &req, c.out)
@@ -634,10 +629,7 @@ func (b *Batched) execGo(ctx context.Context, conn *pgxpool.Conn, calls []*call)
 		if b.s.cfg.RequestClock {
 			now = c.now
 		}
-		dec := c.decider
-		if dec == nil {
-			dec = core.Native{}
-		}
+		dec := b.s.cfg.Decider
 		var idx int
 		var err error
 		if c.op == store.Peek {

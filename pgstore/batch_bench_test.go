@@ -77,7 +77,7 @@ func BenchmarkBatched(b *testing.B) {
 		go func() {
 			defer wg.Done()
 			for i := next.Add(1) - 1; i < int64(len(keys)); i = next.Add(1) - 1 {
-				if _, _, err := warm.Decide(context.Background(), store.Request{Key: keys[i], Names: names, Limits: lim, Cost: 1, Decider: core.Native{}}, nil); err != nil {
+				if _, _, err := warm.Decide(context.Background(), store.Request{Key: keys[i], Names: names, Limits: lim, Cost: 1}, nil); err != nil {
 					b.Error(err)
 					return
 				}
@@ -100,7 +100,7 @@ func BenchmarkBatched(b *testing.B) {
 						ctx := context.Background()
 						before := s.Stats()
 						runN(b, g, func(i int) error {
-							_, _, err := s.Decide(ctx, store.Request{Key: keys[i%nkeys], Names: names, Limits: lim, Cost: 1, Decider: core.Native{}}, nil)
+							_, _, err := s.Decide(ctx, store.Request{Key: keys[i%nkeys], Names: names, Limits: lim, Cost: 1}, nil)
 							return err
 						})
 						after := s.Stats()

@@ -68,7 +68,7 @@ func TestBatchedExactness(t *testing.T) {
 							<-start
 							for range calls {
 								_, d, err := s.Decide(context.Background(), store.Request{Key: key, Names: []string{"default"},
-									Limits: []core.Limit{lim}, Now: t0, Cost: 1, Decider: core.Native{}}, nil)
+									Limits: []core.Limit{lim}, Now: t0, Cost: 1}, nil)
 								if err != nil {
 									errs.Add(1)
 									t.Error(err)
@@ -119,7 +119,7 @@ func decideAsync(s store.Store, ctx context.Context, key string, lim core.Limit,
 	ch := make(chan result, 1)
 	go func() {
 		_, d, err := s.Decide(ctx, store.Request{Key: key, Names: []string{"default"}, Limits: []core.Limit{lim},
-			Now: t0, Cost: cost, Decider: core.Native{}}, nil)
+			Now: t0, Cost: cost}, nil)
 		ch <- result{d, err}
 	}()
 	return ch
@@ -170,7 +170,7 @@ func TestBatchedOneKeyInOrder(t *testing.T) {
 				eaches[i] = make([]core.Decision, len(st.limits))
 				go func() {
 					_, d, err := s.Decide(context.Background(), store.Request{Key: key, Names: st.names, Limits: st.limits,
-						Op: st.op, Now: t0, Cost: st.cost, Decider: core.Native{}}, eaches[i])
+						Op: st.op, Now: t0, Cost: st.cost}, eaches[i])
 					ch <- result{d, err}
 				}()
 				queueUp(t, s, i+1) // arrival order is the order of steps
@@ -396,7 +396,7 @@ func TestBatchedNoDeadlock(t *testing.T) {
 					})
 				default:
 					_, _, err = s.Decide(ctx, store.Request{Prefix: prefix, Key: key, Names: o.names, Limits: o.limits,
-						Now: t0 + int64(i), Cost: 1, Decider: core.Native{}}, nil)
+						Now: t0 + int64(i), Cost: 1}, nil)
 				}
 				cancel()
 				if err != nil {

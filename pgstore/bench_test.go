@@ -146,7 +146,7 @@ func BenchmarkDecide(b *testing.B) {
 					b.Run(name, func(b *testing.B) {
 						ctx := context.Background()
 						run(b, parallel, func(i int) error {
-							_, _, err := s.Decide(ctx, store.Request{Key: keys[i%nkeys], Names: names, Limits: lim, Cost: 1, Decider: core.Native{}}, nil)
+							_, _, err := s.Decide(ctx, store.Request{Key: keys[i%nkeys], Names: names, Limits: lim, Cost: 1}, nil)
 							return err
 						})
 					})

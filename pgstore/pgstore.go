@@ -11,7 +11,7 @@
 //   - ModeSQL (the default): one statement, one round trip; the PL/pgSQL port
 //     of the core decides inside the database, under SELECT ... FOR UPDATE.
 //   - ModeGo: a transaction locks the rows with SELECT ... FOR UPDATE, the
-//     request's core.Decider (native Go or the WebAssembly module) decides,
+//     store's Config.Decider (native Go or the WebAssembly module) decides,
 //     and the new states are written back: two round trips.
 //
 // Both produce identical decisions and rows (the conformance vectors and the
@@ -65,8 +65,8 @@ type Mode int
 const (
 	// ModeSQL decides in PL/pgSQL in one round trip.
 	ModeSQL Mode = iota
-	// ModeGo locks the rows in a transaction and decides with the
-	// request's core.Decider.
+	// ModeGo locks the rows in a transaction and decides with
+	// Config.Decider.
 	ModeGo
 )
 
@@ -82,7 +82,13 @@ const (
 
 // Config configures a Store. The zero value is the default.
 type Config struct {
-	Mode       Mode
+	// Mode is where decisions are computed: ModeSQL (the default) or ModeGo.
+	Mode Mode
+	// Decider is ModeGo's decision function. Default: core.Native{} (a
+	// *wasm.Pool decides with the WebAssembly build of the same core).
+	// ModeSQL decides with the PL/pgSQL port, so New refuses a Decider
+	// other than core.Native{} with it rather than ignore it.
+	Decider    core.Decider
 	Durability Durability
 	// RequestClock decides at the request's Now instead of the database
 	// server's clock.
@@ -124,6 +130,14 @@ var _ store.Store = (*Store)(nil)
 func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("pgstore: nil pool")
+	}
+	if cfg.Mode != ModeSQL && cfg.Mode != ModeGo {
+		return nil, fmt.Errorf("pgstore: unknown Mode %d", cfg.Mode)
+	}
+	if cfg.Decider == nil {
+		cfg.Decider = core.Native{}
+	} else if _, native := cfg.Decider.(core.Native); !native && cfg.Mode == ModeSQL {
+		return nil, errors.New("pgstore: Config.Decider is used only with ModeGo (ModeSQL decides in PL/pgSQL)")
 	}
 	s := &Store{pool: pool, cfg: cfg, stop: make(chan struct{})}
 	if cfg.ExpireEvery > 0 {
@@ -276,7 +290,7 @@ func (s *Store) decideGo(ctx context.Context, conn *pgxpool.Conn, req *store.Req
 		if err := scanStates(rows, pos, states, &now, s.cfg.RequestClock); err != nil {
 			return 0, err
 		}
-		return req.Decider.PeekAll(req.Limits, states, now, req.Cost, out)
+		return s.cfg.Decider.PeekAll(req.Limits, states, now, req.Cost, out)
 	}
 	pc := conn.Conn()
 	// Two round trips: BEGIN and the lock in one pipelined batch, then the
@@ -322,7 +336,7 @@ func (s *Store) decideGo(ctx context.Context, conn *pgxpool.Conn, req *store.Req
 			states[i].Log = slices.Grow(states[i].Log, int(l.Limit)-len(states[i].Log))
 		}
 	}
-	i, err := req.Decider.TakeAll(req.Limits, states, now, req.Cost, out)
+	i, err := s.cfg.Decider.TakeAll(req.Limits, states, now, req.Cost, out)
 	if err != nil || !out[i].Allowed || req.Cost == 0 {
 		return i, err // the deferred rollback writes nothing
 	}

@@ -124,7 +124,7 @@ func TestExactness(t *testing.T) {
 								<-start
 								for range 10 {
 									_, d, err := s.Decide(context.Background(), store.Request{Key: key, Names: []string{"default"},
-										Limits: []core.Limit{lim}, Now: t0, Cost: 1, Decider: core.Native{}}, nil)
+										Limits: []core.Limit{lim}, Now: t0, Cost: 1}, nil)
 									if err != nil {
 										errs.Add(1)
 										t.Error(err)
@@ -158,7 +158,7 @@ func TestInterleaved(t *testing.T) {
 	wasmCore, err := wasm.New(context.Background(), wasm.Config{})
 	require.NoError(t, err)
 	defer wasmCore.Close(context.Background())
-	deciders := []core.Decider{nil, core.Native{}, wasmCore}
+	wasmStore := newStore(t, pool, pgstore.Config{Mode: pgstore.ModeGo, RequestClock: true, Decider: wasmCore})
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			lim := core.Limit{Algorithm: alg, Limit: 7, Window: 2_000_000, Rate: 0}
@@ -175,9 +175,9 @@ func TestInterleaved(t *testing.T) {
 				via := i % 4
 				switch via {
 				case 0, 1, 2:
-					s := []*pgstore.Store{sqlStore, goStore, goStore}[via]
+					s := []*pgstore.Store{sqlStore, goStore, wasmStore}[via]
 					_, got, err = s.Decide(context.Background(), store.Request{Key: key, Names: []string{"default"},
-						Limits: []core.Limit{lim}, Now: now, Cost: cost, Decider: deciders[via]}, nil)
+						Limits: []core.Limit{lim}, Now: now, Cost: cost}, nil)
 				case 3:
 					err = pool.QueryRow(context.Background(),
 						"SELECT allowed, lim, remaining, reset_after_us, retry_after_us, delay_us FROM rl.rl_allow_us($1, $2, $3, $4, $5, 0, 'default', $6)",
@@ -199,18 +199,40 @@ func TestInterleaved(t *testing.T) {
 	}
 }
 
+// TestDeciderIsAStoreSetting: the decider is chosen with the store, and
+// ModeSQL, which decides in PL/pgSQL, refuses one it would ignore.
+func TestDeciderIsAStoreSetting(t *testing.T) {
+	pool, err := pgxpool.New(context.Background(), "postgres://127.0.0.1:1/none") // never dialled
+	require.NoError(t, err)
+	defer pool.Close()
+	wasmCore, err := wasm.New(context.Background(), wasm.Config{})
+	require.NoError(t, err)
+	defer wasmCore.Close(context.Background())
+	_, err = pgstore.New(pool, pgstore.Config{Mode: pgstore.ModeSQL, Decider: wasmCore})
+	require.ErrorContains(t, err, "only with ModeGo")
+	_, err = pgstore.NewBatched(pool, pgstore.Config{Decider: wasmCore}, pgstore.BatchConfig{})
+	require.ErrorContains(t, err, "only with ModeGo")
+	_, err = pgstore.New(pool, pgstore.Config{Mode: 7})
+	require.ErrorContains(t, err, "unknown Mode")
+	for _, cfg := range []pgstore.Config{{Mode: pgstore.ModeSQL, Decider: core.Native{}}, {Mode: pgstore.ModeGo, Decider: wasmCore}, {Mode: pgstore.ModeGo}} {
+		s, err := pgstore.New(pool, cfg)
+		require.NoError(t, err)
+		s.Close()
+	}
+}
+
 func TestInvalidInputAndCancel(t *testing.T) {
 	pool := pgtest.Pool(t, database(t))
 	for _, m := range modes[:2] {
 		s := newStore(t, pool, m.cfg)
 		_, _, err := s.Decide(context.Background(), store.Request{Key: "bad", Names: []string{"default"},
-			Limits: []core.Limit{{Algorithm: core.GCRA, Limit: 5, Window: 0}}, Now: t0, Cost: 1, Decider: core.Native{}}, nil)
+			Limits: []core.Limit{{Algorithm: core.GCRA, Limit: 5, Window: 0}}, Now: t0, Cost: 1}, nil)
 		require.ErrorIs(t, err, core.ErrWindow, m.name)
 		require.False(t, errors.Is(err, store.ErrUnavailable))
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		_, _, err = s.Decide(ctx, store.Request{Key: "c", Names: []string{"default"},
-			Limits: []core.Limit{{Algorithm: core.GCRA, Limit: 5, Window: 10}}, Now: t0, Cost: 1, Decider: core.Native{}}, nil)
+			Limits: []core.Limit{{Algorithm: core.GCRA, Limit: 5, Window: 10}}, Now: t0, Cost: 1}, nil)
 		require.ErrorIs(t, err, context.Canceled)
 		require.False(t, errors.Is(err, store.ErrUnavailable), "a caller giving up is not an outage: %v (%T)", err, errors.Unwrap(err))
 	}
@@ -239,7 +261,7 @@ func TestOutage(t *testing.T) {
 	key := fmt.Sprintf("outage-%d", time.Now().UnixNano())
 	decide := func(s store.Store) (core.Decision, error) {
 		_, d, err := s.Decide(context.Background(), store.Request{Key: key, Names: []string{"default"},
-			Limits: []core.Limit{lim}, Cost: 1, Decider: core.Native{}}, nil)
+			Limits: []core.Limit{lim}, Cost: 1}, nil)
 		return d, err
 	}
 	for range 3 {
@@ -285,7 +307,7 @@ func TestExpiryBounded(t *testing.T) {
 	for round := range 5 {
 		for i := range 200 {
 			_, _, err := s.Decide(ctx, store.Request{Key: fmt.Sprintf("churn-%d-%d", round, i), Names: []string{"default"},
-				Limits: []core.Limit{lim}, Cost: 1, Decider: core.Native{}}, nil)
+				Limits: []core.Limit{lim}, Cost: 1}, nil)
 			require.NoError(t, err)
 		}
 		time.Sleep(60 * time.Millisecond) // every row is idle now
@@ -296,7 +318,7 @@ func TestExpiryBounded(t *testing.T) {
 	}
 	// Live rows stay.
 	_, _, err := s.Decide(ctx, store.Request{Key: "live", Names: []string{"default"},
-		Limits: []core.Limit{{Algorithm: core.FixedWindow, Limit: 5, Window: 3_600_000_000}}, Cost: 1, Decider: core.Native{}}, nil)
+		Limits: []core.Limit{{Algorithm: core.FixedWindow, Limit: 5, Window: 3_600_000_000}}, Cost: 1}, nil)
 	require.NoError(t, err)
 	_, err = s.Expire(ctx)
 	require.NoError(t, err)
@@ -339,7 +361,7 @@ func TestNoDeadlock(t *testing.T) {
 					err = s.Reset(ctx, prefix, key, o.names)
 				} else {
 					_, _, err = s.Decide(ctx, store.Request{Prefix: prefix, Key: key, Names: o.names, Limits: o.limits,
-						Now: t0 + int64(i), Cost: 1, Decider: core.Native{}}, nil)
+						Now: t0 + int64(i), Cost: 1}, nil)
 				}
 				cancel()
 				if err != nil {

@@ -47,7 +47,7 @@ func BenchmarkShardedDecide(b *testing.B) {
 				names := []string{"default"}
 				decide := func(r *rand.Rand) {
 					if _, _, err := s.Decide(context.Background(), store.Request{Key: fmt.Sprintf("bench:%d", r.IntN(10000)),
-						Names: names, Limits: lim, Cost: 1, Decider: core.Native{}}, nil); err != nil {
+						Names: names, Limits: lim, Cost: 1}, nil); err != nil {
 						b.Error(err)
 					}
 				}

@@ -2,6 +2,12 @@
 // that keep rate-limit state: an atomic read-modify-write of one key's
 // states, with a decision function (core.Decider) applied inside it.
 //
+// The decision function is a setting of the store, chosen when it is
+// created (memstore.Config.Decider, pgstore.Config.Mode and Decider), not
+// of each request: whichever runtime decides (the native core, its
+// WebAssembly build hosted by wazero, or the PL/pgSQL port), the results
+// are identical, which the conformance vectors in tests/vectors pin.
+//
 // Backends: memstore (in process, the embedded default) and pgstore
 // (PostgreSQL through pgx). Every backend runs the shared suite in
 // store/storetest.
@@ -40,22 +46,19 @@ type Request struct {
 	// use that instead.
 	Now  int64
 	Cost int64
-	// Decider is the decision function to apply; a store that decides
-	// elsewhere (in SQL) must produce identical results.
-	Decider core.Decider
 }
 
 // Store keeps rate-limit state. Implementations are safe for concurrent use.
 //
 // Decide atomically reads the states of req's limits on req's key, applies
-// req.Decider (core.TakeAll or PeekAll semantics: all or nothing) and writes
-// the new states back when admitted. It returns the deciding limit's index
-// and decision, and fills each with every limit's decision when
-// len(each) ≥ len(req.Limits) (pass nil when only the deciding one matters). A
-// denial is a result, not an error. Errors are either a core.Error (the
-// request was invalid) or a failure of the store itself, which a store
-// should make recognisable with errors.Is(err, ErrUnavailable) when it is
-// transient (the backend is down or timed out).
+// the store's decision function (core.TakeAll or PeekAll semantics: all or
+// nothing) and writes the new states back when admitted. It returns the
+// deciding limit's index and decision, and fills each with every limit's
+// decision when len(each) ≥ len(req.Limits) (pass nil when only the
+// deciding one matters). A denial is a result, not an error. Errors are
+// either a core.Error (the request was invalid) or a failure of the store
+// itself, which a store should make recognisable with errors.Is(err,
+// ErrUnavailable) when it is transient (the backend is down or timed out).
 //
 // Reset forgets the states of the named limits of a key (all of them when
 // names is nil).

@@ -12,8 +12,9 @@
 //	defer p.Close(ctx)
 //	i, err := p.TakeAll(limits, states, now, cost, decisions) // as core.TakeAll
 //
-// A *Pool implements core.Decider, so a store that takes a decider can run
-// the module instead of the native core. Take and Peek mirror core.Take and
+// A *Pool implements core.Decider, so a store runs the module instead of
+// the native core when it is the store's decider
+// (memstore.Config.Decider, pgstore.Config.Decider with ModeGo). Take and Peek mirror core.Take and
 // core.Peek for one limit.
 //
 // # Compilation and instances

@@ -41,7 +41,8 @@ func Example() {
 	// true
 }
 
-// A Pool is a core.Decider: stores take it in place of core.Native.
+// A Pool is a core.Decider: stores take it in place of core.Native
+// (memstore.Config.Decider, pgstore.Config.Decider).
 func ExamplePool_decider() {
 	ctx := context.Background()
 	p, err := wasm.New(ctx, wasm.Config{MaxInstances: 4})

@@ -1,6 +1,6 @@
 // Package rls is rl-wasm-host's Envoy rate limit service: a gRPC server of
 // envoy.service.ratelimit.v3.RateLimitService (ShouldRateLimit) deciding
-// with the same store, decider and clock as the HTTP service it runs beside
+// with the same store and clock as the HTTP service it runs beside
 // (internal: its configuration and behaviour are the command's interface,
 // documented in cmd/rl-wasm-host/README.md).
 //

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/service"
 	"github.com/rlcore/rl/memstore"
 	"github.com/rlcore/rl/store"
@@ -62,7 +61,7 @@ func newEnv(t testing.TB, rlsYAML string, o envOpts) *env {
 	}
 	cfg, err := service.ParseConfig("main.yaml", "yaml", []byte(o.mainYAML))
 	require.NoError(t, err)
-	e.svc, err = service.New(cfg, service.Options{Store: o.store, Decider: core.Native{}, Clock: e.now.Load, Logger: quietLogger()})
+	e.svc, err = service.New(cfg, service.Options{Store: o.store, Clock: e.now.Load, Logger: quietLogger()})
 	require.NoError(t, err)
 	d, err := ParseDomain("rls.yaml", []byte(rlsYAML))
 	require.NoError(t, err)

@@ -49,7 +49,7 @@ type Options struct {
 }
 
 // Server implements envoy.service.ratelimit.v3.RateLimitService over a
-// Service's store, decider and clock. Create it with New; it is safe for
+// Service's store and clock. Create it with New; it is safe for
 // concurrent use, and SetConfig swaps the configuration atomically.
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
@@ -111,7 +111,7 @@ func (s *Server) SetConfig(cfg *Config) error {
 	rs := &ruleSet{cfg: cfg, domains: make(map[string]*domainSet, len(cfg.Domains))}
 	for name, d := range cfg.Domains {
 		lim, err := rl.New(rl.Config{Store: s.svc.Store(), BaseKey: KeyPrefix + name, Clock: s.svc.Clock(),
-			Decider: s.svc.Decider(), MaxKeyLength: s.maxKey})
+			MaxKeyLength: s.maxKey})
 		if err != nil {
 			return fmt.Errorf("rls: domain %q: %w", name, err)
 		}

@@ -440,7 +440,11 @@ func TestRulesAndOps(t *testing.T) {
 
 func TestAPIWithTheWasmDecider(t *testing.T) {
 	pool := wasmPool(t)
-	e := newEnv(t, `rules: [{name: r, strategy: gcra, limit: 3, window: 1s}]`, func(o *Options) { o.Decider = pool })
+	e := newEnv(t, `rules: [{name: r, strategy: gcra, limit: 3, window: 1s}]`, func(o *Options) {
+		m := memstore.New(&memstore.Config{Clock: o.Clock, SweepInterval: -1, Decider: pool})
+		t.Cleanup(func() { m.Close() })
+		o.Store = m
+	})
 	for i := range 4 {
 		r := e.post(t, "check", `{"rule":"r","key":"k"}`)
 		if i < 3 {

@@ -23,9 +23,9 @@ rules:
   - {name: proxy, endpoint: /p, key_by: "header:X-User", strategy: token, limit: 1000000000, window: 1s}
 `))
 	require.NoError(b, err)
-	mem := memstore.New(nil)
+	mem := memstore.New(&memstore.Config{Decider: wasmPool(b)})
 	defer mem.Close()
-	svc, err := New(cfg, Options{Store: mem, Decider: wasmPool(b), Logger: quietLogger()})
+	svc, err := New(cfg, Options{Store: mem, Logger: quietLogger()})
 	require.NoError(b, err)
 	h := testHandler(svc)
 	bodies := make([][]byte, 1000)

@@ -4,14 +4,15 @@
 // API): a JSON decision API, a reverse proxy filter and the operations
 // endpoints, over rules read from a YAML or JSON file.
 //
-// A Service decides with one core.Decider (the WebAssembly build of the
-// core hosted by package wasm, or core.Native) over one store.Store
-// (memstore, pgstore, or the failover store of both). Each rule is an
+// A Service decides over one store.Store (memstore, pgstore, or the
+// failover store of both), which decides with the decider it was created
+// with (the WebAssembly build of the core hosted by package wasm, the
+// native core, or PL/pgSQL). Each rule is an
 // rl.Limiter whose base key is the rule's name; limits given inline in a
 // decision-API request use the base key "inline".
 //
 //	cfg, err := service.LoadConfig("rules.yaml")   // every mistake, by file, rule and field
-//	svc, err := service.New(cfg, service.Options{Store: memstore.New(nil), Decider: pool})
+//	svc, err := service.New(cfg, service.Options{Store: memstore.New(&memstore.Config{Decider: pool})})
 //	go http.ListenAndServe("127.0.0.1:8081", svc.APIHandler()) // decision API and ops: trusted clients only
 //	http.ListenAndServe(":8080", svc.ProxyHandler())         // the proxy: every path
 //	...

@@ -19,7 +19,7 @@ func Example() {
 	}
 	store := memstore.New(nil)
 	defer store.Close()
-	svc, err := service.New(cfg, service.Options{Store: store}) // add Decider: a *wasm.Pool to decide in WebAssembly
+	svc, err := service.New(cfg, service.Options{Store: store}) // memstore.Config{Decider: a *wasm.Pool} decides in WebAssembly
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -116,10 +116,10 @@ rules:
 `))
 	require.NoError(t, err)
 	const timeout = 300 * time.Millisecond
-	h, err := openPostgres(context.Background(), PostgresConfig{URL: u.String(), Migrate: true, Timeout: timeout, QueueTimeout: timeout}, nil, quietLogger(), storeHooks{})
+	h, err := openPostgres(context.Background(), PostgresConfig{URL: u.String(), Migrate: true, Timeout: timeout, QueueTimeout: timeout}, wasmPool(t), nil, quietLogger(), storeHooks{})
 	require.NoError(t, err)
 	t.Cleanup(h.close)
-	s, err := New(cfg, Options{Store: h.store, Ready: h.ready, Decider: wasmPool(t), Logger: quietLogger()})
+	s, err := New(cfg, Options{Store: h.store, Ready: h.ready, Logger: quietLogger()})
 	require.NoError(t, err)
 	e := &env{svc: s, srv: newServer(t, s)}
 	for i := range 10 {

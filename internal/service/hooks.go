@@ -9,13 +9,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rlcore/rl"
-	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/store"
 )
 
 // This file holds the hooks another front end uses to decide over the same
 // Service as the HTTP listeners: the Envoy rate limit service (package
-// internal/rls) takes the Service's store, decider and clock, answers store
+// internal/rls) takes the Service's store and clock, answers store
 // failures by the same rules, authenticates with its api_tokens, reports on
 // its /metrics, and is started, reloaded and stopped by Run.
 
@@ -39,9 +38,6 @@ type Extension interface {
 
 // Store returns the store the Service decides over.
 func (s *Service) Store() store.Store { return s.store }
-
-// Decider returns the decision function the Service applies.
-func (s *Service) Decider() core.Decider { return s.decider }
 
 // Clock returns the Service's decision clock.
 func (s *Service) Clock() rl.Clock { return s.clock }

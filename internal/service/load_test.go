@@ -20,7 +20,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/memstore"
 )
 
@@ -83,16 +82,16 @@ rules:
   - {name: hot_proxy_multi, endpoint: /hotmulti, key_by: global, limits: [{name: burst, strategy: token, limit: 1500, window: 10000d}, {name: daily, strategy: fixed, limit: 1000, window: 10000d}]}
 `))
 	require.NoError(t, err)
-	mem := memstore.New(nil)
+	mem := memstore.New(&memstore.Config{Decider: wasmPool(t)})
 	defer mem.Close()
-	svc, err := New(cfg, Options{Store: mem, Decider: wasmPool(t), Logger: quietLogger(), Transport: transport()})
+	svc, err := New(cfg, Options{Store: mem, Logger: quietLogger(), Transport: transport()})
 	require.NoError(t, err)
 	svcSrv := httptest.NewServer(testHandler(svc))
 	defer svcSrv.Close()
 	// The same service with the native core, to show what hosting WASM costs.
 	nativeMem := memstore.New(nil)
 	defer nativeMem.Close()
-	native, err := New(cfg, Options{Store: nativeMem, Decider: core.Native{}, Logger: quietLogger(), Transport: transport()})
+	native, err := New(cfg, Options{Store: nativeMem, Logger: quietLogger(), Transport: transport()})
 	require.NoError(t, err)
 	nativeSrv := httptest.NewServer(testHandler(native))
 	defer nativeSrv.Close()

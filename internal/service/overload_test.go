@@ -35,7 +35,7 @@ rules:
 	h, err := openPostgres(context.Background(), PostgresConfig{URL: dbURL, Migrate: true, MaxConns: conns, Decide: "sql",
 		// Generous, so that the test's own load on two cores (the attack
 		// runs in-process) is not what is measured.
-		Timeout: 2 * time.Second, QueueTimeout: 5 * time.Second}, nil, quietLogger(), storeHooks{})
+		Timeout: 2 * time.Second, QueueTimeout: 5 * time.Second}, nil, nil, quietLogger(), storeHooks{})
 	require.NoError(t, err)
 	t.Cleanup(h.close)
 	s, err := New(cfg, Options{Store: h.store, Logger: quietLogger(), MaxInFlightPerKey: conns / 2})

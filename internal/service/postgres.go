@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/failover"
 	"github.com/rlcore/rl/memstore"
 	"github.com/rlcore/rl/pgstore"
@@ -57,7 +58,7 @@ type PostgresConfig struct {
 	FailoverCooldown  time.Duration
 }
 
-func openPostgres(ctx context.Context, pc PostgresConfig, mem *memstore.Config, log *slog.Logger, hooks storeHooks) (*storeHandle, error) {
+func openPostgres(ctx context.Context, pc PostgresConfig, decider core.Decider, mem *memstore.Config, log *slog.Logger, hooks storeHooks) (*storeHandle, error) {
 	if pc.URL == "" {
 		return nil, errors.New("-store postgres: no database URL (set DATABASE_URL or -database-url)")
 	}
@@ -97,7 +98,7 @@ func openPostgres(ctx context.Context, pc PostgresConfig, mem *memstore.Config, 
 		}}
 	switch pc.Decide {
 	case "go":
-		cfg.Mode = pgstore.ModeGo
+		cfg.Mode, cfg.Decider = pgstore.ModeGo, decider
 	case "", "sql":
 		cfg.Mode = pgstore.ModeSQL
 	default:

@@ -49,10 +49,10 @@ func newPGEnv(t *testing.T, yaml string, pc PostgresConfig) *pgEnv {
 			s.FailoverEvent(to)
 		}
 	}}
-	h, err := openPostgres(context.Background(), pc, nil, quietLogger(), hooks)
+	h, err := openPostgres(context.Background(), pc, wasmPool(t), nil, quietLogger(), hooks)
 	require.NoError(t, err)
 	t.Cleanup(h.close)
-	s, err := New(cfg, Options{Store: h.store, Ready: h.ready, Decider: wasmPool(t), Logger: quietLogger()})
+	s, err := New(cfg, Options{Store: h.store, Ready: h.ready, Logger: quietLogger()})
 	require.NoError(t, err)
 	svc.Store(s)
 	e := &env{svc: s, srv: httptest.NewServer(testHandler(s))}
@@ -193,6 +193,7 @@ rules:
 	p.px.Cut()
 	require.Equal(t, 503, p.do(t, "GET", "/readyz", "").code, "not ready without the database")
 	time.Sleep(1500 * time.Millisecond)
+	restoredAt := time.Now()
 	p.px.Restore()
 	// Recovery: the closed rule decides on PostgreSQL again.
 	deadline := time.Now().Add(15 * time.Second)
@@ -209,38 +210,44 @@ rules:
 	close(stop)
 	wg.Wait()
 
-	// Phases: before (answered before the cut), after (started after the
-	// recovery was seen), and the outage in between (including requests in
-	// flight at its edges, which may still or already reach the database).
+	// Phases: before (answered before the cut), the outage (started after
+	// the cut and answered before the database was back), after (started
+	// after the recovery was seen), and the edges in between (in flight at
+	// the cut, or while the pool reconnects: they may still or already
+	// reach the database, so only their soundness is checked).
 	for rule, out := range answers {
-		phases := map[string]map[string]int{"before": {}, "cut": {}, "after": {}}
+		phases := map[string]map[string]int{"before": {}, "cut": {}, "edge": {}, "after": {}}
 		slowest := time.Duration(0)
 		for _, a := range *out {
-			ph := "cut"
+			ph := "edge"
 			switch {
 			case a.end.Before(cutAt):
 				ph = "before"
+			case a.start.After(cutAt) && a.end.Before(restoredAt):
+				ph = "cut"
 			case a.start.After(healedAt):
 				ph = "after"
 			}
 			phases[ph][a.code]++
 			slowest = max(slowest, a.end.Sub(a.start))
 		}
-		t.Logf("%-6s before %v, outage %v, after %v; slowest answer %s", rule, phases["before"], phases["cut"], phases["after"], slowest.Round(time.Millisecond))
+		t.Logf("%-6s before %v, outage %v, edges %v, after %v; slowest answer %s", rule, phases["before"], phases["cut"], phases["edge"], phases["after"], slowest.Round(time.Millisecond))
 		require.Less(t, slowest, 3*time.Second, "%s: answers must not stall", rule)
 		for ph, codes := range phases {
 			require.Zero(t, codes["error"], "%s %s: transport errors (a crash?)", rule, ph)
 		}
-		before, cut, after := phases["before"], phases["cut"], phases["after"]
+		before, cut, edge, after := phases["before"], phases["cut"], phases["edge"], phases["after"]
 		require.Equal(t, sum(before), before["200"], "%s before: all decided", rule)
 		require.Equal(t, sum(after), after["200"], "%s after: all decided on PostgreSQL again", rule)
 		require.Positive(t, before["200"])
 		require.Positive(t, after["200"])
 		if rule == "open" {
 			require.Equal(t, sum(cut), cut["200 fail_open"]+cut["200"], "fail_open rule: every request admitted: %v", cut)
+			require.Equal(t, sum(edge), edge["200 fail_open"]+edge["200"], "fail_open rule: every request admitted: %v", edge)
 			require.Greater(t, cut["200 fail_open"], 10*cut["200"], "mostly failed open: %v", cut)
 		} else {
 			require.Equal(t, sum(cut), cut["503"]+cut["200"], "fail-closed rule: refused with 503 when undecided: %v", cut)
+			require.Equal(t, sum(edge), edge["503"]+edge["200"], "fail-closed rule: refused with 503 when undecided: %v", edge)
 			require.Greater(t, cut["503"], 10*cut["200"], "mostly refused: %v", cut)
 		}
 	}

@@ -52,11 +52,11 @@ type ruleSet struct {
 	loaded            time.Time
 }
 
-// build compiles cfg into a rule set over the service's store and decider.
+// build compiles cfg into a rule set over the service's store.
 func (s *Service) build(cfg *Config) (*ruleSet, error) {
 	rs := &ruleSet{cfg: cfg, byName: make(map[string]*rule, len(cfg.Rules)), loaded: time.Now()}
 	newLim := func(base string, p *rl.Policy) (*rl.Limiter, error) {
-		return rl.New(rl.Config{Store: s.store, Policy: p, BaseKey: base, Clock: s.clock, Decider: s.decider, MaxKeyLength: s.maxKey})
+		return rl.New(rl.Config{Store: s.store, Policy: p, BaseKey: base, Clock: s.clock, MaxKeyLength: s.maxKey})
 	}
 	for i := range cfg.Rules {
 		spec := cfg.Rules[i]

@@ -152,12 +152,12 @@ func Run(ctx context.Context, rc RunConfig, reload <-chan os.Signal) error {
 	perKey := rc.MaxInFlightPerKey
 	switch rc.Store {
 	case "", "memory":
-		m := memstore.New(&memstore.Config{MaxKeys: maxKeys, MaxBytes: rc.MaxBytes, Clock: rl.CoarseClock})
+		m := memstore.New(&memstore.Config{MaxKeys: maxKeys, MaxBytes: rc.MaxBytes, Clock: rl.CoarseClock, Decider: decider})
 		closers = append(closers, func() { m.Close() })
 		st = m
 		log.Info("store: in memory", "max_keys", maxKeys, "max_bytes", cmp.Or(rc.MaxBytes, memstore.DefaultMaxBytes))
 	case "postgres":
-		h, err := openPostgres(ctx, rc.Postgres, &memstore.Config{MaxKeys: maxKeys, MaxBytes: rc.MaxBytes}, log, hooks)
+		h, err := openPostgres(ctx, rc.Postgres, decider, &memstore.Config{MaxKeys: maxKeys, MaxBytes: rc.MaxBytes, Decider: decider}, log, hooks)
 		if err != nil {
 			return err
 		}
@@ -170,7 +170,7 @@ func Run(ctx context.Context, rc RunConfig, reload <-chan os.Signal) error {
 		return fmt.Errorf("-store %q: want memory or postgres", rc.Store)
 	}
 
-	svc, err := New(cfg, Options{Store: st, Decider: decider, Logger: log, MaxBodyBytes: rc.MaxBodyBytes,
+	svc, err := New(cfg, Options{Store: st, Logger: log, MaxBodyBytes: rc.MaxBodyBytes,
 		ProxyMaxBodyBytes: rc.ProxyMaxBodyBytes, Ready: ready, MaxInFlight: rc.MaxInFlight, MaxInFlightPerKey: max(perKey, 0)})
 	if err != nil {
 		return err

@@ -18,11 +18,10 @@ import (
 
 // Options configures a Service. Zero fields take the documented defaults.
 type Options struct {
-	// Store keeps the state; required.
+	// Store keeps the state and decides with the decision function it
+	// was created with (the WebAssembly host of package wasm, or the
+	// native core); required.
 	Store store.Store
-	// Decider applies the algorithms: the WebAssembly host (package wasm)
-	// or core.Native{}. Default core.Native{}.
-	Decider core.Decider
 	// Clock is the decision clock. Default rl.CoarseClock.
 	Clock rl.Clock
 	// Logger receives the service's logs. Default slog.Default().
@@ -60,7 +59,6 @@ type Options struct {
 // swaps atomically. It is safe for concurrent use.
 type Service struct {
 	store     store.Store
-	decider   core.Decider
 	clock     rl.Clock
 	log       *slog.Logger
 	maxBody   int64
@@ -106,12 +104,9 @@ func New(cfg *Config, opts Options) (*Service, error) {
 	if cfg == nil {
 		return nil, errors.New("service: nil Config")
 	}
-	s := &Service{store: opts.Store, decider: opts.Decider, clock: opts.Clock, log: opts.Logger,
+	s := &Service{store: opts.Store, clock: opts.Clock, log: opts.Logger,
 		maxBody: opts.MaxBodyBytes, proxyBody: opts.ProxyMaxBodyBytes, maxBatch: opts.MaxBatch,
 		maxKey: opts.MaxKeyLength, ready: opts.Ready, transport: opts.Transport, metrics: newMetrics()}
-	if s.decider == nil {
-		s.decider = core.Native{}
-	}
 	if s.clock == nil {
 		s.clock = rl.CoarseClock
 	}

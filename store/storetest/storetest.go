@@ -21,9 +21,6 @@ type Config struct {
 	// New returns an empty store (or one whose keys the suite's random
 	// prefix keeps apart) and a cleanup function.
 	New func(t *testing.T) store.Store
-	// Decider is the decision function to pass in requests; default
-	// core.Native{}.
-	Decider core.Decider
 	// Goroutines for the concurrency tests; default 32.
 	Goroutines int
 	// Calls per goroutine in the concurrency tests; default 10.
@@ -36,9 +33,6 @@ var algorithms = []core.Algorithm{core.FixedWindow, core.SlidingWindow, core.Sli
 
 // Run runs the suite.
 func Run(t *testing.T, cfg Config) {
-	if cfg.Decider == nil {
-		cfg.Decider = core.Native{}
-	}
 	if cfg.Goroutines == 0 {
 		cfg.Goroutines = 32
 	}
@@ -56,7 +50,7 @@ func Run(t *testing.T, cfg Config) {
 }
 
 func req(cfg Config, prefix, key string, op store.Op, now, cost int64, names []string, ls ...core.Limit) store.Request {
-	return store.Request{Prefix: prefix, Key: key, Names: names, Limits: ls, Op: op, Now: now, Cost: cost, Decider: cfg.Decider}
+	return store.Request{Prefix: prefix, Key: key, Names: names, Limits: ls, Op: op, Now: now, Cost: cost}
 }
 
 // sameAsCore drives each algorithm through a sequence and compares every
