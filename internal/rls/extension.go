@@ -71,7 +71,9 @@ func (e *extension) Start(svc *service.Service) (string, string, error) {
 // NewGRPCServer returns a gRPC server serving s as
 // envoy.service.ratelimit.v3.RateLimitService and the standard health
 // service (grpc.health.v1, for Envoy's gRPC health checks). Requests are
-// small: messages are bounded to 64 KiB.
+// small: messages are bounded to 64 KiB. The health service reports
+// NOT_SERVING once the Service drains (Service.SetDraining), so Envoy stops
+// sending while calls in flight finish.
 func NewGRPCServer(s *Server) *grpc.Server {
 	g := grpc.NewServer(
 		grpc.MaxRecvMsgSize(64<<10),
@@ -82,6 +84,7 @@ func NewGRPCServer(s *Server) *grpc.Server {
 	hs := health.NewServer()
 	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(g, hs)
+	s.svc.OnDrain(hs.Shutdown)
 	return g
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -71,6 +72,8 @@ type Service struct {
 
 	rules    atomic.Pointer[ruleSet]
 	draining atomic.Bool
+	drainMu  sync.Mutex
+	onDrain  []func()
 	storeErr throttle
 
 	maxInFlight int64
@@ -184,8 +187,34 @@ func (s *Service) Reload(path string) error {
 func (s *Service) Config() *Config { return s.rules.Load().cfg }
 
 // SetDraining makes /readyz answer 503 so load balancers stop sending new
-// requests; the service keeps serving the ones that still arrive.
-func (s *Service) SetDraining() { s.draining.Store(true) }
+// requests, and runs the OnDrain functions (once); the service keeps
+// serving the requests that still arrive.
+func (s *Service) SetDraining() {
+	if !s.draining.CompareAndSwap(false, true) {
+		return
+	}
+	s.drainMu.Lock()
+	fs := s.onDrain
+	s.onDrain = nil
+	s.drainMu.Unlock()
+	for _, f := range fs {
+		f()
+	}
+}
+
+// OnDrain registers f to run when the service starts draining (at once if
+// it is draining already): a front end beside the HTTP listeners (the gRPC
+// rate limit service) reports itself not serving then too.
+func (s *Service) OnDrain(f func()) {
+	s.drainMu.Lock()
+	if !s.draining.Load() {
+		s.onDrain = append(s.onDrain, f)
+		s.drainMu.Unlock()
+		return
+	}
+	s.drainMu.Unlock()
+	f()
+}
 
 // FailoverEvent records a switch of the failover store: to "memory" when
 // the primary failed, to "primary" when it recovered.
