@@ -245,7 +245,11 @@ func (s *Service) Handler() http.Handler {
 	mux.Handle(APIPrefix, s.limitInFlight(s.authenticate(false, s.apiMux())))
 	mux.Handle("/metrics", s.authenticate(false, s.metrics.handler()))
 	s.health(mux)
-	mux.Handle("/", s.ProxyHandler())
+	proxy := s.ProxyHandler()
+	mux.Handle("/", proxy)
+	// The prefix without its slash is not the API's: proxied, not
+	// redirected (a ServeMux answers 301 for a subtree's bare root).
+	mux.Handle(strings.TrimSuffix(APIPrefix, "/"), proxy)
 	return mux
 }
 
@@ -259,6 +263,7 @@ func (s *Service) APIHandler() http.Handler {
 	mux.Handle(APIPrefix, s.limitInFlight(s.authenticate(true, s.apiMux())))
 	mux.Handle("/metrics", s.authenticate(true, s.metrics.handler()))
 	s.health(mux)
+	mux.Handle(strings.TrimSuffix(APIPrefix, "/"), http.NotFoundHandler()) // not a 301 to the prefix
 	return mux
 }
 
