@@ -4,7 +4,10 @@
 // response and answers 429 with Retry-After on denial.
 //
 // When the store fails, each middleware either fails open (serves the
-// request) or closed (503), and reports the error to a hook.
+// request) or closed (503), and reports the error to a hook; a busy store
+// is load, answered 503 with Retry-After and never served. Config.Fail
+// chooses per request and per error instead, OnDecision observes every
+// outcome (for metrics), and Denied and Refused write the responses.
 //
 // A limit bounds each key, so it is only as strong as the key: ClientIP
 // keys IPv4 clients per address and IPv6 clients per /64 (IPKeyConfig
@@ -20,29 +23,63 @@ import (
 	"time"
 
 	"github.com/rlcore/rl"
+	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/store"
 )
+
+// Limiter decides requests. *rl.Limiter is one; wrap one to add to every
+// decision (a concurrency bound, tracing) or to choose a limiter per
+// request.
+type Limiter interface {
+	Do(ctx context.Context, req rl.Request) (rl.Result, error)
+}
+
+// CostFunc returns the cost of a request (what it takes from every limit).
+// An error means the request states an invalid cost: the middleware
+// answers 400 (outcome InvalidCost).
+type CostFunc func(r *http.Request) (int64, error)
 
 // Config configures a middleware.
 type Config struct {
 	// Limiter decides; required.
-	Limiter *rl.Limiter
+	Limiter Limiter
 	// Key keys the request; required (ClientIP() is the usual choice).
 	Key KeyFunc
 	// Policy chooses the policy per request (per route, per plan); nil or
 	// a nil result means the Limiter's policy.
 	Policy func(r *http.Request) *rl.Policy
 	// Cost is the cost of a request; nil means 1.
-	Cost func(r *http.Request) int64
+	Cost CostFunc
 	// FailOpen serves requests when the store fails; otherwise they are
-	// answered 503 (fail closed). Either way OnError hears of it.
+	// answered 503 (fail closed). A busy store (store.ErrBusy: every
+	// connection in use) is load, not an outage: it is answered
+	// Overloaded even so. Either way OnError hears of it. Fail, if set,
+	// decides instead.
 	FailOpen bool
+	// Fail, if set, chooses how to answer a request whose decision failed
+	// for a reason that is not the request's (not an invalid key or
+	// cost): FailOpen, FailClosed, Overloaded or Error (any other value
+	// is taken as FailClosed). It replaces FailOpen, so it can choose per
+	// request (per route, fail open only for some) and per error (fail
+	// open only on an outage, never on load).
+	Fail func(r *http.Request, err error) Outcome
 	// OnError, if set, is called with every error: store failures (match
-	// rl.ErrStore), invalid keys (rl.ErrInvalidKey, ErrNoKey) and others.
+	// rl.ErrStore), invalid keys (rl.ErrInvalidKey, ErrNoKey), invalid
+	// costs and others.
 	OnError func(r *http.Request, err error)
+	// OnDecision, if set, is called once for every request, with its
+	// outcome, before the request is answered or served (and before a
+	// shaping wait). It is the place for metrics and access logs.
+	OnDecision func(r *http.Request, d Decision)
 	// Denied writes the response to a denied request, after the headers
 	// are set and the status is decided; nil writes 429 with the body
 	// "Rate limit exceeded".
 	Denied http.Handler
+	// Refused writes the response to a request refused for an error: an
+	// outcome of MissingKey, InvalidKey, InvalidCost, FailClosed,
+	// Overloaded or Error, with the status Outcome.Status gives. 503s
+	// already carry "Retry-After: 1". Nil means WriteRefused.
+	Refused func(w http.ResponseWriter, r *http.Request, d Decision)
 	// AllowMissingKey serves requests whose key function fails, unlimited,
 	// instead of answering 400.
 	AllowMissingKey bool
@@ -50,6 +87,78 @@ type Config struct {
 	// waits out its Delay (or until the request is canceled) before it is
 	// served.
 	Wait bool
+}
+
+// Outcome is what a middleware did with a request.
+type Outcome uint8
+
+// Outcomes, as Decision reports them.
+const (
+	// Allowed: decided and admitted.
+	Allowed Outcome = iota + 1
+	// Denied: decided and refused, 429.
+	Denied
+	// MissingKey: the key function failed; 400, or served unlimited with
+	// AllowMissingKey.
+	MissingKey
+	// InvalidKey: the limiter refused the key (rl.ErrInvalidKey); 400.
+	InvalidKey
+	// InvalidCost: the cost function failed, or the limiter refused the
+	// cost (core.ErrCost); 400.
+	InvalidCost
+	// FailOpen: the decision failed; served unlimited.
+	FailOpen
+	// FailClosed: the decision failed; 503 "Rate limiter unavailable".
+	FailClosed
+	// Overloaded: the decision failed because of load (store.ErrBusy by
+	// default); 503 "Rate limiter overloaded; retry later", never served.
+	Overloaded
+	// Error: the decision failed for a reason other than the store's; 500.
+	Error
+)
+
+var outcomeNames = [...]string{"", "allowed", "denied", "missing_key", "invalid_key", "invalid_cost", "fail_open", "fail_closed", "overloaded", "error"}
+
+// String returns the outcome's name in snake case ("fail_open"), fit for a
+// metric label.
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) && o != 0 {
+		return outcomeNames[o]
+	}
+	return "unknown"
+}
+
+// Status returns the response status of the outcome: 200 for Allowed and
+// FailOpen (what the next handler writes), 429, 400, 503 or 500.
+func (o Outcome) Status() int {
+	switch o {
+	case Allowed, FailOpen:
+		return http.StatusOK
+	case Denied:
+		return http.StatusTooManyRequests
+	case MissingKey, InvalidKey, InvalidCost:
+		return http.StatusBadRequest
+	case Error:
+		return http.StatusInternalServerError
+	}
+	return http.StatusServiceUnavailable
+}
+
+// Decision describes what a middleware did with one request.
+type Decision struct {
+	Outcome Outcome
+	// Key is the request's key; empty for MissingKey.
+	Key string
+	// Cost is the cost asked for; 0 before the cost is known.
+	Cost int64
+	// Result is the limiter's decision, for Allowed and Denied.
+	Result rl.Result
+	// Err is the error of every other outcome.
+	Err error
+	// Latency is the time the middleware took to reach the outcome:
+	// keying, costing and the Limiter's decision, not the shaping wait or
+	// the response.
+	Latency time.Duration
 }
 
 // New returns the middleware.
@@ -72,14 +181,19 @@ type handler struct {
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := &h.cfg
+	var start time.Time
+	if c.OnDecision != nil {
+		start = time.Now()
+	}
 	key, err := c.Key(r)
 	if err != nil {
-		h.report(r, err)
+		d := Decision{Outcome: MissingKey, Err: err}
+		h.report(r, &d, start)
 		if c.AllowMissingKey {
 			h.next.ServeHTTP(w, r)
 			return
 		}
-		http.Error(w, "Missing or invalid rate-limit key", http.StatusBadRequest)
+		h.refuse(w, r, d)
 		return
 	}
 	req := rl.Request{Key: key, Cost: 1}
@@ -87,36 +201,121 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		req.Policy = c.Policy(r)
 	}
 	if c.Cost != nil {
-		req.Cost = c.Cost(r)
+		if req.Cost, err = c.Cost(r); err != nil {
+			d := Decision{Outcome: InvalidCost, Key: key, Err: err}
+			h.report(r, &d, start)
+			h.refuse(w, r, d)
+			return
+		}
 	}
 	res, err := c.Limiter.Do(r.Context(), req)
-	if err != nil {
-		h.report(r, err)
-		switch {
-		case errors.Is(err, rl.ErrStore) && c.FailOpen:
-			h.next.ServeHTTP(w, r)
-		case errors.Is(err, rl.ErrStore):
-			http.Error(w, "Rate limiter unavailable", http.StatusServiceUnavailable)
-		case errors.Is(err, rl.ErrInvalidKey):
-			http.Error(w, "Invalid rate-limit key", http.StatusBadRequest)
-		default:
-			http.Error(w, "Rate limiter error", http.StatusInternalServerError)
+	d := Decision{Key: key, Cost: req.Cost, Err: err}
+	var ce core.Error
+	switch {
+	case err == nil && res.Allowed:
+		d.Outcome, d.Result = Allowed, res
+	case err == nil:
+		d.Outcome, d.Result = Denied, res
+	case errors.Is(err, rl.ErrInvalidKey):
+		d.Outcome = InvalidKey
+	case errors.As(err, &ce) && ce == core.ErrCost:
+		d.Outcome = InvalidCost
+	case c.Fail != nil:
+		d.Outcome = c.Fail(r, err)
+		if d.Outcome < FailOpen || d.Outcome > Error {
+			d.Outcome = FailClosed
 		}
-		return
+	default:
+		d.Outcome = failure(err, c.FailOpen)
 	}
-	SetHeaders(w.Header(), res)
-	if !res.Allowed {
+	h.report(r, &d, start)
+	switch d.Outcome {
+	case Allowed:
+		SetHeaders(w.Header(), res)
+		if c.Wait && res.Delay > 0 && !wait(r.Context(), res.Delay) {
+			return // the client went away
+		}
+		h.next.ServeHTTP(w, r)
+	case Denied:
+		SetHeaders(w.Header(), res)
 		if c.Denied != nil {
 			c.Denied.ServeHTTP(w, r)
 			return
 		}
 		WriteDenied(w, res)
+	case FailOpen:
+		h.next.ServeHTTP(w, r)
+	default:
+		h.refuse(w, r, d)
+	}
+}
+
+// failure is the answer to a failed decision without Config.Fail: load
+// (store.ErrBusy) is Overloaded, another store failure FailOpen or
+// FailClosed as configured, anything else Error.
+func failure(err error, failOpen bool) Outcome {
+	switch {
+	case errors.Is(err, store.ErrBusy):
+		return Overloaded
+	case errors.Is(err, rl.ErrStore) && failOpen:
+		return FailOpen
+	case errors.Is(err, rl.ErrStore):
+		return FailClosed
+	}
+	return Error
+}
+
+func (h *handler) refuse(w http.ResponseWriter, r *http.Request, d Decision) {
+	if d.Outcome.Status() == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	if h.cfg.Refused != nil {
+		h.cfg.Refused(w, r, d)
 		return
 	}
-	if c.Wait && res.Delay > 0 && !wait(r.Context(), res.Delay) {
-		return // the client went away
+	WriteRefused(w, d)
+}
+
+// WriteRefused answers a request refused for an error with the status
+// d.Outcome.Status gives and a plain-text body that says why without
+// echoing the key:
+//
+//	400 Missing or invalid rate-limit key               (MissingKey)
+//	400 Invalid rate-limit key: longer than 256 bytes   (InvalidKey, the rl.KeyError's reason)
+//	400 Invalid rate-limit cost                         (InvalidCost)
+//	503 Rate limiter unavailable                        (FailClosed)
+//	503 Rate limiter overloaded; retry later            (Overloaded)
+//	500 Rate limiter error                              (Error)
+func WriteRefused(w http.ResponseWriter, d Decision) {
+	var msg string
+	switch d.Outcome {
+	case MissingKey:
+		msg = "Missing or invalid rate-limit key"
+	case InvalidKey:
+		msg = "Invalid rate-limit key"
+		if reason := KeyReason(d.Err); reason != "" {
+			msg += ": " + reason
+		}
+	case InvalidCost:
+		msg = "Invalid rate-limit cost"
+	case Overloaded:
+		msg = "Rate limiter overloaded; retry later"
+	case Error:
+		msg = "Rate limiter error"
+	default:
+		msg = "Rate limiter unavailable"
 	}
-	h.next.ServeHTTP(w, r)
+	http.Error(w, msg, d.Outcome.Status())
+}
+
+// KeyReason says why the limiter refused a key (the Reason of an
+// *rl.KeyError in err's chain), without the key; "" when err has none.
+func KeyReason(err error) string {
+	var ke *rl.KeyError
+	if errors.As(err, &ke) {
+		return ke.Reason
+	}
+	return ""
 }
 
 // WriteDenied answers a denied request: status 429 and the plain-text body
@@ -133,9 +332,15 @@ func WriteDenied(w http.ResponseWriter, res rl.Result) {
 	}
 }
 
-func (h *handler) report(r *http.Request, err error) {
-	if h.cfg.OnError != nil {
-		h.cfg.OnError(r, err)
+// report tells OnError and OnDecision of d, reached in the time since
+// start.
+func (h *handler) report(r *http.Request, d *Decision, start time.Time) {
+	if d.Err != nil && h.cfg.OnError != nil {
+		h.cfg.OnError(r, d.Err)
+	}
+	if h.cfg.OnDecision != nil {
+		d.Latency = time.Since(start)
+		h.cfg.OnDecision(r, *d)
 	}
 }
 

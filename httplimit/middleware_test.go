@@ -95,10 +95,10 @@ func TestDenialDescribesTheDenyingLimit(t *testing.T) {
 
 func TestCostAndNever(t *testing.T) {
 	p := rl.MustPolicy(rl.Limit{Algorithm: core.TokenBucket, Limit: 10, Window: time.Second})
-	h, _ := setup(t, httplimit.Config{Cost: func(r *http.Request) int64 {
+	h, _ := setup(t, httplimit.Config{Cost: func(r *http.Request) (int64, error) {
 		var n int64
 		fmt.Sscan(r.URL.Query().Get("n"), &n)
-		return n
+		return n, nil
 	}}, p)
 	require.Equal(t, 200, get(h, func(r *http.Request) { r.URL.RawQuery = "n=10" }).Code)
 	w := get(h, func(r *http.Request) { r.URL.RawQuery = "n=11" })
@@ -295,7 +295,7 @@ func TestHeadersSaturate(t *testing.T) {
 // what time.Duration holds: Retry-After must be huge and positive.
 func TestRetryAfterOfAVerySlowLimit(t *testing.T) {
 	p := rl.MustPolicy(rl.Limit{Name: "yearly", Algorithm: core.TokenBucket, Limit: 1000, Window: 365 * 24 * time.Hour, Rate: 1})
-	h, _ := setup(t, httplimit.Config{Cost: func(*http.Request) int64 { return 1000 }}, p)
+	h, _ := setup(t, httplimit.Config{Cost: func(*http.Request) (int64, error) { return 1000, nil }}, p)
 	w := get(h, nil)
 	require.Equal(t, 200, w.Code)
 	reset, err := strconv.ParseInt(w.Header().Get("X-RateLimit-Reset"), 10, 64)

@@ -1,20 +1,21 @@
 package service
 
 import (
+	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
-	"time"
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/httplimit"
 )
 
 // serveProxy is the reverse proxy filter: it matches the request to the
-// most specific rule, keys and decides it, and forwards it to the upstream
-// or answers 429 "Rate limit exceeded". Requests no rule matches are
-// forwarded unlimited.
+// most specific rule and hands it to the rule's middleware (ruleProxy),
+// which keys, decides and forwards it or answers it. Requests no rule
+// matches are forwarded unlimited.
 func (s *Service) serveProxy(w http.ResponseWriter, r *http.Request) {
 	rs := s.rules.Load()
 	if rs.upstream == nil {
@@ -38,58 +39,99 @@ func (s *Service) serveProxy(w http.ResponseWriter, r *http.Request) {
 	if path != esc {
 		r = withPath(r, path)
 	}
-	ru := rs.match(r, path)
-	if ru == nil {
-		s.forward(rs.upstream, w, r)
+	if ru := rs.match(r, path); ru != nil {
+		ru.proxy.ServeHTTP(w, r)
 		return
 	}
-	start := time.Now()
-	key, err := ru.key(r)
-	if err != nil {
-		s.metrics.rejected.WithLabelValues("missing_key").Inc()
-		http.Error(w, "Missing rate-limit key: "+keyHint(ru.spec.KeyBy), http.StatusBadRequest)
-		return
-	}
-	cost, err := ru.cost(r)
-	if err != nil {
-		s.metrics.rejected.WithLabelValues("invalid_cost").Inc()
-		http.Error(w, "Invalid rate-limit cost: "+err.Error(), http.StatusBadRequest)
-		return
-	}
+	s.forward(rs.upstream, w, r)
+}
+
+// ruleProxy is the middleware (package httplimit) that decides the
+// requests matched to ru and forwards the ones it serves to rs's upstream.
+// Built once per rule set, it answers by the service's rules: the rule's
+// key and cost (a bad one is 400, saying why), the per-key bound and
+// outage rules of Service.do and Service.failure (fail_open only on an
+// outage; load is 503 with Retry-After, never admitted), shaping with
+// shape: true, and the rule's metrics.
+func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 	t := ru.target()
-	res, out, err := s.decide(r.Context(), &t, key, cost, false, nil)
-	s.metrics.proxyLatency.Observe(time.Since(start).Seconds())
-	if out == "" {
-		var ce *errClient
-		if errors.As(err, &ce) {
-			s.metrics.rejected.WithLabelValues(ce.code).Inc()
+	keyBy := ru.spec.KeyBy
+	mw, err := httplimit.New(httplimit.Config{
+		Limiter: &ruleLimiter{s, t},
+		Key:     ru.key,
+		Cost:    ru.cost,
+		Wait:    ru.spec.Shape,
+		Fail: func(r *http.Request, err error) httplimit.Outcome {
+			out, err := s.failure(&t, err)
+			switch {
+			case out == outFailOpen:
+				return httplimit.FailOpen
+			case errors.Is(err, errOverloaded):
+				return httplimit.Overloaded
+			}
+			return httplimit.FailClosed
+		},
+		OnDecision: func(r *http.Request, d httplimit.Decision) {
+			switch d.Outcome {
+			case httplimit.MissingKey, httplimit.InvalidCost:
+				s.metrics.rejected.WithLabelValues(d.Outcome.String()).Inc()
+				return
+			case httplimit.InvalidKey:
+				s.metrics.rejected.WithLabelValues(d.Outcome.String()).Inc()
+			case httplimit.Allowed:
+				t.m.allowed.Inc()
+			case httplimit.Denied:
+				t.m.denied.Inc()
+			case httplimit.FailOpen:
+				t.m.failOpen.Inc()
+			default:
+				t.m.failClosed.Inc()
+			}
+			s.metrics.proxyLatency.Observe(d.Latency.Seconds())
+		},
+		Refused: func(w http.ResponseWriter, r *http.Request, d httplimit.Decision) {
+			switch d.Outcome {
+			case httplimit.MissingKey:
+				http.Error(w, "Missing rate-limit key: "+keyHint(keyBy), http.StatusBadRequest)
+			case httplimit.InvalidKey:
+				http.Error(w, "Invalid rate-limit key ("+keyBy+"): "+cmp.Or(httplimit.KeyReason(d.Err), "refused"), http.StatusBadRequest)
+			case httplimit.InvalidCost:
+				msg := "Invalid rate-limit cost"
+				var ec errCost
+				if errors.As(d.Err, &ec) {
+					msg += ": " + ec.Error()
+				}
+				http.Error(w, msg, http.StatusBadRequest)
+			default:
+				httplimit.WriteRefused(w, d)
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A decided request carries our rate-limit fields, which the
+		// upstream's own X-RateLimit-* would contradict; one served
+		// because the store failed (fail_open) carries none, so the
+		// upstream's are kept.
+		up := rs.decided
+		if _, ours := w.Header()["X-Ratelimit-Limit"]; !ours {
+			up = rs.upstream
 		}
-		http.Error(w, "Invalid rate-limit key ("+ru.spec.KeyBy+"): "+keyReason(err), http.StatusBadRequest)
-		return
-	}
-	t.m.record(out)
-	switch out {
-	case outFailClosed:
-		w.Header().Set("Retry-After", "1")
-		if errors.Is(err, errOverloaded) {
-			http.Error(w, "Rate limiter overloaded; retry later", http.StatusServiceUnavailable)
-			return
-		}
-		http.Error(w, "Rate limiter unavailable", http.StatusServiceUnavailable)
-		return
-	case outFailOpen:
-		s.forward(rs.upstream, w, r)
-		return
-	}
-	httplimit.SetHeaders(w.Header(), res)
-	if !res.Allowed {
-		httplimit.WriteDenied(w, res)
-		return
-	}
-	if ru.spec.Shape && res.Delay > 0 && !wait(r, res.Delay) {
-		return // the client went away while its request was held
-	}
-	s.forward(rs.decided, w, r)
+		s.forward(up, w, r)
+	})), nil
+}
+
+// ruleLimiter decides a rule's requests as the decision API does
+// (Service.do): within the per-key bound, ending runs of timeouts.
+type ruleLimiter struct {
+	s *Service
+	t target
+}
+
+func (l *ruleLimiter) Do(ctx context.Context, req rl.Request) (rl.Result, error) {
+	return l.s.do(ctx, &l.t, req)
 }
 
 func (s *Service) forward(upstream http.Handler, w http.ResponseWriter, r *http.Request) {
@@ -113,30 +155,6 @@ func withPath(r *http.Request, p string) *http.Request {
 	u.Path, u.RawPath = dec, p
 	r2.URL = &u
 	return &r2
-}
-
-func wait(r *http.Request, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-r.Context().Done():
-		return false
-	}
-}
-
-// keyReason says why a key was refused, without echoing the key.
-func keyReason(err error) string {
-	var ke *rl.KeyError
-	if errors.As(err, &ke) {
-		return ke.Reason
-	}
-	var ce *errClient
-	if errors.As(err, &ce) && ce.code == "invalid_cost" {
-		return "invalid cost"
-	}
-	return "refused"
 }
 
 func keyHint(keyBy string) string {

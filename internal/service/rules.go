@@ -30,6 +30,7 @@ type rule struct {
 	lim    *rl.Limiter
 	key    httplimit.KeyFunc
 	m      *ruleMetrics
+	proxy  http.Handler // decides and forwards a matched request (ruleProxy)
 	// endpoint and host are the spec's in the canonical forms requests
 	// are matched in (matchPath, canonicalHost; host keeps a "*." prefix).
 	endpoint, host string
@@ -107,6 +108,11 @@ func (s *Service) build(cfg *Config) (*ruleSet, error) {
 		rt := s.upstreamTransport(cfg)
 		rs.upstream = s.reverseProxy(u, rt, nil)
 		rs.decided = s.reverseProxy(u, rt, dropLegacyRateLimitFields)
+	}
+	for _, r := range rs.proxied {
+		if r.proxy, err = s.ruleProxy(rs, r); err != nil {
+			return nil, fmt.Errorf("rule %q: %w", r.spec.Name, err)
+		}
 	}
 	return rs, nil
 }

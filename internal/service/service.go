@@ -393,25 +393,10 @@ func (e *errClient) Unwrap() error { return e.err }
 
 // decide decides key against t. The outcome is one of the out* constants;
 // a request error (invalid key or cost) returns *errClient, a store failure
-// of a fail-closed target returns outFailClosed and the error.
-//
-// Only a store that is down (store.ErrUnavailable: a connection error, a
-// timeout of a statement that had a connection, an open breaker, a full
-// memory store) is answered by the target's fail policy. A busy store
-// (store.ErrBusy), a per-key bound reached (errOverloaded) or any other
-// failure is closed: load alone never turns into admissions.
+// of a fail-closed target returns outFailClosed and the error (failure).
 func (s *Service) decide(ctx context.Context, t *target, key string, cost int64, peek bool, each []rl.LimitResult) (rl.Result, string, error) {
-	if s.perKey != nil {
-		slot, ok := s.perKey.enter(t.name, key)
-		if !ok {
-			s.metrics.overload.WithLabelValues("key_in_flight").Inc()
-			return rl.Result{}, outFailClosed, errOverloaded
-		}
-		defer slot.Add(-1)
-	}
-	res, err := t.lim.Do(ctx, rl.Request{Key: key, Cost: cost, Policy: t.policy, Peek: peek, Each: each})
+	res, err := s.do(ctx, t, rl.Request{Key: key, Cost: cost, Policy: t.policy, Peek: peek, Each: each})
 	if err == nil {
-		s.outage.success()
 		if res.Allowed {
 			return res, outAllowed, nil
 		}
@@ -423,37 +408,74 @@ func (s *Service) decide(ctx context.Context, t *target, key string, cost int64,
 		return res, "", &errClient{"invalid_key", err}
 	case errors.As(err, &ce) && ce == core.ErrCost:
 		return res, "", &errClient{"invalid_cost", err}
+	}
+	out, err := s.failure(t, err)
+	return rl.Result{}, out, err
+}
+
+// do decides req against t within the per-key bound (EnterKey): beyond it
+// the decision fails at once with errOverloaded. A decision the store
+// completes ends a run of timeouts (outage).
+func (s *Service) do(ctx context.Context, t *target, req rl.Request) (rl.Result, error) {
+	slot, ok := s.EnterKey(t.name, req.Key)
+	if !ok {
+		return rl.Result{}, errOverloaded
+	}
+	if slot != nil {
+		defer slot.Add(-1)
+	}
+	res, err := t.lim.Do(ctx, req)
+	if err == nil {
+		s.outage.success()
+	}
+	return res, err
+}
+
+// failure answers err, the error of a decision on t that the request did
+// not cause (not an invalid key or cost): outFailOpen, or outFailClosed
+// and the error, which matches errOverloaded when load refused it. It
+// counts and logs the failure.
+//
+// Only a store that is down (store.ErrUnavailable: a connection error, a
+// timeout of a statement that had a connection, an open breaker, a full
+// memory store) is answered by the target's fail policy. A busy store
+// (store.ErrBusy), a per-key bound reached (errOverloaded) or any other
+// failure is closed: load alone never turns into admissions.
+func (s *Service) failure(t *target, err error) (string, error) {
+	switch {
+	case errors.Is(err, errOverloaded): // the per-key bound, counted by EnterKey
+		return outFailClosed, err
 	case errors.Is(err, store.ErrBusy):
 		t.m.storeErrors.Inc()
 		s.metrics.overload.WithLabelValues("store_busy").Inc()
 		s.storeErr.log(s.log, "store busy; refusing (load is never admitted)", t.name, err)
-		return rl.Result{}, outFailClosed, fmt.Errorf("%w: %w", errOverloaded, err)
+		return outFailClosed, fmt.Errorf("%w: %w", errOverloaded, err)
 	case errors.Is(err, rl.ErrStore) && !errors.Is(err, store.ErrUnavailable):
 		t.m.storeErrors.Inc()
 		s.storeErr.log(s.log, "store failed; refusing (not an outage, so no fail_open)", t.name, err)
-		return rl.Result{}, outFailClosed, err
+		return outFailClosed, err
 	case errors.Is(err, rl.ErrStore) && !s.outage.down(err):
 		t.m.storeErrors.Inc()
 		s.storeErr.log(s.log, "store timed out; refusing (fail_open waits for timeouts in a row: a slow store may be a loaded one)", t.name, err)
-		return rl.Result{}, outFailClosed, err
+		return outFailClosed, err
 	case errors.Is(err, rl.ErrStore):
 		t.m.storeErrors.Inc()
 		if t.failOpen {
 			t.m.failOpenTotal.Inc()
 			s.storeErr.log(s.log, "store failed; admitting (fail_open)", t.name, err)
-			return rl.Result{}, outFailOpen, nil
+			return outFailOpen, nil
 		}
 		s.storeErr.log(s.log, "store failed; refusing (fail closed)", t.name, err)
-		return rl.Result{}, outFailClosed, err
+		return outFailClosed, err
 	}
 	// A core error other than cost: the store returned a corrupt state.
 	t.m.storeErrors.Inc()
 	s.log.Error("decision failed", "rule", t.name, "err", err)
 	if t.failOpen {
 		t.m.failOpenTotal.Inc()
-		return rl.Result{}, outFailOpen, nil
+		return outFailOpen, nil
 	}
-	return rl.Result{}, outFailClosed, err
+	return outFailClosed, err
 }
 
 func (m *ruleMetrics) record(outcome string) {
