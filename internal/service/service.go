@@ -442,35 +442,33 @@ func (s *Service) do(ctx context.Context, t *target, req rl.Request) (rl.Result,
 // (store.ErrBusy), a per-key bound reached (errOverloaded) or any other
 // failure is closed: load alone never turns into admissions.
 func (s *Service) failure(t *target, err error) (string, error) {
-	switch {
-	case errors.Is(err, errOverloaded): // the per-key bound, counted by EnterKey
-		return outFailClosed, err
-	case errors.Is(err, store.ErrBusy):
-		t.m.storeErrors.Inc()
-		s.metrics.overload.WithLabelValues("store_busy").Inc()
-		s.storeErr.log(s.log, "store busy; refusing (load is never admitted)", t.name, err)
-		return outFailClosed, fmt.Errorf("%w: %w", errOverloaded, err)
-	case errors.Is(err, rl.ErrStore) && !errors.Is(err, store.ErrUnavailable):
-		t.m.storeErrors.Inc()
-		s.storeErr.log(s.log, "store failed; refusing (not an outage, so no fail_open)", t.name, err)
-		return outFailClosed, err
-	case errors.Is(err, rl.ErrStore) && !s.outage.down(err):
-		t.m.storeErrors.Inc()
-		s.storeErr.log(s.log, "store timed out; refusing (fail_open waits for timeouts in a row: a slow store may be a loaded one)", t.name, err)
-		return outFailClosed, err
-	case errors.Is(err, rl.ErrStore):
-		t.m.storeErrors.Inc()
-		if t.failOpen {
-			t.m.failOpenTotal.Inc()
-			s.storeErr.log(s.log, "store failed; admitting (fail_open)", t.name, err)
-			return outFailOpen, nil
-		}
-		s.storeErr.log(s.log, "store failed; refusing (fail closed)", t.name, err)
+	if errors.Is(err, errOverloaded) { // the per-key bound, counted by EnterKey
 		return outFailClosed, err
 	}
-	// A core error other than cost: the store returned a corrupt state.
 	t.m.storeErrors.Inc()
-	s.log.Error("decision failed", "rule", t.name, "err", err)
+	switch s.ClassifyFailure(err) {
+	case FailureOverload:
+		s.storeErr.log(s.log, "store busy; refusing (load is never admitted)", t.name, err)
+		return outFailClosed, fmt.Errorf("%w: %w", errOverloaded, err)
+	case FailureOther:
+		msg := "store failed; refusing (not an outage, so no fail_open)"
+		if errors.Is(err, context.DeadlineExceeded) {
+			msg = "store timed out; refusing (fail_open waits for timeouts in a row: a slow store may be a loaded one)"
+		}
+		s.storeErr.log(s.log, msg, t.name, err)
+		return outFailClosed, err
+	}
+	// An outage, or a core error other than cost: the store returned a
+	// corrupt state. The fail policy answers both.
+	msg := "store failed; refusing (fail closed)"
+	if t.failOpen {
+		msg = "store failed; admitting (fail_open)"
+	}
+	if errors.Is(err, rl.ErrStore) {
+		s.storeErr.log(s.log, msg, t.name, err)
+	} else {
+		s.log.Error("decision failed", "rule", t.name, "err", err)
+	}
 	if t.failOpen {
 		t.m.failOpenTotal.Inc()
 		return outFailOpen, nil

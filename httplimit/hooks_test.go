@@ -1,0 +1,253 @@
+package httplimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rlcore/rl"
+	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/httplimit"
+	"github.com/rlcore/rl/store"
+)
+
+// failing is a Limiter whose every decision fails with its error.
+type failing struct{ err error }
+
+func (f failing) Do(context.Context, rl.Request) (rl.Result, error) { return rl.Result{}, f.err }
+
+var (
+	errDown    = fmt.Errorf("%w: connect: %w", rl.ErrStore, store.ErrUnavailable)
+	errBusy    = fmt.Errorf("%w: pool: %w", rl.ErrStore, store.ErrBusy)
+	errTimeout = fmt.Errorf("%w: %w", rl.ErrStore, context.DeadlineExceeded)
+	errOdd     = errors.New("corrupt state")
+)
+
+// A failed decision is answered by FailOpen, or by Fail when it is set;
+// load (store.ErrBusy) is never admitted by default.
+func TestFailedDecisions(t *testing.T) {
+	onlyOutages := func(r *http.Request, err error) httplimit.Outcome {
+		if errors.Is(err, store.ErrUnavailable) {
+			return httplimit.FailOpen
+		}
+		if errors.Is(err, store.ErrBusy) {
+			return httplimit.Overloaded
+		}
+		return httplimit.FailClosed
+	}
+	for _, c := range []struct {
+		name       string
+		err        error
+		failOpen   bool
+		fail       func(*http.Request, error) httplimit.Outcome
+		code       int
+		body       string
+		retryAfter string
+		outcome    httplimit.Outcome
+	}{
+		{"down, closed", errDown, false, nil, 503, "Rate limiter unavailable\n", "1", httplimit.FailClosed},
+		{"down, open", errDown, true, nil, 200, "ok", "", httplimit.FailOpen},
+		{"busy, closed", errBusy, false, nil, 503, "Rate limiter overloaded; retry later\n", "1", httplimit.Overloaded},
+		{"busy is never admitted", errBusy, true, nil, 503, "Rate limiter overloaded; retry later\n", "1", httplimit.Overloaded},
+		{"not the store's", errOdd, true, nil, 500, "Rate limiter error\n", "", httplimit.Error},
+		{"Fail: an outage opens", errDown, false, onlyOutages, 200, "ok", "", httplimit.FailOpen},
+		{"Fail: a timeout stays closed", errTimeout, true, onlyOutages, 503, "Rate limiter unavailable\n", "1", httplimit.FailClosed},
+		{"Fail: load", errBusy, true, onlyOutages, 503, "Rate limiter overloaded; retry later\n", "1", httplimit.Overloaded},
+		{"Fail: an error", errOdd, false, func(*http.Request, error) httplimit.Outcome { return httplimit.Error }, 500, "Rate limiter error\n", "", httplimit.Error},
+		{"Fail: a bad answer is closed", errOdd, true, func(*http.Request, error) httplimit.Outcome { return httplimit.Allowed }, 503, "Rate limiter unavailable\n", "1", httplimit.FailClosed},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var got []httplimit.Decision
+			var reported []error
+			h, _ := setup(t, httplimit.Config{
+				Limiter:    failing{c.err},
+				FailOpen:   c.failOpen,
+				Fail:       c.fail,
+				OnError:    func(r *http.Request, err error) { reported = append(reported, err) },
+				OnDecision: func(r *http.Request, d httplimit.Decision) { got = append(got, d) },
+			}, nil)
+			w := get(h, nil)
+			require.Equal(t, c.code, w.Code)
+			require.Equal(t, c.body, w.Body.String())
+			require.Equal(t, c.retryAfter, w.Header().Get("Retry-After"))
+			require.Empty(t, w.Header().Get("RateLimit"), "no decision, no fields")
+			require.Len(t, got, 1)
+			require.Equal(t, c.outcome, got[0].Outcome)
+			require.ErrorIs(t, got[0].Err, c.err)
+			require.Equal(t, "192.0.2.1", got[0].Key)
+			require.Equal(t, []error{c.err}, reported)
+		})
+	}
+}
+
+// OnDecision hears once of every request, with what became of it.
+func TestOnDecision(t *testing.T) {
+	p := rl.MustPolicy(rl.Limit{Name: "m", Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute})
+	var got []httplimit.Decision
+	h, _ := setup(t, httplimit.Config{
+		Key: httplimit.Header("X-User"),
+		Cost: func(r *http.Request) (int64, error) {
+			v := r.Header.Get("X-Cost")
+			if v == "" {
+				return 1, nil
+			}
+			return strconv.ParseInt(v, 10, 64)
+		},
+		OnDecision: func(r *http.Request, d httplimit.Decision) { got = append(got, d) },
+	}, p)
+	for _, c := range []struct {
+		name, user, cost string
+		code             int
+		outcome          httplimit.Outcome
+		label            string
+		remaining        int64
+	}{
+		{"allowed", "u", "2", 200, httplimit.Allowed, "allowed", 1},
+		{"denied", "u", "2", 429, httplimit.Denied, "denied", 1},
+		{"no key", "", "", 400, httplimit.MissingKey, "missing_key", 0},
+		{"invalid key", "a b", "", 400, httplimit.InvalidKey, "invalid_key", 0},
+		{"cost the function refuses", "u", "x", 400, httplimit.InvalidCost, "invalid_cost", 0},
+		{"cost the limiter refuses", "u", "-1", 400, httplimit.InvalidCost, "invalid_cost", 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got = got[:0]
+			w := get(h, func(r *http.Request) {
+				if c.user != "" {
+					r.Header.Set("X-User", c.user)
+				}
+				if c.cost != "" {
+					r.Header.Set("X-Cost", c.cost)
+				}
+			})
+			require.Equal(t, c.code, w.Code)
+			require.Len(t, got, 1)
+			d := got[0]
+			require.Equal(t, c.outcome, d.Outcome)
+			require.Equal(t, c.label, d.Outcome.String())
+			require.Equal(t, c.code, d.Outcome.Status())
+			require.GreaterOrEqual(t, d.Latency, time.Duration(0))
+			switch c.outcome {
+			case httplimit.Allowed, httplimit.Denied:
+				require.NoError(t, d.Err)
+				require.Equal(t, c.user, d.Key)
+				require.Equal(t, int64(2), d.Cost)
+				require.Equal(t, c.remaining, d.Result.Remaining)
+				require.Equal(t, "m", d.Result.Name)
+			default:
+				require.Error(t, d.Err)
+				require.Zero(t, d.Result)
+			}
+		})
+	}
+}
+
+// The default answers to refusals say why, and never echo the key.
+func TestRefusals(t *testing.T) {
+	p := rl.MustPolicy(rl.Limit{Algorithm: core.TokenBucket, Limit: 10, Window: time.Second})
+	costErr := errors.New("want a number")
+	def, _ := setup(t, httplimit.Config{
+		Key: httplimit.Header("X-User"),
+		Cost: func(r *http.Request) (int64, error) {
+			if r.URL.Query().Has("bad") {
+				return 0, costErr
+			}
+			return 1, nil
+		},
+	}, p)
+	long := strings.Repeat("k", 300)
+	for _, c := range []struct {
+		name string
+		mod  func(*http.Request)
+		body string
+	}{
+		{"no key", nil, "Missing or invalid rate-limit key\n"},
+		{"key too long", func(r *http.Request) { r.Header.Set("X-User", long) }, "Invalid rate-limit key: 300 bytes, longer than 256\n"},
+		{"bad cost", func(r *http.Request) { r.Header.Set("X-User", "u"); r.URL.RawQuery = "bad" }, "Invalid rate-limit cost\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := get(def, c.mod)
+			require.Equal(t, 400, w.Code)
+			require.Equal(t, c.body, w.Body.String())
+		})
+	}
+
+	// Refused writes them instead; 503s come with Retry-After set.
+	var seen []httplimit.Outcome
+	custom := func(w http.ResponseWriter, r *http.Request, d httplimit.Decision) {
+		seen = append(seen, d.Outcome)
+		w.WriteHeader(d.Outcome.Status())
+		fmt.Fprintf(w, `{"error":%q}`, d.Outcome)
+	}
+	h, _ := setup(t, httplimit.Config{Key: httplimit.Header("X-User"), Refused: custom}, p)
+	w := get(h, nil)
+	require.Equal(t, 400, w.Code)
+	require.Equal(t, `{"error":"missing_key"}`, w.Body.String())
+	h, _ = setup(t, httplimit.Config{Limiter: failing{errBusy}, Refused: custom}, nil)
+	w = get(h, nil)
+	require.Equal(t, 503, w.Code)
+	require.Equal(t, "1", w.Header().Get("Retry-After"))
+	require.Equal(t, `{"error":"overloaded"}`, w.Body.String())
+	require.Equal(t, []httplimit.Outcome{httplimit.MissingKey, httplimit.Overloaded}, seen)
+	// A denial is Denied's, not Refused's.
+	one := rl.MustPolicy(rl.Limit{Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute})
+	h, _ = setup(t, httplimit.Config{Refused: custom}, one)
+	get(h, nil)
+	require.Equal(t, 429, get(h, nil).Code)
+	require.Len(t, seen, 2)
+}
+
+// Outcome names and statuses, for every outcome.
+func TestOutcomes(t *testing.T) {
+	for _, c := range []struct {
+		o      httplimit.Outcome
+		name   string
+		status int
+	}{
+		{httplimit.Allowed, "allowed", 200},
+		{httplimit.Denied, "denied", 429},
+		{httplimit.MissingKey, "missing_key", 400},
+		{httplimit.InvalidKey, "invalid_key", 400},
+		{httplimit.InvalidCost, "invalid_cost", 400},
+		{httplimit.FailOpen, "fail_open", 200},
+		{httplimit.FailClosed, "fail_closed", 503},
+		{httplimit.Overloaded, "overloaded", 503},
+		{httplimit.Error, "error", 500},
+		{0, "unknown", 503},
+		{httplimit.Error + 1, "unknown", 503},
+	} {
+		require.Equal(t, c.name, c.o.String())
+		require.Equal(t, c.status, c.o.Status(), c.name)
+	}
+}
+
+// A Limiter of one's own wraps the decisions: here, one that counts them.
+type counting struct {
+	l *rl.Limiter
+	n int
+}
+
+func (c *counting) Do(ctx context.Context, req rl.Request) (rl.Result, error) {
+	c.n++
+	return c.l.Do(ctx, req)
+}
+
+func TestLimiterWrapper(t *testing.T) {
+	p := rl.MustPolicy(rl.Limit{Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute})
+	l, err := rl.New(rl.Config{Policy: p})
+	require.NoError(t, err)
+	defer l.Close()
+	c := &counting{l: l}
+	h, _ := setup(t, httplimit.Config{Limiter: c}, nil)
+	require.Equal(t, 200, get(h, nil).Code)
+	require.Equal(t, 429, get(h, nil).Code)
+	require.Equal(t, 2, c.n)
+	_, err = httplimit.New(httplimit.Config{Key: httplimit.ClientIP()})
+	require.Error(t, err, "no Limiter")
+}
