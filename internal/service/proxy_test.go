@@ -3,12 +3,14 @@ package service
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +18,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/store"
 )
 
 // upstream records what reaches it.
@@ -267,4 +272,136 @@ func TestAPIKeysAreHashed(t *testing.T) {
 	require.Equal(t, 200, e.do(t, "GET", "/pay", "", "X-API-Key", jwt).code)
 	require.Equal(t, 200, e.do(t, "GET", "/pay", "", "X-API-Key", jwt).code)
 	require.Equal(t, 429, e.do(t, "GET", "/pay", "", "X-API-Key", jwt).code)
+}
+
+// failStore fails every decision with err.
+type failStore struct{ err error }
+
+func (f failStore) Decide(context.Context, store.Request, []core.Decision) (int, core.Decision, error) {
+	return 0, core.Decision{}, f.err
+}
+func (f failStore) Reset(context.Context, string, string, []string) error { return f.err }
+
+// The proxy answers a failed decision by the service's rules: fail_open
+// only on an outage (forwarded without our fields, the upstream's kept),
+// load and lone timeouts refused 503 with Retry-After, never forwarded.
+func TestProxyAnswersFailures(t *testing.T) {
+	const unavailable, overloaded = "Rate limiter unavailable\n", "Rate limiter overloaded; retry later\n"
+	for _, c := range []struct {
+		name       string
+		err        error
+		open       bool
+		code       int
+		body       string
+		outcome    string
+		overloaded bool
+	}{
+		{"outage, fail_open", fmt.Errorf("dial: %w", store.ErrUnavailable), true, 200, "upstream GET /r", outFailOpen, false},
+		{"outage, closed", fmt.Errorf("dial: %w", store.ErrUnavailable), false, 503, unavailable, outFailClosed, false},
+		{"busy, fail_open", fmt.Errorf("pool: %w", store.ErrBusy), true, 503, overloaded, outFailClosed, true},
+		{"busy, closed", fmt.Errorf("pool: %w", store.ErrBusy), false, 503, overloaded, outFailClosed, true},
+		{"one timeout is load", fmt.Errorf("query: %w: %w", store.ErrUnavailable, context.DeadlineExceeded), true, 503, unavailable, outFailClosed, false},
+		{"not an outage", errors.New("protocol error"), true, 503, unavailable, outFailClosed, false},
+		{"corrupt state, fail_open", core.ErrState, true, 200, "upstream GET /r", outFailOpen, false},
+		{"corrupt state, closed", core.ErrState, false, 503, unavailable, outFailClosed, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			up := newUpstream(t)
+			e := newEnv(t, fmt.Sprintf("upstream: %s\nrules: [{name: r, endpoint: /r, strategy: fixed, limit: 5, window: 1m, fail_open: %t}]", up.srv.URL, c.open),
+				func(o *Options) { o.Store = failStore{c.err} })
+			r := e.do(t, "GET", "/r", "")
+			require.Equal(t, c.code, r.code)
+			require.Equal(t, c.body, string(r.body))
+			require.Empty(t, r.h.Get("RateLimit-Policy"), "no decision, none of our fields")
+			if c.code == 200 {
+				require.Equal(t, "7", r.h.Get("X-RateLimit-Remaining"), "the upstream's own fields, kept")
+				require.Empty(t, r.h.Get("Retry-After"))
+			} else {
+				require.Equal(t, "1", r.h.Get("Retry-After"))
+				require.Zero(t, up.hits.Load(), "never forwarded")
+			}
+			m := string(e.do(t, "GET", "/metrics", "").body)
+			require.Contains(t, m, `rl_decisions_total{outcome="`+c.outcome+`",rule="r"} 1`)
+			require.Contains(t, m, `rl_store_errors_total{rule="r"} 1`)
+			require.Contains(t, m, `rl_decision_duration_seconds_count{source="proxy"} 1`)
+			if c.outcome == outFailOpen {
+				require.Contains(t, m, `rate_limiter_fail_open_total{rule="r"} 1`)
+			}
+			if c.overloaded {
+				require.Contains(t, m, `rl_overload_rejected_total{reason="store_busy"} 1`)
+			}
+		})
+	}
+}
+
+// A request the proxy cannot key or cost is answered 400, saying what to
+// send, and counted by reason.
+func TestProxyBadRequests(t *testing.T) {
+	up := newUpstream(t)
+	e := newEnv(t, "upstream: "+up.srv.URL+`
+rules:
+  - {name: k, endpoint: /k, key_by: "header:X-User", strategy: token, limit: 10, window: 1m, cost_header: X-Cost, min_cost: 2}
+  - {name: q, endpoint: /q, key_by: "query:u", strategy: token, limit: 10, window: 1m}
+  - {name: a, endpoint: /a, key_by: api_key, strategy: token, limit: 10, window: 1m}
+`, nil)
+	for _, c := range []struct {
+		name, path, reason, body string
+		hdr                      []string
+	}{
+		{"no header", "/k", "missing_key", "Missing rate-limit key: send the X-User header\n", nil},
+		{"no query parameter", "/q", "missing_key", "Missing rate-limit key: send the u query parameter\n", nil},
+		{"no API key", "/a", "missing_key", "Missing rate-limit key: send \"Authorization: Bearer <key>\" or \"X-API-Key: <key>\"\n", nil},
+		{"key too long", "/k", "invalid_key", "Invalid rate-limit key (header:X-User): 300 bytes, longer than 256\n", []string{"X-User", strings.Repeat("u", 300)}},
+		{"cost not a number", "/k", "invalid_cost", "Invalid rate-limit cost: cost \"1e3\" is not an integer between 2 and " + strconv.FormatInt(core.MaxCost, 10) + "\n", []string{"X-User", "u", "X-Cost", "1e3"}},
+		{"cost under min_cost", "/k", "invalid_cost", "Invalid rate-limit cost: cost \"1\" is not an integer between 2 and " + strconv.FormatInt(core.MaxCost, 10) + "\n", []string{"X-User", "u", "X-Cost", "1"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := e.do(t, "GET", c.path, "", c.hdr...)
+			require.Equal(t, 400, r.code)
+			require.Equal(t, c.body, string(r.body))
+		})
+	}
+	require.Zero(t, up.hits.Load())
+	m := string(e.do(t, "GET", "/metrics", "").body)
+	require.Contains(t, m, `rl_rejected_requests_total{reason="missing_key"} 3`)
+	require.Contains(t, m, `rl_rejected_requests_total{reason="invalid_key"} 1`)
+	require.Contains(t, m, `rl_rejected_requests_total{reason="invalid_cost"} 2`)
+	require.Equal(t, 200, e.do(t, "GET", "/k", "", "X-User", "u", "X-Cost", "2").code)
+}
+
+// blockStore holds every decision until released.
+type blockStore struct {
+	arrived chan struct{}
+	release chan struct{}
+}
+
+func (b blockStore) Decide(ctx context.Context, req store.Request, ds []core.Decision) (int, core.Decision, error) {
+	b.arrived <- struct{}{}
+	<-b.release
+	return 0, core.Decision{Allowed: true, Remaining: 1}, nil
+}
+func (b blockStore) Reset(context.Context, string, string, []string) error { return nil }
+
+// Beyond MaxInFlightPerKey the proxy answers 503 at once, never forwarded,
+// while other keys are still decided.
+func TestProxyKeyInFlight(t *testing.T) {
+	up := newUpstream(t)
+	bs := blockStore{arrived: make(chan struct{}, 4), release: make(chan struct{})}
+	e := newEnv(t, "upstream: "+up.srv.URL+"\nrules: [{name: r, endpoint: /, key_by: \"header:X-User\", strategy: fixed, limit: 5, window: 1m, fail_open: true}]",
+		func(o *Options) { o.Store = bs; o.MaxInFlightPerKey = 1 })
+	var wg sync.WaitGroup
+	wg.Go(func() { require.Equal(t, 200, e.do(t, "GET", "/x", "", "X-User", "hot").code) })
+	<-bs.arrived
+	r := e.do(t, "GET", "/x", "", "X-User", "hot")
+	require.Equal(t, 503, r.code)
+	require.Equal(t, "1", r.h.Get("Retry-After"))
+	require.Equal(t, "Rate limiter overloaded; retry later\n", string(r.body))
+	wg.Go(func() { require.Equal(t, 200, e.do(t, "GET", "/x", "", "X-User", "cold").code) })
+	<-bs.arrived
+	close(bs.release)
+	wg.Wait()
+	require.Equal(t, int64(2), up.hits.Load())
+	m := string(e.do(t, "GET", "/metrics", "").body)
+	require.Contains(t, m, `rl_overload_rejected_total{reason="key_in_flight"} 1`)
+	require.Contains(t, m, `rl_decisions_total{outcome="fail_closed",rule="r"} 1`)
 }
