@@ -9,7 +9,10 @@
 // with (the WebAssembly build of the core hosted by package wasm, the
 // native core, or PL/pgSQL). Each rule is an
 // rl.Limiter whose base key is the rule's name; limits given inline in a
-// decision-API request use the base key "inline".
+// decision-API request use the base key "inline". The proxy hands each
+// request its most specific rule matches to that rule's httplimit
+// middleware, built once per rule set with the service's hooks (fail
+// policy, per-key bound, metrics, 400 messages).
 //
 //	cfg, err := service.LoadConfig("rules.yaml")   // every mistake, by file, rule and field
 //	svc, err := service.New(cfg, service.Options{Store: memstore.New(&memstore.Config{Decider: pool})})
