@@ -210,7 +210,6 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := c.Limiter.Do(r.Context(), req)
 	d := Decision{Key: key, Cost: req.Cost, Err: err}
-	var ce core.Error
 	switch {
 	case err == nil && res.Allowed:
 		d.Outcome, d.Result = Allowed, res
@@ -218,7 +217,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		d.Outcome, d.Result = Denied, res
 	case errors.Is(err, rl.ErrInvalidKey):
 		d.Outcome = InvalidKey
-	case errors.As(err, &ce) && ce == core.ErrCost:
+	case isCostError(err):
 		d.Outcome = InvalidCost
 	case c.Fail != nil:
 		d.Outcome = c.Fail(r, err)
@@ -248,6 +247,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		h.refuse(w, r, d)
 	}
+}
+
+// isCostError reports whether the limiter refused the cost. (Its variable
+// escapes to errors.As: a function of its own keeps it off the heap of
+// every request.)
+func isCostError(err error) bool {
+	var ce core.Error
+	return errors.As(err, &ce) && ce == core.ErrCost
 }
 
 // failure is the answer to a failed decision without Config.Fail: load

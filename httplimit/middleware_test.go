@@ -307,3 +307,40 @@ func TestRetryAfterOfAVerySlowLimit(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, retry, int64(250*365*24*3600), "Retry-After %q", w.Header().Get("Retry-After"))
 }
+
+// BenchmarkMiddleware measures an admitted request through the middleware,
+// without and with OnDecision (compare the two within one run).
+func BenchmarkMiddleware(b *testing.B) {
+	p := rl.MustPolicy(rl.Limit{Name: "s", Algorithm: core.TokenBucket, Limit: 1 << 40, Window: time.Second})
+	for _, c := range []struct {
+		name string
+		cfg  httplimit.Config
+	}{
+		{"hooks=none", httplimit.Config{}},
+		{"hooks=OnDecision", httplimit.Config{OnDecision: func(*http.Request, httplimit.Decision) {}}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			l, err := rl.New(rl.Config{Policy: p})
+			require.NoError(b, err)
+			defer l.Close()
+			c.cfg.Limiter, c.cfg.Key = l, httplimit.ClientIP()
+			mw, err := httplimit.New(c.cfg)
+			require.NoError(b, err)
+			h := mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			r := httptest.NewRequest("GET", "/x", nil)
+			r.RemoteAddr = "192.0.2.1:1234"
+			w := discard{http.Header{}}
+			b.ReportAllocs()
+			for b.Loop() {
+				h.ServeHTTP(w, r)
+			}
+		})
+	}
+}
+
+// discard is a ResponseWriter that keeps only its header map.
+type discard struct{ h http.Header }
+
+func (d discard) Header() http.Header         { return d.h }
+func (d discard) Write(p []byte) (int, error) { return len(p), nil }
+func (d discard) WriteHeader(int)             {}
