@@ -15,6 +15,7 @@ import (
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/ruleconfig"
 	"github.com/rlcore/rl/httplimit"
 	"github.com/rlcore/rl/internal/redact"
 )
@@ -26,7 +27,7 @@ type DecisionRequest struct {
 	Rule string `json:"rule,omitempty"`
 	// Limits are inline limits, in the configuration file's limit shape
 	// ({"name","strategy","limit","window","rate"}), decided together.
-	Limits []map[string]any `json:"limits,omitempty"`
+	Limits []ruleconfig.Limit `json:"limits,omitempty"`
 	// Key is the key to decide; required.
 	Key string `json:"key"`
 	// Cost is the units to take; default the rule's cost (1 unless the
@@ -264,38 +265,25 @@ const (
 
 // inlinePolicy validates inline limits with the configuration's rules and
 // messages.
-func inlinePolicy(ls []map[string]any, prefix string, max int) (*rl.Policy, error) {
+func inlinePolicy(ls []ruleconfig.Limit, prefix string, max int) (*rl.Policy, error) {
 	if max <= 0 || max > rl.MaxLimits {
 		max = rl.MaxLimits
 	}
 	if len(ls) == 0 || len(ls) > max {
 		return nil, &errClient{"invalid_limits", fmt.Errorf("%slimits: %d limits, want 1 to %d (max_inline_limits)", prefix, len(ls), max)}
 	}
-	p := &parser{cfg: &Config{}}
-	limits := make([]rl.Limit, 0, len(ls))
-	names := map[string]bool{}
-	for i, m := range ls {
-		f := fmt.Sprintf("%slimits[%d]", prefix, i)
-		l, ok := p.limit(f+".", m, true)
-		if !ok {
-			continue
-		}
-		if l.Name == "" {
-			l.Name = rl.DefaultLimitName(l, len(ls))
-		}
-
-		if names[l.Name] {
-			p.fail(f+".name", "%q names two limits", l.Name)
-		}
-		names[l.Name] = true
-		limits = append(limits, l)
-	}
-	if len(p.problems) > 0 {
-		msgs := make([]string, len(p.problems))
-		for i, pr := range p.problems {
+	c := &ruleconfig.Checker{}
+	checked, _ := ruleconfig.CheckLimits(c, prefix+"limits", ls)
+	if len(c.Problems) > 0 {
+		msgs := make([]string, len(c.Problems))
+		for i, pr := range c.Problems {
 			msgs[i] = pr.String()
 		}
 		return nil, &errClient{"invalid_limits", errors.New(strings.Join(msgs, "; "))}
+	}
+	limits := make([]rl.Limit, len(checked))
+	for i, l := range checked {
+		limits[i] = rl.Limit{Name: l.Name, Algorithm: l.Algorithm, Limit: l.Limit.Limit, Window: time.Duration(l.Window) * time.Microsecond, Rate: l.Rate}
 	}
 	pol, err := rl.NewPolicy(limits...)
 	if err != nil {
@@ -492,7 +480,7 @@ func (s *Service) apiRules(w http.ResponseWriter, r *http.Request) {
 		rj := RuleJSON{Name: spec.Name, Endpoint: spec.Endpoint, Host: spec.Host, Methods: spec.Methods, KeyBy: spec.KeyBy,
 			Cost: spec.Cost, CostHeader: spec.CostHeader, FailOpen: spec.FailOpen, Shape: spec.Shape}
 		for _, l := range rs.byName[spec.Name].policy.Limits() {
-			rj.Limits = append(rj.Limits, LimitSpecJSON{Name: l.Name, Strategy: l.Algorithm.String(), Limit: l.Limit, Window: fmtDuration(l.Window), Rate: l.Rate})
+			rj.Limits = append(rj.Limits, LimitSpecJSON{Name: l.Name, Strategy: l.Algorithm.String(), Limit: l.Limit, Window: rl.FormatWindow(l.Window), Rate: l.Rate})
 		}
 		out.Rules = append(out.Rules, rj)
 	}

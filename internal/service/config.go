@@ -1,11 +1,10 @@
 package service
 
 import (
-	"bytes"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/netip"
 	"net/url"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/ruleconfig"
 )
 
 // Config is a validated configuration file: the rules and the proxy's
@@ -128,29 +128,9 @@ type APIToken struct {
 // Proxied reports whether the rule matches proxied requests.
 func (r *RuleSpec) Proxied() bool { return r.Endpoint != "" }
 
-// Problem is one mistake in a configuration file.
-type Problem struct {
-	// Rule locates the rule ("rules[2] \"pay\""); "" for top-level fields.
-	Rule string
-	// Field is the field's path within the rule or file ("window",
-	// "limits[1].strategy").
-	Field   string
-	Message string
-}
-
-func (p Problem) String() string {
-	var b strings.Builder
-	if p.Rule != "" {
-		b.WriteString(p.Rule)
-		b.WriteString(": ")
-	}
-	if p.Field != "" {
-		b.WriteString(p.Field)
-		b.WriteString(": ")
-	}
-	b.WriteString(p.Message)
-	return b.String()
-}
+// Problem is one mistake in a configuration file: the rule, the field's
+// path and what is wrong.
+type Problem = ruleconfig.Problem
 
 // ConfigError lists every mistake found in a configuration file.
 type ConfigError struct {
@@ -196,733 +176,315 @@ func LoadConfig(path string) (*Config, error) {
 // ParseConfig validates a configuration in format "yaml" or "json"; name is
 // used in error messages and as Config.Path.
 func ParseConfig(name, format string, data []byte) (*Config, error) {
-	var doc any
+	fail := func(msg string) error { return &ConfigError{File: name, Problems: []Problem{{Message: msg}}} }
 	switch format {
 	case "yaml":
+		var doc any
 		if err := yaml.Unmarshal(data, &doc); err != nil {
-			return nil, &ConfigError{File: name, Problems: []Problem{{Message: "YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}}
+			return nil, fail("YAML: " + strings.TrimPrefix(err.Error(), "yaml: "))
 		}
+		if doc == nil {
+			return nil, fail("empty file: want a mapping with \"rules\" (or a list of rules)")
+		}
+		data = yamlJSON(nil, doc)
 	case "json":
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.UseNumber()
-		if err := dec.Decode(&doc); err != nil {
-			return nil, &ConfigError{File: name, Problems: []Problem{{Message: "JSON: " + jsonErr(data, err)}}}
-		}
-		if dec.More() {
-			return nil, &ConfigError{File: name, Problems: []Problem{{Message: "JSON: data after the top-level value"}}}
-		}
-		if msg := jsonDuplicateKey(data); msg != "" {
-			return nil, &ConfigError{File: name, Problems: []Problem{{Message: "JSON: " + msg}}}
-		}
 	default:
 		return nil, fmt.Errorf("config: unknown format %q", format)
 	}
-	p := &parser{cfg: &Config{Path: name, InlineLimits: true, MaxInlineLimits: DefaultMaxInlineLimits}}
-	p.file(doc)
-	if len(p.problems) > 0 {
-		return nil, &ConfigError{File: name, Problems: p.problems}
+	var f fileJSON
+	if ps := ruleconfig.Decode(data, &f); len(ps) > 0 {
+		return nil, &ConfigError{File: name, Problems: ps}
 	}
-	return p.cfg, nil
-}
-
-// jsonDuplicateKey finds a key given twice in one JSON object (which
-// encoding/json silently resolves to the last) and describes it, or "".
-func jsonDuplicateKey(data []byte) string {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	type frame struct {
-		obj  bool
-		seen map[string]bool
-		key  bool // the next string token is a key
+	cfg, ps := f.config(name)
+	if len(ps) > 0 {
+		return nil, &ConfigError{File: name, Problems: ps}
 	}
-	var stack []*frame
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return "" // syntax errors are reported by Decode
-		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		if top != nil && top.obj && top.key {
-			if k, ok := tok.(string); ok {
-				if top.seen[k] {
-					line := 1 + bytes.Count(data[:min(int(dec.InputOffset()), len(data))], []byte("\n"))
-					return fmt.Sprintf("line %d: key %q given twice in one object", line, k)
-				}
-				top.seen[k] = true
-				top.key = false
-				continue
-			}
-		}
-		switch tok {
-		case json.Delim('{'):
-			stack = append(stack, &frame{obj: true, seen: map[string]bool{}, key: true})
-			continue
-		case json.Delim('['):
-			stack = append(stack, &frame{})
-			continue
-		case json.Delim('}'), json.Delim(']'):
-			stack = stack[:len(stack)-1]
-		}
-		if len(stack) == 0 {
-			return ""
-		}
-		if top := stack[len(stack)-1]; top.obj {
-			top.key = true // a value ended: a key comes next
-		}
-	}
+	return cfg, nil
 }
 
-// jsonErr adds a line number to a JSON syntax error.
-func jsonErr(data []byte, err error) string {
-	var se *json.SyntaxError
-	if errors.As(err, &se) {
-		line := 1 + bytes.Count(data[:min(int(se.Offset), len(data))], []byte("\n"))
-		return fmt.Sprintf("line %d: %v", line, err)
-	}
-	return err.Error()
-}
-
-type parser struct {
-	cfg      *Config
-	problems []Problem
-	rule     string // current rule's locator
-}
-
-func (p *parser) fail(field, format string, args ...any) {
-	p.problems = append(p.problems, Problem{Rule: p.rule, Field: field, Message: fmt.Sprintf(format, args...)})
-}
-
-func (p *parser) file(doc any) {
-	switch d := doc.(type) {
+// yamlJSON appends doc, as yaml.v3 decodes a document into an any, to b as
+// JSON, so that YAML is decoded and checked as JSON is. A number JSON
+// cannot hold (.inf, .nan) becomes a string; a key that is not a string
+// becomes its text.
+func yamlJSON(b []byte, doc any) []byte {
+	switch v := doc.(type) {
 	case nil:
-		p.fail("", "empty file: want a mapping with \"rules\" (or a list of rules)")
-	case []any: // a bare list of rules, as hosted services export them
-		if len(d) == 0 {
-			p.fail("rules", "empty: want at least one rule (a service without rules limits nothing)")
+		return append(b, "null"...)
+	case bool:
+		return strconv.AppendBool(b, v)
+	case int:
+		return strconv.AppendInt(b, int64(v), 10)
+	case int64:
+		return strconv.AppendInt(b, v, 10)
+	case uint64:
+		return strconv.AppendUint(b, v, 10)
+	case float64:
+		if math.IsInf(v, 0) || math.IsNaN(v) {
+			return strconv.AppendQuote(b, strconv.FormatFloat(v, 'g', -1, 64))
 		}
-		p.rules(d)
-	case map[string]any:
-		for _, k := range sortedKeys(d) {
-			v := d[k]
-			switch k {
-			case "upstream":
-				p.upstream(v)
-			case "trusted_proxies":
-				p.trusted(v)
-			case "upstream_timeout":
-				if str, ok := p.str(k, v); ok {
-					if d, err := ParseDuration(str); err != nil {
-						p.fail(k, "%v", err)
-					} else {
-						p.cfg.UpstreamTimeout = d
-					}
-				}
-			case "ipv4_prefix", "ipv6_prefix":
-				if n, ok := p.integer(k, v); ok {
-					bits := int64(32)
-					if k == "ipv6_prefix" {
-						bits = 128
-					}
-					if n < 1 || n > bits {
-						p.fail(k, "%d is outside [1, %d]", n, bits)
-					} else if k == "ipv4_prefix" {
-						p.cfg.IPv4Prefix = int(n)
-					} else {
-						p.cfg.IPv6Prefix = int(n)
-					}
-				}
-			case "inline_limits":
-				if b, ok := p.boolean(k, v); ok {
-					p.cfg.InlineLimits = b
-				}
-			case "max_inline_limits":
-				if n, ok := p.integer(k, v); ok {
-					if n < 1 || n > rl.MaxLimits {
-						p.fail(k, "%d is outside [1, %d]", n, rl.MaxLimits)
-					}
-					p.cfg.MaxInlineLimits = int(n)
-				}
-			case "api_tokens":
-				p.tokens(v)
-			case "rules":
-				if l, ok := v.([]any); ok {
-					p.rules(l)
-				} else {
-					p.fail(k, "want a list of rules, got %s", kind(v))
-				}
-			default:
-				p.fail(k, "unknown field (want %s)", strings.Join(fileFields, ", "))
+		return strconv.AppendFloat(b, v, 'g', -1, 64)
+	case string:
+		s, _ := json.Marshal(v)
+		return append(b, s...)
+	case []any:
+		b = append(b, '[')
+		for i, e := range v {
+			if i > 0 {
+				b = append(b, ',')
 			}
+			b = yamlJSON(b, e)
 		}
-		if l, ok := d["rules"]; !ok {
-			p.fail("rules", "missing")
-		} else if l, ok := l.([]any); ok && len(l) == 0 {
-			p.fail("rules", "empty: want at least one rule (a service without rules limits nothing)")
+		return append(b, ']')
+	case map[string]any:
+		b = append(b, '{')
+		for i, k := range slices.Sorted(maps.Keys(v)) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = yamlJSON(b, k)
+			b = append(b, ':')
+			b = yamlJSON(b, v[k])
 		}
-	default:
-		p.fail("", "want a mapping with \"rules\" (or a list of rules), got %s", kind(doc))
+		return append(b, '}')
+	case map[any]any:
+		m := make(map[string]any, len(v))
+		for k, e := range v {
+			m[fmt.Sprint(k)] = e
+		}
+		return yamlJSON(b, m)
 	}
+	return yamlJSON(b, fmt.Sprint(doc))
 }
 
-// fileFields are the top-level fields of a configuration file.
-var fileFields = []string{"upstream", "trusted_proxies", "inline_limits", "max_inline_limits", "api_tokens",
-	"upstream_timeout", "ipv4_prefix", "ipv6_prefix", "rules"}
+// fileJSON is a configuration file as written.
+type fileJSON struct {
+	ruleconfig.Fields
+	Upstream        ruleconfig.String                  `json:"upstream"`
+	TrustedProxies  ruleconfig.List[ruleconfig.String] `json:"trusted_proxies"`
+	InlineLimits    ruleconfig.Bool                    `json:"inline_limits"`
+	MaxInlineLimits ruleconfig.Int                     `json:"max_inline_limits"`
+	APITokens       ruleconfig.List[tokenJSON]         `json:"api_tokens"`
+	UpstreamTimeout ruleconfig.String                  `json:"upstream_timeout"`
+	IPv4Prefix      ruleconfig.Int                     `json:"ipv4_prefix"`
+	IPv6Prefix      ruleconfig.Int                     `json:"ipv6_prefix"`
+	Rules           ruleconfig.List[ruleJSON]          `json:"rules"`
+}
+
+// tokenJSON is one of api_tokens as written.
+type tokenJSON struct {
+	ruleconfig.Fields
+	Name   ruleconfig.String `json:"name"`
+	Role   ruleconfig.String `json:"role"`
+	SHA256 ruleconfig.String `json:"sha256"`
+}
+
+// ruleJSON is a rule as written: the shared fields and the service's own.
+type ruleJSON struct {
+	ruleconfig.Rule
+	// MinCost is the least cost a request may ask for (RuleSpec.MinCost).
+	MinCost ruleconfig.Int `json:"min_cost"`
+	// Shape holds admitted requests for their leaky-bucket delay.
+	Shape ruleconfig.Bool `json:"shape"`
+}
 
 // DefaultMaxInlineLimits is the default of Config.MaxInlineLimits.
 const DefaultMaxInlineLimits = 4
 
-func (p *parser) tokens(v any) {
-	l, ok := v.([]any)
-	if !ok {
-		p.fail("api_tokens", "want a list of {name, role, sha256}, got %s", kind(v))
-		return
+// Validate returns every problem of the file.
+func (f *fileJSON) Validate() []Problem {
+	_, ps := f.config("")
+	return ps
+}
+
+// config validates the file and returns it as a Config read from path.
+func (f *fileJSON) config(path string) (*Config, []Problem) {
+	cfg := &Config{Path: path, InlineLimits: true, MaxInlineLimits: DefaultMaxInlineLimits}
+	c := &ruleconfig.Checker{}
+	if !c.Object("", "a mapping with \"rules\" (or a list of rules)", &f.Fields) {
+		return nil, c.Problems
 	}
+	if s, ok := c.String("upstream", f.Upstream); ok {
+		cfg.Upstream = s
+		if s != "" && s != "demo" {
+			u, err := url.Parse(s)
+			switch {
+			case err != nil:
+				c.Fail("upstream", "%v", err)
+			case u.Scheme != "http" && u.Scheme != "https":
+				c.Fail("upstream", "want an http:// or https:// URL or \"demo\", got %q", s)
+			case u.Host == "":
+				c.Fail("upstream", "no host in %q", s)
+			}
+		}
+	}
+	if c.Want("trusted_proxies", "a list of IPs or CIDR prefixes", f.TrustedProxies.Got) {
+		for i, e := range f.TrustedProxies.Items {
+			fld := fmt.Sprintf("trusted_proxies[%d]", i)
+			s, ok := c.String(fld, e)
+			if !ok {
+				continue
+			}
+			if pfx, err := netip.ParsePrefix(s); err == nil {
+				cfg.TrustedProxies = append(cfg.TrustedProxies, pfx.Masked())
+			} else if a, err := netip.ParseAddr(s); err == nil {
+				a = a.Unmap()
+				cfg.TrustedProxies = append(cfg.TrustedProxies, netip.PrefixFrom(a, a.BitLen()))
+			} else {
+				c.Fail(fld, "%q is neither an IP address nor a CIDR prefix", s)
+			}
+		}
+	}
+	if s, ok := c.String("upstream_timeout", f.UpstreamTimeout); ok {
+		if d, err := ruleconfig.ParseDuration(s); err != nil {
+			c.Fail("upstream_timeout", "%v", err)
+		} else {
+			cfg.UpstreamTimeout = d
+		}
+	}
+	prefix := func(field string, v ruleconfig.Int, bits int64, to *int) {
+		if n, ok := c.Int(field, v); ok {
+			if n < 1 || n > bits {
+				c.Fail(field, "%d is outside [1, %d]", n, bits)
+			} else {
+				*to = int(n)
+			}
+		}
+	}
+	prefix("ipv4_prefix", f.IPv4Prefix, 32, &cfg.IPv4Prefix)
+	prefix("ipv6_prefix", f.IPv6Prefix, 128, &cfg.IPv6Prefix)
+	if b, ok := c.Bool("inline_limits", f.InlineLimits); ok {
+		cfg.InlineLimits = b
+	}
+	if n, ok := c.Int("max_inline_limits", f.MaxInlineLimits); ok {
+		if n < 1 || n > rl.MaxLimits {
+			c.Fail("max_inline_limits", "%d is outside [1, %d]", n, rl.MaxLimits)
+		}
+		cfg.MaxInlineLimits = int(n)
+	}
+	if c.Want("api_tokens", "a list of {name, role, sha256}", f.APITokens.Got) {
+		cfg.APITokens = checkTokens(c, f.APITokens.Items)
+	}
+	switch {
+	case !f.Rules.Set:
+		c.Fail("rules", "missing")
+	case !c.Want("rules", "a list of rules", f.Rules.Got):
+	case len(f.Rules.Items) == 0:
+		c.Fail("rules", "empty: want at least one rule (a service without rules limits nothing)")
+	}
+	names := ruleconfig.Names{}
+	for i := range f.Rules.Items {
+		r := &f.Rules.Items[i]
+		c.Rule = r.Locator(i)
+		spec, ok := r.check(c)
+		if names.Unique(c, spec.Name, i) && ok {
+			cfg.Rules = append(cfg.Rules, spec)
+		}
+	}
+	return cfg, c.Problems
+}
+
+// checkTokens validates api_tokens.
+func checkTokens(c *ruleconfig.Checker, ts []tokenJSON) []APIToken {
+	var out []APIToken
 	names := map[string]bool{}
 	digests := map[[32]byte]bool{}
-	for i, e := range l {
+	for i := range ts {
+		tj := &ts[i]
 		f := fmt.Sprintf("api_tokens[%d]", i)
-		m, ok := e.(map[string]any)
-		if !ok {
-			p.fail(f, "want a mapping {name, role, sha256}, got %s", kind(e))
+		if !c.Object(f, "a mapping {name, role, sha256}", &tj.Fields) {
 			continue
 		}
 		var t APIToken
-		for _, k := range sortedKeys(m) {
-			switch k {
-			case "name":
-				if s, ok := p.str(f+".name", m[k]); ok {
-					if err := checkName(s); err != nil {
-						p.fail(f+".name", "%v", err)
-					} else if names[s] {
-						p.fail(f+".name", "%q names two tokens", s)
-					}
-					names[s] = true
-					t.Name = s
-				}
-			case "role":
-				if s, ok := p.str(f+".role", m[k]); ok {
-					switch s {
-					case "admin":
-						t.Role = RoleAdmin
-					case "check":
-						t.Role = RoleCheck
-					default:
-						p.fail(f+".role", "%q: want admin or check", s)
-					}
-				}
-			case "sha256":
-				if s, ok := p.str(f+".sha256", m[k]); ok {
-					b, err := hex.DecodeString(strings.TrimPrefix(s, "sha256:"))
-					if err != nil || len(b) != 32 {
-						p.fail(f+".sha256", "want the 64 hex digits of the token's SHA-256 (printf %%s \"$TOKEN\" | sha256sum), not the token itself")
-						continue
-					}
-					copy(t.SHA256[:], b)
-					if digests[t.SHA256] {
-						p.fail(f+".sha256", "the same token is listed twice")
-					}
-					digests[t.SHA256] = true
-				}
+		if s, ok := c.String(f+".name", tj.Name); ok {
+			if err := ruleconfig.CheckName(s); err != nil {
+				c.Fail(f+".name", "%v", err)
+			} else if names[s] {
+				c.Fail(f+".name", "%q names two tokens", s)
+			}
+			names[s] = true
+			t.Name = s
+		}
+		if s, ok := c.String(f+".role", tj.Role); ok {
+			switch s {
+			case "admin":
+				t.Role = RoleAdmin
+			case "check":
+				t.Role = RoleCheck
 			default:
-				p.fail(f+"."+k, "unknown field (want name, role, sha256)")
+				c.Fail(f+".role", "%q: want admin or check", ruleconfig.Clip(s, 32))
 			}
 		}
-		for _, k := range []string{"name", "role", "sha256"} {
-			if _, ok := m[k]; !ok {
-				p.fail(f+"."+k, "missing")
+		if s, ok := c.String(f+".sha256", tj.SHA256); ok {
+			b, err := hex.DecodeString(strings.TrimPrefix(s, "sha256:"))
+			if err != nil || len(b) != 32 {
+				c.Fail(f+".sha256", "want the 64 hex digits of the token's SHA-256 (printf %%s \"$TOKEN\" | sha256sum), not the token itself")
+			} else {
+				copy(t.SHA256[:], b)
+				if digests[t.SHA256] {
+					c.Fail(f+".sha256", "the same token is listed twice")
+				}
+				digests[t.SHA256] = true
 			}
 		}
-		p.cfg.APITokens = append(p.cfg.APITokens, t)
-	}
-}
-
-func (p *parser) upstream(v any) {
-	s, ok := p.str("upstream", v)
-	if !ok || s == "" || s == "demo" {
-		p.cfg.Upstream = s
-		return
-	}
-	u, err := url.Parse(s)
-	switch {
-	case err != nil:
-		p.fail("upstream", "%v", err)
-	case u.Scheme != "http" && u.Scheme != "https":
-		p.fail("upstream", "want an http:// or https:// URL or \"demo\", got %q", s)
-	case u.Host == "":
-		p.fail("upstream", "no host in %q", s)
-	default:
-		p.cfg.Upstream = s
-	}
-}
-
-func (p *parser) trusted(v any) {
-	l, ok := v.([]any)
-	if !ok {
-		p.fail("trusted_proxies", "want a list of IPs or CIDR prefixes, got %s", kind(v))
-		return
-	}
-	for i, e := range l {
-		f := fmt.Sprintf("trusted_proxies[%d]", i)
-		s, ok := p.str(f, e)
-		if !ok {
-			continue
+		for _, k := range []struct {
+			name string
+			set  bool
+		}{{"name", tj.Name.Set}, {"role", tj.Role.Set}, {"sha256", tj.SHA256.Set}} {
+			if !k.set {
+				c.Fail(f+"."+k.name, "missing")
+			}
 		}
-		if pfx, err := netip.ParsePrefix(s); err == nil {
-			p.cfg.TrustedProxies = append(p.cfg.TrustedProxies, pfx.Masked())
-		} else if a, err := netip.ParseAddr(s); err == nil {
-			a = a.Unmap()
-			p.cfg.TrustedProxies = append(p.cfg.TrustedProxies, netip.PrefixFrom(a, a.BitLen()))
+		out = append(out, t)
+	}
+	return out
+}
+
+// check validates the rule: the shared fields, then the service's.
+func (r *ruleJSON) check(c *ruleconfig.Checker) (RuleSpec, bool) {
+	before := len(c.Problems)
+	s, _ := r.Check(c, ruleconfig.Options{})
+	spec := RuleSpec{
+		Name: s.Name, Endpoint: s.Endpoint, Host: s.Host, Methods: s.Methods,
+		KeyBy: s.KeyBy, Cost: s.Cost, MinCost: 1, CostHeader: s.CostHeader, FailOpen: s.FailOpen,
+	}
+	for _, l := range s.Limits {
+		spec.Limits = append(spec.Limits, rl.Limit{Name: l.Name, Algorithm: l.Algorithm, Limit: l.Limit.Limit,
+			Window: time.Duration(l.Window) * time.Microsecond, Rate: l.Rate})
+	}
+	if !r.Fields.Set || r.Got != "" {
+		return spec, false
+	}
+	if r.Name.OK() && s.Name == InlineNamespace {
+		c.Fail("name", "%q is reserved for the decision API's inline limits", s.Name)
+	}
+	if e, ok := r.Endpoint.V, r.Endpoint.OK(); ok && strings.HasPrefix(e, "/") && !strings.ContainsAny(e, "?#") {
+		if cp, err := canonicalPath(e); err != nil {
+			c.Fail("endpoint", "%q: %v", e, err)
+		} else if cp != e || strings.Contains(e, ";") {
+			c.Fail("endpoint", "%q is not in canonical form (no \"..\", \".\", \"//\", \";\" or encoded unreserved characters): requests are matched after cleaning their path, so this endpoint could never match; want %q", e, matchPath(cp))
+		}
+	}
+	if n, ok := c.Int("min_cost", r.MinCost); ok {
+		if n < 1 || n > core.MaxCost {
+			c.Fail("min_cost", "%d is outside [1, %d] (a decision costs at least 1; cost 0 is a peek)", n, core.MaxCost)
 		} else {
-			p.fail(f, "%q is neither an IP address nor a CIDR prefix", s)
-		}
-	}
-}
-
-var ruleFields = []string{"name", "endpoint", "host", "methods", "strategy", "algorithm", "limit", "window", "rate",
-	"limits", "key_by", "cost", "min_cost", "cost_header", "fail_open", "shape"}
-
-func (p *parser) rules(l []any) {
-	seen := map[string]int{}
-	for i, v := range l {
-		p.rule = fmt.Sprintf("rules[%d]", i)
-		m, ok := v.(map[string]any)
-		if !ok {
-			p.fail("", "want a mapping, got %s", kind(v))
-			continue
-		}
-		if n, ok := m["name"].(string); ok && n != "" {
-			p.rule += fmt.Sprintf(" %q", n)
-		} else if e, ok := m["endpoint"].(string); ok && e != "" {
-			p.rule += fmt.Sprintf(" %q", e)
-		}
-		r, ok := p.oneRule(m)
-		if r.Name != "" {
-			if j, dup := seen[r.Name]; dup {
-				p.fail("name", "%q is also the name of rules[%d] (names default to the endpoint; set \"name\" to tell them apart)", r.Name, j)
-				continue
+			spec.MinCost = n
+			if !r.Cost.Set && n > spec.Cost {
+				spec.Cost = n
 			}
-			seen[r.Name] = i
-		}
-		if ok {
-			p.cfg.Rules = append(p.cfg.Rules, r)
-		}
-	}
-	p.rule = ""
-}
-
-func (p *parser) oneRule(m map[string]any) (RuleSpec, bool) {
-	before := len(p.problems)
-	r := RuleSpec{KeyBy: "ip", Cost: 1, MinCost: 1}
-	for _, k := range sortedKeys(m) {
-		if !slices.Contains(ruleFields, k) {
-			p.fail(k, "unknown field (want one of %s)", strings.Join(ruleFields, ", "))
-		}
-	}
-	if v, ok := m["name"]; ok {
-		if s, ok := p.str("name", v); ok {
-			if err := checkName(s); err != nil {
-				p.fail("name", "%v", err)
-			} else if s == InlineNamespace {
-				p.fail("name", "%q is reserved for the decision API's inline limits", s)
-			}
-			r.Name = s
-		}
-	}
-	if v, ok := m["endpoint"]; ok {
-		if s, ok := p.str("endpoint", v); ok {
-			if !strings.HasPrefix(s, "/") {
-				p.fail("endpoint", "want a path starting with \"/\", got %q", s)
-			} else if c, err := canonicalPath(s); err != nil {
-				p.fail("endpoint", "%q: %v", s, err)
-			} else if c != s || strings.Contains(s, ";") {
-				p.fail("endpoint", "%q is not in canonical form (no \"..\", \".\", \"//\", \";\" or encoded unreserved characters): requests are matched after cleaning their path, so this endpoint could never match; want %q", s, matchPath(c))
-			}
-			r.Endpoint = s
-		}
-	}
-	if v, ok := m["host"]; ok {
-		if s, ok := p.str("host", v); ok {
-			if err := checkHost(s); err != nil {
-				p.fail("host", "%v", err)
-			}
-			r.Host = strings.ToLower(s)
-		}
-	}
-	if v, ok := m["methods"]; ok {
-		var l []any
-		switch v := v.(type) {
-		case string:
-			l = []any{v}
-		case []any:
-			l = v
-		default:
-			p.fail("methods", "want a list of HTTP methods, got %s", kind(v))
-		}
-		for i, e := range l {
-			if s, ok := p.str(fmt.Sprintf("methods[%d]", i), e); ok {
-				if s == "" || strings.ContainsAny(s, " \t/") {
-					p.fail(fmt.Sprintf("methods[%d]", i), "%q is not an HTTP method", s)
-				}
-				r.Methods = append(r.Methods, strings.ToUpper(s))
+			if spec.Cost < n {
+				c.Fail("cost", "%d is below min_cost %d", spec.Cost, n)
 			}
 		}
 	}
-	if r.Endpoint == "" && (r.Host != "" || len(r.Methods) > 0) {
-		r.Endpoint = "/"
-	}
-	if r.Name == "" {
-		if r.Endpoint == "" {
-			p.fail("name", "missing: a rule needs a name or an endpoint")
-		} else if err := checkName(r.Endpoint); err != nil {
-			p.fail("name", "missing, and the endpoint cannot serve as one (%v)", err)
-		} else {
-			r.Name = r.Endpoint
+	if b, ok := c.Bool("shape", r.Shape); ok && b {
+		spec.Shape = true
+		if len(spec.Limits) > 0 && !slices.ContainsFunc(spec.Limits, func(l rl.Limit) bool { return l.Algorithm == core.LeakyBucket }) {
+			c.Fail("shape", "only a leaky bucket delays admitted requests, and this rule has none (strategy: leaky)")
+		}
+		if spec.Endpoint == "" {
+			c.Fail("shape", "shaping holds proxied requests, and this rule has no endpoint")
 		}
 	}
-
-	_, single := m["strategy"]
-	_, alg := m["algorithm"]
-	single = single || alg
-	for _, k := range []string{"limit", "window", "rate"} {
-		if _, ok := m[k]; ok {
-			single = true
-		}
-	}
-	if v, ok := m["limits"]; ok {
-		if single {
-			p.fail("limits", "give either limits or strategy/limit/window/rate, not both")
-		}
-		l, ok := v.([]any)
-		switch {
-		case !ok:
-			p.fail("limits", "want a list of limits, got %s", kind(v))
-		case len(l) == 0 || len(l) > rl.MaxLimits:
-			p.fail("limits", "%d limits, want 1 to %d", len(l), rl.MaxLimits)
-		default:
-			names := map[string]bool{}
-			for i, e := range l {
-				f := fmt.Sprintf("limits[%d]", i)
-				lm, ok := e.(map[string]any)
-				if !ok {
-					p.fail(f, "want a mapping, got %s", kind(e))
-					continue
-				}
-				lim, ok := p.limit(f+".", lm, true)
-				if !ok {
-					continue
-				}
-				if lim.Name == "" {
-					lim.Name = rl.DefaultLimitName(lim, len(l))
-				}
-				if names[lim.Name] {
-					p.fail(f+".name", "%q names two limits of the rule", lim.Name)
-				}
-				names[lim.Name] = true
-				r.Limits = append(r.Limits, lim)
-			}
-		}
-	} else {
-		if lim, ok := p.limit("", m, false); ok {
-			lim.Name = "default"
-			r.Limits = []rl.Limit{lim}
-		}
-	}
-
-	if v, ok := m["key_by"]; ok {
-		if s, ok := p.str("key_by", v); ok {
-			if err := checkKeyBy(s); err != nil {
-				p.fail("key_by", "%v", err)
-			}
-			r.KeyBy = s
-		}
-	}
-	if v, ok := m["min_cost"]; ok {
-		if n, ok := p.integer("min_cost", v); ok {
-			if n < 1 || n > core.MaxCost {
-				p.fail("min_cost", "%d is outside [1, %d] (a decision costs at least 1; cost 0 is a peek)", n, core.MaxCost)
-			}
-			r.MinCost = n
-		}
-	}
-	if v, ok := m["cost"]; ok {
-		if n, ok := p.integer("cost", v); ok {
-			if n < 1 || n > core.MaxCost {
-				p.fail("cost", "%d is outside [1, %d] (a decision costs at least 1; cost 0 is a peek)", n, core.MaxCost)
-			}
-			r.Cost = n
-		}
-	} else if r.MinCost > r.Cost {
-		r.Cost = r.MinCost
-	}
-	if r.Cost < r.MinCost && r.MinCost >= 1 && r.MinCost <= core.MaxCost {
-		p.fail("cost", "%d is below min_cost %d", r.Cost, r.MinCost)
-	}
-	if v, ok := m["cost_header"]; ok {
-		if s, ok := p.str("cost_header", v); ok {
-			if s == "" || strings.ContainsAny(s, " :\t") {
-				p.fail("cost_header", "%q is not a header name", s)
-			}
-			r.CostHeader = s
-		}
-	}
-	if v, ok := m["fail_open"]; ok {
-		r.FailOpen, _ = p.boolean("fail_open", v)
-	}
-	if v, ok := m["shape"]; ok {
-		r.Shape, _ = p.boolean("shape", v)
-		if r.Shape && len(r.Limits) > 0 && !slices.ContainsFunc(r.Limits, func(l rl.Limit) bool { return l.Algorithm == core.LeakyBucket }) {
-			p.fail("shape", "only a leaky bucket delays admitted requests, and this rule has none (strategy: leaky)")
-		}
-		if r.Shape && r.Endpoint == "" {
-			p.fail("shape", "shaping holds proxied requests, and this rule has no endpoint")
-		}
-	}
-	return r, len(p.problems) == before
-}
-
-// limit parses one limit: in a rule (the single-limit shorthand, prefix "")
-// or in its limits list (named, prefix "limits[i].").
-func (p *parser) limit(prefix string, m map[string]any, listed bool) (rl.Limit, bool) {
-	before := len(p.problems)
-	if listed {
-		for _, k := range sortedKeys(m) {
-			switch k {
-			case "name", "strategy", "algorithm", "limit", "window", "rate":
-			default:
-				p.fail(prefix+k, "unknown field (want name, strategy, limit, window, rate)")
-			}
-		}
-	}
-	var l rl.Limit
-	if v, ok := m["name"]; ok && listed {
-		if s, ok := p.str(prefix+"name", v); ok {
-			if err := checkName(s); err != nil {
-				p.fail(prefix+"name", "%v", err)
-			}
-			l.Name = s
-		}
-	}
-	sv, hasS := m["strategy"]
-	av, hasA := m["algorithm"]
-	switch {
-	case hasS && hasA:
-		p.fail(prefix+"algorithm", "give strategy or algorithm (the same thing), not both")
-	case !hasS && !hasA:
-		p.fail(prefix+"strategy", "missing (one of %s)", strategies)
-	default:
-		f, v := prefix+"strategy", sv
-		if hasA {
-			f, v = prefix+"algorithm", av
-		}
-		if s, ok := p.str(f, v); ok {
-			a, err := core.ParseAlgorithm(s)
-			if err != nil {
-				p.fail(f, "unknown strategy %q (want one of %s)", s, strategies)
-			}
-			l.Algorithm = a
-		}
-	}
-	if v, ok := m["limit"]; !ok {
-		p.fail(prefix+"limit", "missing")
-	} else if n, ok := p.integer(prefix+"limit", v); ok {
-		l.Limit = n
-	}
-	if v, ok := m["window"]; !ok {
-		p.fail(prefix+"window", "missing")
-	} else if s, ok := p.str(prefix+"window", v); ok {
-		d, err := ParseDuration(s)
-		if err != nil {
-			p.fail(prefix+"window", "%v", err)
-		}
-		l.Window = d
-	}
-	if v, ok := m["rate"]; ok {
-		if n, ok := p.integer(prefix+"rate", v); ok {
-			l.Rate = n
-		}
-	}
-	if len(p.problems) != before {
-		return l, false
-	}
-	if err := checkLimit(l); err != nil {
-		p.fail(prefix+err.field, "%s", err.msg)
-		return l, false
-	}
-	return l, true
-}
-
-const strategies = "fixed, sliding, sliding_log, token, leaky, gcra (or fixed_window, sliding_window, token_bucket, leaky_bucket)"
-
-type limitErr struct{ field, msg string }
-
-// checkLimit validates l as core does, naming the field at fault.
-func checkLimit(l rl.Limit) *limitErr {
-	if l.Window%time.Microsecond != 0 {
-		return &limitErr{"window", "not a whole number of microseconds"}
-	}
-	c := core.Limit{Algorithm: l.Algorithm, Limit: l.Limit, Window: int64(l.Window / time.Microsecond), Rate: l.Rate}
-	err := c.Validate()
-	switch err {
-	case nil:
-		return nil
-	case core.ErrLimit:
-		max := core.MaxLimit
-		if l.Algorithm == core.SlidingLog {
-			max = core.MaxLogLimit
-		}
-		return &limitErr{"limit", fmt.Sprintf("%d is outside [1, %d] for %s", l.Limit, max, l.Algorithm)}
-	case core.ErrWindow:
-		return &limitErr{"window", fmt.Sprintf("%s is outside [1µs, %s]", l.Window, time.Duration(core.MaxWindow)*time.Microsecond)}
-	case core.ErrRate:
-		if l.Algorithm == core.FixedWindow || l.Algorithm == core.SlidingWindow || l.Algorithm == core.SlidingLog {
-			return &limitErr{"rate", fmt.Sprintf("must be absent or 0 for %s (rate applies to token, leaky and gcra)", l.Algorithm)}
-		}
-		return &limitErr{"rate", fmt.Sprintf("%d is outside [0, %d]", l.Rate, core.MaxLimit)}
-	case core.ErrUnits:
-		return &limitErr{"limit", fmt.Sprintf("limit %d × window %s is too large for %s (limit × window in µs must stay below 2^61)", l.Limit, l.Window, l.Algorithm)}
-	case core.ErrAlgorithm:
-		return &limitErr{"strategy", "missing or unknown"}
-	}
-	return &limitErr{"", err.Error()}
-}
-
-// checkName accepts rule and limit names: 1 to 64 bytes of printable ASCII
-// without spaces, quotes or backslashes (they appear in keys and headers).
-func checkName(s string) error {
-	if s == "" || len(s) > 64 {
-		return fmt.Errorf("want 1 to 64 bytes, got %d", len(s))
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c <= 0x20 || c >= 0x7f || c == '"' || c == '\\' {
-			return fmt.Errorf("%q: byte %d is not printable ASCII (or is a space, quote or backslash)", s, i)
-		}
-	}
-	return nil
-}
-
-// checkHost accepts a rule's host: a DNS name or IP address, or "*."
-// followed by a name (every subdomain). A bare "*" would match every host:
-// leave host out for that.
-func checkHost(s string) error {
-	name := strings.TrimPrefix(canonicalHost(s), "*.")
-	switch {
-	case strings.ContainsAny(s, "/\\@?#% "):
-		return fmt.Errorf("%q: want a host name such as api.example.com or *.example.com, without scheme or path", s)
-	case s == "" || s == "*":
-		return fmt.Errorf("%q: want a host name such as api.example.com or *.example.com (leave host out to match every host)", s)
-	case name == "" || strings.ContainsAny(name, "*/ \\@?#%[]") || strings.Contains(name, "..") || strings.HasPrefix(name, "."):
-		return fmt.Errorf("%q: want a host name such as api.example.com or *.example.com, without scheme or path", s)
-	case len(name) > 253:
-		return fmt.Errorf("%q: longer than 253 bytes", s)
-	}
-	return nil
-}
-
-func checkKeyBy(s string) error {
-	switch {
-	case s == "ip" || s == "api_key" || s == "global":
-		return nil
-	case strings.HasPrefix(s, "header:") && len(s) > len("header:") && !strings.ContainsAny(s[7:], " :"):
-		return nil
-	case strings.HasPrefix(s, "query:") && len(s) > len("query:"):
-		return nil
-	}
-	return fmt.Errorf("%q: want ip, api_key, header:<name>, query:<name> or global", s)
-}
-
-// ParseDuration parses a window: a Go duration ("500ms", "10s", "1m",
-// "1h30m") or a whole number of days ("1d", "7d").
-func ParseDuration(s string) (time.Duration, error) {
-	if n, ok := strings.CutSuffix(s, "d"); ok && n != "" {
-		d, err := strconv.ParseInt(n, 10, 64)
-		if err != nil || d <= 0 || d > math.MaxInt64/int64(24*time.Hour) {
-			return 0, fmt.Errorf("%q: want a duration such as \"10s\", \"1m\", \"24h\" or \"1d\"", s)
-		}
-		return time.Duration(d) * 24 * time.Hour, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("%q: want a duration such as \"10s\", \"1m\", \"24h\" or \"1d\"", s)
-	}
-	if d <= 0 {
-		return 0, fmt.Errorf("%q: want a positive duration", s)
-	}
-	return d, nil
-}
-
-// fmtDuration writes d compactly: "1s", "1m", "1h", "1d" (rl.FormatWindow).
-func fmtDuration(d time.Duration) string { return rl.FormatWindow(d) }
-
-func (p *parser) str(field string, v any) (string, bool) {
-	s, ok := v.(string)
-	if !ok {
-		p.fail(field, "want a string, got %s", kind(v))
-	}
-	return s, ok
-}
-
-func (p *parser) boolean(field string, v any) (bool, bool) {
-	b, ok := v.(bool)
-	if !ok {
-		p.fail(field, "want true or false, got %s", kind(v))
-	}
-	return b, ok
-}
-
-func (p *parser) integer(field string, v any) (int64, bool) {
-	switch n := v.(type) {
-	case int:
-		return int64(n), true
-	case int64:
-		return n, true
-	case uint64:
-		if n <= math.MaxInt64 {
-			return int64(n), true
-		}
-	case float64:
-		if n == math.Trunc(n) && math.Abs(n) < 1<<62 {
-			return int64(n), true
-		}
-	case json.Number:
-		if i, err := n.Int64(); err == nil {
-			return i, true
-		}
-		if f, err := n.Float64(); err == nil && f == math.Trunc(f) && math.Abs(f) < 1<<62 {
-			return int64(f), true
-		}
-	default:
-		p.fail(field, "want an integer, got %s", kind(v))
-		return 0, false
-	}
-	p.fail(field, "want an integer, got %v", v)
-	return 0, false
-}
-
-func kind(v any) string {
-	switch v := v.(type) {
-	case nil:
-		return "nothing (null)"
-	case string:
-		return fmt.Sprintf("the string %q", v)
-	case bool:
-		return fmt.Sprintf("the boolean %v", v)
-	case int, int64, uint64, float64, json.Number:
-		return fmt.Sprintf("the number %v", v)
-	case []any:
-		return "a list"
-	case map[string]any:
-		return "a mapping"
-	}
-	return fmt.Sprintf("%T", v)
-}
-
-func sortedKeys(m map[string]any) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
+	return spec, len(c.Problems) == before
 }

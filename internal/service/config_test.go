@@ -12,6 +12,7 @@ import (
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/ruleconfig"
 )
 
 const hosted = `{"endpoint":"/v1/pay","strategy":"token_bucket","key_by":"api_key","limit":100,"window":"10s","fail_open":false}`
@@ -208,18 +209,6 @@ func TestSampleConfigIsValid(t *testing.T) {
 	require.Equal(t, "/v1/pay,search,export,login,webhooks,default", strings.Join(names, ","))
 }
 
-func TestParseDuration(t *testing.T) {
-	for s, want := range map[string]time.Duration{"1d": 24 * time.Hour, "7d": 7 * 24 * time.Hour, "10s": 10 * time.Second, "1h30m": 90 * time.Minute, "250ms": 250 * time.Millisecond} {
-		d, err := ParseDuration(s)
-		require.NoError(t, err)
-		require.Equal(t, want, d)
-	}
-	for _, s := range []string{"", "d", "0s", "-1d", "1x", "1.5d"} {
-		_, err := ParseDuration(s)
-		require.Error(t, err, s)
-	}
-}
-
 // FuzzParseConfig: any input is either a *ConfigError or a configuration
 // whose every rule builds a policy (go test -fuzz FuzzParseConfig ./service).
 func FuzzParseConfig(f *testing.F) {
@@ -246,7 +235,7 @@ func FuzzParseConfig(f *testing.F) {
 				if _, err := rl.NewPolicy(r.Limits...); err != nil {
 					t.Fatalf("%s: rule %q passed validation but: %v", format, r.Name, err)
 				}
-				if r.Name == "" || checkKeyBy(r.KeyBy) != nil || r.Cost < 0 {
+				if r.Name == "" || ruleconfig.CheckKeyBy(r.KeyBy, false) != nil || r.Cost < 0 {
 					t.Fatalf("%s: rule %+v", format, r)
 				}
 			}

@@ -1,0 +1,551 @@
+package ruleconfig
+
+import (
+	"fmt"
+	"math"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rlcore/rl/core"
+)
+
+// Problem is one mistake in a configuration.
+type Problem struct {
+	// Rule locates the rule ("rules[2] \"pay\""); "" for top-level fields.
+	Rule string
+	// Field is the field's path within the rule or file ("window",
+	// "limits[1].strategy").
+	Field   string
+	Message string
+}
+
+func (p Problem) String() string {
+	var b strings.Builder
+	if p.Rule != "" {
+		b.WriteString(p.Rule)
+		b.WriteString(": ")
+	}
+	if p.Field != "" {
+		b.WriteString(p.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(p.Message)
+	return b.String()
+}
+
+// Checker collects the problems of a configuration as its fields are
+// checked. Its methods read a field, report what is wrong with it under
+// the current Rule, and say whether the value can be used.
+type Checker struct {
+	// Rule locates the rule being checked; "" outside the rules.
+	Rule     string
+	Problems []Problem
+}
+
+// Fail reports a problem with field.
+func (c *Checker) Fail(field, format string, args ...any) {
+	c.Problems = append(c.Problems, Problem{Rule: c.Rule, Field: field, Message: fmt.Sprintf(format, args...)})
+}
+
+// Want reports, if got is not "", that field wants want but got got, and
+// returns whether got is "".
+func (c *Checker) Want(field, want, got string) bool {
+	if got != "" {
+		c.Fail(field, "want %s, got %s", want, got)
+	}
+	return got == ""
+}
+
+// Object reports the object at field (want describes it) if it is not one,
+// then each key no field takes; it returns whether it is an object.
+func (c *Checker) Object(field, want string, f *Fields) bool {
+	if !c.Want(field, want, f.Got) {
+		return false
+	}
+	for _, k := range f.Unknown {
+		c.Fail(Join(field, k), "unknown field (want one of %s)", strings.Join(f.known, ", "))
+	}
+	return true
+}
+
+// String returns the string at field, reporting another kind; ok is false
+// if it is absent or not a string.
+func (c *Checker) String(field string, v String) (s string, ok bool) {
+	return v.V, v.Set && c.Want(field, "a string", v.Got)
+}
+
+// Int is String for an integer.
+func (c *Checker) Int(field string, v Int) (n int64, ok bool) {
+	return v.V, v.Set && c.Want(field, "an integer", v.Got)
+}
+
+// Bool is String for a boolean.
+func (c *Checker) Bool(field string, v Bool) (b bool, ok bool) {
+	return v.V, v.Set && c.Want(field, "true or false", v.Got)
+}
+
+// Join is the path of key in the object at path.
+func Join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// Names finds a name given to two rules.
+type Names map[string]int
+
+// Unique reports whether name (rule i's) is new, reporting it under field
+// "name" if not.
+func (n Names) Unique(c *Checker, name string, i int) bool {
+	if name == "" {
+		return true
+	}
+	if j, dup := n[name]; dup {
+		c.Fail("name", "%q is also the name of rules[%d] (names default to the endpoint; set \"name\" to tell them apart)", name, j)
+		return false
+	}
+	n[name] = i
+	return true
+}
+
+// LimitFields are the fields of one limit; a rule carries them itself
+// when it has one limit (the shorthand), or a list of Limit.
+type LimitFields struct {
+	Strategy  String `json:"strategy"`
+	Algorithm String `json:"algorithm"` // the same as strategy
+	Limit     Int    `json:"limit"`
+	Window    String `json:"window"`
+	Rate      Int    `json:"rate"`
+}
+
+// Given reports whether any of the fields is given.
+func (l *LimitFields) Given() bool {
+	return l.Strategy.Set || l.Algorithm.Set || l.Limit.Set || l.Window.Set || l.Rate.Set
+}
+
+// Limit is one limit of a rule's "limits" list, or of a decision-API
+// request's inline limits.
+type Limit struct {
+	Fields
+	Name String `json:"name"`
+	LimitFields
+}
+
+// UnmarshalJSON decodes b as Decode does an object (a Limit in a list
+// decoded by encoding/json keeps its unknown keys and kinds too).
+func (l *Limit) UnmarshalJSON(b []byte) error {
+	*l = Limit{}
+	decodeObject(b, reflectOf(l), &l.Fields)
+	return nil
+}
+
+// NamedLimit is a validated limit and its name.
+type NamedLimit struct {
+	Name string
+	core.Limit
+}
+
+// Strategies lists the strategy names ParseAlgorithm accepts, for messages.
+const Strategies = "fixed, sliding, sliding_log, token, leaky, gcra (or fixed_window, sliding_window, token_bucket, leaky_bucket)"
+
+// check validates the limit at prefix ("" for the shorthand, else
+// "limits[i]."); ok is false if it has a problem.
+func (l *LimitFields) check(c *Checker, prefix string) (core.Limit, bool) {
+	before := len(c.Problems)
+	var lim core.Limit
+	switch {
+	case l.Strategy.Set && l.Algorithm.Set:
+		c.Fail(prefix+"algorithm", "give strategy or algorithm (the same thing), not both")
+	case !l.Strategy.Set && !l.Algorithm.Set:
+		c.Fail(prefix+"strategy", "missing (one of %s)", Strategies)
+	default:
+		f, v := prefix+"strategy", l.Strategy
+		if l.Algorithm.Set {
+			f, v = prefix+"algorithm", l.Algorithm
+		}
+		if s, ok := c.String(f, v); ok {
+			a, err := core.ParseAlgorithm(s)
+			if err != nil {
+				c.Fail(f, "unknown strategy %q (want one of %s)", Clip(s, 32), Strategies)
+			}
+			lim.Algorithm = a
+		}
+	}
+	if !l.Limit.Set {
+		c.Fail(prefix+"limit", "missing")
+	} else if n, ok := c.Int(prefix+"limit", l.Limit); ok {
+		lim.Limit = n
+	}
+	if !l.Window.Set {
+		c.Fail(prefix+"window", "missing")
+	} else if s, ok := c.String(prefix+"window", l.Window); ok {
+		w, err := ParseWindow(s)
+		if err != nil {
+			c.Fail(prefix+"window", "%v", err)
+		}
+		lim.Window = w
+	}
+	if n, ok := c.Int(prefix+"rate", l.Rate); ok {
+		lim.Rate = n
+	}
+	if len(c.Problems) != before {
+		return lim, false
+	}
+	if field, msg := checkLimit(lim); field != "" {
+		c.Fail(prefix+field, "%s", msg)
+		return lim, false
+	}
+	return lim, true
+}
+
+// CheckLimits validates the limits of a list at field ("limits"): 1 to
+// core.MaxLimits of them, each valid, named or given its default name
+// (DefaultLimitName), no name twice. ok is false if any has a problem.
+func CheckLimits(c *Checker, field string, ls []Limit) (out []NamedLimit, ok bool) {
+	before := len(c.Problems)
+	if len(ls) == 0 || len(ls) > core.MaxLimits {
+		c.Fail(field, "%d limits, want 1 to %d", len(ls), core.MaxLimits)
+		return nil, false
+	}
+	names := map[string]bool{}
+	for i := range ls {
+		b := len(c.Problems)
+		l := &ls[i]
+		f := fmt.Sprintf("%s[%d]", field, i)
+		if !c.Object(f, "an object {name, strategy, limit, window, rate}", &l.Fields) {
+			continue
+		}
+		var name string
+		if s, ok := c.String(f+".name", l.Name); ok {
+			if err := CheckName(s); err != nil {
+				c.Fail(f+".name", "%v", err)
+			}
+			name = s
+		}
+		lim, ok := l.check(c, f+".")
+		if !ok || len(c.Problems) != b {
+			continue
+		}
+		if name == "" {
+			name = DefaultLimitName(lim, len(ls))
+		}
+		if names[name] {
+			c.Fail(f+".name", "%q names two limits of the rule", name)
+		}
+		names[name] = true
+		out = append(out, NamedLimit{Name: name, Limit: lim})
+	}
+	return out, len(c.Problems) == before
+}
+
+// DefaultLimitName is the name of an unnamed limit, one of n: "default"
+// when it is alone, else the strategy and window ("fixed_window_1m"), as
+// rl.DefaultLimitName.
+func DefaultLimitName(l core.Limit, n int) string {
+	if n == 1 {
+		return "default"
+	}
+	return l.Algorithm.String() + "_" + FormatWindow(l.Window)
+}
+
+// checkLimit validates l as core does, naming the field at fault ("" if l
+// is valid).
+func checkLimit(l core.Limit) (field, msg string) {
+	switch l.Validate() {
+	case nil:
+		return "", ""
+	case core.ErrLimit:
+		hi := core.MaxLimit
+		if l.Algorithm == core.SlidingLog {
+			hi = core.MaxLogLimit
+		}
+		return "limit", fmt.Sprintf("%d is outside [1, %d] for %s", l.Limit, hi, l.Algorithm)
+	case core.ErrWindow:
+		return "window", fmt.Sprintf("%s is outside [1µs, %s]", FormatWindow(l.Window), FormatWindow(core.MaxWindow))
+	case core.ErrRate:
+		if l.Algorithm == core.FixedWindow || l.Algorithm == core.SlidingWindow || l.Algorithm == core.SlidingLog {
+			return "rate", fmt.Sprintf("must be absent or 0 for %s (rate applies to token, leaky and gcra)", l.Algorithm)
+		}
+		return "rate", fmt.Sprintf("%d is outside [0, %d]", l.Rate, core.MaxLimit)
+	case core.ErrUnits:
+		return "limit", fmt.Sprintf("limit %d × window %s is too large for %s (limit × window in µs must stay below 2^61)", l.Limit, FormatWindow(l.Window), l.Algorithm)
+	}
+	return "strategy", "missing or unknown"
+}
+
+// Rule is one rule as written: the fields both front ends read. A front
+// end's rule type embeds it and adds its own fields.
+type Rule struct {
+	Fields
+	Name     String  `json:"name"`
+	Endpoint String  `json:"endpoint"`
+	Host     String  `json:"host"`
+	Methods  Strings `json:"methods"`
+	LimitFields
+	Limits     List[Limit] `json:"limits"`
+	KeyBy      String      `json:"key_by"`
+	Cost       Int         `json:"cost"`
+	CostHeader String      `json:"cost_header"`
+	FailOpen   Bool        `json:"fail_open"`
+}
+
+// Locator is how messages name the rule at index i: "rules[2]", followed
+// by its name or endpoint if it gives one.
+func (r *Rule) Locator(i int) string {
+	loc := fmt.Sprintf("rules[%d]", i)
+	if r.Name.OK() && r.Name.V != "" {
+		loc += fmt.Sprintf(" %q", Clip(r.Name.V, 64))
+	} else if r.Endpoint.OK() && r.Endpoint.V != "" {
+		loc += fmt.Sprintf(" %q", Clip(r.Endpoint.V, 64))
+	}
+	return loc
+}
+
+// Options are how front ends differ on the shared fields.
+type Options struct {
+	// Proxied: every rule matches requests, and a rule without an
+	// endpoint matches every path (the filter). Otherwise a rule without
+	// endpoint, host and methods is for the decision API only, and needs
+	// a name.
+	Proxied bool
+	// PathKey allows key_by: path.
+	PathKey bool
+	// ZeroCost allows cost 0 (otherwise a decision costs at least 1).
+	ZeroCost bool
+}
+
+// Spec is a validated Rule.
+type Spec struct {
+	// Name is the name given, else the endpoint.
+	Name string
+	// Endpoint is a path starting with "/", or "" for a rule of the
+	// decision API only. It is "/" when only host or methods are given.
+	Endpoint string
+	// Host is "", a host name or "*." and a name, in lower case.
+	Host string
+	// Methods are in upper case.
+	Methods []string
+	// Limits are decided together; the shorthand's one is named
+	// "default".
+	Limits []NamedLimit
+	// KeyBy is "ip" unless given: "ip", "api_key", "header:<name>",
+	// "query:<name>", "global", or (Options.PathKey) "path".
+	KeyBy string
+	// Cost is 1 unless given.
+	Cost       int64
+	CostHeader string
+	FailOpen   bool
+}
+
+// Check validates the rule (c.Rule locating it) and returns it validated;
+// ok is false if it has a problem.
+func (r *Rule) Check(c *Checker, o Options) (s Spec, ok bool) {
+	before := len(c.Problems)
+	s = Spec{KeyBy: "ip", Cost: 1}
+	if !c.Object("", "an object (a rule)", &r.Fields) {
+		return s, false
+	}
+	if v, ok := c.String("name", r.Name); ok {
+		if err := CheckName(v); err != nil {
+			c.Fail("name", "%v", err)
+		}
+		s.Name = v
+	}
+	if v, ok := c.String("endpoint", r.Endpoint); ok {
+		switch {
+		case !strings.HasPrefix(v, "/"):
+			c.Fail("endpoint", "want a path starting with \"/\", got %q", Clip(v, 64))
+		case strings.ContainsAny(v, "?#"):
+			c.Fail("endpoint", "%q: want a path without a query or fragment", Clip(v, 64))
+		}
+		s.Endpoint = v
+	}
+	if v, ok := c.String("host", r.Host); ok {
+		if err := CheckHost(v); err != nil {
+			c.Fail("host", "%v", err)
+		}
+		s.Host = strings.ToLower(v)
+	}
+	if c.Want("methods", "a list of HTTP methods", r.Methods.Got) {
+		for i, m := range r.Methods.Items {
+			f := fmt.Sprintf("methods[%d]", i)
+			if v, ok := c.String(f, m); ok {
+				if !IsToken(v) {
+					c.Fail(f, "%q is not an HTTP method", Clip(v, 32))
+				}
+				s.Methods = append(s.Methods, strings.ToUpper(v))
+			}
+		}
+	}
+	if s.Endpoint == "" && (o.Proxied || s.Host != "" || len(s.Methods) > 0) {
+		s.Endpoint = "/"
+	}
+	if s.Name == "" && !r.Name.Set {
+		if s.Endpoint == "" {
+			c.Fail("name", "missing: a rule needs a name or an endpoint")
+		} else if err := CheckName(s.Endpoint); err != nil {
+			c.Fail("name", "missing, and the endpoint cannot serve as one (%v)", err)
+		} else {
+			s.Name = s.Endpoint
+		}
+	}
+
+	if r.Limits.Set {
+		if r.LimitFields.Given() {
+			c.Fail("limits", "give either limits or strategy/limit/window/rate, not both")
+		}
+		if c.Want("limits", "a list of limits", r.Limits.Got) {
+			s.Limits, _ = CheckLimits(c, "limits", r.Limits.Items)
+		}
+	} else if lim, ok := r.LimitFields.check(c, ""); ok {
+		s.Limits = []NamedLimit{{Name: "default", Limit: lim}}
+	}
+
+	if v, ok := c.String("key_by", r.KeyBy); ok {
+		if err := CheckKeyBy(v, o.PathKey); err != nil {
+			c.Fail("key_by", "%v", err)
+		}
+		s.KeyBy = v
+	}
+	if n, ok := c.Int("cost", r.Cost); ok {
+		switch {
+		case o.ZeroCost && (n < 0 || n > core.MaxCost):
+			c.Fail("cost", "%d is outside [0, %d]", n, core.MaxCost)
+		case !o.ZeroCost && (n < 1 || n > core.MaxCost):
+			c.Fail("cost", "%d is outside [1, %d] (a decision costs at least 1; cost 0 is a peek)", n, core.MaxCost)
+		}
+		s.Cost = n
+	}
+	if v, ok := c.String("cost_header", r.CostHeader); ok {
+		if !IsToken(v) {
+			c.Fail("cost_header", "%q is not a header name", Clip(v, 64))
+		}
+		s.CostHeader = v
+	}
+	if v, ok := c.Bool("fail_open", r.FailOpen); ok {
+		s.FailOpen = v
+	}
+	return s, len(c.Problems) == before
+}
+
+// CheckName accepts rule and limit names: 1 to 64 bytes of printable ASCII
+// without spaces, quotes or backslashes (they appear in keys and headers).
+func CheckName(s string) error {
+	if s == "" || len(s) > 64 {
+		return fmt.Errorf("want 1 to 64 bytes, got %d", len(s))
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return fmt.Errorf("%q: byte %d is not printable ASCII (or is a space, quote or backslash)", s, i)
+		}
+	}
+	return nil
+}
+
+// CheckHost accepts a rule's host: a DNS name or IP address, or "*."
+// followed by a name (every subdomain), without a port. A bare "*" would
+// match every host: leave host out for that.
+func CheckHost(s string) error {
+	name := strings.TrimPrefix(s, "*.")
+	if a, err := netip.ParseAddr(s); err == nil && a.Is6() && a.Zone() == "" {
+		return nil
+	}
+	switch {
+	case s == "" || s == "*":
+		return fmt.Errorf("%q: want a host name such as api.example.com or *.example.com (leave host out to match every host)", Clip(s, 64))
+	case strings.ContainsAny(s, "/\\@?#%:[] \t"):
+		return fmt.Errorf("%q: want a host name such as api.example.com or *.example.com, without scheme, port or path", Clip(s, 64))
+	case name == "" || strings.Contains(name, "*") || strings.Contains(name, "..") || strings.HasPrefix(name, ".") || strings.HasSuffix(name, "."):
+		return fmt.Errorf("%q: want a host name such as api.example.com or *.example.com", Clip(s, 64))
+	case len(name) > 253:
+		return fmt.Errorf("%q: longer than 253 bytes", Clip(s, 64))
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= 0x20 || c >= 0x7f {
+			return fmt.Errorf("%q: byte %d is not printable ASCII", Clip(s, 64), i)
+		}
+	}
+	return nil
+}
+
+// CheckKeyBy accepts a rule's key_by; "path" only if path.
+func CheckKeyBy(s string, path bool) error {
+	switch {
+	case s == "ip" || s == "api_key" || s == "global" || path && s == "path":
+		return nil
+	case strings.HasPrefix(s, "header:") && IsToken(s[len("header:"):]):
+		return nil
+	case strings.HasPrefix(s, "query:") && len(s) > len("query:") && !strings.ContainsAny(s, " &=#"):
+		return nil
+	}
+	if path {
+		return fmt.Errorf("%q: want ip, api_key, header:<name>, query:<name>, path or global", Clip(s, 64))
+	}
+	return fmt.Errorf("%q: want ip, api_key, header:<name>, query:<name> or global", Clip(s, 64))
+}
+
+// IsToken reports whether s is an HTTP token (RFC 9110): a method or a
+// header name.
+func IsToken(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= 0x20 || c >= 0x7f || strings.IndexByte("\"(),/:;<=>?@[\\]{}", c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// ParseDuration parses a duration: a Go duration ("500ms", "10s", "1m",
+// "1h30m") or a whole number of days ("1d", "7d"); it must be positive.
+func ParseDuration(s string) (time.Duration, error) {
+	if n, ok := strings.CutSuffix(s, "d"); ok && n != "" {
+		d, err := strconv.ParseInt(n, 10, 64)
+		if err != nil || d <= 0 || d > math.MaxInt64/int64(24*time.Hour) {
+			return 0, fmt.Errorf("%q: want a duration such as \"10s\", \"1m\", \"24h\" or \"1d\"", Clip(s, 32))
+		}
+		return time.Duration(d) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q: want a duration such as \"10s\", \"1m\", \"24h\" or \"1d\"", Clip(s, 32))
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("%q: want a positive duration", Clip(s, 32))
+	}
+	return d, nil
+}
+
+// ParseWindow parses a window (ParseDuration) into microseconds, core's
+// unit; it must be a whole number of them.
+func ParseWindow(s string) (int64, error) {
+	d, err := ParseDuration(s)
+	if err != nil {
+		return 0, err
+	}
+	if d%time.Microsecond != 0 {
+		return 0, fmt.Errorf("%q: not a whole number of microseconds", Clip(s, 32))
+	}
+	return int64(d / time.Microsecond), nil
+}
+
+// FormatWindow writes a window in µs compactly ("1s", "1m", "1h", "1d"), in
+// a form ParseWindow reads back (as rl.FormatWindow).
+func FormatWindow(us int64) string {
+	const day = 24 * 3600 * 1_000_000
+	switch {
+	case us >= day && us%day == 0:
+		return strconv.FormatInt(us/day, 10) + "d"
+	case us >= 3600_000_000 && us%3600_000_000 == 0:
+		return strconv.FormatInt(us/3600_000_000, 10) + "h"
+	case us >= 60_000_000 && us%60_000_000 == 0:
+		return strconv.FormatInt(us/60_000_000, 10) + "m"
+	}
+	return (time.Duration(us) * time.Microsecond).String()
+}
