@@ -15,9 +15,9 @@ import (
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
-	"github.com/rlcore/rl/internal/ruleconfig"
 	"github.com/rlcore/rl/httplimit"
 	"github.com/rlcore/rl/internal/redact"
+	"github.com/rlcore/rl/internal/ruleconfig"
 )
 
 // DecisionRequest is the body of check, peek and reset, and one item of a

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/ruleconfig"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -71,7 +72,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"missing rules", `{}`, []string{"rules: missing"}},
 		{"no rules", `{"rules":[]}`, []string{"rules: no rules"}},
 		{"top level", `{"rules":[{"endpoint":"/","strategy":"fixed","limit":1,"window":"1s"}],"slots":0,"keys_per_slot":65,"upstream":"x"}`,
-			[]string{"keys_per_slot: 65 is outside [1, 64]", "slots: 0 is outside [1, 1048576]", "upstream: unknown field"}},
+			[]string{"upstream: unknown field", "keys_per_slot: 65 is outside [1, 64]", "slots: 0 is outside [1, 1048576]"}},
 		{"strategy", `[{"name":"pay","strategy":"tokn","limit":1,"window":"1s"}]`,
 			[]string{`rules[0] "pay": strategy: unknown strategy "tokn"`}},
 		{"window", `[{"endpoint":"/a","strategy":"fixed","limit":1,"window":"1 day"}]`,
@@ -93,7 +94,7 @@ func TestParseConfigErrors(t *testing.T) {
 			[]string{`rules[0] "r": limits[1].name: "fixed_window_1s" names two limits of the rule`}},
 		{"rule fields", `[{"name":"r","strategy":"fixed","limit":1,"window":"1s","key_by":"cookie","cost":-1,"cost_header":"x y","fail_open":"yes","methods":["GE T"],"host":"a/b","endpoint":"v1","shape":true}]`,
 			[]string{`rules[0] "r": shape: not supported by the filter`, `rules[0] "r": endpoint: want a path starting with "/"`,
-				`rules[0] "r": host: want a host name`, `rules[0] "r": methods[0]: "GE T" is not an HTTP method`,
+				`rules[0] "r": host: "a/b": want a host name`, `rules[0] "r": methods[0]: "GE T" is not an HTTP method`,
 				`rules[0] "r": key_by: "cookie": want ip, api_key`, `rules[0] "r": cost: -1 is outside`,
 				`rules[0] "r": cost_header: "x y" is not a header name`, `rules[0] "r": fail_open: want true or false`}},
 		{"duplicate names", `[{"endpoint":"/a","strategy":"fixed","limit":1,"window":"1s"},{"endpoint":"/a","strategy":"fixed","limit":1,"window":"1s"}]`,
@@ -158,7 +159,7 @@ func FuzzParseConfig(f *testing.F) {
 		}
 		names := map[string]bool{}
 		for _, r := range cfg.Rules {
-			if checkName(r.Name) != nil || names[r.Name] || !strings.HasPrefix(r.Endpoint, "/") || checkKeyBy(r.KeyBy) != nil {
+			if ruleconfig.CheckName(r.Name) != nil || names[r.Name] || !strings.HasPrefix(r.Endpoint, "/") || ruleconfig.CheckKeyBy(r.KeyBy, true) != nil {
 				t.Fatalf("rule %+v", r)
 			}
 			names[r.Name] = true
@@ -170,8 +171,8 @@ func FuzzParseConfig(f *testing.F) {
 					t.Fatalf("rule %q: limit %+v: %v", r.Name, l, err)
 				}
 				// The window is written back in a form the parser reads.
-				if w, err := parseWindow(fmtWindow(l.Window)); err != nil || w != l.Window {
-					t.Fatalf("window %d → %q → %d, %v", l.Window, fmtWindow(l.Window), w, err)
+				if w, err := ruleconfig.ParseWindow(ruleconfig.FormatWindow(l.Window)); err != nil || w != l.Window {
+					t.Fatalf("window %d → %q → %d, %v", l.Window, ruleconfig.FormatWindow(l.Window), w, err)
 				}
 			}
 			if g := r.Global; g != nil && (g.Cluster == "" || g.TimeoutMS < 1 || g.TimeoutMS > maxTimeoutMS || !strings.HasPrefix(g.Path, "/")) {

@@ -10,6 +10,7 @@ import (
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/ruleconfig"
 )
 
 // Global mode: the rule's decision is rl-wasm-host's, asked over an HTTP
@@ -82,7 +83,7 @@ func checkBody(r *rule, key string, cost int64) []byte {
 	} else {
 		for i, l := range r.Limits {
 			req.Limits = append(req.Limits, inlineLimit{
-				Name: r.LimitNames[i], Strategy: l.Algorithm.String(), Limit: l.Limit, Window: fmtWindow(l.Window), Rate: l.Rate,
+				Name: r.LimitNames[i], Strategy: l.Algorithm.String(), Limit: l.Limit, Window: ruleconfig.FormatWindow(l.Window), Rate: l.Rate,
 			})
 		}
 		fo := r.FailOpen

@@ -1,0 +1,314 @@
+package ruleconfig
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rlcore/rl/core"
+)
+
+// file is a front end's file as the tests write one: the shared rules and a
+// rule field of its own.
+type file struct {
+	Fields
+	Rules List[testRule] `json:"rules"`
+	Size  Int            `json:"size"`
+}
+
+type testRule struct {
+	Rule
+	Extra  Bool      `json:"extra"`
+	Nested testInner `json:"nested"`
+}
+
+type testInner struct {
+	Fields
+	Deep String `json:"deep"`
+}
+
+// parse decodes and checks data as a front end does.
+func parse(t *testing.T, data string, o Options) ([]Spec, []Problem) {
+	t.Helper()
+	var f file
+	if ps := Decode([]byte(data), &f); len(ps) > 0 {
+		return nil, ps
+	}
+	c := &Checker{}
+	if !c.Object("", "an object with \"rules\"", &f.Fields) {
+		return nil, c.Problems
+	}
+	c.Int("size", f.Size)
+	c.Want("rules", "a list of rules", f.Rules.Got)
+	var specs []Spec
+	names := Names{}
+	for i := range f.Rules.Items {
+		r := &f.Rules.Items[i]
+		c.Rule = r.Locator(i)
+		s, ok := r.Check(c, o)
+		c.Bool("extra", r.Extra)
+		if r.Nested.Set && c.Object("nested", "an object", &r.Nested.Fields) {
+			c.String("nested.deep", r.Nested.Deep)
+		}
+		if names.Unique(c, s.Name, i) && ok {
+			specs = append(specs, s)
+		}
+	}
+	return specs, c.Problems
+}
+
+func texts(ps []Problem) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.String()
+	}
+	return out
+}
+
+func TestDecodeTyped(t *testing.T) {
+	specs, ps := parse(t, `{"size": 3, "rules": [
+	  {"endpoint": "/v1/pay", "strategy": "token_bucket", "key_by": "api_key", "limit": 1e3, "window": "10s", "rate": 5, "extra": true},
+	  {"name": "search", "host": "API.example.com", "methods": "get", "cost": 2, "cost_header": "X-Cost", "fail_open": true,
+	   "limits": [{"name": "burst", "algorithm": "gcra", "limit": 10, "window": "1s"}, {"strategy": "fixed", "limit": 1000, "window": "1d"}],
+	   "nested": {"deep": "x"}}]}`, Options{})
+	require.Empty(t, ps)
+	require.Equal(t, []Spec{{
+		Name: "/v1/pay", Endpoint: "/v1/pay", KeyBy: "api_key", Cost: 1,
+		Limits: []NamedLimit{{"default", core.Limit{Algorithm: core.TokenBucket, Limit: 1000, Window: 10_000_000, Rate: 5}}},
+	}, {
+		Name: "search", Endpoint: "/", Host: "api.example.com", Methods: []string{"GET"}, KeyBy: "ip", Cost: 2, CostHeader: "X-Cost", FailOpen: true,
+		Limits: []NamedLimit{
+			{"burst", core.Limit{Algorithm: core.GCRA, Limit: 10, Window: 1_000_000}},
+			{"fixed_window_1d", core.Limit{Algorithm: core.FixedWindow, Limit: 1000, Window: 86_400_000_000}},
+		},
+	}}, specs)
+
+	// A bare list is the rules; Options.Proxied gives a rule without
+	// endpoint every path.
+	specs, ps = parse(t, `[{"name": "api", "strategy": "fixed", "limit": 1, "window": "1s"}]`, Options{})
+	require.Empty(t, ps)
+	require.Equal(t, "", specs[0].Endpoint, "a rule of the decision API only")
+	specs, ps = parse(t, `[{"strategy": "fixed", "limit": 1, "window": "1s"}]`, Options{Proxied: true})
+	require.Empty(t, ps)
+	require.Equal(t, "/", specs[0].Name)
+}
+
+// An unknown key is a problem naming it, at any depth, and every one of
+// them is reported.
+func TestUnknownFields(t *testing.T) {
+	_, ps := parse(t, `{"colour": 1, "rules": [{"name": "a", "strategy": "fixed", "limit": 1, "window": "1s", "burst": 2, "Limit": 3,
+	  "nested": {"deep": "x", "deeper": {"a": 1}},
+	  "limits2": [], "x": null}, {"name": "b", "limits": [{"strategy": "fixed", "limit": 1, "window": "1s", "brust": 1}]}]}`, Options{})
+	require.Equal(t, []string{
+		`colour: unknown field (want one of rules, size)`,
+		`rules[0] "a": burst: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, cost_header, fail_open, extra, nested)`,
+		`rules[0] "a": Limit: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, cost_header, fail_open, extra, nested)`,
+		`rules[0] "a": limits2: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, cost_header, fail_open, extra, nested)`,
+		`rules[0] "a": x: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, cost_header, fail_open, extra, nested)`,
+		`rules[0] "a": nested.deeper: unknown field (want one of deep)`,
+		`rules[1] "b": limits[0].brust: unknown field (want one of name, strategy, algorithm, limit, window, rate)`,
+	}, texts(ps))
+}
+
+// A value of the wrong kind names the field, says what it wants and what
+// it got, and does not hide the other fields' problems.
+func TestKindsNameTheField(t *testing.T) {
+	_, ps := parse(t, `{"size": "3", "rules": [{"name": 5, "endpoint": "/a", "strategy": "fixed", "limit": 1.5, "window": 10,
+	  "rate": null, "methods": {"a": 1}, "key_by": ["ip"], "cost": "2", "cost_header": false, "fail_open": "yes", "extra": 1,
+	  "nested": {"deep": 1}},
+	  {"name": "b", "limits": {"strategy": "fixed"}}, 7, {"name": "c", "limits": [3, {"name": "x", "strategy": "fixed", "limit": 99999999999999999999, "window": "1s"}]},
+	  {"name": "d", "strategy": "fixed", "limit": 1, "window": "1s", "nested": "deep"}]}`, Options{})
+	require.Equal(t, []string{
+		`size: want an integer, got the string "3"`,
+		`rules[0] "/a": name: want a string, got the number 5`,
+		`rules[0] "/a": methods: want a list of HTTP methods, got an object`,
+		`rules[0] "/a": limit: want an integer, got the number 1.5`,
+		`rules[0] "/a": window: want a string, got the number 10`,
+		`rules[0] "/a": rate: want an integer, got nothing (null)`,
+		`rules[0] "/a": key_by: want a string, got a list`,
+		`rules[0] "/a": cost: want an integer, got the string "2"`,
+		`rules[0] "/a": cost_header: want a string, got the boolean false`,
+		`rules[0] "/a": fail_open: want true or false, got the string "yes"`,
+		`rules[0] "/a": extra: want true or false, got the number 1`,
+		`rules[0] "/a": nested.deep: want a string, got the number 1`,
+		`rules[1] "b": limits: want a list of limits, got an object`,
+		`rules[2]: want an object (a rule), got the number 7`,
+		`rules[3] "c": limits[0]: want an object {name, strategy, limit, window, rate}, got the number 3`,
+		`rules[3] "c": limits[1].limit: want an integer, got the number 99999999999999999999`,
+		`rules[4] "d": nested: want an object, got the string "deep"`,
+	}, texts(ps))
+}
+
+// Every rule's mistakes are reported at once, each naming its rule and
+// field; a limit's range is checked only once its fields are sound.
+func TestSeveralProblemsAtOnce(t *testing.T) {
+	_, ps := parse(t, `[
+	  {"name": "a", "strategy": "tokn", "limit": 0, "window": "1 day"},
+	  {"endpoint": "v1", "host": "https://x", "methods": ["GE T"], "strategy": "fixed", "limit": 10, "window": "1m", "rate": 5,
+	   "key_by": "cookie", "cost": 0, "cost_header": "x y"},
+	  {"name": "c", "strategy": "fixed", "limit": 1, "window": "1s", "limits": [{"strategy": "fixed", "limit": 1, "window": "1s"}]},
+	  {"name": "d", "limits": [{"strategy": "log", "limit": 5000, "window": "1s"}, {"strategy": "fixed", "limit": 1, "window": "1s"},
+	   {"strategy": "fixed", "limit": 2, "window": "1s"}, {"name": "a b", "algorithm": "gcra", "strategy": "gcra", "limit": 1, "window": "1500ns"}]},
+	  {"name": "a", "strategy": "fixed", "limit": 1, "window": "1s"},
+	  {"strategy": "token", "limit": 1000000000000, "window": "1d"},
+	  {"name": "e", "limits": []}
+	]`, Options{})
+	require.Equal(t, []string{
+		`rules[0] "a": strategy: unknown strategy "tokn" (want one of ` + Strategies + `)`,
+		`rules[0] "a": window: "1 day": want a duration such as "10s", "1m", "24h" or "1d"`,
+		`rules[1] "v1": endpoint: want a path starting with "/", got "v1"`,
+		`rules[1] "v1": host: "https://x": want a host name such as api.example.com or *.example.com, without scheme, port or path`,
+		`rules[1] "v1": methods[0]: "GE T" is not an HTTP method`,
+		`rules[1] "v1": rate: must be absent or 0 for fixed_window (rate applies to token, leaky and gcra)`,
+		`rules[1] "v1": key_by: "cookie": want ip, api_key, header:<name>, query:<name> or global`,
+		`rules[1] "v1": cost: 0 is outside [1, 1099511627776] (a decision costs at least 1; cost 0 is a peek)`,
+		`rules[1] "v1": cost_header: "x y" is not a header name`,
+		`rules[2] "c": limits: give either limits or strategy/limit/window/rate, not both`,
+		`rules[3] "d": limits[0].limit: 5000 is outside [1, 4096] for sliding_log`,
+		`rules[3] "d": limits[2].name: "fixed_window_1s" names two limits of the rule`,
+		`rules[3] "d": limits[3].name: "a b": byte 1 is not printable ASCII (or is a space, quote or backslash)`,
+		`rules[3] "d": limits[3].algorithm: give strategy or algorithm (the same thing), not both`,
+		`rules[3] "d": limits[3].window: "1500ns": not a whole number of microseconds`,
+		`rules[4] "a": name: "a" is also the name of rules[0] (names default to the endpoint; set "name" to tell them apart)`,
+		`rules[5]: name: missing: a rule needs a name or an endpoint`,
+		`rules[5]: limit: limit 1000000000000 × window 1d is too large for token_bucket (limit × window in µs must stay below 2^61)`,
+		`rules[6] "e": limits: 0 limits, want 1 to 16`,
+	}, texts(ps))
+}
+
+func TestDocumentProblems(t *testing.T) {
+	for _, c := range []struct{ name, doc, want string }{
+		{"empty", "", "JSON: empty configuration"},
+		{"syntax", "{\n\"rules\": [}", "JSON: line 2: invalid character"},
+		{"trailing", `{"rules": []} {}`, "JSON: data after the top-level value"},
+		{"duplicate top", `{"rules": [], "rules": []}`, `JSON: line 1: key "rules" given twice in one object`},
+		{"duplicate in a rule", "{\"rules\": [\n{\"name\": \"a\",\n \"name\": \"b\"}]}", `JSON: line 3: key "name" given twice`},
+		{"duplicate in a limit", `[{"limits": [{"limit": 1, "limit": 2}]}]`, `key "limit" given twice`},
+		{"duplicate in an unknown field", `[{"whatever": {"a": {"b": 1, "b": 2}}}]`, `key "b" given twice`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var f file
+			ps := Decode([]byte(c.doc), &f)
+			require.Len(t, ps, 1)
+			require.Contains(t, ps[0].String(), c.want)
+		})
+	}
+	// The same key in two objects is no problem.
+	var f file
+	require.Empty(t, Decode([]byte(`[{"name": "a"}, {"name": "b", "limits": [{"name": "x"}]}]`), &f))
+}
+
+// A Limit decoded by encoding/json (the decision API's inline limits) keeps
+// its unknown keys and wrong kinds for CheckLimits, which reports them
+// under the field path given.
+func TestLimitThroughEncodingJSON(t *testing.T) {
+	var req struct {
+		Limits []Limit `json:"limits"`
+	}
+	dec := json.NewDecoder(strings.NewReader(`{"limits": [{"strategy": "fixed", "limit": "1", "window": "1s", "burst": 2}, 3, {"strategy": "gcra", "limit": 2, "window": "1m"}]}`))
+	dec.DisallowUnknownFields()
+	require.NoError(t, dec.Decode(&req))
+	c := &Checker{}
+	out, ok := CheckLimits(c, "items[1].limits", req.Limits)
+	require.False(t, ok)
+	require.Equal(t, []string{
+		`items[1].limits[0].burst: unknown field (want one of name, strategy, algorithm, limit, window, rate)`,
+		`items[1].limits[0].limit: want an integer, got the string "1"`,
+		`items[1].limits[1]: want an object {name, strategy, limit, window, rate}, got the number 3`,
+	}, texts(c.Problems))
+	require.Equal(t, []NamedLimit{{"gcra_1m", core.Limit{Algorithm: core.GCRA, Limit: 2, Window: 60_000_000}}}, out)
+}
+
+func TestIntegers(t *testing.T) {
+	for in, want := range map[string]int64{"0": 0, "-3": -3, "1e3": 1000, "9223372036854775807": 1<<63 - 1, "2.0": 2, "4611686018427387903": 1<<62 - 1} {
+		var v Int
+		require.NoError(t, v.UnmarshalJSON([]byte(in)))
+		require.True(t, v.OK(), in)
+		require.Equal(t, want, v.V, in)
+	}
+	for _, in := range []string{"1.5", "1e300", "9223372036854775808", "4.7e18", `"1"`, "true", "null", "[]", "{}"} {
+		var v Int
+		require.NoError(t, v.UnmarshalJSON([]byte(in)))
+		require.False(t, v.OK(), in)
+		require.NotEmpty(t, v.Got, in)
+	}
+}
+
+func TestCheckHost(t *testing.T) {
+	for _, ok := range []string{"api.example.com", "*.example.com", "localhost", "192.0.2.1", "::1", "2001:db8::1", "API.Example.COM"} {
+		require.NoError(t, CheckHost(ok), ok)
+	}
+	for _, bad := range []string{"", "*", "*.", "*.*.example.com", "a.*.com", "https://x", "x/y", "x:80", "[::1]", "a..b", ".a", "a.", "a b", "u@x", "é.com", "fe80::1%eth0", strings.Repeat("a", 254)} {
+		require.Error(t, CheckHost(bad), bad)
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	for s, want := range map[string]time.Duration{"1d": 24 * time.Hour, "7d": 7 * 24 * time.Hour, "10s": 10 * time.Second, "1h30m": 90 * time.Minute, "250ms": 250 * time.Millisecond, "1500ns": 1500} {
+		d, err := ParseDuration(s)
+		require.NoError(t, err)
+		require.Equal(t, want, d)
+	}
+	for _, s := range []string{"", "d", "0s", "-1d", "1x", "1.5d", "-1s"} {
+		_, err := ParseDuration(s)
+		require.Error(t, err, s)
+	}
+	_, err := ParseWindow("1500ns")
+	require.ErrorContains(t, err, "not a whole number of microseconds")
+	for _, us := range []int64{1, 999, 1000, 1_000_000, 60_000_000, 90_000_000, 3_600_000_000, 86_400_000_000, 7 * 86_400_000_000, core.MaxWindow} {
+		w, err := ParseWindow(FormatWindow(us))
+		require.NoError(t, err, us)
+		require.Equal(t, us, w, FormatWindow(us))
+	}
+}
+
+// FuzzDecode: any input is decoded and checked without panicking; either
+// it has problems, each with a message, or every rule is sound.
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{
+		`{"rules":[{"endpoint":"/v1/pay","strategy":"token_bucket","key_by":"api_key","limit":100,"window":"10s"}]}`,
+		`[{"name":"s","limits":[{"strategy":"gcra","limit":10,"window":"1s","rate":3},{"strategy":"log","limit":9,"window":"2d"}],"key_by":"header:x"}]`,
+		`{"size":3,"rules":[{"host":"*.a.b","methods":"GET","strategy":"leaky","limit":1,"window":"1ms","nested":{"deep":"x"}}]}`,
+		`{"rules":[{"strategy":"fixed","limit":1e3,"window":"1h30m","cost":0,"cost_header":"x-cost","fail_open":true,"key_by":"query:k","extra":false}]}`,
+		`[{"endpoint":"/","strategy":"sliding","limit":1,"window":"1ns","zz":{"a":[1,{"b":null}]}}]`,
+		`{"rules":null}`, `[]`, `[1]`, `{"rules":[{"limits":[]}]}`, `{"a":1,"a":2}`, `"x"`, `null`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, o := range []Options{{}, {Proxied: true, PathKey: true, ZeroCost: true}} {
+			specs, ps := parse(t, string(data), o)
+			for _, p := range ps {
+				if p.Message == "" {
+					t.Fatalf("problem without a message: %+v", p)
+				}
+			}
+			if len(ps) > 0 {
+				continue
+			}
+			names := map[string]bool{}
+			for _, s := range specs {
+				if CheckName(s.Name) != nil || names[s.Name] || CheckKeyBy(s.KeyBy, o.PathKey) != nil || s.Cost < 0 || s.Cost > core.MaxCost {
+					t.Fatalf("spec %+v", s)
+				}
+				if o.Proxied && s.Endpoint == "" || s.Endpoint != "" && !strings.HasPrefix(s.Endpoint, "/") {
+					t.Fatalf("endpoint %q", s.Endpoint)
+				}
+				names[s.Name] = true
+				if len(s.Limits) == 0 || len(s.Limits) > core.MaxLimits {
+					t.Fatalf("%d limits", len(s.Limits))
+				}
+				lnames := map[string]bool{}
+				for _, l := range s.Limits {
+					if err := l.Validate(); err != nil || lnames[l.Name] || CheckName(l.Name) != nil {
+						t.Fatalf("limit %+v: %v", l, err)
+					}
+					lnames[l.Name] = true
+				}
+			}
+		}
+	})
+}
