@@ -195,7 +195,7 @@ func ParseConfig(name, format string, data []byte) (*Config, error) {
 	if ps := ruleconfig.Decode(data, &f); len(ps) > 0 {
 		return nil, &ConfigError{File: name, Problems: ps}
 	}
-	cfg, ps := f.config(name)
+	cfg, ps := f.Validate(name)
 	if len(ps) > 0 {
 		return nil, &ConfigError{File: name, Problems: ps}
 	}
@@ -290,14 +290,9 @@ type ruleJSON struct {
 // DefaultMaxInlineLimits is the default of Config.MaxInlineLimits.
 const DefaultMaxInlineLimits = 4
 
-// Validate returns every problem of the file.
-func (f *fileJSON) Validate() []Problem {
-	_, ps := f.config("")
-	return ps
-}
-
-// config validates the file and returns it as a Config read from path.
-func (f *fileJSON) config(path string) (*Config, []Problem) {
+// Validate checks the file and returns it as a Config read from path, or
+// every problem it has.
+func (f *fileJSON) Validate(path string) (*Config, []Problem) {
 	cfg := &Config{Path: path, InlineLimits: true, MaxInlineLimits: DefaultMaxInlineLimits}
 	c := &ruleconfig.Checker{}
 	if !c.Object("", "a mapping with \"rules\" (or a list of rules)", &f.Fields) {

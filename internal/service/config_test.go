@@ -175,6 +175,44 @@ rules:
 	require.GreaterOrEqual(t, len(ce.Problems), 17, msg)
 }
 
+// YAML is checked as JSON is: unknown fields at any depth, kinds named by
+// field, values JSON has no number for.
+func TestYAMLIsCheckedAsJSON(t *testing.T) {
+	_, err := ParseConfig("y.yaml", "yaml", []byte(`
+api_tokens: [{name: gw, role: check, sha256: "`+strings.Repeat("ab", 32)+`", scope: all}]
+rules:
+  - name: a
+    strategy: fixed
+    limit: .inf
+    window: 1s
+    2: x
+  - name: b
+    limits: [{strategy: fixed, limit: 1, window: 1s, brust: 2}]
+    min_cost: "2"
+    shape: 1
+`))
+	var ce *ConfigError
+	require.ErrorAs(t, err, &ce)
+	var got []string
+	for _, p := range ce.Problems {
+		got = append(got, p.String())
+	}
+	require.Equal(t, []string{
+		`api_tokens[0].scope: unknown field (want one of name, role, sha256)`,
+		`rules[0] "a": 2: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, cost_header, fail_open, min_cost, shape)`,
+		`rules[0] "a": limit: want an integer, got the string "+Inf"`,
+		`rules[1] "b": limits[0].brust: unknown field (want one of name, strategy, algorithm, limit, window, rate)`,
+		`rules[1] "b": min_cost: want an integer, got the string "2"`,
+		`rules[1] "b": shape: want true or false, got the number 1`,
+	}, got)
+
+	cfg, err := ParseConfig("y.yaml", "yaml", []byte("rules: [{name: a, strategy: fixed, limit: 0x10, window: 1d, cost: 1e1, min_cost: 2}]"))
+	require.NoError(t, err)
+	require.Equal(t, int64(16), cfg.Rules[0].Limits[0].Limit)
+	require.Equal(t, int64(10), cfg.Rules[0].Cost)
+	require.Equal(t, int64(2), cfg.Rules[0].MinCost)
+}
+
 func TestLoadConfigByExtension(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, text string) string {

@@ -115,7 +115,7 @@ func parseConfig(data []byte) (*config, error) {
 	if ps := ruleconfig.Decode(data, &f); len(ps) > 0 {
 		return nil, &ConfigError{Problems: ps}
 	}
-	cfg, ps := f.config()
+	cfg, ps := f.Validate()
 	if len(ps) > 0 {
 		return nil, &ConfigError{Problems: ps}
 	}
@@ -148,15 +148,9 @@ type globalJSON struct {
 	Token     ruleconfig.String `json:"token"`
 }
 
-// Validate returns every problem of the configuration.
-func (f *fileJSON) Validate() []Problem {
-	_, ps := f.config()
-	return ps
-}
-
-// config validates the configuration and returns it (its rules not yet
-// sorted).
-func (f *fileJSON) config() (*config, []Problem) {
+// Validate checks the configuration and returns it (its rules not yet
+// sorted), or every problem it has.
+func (f *fileJSON) Validate() (*config, []Problem) {
 	cfg := &config{Slots: defaultSlots, KeysPerSlot: defaultKeysPerSlot}
 	c := &ruleconfig.Checker{}
 	if !c.Object("", "an object with \"rules\" (or a list of rules)", &f.Fields) {

@@ -106,6 +106,8 @@ func TestParseConfigErrors(t *testing.T) {
 			[]string{`rules[0] "g": global.token: want 1 to 4096 bytes of printable ASCII without spaces (the value is not shown)`}},
 		{"global token type", `[{"name":"g","strategy":"fixed","limit":1,"window":"1s","global":{"cluster":"rl","token":12345}}]`,
 			[]string{`rules[0] "g": global.token: want a string`}},
+		{"duplicate key", `[{"name":"g","strategy":"fixed","limit":1,"window":"1s","global":{"cluster":"a","cluster":"b"}}]`,
+			[]string{`JSON: line 1: key "cluster" given twice in one object`}},
 		{"global shape", `[{"name":"g","strategy":"fixed","limit":1,"window":"1s","global":"rl"}]`,
 			[]string{`rules[0] "g": global: want an object`}},
 	} {
