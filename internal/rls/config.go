@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/ruleconfig"
 	"github.com/rlcore/rl/internal/service"
 )
 
@@ -164,36 +164,98 @@ func ParseDomain(name string, data []byte) (*Domain, error) {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, &service.ConfigError{File: name, Problems: []service.Problem{{Message: "YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}}
 	}
-	p := &parser{}
-	d := &Domain{File: name}
-	m, ok := doc.(map[string]any)
-	if !ok {
-		p.fail("", "want a mapping with \"domain\" and \"descriptors\", got %s", kind(doc))
-	} else {
-		for _, k := range sortedKeys(m) {
-			switch k {
-			case "domain", "descriptors":
-			default:
-				p.fail(k, "unknown field (want domain, descriptors)")
-			}
-		}
-		if v, ok := m["domain"]; !ok {
-			p.fail("domain", "missing")
-		} else if s, ok := p.str("domain", v); ok {
-			if err := checkDomain(s); err != nil {
-				p.fail("domain", "%v", err)
-			}
-			d.Name = s
-			p.domain = fmt.Sprintf("domain %q", s)
-		}
-		if v, ok := m["descriptors"]; ok {
-			p.descriptors("descriptors", "", v, &d.root)
-		}
+	var f domainJSON
+	if ps := ruleconfig.Decode(ruleconfig.AppendJSON(nil, doc), &f); len(ps) > 0 {
+		return nil, &service.ConfigError{File: name, Problems: ps}
 	}
-	if len(p.problems) > 0 {
-		return nil, &service.ConfigError{File: name, Problems: p.problems}
+	d, ps := f.Validate(name)
+	if len(ps) > 0 {
+		return nil, &service.ConfigError{File: name, Problems: ps}
 	}
 	return d, nil
+}
+
+// domainJSON is a configuration file as written.
+type domainJSON struct {
+	ruleconfig.Fields
+	Domain      ruleconfig.String               `json:"domain"`
+	Descriptors ruleconfig.List[descriptorJSON] `json:"descriptors"`
+}
+
+// descriptorJSON is a descriptor as written.
+type descriptorJSON struct {
+	ruleconfig.Fields
+	Key            scalar                          `json:"key"`
+	Value          scalar                          `json:"value"`
+	RateLimit      rateLimitJSON                   `json:"rate_limit"`
+	Descriptors    ruleconfig.List[descriptorJSON] `json:"descriptors"`
+	ShadowMode     ruleconfig.Bool                 `json:"shadow_mode"`
+	DetailedMetric ruleconfig.Bool                 `json:"detailed_metric"` // accepted; metrics never carry request values
+}
+
+// rateLimitJSON is a descriptor's rate_limit as written.
+type rateLimitJSON struct {
+	ruleconfig.Fields
+	Unit            ruleconfig.String            `json:"unit"`
+	RequestsPerUnit ruleconfig.Int               `json:"requests_per_unit"`
+	Unlimited       ruleconfig.Bool              `json:"unlimited"`
+	Name            ruleconfig.String            `json:"name"`
+	Replaces        ruleconfig.List[replaceJSON] `json:"replaces"`
+	UnitMultiplier  ruleconfig.Int               `json:"unit_multiplier"`
+	Algorithm       ruleconfig.String            `json:"algorithm"`
+	FailOpen        ruleconfig.Bool              `json:"fail_open"`
+}
+
+type replaceJSON struct {
+	ruleconfig.Fields
+	Name ruleconfig.String `json:"name"`
+}
+
+// scalar is a descriptor's key or value: a string, or an integer or a
+// boolean written unquoted (value: 30), as envoyproxy/ratelimit reads them.
+type scalar struct{ ruleconfig.String }
+
+// UnmarshalJSON takes an integer or a boolean as its text.
+func (s *scalar) UnmarshalJSON(b []byte) error {
+	t := string(b)
+	if n := strings.TrimPrefix(t, "-"); t == "true" || t == "false" || n != "" && strings.Trim(n, "0123456789") == "" {
+		s.String = ruleconfig.String{V: string(b), Set: true}
+		return nil
+	}
+	return s.String.UnmarshalJSON(b)
+}
+
+// check reports a key or value that is neither a string nor an integer or
+// boolean.
+func (s scalar) check(c *ruleconfig.Checker, field string) (string, bool) {
+	if s.Got != "" {
+		c.Fail(field, "want a string, got %s (quote it)", s.Got)
+		return "", false
+	}
+	return s.V, s.Set
+}
+
+// Validate checks the file and returns its domain, or every problem it
+// has.
+func (f *domainJSON) Validate(file string) (*Domain, []service.Problem) {
+	c := &ruleconfig.Checker{}
+	d := &Domain{File: file}
+	if !c.Object("", "a mapping with \"domain\" and \"descriptors\"", &f.Fields) {
+		return nil, c.Problems
+	}
+	if !f.Domain.Set {
+		c.Fail("domain", "missing")
+	} else if s, ok := c.String("domain", f.Domain); ok {
+		if err := checkDomain(s); err != nil {
+			c.Fail("domain", "%v", err)
+		}
+		d.Name = s
+		c.Rule = fmt.Sprintf("domain %q", s)
+	}
+	if f.Descriptors.Set {
+		descriptors(c, "descriptors", "", f.Descriptors, &d.root)
+	}
+	return d, c.Problems
 }
 
 // checkDomain accepts 1 to 64 bytes of printable ASCII without spaces: the
@@ -210,51 +272,28 @@ func checkDomain(s string) error {
 	return nil
 }
 
-type parser struct {
-	domain   string
-	problems []service.Problem
-}
-
-func (p *parser) fail(field, format string, args ...any) {
-	p.problems = append(p.problems, service.Problem{Rule: p.domain, Field: field, Message: fmt.Sprintf(format, args...)})
-}
-
-var descriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric"}
-
-var rateLimitFields = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "unit_multiplier", "algorithm", "fail_open"}
-
-// descriptors parses a descriptor list into parent's children.
-func (p *parser) descriptors(field, parentPath string, v any, parent *node) {
-	l, ok := v.([]any)
-	if !ok {
-		p.fail(field, "want a list of descriptors, got %s", kind(v))
+// descriptors checks a descriptor list into parent's children.
+func descriptors(c *ruleconfig.Checker, field, parentPath string, l ruleconfig.List[descriptorJSON], parent *node) {
+	if !c.Want(field, "a list of descriptors", l.Got) {
 		return
 	}
-	for i, e := range l {
+	for i := range l.Items {
+		dj := &l.Items[i]
 		f := fmt.Sprintf("%s[%d]", field, i)
-		m, ok := e.(map[string]any)
-		if !ok {
-			p.fail(f, "want a mapping {key, value, rate_limit, descriptors}, got %s", kind(e))
+		if !c.Object(f, "a mapping {key, value, rate_limit, descriptors}", &dj.Fields) {
 			continue
 		}
-		for _, k := range sortedKeys(m) {
-			if !slices.Contains(descriptorFields, k) {
-				p.fail(f+"."+k, "unknown field (want %s)", strings.Join(descriptorFields, ", "))
-			}
-		}
 		n := &node{}
-		if kv, ok := m["key"]; !ok {
-			p.fail(f+".key", "missing")
-		} else if s, ok := p.scalar(f+".key", kv); ok {
+		if !dj.Key.Set {
+			c.Fail(f+".key", "missing")
+		} else if s, ok := dj.Key.check(c, f+".key"); ok {
 			if s == "" {
-				p.fail(f+".key", "empty")
+				c.Fail(f+".key", "empty")
 			}
 			n.key = s
 		}
-		if vv, ok := m["value"]; ok {
-			if s, ok := p.scalar(f+".value", vv); ok {
-				n.value = s
-			}
+		if s, ok := dj.Value.check(c, f+".value"); ok {
+			n.value = s
 		}
 		n.path = n.key
 		if n.value != "" {
@@ -263,43 +302,38 @@ func (p *parser) descriptors(field, parentPath string, v any, parent *node) {
 		if parentPath != "" {
 			n.path = parentPath + "." + n.path
 		}
-		shadow := false
-		if sv, ok := m["shadow_mode"]; ok {
-			shadow, _ = p.boolean(f+".shadow_mode", sv)
-		}
-		if dv, ok := m["detailed_metric"]; ok {
-			p.boolean(f+".detailed_metric", dv) // accepted; metrics never carry request values
-		}
-		if rv, ok := m["rate_limit"]; ok {
-			n.limit = p.rateLimit(f+".rate_limit", rv)
+		shadow, _ := c.Bool(f+".shadow_mode", dj.ShadowMode)
+		c.Bool(f+".detailed_metric", dj.DetailedMetric)
+		if dj.RateLimit.Set {
+			n.limit = dj.RateLimit.check(c, f+".rate_limit")
 			if n.limit != nil {
 				n.limit.Shadow = shadow
 			}
 		}
-		if dv, ok := m["descriptors"]; ok {
-			p.descriptors(f+".descriptors", n.path, dv, n)
+		if dj.Descriptors.Set {
+			descriptors(c, f+".descriptors", n.path, dj.Descriptors, n)
 		}
-		p.add(f, parent, n)
+		add(c, f, parent, n)
 	}
 }
 
 // add puts n among parent's children, refusing a second descriptor of the
 // same key and value at one level.
-func (p *parser) add(f string, parent *node, n *node) {
+func add(c *ruleconfig.Checker, f string, parent *node, n *node) {
 	switch {
 	case n.value == "":
 		if parent.any == nil {
 			parent.any = map[string]*node{}
 		}
 		if _, dup := parent.any[n.key]; dup {
-			p.fail(f, "a second descriptor with key %q and no value at this level", n.key)
+			c.Fail(f, "a second descriptor with key %q and no value at this level", n.key)
 			return
 		}
 		parent.any[n.key] = n
 	case strings.HasSuffix(n.value, "*"):
 		for _, o := range parent.prefix {
 			if o.key == n.key && o.value == n.value {
-				p.fail(f, "a second descriptor with key %q and value %q at this level", n.key, n.value)
+				c.Fail(f, "a second descriptor with key %q and value %q at this level", n.key, n.value)
 				return
 			}
 		}
@@ -310,119 +344,97 @@ func (p *parser) add(f string, parent *node, n *node) {
 		}
 		k := entryKey{n.key, n.value}
 		if _, dup := parent.exact[k]; dup {
-			p.fail(f, "a second descriptor with key %q and value %q at this level", n.key, n.value)
+			c.Fail(f, "a second descriptor with key %q and value %q at this level", n.key, n.value)
 			return
 		}
 		parent.exact[k] = n
 	}
 }
 
-func (p *parser) rateLimit(f string, v any) *Limit {
-	m, ok := v.(map[string]any)
-	if !ok {
-		p.fail(f, "want a mapping {unit, requests_per_unit}, got %s", kind(v))
+// check validates a rate_limit at f; nil if it has a problem.
+func (r *rateLimitJSON) check(c *ruleconfig.Checker, f string) *Limit {
+	before := len(c.Problems)
+	if !c.Object(f, "a mapping {unit, requests_per_unit}", &r.Fields) {
 		return nil
 	}
-	before := len(p.problems)
-	for _, k := range sortedKeys(m) {
-		if !slices.Contains(rateLimitFields, k) {
-			p.fail(f+"."+k, "unknown field (want %s)", strings.Join(rateLimitFields, ", "))
-		}
-	}
 	l := &Limit{UnitMultiplier: 1, Limit: rl.Limit{Algorithm: core.FixedWindow}}
-	if uv, ok := m["unlimited"]; ok {
-		l.Unlimited, _ = p.boolean(f+".unlimited", uv)
-	}
-	if nv, ok := m["name"]; ok {
-		l.Name, _ = p.str(f+".name", nv)
-	}
-	if rv, ok := m["replaces"]; ok {
-		rl, ok := rv.([]any)
-		if !ok {
-			p.fail(f+".replaces", "want a list of {name}, got %s", kind(rv))
-		}
-		for i, e := range rl {
+	l.Unlimited, _ = c.Bool(f+".unlimited", r.Unlimited)
+	l.Name, _ = c.String(f+".name", r.Name)
+	if c.Want(f+".replaces", "a list of {name}", r.Replaces.Got) {
+		for i := range r.Replaces.Items {
+			e := &r.Replaces.Items[i]
 			rf := fmt.Sprintf("%s.replaces[%d]", f, i)
-			em, ok := e.(map[string]any)
-			if !ok {
-				p.fail(rf, "want a mapping {name}, got %s", kind(e))
+			if !c.Object(rf, "a mapping {name}", &e.Fields) {
 				continue
 			}
-			for _, k := range sortedKeys(em) {
-				if k != "name" {
-					p.fail(rf+"."+k, "unknown field (want name)")
-				}
-			}
-			s, ok := p.str(rf+".name", em["name"])
+			s, ok := c.String(rf+".name", e.Name)
 			switch {
+			case !e.Name.Set:
+				c.Fail(rf+".name", "missing")
 			case !ok:
 			case s == "":
-				p.fail(rf+".name", "empty")
+				c.Fail(rf+".name", "empty")
 			case s == l.Name:
-				p.fail(rf+".name", "%q is this limit's own name", s)
+				c.Fail(rf+".name", "%q is this limit's own name", s)
 			default:
 				l.Replaces = append(l.Replaces, s)
 			}
 		}
 	}
-	if fv, ok := m["fail_open"]; ok {
-		l.FailOpen, _ = p.boolean(f+".fail_open", fv)
-	}
-	uv, hasUnit := m["unit"]
+	l.FailOpen, _ = c.Bool(f+".fail_open", r.FailOpen)
 	if l.Unlimited {
-		for _, k := range []string{"unit", "requests_per_unit", "unit_multiplier", "algorithm"} {
-			if _, ok := m[k]; ok {
-				p.fail(f+"."+k, "must be absent when unlimited is true")
+		for _, k := range []struct {
+			name string
+			set  bool
+		}{{"unit", r.Unit.Set}, {"requests_per_unit", r.RequestsPerUnit.Set}, {"unit_multiplier", r.UnitMultiplier.Set}, {"algorithm", r.Algorithm.Set}} {
+			if k.set {
+				c.Fail(f+"."+k.name, "must be absent when unlimited is true")
 			}
 		}
-		if len(p.problems) != before {
+		if len(c.Problems) != before {
 			return nil
 		}
 		return l
 	}
-	if !hasUnit {
-		p.fail(f+".unit", "missing (second, minute, hour, day, week, month or year)")
-	} else if s, ok := p.str(f+".unit", uv); ok {
+	if !r.Unit.Set {
+		c.Fail(f+".unit", "missing (second, minute, hour, day, week, month or year)")
+	} else if s, ok := c.String(f+".unit", r.Unit); ok {
 		u, known := rlsv3.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(s)]
 		if !known || u == 0 {
-			p.fail(f+".unit", "unknown unit %q (want second, minute, hour, day, week, month or year)", s)
+			c.Fail(f+".unit", "unknown unit %q (want second, minute, hour, day, week, month or year)", ruleconfig.Clip(s, 32))
 		} else {
 			l.Unit = rlsv3.RateLimitResponse_RateLimit_Unit(u)
 		}
 	}
-	if rv, ok := m["requests_per_unit"]; !ok {
-		p.fail(f+".requests_per_unit", "missing")
-	} else if n, ok := p.integer(f+".requests_per_unit", rv); ok {
+	if !r.RequestsPerUnit.Set {
+		c.Fail(f+".requests_per_unit", "missing")
+	} else if n, ok := c.Int(f+".requests_per_unit", r.RequestsPerUnit); ok {
 		if n < 0 || n > math.MaxUint32 {
-			p.fail(f+".requests_per_unit", "%d is outside [0, %d]", n, uint32(math.MaxUint32))
+			c.Fail(f+".requests_per_unit", "%d is outside [0, %d]", n, uint32(math.MaxUint32))
 		} else {
 			l.RequestsPerUnit = uint32(n)
 		}
 	}
-	if mv, ok := m["unit_multiplier"]; ok {
-		if n, ok := p.integer(f+".unit_multiplier", mv); ok {
-			if n < 1 || n > math.MaxUint32 {
-				p.fail(f+".unit_multiplier", "%d is outside [1, %d]", n, uint32(math.MaxUint32))
-			} else {
-				l.UnitMultiplier = uint32(n)
-			}
+	if n, ok := c.Int(f+".unit_multiplier", r.UnitMultiplier); ok {
+		if n < 1 || n > math.MaxUint32 {
+			c.Fail(f+".unit_multiplier", "%d is outside [1, %d]", n, uint32(math.MaxUint32))
+		} else {
+			l.UnitMultiplier = uint32(n)
 		}
 	}
-	if av, ok := m["algorithm"]; ok {
-		if s, ok := p.str(f+".algorithm", av); ok {
-			a, err := core.ParseAlgorithm(s)
-			if err != nil {
-				p.fail(f+".algorithm", "unknown algorithm %q (want fixed, sliding, sliding_log, token, leaky or gcra)", s)
-			}
-			l.Limit.Algorithm = a
+	if s, ok := c.String(f+".algorithm", r.Algorithm); ok {
+		a, err := core.ParseAlgorithm(s)
+		if err != nil {
+			c.Fail(f+".algorithm", "unknown algorithm %q (want fixed, sliding, sliding_log, token, leaky or gcra)", ruleconfig.Clip(s, 32))
 		}
+		l.Limit.Algorithm = a
 	}
-	if len(p.problems) != before {
+	if len(c.Problems) != before {
 		return nil
 	}
 	secs := unitSeconds[l.Unit]
 	if int64(l.UnitMultiplier) > core.MaxWindow/1e6/secs {
-		p.fail(f+".unit_multiplier", "%d %ss is longer than the longest window, %s", l.UnitMultiplier, strings.ToLower(l.Unit.String()),
+		c.Fail(f+".unit_multiplier", "%d %ss is longer than the longest window, %s", l.UnitMultiplier, strings.ToLower(l.Unit.String()),
 			time.Duration(core.MaxWindow)*time.Microsecond)
 		return nil
 	}
@@ -441,87 +453,14 @@ func (p *parser) rateLimit(f string, v any) *Limit {
 	if err != nil {
 		field := "requests_per_unit"
 		if l.Limit.Algorithm == core.SlidingLog && l.Limit.Limit > core.MaxLogLimit {
-			p.fail(f+"."+field, "%d is above %d, the most a sliding_log holds", l.Limit.Limit, core.MaxLogLimit)
+			c.Fail(f+"."+field, "%d is above %d, the most a sliding_log holds", l.Limit.Limit, core.MaxLogLimit)
 		} else {
-			p.fail(f+"."+field, "%d per %s with %s: %v", l.Limit.Limit, rl.FormatWindow(l.window), l.Limit.Algorithm, err)
+			c.Fail(f+"."+field, "%d per %s with %s: %v", l.Limit.Limit, rl.FormatWindow(l.window), l.Limit.Algorithm, err)
 		}
 		return nil
 	}
 	l.policy = pol
 	return l
-}
-
-func (p *parser) str(field string, v any) (string, bool) {
-	s, ok := v.(string)
-	if !ok {
-		p.fail(field, "want a string, got %s", kind(v))
-	}
-	return s, ok
-}
-
-// scalar reads a key or value: a string, or an integer or boolean written
-// unquoted (`value: 30`), as envoyproxy/ratelimit reads them.
-func (p *parser) scalar(field string, v any) (string, bool) {
-	switch v := v.(type) {
-	case string:
-		return v, true
-	case int:
-		return strconv.Itoa(v), true
-	case uint64:
-		return strconv.FormatUint(v, 10), true
-	case bool:
-		return strconv.FormatBool(v), true
-	}
-	p.fail(field, "want a string, got %s (quote it)", kind(v))
-	return "", false
-}
-
-func (p *parser) boolean(field string, v any) (bool, bool) {
-	b, ok := v.(bool)
-	if !ok {
-		p.fail(field, "want true or false, got %s", kind(v))
-	}
-	return b, ok
-}
-
-func (p *parser) integer(field string, v any) (int64, bool) {
-	switch n := v.(type) {
-	case int:
-		return int64(n), true
-	case uint64:
-		if n <= math.MaxInt64 {
-			return int64(n), true
-		}
-	}
-	p.fail(field, "want an integer, got %s", kind(v))
-	return 0, false
-}
-
-func kind(v any) string {
-	switch v := v.(type) {
-	case nil:
-		return "nothing (null)"
-	case string:
-		return fmt.Sprintf("the string %q", v)
-	case bool:
-		return fmt.Sprintf("the boolean %v", v)
-	case int, int64, uint64, float64:
-		return fmt.Sprintf("the number %v", v)
-	case []any:
-		return "a list"
-	case map[string]any:
-		return "a mapping"
-	}
-	return fmt.Sprintf("%T", v)
-}
-
-func sortedKeys(m map[string]any) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }
 
 // match finds the limit of a request's descriptor as envoyproxy/ratelimit

@@ -33,6 +33,12 @@ func TestConfigErrors(t *testing.T) {
 		{"fail_open not bool", `{domain: d, descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 3, fail_open: "yes"}}]}`, `rate_limit.fail_open: want true or false`},
 		{"multiplier too long", `{domain: d, descriptors: [{key: k, rate_limit: {unit: year, unit_multiplier: 100, requests_per_unit: 3}}]}`, `rate_limit.unit_multiplier: 100 years is longer`},
 		{"yaml", "domain: [", `YAML:`},
+		{"float value", `{domain: d, descriptors: [{key: k, value: 30.5}]}`, `descriptors[0].value: want a string, got the number 30.5 (quote it)`},
+		{"whole float value", `{domain: d, descriptors: [{key: k, value: 30.0}]}`, `descriptors[0].value: want a string, got the number 30.0 (quote it)`},
+		{"list key", `{domain: d, descriptors: [{key: [k]}]}`, `descriptors[0].key: want a string, got a list (quote it)`},
+		{"unknown in replaces", `{domain: d, descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 3, replaces: [{name: b, nmae: c}]}}]}`,
+			`rate_limit.replaces[0].nmae: unknown field (want one of name)`},
+		{"rate_limit kind", `{domain: d, descriptors: [{key: k, rate_limit: 5}]}`, `descriptors[0].rate_limit: want a mapping {unit, requests_per_unit}, got the number 5`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseDomain("x.yaml", []byte(tc.yaml))
@@ -41,6 +47,42 @@ func TestConfigErrors(t *testing.T) {
 			require.Contains(t, err.Error(), tc.want)
 		})
 	}
+}
+
+// Every mistake of a file is reported at once; unquoted integers and
+// booleans are keys and values.
+func TestConfigProblemsAtOnce(t *testing.T) {
+	_, err := ParseDomain("x.yaml", []byte(`
+domain: d
+colour: blue
+descriptors:
+  - key: a
+    value: 30
+    shadow_mode: "no"
+    rate_limit: {unit: second, requests_per_unit: 1.5}
+  - key: true
+    descriptors: [{key: b, rate_limit: {unit: minute, requests_per_unit: 1, unlimited: true}, extra: 1}]
+`))
+	var ce *service.ConfigError
+	require.ErrorAs(t, err, &ce)
+	var got []string
+	for _, p := range ce.Problems {
+		got = append(got, p.String())
+	}
+	require.Equal(t, []string{
+		`colour: unknown field (want one of domain, descriptors)`,
+		`domain "d": descriptors[0].shadow_mode: want true or false, got the string "no"`,
+		`domain "d": descriptors[0].rate_limit.requests_per_unit: want an integer, got the number 1.5`,
+		`domain "d": descriptors[1].descriptors[0].extra: unknown field (want one of key, value, rate_limit, descriptors, shadow_mode, detailed_metric)`,
+		`domain "d": descriptors[1].descriptors[0].rate_limit.unit: must be absent when unlimited is true`,
+		`domain "d": descriptors[1].descriptors[0].rate_limit.requests_per_unit: must be absent when unlimited is true`,
+	}, got)
+
+	dom, err := ParseDomain("x.yaml", []byte(`{domain: d, descriptors: [{key: true, value: -3, rate_limit: {unit: second, requests_per_unit: 1}}]}`))
+	require.NoError(t, err)
+	var paths []string
+	dom.limits(func(path string, _ *Limit) { paths = append(paths, path) })
+	require.Equal(t, []string{"true_-3"}, paths)
 }
 
 func TestLoadConfigDirectory(t *testing.T) {

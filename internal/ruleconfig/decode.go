@@ -1,7 +1,9 @@
 // Package ruleconfig holds the rule shape shared by rl-wasm-host's
 // configuration file (internal/service) and the proxy-wasm filter's plugin
 // configuration (wasm/proxywasm): typed structs for rules and limits, their
-// JSON decoding, and their validation with per-field messages.
+// JSON decoding, and their validation with per-field messages. The typed
+// decoding serves other formats too (internal/rls reads
+// envoyproxy/ratelimit's files through it with structs of its own).
 //
 // Decoding is typed but forgiving, so that one pass reports every mistake:
 // a field's value of the wrong kind is kept as a description of what was
@@ -22,8 +24,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -373,4 +377,63 @@ func duplicateKey(data []byte) string {
 			top.key = true // a value ended: a key comes next
 		}
 	}
+}
+
+// AppendJSON appends doc, a tree of the values a YAML decoder (yaml.v3)
+// gives an any, to b as JSON, so that YAML is decoded and checked as JSON
+// is. A float is written with a fraction or exponent ("30.0"), so that it
+// stays apart from an integer; a number JSON cannot hold (.inf, .nan)
+// becomes a string, and a key that is not a string its text.
+func AppendJSON(b []byte, doc any) []byte {
+	switch v := doc.(type) {
+	case nil:
+		return append(b, "null"...)
+	case bool:
+		return strconv.AppendBool(b, v)
+	case int:
+		return strconv.AppendInt(b, int64(v), 10)
+	case int64:
+		return strconv.AppendInt(b, v, 10)
+	case uint64:
+		return strconv.AppendUint(b, v, 10)
+	case float64:
+		if math.IsInf(v, 0) || math.IsNaN(v) {
+			return strconv.AppendQuote(b, strconv.FormatFloat(v, 'g', -1, 64))
+		}
+		s := strconv.FormatFloat(v, 'g', -1, 64)
+		if !strings.ContainsAny(s, ".e") {
+			s += ".0"
+		}
+		return append(b, s...)
+	case string:
+		s, _ := json.Marshal(v)
+		return append(b, s...)
+	case []any:
+		b = append(b, '[')
+		for i, e := range v {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = AppendJSON(b, e)
+		}
+		return append(b, ']')
+	case map[string]any:
+		b = append(b, '{')
+		for i, k := range slices.Sorted(maps.Keys(v)) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = AppendJSON(b, k)
+			b = append(b, ':')
+			b = AppendJSON(b, v[k])
+		}
+		return append(b, '}')
+	case map[any]any:
+		m := make(map[string]any, len(v))
+		for k, e := range v {
+			m[fmt.Sprint(k)] = e
+		}
+		return AppendJSON(b, m)
+	}
+	return AppendJSON(b, fmt.Sprint(doc))
 }

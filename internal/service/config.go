@@ -2,16 +2,12 @@ package service
 
 import (
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"maps"
-	"math"
 	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -186,7 +182,7 @@ func ParseConfig(name, format string, data []byte) (*Config, error) {
 		if doc == nil {
 			return nil, fail("empty file: want a mapping with \"rules\" (or a list of rules)")
 		}
-		data = yamlJSON(nil, doc)
+		data = ruleconfig.AppendJSON(nil, doc)
 	case "json":
 	default:
 		return nil, fmt.Errorf("config: unknown format %q", format)
@@ -200,60 +196,6 @@ func ParseConfig(name, format string, data []byte) (*Config, error) {
 		return nil, &ConfigError{File: name, Problems: ps}
 	}
 	return cfg, nil
-}
-
-// yamlJSON appends doc, as yaml.v3 decodes a document into an any, to b as
-// JSON, so that YAML is decoded and checked as JSON is. A number JSON
-// cannot hold (.inf, .nan) becomes a string; a key that is not a string
-// becomes its text.
-func yamlJSON(b []byte, doc any) []byte {
-	switch v := doc.(type) {
-	case nil:
-		return append(b, "null"...)
-	case bool:
-		return strconv.AppendBool(b, v)
-	case int:
-		return strconv.AppendInt(b, int64(v), 10)
-	case int64:
-		return strconv.AppendInt(b, v, 10)
-	case uint64:
-		return strconv.AppendUint(b, v, 10)
-	case float64:
-		if math.IsInf(v, 0) || math.IsNaN(v) {
-			return strconv.AppendQuote(b, strconv.FormatFloat(v, 'g', -1, 64))
-		}
-		return strconv.AppendFloat(b, v, 'g', -1, 64)
-	case string:
-		s, _ := json.Marshal(v)
-		return append(b, s...)
-	case []any:
-		b = append(b, '[')
-		for i, e := range v {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = yamlJSON(b, e)
-		}
-		return append(b, ']')
-	case map[string]any:
-		b = append(b, '{')
-		for i, k := range slices.Sorted(maps.Keys(v)) {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = yamlJSON(b, k)
-			b = append(b, ':')
-			b = yamlJSON(b, v[k])
-		}
-		return append(b, '}')
-	case map[any]any:
-		m := make(map[string]any, len(v))
-		for k, e := range v {
-			m[fmt.Sprint(k)] = e
-		}
-		return yamlJSON(b, m)
-	}
-	return yamlJSON(b, fmt.Sprint(doc))
 }
 
 // fileJSON is a configuration file as written.
