@@ -21,6 +21,8 @@ type Problem struct {
 	Message string
 }
 
+// String writes the problem as "rule: field: message", leaving out what is
+// empty.
 func (p Problem) String() string {
 	var b strings.Builder
 	if p.Rule != "" {
