@@ -35,7 +35,7 @@ func main() {
 
 func run(args []string) int {
 	fs := flag.NewFlagSet("rl-wasm-host", flag.ContinueOnError)
-	var rc service.RunConfig
+	var rc RunConfig
 	var (
 		showVersion bool
 		logFormat   string
@@ -43,7 +43,7 @@ func run(args []string) int {
 	)
 	fs.StringVar(&rc.ConfigPath, "config", "", "rules file, YAML (.yaml, .yml) or JSON (.json); reloaded on SIGHUP (required)")
 	fs.StringVar(&rc.Listen, "listen", ":8080", "address of the proxy listener (every path proxied)")
-	fs.StringVar(&rc.APIListen, "api-listen", service.DefaultAPIListen, "address of the decision API, /healthz, /readyz and /metrics; not loopback, or \"main\" (on -listen), only with api_tokens in the config")
+	fs.StringVar(&rc.APIListen, "api-listen", DefaultAPIListen, "address of the decision API, /healthz, /readyz and /metrics; not loopback, or \"main\" (on -listen), only with api_tokens in the config")
 	fs.IntVar(&rc.MaxInFlight, "max-in-flight", service.DefaultMaxInFlight, "requests served at once; beyond: 503 with Retry-After (-1: no bound)")
 	fs.IntVar(&rc.MaxInFlightPerKey, "max-in-flight-per-key", 0, "decisions on one key waiting for the store at once; beyond: 503 (0: half the PostgreSQL pool, none in memory; -1: no bound)")
 	grpcListen := fs.String("grpc-listen", "", "address of the Envoy rate limit service (gRPC, envoy.service.ratelimit.v3; off by default); not loopback only with api_tokens in the config")
@@ -147,7 +147,7 @@ func run(args []string) int {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 
-	if err := service.Run(ctx, rc, hup); err != nil {
+	if err := Run(ctx, rc, hup); err != nil {
 		var ce *service.ConfigError
 		if errors.As(err, &ce) {
 			rc.Logger.Error("invalid configuration", "file", ce.File, "problems", len(ce.Problems))

@@ -31,19 +31,21 @@ type ExtensionConfig struct {
 	Options Options
 }
 
-// NewExtension returns the rate limit service as a service.Extension for
-// service.RunConfig.Extensions.
-func NewExtension(cfg ExtensionConfig) service.Extension { return &extension{cfg: cfg} }
-
-type extension struct {
+// Extension is the rate limit service as rl-wasm-host runs it beside its
+// HTTP listeners over the same Service: Start once the Service exists,
+// Serve, Reload on SIGHUP after the Service's, Shutdown with it.
+type Extension struct {
 	cfg  ExtensionConfig
 	srv  *Server
 	grpc *grpc.Server
 	ln   net.Listener
 }
 
+// NewExtension returns the rate limit service configured by cfg, to Start.
+func NewExtension(cfg ExtensionConfig) *Extension { return &Extension{cfg: cfg} }
+
 // Start loads the configuration, checks the listener's trust and binds it.
-func (e *extension) Start(svc *service.Service) (string, string, error) {
+func (e *Extension) Start(svc *service.Service) (string, string, error) {
 	if e.cfg.ConfigPath == "" {
 		return "", "", errors.New("-grpc-listen needs -rls-config (the rate limit service's configuration)")
 	}
@@ -88,7 +90,8 @@ func NewGRPCServer(s *Server) *grpc.Server {
 	return g
 }
 
-func (e *extension) Serve() error {
+// Serve serves until Shutdown; it returns nil after a Shutdown.
+func (e *Extension) Serve() error {
 	if err := e.grpc.Serve(e.ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("serve grpc: %w", err)
 	}
@@ -97,7 +100,7 @@ func (e *extension) Serve() error {
 
 // Reload reads the configuration again; an invalid one keeps the one in
 // force, logged and counted in rl_rls_config_reloads_total.
-func (e *extension) Reload() {
+func (e *Extension) Reload() {
 	cfg, err := LoadConfig(e.cfg.ConfigPath)
 	if err == nil {
 		err = e.srv.SetConfig(cfg)
@@ -113,7 +116,7 @@ func (e *extension) Reload() {
 
 // Shutdown stops gracefully (calls in flight finish), or at once when ctx
 // ends first.
-func (e *extension) Shutdown(ctx context.Context) {
+func (e *Extension) Shutdown(ctx context.Context) {
 	done := make(chan struct{})
 	go func() {
 		e.grpc.GracefulStop()

@@ -395,9 +395,6 @@ func (s *Service) failClosed(w http.ResponseWriter, err error) {
 	s.apiError(w, http.StatusServiceUnavailable, "store_unavailable", "rate limiter unavailable: "+redact.String(err.Error()))
 }
 
-// RedactURL returns u with any password masked, for logs and answers.
-func RedactURL(u string) string { return redact.String(u) }
-
 func ceilDiv(d, unit time.Duration) int64 {
 	if d <= 0 {
 		return 0
@@ -475,7 +472,7 @@ func (s *Service) apiRules(w http.ResponseWriter, r *http.Request) {
 		Upstream     string     `json:"upstream"`
 		InlineLimits bool       `json:"inline_limits"`
 		Rules        []RuleJSON `json:"rules"`
-	}{rs.cfg.Path, rs.loaded.UTC(), RedactURL(rs.cfg.Upstream), rs.cfg.InlineLimits, []RuleJSON{}}
+	}{rs.cfg.Path, rs.loaded.UTC(), redact.String(rs.cfg.Upstream), rs.cfg.InlineLimits, []RuleJSON{}}
 	for _, spec := range rs.cfg.Rules {
 		rj := RuleJSON{Name: spec.Name, Endpoint: spec.Endpoint, Host: spec.Host, Methods: spec.Methods, KeyBy: spec.KeyBy,
 			Cost: spec.Cost, CostHeader: spec.CostHeader, FailOpen: spec.FailOpen, Shape: spec.Shape}

@@ -21,8 +21,9 @@
 //	...
 //	err = svc.Reload("rules.yaml")                  // atomic swap; an invalid file keeps the old rules
 //
-// Run is the whole process (listeners, stores, decider, reload on a
-// channel, graceful shutdown) as the command uses it.
+// The process around it (flags, listeners, the decider and the stores it
+// builds, reload on SIGHUP, graceful shutdown) is the command's, in
+// cmd/rl-wasm-host.
 //
 // Units: the API and the configuration speak milliseconds and seconds
 // (durations rounded up, never early) and Go durations ("10s", "1d"); the

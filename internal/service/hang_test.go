@@ -1,7 +1,6 @@
 package service
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -116,10 +115,8 @@ rules:
 `))
 	require.NoError(t, err)
 	const timeout = 300 * time.Millisecond
-	h, err := openPostgres(context.Background(), PostgresConfig{URL: u.String(), Migrate: true, Timeout: timeout, QueueTimeout: timeout}, wasmPool(t), nil, quietLogger(), storeHooks{})
-	require.NoError(t, err)
-	t.Cleanup(h.close)
-	s, err := New(cfg, Options{Store: h.store, Ready: h.ready, Logger: quietLogger()})
+	st, ready := openPGStore(t, pgStoreConfig{URL: u.String(), Timeout: timeout, QueueTimeout: timeout})
+	s, err := New(cfg, Options{Store: st, Ready: ready, Logger: quietLogger()})
 	require.NoError(t, err)
 	e := &env{svc: s, srv: newServer(t, s)}
 	for i := range 10 {

@@ -180,28 +180,6 @@ func TestAPIWithoutTokens(t *testing.T) {
 	require.NotContains(t, string(r.body), `"reset"`, "the proxy listener never serves the API")
 }
 
-func TestCheckAPIListen(t *testing.T) {
-	for _, c := range []struct {
-		addr   string
-		tokens bool
-		ok     bool
-	}{
-		{"127.0.0.1:8081", false, true},
-		{"[::1]:8081", false, true},
-		{"localhost:8081", false, true},
-		{":8081", false, false},
-		{"0.0.0.0:8081", false, false},
-		{"10.0.0.5:8081", false, false},
-		{"main", false, false},
-		{"main", true, true},
-		{":8081", true, true},
-		{"nonsense", false, false},
-	} {
-		err := checkAPIListen(c.addr, c.tokens)
-		require.Equal(t, c.ok, err == nil, "%s tokens=%v: %v", c.addr, c.tokens, err)
-	}
-}
-
 func TestTokenConfigErrors(t *testing.T) {
 	for _, c := range []struct{ yaml, want string }{
 		{`api_tokens: [{name: a, role: admin, sha256: secret}]`, `api_tokens[0].sha256: want the 64 hex digits`},

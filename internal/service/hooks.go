@@ -1,7 +1,6 @@
 package service
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"sync/atomic"
@@ -15,26 +14,9 @@ import (
 // This file holds the hooks another front end uses to decide over the same
 // Service as the HTTP listeners: the Envoy rate limit service (package
 // internal/rls) takes the Service's store and clock, answers store
-// failures by the same rules, authenticates with its api_tokens, reports on
-// its /metrics, and is started, reloaded and stopped by Run.
-
-// Extension is a front end Run serves beside the HTTP listeners, over the
-// Service it built (RunConfig.Extensions).
-type Extension interface {
-	// Start loads what the extension needs and binds its listener, once
-	// the Service exists. It returns the listener's role and address for
-	// the logs and RunConfig.OnListen. An error (a *ConfigError for an
-	// invalid configuration file) stops Run before anything is served.
-	Start(svc *Service) (role, addr string, err error)
-	// Serve serves until Shutdown; it returns nil after a Shutdown.
-	Serve() error
-	// Reload reloads the extension's configuration (SIGHUP), after the
-	// Service's. An invalid file keeps the configuration in force; the
-	// extension logs and counts it.
-	Reload()
-	// Shutdown stops serving gracefully within ctx.
-	Shutdown(ctx context.Context)
-}
+// failures by the same rules, authenticates with its api_tokens and reports on
+// its /metrics; the command starts, reloads and stops it beside the
+// Service.
 
 // Store returns the store the Service decides over.
 func (s *Service) Store() store.Store { return s.store }

@@ -1,7 +1,6 @@
 package service
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -32,13 +31,11 @@ rules:
 `))
 	require.NoError(t, err)
 	const conns = 4
-	h, err := openPostgres(context.Background(), PostgresConfig{URL: dbURL, Migrate: true, MaxConns: conns, Decide: "sql",
+	st, _ := openPGStore(t, pgStoreConfig{URL: dbURL, MaxConns: conns, Decide: "sql",
 		// Generous, so that the test's own load on two cores (the attack
 		// runs in-process) is not what is measured.
-		Timeout: 2 * time.Second, QueueTimeout: 5 * time.Second}, nil, nil, quietLogger(), storeHooks{})
-	require.NoError(t, err)
-	t.Cleanup(h.close)
-	s, err := New(cfg, Options{Store: h.store, Logger: quietLogger(), MaxInFlightPerKey: conns / 2})
+		Timeout: 2 * time.Second, QueueTimeout: 5 * time.Second})
+	s, err := New(cfg, Options{Store: st, Logger: quietLogger(), MaxInFlightPerKey: conns / 2})
 	require.NoError(t, err)
 	srv := httptest.NewServer(s.ProxyHandler())
 	t.Cleanup(srv.Close)

@@ -17,7 +17,7 @@ func TestPostgresBatchedExactness(t *testing.T) {
 			p := newPGEnv(t, `
 rules:
   - {name: hot, strategy: sliding_log, limit: 100, window: 1h}
-`, PostgresConfig{Decide: mode, Batch: true, Timeout: 30 * time.Second})
+`, pgStoreConfig{Decide: mode, Batch: true, Timeout: 30 * time.Second})
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 			r := runLoad(client, 32, 0, 400, func(int) *http.Request {
 				r, _ := http.NewRequest("POST", p.srv.URL+APIPrefix+"check", strings.NewReader(`{"rule":"hot","key":"k"}`))

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,11 +16,90 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rlcore/rl/failover"
 	"github.com/rlcore/rl/internal/pgtest"
 	"github.com/rlcore/rl/internal/tcpproxy"
+	"github.com/rlcore/rl/memstore"
+	"github.com/rlcore/rl/pgstore"
+	"github.com/rlcore/rl/sql/migrations"
+	"github.com/rlcore/rl/store"
 )
+
+// pgStoreConfig is what the tests vary of the PostgreSQL store, built as
+// the command builds it for -store postgres.
+type pgStoreConfig struct {
+	URL string
+	// Decide is "sql" (default) or "go" (the embedded WebAssembly core).
+	Decide string
+	// Batch decides through pgstore.Batched.
+	Batch    bool
+	MaxConns int32
+	// Timeout and QueueTimeout default to 250ms and 1s.
+	Timeout, QueueTimeout time.Duration
+	// Failover puts a memstore behind a breaker (failover.Store), which
+	// reports to OnFailover as the command's service.FailoverEvent.
+	Failover          bool
+	FailoverThreshold int
+	FailoverCooldown  time.Duration
+	OnFailover        func(to string)
+}
+
+// openPGStore migrates c.URL and returns the store over it, closed when
+// the test ends, and its readiness check (nil with failover, which serves
+// while the database is down).
+func openPGStore(t testing.TB, c pgStoreConfig) (store.Store, func(context.Context) error) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, migrations.Up(ctx, c.URL))
+	pcfg, err := pgxpool.ParseConfig(c.URL)
+	require.NoError(t, err)
+	if c.MaxConns > 0 {
+		pcfg.MaxConns = c.MaxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	cfg := pgstore.Config{Mode: pgstore.ModeSQL, Durability: pgstore.DurabilityFast,
+		Timeout: cmp.Or(c.Timeout, 250*time.Millisecond), QueueTimeout: cmp.Or(c.QueueTimeout, time.Second)}
+	switch c.Decide {
+	case "go":
+		cfg.Mode, cfg.Decider = pgstore.ModeGo, wasmPool(t)
+	case "", "sql":
+	default:
+		t.Fatalf("Decide %q", c.Decide)
+	}
+	var pg interface {
+		store.Store
+		Close() error
+	}
+	if c.Batch {
+		pg, err = pgstore.NewBatched(pool, cfg, pgstore.BatchConfig{})
+	} else {
+		pg, err = pgstore.New(pool, cfg)
+	}
+	require.NoError(t, err)
+	t.Cleanup(func() { pg.Close() })
+	if !c.Failover {
+		return pg, pool.Ping
+	}
+	mem := memstore.New(nil)
+	t.Cleanup(func() { mem.Close() })
+	fo, err := failover.New(failover.Config{Primary: pg, Fallback: mem,
+		Threshold: c.FailoverThreshold, Cooldown: c.FailoverCooldown,
+		OnChange: func(from, to failover.State) {
+			switch {
+			case to == failover.Open && from == failover.Closed:
+				c.OnFailover("memory")
+			case to == failover.Closed:
+				c.OnFailover("primary")
+			}
+		}})
+	require.NoError(t, err)
+	return fo, nil
+}
 
 // pgEnv serves yaml's rules over PostgreSQL (a fresh database, migrated by
 // the service) reached through a TCP proxy the test can cut.
@@ -29,7 +109,7 @@ type pgEnv struct {
 	dbURL string // direct, not through the proxy
 }
 
-func newPGEnv(t *testing.T, yaml string, pc PostgresConfig) *pgEnv {
+func newPGEnv(t *testing.T, yaml string, pc pgStoreConfig) *pgEnv {
 	t.Helper()
 	dbURL := pgtest.NewDatabase(t)
 	u, err := url.Parse(dbURL)
@@ -39,20 +119,17 @@ func newPGEnv(t *testing.T, yaml string, pc PostgresConfig) *pgEnv {
 	t.Cleanup(func() { px.Close() })
 	u.Host = px.Addr()
 	pc.URL = u.String()
-	pc.Migrate = true
 
 	cfg, err := ParseConfig("pg.yaml", "yaml", []byte(yaml))
 	require.NoError(t, err)
 	var svc atomic.Pointer[Service]
-	hooks := storeHooks{failover: func(to string) {
+	pc.OnFailover = func(to string) {
 		if s := svc.Load(); s != nil {
 			s.FailoverEvent(to)
 		}
-	}}
-	h, err := openPostgres(context.Background(), pc, wasmPool(t), nil, quietLogger(), hooks)
-	require.NoError(t, err)
-	t.Cleanup(h.close)
-	s, err := New(cfg, Options{Store: h.store, Ready: h.ready, Logger: quietLogger()})
+	}
+	st, ready := openPGStore(t, pc)
+	s, err := New(cfg, Options{Store: st, Ready: ready, Logger: quietLogger()})
 	require.NoError(t, err)
 	svc.Store(s)
 	e := &env{svc: s, srv: httptest.NewServer(testHandler(s))}
@@ -75,7 +152,7 @@ func (p *pgEnv) sqlRemaining(t *testing.T, key, alg string, limit int64, window 
 func TestPostgresSharesRowsWithSQL(t *testing.T) {
 	for _, mode := range []string{"go", "sql"} {
 		t.Run("decide="+mode, func(t *testing.T) {
-			p := newPGEnv(t, `rules: [{name: r, strategy: fixed, limit: 5, window: 1h}]`, PostgresConfig{Decide: mode})
+			p := newPGEnv(t, `rules: [{name: r, strategy: fixed, limit: 5, window: 1h}]`, pgStoreConfig{Decide: mode})
 			for range 2 {
 				require.Equal(t, 200, p.post(t, "check", `{"rule":"r","key":"k"}`).code)
 			}
@@ -103,7 +180,7 @@ upstream: demo
 rules:
   - {name: hot, strategy: sliding_log, limit: 100, window: 1h}
   - {name: hotp, endpoint: /hot, key_by: global, limits: [{name: b, strategy: token, limit: 150, window: 1000d}, {name: d, strategy: fixed, limit: 100, window: 10000d}]}
-`, PostgresConfig{Timeout: 30 * time.Second}) // 32 clients queue on one row: this measures exactness, not latency
+`, pgStoreConfig{Timeout: 30 * time.Second}) // 32 clients queue on one row: this measures exactness, not latency
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	body := [][]byte{[]byte(`{"rule":"hot","key":"k"}`)}
 	for _, c := range []struct {
@@ -176,7 +253,7 @@ func TestPostgresOutage(t *testing.T) {
 rules:
   - {name: open, strategy: token, limit: 1000000, window: 1s, fail_open: true}
   - {name: closed, strategy: token, limit: 1000000, window: 1s}
-`, PostgresConfig{Timeout: 2 * time.Second})
+`, pgStoreConfig{Timeout: 2 * time.Second})
 	// Warm up: connections, prepared statements, WASM instances.
 	for i := range 20 {
 		require.Equal(t, 200, p.post(t, "check", fmt.Sprintf(`{"rule":"closed","key":"warm%d"}`, i)).code)
@@ -270,7 +347,7 @@ func sum(m map[string]int) int {
 // state resumes where it was, when it recovers.
 func TestPostgresFailover(t *testing.T) {
 	p := newPGEnv(t, `rules: [{name: r, strategy: fixed, limit: 10, window: 10000d}]`,
-		PostgresConfig{Timeout: 2 * time.Second, Failover: true, FailoverThreshold: 2, FailoverCooldown: 300 * time.Millisecond})
+		pgStoreConfig{Timeout: 2 * time.Second, Failover: true, FailoverThreshold: 2, FailoverCooldown: 300 * time.Millisecond})
 	for range 4 {
 		require.Equal(t, 200, p.post(t, "check", `{"rule":"r","key":"k"}`).code)
 	}

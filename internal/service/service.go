@@ -14,6 +14,7 @@ import (
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/redact"
 	"github.com/rlcore/rl/store"
 )
 
@@ -179,7 +180,7 @@ func (s *Service) Reload(path string) error {
 	}
 	s.metrics.reloads.WithLabelValues("success").Inc()
 	s.metrics.configOK.Set(1)
-	s.log.Info("config reloaded", "file", path, "rules", len(cfg.Rules), "upstream", RedactURL(cfg.Upstream))
+	s.log.Info("config reloaded", "file", path, "rules", len(cfg.Rules), "upstream", redact.String(cfg.Upstream))
 	return nil
 }
 

@@ -1,4 +1,4 @@
-package service
+package main
 
 import (
 	"cmp"
@@ -15,13 +15,15 @@ import (
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/redact"
+	"github.com/rlcore/rl/internal/service"
 	"github.com/rlcore/rl/memstore"
 	"github.com/rlcore/rl/store"
 	"github.com/rlcore/rl/wasm"
 )
 
-// RunConfig is the process configuration of the rl-wasm-host command: what
-// its flags set. Zero fields take the documented defaults.
+// RunConfig is the process configuration: what the flags set. Zero fields
+// take the documented defaults.
 type RunConfig struct {
 	// ConfigPath is the rules file (YAML or JSON); required.
 	ConfigPath string
@@ -35,7 +37,7 @@ type RunConfig struct {
 	// which proxy clients reach, so it needs api_tokens too; without them
 	// Run refuses to start.
 	APIListen string
-	// MaxInFlight and MaxInFlightPerKey: see Options. MaxInFlightPerKey
+	// MaxInFlight and MaxInFlightPerKey: see service.Options. MaxInFlightPerKey
 	// defaults to half the PostgreSQL pool with Store "postgres"
 	// (negative: no bound) and to no bound in memory.
 	MaxInFlight, MaxInFlightPerKey int
@@ -63,7 +65,7 @@ type RunConfig struct {
 	// DrainDelay is how long /readyz answers 503 before the listeners
 	// close on shutdown, for load balancers to notice. Default 0.
 	DrainDelay time.Duration
-	// MaxBodyBytes and ProxyMaxBodyBytes: see Options.
+	// MaxBodyBytes and ProxyMaxBodyBytes: see service.Options.
 	MaxBodyBytes, ProxyMaxBodyBytes int64
 	// Logger; default slog.Default().
 	Logger *slog.Logger
@@ -78,7 +80,7 @@ type RunConfig struct {
 
 // Run runs the service until ctx is done, then shuts it down gracefully.
 // Each value on reload reloads the configuration file (the command sends
-// SIGHUP there). It returns a *ConfigError when the file is invalid at
+// SIGHUP there). It returns a *service.ConfigError when the file is invalid at
 // start, and any other error that prevents serving.
 func Run(ctx context.Context, rc RunConfig, reload <-chan os.Signal) error {
 	log := rc.Logger
@@ -88,7 +90,7 @@ func Run(ctx context.Context, rc RunConfig, reload <-chan os.Signal) error {
 	if rc.ConfigPath == "" {
 		return errors.New("no configuration file (-config)")
 	}
-	cfg, err := LoadConfig(rc.ConfigPath)
+	cfg, err := service.LoadConfig(rc.ConfigPath)
 	if err != nil {
 		return err
 	}
@@ -130,7 +132,7 @@ func Run(ctx context.Context, rc RunConfig, reload <-chan os.Signal) error {
 	// The failover store reports to the service, which exists only later.
 	var svcRef struct {
 		sync.Mutex
-		s *Service
+		s *service.Service
 	}
 	hooks := storeHooks{failover: func(to string) {
 		svcRef.Lock()
@@ -170,7 +172,7 @@ func Run(ctx context.Context, rc RunConfig, reload <-chan os.Signal) error {
 		return fmt.Errorf("-store %q: want memory or postgres", rc.Store)
 	}
 
-	svc, err := New(cfg, Options{Store: st, Logger: log, MaxBodyBytes: rc.MaxBodyBytes,
+	svc, err := service.New(cfg, service.Options{Store: st, Logger: log, MaxBodyBytes: rc.MaxBodyBytes,
 		ProxyMaxBodyBytes: rc.ProxyMaxBodyBytes, Ready: ready, MaxInFlight: rc.MaxInFlight, MaxInFlightPerKey: max(perKey, 0)})
 	if err != nil {
 		return err
@@ -178,8 +180,8 @@ func Run(ctx context.Context, rc RunConfig, reload <-chan os.Signal) error {
 	svcRef.Lock()
 	svcRef.s = svc
 	svcRef.Unlock()
-	log.Info("config loaded", "file", rc.ConfigPath, "rules", len(cfg.Rules), "upstream", RedactURL(cfg.Upstream), "api_tokens", len(cfg.APITokens))
-	if ut, wt := cmp.Or(cfg.UpstreamTimeout, DefaultUpstreamTimeout), orDefault(rc.WriteTimeout, 60*time.Second); cfg.Upstream != "" && ut >= wt {
+	log.Info("config loaded", "file", rc.ConfigPath, "rules", len(cfg.Rules), "upstream", redact.String(cfg.Upstream), "api_tokens", len(cfg.APITokens))
+	if ut, wt := cmp.Or(cfg.UpstreamTimeout, service.DefaultUpstreamTimeout), orDefault(rc.WriteTimeout, 60*time.Second); cfg.Upstream != "" && ut >= wt {
 		log.Warn("upstream_timeout is not below -write-timeout: a slow upstream's answer is cut off as an empty reply before the proxy can answer 504",
 			"upstream_timeout", ut, "write_timeout", wt)
 	}
@@ -206,7 +208,7 @@ func Run(ctx context.Context, rc RunConfig, reload <-chan os.Signal) error {
 			WriteTimeout:      orDefault(rc.WriteTimeout, 60*time.Second),
 			IdleTimeout:       orDefault(rc.IdleTimeout, 120*time.Second),
 			MaxHeaderBytes:    64 << 10,
-			ErrorLog:          slogErrorLog(log),
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		}
 		servers = append(servers, server{role, srv, ln})
 		return nil
@@ -297,6 +299,26 @@ loop:
 	wg.Wait()
 	log.Info("stopped")
 	return runErr
+}
+
+// Extension is a front end Run serves beside the HTTP listeners, over the
+// Service it built (RunConfig.Extensions): the Envoy rate limit service,
+// *rls.Extension.
+type Extension interface {
+	// Start loads what the extension needs and binds its listener, once
+	// the Service exists. It returns the listener's role and address for
+	// the logs and RunConfig.OnListen. An error (a *service.ConfigError
+	// for an invalid configuration file) stops Run before anything is
+	// served.
+	Start(svc *service.Service) (role, addr string, err error)
+	// Serve serves until Shutdown; it returns nil after a Shutdown.
+	Serve() error
+	// Reload reloads the extension's configuration (SIGHUP), after the
+	// Service's. An invalid file keeps the configuration in force; the
+	// extension logs and counts it.
+	Reload()
+	// Shutdown stops serving gracefully within ctx.
+	Shutdown(ctx context.Context)
 }
 
 // DefaultAPIListen is the default address of the decision API's listener:

@@ -1,8 +1,9 @@
-package rls
+package main
 
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,11 +18,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/rlcore/rl/internal/service"
+	"github.com/rlcore/rl/internal/rls"
 )
 
-// The extension as rl-wasm-host runs it: started by service.Run beside the
-// HTTP listeners, reloaded with them, its metrics on their /metrics.
+// The Envoy rate limit service as Run serves it: started beside the HTTP
+// listeners, reloaded with them, its metrics on their /metrics.
 func TestRunExtension(t *testing.T) {
 	dir := t.TempDir()
 	mainPath := filepath.Join(dir, "main.yaml")
@@ -37,14 +38,14 @@ func TestRunExtension(t *testing.T) {
 	reload := make(chan os.Signal, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- service.Run(ctx, service.RunConfig{ConfigPath: mainPath, Listen: "127.0.0.1:0", APIListen: "127.0.0.1:0",
-			Decider: "native", Logger: quietLogger(),
+		done <- Run(ctx, RunConfig{ConfigPath: mainPath, Listen: "127.0.0.1:0", APIListen: "127.0.0.1:0",
+			Decider: "native", Logger: slog.New(slog.DiscardHandler),
 			OnListen: func(role, addr string) {
 				mu.Lock()
 				addrs[role] = addr
 				mu.Unlock()
 			},
-			Extensions: []service.Extension{NewExtension(ExtensionConfig{Listen: "127.0.0.1:0", ConfigPath: rlsPath})},
+			Extensions: []Extension{rls.NewExtension(rls.ExtensionConfig{Listen: "127.0.0.1:0", ConfigPath: rlsPath})},
 		}, reload)
 	}()
 	defer func() {
@@ -62,7 +63,7 @@ func TestRunExtension(t *testing.T) {
 	c := rlsv3.NewRateLimitServiceClient(conn)
 	limitOf := func() uint32 {
 		r, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d",
-			Descriptors: []*commonv3.RateLimitDescriptor{d("k", "v")}})
+			Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}})
 		require.NoError(t, err)
 		return r.Statuses[0].CurrentLimit.RequestsPerUnit
 	}
@@ -79,15 +80,37 @@ func TestRunExtension(t *testing.T) {
 		require.NoError(t, err)
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		return contains(b, `rl_rls_config_reloads_total{result="failure"} 1`)
+		return strings.Contains(string(b), `rl_rls_config_reloads_total{result="failure"} 1`)
 	}, 5*time.Second, 10*time.Millisecond)
 	require.Equal(t, uint32(7), limitOf(), "an invalid file keeps the configuration in force")
 	resp, err := http.Get("http://" + addrs["api"] + "/metrics")
 	require.NoError(t, err)
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	require.True(t, contains(b, `rl_rls_descriptor_decisions_total{descriptor="k",domain="d",outcome="allowed"}`), "%s", b)
-	require.True(t, contains(b, `rl_rls_requests_total{code="ok",domain="d"}`))
+	require.True(t, strings.Contains(string(b), `rl_rls_descriptor_decisions_total{descriptor="k",domain="d",outcome="allowed"}`), "%s", b)
+	require.True(t, strings.Contains(string(b), `rl_rls_requests_total{code="ok",domain="d"}`))
 }
 
-func contains(b []byte, s string) bool { return strings.Contains(string(b), s) }
+// TestCheckAPIListen: an API that untrusted clients could reach needs
+// api_tokens.
+func TestCheckAPIListen(t *testing.T) {
+	for _, c := range []struct {
+		addr   string
+		tokens bool
+		ok     bool
+	}{
+		{"127.0.0.1:8081", false, true},
+		{"[::1]:8081", false, true},
+		{"localhost:8081", false, true},
+		{":8081", false, false},
+		{"0.0.0.0:8081", false, false},
+		{"10.0.0.5:8081", false, false},
+		{"main", false, false},
+		{"main", true, true},
+		{":8081", true, true},
+		{"nonsense", false, false},
+	} {
+		err := checkAPIListen(c.addr, c.tokens)
+		require.Equal(t, c.ok, err == nil, "%s tokens=%v: %v", c.addr, c.tokens, err)
+	}
+}

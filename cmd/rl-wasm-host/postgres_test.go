@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/pgtest"
+	"github.com/rlcore/rl/internal/tcpproxy"
+	"github.com/rlcore/rl/store"
+)
+
+// openPostgres refuses a configuration it cannot serve before it serves,
+// and its failover store reports each switch to the hooks (the Service's
+// rl_failover metrics).
+func TestOpenPostgres(t *testing.T) {
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	for _, c := range []struct {
+		name string
+		pc   PostgresConfig
+		want string
+	}{
+		{"no URL", PostgresConfig{}, "no database URL"},
+		{"bad URL", PostgresConfig{URL: "postgres://u:secret@[bad"}, "cannot parse it"},
+		{"bad decide", PostgresConfig{URL: pgtest.NewDatabase(t), Migrate: true, Decide: "lua"}, `-pg-decide "lua": want go or sql`},
+		{"not migrated", PostgresConfig{URL: pgtest.NewDatabase(t)}, "is not migrated"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := openPostgres(ctx, c.pc, core.Native{}, nil, log, storeHooks{})
+			require.ErrorContains(t, err, c.want)
+			require.NotContains(t, err.Error(), "secret")
+		})
+	}
+
+	dbURL := pgtest.NewDatabase(t)
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	px, err := tcpproxy.New(u.Host)
+	require.NoError(t, err)
+	t.Cleanup(func() { px.Close() })
+	u.Host = px.Addr()
+	var mu sync.Mutex
+	var events []string
+	h, err := openPostgres(ctx, PostgresConfig{URL: u.String(), Migrate: true, Decide: "go", Timeout: 2 * time.Second,
+		Failover: true, FailoverThreshold: 1, FailoverCooldown: 100 * time.Millisecond}, core.Native{}, nil, log,
+		storeHooks{failover: func(to string) {
+			mu.Lock()
+			events = append(events, to)
+			mu.Unlock()
+		}})
+	require.NoError(t, err)
+	t.Cleanup(h.close)
+	require.Nil(t, h.ready, "with failover, readiness does not depend on the database")
+	req := store.Request{Prefix: "t", Key: "k", Names: []string{"n"},
+		Limits: []core.Limit{{Algorithm: core.FixedWindow, Limit: 10, Window: int64(time.Hour / time.Microsecond)}},
+		Now: time.Now().UnixMicro(), Cost: 1}
+	decide := func() {
+		_, _, err := h.store.Decide(ctx, req, nil)
+		require.NoError(t, err)
+	}
+	decide()
+	px.Cut()
+	decide() // fails over to memory
+	mu.Lock()
+	require.Equal(t, []string{"memory"}, events)
+	mu.Unlock()
+	px.Restore()
+	require.Eventually(t, func() bool {
+		h.store.Decide(ctx, req, nil) // calls drive the half-open probe
+		mu.Lock()
+		defer mu.Unlock()
+		return len(events) == 2 && events[1] == "primary"
+	}, 15*time.Second, 50*time.Millisecond)
+}
