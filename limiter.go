@@ -18,8 +18,9 @@ import (
 // DefaultMaxKeyLength is the longest key accepted by default, in bytes.
 const DefaultMaxKeyLength = 256
 
-// Clock returns the current time in microseconds since the Unix epoch.
-type Clock func() int64
+// Clock returns the current time in microseconds since the Unix epoch: the
+// stores' clock type, so one value serves a Limiter and its store.
+type Clock = store.Clock
 
 // SystemClock reads time.Now: microsecond precision, at the cost of a
 // time.Now call (BENCHMARKS.md has the figures).

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/clock"
 	"github.com/rlcore/rl/store"
 )
 
@@ -56,8 +57,9 @@ type Config struct {
 	// OnFallback, if set, hears every call answered by the fallback and the
 	// error that sent it there (nil while the circuit is open).
 	OnFallback func(err error)
-	// Now is the clock for the cooldown; default time.Now.
-	Now func() time.Time
+	// Clock times the cooldown. Default: the monotonic system clock (a
+	// wall-clock step does not shorten or stretch a cooldown).
+	Clock store.Clock
 }
 
 // Store is the failover store.Store.
@@ -66,7 +68,7 @@ type Store struct {
 	mu       sync.Mutex
 	state    State
 	failures int
-	openedAt time.Time
+	openedAt int64 // µs, by Clock
 	probing  bool
 }
 
@@ -83,8 +85,8 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Cooldown <= 0 {
 		cfg.Cooldown = 5 * time.Second
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Monotonic
 	}
 	return &Store{cfg: cfg}, nil
 }
@@ -105,7 +107,7 @@ func (s *Store) route() (primary, probe bool) {
 	case Closed:
 		return true, false
 	case Open:
-		if s.cfg.Now().Sub(s.openedAt) >= s.cfg.Cooldown && !s.probing {
+		if s.cfg.Clock()-s.openedAt >= s.cfg.Cooldown.Microseconds() && !s.probing {
 			s.set(HalfOpen)
 			s.probing = true
 			return true, true
@@ -138,7 +140,7 @@ func (s *Store) done(probe bool, err error) {
 	case probe || s.state == Closed:
 		s.failures++
 		if probe || s.failures >= s.cfg.Threshold {
-			s.openedAt = s.cfg.Now()
+			s.openedAt = s.cfg.Clock()
 			s.set(Open)
 		}
 	}

@@ -51,12 +51,12 @@ func TestConformance(t *testing.T) {
 func TestBreaker(t *testing.T) {
 	primary := &flaky{Store: memstore.New(nil)}
 	fallback := memstore.New(nil)
-	now := time.Unix(0, 0)
+	now := int64(0) // µs
 	var changes []string
 	var fallbacks atomic.Int64
 	s, err := failover.New(failover.Config{
 		Primary: primary, Fallback: fallback, Threshold: 2, Cooldown: time.Second,
-		Now:        func() time.Time { return now },
+		Clock:      func() int64 { return now },
 		OnChange:   func(from, to failover.State) { changes = append(changes, from.String()+">"+to.String()) },
 		OnFallback: func(error) { fallbacks.Add(1) },
 	})
@@ -78,13 +78,13 @@ func TestBreaker(t *testing.T) {
 	require.False(t, decide().Allowed, "the fallback enforces the limit on its own")
 	require.Equal(t, calls, primary.calls.Load())
 	// After the cooldown a probe fails: open again.
-	now = now.Add(time.Second)
+	now += time.Second.Microseconds()
 	decide()
 	require.Equal(t, failover.Open, s.State())
 	// Primary recovers: the next probe closes the circuit, and the primary's
 	// state resumes where it was (1 taken before the outage).
 	primary.down.Store(false)
-	now = now.Add(time.Second)
+	now += time.Second.Microseconds()
 	d := decide()
 	require.True(t, d.Allowed)
 	require.Equal(t, int64(1), d.Remaining)

@@ -55,6 +55,7 @@ import (
 	"unsafe"
 
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/clock"
 	"github.com/rlcore/rl/store"
 )
 
@@ -75,7 +76,7 @@ type Config struct {
 	SweepInterval time.Duration
 	// Clock returns the time in µs since the Unix epoch the sweeper compares
 	// expiries with; use the limiter's clock. Default: the system clock.
-	Clock func() int64
+	Clock store.Clock
 	// Decider is the decision function applied inside each key's lock.
 	// Default: core.Native{} (a *wasm.Pool decides with the WebAssembly
 	// build of the same core).
@@ -103,7 +104,7 @@ type Store struct {
 	perCap  int   // keys per shard, 0 = unlimited
 	budget  int64 // bytes, < 0 = unlimited
 	used    atomic.Int64
-	clock   func() int64
+	clock   store.Clock
 	stop    chan struct{}
 	stopped sync.WaitGroup
 	closed  atomic.Bool
@@ -205,7 +206,7 @@ func New(cfg *Config) *Store {
 	}
 	_, s.native = s.decider.(core.Native)
 	if s.clock == nil {
-		s.clock = func() int64 { return time.Now().UnixMicro() }
+		s.clock = clock.System
 	}
 	if c.MaxKeys > 0 {
 		s.perCap = (c.MaxKeys + size - 1) / size

@@ -48,6 +48,12 @@ type Request struct {
 	Cost int64
 }
 
+// Clock returns the current time in µs since the Unix epoch, the unit of
+// Request.Now. It is the one clock type of the module: rl.Config.Clock
+// (rl.Clock is this type), memstore.Config.Clock (its sweeper) and
+// failover.Config.Clock (its cooldown) take one, and a test passes a fake.
+type Clock func() int64
+
 // Store keeps rate-limit state. Implementations are safe for concurrent use.
 //
 // Decide atomically reads the states of req's limits on req's key, applies

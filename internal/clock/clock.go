@@ -11,6 +11,16 @@ import (
 // System returns the wall clock in µs since the Unix epoch (time.Now).
 func System() int64 { return time.Now().UnixMicro() }
 
+var monoBase = sync.OnceValue(func() time.Time { return time.Now() })
+
+// Monotonic returns µs since the Unix epoch as the wall clock read at the
+// first call plus the monotonic time elapsed since: wall-clock steps (NTP,
+// an operator) do not move it, so it suits measuring intervals.
+func Monotonic() int64 {
+	b := monoBase()
+	return b.UnixMicro() + time.Since(b).Microseconds()
+}
+
 // Coarse is a clock that a background goroutine advances every Resolution,
 // so a reading is one atomic load. Its time is the wall clock at the first
 // reading plus the monotonic time elapsed since, so wall-clock steps (NTP,

@@ -59,3 +59,19 @@ func BenchmarkSystem(b *testing.B) {
 		System()
 	}
 }
+
+// TestMonotonic: the monotonic clock starts at the wall clock and never
+// goes back.
+func TestMonotonic(t *testing.T) {
+	prev := Monotonic()
+	if d := System() - prev; d < -2000 || d > 50_000 {
+		t.Fatalf("first reading %d µs off the system clock", d)
+	}
+	for range 100_000 {
+		now := Monotonic()
+		if now < prev {
+			t.Fatalf("went back: %d after %d", now, prev)
+		}
+		prev = now
+	}
+}
