@@ -91,9 +91,9 @@ const DefaultMaxBytes int64 = 256 << 20
 
 // ErrBudget is returned when a new key, or new limits on a key, do not fit
 // the byte budget. It matches store.ErrFull (and so store.ErrUnavailable).
-var ErrBudget = fmt.Errorf("%w: memstore byte budget reached", store.ErrFull)
+var ErrBudget = fmt.Errorf("memstore: byte budget reached: %w", store.ErrFull)
 
-var errKeyCap = fmt.Errorf("%w: memstore key cap (MaxKeys) reached", store.ErrFull)
+var errKeyCap = fmt.Errorf("memstore: key cap (MaxKeys) reached: %w", store.ErrFull)
 
 // Store is an in-memory store.Store. Create it with New; Close stops its
 // sweeper.

@@ -87,7 +87,7 @@ func (s *Sharded) Expire(ctx context.Context) (int64, error) {
 		n, err := e.Expire(ctx)
 		total += n
 		if err != nil {
-			errs = append(errs, fmt.Errorf("shard store %d: %w", i, err))
+			errs = append(errs, fmt.Errorf("pgstore: shard %d: %w", i, err))
 		}
 	}
 	return total, errors.Join(errs...)

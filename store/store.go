@@ -76,14 +76,14 @@ type Store interface {
 // ErrUnavailable marks a store failure that is not the request's fault: the
 // backend is down, unreachable or too slow. Stores wrap their errors so that
 // errors.Is(err, ErrUnavailable) holds for them.
-var ErrUnavailable = errors.New("rate-limit store unavailable")
+var ErrUnavailable = errors.New("store: unavailable")
 
 // ErrBusy marks a store that is working but saturated: a decision waited
 // for a resource (a pooled database connection) longer than the store's
 // queue bound. It is load, not an outage, so it deliberately does NOT match
 // ErrUnavailable: fail-open policies and failover stores must not answer it
 // with admissions. Callers should answer "overloaded, retry later".
-var ErrBusy = errors.New("rate-limit store busy")
+var ErrBusy = errors.New("store: busy")
 
 // ErrFull is returned by a store with a cap on keys or bytes when a new key
 // does not fit (a store may return an error wrapping it that says which
@@ -92,5 +92,5 @@ var ErrFull = &fullError{}
 
 type fullError struct{}
 
-func (*fullError) Error() string        { return "rate-limit store full" }
+func (*fullError) Error() string        { return "store: full" }
 func (*fullError) Is(target error) bool { return target == ErrUnavailable }

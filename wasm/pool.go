@@ -110,7 +110,7 @@ func New(ctx context.Context, cfg Config) (*Pool, error) {
 	if cfg.CacheDir != "" {
 		c, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
 		if err != nil {
-			return nil, fmt.Errorf("rl/wasm: compilation cache: %w", err)
+			return nil, fmt.Errorf("wasm: compilation cache: %w", err)
 		}
 		cache, p.cache = c, c
 	}
@@ -123,7 +123,7 @@ func New(ctx context.Context, cfg Config) (*Pool, error) {
 		return nil, err
 	}
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, p.rt); err != nil {
-		return fail(fmt.Errorf("rl/wasm: WASI: %w", err))
+		return fail(fmt.Errorf("wasm: WASI: %w", err))
 	}
 	bin := cfg.Module
 	if bin == nil {
@@ -131,7 +131,7 @@ func New(ctx context.Context, cfg Config) (*Pool, error) {
 	}
 	compiled, err := p.rt.CompileModule(ctx, bin)
 	if err != nil {
-		return fail(fmt.Errorf("rl/wasm: compile: %w", err))
+		return fail(fmt.Errorf("wasm: compile: %w", err))
 	}
 	p.compiled = compiled
 	// A reactor (Go's -buildmode=c-shared): _initialize, not _start.
@@ -152,7 +152,7 @@ func (p *Pool) start(ctx context.Context, check bool) (*instance, error) {
 	in := &instance{stderr: &headWriter{}, stack: make([]uint64, 3)}
 	mod, err := p.rt.InstantiateModule(ctx, p.compiled, p.modCfg.WithStderr(in.stderr))
 	if err != nil {
-		return nil, fmt.Errorf("rl/wasm: instantiate: %w%s", err, in.stderr.suffix())
+		return nil, fmt.Errorf("wasm: instantiate: %w%s", err, in.stderr.suffix())
 	}
 	in.mod = mod
 	fail := func(err error) (*instance, error) {
@@ -166,7 +166,7 @@ func (p *Pool) start(ctx context.Context, check bool) (*instance, error) {
 		}
 		v, err := f.Call(ctx)
 		if err != nil {
-			return fail(fmt.Errorf("rl/wasm: abi_version: %w", err))
+			return fail(fmt.Errorf("wasm: abi_version: %w", err))
 		}
 		if got := int32(v[0]); got != ABIVersion {
 			return fail(fmt.Errorf("%w: module speaks %d, host %d", ErrABIVersion, got, ABIVersion))
@@ -181,7 +181,7 @@ func (p *Pool) start(ctx context.Context, check bool) (*instance, error) {
 			}
 			v, err := f.Call(ctx)
 			if err != nil {
-				return fail(fmt.Errorf("rl/wasm: %s: %w", c.name, err))
+				return fail(fmt.Errorf("wasm: %s: %w", c.name, err))
 			}
 			if got := uint64(uint32(v[0])); got != c.want {
 				return fail(fmt.Errorf("%w: %s is %d, want %d", ErrABIVersion, c.name, got, c.want))
@@ -202,7 +202,7 @@ func (p *Pool) start(ctx context.Context, check bool) (*instance, error) {
 	}
 	v, err := f.Call(ctx)
 	if err != nil {
-		return fail(fmt.Errorf("rl/wasm: rl_buffer: %w", err))
+		return fail(fmt.Errorf("wasm: rl_buffer: %w", err))
 	}
 	in.buf = uint32(v[0])
 	if in.mem = mod.ExportedMemory("memory"); in.mem == nil {
@@ -406,4 +406,4 @@ func (w *headWriter) suffix() string {
 
 var _ core.Decider = (*Pool)(nil)
 
-var errBadOutput = errors.New("rl/wasm: module broke the ABI")
+var errBadOutput = errors.New("wasm: module broke the ABI")

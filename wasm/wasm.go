@@ -73,17 +73,17 @@ const (
 // the native core's.
 var (
 	// ErrClosed is returned by every call on a Pool after Close.
-	ErrClosed = errors.New("rl/wasm: pool closed")
+	ErrClosed = errors.New("wasm: pool closed")
 	// ErrABIVersion is returned by New when the module is not one this
 	// package can host: its abi_version differs from ABIVersion, it lacks
 	// an export, or its buffer does not have the documented layout.
-	ErrABIVersion = errors.New("rl/wasm: module ABI version mismatch")
+	ErrABIVersion = errors.New("wasm: module ABI version mismatch")
 	// ErrTrap is matched (errors.Is) by the error of a call during which
 	// the module trapped. The instance is discarded, never reused; the pool
 	// keeps serving with fresh instances. It never happens with the
 	// embedded module unless the host itself is broken.
-	ErrTrap = errors.New("rl/wasm: module trapped")
+	ErrTrap = errors.New("wasm: module trapped")
 	// ErrTooManyLimits is returned by TakeAll and PeekAll for more than
 	// MaxLimits limits.
-	ErrTooManyLimits = errors.New("rl/wasm: more limits than the module's buffer holds")
+	ErrTooManyLimits = errors.New("wasm: more limits than the module's buffer holds")
 )

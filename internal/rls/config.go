@@ -105,13 +105,13 @@ var unitSeconds = map[rlsv3.RateLimitResponse_RateLimit_Unit]int64{
 func LoadConfig(path string) (*Config, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return nil, fmt.Errorf("rls config: %w", err)
+		return nil, fmt.Errorf("rls: config: %w", err)
 	}
 	files := []string{path}
 	if fi.IsDir() {
 		ents, err := os.ReadDir(path)
 		if err != nil {
-			return nil, fmt.Errorf("rls config: %w", err)
+			return nil, fmt.Errorf("rls: config: %w", err)
 		}
 		files = files[:0]
 		for _, e := range ents {
@@ -129,7 +129,7 @@ func LoadConfig(path string) (*Config, error) {
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
-			return nil, fmt.Errorf("rls config: %w", err)
+			return nil, fmt.Errorf("rls: config: %w", err)
 		}
 		d, err := ParseDomain(f, data)
 		if err != nil {

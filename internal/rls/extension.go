@@ -63,7 +63,7 @@ func (e *Extension) Start(svc *service.Service) (string, string, error) {
 		return "", "", err
 	}
 	if e.ln, err = net.Listen("tcp", e.cfg.Listen); err != nil {
-		return "", "", fmt.Errorf("listen %s: %w", e.cfg.Listen, err)
+		return "", "", fmt.Errorf("rls: listen %s: %w", e.cfg.Listen, err)
 	}
 	e.grpc = NewGRPCServer(e.srv)
 	svc.Logger().Info("rate limit service config loaded", "path", e.cfg.ConfigPath, "domains", len(cfg.Domains))
@@ -93,7 +93,7 @@ func NewGRPCServer(s *Server) *grpc.Server {
 // Serve serves until Shutdown; it returns nil after a Shutdown.
 func (e *Extension) Serve() error {
 	if err := e.grpc.Serve(e.ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-		return fmt.Errorf("serve grpc: %w", err)
+		return fmt.Errorf("rls: serve grpc: %w", err)
 	}
 	return nil
 }

@@ -74,7 +74,7 @@ func (e *DirtyError) Error() string {
 	if before == 0 {
 		before = -1 // no version: "force 0" would record a version 0 that does not exist
 	}
-	return fmt.Sprintf("database is dirty at version %d: the migration to version %d failed and was rolled back. "+
+	return fmt.Sprintf("migrations: database is dirty at version %d: the migration to version %d failed and was rolled back. "+
 		"Fix the cause (see the error of that run), then record the version the schema is really at: "+
 		"\"rl-migrate force %d\" after a failed up, \"rl-migrate force %d\" after a failed down; then migrate again",
 		e.Version, e.Version, before, e.Version+1)
@@ -87,7 +87,7 @@ type TriggerError struct {
 }
 
 func (e *TriggerError) Error() string {
-	return fmt.Sprintf("refusing to migrate below version 4 (it drops rl.enforce_limit): %d trigger(s) still use it: %s; "+
+	return fmt.Sprintf("migrations: refusing to migrate below version 4 (it drops rl.enforce_limit): %d trigger(s) still use it: %s; "+
 		"drop them first (DROP TRIGGER name ON table); nothing was changed", len(e.Triggers), strings.Join(e.Triggers, ", "))
 }
 
@@ -97,7 +97,7 @@ func (e *TriggerError) Error() string {
 type UnrecordedError struct{}
 
 func (e *UnrecordedError) Error() string {
-	return "the schema rl already exists but no migration is recorded in " + Table + " (applied by hand, or with another tool?): " +
+	return "migrations: the schema rl already exists but no migration is recorded in " + Table + " (applied by hand, or with another tool?): " +
 		"record the last migration it holds with \"rl-migrate force N\" (N: the number of the last file applied, see sql/README.md), " +
 		"then run \"rl-migrate up\"; nothing was changed"
 }
@@ -130,7 +130,7 @@ func (m *Migrator) checkDown(ctx context.Context, target int) error {
 	}
 	conn, err := pgx.Connect(ctx, m.url)
 	if err != nil {
-		return errors.New(scrub(err.Error(), m.secret))
+		return errors.New("migrations: " + scrub(err.Error(), m.secret))
 	}
 	defer conn.Close(ctx)
 	rows, err := conn.Query(ctx, `SELECT format('%s.%s: %s', n.nspname, c.relname, t.tgname)
@@ -142,11 +142,11 @@ func (m *Migrator) checkDown(ctx context.Context, target int) error {
 		 WHERE pn.nspname = 'rl' AND p.proname = 'enforce_limit' AND NOT t.tgisinternal
 		 ORDER BY 1`)
 	if err != nil {
-		return errors.New(scrub(err.Error(), m.secret))
+		return errors.New("migrations: " + scrub(err.Error(), m.secret))
 	}
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return errors.New(scrub(err.Error(), m.secret))
+		return errors.New("migrations: " + scrub(err.Error(), m.secret))
 	}
 	if len(names) > 0 {
 		return &TriggerError{Triggers: names}
@@ -162,7 +162,7 @@ func (m *Migrator) checkDown(ctx context.Context, target int) error {
 func (m *Migrator) checkUp(ctx context.Context) error {
 	conn, err := pgx.Connect(ctx, m.url)
 	if err != nil {
-		return errors.New(scrub(err.Error(), m.secret))
+		return errors.New("migrations: " + scrub(err.Error(), m.secret))
 	}
 	defer conn.Close(ctx)
 	q := "SELECT to_regclass('rl.state') IS NOT NULL AND NOT EXISTS (SELECT 1 FROM " + pgx.Identifier{Table}.Sanitize() + ")"
@@ -173,7 +173,7 @@ func (m *Migrator) checkUp(ctx context.Context) error {
 			if errors.As(err, &pe) && pe.Code == "42P01" { // no record table: nothing migrated by us
 				return nil
 			}
-			return errors.New(scrub(err.Error(), m.secret))
+			return errors.New("migrations: " + scrub(err.Error(), m.secret))
 		}
 		if !unrecorded {
 			return nil
@@ -195,7 +195,7 @@ type URLError struct {
 	Reason string
 }
 
-func (e *URLError) Error() string { return "bad database URL: " + e.Reason }
+func (e *URLError) Error() string { return "migrations: bad database URL: " + e.Reason }
 
 // Up applies every pending migration to the database at databaseURL
 // (postgres://, postgresql:// or pgx5://). A database already up to date is
@@ -251,7 +251,7 @@ func Open(ctx context.Context, databaseURL string) (*Migrator, error) {
 	select {
 	case r := <-done:
 		if r.err != nil {
-			return nil, fmt.Errorf("cannot open database %s: %s", Redact(databaseURL), scrub(r.err.Error(), secret))
+			return nil, fmt.Errorf("migrations: cannot open database %s: %s", Redact(databaseURL), scrub(r.err.Error(), secret))
 		}
 		return &Migrator{m: r.m, url: connURL(databaseURL), secret: secret}, nil
 	case <-ctx.Done():
@@ -371,7 +371,7 @@ func (m *Migrator) run(ctx context.Context, f func() error) error {
 	case errors.Is(err, migrate.ErrNoChange):
 		return ErrNoChange
 	}
-	return errors.New(scrub(err.Error(), m.secret))
+	return errors.New("migrations: " + scrub(err.Error(), m.secret))
 }
 
 // DriverURL converts a postgres:// or postgresql:// URL into golang-migrate's

@@ -81,7 +81,7 @@ func (c Config) Layout() (parts []string, user, password string, err error) {
 	for i, s := range c.Shards {
 		cs, u, pw, err := ConnString(s)
 		if err != nil {
-			return nil, "", "", fmt.Errorf("plproxy: shard %d: %w", i, err)
+			return nil, "", "", fmt.Errorf("%w (shard %d)", err, i)
 		}
 		if i > 0 && (u != user || pw != password) {
 			return nil, "", "", fmt.Errorf("plproxy: shard %d names another user or password than shard 0: "+
@@ -104,14 +104,14 @@ func (c Config) Layout() (parts []string, user, password string, err error) {
 func ConnString(databaseURL string) (connString, user, password string, err error) {
 	u, err := url.Parse(databaseURL)
 	if err != nil {
-		return "", "", "", errors.New("cannot parse the shard URL (want postgres://user@host:port/dbname)")
+		return "", "", "", errors.New("plproxy: cannot parse the shard URL (want postgres://user@host:port/dbname)")
 	}
 	if u.Scheme != "postgres" && u.Scheme != "postgresql" && u.Scheme != "pgx5" {
-		return "", "", "", fmt.Errorf("shard URL scheme %q (want postgres:// or postgresql://)", u.Scheme)
+		return "", "", "", fmt.Errorf("plproxy: shard URL scheme %q (want postgres:// or postgresql://)", u.Scheme)
 	}
 	db := strings.TrimPrefix(u.Path, "/")
 	if db == "" {
-		return "", "", "", fmt.Errorf("no database name in the shard URL %s", u.Redacted())
+		return "", "", "", fmt.Errorf("plproxy: no database name in the shard URL %s", u.Redacted())
 	}
 	kv := map[string]string{"dbname": db}
 	if h := u.Hostname(); h != "" {
