@@ -16,7 +16,8 @@
 //
 // # Layers
 //
-// Each layer uses only the one below it, through one interface:
+// Each layer builds on the one below it (rl_allow() in SQL calls the
+// PL/pgSQL port directly, with no store in between):
 //
 //	core        the pure decision function: limits, states, a time, a cost in;
 //	            decisions and new states out (no clock, I/O or allocation)

@@ -21,7 +21,11 @@ func newStore(t *testing.T) store.Store {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, storetest.Config{New: newStore})
+	storetest.Run(t, storetest.Config{New: newStore, WithDecider: func(t *testing.T, d core.Decider) store.Store {
+		s := memstore.New(&memstore.Config{Decider: d})
+		t.Cleanup(func() { s.Close() })
+		return s
+	}})
 }
 
 // TestConformanceWASM runs the suite with the WebAssembly core deciding.

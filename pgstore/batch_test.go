@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlcore/rl/core"
@@ -36,9 +37,17 @@ func TestBatchedConformance(t *testing.T) {
 	pool := pgtest.Pool(t, database(t))
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			storetest.Run(t, storetest.Config{New: func(t *testing.T) store.Store {
+			cfg := storetest.Config{New: func(t *testing.T) store.Store {
 				return newBatched(t, pool, m.cfg, pgstore.BatchConfig{})
-			}})
+			}}
+			if m.cfg.Mode == pgstore.ModeGo {
+				cfg.WithDecider = func(t *testing.T, d core.Decider) store.Store {
+					c := m.cfg
+					c.Decider = d
+					return newBatched(t, pool, c, pgstore.BatchConfig{})
+				}
+			}
+			storetest.Run(t, cfg)
 		})
 	}
 }
@@ -492,4 +501,57 @@ func TestDecideBatchSQL(t *testing.T) {
 		require.Equal(t, "42501", pe.Code, q)
 		require.NoError(t, tx.Rollback(ctx))
 	}
+}
+
+// refusingDecider is the native core, except that it counts its takes and
+// refuses cost 7777, which the core would accept.
+type refusingDecider struct{ takes atomic.Int64 }
+
+func (d *refusingDecider) TakeAll(ls []core.Limit, ss []core.State, now, cost int64, ds []core.Decision) (int, error) {
+	d.takes.Add(1)
+	if cost == 7777 {
+		return 0, core.ErrCost
+	}
+	return core.TakeAll(ls, ss, now, cost, ds)
+}
+
+func (d *refusingDecider) PeekAll(ls []core.Limit, ss []core.State, now, cost int64, ds []core.Decision) (int, error) {
+	return core.PeekAll(ls, ss, now, cost, ds)
+}
+
+// TestBatchedGoPathUsesItsDecider: in batches of several requests (not only
+// the single-request statement the conformance suite reaches), the Go path
+// decides with the store's decider, and its answers are each request's own.
+func TestBatchedGoPathUsesItsDecider(t *testing.T) {
+	pool := pgtest.Pool(t, database(t))
+	d := &refusingDecider{}
+	s := newBatched(t, pool, pgstore.Config{Mode: pgstore.ModeGo, RequestClock: true, Decider: d}, pgstore.BatchConfig{MaxInFlight: 1})
+	lim := []core.Limit{{Algorithm: core.GCRA, Limit: 1000, Window: 1_000_000}}
+	prefix := fmt.Sprintf("bspy-%d-", time.Now().UnixNano())
+	const n = 64
+	before := s.Stats()
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			cost := int64(1)
+			if i%4 == 0 {
+				cost = 7777
+			}
+			_, got, err := s.Decide(context.Background(), store.Request{Key: prefix + fmt.Sprint(i), Names: []string{"default"},
+				Limits: lim, Now: t0, Cost: cost}, nil)
+			if cost == 7777 {
+				assert.ErrorIs(t, err, core.ErrCost, "request %d", i)
+			} else if assert.NoError(t, err, "request %d", i) {
+				assert.True(t, got.Allowed, "request %d", i)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	after := s.Stats()
+	require.Equal(t, int64(n), after.Requests-before.Requests)
+	require.Less(t, after.Batches-before.Batches, int64(n), "no batch carried two decisions")
+	require.Equal(t, int64(n), d.takes.Load())
 }

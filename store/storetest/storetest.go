@@ -25,6 +25,12 @@ type Config struct {
 	Goroutines int
 	// Calls per goroutine in the concurrency tests; default 10.
 	Calls int
+	// WithDecider, if set, returns an empty store that decides with d. The
+	// suite then checks that the store applies its decider, and no other,
+	// on every path: a take, a peek of a new and of a known key, several
+	// limits at once. Leave it nil for a store that decides elsewhere (in
+	// SQL).
+	WithDecider func(t *testing.T, d core.Decider) store.Store
 }
 
 const t0 = int64(1_767_225_600_000_000)
@@ -47,9 +53,77 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("InvalidInput", func(t *testing.T) { invalid(t, cfg, prefix) })
 	t.Run("Exactness", func(t *testing.T) { exactness(t, cfg, prefix) })
 	t.Run("AllOrNothingRace", func(t *testing.T) { allOrNothingRace(t, cfg, prefix) })
+	if cfg.WithDecider != nil {
+		t.Run("UsesItsDecider", func(t *testing.T) { usesItsDecider(t, cfg, prefix) })
+	}
 }
 
-func req(cfg Config, prefix, key string, op store.Op, now, cost int64, names []string, ls ...core.Limit) store.Request {
+// spyCost is a valid cost that spyDecider refuses, so an answer of
+// core.ErrCost to it can only come from the spy.
+const spyCost = 7777
+
+// spyDecider is the native core, except that it counts its calls and
+// refuses spyCost.
+type spyDecider struct{ takes, peeks atomic.Int64 }
+
+func (d *spyDecider) TakeAll(ls []core.Limit, ss []core.State, now, cost int64, ds []core.Decision) (int, error) {
+	d.takes.Add(1)
+	if cost == spyCost {
+		return 0, core.ErrCost
+	}
+	return core.TakeAll(ls, ss, now, cost, ds)
+}
+
+func (d *spyDecider) PeekAll(ls []core.Limit, ss []core.State, now, cost int64, ds []core.Decision) (int, error) {
+	d.peeks.Add(1)
+	if cost == spyCost {
+		return 0, core.ErrCost
+	}
+	return core.PeekAll(ls, ss, now, cost, ds)
+}
+
+// usesItsDecider: every path of the store goes through its decider, whose
+// answers (even ones the native core would not give) are the store's.
+func usesItsDecider(t *testing.T, cfg Config, prefix string) {
+	d := &spyDecider{}
+	s := cfg.WithDecider(t, d)
+	ctx := context.Background()
+	one := core.Limit{Algorithm: core.TokenBucket, Limit: 10_000, Window: 1_000_000}
+	two := []core.Limit{one, {Algorithm: core.SlidingLog, Limit: 100, Window: 1_000_000}}
+	names := []string{"a", "b"}
+	for _, c := range []struct {
+		what string
+		req  store.Request
+		peek bool
+	}{
+		{"peek of a new key", req(prefix, "spy-new", store.Peek, t0, 1, names[:1], one), true},
+		{"take", req(prefix, "spy", store.Take, t0, 1, names[:1], one), false},
+		{"peek of a known key", req(prefix, "spy", store.Peek, t0, 1, names[:1], one), true},
+		{"take of several limits", req(prefix, "spy", store.Take, t0, 1, names, two...), false},
+		{"take with other limits", req(prefix, "spy", store.Take, t0, 1, names[1:], two[1]), false},
+		{"peek of several limits", req(prefix, "spy", store.Peek, t0, 1, names, two...), true},
+	} {
+		counter := &d.takes
+		if c.peek {
+			counter = &d.peeks
+		}
+		before := counter.Load()
+		_, got, err := s.Decide(ctx, c.req, nil)
+		if err != nil || !got.Allowed {
+			t.Fatalf("%s: %+v, %v", c.what, got, err)
+		}
+		if counter.Load() == before {
+			t.Fatalf("%s: decided without the store's decider", c.what)
+		}
+		spied := c.req
+		spied.Cost = spyCost
+		if _, _, err := s.Decide(ctx, spied, nil); !errors.Is(err, core.ErrCost) {
+			t.Fatalf("%s: the decider refused cost %d, the store answered %v", c.what, spyCost, err)
+		}
+	}
+}
+
+func req(prefix, key string, op store.Op, now, cost int64, names []string, ls ...core.Limit) store.Request {
 	return store.Request{Prefix: prefix, Key: key, Names: names, Limits: ls, Op: op, Now: now, Cost: cost}
 }
 
@@ -72,7 +146,7 @@ func sameAsCore(t *testing.T, cfg Config, prefix string) {
 			}
 			st = next
 			each := make([]core.Decision, 1)
-			_, got, err := s.Decide(ctx, req(cfg, prefix, key, store.Take, now, cost, []string{"default"}, l), each)
+			_, got, err := s.Decide(ctx, req(prefix, key, store.Take, now, cost, []string{"default"}, l), each)
 			if err != nil {
 				t.Fatalf("%v step %d: %v", alg, i, err)
 			}
@@ -91,7 +165,7 @@ func allOrNothing(t *testing.T, cfg Config, prefix string) {
 	names := []string{"burst", "daily"}
 	take := func(now, cost int64) (int, core.Decision) {
 		t.Helper()
-		i, d, err := s.Decide(ctx, req(cfg, prefix, "multi", store.Take, now, cost, names, burst, daily), nil)
+		i, d, err := s.Decide(ctx, req(prefix, "multi", store.Take, now, cost, names, burst, daily), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,7 +186,7 @@ func allOrNothing(t *testing.T, cfg Config, prefix string) {
 		t.Fatalf("want daily denial, got %d %+v", i, d)
 	}
 	// A different set of limits on the same key keeps each limit's state.
-	i, d, err := s.Decide(ctx, req(cfg, prefix, "multi", store.Peek, t0+3_000_000, 1, []string{"daily"}, daily), nil)
+	i, d, err := s.Decide(ctx, req(prefix, "multi", store.Peek, t0+3_000_000, 1, []string{"daily"}, daily), nil)
 	if err != nil || d.Allowed || d.Remaining != 0 || i != 0 {
 		t.Fatalf("daily alone: %d %+v %v", i, d, err)
 	}
@@ -124,15 +198,15 @@ func peek(t *testing.T, cfg Config, prefix string) {
 	l := core.Limit{Algorithm: core.SlidingLog, Limit: 3, Window: 1_000_000}
 	names := []string{"default"}
 	for range 5 {
-		_, d, err := s.Decide(ctx, req(cfg, prefix, "peek", store.Peek, t0, 2, names, l), nil)
+		_, d, err := s.Decide(ctx, req(prefix, "peek", store.Peek, t0, 2, names, l), nil)
 		if err != nil || !d.Allowed || d.Remaining != 1 {
 			t.Fatalf("peek on fresh key: %+v %v", d, err)
 		}
 	}
-	if _, d, _ := s.Decide(ctx, req(cfg, prefix, "peek", store.Take, t0, 3, names, l), nil); !d.Allowed {
+	if _, d, _ := s.Decide(ctx, req(prefix, "peek", store.Take, t0, 3, names, l), nil); !d.Allowed {
 		t.Fatal("take after peeks denied")
 	}
-	_, d, err := s.Decide(ctx, req(cfg, prefix, "peek", store.Peek, t0+1, 1, names, l), nil)
+	_, d, err := s.Decide(ctx, req(prefix, "peek", store.Peek, t0+1, 1, names, l), nil)
 	if err != nil || d.Allowed || d.RetryAfter != 999_999 {
 		t.Fatalf("peek on full key: %+v %v", d, err)
 	}
@@ -144,15 +218,15 @@ func reset(t *testing.T, cfg Config, prefix string) {
 	l := core.Limit{Algorithm: core.GCRA, Limit: 2, Window: 60_000_000}
 	names := []string{"default"}
 	for range 2 {
-		s.Decide(ctx, req(cfg, prefix, "reset", store.Take, t0, 1, names, l), nil)
+		s.Decide(ctx, req(prefix, "reset", store.Take, t0, 1, names, l), nil)
 	}
-	if _, d, _ := s.Decide(ctx, req(cfg, prefix, "reset", store.Take, t0, 1, names, l), nil); d.Allowed {
+	if _, d, _ := s.Decide(ctx, req(prefix, "reset", store.Take, t0, 1, names, l), nil); d.Allowed {
 		t.Fatal("third allowed")
 	}
 	if err := s.Reset(ctx, prefix, "reset", names); err != nil {
 		t.Fatal(err)
 	}
-	if _, d, _ := s.Decide(ctx, req(cfg, prefix, "reset", store.Take, t0, 2, names, l), nil); !d.Allowed {
+	if _, d, _ := s.Decide(ctx, req(prefix, "reset", store.Take, t0, 2, names, l), nil); !d.Allowed {
 		t.Fatal("denied after reset")
 	}
 	if err := s.Reset(ctx, prefix, "reset", nil); err != nil {
@@ -161,7 +235,7 @@ func reset(t *testing.T, cfg Config, prefix string) {
 	if err := s.Reset(ctx, prefix, "never-seen", nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, d, _ := s.Decide(ctx, req(cfg, prefix, "reset", store.Take, t0, 2, names, l), nil); !d.Allowed {
+	if _, d, _ := s.Decide(ctx, req(prefix, "reset", store.Take, t0, 2, names, l), nil); !d.Allowed {
 		t.Fatal("denied after reset of all names")
 	}
 }
@@ -171,7 +245,7 @@ func invalid(t *testing.T, cfg Config, prefix string) {
 	ctx := context.Background()
 	names := []string{"default"}
 	good := core.Limit{Algorithm: core.FixedWindow, Limit: 2, Window: 1_000_000}
-	s.Decide(ctx, req(cfg, prefix, "invalid", store.Take, t0, 1, names, good), nil)
+	s.Decide(ctx, req(prefix, "invalid", store.Take, t0, 1, names, good), nil)
 	for _, c := range []struct {
 		l         core.Limit
 		now, cost int64
@@ -182,13 +256,13 @@ func invalid(t *testing.T, cfg Config, prefix string) {
 		{good, t0, -1, core.ErrCost},
 		{good, -5, 1, core.ErrTime},
 	} {
-		_, _, err := s.Decide(ctx, req(cfg, prefix, "invalid", store.Take, c.now, c.cost, names, c.l), nil)
+		_, _, err := s.Decide(ctx, req(prefix, "invalid", store.Take, c.now, c.cost, names, c.l), nil)
 		if ce, ok := asCore(err); !ok || ce != c.want {
 			t.Fatalf("%+v: got %v, want %v", c, err, c.want)
 		}
 	}
 	// Nothing was consumed by the failed calls.
-	if _, d, _ := s.Decide(ctx, req(cfg, prefix, "invalid", store.Peek, t0, 0, names, good), nil); d.Remaining != 1 {
+	if _, d, _ := s.Decide(ctx, req(prefix, "invalid", store.Peek, t0, 0, names, good), nil); d.Remaining != 1 {
 		t.Fatalf("remaining %d after invalid calls, want 1", d.Remaining)
 	}
 }
@@ -211,7 +285,7 @@ func exactness(t *testing.T, cfg Config, prefix string) {
 					defer wg.Done()
 					<-start
 					for range cfg.Calls {
-						_, d, err := s.Decide(context.Background(), req(cfg, prefix, key, store.Take, t0, 1, []string{"default"}, l), nil)
+						_, d, err := s.Decide(context.Background(), req(prefix, key, store.Take, t0, 1, []string{"default"}, l), nil)
 						if err != nil {
 							errs <- err
 							return
@@ -272,7 +346,7 @@ func allOrNothingRace(t *testing.T, cfg Config, prefix string) {
 			for i := range cfg.Calls {
 				which, cost := (g+i)%3, int64(1+(g+i)%2)
 				r := reqs[which]
-				_, d, err := s.Decide(context.Background(), req(cfg, prefix, key, store.Take, t0, cost, r.names, r.ls...), nil)
+				_, d, err := s.Decide(context.Background(), req(prefix, key, store.Take, t0, cost, r.names, r.ls...), nil)
 				if err != nil {
 					errs <- err
 					return
@@ -290,7 +364,7 @@ func allOrNothingRace(t *testing.T, cfg Config, prefix string) {
 		t.Fatal(err)
 	}
 	each := make([]core.Decision, 2)
-	if _, _, err := s.Decide(context.Background(), req(cfg, prefix, key, store.Peek, t0, 0, reqs[0].names, reqs[0].ls...), each); err != nil {
+	if _, _, err := s.Decide(context.Background(), req(prefix, key, store.Peek, t0, 0, reqs[0].names, reqs[0].ls...), each); err != nil {
 		t.Fatal(err)
 	}
 	a, h, b := admitted[0].Load(), admitted[1].Load(), admitted[2].Load()
