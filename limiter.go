@@ -79,11 +79,21 @@ var (
 
 // KeyError describes an invalid key.
 type KeyError struct {
-	Key    string // the key, truncated to 64 bytes
+	Key string // the key, truncated to 64 bytes
+	// Reason says what is wrong with the key, fit for the client that
+	// sent it ("empty", "300 bytes, longer than 256").
 	Reason string
+	// bytes marks a key refused for its bytes: Error adds the advice of
+	// Config.AnyKey, which is for the developer, not the client.
+	bytes bool
 }
 
-func (e *KeyError) Error() string        { return fmt.Sprintf("rl: invalid key %q: %s", e.Key, e.Reason) }
+func (e *KeyError) Error() string {
+	if e.bytes {
+		return fmt.Sprintf("rl: invalid key %q: %s (set Config.AnyKey to allow any bytes)", e.Key, e.Reason)
+	}
+	return fmt.Sprintf("rl: invalid key %q: %s", e.Key, e.Reason)
+}
 func (e *KeyError) Is(target error) bool { return target == ErrInvalidKey }
 
 // New returns a Limiter.
@@ -265,7 +275,7 @@ func (l *Limiter) checkKey(key string) error {
 	if !l.anyKey && !printable(key) {
 		for i := 0; i < len(key); i++ {
 			if !keyChars[key[i]] {
-				return &KeyError{Key: clip(key), Reason: fmt.Sprintf("byte %#02x at %d is not printable ASCII (set Config.AnyKey to allow any bytes)", key[i], i)}
+				return &KeyError{Key: clip(key), Reason: fmt.Sprintf("byte %#02x at %d is not printable ASCII", key[i], i), bytes: true}
 			}
 		}
 	}

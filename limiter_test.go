@@ -143,7 +143,13 @@ func TestKeys(t *testing.T) {
 		require.ErrorIs(t, err, rl.ErrInvalidKey, "%q", key)
 		var ke *rl.KeyError
 		require.ErrorAs(t, err, &ke)
+		// Reason is for the client; the advice is the developer's, in
+		// Error alone.
+		require.NotContains(t, ke.Reason, "Config.", "%q", key)
+		require.Equal(t, strings.Contains(ke.Reason, "printable"), strings.Contains(err.Error(), "Config.AnyKey"), "%q", key)
 	}
+	_, err := l.Allow(ctx, "a b")
+	require.EqualError(t, err, `rl: invalid key "a b": byte 0x20 at 1 is not printable ASCII (set Config.AnyKey to allow any bytes)`)
 	any, err := rl.New(rl.Config{Policy: p, AnyKey: true, MaxKeyLength: 8})
 	require.NoError(t, err)
 	defer any.Close()

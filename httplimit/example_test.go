@@ -1,7 +1,6 @@
 package httplimit_test
 
 import (
-	"errors"
 	"fmt"
 	"log"
 	"net/http"
@@ -11,7 +10,6 @@ import (
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/httplimit"
-	"github.com/rlcore/rl/store"
 )
 
 func Example() {
@@ -48,15 +46,10 @@ func Example_hooks() {
 	limit, err := httplimit.New(httplimit.Config{
 		Limiter: lim,
 		Key:     httplimit.Header("X-User"), // set by an authenticating gateway
-		Fail: func(r *http.Request, err error) httplimit.Outcome {
-			switch {
-			case errors.Is(err, store.ErrBusy):
-				return httplimit.Overloaded
-			case errors.Is(err, store.ErrUnavailable):
-				return httplimit.FailOpen
-			}
-			return httplimit.FailClosed
-		},
+		// Serve while the store is down: a store error matching
+		// store.ErrUnavailable, and for timeouts only the third in a row;
+		// a busy store (load) is 503 even so.
+		FailOpen: true,
 		OnDecision: func(r *http.Request, d httplimit.Decision) {
 			fmt.Println("outcome:", d.Outcome) // e.g. decisions.WithLabelValues(d.Outcome.String()).Inc()
 		},

@@ -4,10 +4,15 @@
 // response and answers 429 with Retry-After on denial.
 //
 // When the store fails, each middleware either fails open (serves the
-// request) or closed (503), and reports the error to a hook; a busy store
-// is load, answered 503 with Retry-After and never served. Config.Fail
-// chooses per request and per error instead, OnDecision observes every
-// outcome (for metrics), and Denied and Refused write the responses.
+// request) or closed (503), and reports the error to a hook. Only an
+// outage opens: a store that is down (store.ErrUnavailable), and when it
+// only times out, 3 timeouts in a row with no decision completed between
+// (the rule of rl-wasm-host's proxy): a store slow under load times out
+// some decisions while it completes others, and load must never turn into
+// admissions. A busy store (store.ErrBusy) is load, answered 503 with
+// Retry-After and never served. Config.Fail chooses per request and per
+// error instead, OnDecision observes every outcome (for metrics), and
+// Denied and Refused write the responses.
 //
 // A limit bounds each key, so it is only as strong as the key: ClientIP
 // keys IPv4 clients per address and IPv6 clients per /64 (IPKeyConfig
@@ -19,7 +24,9 @@ package httplimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/rlcore/rl"
@@ -36,12 +43,12 @@ type Limiter interface {
 
 // CostFunc returns the cost of a request (what it takes from every limit).
 // An error means the request states an invalid cost: the middleware
-// answers 400 (outcome InvalidCost).
+// answers 400 (OutcomeInvalidCost).
 type CostFunc func(r *http.Request) (int64, error)
 
 // Config configures a middleware.
 type Config struct {
-	// Limiter decides; required.
+	// Limiter decides; required (a nil *rl.Limiter is refused too).
 	Limiter Limiter
 	// Key keys the request; required (ClientIP() is the usual choice).
 	Key KeyFunc
@@ -50,18 +57,24 @@ type Config struct {
 	Policy func(r *http.Request) *rl.Policy
 	// Cost is the cost of a request; nil means 1.
 	Cost CostFunc
-	// FailOpen serves requests when the store fails; otherwise they are
-	// answered 503 (fail closed). A busy store (store.ErrBusy: every
-	// connection in use) is load, not an outage: it is answered
-	// Overloaded even so. Either way OnError hears of it. Fail, if set,
-	// decides instead.
+	// FailOpen serves requests when the store is down (an outage);
+	// otherwise they are answered 503 (fail closed). An outage is a store
+	// failure that matches store.ErrUnavailable, and for a timeout
+	// (context.DeadlineExceeded) only the third in a row with no decision
+	// completed between (counted per middleware); every other store
+	// failure is answered OutcomeFailClosed. A busy store (store.ErrBusy:
+	// every connection in use) is load, not an outage: it is answered
+	// OutcomeOverloaded even so. Either way OnError hears of it. Fail, if
+	// set, decides instead; New refuses both.
 	FailOpen bool
 	// Fail, if set, chooses how to answer a request whose decision failed
 	// for a reason that is not the request's (not an invalid key or
-	// cost): FailOpen, FailClosed, Overloaded or Error (any other value
-	// is taken as FailClosed). It replaces FailOpen, so it can choose per
-	// request (per route, fail open only for some) and per error (fail
-	// open only on an outage, never on load).
+	// cost): OutcomeFailOpen, OutcomeFailClosed, OutcomeOverloaded or
+	// OutcomeError. Any other result is a bug in Fail: the request is
+	// answered OutcomeFailClosed, and the error OnError and OnDecision
+	// see says so. Fail replaces FailOpen (New refuses both), so it can
+	// choose per request (per route, fail open only for some) and per
+	// error (fail open only on an outage, never on load).
 	Fail func(r *http.Request, err error) Outcome
 	// OnError, if set, is called with every error: store failures (match
 	// rl.ErrStore), invalid keys (rl.ErrInvalidKey, ErrNoKey), invalid
@@ -76,12 +89,13 @@ type Config struct {
 	// "Rate limit exceeded".
 	Denied http.Handler
 	// Refused writes the response to a request refused for an error: an
-	// outcome of MissingKey, InvalidKey, InvalidCost, FailClosed,
-	// Overloaded or Error, with the status Outcome.Status gives. 503s
-	// already carry "Retry-After: 1". Nil means WriteRefused.
+	// outcome of OutcomeMissingKey, OutcomeInvalidKey, OutcomeInvalidCost
+	// (400), OutcomeFailClosed, OutcomeOverloaded (503) or OutcomeError
+	// (500), with the status Outcome.Status gives. 503s already carry
+	// "Retry-After: 1". Nil means WriteRefused.
 	Refused func(w http.ResponseWriter, r *http.Request, d Decision)
-	// AllowMissingKey serves requests whose key function fails, unlimited,
-	// instead of answering 400.
+	// AllowMissingKey serves requests whose key function fails, unlimited
+	// (OutcomeUnkeyed), instead of answering 400 (OutcomeMissingKey).
 	AllowMissingKey bool
 	// Wait makes LeakyBucket limits shape traffic: an admitted request
 	// waits out its Delay (or until the request is canceled) before it is
@@ -94,30 +108,36 @@ type Outcome uint8
 
 // Outcomes, as Decision reports them.
 const (
-	// Allowed: decided and admitted.
-	Allowed Outcome = iota + 1
-	// Denied: decided and refused, 429.
-	Denied
-	// MissingKey: the key function failed; 400, or served unlimited with
-	// AllowMissingKey.
-	MissingKey
-	// InvalidKey: the limiter refused the key (rl.ErrInvalidKey); 400.
-	InvalidKey
-	// InvalidCost: the cost function failed, or the limiter refused the
-	// cost (core.ErrCost); 400.
-	InvalidCost
-	// FailOpen: the decision failed; served unlimited.
-	FailOpen
-	// FailClosed: the decision failed; 503 "Rate limiter unavailable".
-	FailClosed
-	// Overloaded: the decision failed because of load (store.ErrBusy by
-	// default); 503 "Rate limiter overloaded; retry later", never served.
-	Overloaded
-	// Error: the decision failed for a reason other than the store's; 500.
-	Error
+	// OutcomeAllowed: decided and admitted.
+	OutcomeAllowed Outcome = iota + 1
+	// OutcomeDenied: decided and refused, 429.
+	OutcomeDenied
+	// OutcomeMissingKey: the key function failed; 400.
+	OutcomeMissingKey
+	// OutcomeUnkeyed: the key function failed and Config.AllowMissingKey
+	// is set; served unlimited, without a decision.
+	OutcomeUnkeyed
+	// OutcomeInvalidKey: the limiter refused the key (rl.ErrInvalidKey);
+	// 400.
+	OutcomeInvalidKey
+	// OutcomeInvalidCost: the cost function failed, or the limiter refused
+	// the cost (core.ErrCost); 400.
+	OutcomeInvalidCost
+	// OutcomeFailOpen: the decision failed; served unlimited.
+	OutcomeFailOpen
+	// OutcomeFailClosed: the decision failed; 503 "Rate limiter
+	// unavailable".
+	OutcomeFailClosed
+	// OutcomeOverloaded: the decision failed because of load
+	// (store.ErrBusy by default); 503 "Rate limiter overloaded; retry
+	// later", never served.
+	OutcomeOverloaded
+	// OutcomeError: the decision failed for a reason other than the
+	// store's; 500.
+	OutcomeError
 )
 
-var outcomeNames = [...]string{"", "allowed", "denied", "missing_key", "invalid_key", "invalid_cost", "fail_open", "fail_closed", "overloaded", "error"}
+var outcomeNames = [...]string{"", "allowed", "denied", "missing_key", "unkeyed", "invalid_key", "invalid_cost", "fail_open", "fail_closed", "overloaded", "error"}
 
 // String returns the outcome's name in snake case ("fail_open"), fit for a
 // metric label.
@@ -128,17 +148,18 @@ func (o Outcome) String() string {
 	return "unknown"
 }
 
-// Status returns the response status of the outcome: 200 for Allowed and
-// FailOpen (what the next handler writes), 429, 400, 503 or 500.
+// Status returns the response status of the outcome: 200 for
+// OutcomeAllowed, OutcomeUnkeyed and OutcomeFailOpen (what the next handler
+// writes), 429, 400, 503 or 500.
 func (o Outcome) Status() int {
 	switch o {
-	case Allowed, FailOpen:
+	case OutcomeAllowed, OutcomeUnkeyed, OutcomeFailOpen:
 		return http.StatusOK
-	case Denied:
+	case OutcomeDenied:
 		return http.StatusTooManyRequests
-	case MissingKey, InvalidKey, InvalidCost:
+	case OutcomeMissingKey, OutcomeInvalidKey, OutcomeInvalidCost:
 		return http.StatusBadRequest
-	case Error:
+	case OutcomeError:
 		return http.StatusInternalServerError
 	}
 	return http.StatusServiceUnavailable
@@ -147,11 +168,13 @@ func (o Outcome) Status() int {
 // Decision describes what a middleware did with one request.
 type Decision struct {
 	Outcome Outcome
-	// Key is the request's key; empty for MissingKey.
+	// Key is the request's key; empty for OutcomeMissingKey and
+	// OutcomeUnkeyed.
 	Key string
 	// Cost is the cost asked for; 0 before the cost is known.
 	Cost int64
-	// Result is the limiter's decision, for Allowed and Denied.
+	// Result is the limiter's decision, for OutcomeAllowed and
+	// OutcomeDenied.
 	Result rl.Result
 	// Err is the error of every other outcome.
 	Err error
@@ -161,13 +184,18 @@ type Decision struct {
 	Latency time.Duration
 }
 
-// New returns the middleware.
+// New returns the middleware. It refuses a Config without a Limiter (nil,
+// or a nil *rl.Limiter: a nil pointer of another type is yours to avoid)
+// or a Key, and one with both Fail and FailOpen.
 func New(cfg Config) (func(http.Handler) http.Handler, error) {
-	if cfg.Limiter == nil {
+	if l, ok := cfg.Limiter.(*rl.Limiter); cfg.Limiter == nil || ok && l == nil {
 		return nil, errors.New("httplimit: Config.Limiter is nil")
 	}
 	if cfg.Key == nil {
 		return nil, errors.New("httplimit: Config.Key is nil")
+	}
+	if cfg.Fail != nil && cfg.FailOpen {
+		return nil, errors.New("httplimit: Config.Fail and Config.FailOpen are both set: Fail decides alone (return OutcomeFailOpen from it)")
 	}
 	return func(next http.Handler) http.Handler {
 		return &handler{cfg: cfg, next: next}
@@ -177,7 +205,14 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 type handler struct {
 	cfg  Config
 	next http.Handler
+	// timeouts counts store timeouts in a row with no decision completed
+	// between (outage).
+	timeouts atomic.Int32
 }
+
+// outageTimeouts is how many store timeouts in a row, with no decision
+// completed between, make an outage.
+const outageTimeouts = 3
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := &h.cfg
@@ -187,7 +222,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	key, err := c.Key(r)
 	if err != nil {
-		d := Decision{Outcome: MissingKey, Err: err}
+		d := Decision{Outcome: OutcomeMissingKey, Err: err}
+		if c.AllowMissingKey {
+			d.Outcome = OutcomeUnkeyed
+		}
 		h.report(r, &d, start)
 		if c.AllowMissingKey {
 			h.next.ServeHTTP(w, r)
@@ -202,7 +240,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if c.Cost != nil {
 		if req.Cost, err = c.Cost(r); err != nil {
-			d := Decision{Outcome: InvalidCost, Key: key, Err: err}
+			d := Decision{Outcome: OutcomeInvalidCost, Key: key, Err: err}
 			h.report(r, &d, start)
 			h.refuse(w, r, d)
 			return
@@ -210,66 +248,77 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := c.Limiter.Do(r.Context(), req)
 	d := Decision{Key: key, Cost: req.Cost, Err: err}
+	if err == nil && h.timeouts.Load() != 0 {
+		h.timeouts.Store(0)
+	}
 	switch {
 	case err == nil && res.Allowed:
-		d.Outcome, d.Result = Allowed, res
+		d.Outcome, d.Result = OutcomeAllowed, res
 	case err == nil:
-		d.Outcome, d.Result = Denied, res
+		d.Outcome, d.Result = OutcomeDenied, res
 	case errors.Is(err, rl.ErrInvalidKey):
-		d.Outcome = InvalidKey
-	case isCostError(err):
-		d.Outcome = InvalidCost
+		d.Outcome = OutcomeInvalidKey
+	case errors.Is(err, core.ErrCost):
+		d.Outcome = OutcomeInvalidCost
 	case c.Fail != nil:
-		d.Outcome = c.Fail(r, err)
-		if d.Outcome < FailOpen || d.Outcome > Error {
-			d.Outcome = FailClosed
+		switch d.Outcome = c.Fail(r, err); d.Outcome {
+		case OutcomeFailOpen, OutcomeFailClosed, OutcomeOverloaded, OutcomeError:
+		default:
+			d.Err = fmt.Errorf("httplimit: Config.Fail answered %v, not a failure outcome; answering fail_closed: %w", d.Outcome, err)
+			d.Outcome = OutcomeFailClosed
 		}
 	default:
-		d.Outcome = failure(err, c.FailOpen)
+		d.Outcome = h.failure(err)
 	}
 	h.report(r, &d, start)
 	switch d.Outcome {
-	case Allowed:
+	case OutcomeAllowed:
 		SetHeaders(w.Header(), res)
 		if c.Wait && res.Delay > 0 && !wait(r.Context(), res.Delay) {
 			return // the client went away
 		}
 		h.next.ServeHTTP(w, r)
-	case Denied:
+	case OutcomeDenied:
 		SetHeaders(w.Header(), res)
 		if c.Denied != nil {
 			c.Denied.ServeHTTP(w, r)
 			return
 		}
 		WriteDenied(w, res)
-	case FailOpen:
+	case OutcomeFailOpen:
 		h.next.ServeHTTP(w, r)
 	default:
 		h.refuse(w, r, d)
 	}
 }
 
-// isCostError reports whether the limiter refused the cost. (Its variable
-// escapes to errors.As: a function of its own keeps it off the heap of
-// every request.)
-func isCostError(err error) bool {
-	var ce core.Error
-	return errors.As(err, &ce) && ce == core.ErrCost
-}
-
 // failure is the answer to a failed decision without Config.Fail: load
-// (store.ErrBusy) is Overloaded, another store failure FailOpen or
-// FailClosed as configured, anything else Error.
-func failure(err error, failOpen bool) Outcome {
+// (store.ErrBusy) is OutcomeOverloaded, an outage OutcomeFailOpen or
+// OutcomeFailClosed as configured, another store failure
+// OutcomeFailClosed, anything else OutcomeError.
+func (h *handler) failure(err error) Outcome {
 	switch {
 	case errors.Is(err, store.ErrBusy):
-		return Overloaded
-	case errors.Is(err, rl.ErrStore) && failOpen:
-		return FailOpen
-	case errors.Is(err, rl.ErrStore):
-		return FailClosed
+		return OutcomeOverloaded
+	case !errors.Is(err, rl.ErrStore):
+		return OutcomeError
+	case h.cfg.FailOpen && h.outage(err):
+		return OutcomeFailOpen
 	}
-	return Error
+	return OutcomeFailClosed
+}
+
+// outage records err, a store failure, and reports whether the store counts
+// as down: store.ErrUnavailable, and for a timeout only the outageTimeouts-th
+// in a row.
+func (h *handler) outage(err error) bool {
+	if !errors.Is(err, store.ErrUnavailable) {
+		return false
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	return h.timeouts.Add(1) >= outageTimeouts
 }
 
 func (h *handler) refuse(w http.ResponseWriter, r *http.Request, d Decision) {
@@ -287,27 +336,27 @@ func (h *handler) refuse(w http.ResponseWriter, r *http.Request, d Decision) {
 // d.Outcome.Status gives and a plain-text body that says why without
 // echoing the key:
 //
-//	400 Missing or invalid rate-limit key               (MissingKey)
-//	400 Invalid rate-limit key: longer than 256 bytes   (InvalidKey, the rl.KeyError's reason)
-//	400 Invalid rate-limit cost                         (InvalidCost)
-//	503 Rate limiter unavailable                        (FailClosed)
-//	503 Rate limiter overloaded; retry later            (Overloaded)
-//	500 Rate limiter error                              (Error)
+//	400 Missing or invalid rate-limit key                  (OutcomeMissingKey)
+//	400 Invalid rate-limit key: 300 bytes, longer than 256 (OutcomeInvalidKey, the rl.KeyError's Reason)
+//	400 Invalid rate-limit cost                            (OutcomeInvalidCost)
+//	503 Rate limiter unavailable                           (OutcomeFailClosed)
+//	503 Rate limiter overloaded; retry later               (OutcomeOverloaded)
+//	500 Rate limiter error                                 (OutcomeError)
 func WriteRefused(w http.ResponseWriter, d Decision) {
 	var msg string
 	switch d.Outcome {
-	case MissingKey:
+	case OutcomeMissingKey:
 		msg = "Missing or invalid rate-limit key"
-	case InvalidKey:
+	case OutcomeInvalidKey:
 		msg = "Invalid rate-limit key"
 		if reason := KeyReason(d.Err); reason != "" {
 			msg += ": " + reason
 		}
-	case InvalidCost:
+	case OutcomeInvalidCost:
 		msg = "Invalid rate-limit cost"
-	case Overloaded:
+	case OutcomeOverloaded:
 		msg = "Rate limiter overloaded; retry later"
-	case Error:
+	case OutcomeError:
 		msg = "Rate limiter error"
 	default:
 		msg = "Rate limiter unavailable"

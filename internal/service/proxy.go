@@ -65,37 +65,39 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 			out, err := s.failure(&t, err)
 			switch {
 			case out == outFailOpen:
-				return httplimit.FailOpen
+				return httplimit.OutcomeFailOpen
 			case errors.Is(err, errOverloaded):
-				return httplimit.Overloaded
+				return httplimit.OutcomeOverloaded
 			}
-			return httplimit.FailClosed
+			return httplimit.OutcomeFailClosed
 		},
 		OnDecision: func(r *http.Request, d httplimit.Decision) {
 			switch d.Outcome {
-			case httplimit.MissingKey, httplimit.InvalidCost:
+			case httplimit.OutcomeMissingKey, httplimit.OutcomeInvalidCost:
 				s.metrics.rejected.WithLabelValues(d.Outcome.String()).Inc()
 				return
-			case httplimit.InvalidKey:
+			case httplimit.OutcomeInvalidKey:
 				s.metrics.rejected.WithLabelValues(d.Outcome.String()).Inc()
-			case httplimit.Allowed:
+			case httplimit.OutcomeAllowed:
 				t.m.allowed.Inc()
-			case httplimit.Denied:
+			case httplimit.OutcomeDenied:
 				t.m.denied.Inc()
-			case httplimit.FailOpen:
+			case httplimit.OutcomeFailOpen:
 				t.m.failOpen.Inc()
-			default:
+			case httplimit.OutcomeFailClosed, httplimit.OutcomeOverloaded, httplimit.OutcomeError:
 				t.m.failClosed.Inc()
 			}
+			// OutcomeUnkeyed is not reached: the service never sets
+			// AllowMissingKey (a missing key is 400, missing_key).
 			s.metrics.proxyLatency.Observe(d.Latency.Seconds())
 		},
 		Refused: func(w http.ResponseWriter, r *http.Request, d httplimit.Decision) {
 			switch d.Outcome {
-			case httplimit.MissingKey:
+			case httplimit.OutcomeMissingKey:
 				http.Error(w, "Missing rate-limit key: "+keyHint(keyBy), http.StatusBadRequest)
-			case httplimit.InvalidKey:
+			case httplimit.OutcomeInvalidKey:
 				http.Error(w, "Invalid rate-limit key ("+keyBy+"): "+cmp.Or(httplimit.KeyReason(d.Err), "refused"), http.StatusBadRequest)
-			case httplimit.InvalidCost:
+			case httplimit.OutcomeInvalidCost:
 				msg := "Invalid rate-limit cost"
 				var ec errCost
 				if errors.As(d.Err, &ec) {

@@ -403,11 +403,10 @@ func (s *Service) decide(ctx context.Context, t *target, key string, cost int64,
 		}
 		return res, outDenied, nil
 	}
-	var ce core.Error
 	switch {
 	case errors.Is(err, rl.ErrInvalidKey):
 		return res, "", &errClient{"invalid_key", err}
-	case errors.As(err, &ce) && ce == core.ErrCost:
+	case errors.Is(err, core.ErrCost):
 		return res, "", &errClient{"invalid_cost", err}
 	}
 	out, err := s.failure(t, err)
