@@ -419,8 +419,7 @@ func (s *Server) decide(ctx context.Context, ds *domainSet, it *item, peek bool)
 		}
 		return nil
 	}
-	var ce core.Error
-	if errors.Is(err, rl.ErrInvalidKey) || (errors.As(err, &ce) && ce == core.ErrCost) {
+	if errors.Is(err, rl.ErrInvalidKey) || errors.Is(err, core.ErrCost) {
 		return status.Errorf(codes.InvalidArgument, "%v", err) // not reached: keys are encoded, costs checked
 	}
 	ds.m.storeErrors.Inc()
