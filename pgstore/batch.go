@@ -542,8 +542,14 @@ func (b *Batched) execGo(ctx context.Context, conn *pgxpool.Conn, calls []*call)
 	}()
 	bt := &pgx.Batch{}
 	bt.Queue("BEGIN")
+	// Generic plans for the transaction: the statements below join
+	// unnest($n) against rl.state, which PostgreSQL would otherwise plan
+	// again on every call (a custom plan knows the arrays' lengths), at a
+	// cost above a small batch's decisions.
 	if b.s.cfg.Durability == DurabilityFast && len(lockKeys) > 0 {
-		bt.Queue("SET LOCAL synchronous_commit = off")
+		bt.Queue("SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('synchronous_commit', 'off', true)")
+	} else {
+		bt.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
 	}
 	if len(lockKeys) > 0 {
 		bt.Queue("SELECT now_us, key, name, algorithm, t, x, y, log, created FROM rl.lock_states_batch($1, $2)", lockKeys, lockNames)
