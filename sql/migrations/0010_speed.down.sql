@@ -4,8 +4,16 @@ SET LOCAL search_path = pg_catalog, pg_temp;
 
 ALTER FUNCTION rl.rl_decide_batch(text[], text[], integer[], bigint[], bigint[], bigint[], bigint[], integer[], bigint[], boolean[])
     RESET plan_cache_mode;
+ALTER FUNCTION rl.rl_decide_batch(text[], text[], integer[], bigint[], bigint[], bigint[], bigint[], integer[], bigint[], boolean[])
+    RESET enable_seqscan;
+ALTER FUNCTION rl.rl_decide_batch(text[], text[], integer[], bigint[], bigint[], bigint[], bigint[], integer[], bigint[], boolean[])
+    RESET enable_hashjoin;
+ALTER FUNCTION rl.rl_decide_batch(text[], text[], integer[], bigint[], bigint[], bigint[], bigint[], integer[], bigint[], boolean[])
+    RESET enable_mergejoin;
 ALTER FUNCTION rl.lock_states_batch(text[], text[]) RESET plan_cache_mode;
-ALTER FUNCTION rl.drop_fresh_states(text[], text[]) RESET plan_cache_mode;
+ALTER FUNCTION rl.lock_states_batch(text[], text[]) RESET enable_seqscan;
+ALTER FUNCTION rl.lock_states_batch(text[], text[]) RESET enable_hashjoin;
+ALTER FUNCTION rl.lock_states_batch(text[], text[]) RESET enable_mergejoin;
 
 -- rl.rl_decide_multi, as in 0007: the checks first; one well-formed limit is
 -- decided by rl._decide1, anything else by rl._take_many, which validates

@@ -5,14 +5,17 @@
 -- * The batch functions plan their statements once. PL/pgSQL caches a
 --   statement's plan, but for one with parameters PostgreSQL plans it again
 --   for every call ("custom plans") unless the plan without them looks as
---   cheap. The set-based statements of rl.rl_decide_batch, rl._lock_batch,
---   rl.lock_states_batch and rl.drop_fresh_states join unnest($1) against
---   rl.state, which the generic plan estimates at 10 rows and a custom plan
---   at the array's length, so every call was planned again: about half of
---   a small batch's CPU time. Their generic plans (a nested loop over the
---   primary key) are the ones wanted for any batch, so the functions set
---   plan_cache_mode = force_generic_plan for their duration (inherited by
---   rl._lock_batch, which only they call).
+--   cheap. The set-based statements of rl.rl_decide_batch, rl._lock_batch
+--   and rl.lock_states_batch join unnest($1) against rl.state, which the
+--   generic plan estimates at 10 rows and a custom plan at the array's
+--   length, so every call was planned again: about half of a small batch's
+--   CPU time. The functions now set plan_cache_mode = force_generic_plan
+--   for their duration (inherited by rl._lock_batch, which only they call),
+--   with seq scans, hash and merge joins off: a generic plan made while
+--   rl.state is small (a new database) would otherwise be a hash join over
+--   a seq scan, kept for the session until the table is analyzed. The plans
+--   are then the nested loops over the primary key wanted at any batch size
+--   and any table size.
 --
 -- * rl.rl_decide_multi decides the common call in one function: one
 --   well-formed limit on a row that exists, with rl.tenants empty. One
@@ -31,8 +34,16 @@ SET LOCAL search_path = pg_catalog, pg_temp;
 
 ALTER FUNCTION rl.rl_decide_batch(text[], text[], integer[], bigint[], bigint[], bigint[], bigint[], integer[], bigint[], boolean[])
     SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION rl.rl_decide_batch(text[], text[], integer[], bigint[], bigint[], bigint[], bigint[], integer[], bigint[], boolean[])
+    SET enable_seqscan = off;
+ALTER FUNCTION rl.rl_decide_batch(text[], text[], integer[], bigint[], bigint[], bigint[], bigint[], integer[], bigint[], boolean[])
+    SET enable_hashjoin = off;
+ALTER FUNCTION rl.rl_decide_batch(text[], text[], integer[], bigint[], bigint[], bigint[], bigint[], integer[], bigint[], boolean[])
+    SET enable_mergejoin = off;
 ALTER FUNCTION rl.lock_states_batch(text[], text[]) SET plan_cache_mode = force_generic_plan;
-ALTER FUNCTION rl.drop_fresh_states(text[], text[]) SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION rl.lock_states_batch(text[], text[]) SET enable_seqscan = off;
+ALTER FUNCTION rl.lock_states_batch(text[], text[]) SET enable_hashjoin = off;
+ALTER FUNCTION rl.lock_states_batch(text[], text[]) SET enable_mergejoin = off;
 
 -- rl.rl_decide_multi, as in 0008, with the common call decided first (see
 -- the top of this file).
