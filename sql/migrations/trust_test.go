@@ -460,8 +460,8 @@ func TestNullRate(t *testing.T) {
 const previousRelease = 6
 
 // TestMigrationHistory: a database of the previous release, in use, migrated
-// up ends with the same catalog as a fresh one; and the down migrations
-// restore the previous release's catalog exactly.
+// up ends with the same catalog as a fresh one; and each down migration
+// restores the catalog of the version before it exactly.
 func TestMigrationHistory(t *testing.T) {
 	t.Parallel()
 	require.Less(t, previousRelease, migrations.Latest+1)
@@ -477,15 +477,22 @@ func TestMigrationHistory(t *testing.T) {
 	oldConn := connect(t, old)
 	_, err = oldConn.Exec(ctx, `SELECT rl.rl_allow('k' || i, 'gcra', 5, '1 minute') FROM generate_series(1, 20) i`)
 	require.NoError(t, err)
-	prev := catalog(t, old)
-	require.NoError(t, m.Up(ctx))
-	requireSameCatalog(t, catalog(t, fresh), catalog(t, old), "previous release migrated up vs fresh")
+	// Up one migration at a time, noting each version's catalog.
+	at := map[int]map[string]string{previousRelease: catalog(t, old)}
+	for v := previousRelease + 1; v <= migrations.Latest; v++ {
+		require.NoError(t, m.Steps(ctx, 1))
+		at[v] = catalog(t, old)
+	}
+	requireSameCatalog(t, catalog(t, fresh), at[migrations.Latest], "previous release migrated up vs fresh")
 	var n int64
 	require.NoError(t, oldConn.QueryRow(ctx, `SELECT count(*) FROM rl.state`).Scan(&n))
 	require.Equal(t, int64(20), n, "the state survives the upgrade")
 
-	require.NoError(t, m.Goto(ctx, previousRelease))
-	requireSameCatalog(t, prev, catalog(t, old), "latest migrated down vs previous release")
+	// Each down migration restores the catalog of the version before it.
+	for v := migrations.Latest - 1; v >= previousRelease; v-- {
+		require.NoError(t, m.Steps(ctx, -1))
+		requireSameCatalog(t, at[v], catalog(t, old), fmt.Sprintf("migrated down to %d vs up to %d", v, v))
+	}
 }
 
 // catalog describes everything the migrations create in schema rl, one
