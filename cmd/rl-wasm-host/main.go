@@ -58,7 +58,7 @@ func run(args []string) int {
 	fs.BoolVar(&rc.Postgres.Migrate, "migrate", false, "apply the database migrations before serving (-store postgres)")
 	fs.StringVar(&rc.Postgres.Decide, "pg-decide", "sql", "with -store postgres: sql (the PL/pgSQL port decides, one round trip; pgstore's default too) or go (lock the rows, the -decider core decides; needs the owner or rl_admin)")
 	fs.BoolVar(&rc.Postgres.Durable, "pg-durable", false, "commit every decision synchronously (default: synchronous_commit off)")
-	fs.BoolVar(&rc.Postgres.Batch, "pg-batch", false, "with -store postgres: decide concurrent requests in batches, one statement and one commit each (more decisions/s under load)")
+	fs.BoolVar(&rc.Postgres.Batch, "pg-batch", true, "with -store postgres: decide concurrent requests in batches, one statement and one commit each (more decisions/s under load; -pg-batch=false: one statement per decision)")
 	maxConns := fs.Int("pg-max-conns", 0, "PostgreSQL pool size (0: pgx's default)")
 	fs.DurationVar(&rc.Postgres.Timeout, "store-timeout", 250*time.Millisecond, "bound on one PostgreSQL decision once it has a connection; slower counts as a store failure")
 	fs.DurationVar(&rc.Postgres.QueueTimeout, "store-queue-timeout", time.Second, "bound on waiting for a PostgreSQL connection; when all are busy this is load: 503, never fail_open")
