@@ -285,16 +285,23 @@ func (l *Limiter) checkKey(key string) error {
 // printable reports whether every byte of key is in 0x21 to 0x7E, eight
 // bytes at a time: a byte below 0x21 borrows into its high bit when 0x21 is
 // subtracted, one above 0x7E carries into it when 1 is added, and one of
-// 0x80 or more has it already (exact for the presence of such a byte).
+// 0x80 or more has it already (exact for the presence of such a byte). A
+// key of 8 bytes or more ends with its last 8 (overlapping), one of 4 to 7
+// is tested as its first and last 4, so that only keys under 4 bytes are
+// tested a byte at a time.
 func printable(key string) bool {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	b := unsafe.Slice(unsafe.StringData(key), len(key))
-	for len(b) >= 8 {
-		x := binary.LittleEndian.Uint64(b)
-		if (((x-ones*0x21)&^x)|(x+ones)|x)&highs != 0 {
-			return false
+	n := len(b)
+	switch {
+	case n >= 8:
+		for i := 0; i < n-8; i += 8 {
+			if !printable8(binary.LittleEndian.Uint64(b[i:])) {
+				return false
+			}
 		}
-		b = b[8:]
+		return printable8(binary.LittleEndian.Uint64(b[n-8:]))
+	case n >= 4:
+		return printable8(uint64(binary.LittleEndian.Uint32(b)) | uint64(binary.LittleEndian.Uint32(b[n-4:]))<<32)
 	}
 	for _, c := range b {
 		if !keyChars[c] {
@@ -302,6 +309,12 @@ func printable(key string) bool {
 		}
 	}
 	return true
+}
+
+// printable8 reports whether the 8 bytes of x are all in 0x21 to 0x7E.
+func printable8(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	return (((x-ones*0x21)&^x)|(x+ones)|x)&highs == 0
 }
 
 func clip(key string) string {
