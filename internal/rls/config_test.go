@@ -38,6 +38,16 @@ func TestConfigErrors(t *testing.T) {
 		{"list key", `{domain: d, descriptors: [{key: [k]}]}`, `descriptors[0].key: want a string, got a list (quote it)`},
 		{"unknown in replaces", `{domain: d, descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 3, replaces: [{name: b, nmae: c}]}}]}`,
 			`rate_limit.replaces[0].nmae: unknown field (want one of name)`},
+		// Counts are strict integers, as envoyproxy/ratelimit reads them: a
+		// float is refused even when whole.
+		{"whole float requests", `{domain: d, descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 10.0}}]}`,
+			`rate_limit.requests_per_unit: want an integer, got the number 10.0`},
+		{"exponent requests", `{domain: d, descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1e3}}]}`,
+			`rate_limit.requests_per_unit: want an integer, got the number 1000.0`},
+		{"whole float multiplier", `{domain: d, descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 3, unit_multiplier: 2.0}}]}`,
+			`rate_limit.unit_multiplier: want an integer, got the number 2.0`},
+		{"exponent multiplier", `{domain: d, descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 3, unit_multiplier: 1E1}}]}`,
+			`rate_limit.unit_multiplier: want an integer, got the number 10.0`},
 		{"rate_limit kind", `{domain: d, descriptors: [{key: k, rate_limit: 5}]}`, `descriptors[0].rate_limit: want a mapping {unit, requests_per_unit}, got the number 5`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -64,8 +64,11 @@ type Value[T string | int64 | bool] struct {
 	Got string
 }
 
-// String, Int and Bool are the scalar fields. An Int accepts a JSON number
-// that is a whole number ("1e3" is 1000), never one with a fraction.
+// String, Int and Bool are the scalar fields. An Int accepts only a JSON
+// number written as an integer ("10", "-3"): "10.0" and "1e3" are
+// refused, as are YAML floats (AppendJSON writes them with a fraction or
+// an exponent), so every front end reads integers alike, strictly (as
+// envoyproxy/ratelimit does its counts).
 type (
 	String = Value[string]
 	Int    = Value[int64]
@@ -93,29 +96,13 @@ func (v *Value[T]) UnmarshalJSON(b []byte) error {
 			return nil
 		}
 	case *int64:
-		if n, ok := wholeNumber(b); ok {
+		if n, err := strconv.ParseInt(string(b), 10, 64); err == nil && b[0] != '+' {
 			*p = n
 			return nil
 		}
 	}
 	v.Got = Describe(b)
 	return nil
-}
-
-// wholeNumber reads a JSON number that is a whole number below 2^62 in
-// magnitude (or any int64 written as an integer).
-func wholeNumber(b []byte) (int64, bool) {
-	if len(b) == 0 || b[0] != '-' && (b[0] < '0' || b[0] > '9') {
-		return 0, false
-	}
-	if n, err := strconv.ParseInt(string(b), 10, 64); err == nil {
-		return n, true
-	}
-	f, err := strconv.ParseFloat(string(b), 64)
-	if err != nil || f != math.Trunc(f) || math.Abs(f) >= 1<<62 {
-		return 0, false
-	}
-	return int64(f), true
 }
 
 // List is a list field whose elements are T: a Value or an Object.

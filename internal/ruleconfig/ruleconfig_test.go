@@ -70,7 +70,7 @@ func texts(ps []Problem) []string {
 
 func TestDecodeTyped(t *testing.T) {
 	specs, ps := parse(t, `{"size": 3, "rules": [
-	  {"endpoint": "/v1/pay", "strategy": "token_bucket", "key_by": "api_key", "limit": 1e3, "window": "10s", "rate": 5, "extra": true},
+	  {"endpoint": "/v1/pay", "strategy": "token_bucket", "key_by": "api_key", "limit": 1000, "window": "10s", "rate": 5, "extra": true},
 	  {"name": "search", "host": "API.example.com", "methods": "get", "cost": 2, "cost_header": "X-Cost", "fail_open": true,
 	   "limits": [{"name": "burst", "algorithm": "gcra", "limit": 10, "window": "1s"}, {"strategy": "fixed", "limit": 1000, "window": "1d"}],
 	   "nested": {"deep": "x"}}]}`, Options{})
@@ -223,13 +223,16 @@ func TestLimitThroughEncodingJSON(t *testing.T) {
 }
 
 func TestIntegers(t *testing.T) {
-	for in, want := range map[string]int64{"0": 0, "-3": -3, "1e3": 1000, "9223372036854775807": 1<<63 - 1, "2.0": 2, "4611686018427387903": 1<<62 - 1} {
+	for in, want := range map[string]int64{"0": 0, "-3": -3, "9223372036854775807": 1<<63 - 1, "-9223372036854775808": -1 << 63, "4611686018427387903": 1<<62 - 1} {
 		var v Int
 		require.NoError(t, v.UnmarshalJSON([]byte(in)))
 		require.True(t, v.OK(), in)
 		require.Equal(t, want, v.V, in)
 	}
-	for _, in := range []string{"1.5", "1e300", "9223372036854775808", "4.7e18", `"1"`, "true", "null", "[]", "{}"} {
+	for _, in := range []string{"1.5", "1e300", "9223372036854775808", "4.7e18", `"1"`, "true", "null", "[]", "{}",
+		// Integers are strict: a number with a fraction or an exponent is
+		// refused even when whole.
+		"10.0", "2.0", "1e3", "1E3", "1e+3", "-0.0", "0e0", "+1"} {
 		var v Int
 		require.NoError(t, v.UnmarshalJSON([]byte(in)))
 		require.False(t, v.OK(), in)
@@ -272,7 +275,7 @@ func FuzzDecode(f *testing.F) {
 		`{"rules":[{"endpoint":"/v1/pay","strategy":"token_bucket","key_by":"api_key","limit":100,"window":"10s"}]}`,
 		`[{"name":"s","limits":[{"strategy":"gcra","limit":10,"window":"1s","rate":3},{"strategy":"log","limit":9,"window":"2d"}],"key_by":"header:x"}]`,
 		`{"size":3,"rules":[{"host":"*.a.b","methods":"GET","strategy":"leaky","limit":1,"window":"1ms","nested":{"deep":"x"}}]}`,
-		`{"rules":[{"strategy":"fixed","limit":1e3,"window":"1h30m","cost":0,"cost_header":"x-cost","fail_open":true,"key_by":"query:k","extra":false}]}`,
+		`{"rules":[{"strategy":"fixed","limit":1000,"window":"1h30m","cost":0,"cost_header":"x-cost","fail_open":true,"key_by":"query:k","extra":false}]}`,
 		`[{"endpoint":"/","strategy":"sliding","limit":1,"window":"1ns","zz":{"a":[1,{"b":null}]}}]`,
 		`{"rules":null}`, `[]`, `[1]`, `{"rules":[{"limits":[]}]}`, `{"a":1,"a":2}`, `"x"`, `null`,
 	} {

@@ -409,7 +409,7 @@ func (r *ruleJSON) check(c *ruleconfig.Checker) (RuleSpec, bool) {
 			if !r.Cost.Set && n > spec.Cost {
 				spec.Cost = n
 			}
-			if spec.Cost < n {
+			if r.Cost.OK() && spec.Cost < n { // a cost of the wrong kind is reported as such
 				c.Fail("cost", "%d is below min_cost %d", spec.Cost, n)
 			}
 		}

@@ -206,11 +206,51 @@ rules:
 		`rules[1] "b": shape: want true or false, got the number 1`,
 	}, got)
 
-	cfg, err := ParseConfig("y.yaml", "yaml", []byte("rules: [{name: a, strategy: fixed, limit: 0x10, window: 1d, cost: 1e1, min_cost: 2}]"))
+	cfg, err := ParseConfig("y.yaml", "yaml", []byte("rules: [{name: a, strategy: fixed, limit: 0x10, window: 1d, cost: 10, min_cost: 2}]"))
 	require.NoError(t, err)
 	require.Equal(t, int64(16), cfg.Rules[0].Limits[0].Limit)
 	require.Equal(t, int64(10), cfg.Rules[0].Cost)
 	require.Equal(t, int64(2), cfg.Rules[0].MinCost)
+}
+
+// Integer fields are strict in YAML and JSON alike: a number with a
+// fraction or an exponent is refused even when whole (as the filter and
+// rls refuse it), and only the kind is reported (no "below min_cost" for a
+// cost of the wrong kind).
+func TestIntegersAreStrict(t *testing.T) {
+	for _, tc := range []struct{ format, doc string }{
+		{"yaml", `
+max_inline_limits: 2.0
+ipv4_prefix: 1e1
+rules:
+  - {name: a, strategy: fixed, limit: 10.0, window: 1s, cost: 1e1, min_cost: 2.0}
+  - {name: b, limits: [{strategy: fixed, limit: 1E3, window: 1s}], cost: 3.0, min_cost: 2}`},
+		{"json", `{"max_inline_limits": 2.0, "ipv4_prefix": 1e1, "rules": [
+  {"name": "a", "strategy": "fixed", "limit": 10.0, "window": "1s", "cost": 1e1, "min_cost": 2.0},
+  {"name": "b", "limits": [{"strategy": "fixed", "limit": 1E3, "window": "1s"}], "cost": 3.0, "min_cost": 2}]}`},
+	} {
+		_, err := ParseConfig("c."+tc.format, tc.format, []byte(tc.doc))
+		var ce *ConfigError
+		require.ErrorAs(t, err, &ce, tc.format)
+		var got []string
+		for _, p := range ce.Problems {
+			got = append(got, p.String())
+		}
+		// YAML floats reach the checks as JSON numbers with a fraction.
+		ten, two, thousand := "10.0", "2.0", "1000.0"
+		if tc.format == "json" {
+			ten, two, thousand = "1e1", "2.0", "1E3"
+		}
+		require.Equal(t, []string{
+			`ipv4_prefix: want an integer, got the number ` + ten,
+			`max_inline_limits: want an integer, got the number ` + two,
+			`rules[0] "a": limit: want an integer, got the number 10.0`,
+			`rules[0] "a": cost: want an integer, got the number ` + ten,
+			`rules[0] "a": min_cost: want an integer, got the number ` + two,
+			`rules[1] "b": limits[0].limit: want an integer, got the number ` + thousand,
+			`rules[1] "b": cost: want an integer, got the number 3.0`,
+		}, got, tc.format)
+	}
 }
 
 func TestLoadConfigByExtension(t *testing.T) {
@@ -255,7 +295,7 @@ func FuzzParseConfig(f *testing.F) {
 		`{"rules":[{"name":"a","limits":[{"strategy":"gcra","limit":5,"window":"1d","rate":2}]}]}`,
 		`{"upstream":"demo","trusted_proxies":["10.0.0.0/8"],"rules":[{"endpoint":"/","host":"*.x","methods":"GET","strategy":"leaky","limit":1,"window":"1ms","cost_header":"X-C","shape":true}]}`,
 		`{"rules":[{"strategy":"sliding_log","limit":4096,"window":"1s","cost":0}]}`,
-		`[{"name":"x","strategy":"fixed","limit":1e3,"window":"1h","key_by":"query:k"}]`,
+		`[{"name":"x","strategy":"fixed","limit":1000,"window":"1h","key_by":"query:k"}]`,
 	} {
 		f.Add([]byte(s))
 	}
