@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
 
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/ruleconfig"
 )
 
 // MaxLimits is the most limits one Policy holds.
@@ -79,29 +79,16 @@ func NewPolicy(limits ...Limit) (*Policy, error) {
 // of n limits: "default" when it is alone, else its algorithm and window,
 // as in "fixed_window_1m" or "token_bucket_1s" (see FormatWindow). State is
 // kept per limit name, so every front end (a Go app, rl-wasm-host's rules
-// and decision API) names limits this way, and decides the same rows.
+// and decision API, the proxy-wasm filter, the ratelimit service) names
+// limits this way, from one source, and decides the same rows.
 func DefaultLimitName(l Limit, n int) string {
-	if n == 1 {
-		return "default"
-	}
-	return l.Algorithm.String() + "_" + FormatWindow(l.Window)
+	return ruleconfig.DefaultLimitName(l.Algorithm, l.Window, n)
 }
 
 // FormatWindow writes a window compactly: whole days as "1d", whole hours
 // as "2h", whole minutes as "1m", anything else as time.Duration.String
 // ("1s", "1.5s", "500ms").
-func FormatWindow(d time.Duration) string {
-	const day = 24 * time.Hour
-	switch {
-	case d >= day && d%day == 0:
-		return strconv.FormatInt(int64(d/day), 10) + "d"
-	case d >= time.Hour && d%time.Hour == 0:
-		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
-	case d >= time.Minute && d%time.Minute == 0:
-		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
-	}
-	return d.String()
-}
+func FormatWindow(d time.Duration) string { return ruleconfig.FormatDuration(d) }
 
 // MustPolicy is NewPolicy for limits known to be valid, such as package-level
 // variables; it panics on an error.

@@ -232,7 +232,7 @@ func CheckLimits(c *Checker, field string, ls []Limit) (out []NamedLimit, ok boo
 			continue
 		}
 		if name == "" {
-			name = DefaultLimitName(lim, len(ls))
+			name = DefaultLimitName(lim.Algorithm, time.Duration(lim.Window)*time.Microsecond, len(ls))
 		}
 		if names[name] {
 			c.Fail(f+".name", "%q names two limits of the rule", name)
@@ -243,14 +243,18 @@ func CheckLimits(c *Checker, field string, ls []Limit) (out []NamedLimit, ok boo
 	return out, len(c.Problems) == before
 }
 
-// DefaultLimitName is the name of an unnamed limit, one of n: "default"
-// when it is alone, else the strategy and window ("fixed_window_1m"), as
-// rl.DefaultLimitName.
-func DefaultLimitName(l core.Limit, n int) string {
+// DefaultLimitName is the name of an unnamed limit, one of n, of
+// algorithm a and window w: "default" when it is alone, else the strategy
+// and window ("fixed_window_1m", see FormatDuration). State rows are kept
+// per limit name, so every front end must name limits alike: this is the
+// one source of default names, which rl.DefaultLimitName (a Go app's
+// policies), the service's rules and decision API, the filter and rls all
+// use.
+func DefaultLimitName(a core.Algorithm, w time.Duration, n int) string {
 	if n == 1 {
 		return "default"
 	}
-	return l.Algorithm.String() + "_" + FormatWindow(l.Window)
+	return a.String() + "_" + FormatDuration(w)
 }
 
 // checkLimit validates l as core does, naming the field at fault ("" if l
@@ -537,17 +541,23 @@ func ParseWindow(s string) (int64, error) {
 	return int64(d / time.Microsecond), nil
 }
 
-// FormatWindow writes a window in µs compactly ("1s", "1m", "1h", "1d"), in
-// a form ParseWindow reads back (as rl.FormatWindow).
-func FormatWindow(us int64) string {
-	const day = 24 * 3600 * 1_000_000
+// FormatWindow is FormatDuration for a window in µs, core's unit.
+func FormatWindow(us int64) string { return FormatDuration(time.Duration(us) * time.Microsecond) }
+
+// FormatDuration writes a window compactly: whole days as "1d", whole
+// hours as "2h", whole minutes as "1m", anything else as
+// time.Duration.String ("1s", "1.5s", "500ms"), in a form ParseDuration
+// reads back. It is the one source of the window in default limit names
+// (DefaultLimitName); rl.FormatWindow is it.
+func FormatDuration(d time.Duration) string {
+	const day = 24 * time.Hour
 	switch {
-	case us >= day && us%day == 0:
-		return strconv.FormatInt(us/day, 10) + "d"
-	case us >= 3600_000_000 && us%3600_000_000 == 0:
-		return strconv.FormatInt(us/3600_000_000, 10) + "h"
-	case us >= 60_000_000 && us%60_000_000 == 0:
-		return strconv.FormatInt(us/60_000_000, 10) + "m"
+	case d >= day && d%day == 0:
+		return strconv.FormatInt(int64(d/day), 10) + "d"
+	case d >= time.Hour && d%time.Hour == 0:
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	case d >= time.Minute && d%time.Minute == 0:
+		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
 	}
-	return (time.Duration(us) * time.Microsecond).String()
+	return d.String()
 }

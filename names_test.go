@@ -1,0 +1,60 @@
+package rl_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rlcore/rl"
+	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/ruleconfig"
+)
+
+// A limit's default name is a state row's key: a Go app's policy
+// (rl.NewPolicy) and a configuration's rules (ruleconfig.CheckLimits, used
+// by rl-wasm-host, its decision API and the proxy-wasm filter) must give an
+// unnamed limit the same one, for every algorithm and many windows. Some
+// names are pinned, so that neither side can change them unnoticed.
+func TestDefaultLimitNamesAgree(t *testing.T) {
+	windows := []time.Duration{time.Microsecond, 999 * time.Microsecond, time.Millisecond, 1500 * time.Microsecond,
+		time.Second, 90 * time.Second, time.Minute, 61 * time.Minute, time.Hour, 25 * time.Hour, 24 * time.Hour,
+		7 * 24 * time.Hour, time.Duration(core.MaxWindow) * time.Microsecond}
+	for us := int64(1); us <= core.MaxWindow; us = us*7 + 3 {
+		windows = append(windows, time.Duration(us)*time.Microsecond)
+	}
+	for _, w := range windows {
+		for _, a := range []core.Algorithm{core.FixedWindow, core.SlidingWindow, core.SlidingLog, core.TokenBucket, core.LeakyBucket, core.GCRA} {
+			other := rl.Limit{Algorithm: core.GCRA, Limit: 1, Window: w}
+			if a == core.GCRA {
+				other.Algorithm = core.FixedWindow
+			}
+			p, err := rl.NewPolicy(rl.Limit{Algorithm: a, Limit: 1, Window: w}, other)
+			require.NoError(t, err, w)
+			c := &ruleconfig.Checker{}
+			win := ruleconfig.String{V: rl.FormatWindow(w), Set: true}
+			ls := []ruleconfig.Limit{
+				{Fields: ruleconfig.Fields{Set: true}, LimitFields: ruleconfig.LimitFields{
+					Strategy: ruleconfig.String{V: a.String(), Set: true}, Limit: ruleconfig.Int{V: 1, Set: true}, Window: win}},
+				{Fields: ruleconfig.Fields{Set: true}, LimitFields: ruleconfig.LimitFields{
+					Strategy: ruleconfig.String{V: other.Algorithm.String(), Set: true}, Limit: ruleconfig.Int{V: 1, Set: true}, Window: win}},
+			}
+			out, ok := ruleconfig.CheckLimits(c, "limits", ls)
+			require.True(t, ok, "%v", c.Problems)
+			want := p.Limits()
+			require.Equal(t, want[0].Name, out[0].Name, w)
+			require.Equal(t, want[1].Name, out[1].Name, w)
+			require.Equal(t, fmt.Sprintf("%s_%s", a, rl.FormatWindow(w)), want[0].Name)
+		}
+	}
+	for w, name := range map[time.Duration]string{
+		time.Microsecond: "fixed_window_1µs", 1500 * time.Microsecond: "fixed_window_1.5ms", time.Second: "fixed_window_1s",
+		90 * time.Second: "fixed_window_1m30s", time.Minute: "fixed_window_1m", 61 * time.Minute: "fixed_window_61m",
+		time.Hour: "fixed_window_1h", 25 * time.Hour: "fixed_window_25h", 48 * time.Hour: "fixed_window_2d",
+	} {
+		require.Equal(t, name, rl.DefaultLimitName(rl.Limit{Algorithm: core.FixedWindow, Window: w}, 2))
+		require.Equal(t, name, ruleconfig.DefaultLimitName(core.FixedWindow, w, 3))
+	}
+	require.Equal(t, "default", rl.DefaultLimitName(rl.Limit{Algorithm: core.GCRA, Window: time.Second}, 1))
+}
