@@ -96,21 +96,33 @@ func Join(path, key string) string {
 	return path + "." + key
 }
 
-// Names finds a name given to two rules.
-type Names map[string]int
-
-// Unique reports whether name (rule i's) is new, reporting it under field
-// "name" if not.
-func (n Names) Unique(c *Checker, name string, i int) bool {
-	if name == "" {
-		return true
+// CheckRules checks a configuration's rules: each with check, c.Rule
+// locating it (Rule.Locator), refusing a name (the one check returns)
+// given to two rules. It returns the rules without a problem, in order,
+// and leaves c.Rule "" for the fields checked after.
+func CheckRules[R any, P interface {
+	*R
+	Locator(i int) string
+}, S any](c *Checker, rules []R, check func(r P) (s S, name string, ok bool)) []S {
+	var out []S
+	names := map[string]int{}
+	for i := range rules {
+		r := P(&rules[i])
+		c.Rule = r.Locator(i)
+		s, name, ok := check(r)
+		if j, dup := names[name]; dup {
+			c.Fail("name", "%q is also the name of rules[%d] (names default to the endpoint; set \"name\" to tell them apart)", name, j)
+			continue
+		}
+		if name != "" {
+			names[name] = i
+		}
+		if ok {
+			out = append(out, s)
+		}
 	}
-	if j, dup := n[name]; dup {
-		c.Fail("name", "%q is also the name of rules[%d] (names default to the endpoint; set \"name\" to tell them apart)", name, j)
-		return false
-	}
-	n[name] = i
-	return true
+	c.Rule = ""
+	return out
 }
 
 // LimitFields are the fields of one limit; a rule carries them itself

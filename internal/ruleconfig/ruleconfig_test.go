@@ -41,22 +41,16 @@ func parse(t *testing.T, data string, o Options) ([]Spec, []Problem) {
 	if !c.Object("", "an object with \"rules\"", &f.Fields) {
 		return nil, c.Problems
 	}
-	c.Int("size", f.Size)
 	c.Want("rules", "a list of rules", f.Rules.Got)
-	var specs []Spec
-	names := Names{}
-	for i := range f.Rules.Items {
-		r := &f.Rules.Items[i]
-		c.Rule = r.Locator(i)
+	specs := CheckRules(c, f.Rules.Items, func(r *testRule) (Spec, string, bool) {
 		s, ok := r.Check(c, o)
 		c.Bool("extra", r.Extra)
 		if r.Nested.Set && c.Object("nested", "an object", &r.Nested.Fields) {
 			c.String("nested.deep", r.Nested.Deep)
 		}
-		if names.Unique(c, s.Name, i) && ok {
-			specs = append(specs, s)
-		}
-	}
+		return s, s.Name, ok
+	})
+	c.Int("size", f.Size)
 	return specs, c.Problems
 }
 
@@ -122,7 +116,6 @@ func TestKindsNameTheField(t *testing.T) {
 	  {"name": "b", "limits": {"strategy": "fixed"}}, 7, {"name": "c", "limits": [3, {"name": "x", "strategy": "fixed", "limit": 99999999999999999999, "window": "1s"}]},
 	  {"name": "d", "strategy": "fixed", "limit": 1, "window": "1s", "nested": "deep"}]}`, Options{})
 	require.Equal(t, []string{
-		`size: want an integer, got the string "3"`,
 		`rules[0] "/a": name: want a string, got the number 5`,
 		`rules[0] "/a": methods: want a list of HTTP methods, got an object`,
 		`rules[0] "/a": limit: want an integer, got the number 1.5`,
@@ -139,6 +132,8 @@ func TestKindsNameTheField(t *testing.T) {
 		`rules[3] "c": limits[0]: want an object {name, strategy, limit, window, rate}, got the number 3`,
 		`rules[3] "c": limits[1].limit: want an integer, got the number 99999999999999999999`,
 		`rules[4] "d": nested: want an object, got the string "deep"`,
+		// Checked after the rules: CheckRules left c.Rule "".
+		`size: want an integer, got the string "3"`,
 	}, texts(ps))
 }
 

@@ -308,15 +308,10 @@ func (f *fileJSON) Validate(path string) (*Config, []Problem) {
 	case len(f.Rules.Items) == 0:
 		c.Fail("rules", "empty: want at least one rule (a service without rules limits nothing)")
 	}
-	names := ruleconfig.Names{}
-	for i := range f.Rules.Items {
-		r := &f.Rules.Items[i]
-		c.Rule = r.Locator(i)
-		spec, ok := r.check(c)
-		if names.Unique(c, spec.Name, i) && ok {
-			cfg.Rules = append(cfg.Rules, spec)
-		}
-	}
+	cfg.Rules = ruleconfig.CheckRules(c, f.Rules.Items, func(r *ruleJSON) (RuleSpec, string, bool) {
+		s, ok := r.check(c)
+		return s, s.Name, ok
+	})
 	return cfg, c.Problems
 }
 

@@ -177,15 +177,10 @@ func (f *fileJSON) Validate() (*config, []Problem) {
 	case len(f.Rules.Items) == 0:
 		c.Fail("rules", "no rules")
 	}
-	names := ruleconfig.Names{}
-	for i := range f.Rules.Items {
-		r := &f.Rules.Items[i]
-		c.Rule = r.Locator(i)
+	cfg.Rules = ruleconfig.CheckRules(c, f.Rules.Items, func(r *ruleJSON) (*rule, string, bool) {
 		ru, ok := r.check(c)
-		if names.Unique(c, ru.Name, i) && ok {
-			cfg.Rules = append(cfg.Rules, ru)
-		}
-	}
+		return ru, ru.Name, ok
+	})
 	return cfg, c.Problems
 }
 
