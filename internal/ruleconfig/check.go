@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -152,7 +153,7 @@ type Limit struct {
 // decoded by encoding/json keeps its unknown keys and kinds too).
 func (l *Limit) UnmarshalJSON(b []byte) error {
 	*l = Limit{}
-	decodeObject(b, reflectOf(l), &l.Fields)
+	decodeObject(b, reflect.ValueOf(l).Elem(), &l.Fields)
 	return nil
 }
 

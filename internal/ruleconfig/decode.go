@@ -232,8 +232,6 @@ func decodeObject(raw json.RawMessage, rv reflect.Value, f *Fields) {
 	}
 }
 
-func reflectOf(p any) reflect.Value { return reflect.ValueOf(p).Elem() }
-
 // field finds the field of struct rv tagged key, in rv or in a struct it
 // embeds.
 func field(rv reflect.Value, key string) (reflect.Value, bool) {

@@ -281,11 +281,7 @@ func inlinePolicy(ls []ruleconfig.Limit, prefix string, max int) (*rl.Policy, er
 		}
 		return nil, &errClient{"invalid_limits", errors.New(strings.Join(msgs, "; "))}
 	}
-	limits := make([]rl.Limit, len(checked))
-	for i, l := range checked {
-		limits[i] = rl.Limit{Name: l.Name, Algorithm: l.Algorithm, Limit: l.Limit.Limit, Window: time.Duration(l.Window) * time.Microsecond, Rate: l.Rate}
-	}
-	pol, err := rl.NewPolicy(limits...)
+	pol, err := rl.NewPolicy(rlLimits(checked)...)
 	if err != nil {
 		return nil, &errClient{"invalid_limits", fmt.Errorf("%slimits: %w", prefix, err)}
 	}

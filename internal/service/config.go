@@ -371,6 +371,15 @@ func checkTokens(c *ruleconfig.Checker, ts []tokenJSON) []APIToken {
 	return out
 }
 
+// rlLimits converts validated limits to rl's.
+func rlLimits(ls []ruleconfig.NamedLimit) []rl.Limit {
+	var out []rl.Limit
+	for _, l := range ls {
+		out = append(out, rl.Limit{Name: l.Name, Algorithm: l.Algorithm, Limit: l.Limit.Limit, Window: time.Duration(l.Window) * time.Microsecond, Rate: l.Rate})
+	}
+	return out
+}
+
 // check validates the rule: the shared fields, then the service's.
 func (r *ruleJSON) check(c *ruleconfig.Checker) (RuleSpec, bool) {
 	before := len(c.Problems)
@@ -379,10 +388,7 @@ func (r *ruleJSON) check(c *ruleconfig.Checker) (RuleSpec, bool) {
 		Name: s.Name, Endpoint: s.Endpoint, Host: s.Host, Methods: s.Methods,
 		KeyBy: s.KeyBy, Cost: s.Cost, MinCost: 1, CostHeader: s.CostHeader, FailOpen: s.FailOpen,
 	}
-	for _, l := range s.Limits {
-		spec.Limits = append(spec.Limits, rl.Limit{Name: l.Name, Algorithm: l.Algorithm, Limit: l.Limit.Limit,
-			Window: time.Duration(l.Window) * time.Microsecond, Rate: l.Rate})
-	}
+	spec.Limits = rlLimits(s.Limits)
 	if !r.Fields.Set || r.Got != "" {
 		return spec, false
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/httplimit"
+	"github.com/rlcore/rl/internal/ruleconfig"
 )
 
 // InlineNamespace is the base key of decisions on inline limits (limits
@@ -265,11 +266,11 @@ func (ru *rule) cost(r *http.Request) (int64, error) {
 	}
 	v := vs[0]
 	if len(vs) > 1 {
-		return 0, errCost{clipString(strings.Join(vs, ", "), 32), ru.spec.MinCost}
+		return 0, errCost{ruleconfig.Clip(strings.Join(vs, ", "), 32), ru.spec.MinCost}
 	}
 	n, ok := parseCost(v)
 	if !ok || n < ru.spec.MinCost || n > core.MaxCost {
-		return 0, errCost{clipString(v, 32), ru.spec.MinCost}
+		return 0, errCost{ruleconfig.Clip(v, 32), ru.spec.MinCost}
 	}
 	return n, nil
 }
@@ -286,13 +287,6 @@ func parseCost(v string) (int64, bool) {
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	return n, err == nil
-}
-
-func clipString(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "..."
-	}
-	return s
 }
 
 // dropLegacyRateLimitFields removes an upstream's X-RateLimit-* fields.

@@ -276,6 +276,3 @@ func (gj *globalJSON) check(c *ruleconfig.Checker) *globalSpec {
 	}
 	return g
 }
-
-// clip shortens s to n bytes and "..." for a message.
-func clip(s string, n int) string { return ruleconfig.Clip(s, n) }

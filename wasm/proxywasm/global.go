@@ -157,7 +157,7 @@ func readGlobal(numHeaders, bodySize int) (verdict, error) {
 		}
 	}
 	if status != "200" && status != "429" {
-		return verdict{}, fmt.Errorf("answered status %q", clip(status, 16))
+		return verdict{}, fmt.Errorf("answered status %q", ruleconfig.Clip(status, 16))
 	}
 	if bodySize <= 0 || bodySize > maxGlobalBody {
 		return verdict{}, fmt.Errorf("answered a body of %d bytes", bodySize)

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/ruleconfig"
 )
 
 // sortRules orders the rules most specific first: the longest endpoint, then
@@ -244,7 +245,7 @@ func (r *rule) cost(req *request) (int64, error) {
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 	if err != nil || n < 0 || n > core.MaxCost {
-		return 0, errCost{clip(v, 32)}
+		return 0, errCost{ruleconfig.Clip(v, 32)}
 	}
 	return n, nil
 }
