@@ -164,8 +164,12 @@ func ParseDomain(name string, data []byte) (*Domain, error) {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, &service.ConfigError{File: name, Problems: []service.Problem{{Message: "YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}}
 	}
+	js, err := ruleconfig.AppendJSON(nil, doc)
+	if err != nil {
+		return nil, &service.ConfigError{File: name, Problems: []service.Problem{{Message: "YAML: " + err.Error()}}}
+	}
 	var f domainJSON
-	if ps := ruleconfig.Decode(ruleconfig.AppendJSON(nil, doc), &f); len(ps) > 0 {
+	if ps := ruleconfig.Decode(js, &f); len(ps) > 0 {
 		return nil, &service.ConfigError{File: name, Problems: ps}
 	}
 	d, ps := f.Validate(name)

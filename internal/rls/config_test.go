@@ -48,6 +48,8 @@ func TestConfigErrors(t *testing.T) {
 			`rate_limit.unit_multiplier: want an integer, got the number 2.0`},
 		{"exponent multiplier", `{domain: d, descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 3, unit_multiplier: 1E1}}]}`,
 			`rate_limit.unit_multiplier: want an integer, got the number 10.0`},
+		{"colliding keys", `{domain: d, descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 3, 2.0: 1, 2: 2}}]}`,
+			`YAML: key "2" given twice in one mapping (as 2 and 2.0)`},
 		{"rate_limit kind", `{domain: d, descriptors: [{key: k, rate_limit: 5}]}`, `descriptors[0].rate_limit: want a mapping {unit, requests_per_unit}, got the number 5`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

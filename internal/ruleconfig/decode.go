@@ -368,57 +368,87 @@ func duplicateKey(data []byte) string {
 // gives an any, to b as JSON, so that YAML is decoded and checked as JSON
 // is. A float is written with a fraction or exponent ("30.0"), so that it
 // stays apart from an integer; a number JSON cannot hold (.inf, .nan)
-// becomes a string, and a key that is not a string its text.
-func AppendJSON(b []byte, doc any) []byte {
+// becomes a string, and a key that is not a string its text. Two keys of
+// one mapping with the same text (1 and "1") are an error: JSON would keep
+// one of them.
+func AppendJSON(b []byte, doc any) ([]byte, error) {
 	switch v := doc.(type) {
 	case nil:
-		return append(b, "null"...)
+		return append(b, "null"...), nil
 	case bool:
-		return strconv.AppendBool(b, v)
+		return strconv.AppendBool(b, v), nil
 	case int:
-		return strconv.AppendInt(b, int64(v), 10)
+		return strconv.AppendInt(b, int64(v), 10), nil
 	case int64:
-		return strconv.AppendInt(b, v, 10)
+		return strconv.AppendInt(b, v, 10), nil
 	case uint64:
-		return strconv.AppendUint(b, v, 10)
+		return strconv.AppendUint(b, v, 10), nil
 	case float64:
 		if math.IsInf(v, 0) || math.IsNaN(v) {
-			return strconv.AppendQuote(b, strconv.FormatFloat(v, 'g', -1, 64))
+			return strconv.AppendQuote(b, strconv.FormatFloat(v, 'g', -1, 64)), nil
 		}
 		s := strconv.FormatFloat(v, 'g', -1, 64)
 		if !strings.ContainsAny(s, ".e") {
 			s += ".0"
 		}
-		return append(b, s...)
+		return append(b, s...), nil
 	case string:
 		s, _ := json.Marshal(v)
-		return append(b, s...)
+		return append(b, s...), nil
 	case []any:
 		b = append(b, '[')
 		for i, e := range v {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = AppendJSON(b, e)
+			var err error
+			if b, err = AppendJSON(b, e); err != nil {
+				return nil, err
+			}
 		}
-		return append(b, ']')
+		return append(b, ']'), nil
 	case map[string]any:
 		b = append(b, '{')
 		for i, k := range slices.Sorted(maps.Keys(v)) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = AppendJSON(b, k)
+			b, _ = AppendJSON(b, k)
 			b = append(b, ':')
-			b = AppendJSON(b, v[k])
+			var err error
+			if b, err = AppendJSON(b, v[k]); err != nil {
+				return nil, err
+			}
 		}
-		return append(b, '}')
+		return append(b, '}'), nil
 	case map[any]any:
 		m := make(map[string]any, len(v))
+		given := make(map[string]any, len(v))
 		for k, e := range v {
-			m[fmt.Sprint(k)] = e
+			s := fmt.Sprint(k)
+			if k2, dup := given[s]; dup {
+				x, y := yamlKey(k), yamlKey(k2)
+				if x > y {
+					x, y = y, x
+				}
+				return nil, fmt.Errorf("key %q given twice in one mapping (as %s and %s): quote keys so they differ", Clip(s, 64), x, y)
+			}
+			given[s], m[s] = k, e
 		}
 		return AppendJSON(b, m)
 	}
 	return AppendJSON(b, fmt.Sprint(doc))
+}
+
+// yamlKey writes a mapping's key for a message: a string quoted, a float
+// with its fraction ("1.0"), anything else as its text.
+func yamlKey(k any) string {
+	switch k := k.(type) {
+	case string:
+		return strconv.Quote(Clip(k, 64))
+	case float64:
+		b, _ := AppendJSON(nil, k)
+		return string(b)
+	}
+	return Clip(fmt.Sprint(k), 64)
 }

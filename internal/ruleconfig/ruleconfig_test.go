@@ -2,6 +2,7 @@ package ruleconfig
 
 import (
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -309,4 +310,25 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// AppendJSON writes a YAML tree as JSON: floats apart from integers, keys
+// as text; two keys with the same text are refused, never one dropped.
+func TestAppendJSON(t *testing.T) {
+	b, err := AppendJSON(nil, map[string]any{"b": []any{1, int64(-2), uint64(3), 10.0, 1.5, 1e21, math.Inf(1), nil, true, "x"},
+		"a": map[any]any{1: "one", true: "t", 2.5: "f"}})
+	require.NoError(t, err)
+	require.Equal(t, `{"a":{"1":"one","2.5":"f","true":"t"},"b":[1,-2,3,10.0,1.5,1e+21,"+Inf",null,true,"x"]}`, string(b))
+	for _, tc := range []struct {
+		doc  any
+		want string
+	}{
+		{map[any]any{1: "a", "1": "b"}, `key "1" given twice in one mapping (as "1" and 1)`},
+		{map[any]any{true: "a", "true": "b"}, `key "true" given twice in one mapping (as "true" and true)`},
+		{map[any]any{1.0: "a", 1: "b"}, `key "1" given twice in one mapping (as 1 and 1.0)`},
+		{[]any{map[string]any{"x": map[any]any{2.5: 1, "2.5": 2}}}, `key "2.5" given twice in one mapping (as "2.5" and 2.5)`},
+	} {
+		_, err := AppendJSON(nil, tc.doc)
+		require.EqualError(t, err, tc.want+": quote keys so they differ")
+	}
 }

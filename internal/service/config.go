@@ -182,7 +182,10 @@ func ParseConfig(name, format string, data []byte) (*Config, error) {
 		if doc == nil {
 			return nil, fail("empty file: want a mapping with \"rules\" (or a list of rules)")
 		}
-		data = ruleconfig.AppendJSON(nil, doc)
+		var err error
+		if data, err = ruleconfig.AppendJSON(nil, doc); err != nil {
+			return nil, fail("YAML: " + err.Error())
+		}
 	case "json":
 	default:
 		return nil, fmt.Errorf("config: unknown format %q", format)

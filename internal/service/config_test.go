@@ -213,6 +213,20 @@ rules:
 	require.Equal(t, int64(2), cfg.Rules[0].MinCost)
 }
 
+// YAML keys that are one key in JSON (1 and "1") are refused, never one
+// of them dropped.
+func TestYAMLKeysCollide(t *testing.T) {
+	_, err := ParseConfig("k.yaml", "yaml", []byte(`
+rules:
+  - name: a
+    strategy: fixed
+    limit: 1
+    window: 1s
+    nested: {1.0: x, "1": y}
+`))
+	require.ErrorContains(t, err, `k.yaml: YAML: key "1" given twice in one mapping (as "1" and 1.0): quote keys so they differ`)
+}
+
 // Integer fields are strict in YAML and JSON alike: a number with a
 // fraction or an exponent is refused even when whole (as the filter and
 // rls refuse it), and only the kind is reported (no "below min_cost" for a
