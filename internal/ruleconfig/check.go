@@ -343,7 +343,8 @@ type Spec struct {
 	// Endpoint is a path starting with "/", or "" for a rule of the
 	// decision API only. It is "/" when only host or methods are given.
 	Endpoint string
-	// Host is "", a host name or "*." and a name, in lower case.
+	// Host is "", a host name or "*." and a name, in lower case, or an IP
+	// address (an IPv6 one in canonical form: CanonicalIPv6).
 	Host string
 	// Methods are in upper case.
 	Methods []string
@@ -386,7 +387,7 @@ func (r *Rule) Check(c *Checker, o Options) (s Spec, ok bool) {
 		if err := CheckHost(v); err != nil {
 			c.Fail("host", "%v", err)
 		}
-		s.Host = strings.ToLower(v)
+		s.Host = CanonicalIPv6(strings.ToLower(v))
 	}
 	if c.Want("methods", "a list of HTTP methods", r.Methods.Got) {
 		for i, m := range r.Methods.Items {
@@ -488,6 +489,20 @@ func CheckHost(s string) error {
 		}
 	}
 	return nil
+}
+
+// CanonicalIPv6 is h in netip's canonical form if it is an IPv6 address
+// without a zone ("2001:DB8::0001" is "2001:db8::1"), else h. A rule's
+// host and a request's go through it, so that every spelling of an
+// address matches every other.
+func CanonicalIPv6(h string) string {
+	if strings.IndexByte(h, ':') < 0 {
+		return h
+	}
+	if a, err := netip.ParseAddr(h); err == nil && a.Is6() && a.Zone() == "" {
+		return a.String()
+	}
+	return h
 }
 
 // CheckKeyBy accepts a rule's key_by; "path" only if path.

@@ -243,6 +243,14 @@ func TestCheckHost(t *testing.T) {
 	for _, bad := range []string{"", "*", "*.", "*.*.example.com", "a.*.com", "https://x", "x/y", "x:80", "[::1]", "a..b", ".a", "a.", "a b", "u@x", "é.com", "fe80::1%eth0", strings.Repeat("a", 254)} {
 		require.Error(t, CheckHost(bad), bad)
 	}
+	// An IPv6 address is kept in canonical form, as requests' hosts are
+	// matched in.
+	for in, want := range map[string]string{"2001:DB8::0001": "2001:db8::1", "2001:0db8:0:0:0:0:0:1": "2001:db8::1",
+		"::FFFF:C000:0201": "::ffff:192.0.2.1", "API.example.com": "api.example.com", "192.0.2.1": "192.0.2.1"} {
+		specs, ps := parse(t, `[{"name":"a","host":"`+in+`","strategy":"fixed","limit":1,"window":"1s"}]`, Options{})
+		require.Empty(t, ps, in)
+		require.Equal(t, want, specs[0].Host, in)
+	}
 }
 
 func TestParseDuration(t *testing.T) {

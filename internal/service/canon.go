@@ -4,6 +4,8 @@ import (
 	"errors"
 	"net"
 	"strings"
+
+	"github.com/rlcore/rl/internal/ruleconfig"
 )
 
 // Paths and hosts are put in one canonical form before a proxied request is
@@ -34,7 +36,8 @@ import (
 // starting with "/".
 //
 // Hosts are compared in lower case, without a port, brackets or trailing
-// dots: "API.Example.com.:443" is "api.example.com".
+// dots: "API.Example.com.:443" is "api.example.com"; an IPv6 address is
+// in netip's canonical form: "[2001:DB8::0001]:80" is "2001:db8::1".
 
 // errPath is a request path the proxy refuses to clean.
 type errPath struct{ reason string }
@@ -193,14 +196,15 @@ func matchPath(p string) string {
 }
 
 // canonicalHost is h (a Host header or a rule's host) in lower case,
-// without a port, IPv6 brackets or trailing dots.
+// without a port, IPv6 brackets or trailing dots, an IPv6 address in
+// canonical form ("[2001:DB8::0001]" is "2001:db8::1").
 func canonicalHost(h string) string {
 	if host, _, err := net.SplitHostPort(h); err == nil {
 		h = host
 	} else if len(h) >= 2 && h[0] == '[' && h[len(h)-1] == ']' {
 		h = h[1 : len(h)-1]
 	}
-	return lowerASCII(strings.TrimRight(h, "."))
+	return ruleconfig.CanonicalIPv6(lowerASCII(strings.TrimRight(h, ".")))
 }
 
 // lowerASCII lower-cases ASCII letters only (no Unicode case folding: non-

@@ -112,6 +112,10 @@ func TestCanonicalHost(t *testing.T) {
 		"api.example.com..":        "api.example.com",
 		"Api.Example.Com.:443":     "api.example.com",
 		"[2001:DB8::1]:8080":       "2001:db8::1",
+		"[2001:DB8:0::0001]:80":    "2001:db8::1",
+		"2001:0db8:0:0:0:0:0:1":    "2001:db8::1",
+		"[::FFFF:C000:0201]":       "::ffff:192.0.2.1",
+		"[fe80::1%eth0]:80":        "fe80::1%eth0",
 		"[::1]":                    "::1",
 		"192.0.2.1:80":             "192.0.2.1",
 		"":                         "",
@@ -122,6 +126,7 @@ func TestCanonicalHost(t *testing.T) {
 	}
 	require.Equal(t, "*.example.org", ruleHost("*.Example.ORG."))
 	require.Equal(t, "api.example.com", ruleHost("api.example.com.:443"))
+	require.Equal(t, "2001:db8::1", ruleHost("2001:DB8::0001"))
 }
 
 // checkCanonical checks the invariants of a canonical path c.

@@ -92,7 +92,9 @@ func pathMatches(endpoint, path string) bool {
 	return len(path) == len(endpoint) || endpoint[len(endpoint)-1] == '/' || path[len(endpoint)] == '/'
 }
 
-// hostOf is an :authority's host, lower case, without a port or a final dot.
+// hostOf is an :authority's host, lower case, without a port or a final
+// dot, an IPv6 address in canonical form (ruleconfig.CanonicalIPv6, as a
+// rule's host).
 func hostOf(authority string) string {
 	h := authority
 	if strings.HasPrefix(h, "[") { // [v6]:port
@@ -102,7 +104,7 @@ func hostOf(authority string) string {
 	} else if i := strings.LastIndexByte(h, ':'); i >= 0 && strings.Count(h, ":") == 1 {
 		h = h[:i]
 	}
-	return strings.ToLower(strings.TrimSuffix(h, "."))
+	return ruleconfig.CanonicalIPv6(strings.ToLower(strings.TrimSuffix(h, ".")))
 }
 
 // errNoKey is a request without the rule's key; the filter answers 400.

@@ -16,7 +16,9 @@ func TestMatch(t *testing.T) {
 		{"name":"pay-post","endpoint":"/v1/pay","methods":["POST"],"strategy":"fixed","limit":1,"window":"1s"},
 		{"name":"pay-host","endpoint":"/v1/pay","host":"*.example.com","strategy":"fixed","limit":1,"window":"1s"},
 		{"name":"pay-exact","endpoint":"/v1/pay","host":"api.example.com","strategy":"fixed","limit":1,"window":"1s"},
-		{"name":"dir","endpoint":"/static/","strategy":"fixed","limit":1,"window":"1s"}]`)
+		{"name":"dir","endpoint":"/static/","strategy":"fixed","limit":1,"window":"1s"},
+		{"name":"v6","endpoint":"/v6","host":"2001:DB8::0001","strategy":"fixed","limit":1,"window":"1s"},
+		{"name":"v6b","endpoint":"/v6b","host":"2001:db8::1","strategy":"fixed","limit":1,"window":"1s"}]`)
 	for _, tc := range []struct{ method, authority, path, want string }{
 		{"GET", "x", "/", "all"},
 		{"GET", "x", "/v1/payments", "all"},
@@ -28,6 +30,11 @@ func TestMatch(t *testing.T) {
 		{"POST", "[::1]:443", "/v1/pay", "pay-post"},
 		{"GET", "x", "/static/a.css", "dir"},
 		{"GET", "x", "/static", "all"},
+		// Any spelling of an IPv6 address matches any other.
+		{"GET", "[2001:db8::1]:443", "/v6", "v6"},
+		{"GET", "[2001:0DB8:0:0::1]", "/v6", "v6"},
+		{"GET", "[2001:DB8::0001]:80", "/v6b", "v6b"},
+		{"GET", "[2001:db8::2]", "/v6", "all"},
 	} {
 		r, err := cfg.match(&request{method: tc.method, authority: tc.authority, path: tc.path})
 		if err != nil || r == nil || r.Name != tc.want {
