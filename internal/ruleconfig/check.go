@@ -62,10 +62,14 @@ func (c *Checker) Want(field, want, got string) bool {
 }
 
 // Object reports the object at field (want describes it) if it is not one,
-// then each key no field takes; it returns whether it is an object.
+// then each key given twice and each key no field takes; it returns
+// whether it is an object.
 func (c *Checker) Object(field, want string, f *Fields) bool {
 	if !c.Want(field, want, f.Got) {
 		return false
+	}
+	for _, k := range f.Repeated {
+		c.Fail(Join(field, k), "given twice in one object")
 	}
 	for _, k := range f.Unknown {
 		c.Fail(Join(field, k), "unknown field (want one of %s)", strings.Join(f.known, ", "))

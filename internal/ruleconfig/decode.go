@@ -11,7 +11,9 @@
 // (Fields.Unknown), and the checks (Checker, Rule.Check, CheckLimits) turn
 // them into Problems naming the rule and the field's path, such as
 // rules[1] "pay": limits[0].window. A key given twice in one object, at any
-// depth, is refused, as is anything after the top-level value.
+// depth, is refused, as is anything after the top-level value: by Decode
+// for a document, by the checks (Fields.Repeated) for an object decoded
+// alone, such as a Limit through encoding/json.
 //
 // The package imports only the standard library and core, so a wasip1
 // build (the filter) can use it; YAML is the service's business: it turns
@@ -42,6 +44,11 @@ type Fields struct {
 	Got string `json:"-"`
 	// Unknown lists the object's keys that no field takes, in order.
 	Unknown []string `json:"-"`
+	// Repeated lists the keys given more than once, in order; the first
+	// value given is kept. (Decode refuses a document with one; a Limit
+	// decoded by encoding/json, as the decision API's inline limits are,
+	// keeps them here for the checks to report.)
+	Repeated []string `json:"-"`
 	// known lists the keys fields take, in declaration order, for
 	// messages.
 	known []string
@@ -214,6 +221,7 @@ func decodeObject(raw json.RawMessage, rv reflect.Value, f *Fields) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	_, _ = dec.Token() // '{'; raw is valid JSON
+	seen := map[string]bool{}
 	for dec.More() {
 		t, err := dec.Token()
 		if err != nil {
@@ -224,6 +232,11 @@ func decodeObject(raw json.RawMessage, rv reflect.Value, f *Fields) {
 		if err := dec.Decode(&v); err != nil {
 			return
 		}
+		if seen[key] {
+			f.Repeated = append(f.Repeated, key)
+			continue
+		}
+		seen[key] = true
 		if fv, ok := field(rv, key); ok {
 			decodeValue(v, fv)
 		} else {

@@ -320,6 +320,18 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
+// A Limit decoded alone (as the decision API's inline limits are, through
+// encoding/json) keeps a key given twice for the checks to refuse.
+func TestLimitRepeatedKey(t *testing.T) {
+	var ls []Limit
+	require.NoError(t, json.Unmarshal([]byte(`[{"strategy":"fixed","limit":1,"window":"1s","window":"1h","x":1,"x":2}]`), &ls))
+	c := &Checker{}
+	_, ok := CheckLimits(c, "limits", ls)
+	require.False(t, ok)
+	require.Equal(t, []string{`limits[0].window: given twice in one object`, `limits[0].x: given twice in one object`,
+		`limits[0].x: unknown field (want one of name, strategy, algorithm, limit, window, rate)`}, texts(c.Problems))
+}
+
 // AppendJSON writes a YAML tree as JSON: floats apart from integers, keys
 // as text; two keys with the same text are refused, never one dropped.
 func TestAppendJSON(t *testing.T) {

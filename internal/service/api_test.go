@@ -202,6 +202,14 @@ func TestInlineLimits(t *testing.T) {
 	require.Contains(t, ej.Error, `limits[0].strategy: unknown strategy "fixd"`)
 	require.Contains(t, ej.Error, `limits[1].window: "soon"`)
 
+	// A key given twice in an inline limit is refused, as in the
+	// configuration, never resolved to one of the values.
+	r = e.post(t, "check", `{"key":"u2","limits":[{"strategy":"fixed","limit":1000,"limit":1,"window":"1m"}]}`)
+	require.Equal(t, 400, r.code, string(r.body))
+	ej = r.errorJSON(t)
+	require.Equal(t, "invalid_limits", ej.Code)
+	require.Equal(t, `limits[0].limit: given twice in one object`, ej.Error)
+
 	off := newEnv(t, "inline_limits: false\nrules: [{name: r, strategy: fixed, limit: 1, window: 1m}]", nil)
 	r = off.post(t, "check", body)
 	require.Equal(t, 403, r.code)
