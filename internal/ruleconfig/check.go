@@ -1,6 +1,7 @@
 package ruleconfig
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/netip"
@@ -158,6 +159,29 @@ type Limit struct {
 func (l *Limit) UnmarshalJSON(b []byte) error {
 	*l = Limit{}
 	decodeObject(b, reflect.ValueOf(l).Elem(), &l.Fields)
+	return nil
+}
+
+// MarshalJSON writes the limit in its JSON shape ({"name", "strategy",
+// "limit", "window", "rate"}), so that a decision-API request holding
+// limits marshals back to what it was decoded from. A field left out or of
+// the wrong kind is left out.
+func (l Limit) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Name      *string `json:"name,omitempty"`
+		Strategy  *string `json:"strategy,omitempty"`
+		Algorithm *string `json:"algorithm,omitempty"`
+		Limit     *int64  `json:"limit,omitempty"`
+		Window    *string `json:"window,omitempty"`
+		Rate      *int64  `json:"rate,omitempty"`
+	}{given(l.Name), given(l.Strategy), given(l.Algorithm), given(l.Limit), given(l.Window), given(l.Rate)})
+}
+
+// given points to v's value if it is OK, else is nil.
+func given[T string | int64 | bool](v Value[T]) *T {
+	if v.OK() {
+		return &v.V
+	}
 	return nil
 }
 

@@ -181,6 +181,28 @@ rules:
 	require.Equal(t, "86390", r.h.Get("Retry-After"))
 }
 
+// A DecisionRequest marshals back to the JSON it was decoded from, inline
+// limits included.
+func TestDecisionRequestRoundTrip(t *testing.T) {
+	for _, body := range []string{
+		`{"limits":[{"name":"m","strategy":"sliding_log","limit":2,"window":"1m"},{"algorithm":"gcra","limit":5,"window":"1s","rate":0}],"key":"u1","cost":3,"fail_open":true}`,
+		`{"rule":"r","key":"k"}`,
+		`{"limits":[{"strategy":"token","limit":10,"window":"1h","rate":2}],"key":"k"}`,
+	} {
+		var req DecisionRequest
+		require.NoError(t, json.Unmarshal([]byte(body), &req))
+		b, err := json.Marshal(req)
+		require.NoError(t, err)
+		require.JSONEq(t, body, string(b))
+		var again DecisionRequest
+		require.NoError(t, json.Unmarshal(b, &again))
+		require.Equal(t, req, again)
+		b2, err := json.Marshal(again)
+		require.NoError(t, err)
+		require.Equal(t, string(b), string(b2))
+	}
+}
+
 func TestInlineLimits(t *testing.T) {
 	e := newEnv(t, `rules: [{name: r, strategy: fixed, limit: 1, window: 1m}]`, nil)
 	body := `{"key":"u1","limits":[{"name":"m","strategy":"sliding_log","limit":2,"window":"1m"},{"strategy":"gcra","limit":5,"window":"1s"}]}`
