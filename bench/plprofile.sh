@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # plprofile.sh: where the SQL path's time goes, per PL/pgSQL line and per
 # decision, on a scratch database of the server at DATABASE_URL (default: the
-# tests' server). Not needed by the tests. Needs psql, pgbench-free; installs
-# the plprofiler extension (Debian: postgresql-15-plprofiler) when missing.
+# tests' server). Not needed by the tests. Needs psql and the plprofiler
+# extension (Debian: postgresql-15-plprofiler); it says so and stops when
+# the extension is missing.
 #
 #   bash bench/plprofile.sh            # profile + CPU per call, 2000 calls each
 #   N=5000 bash bench/plprofile.sh
@@ -26,7 +27,9 @@ DBURL="$BASE/$DB?sslmode=disable"
 
 if [ ! -e "$(pg_config --sharedir 2>/dev/null || echo /usr/share/postgresql/15)/extension/plprofiler.control" ] &&
    [ ! -e /usr/share/postgresql/15/extension/plprofiler.control ]; then
-	apt-get update -qq && apt-get install -y -qq postgresql-15-plprofiler >/dev/null
+	echo "plprofile.sh needs PL/Profiler on the PostgreSQL server: install the Debian package" >&2
+	echo "  postgresql-15-plprofiler   (apt-get update && apt-get install postgresql-15-plprofiler)" >&2
+	exit 2
 fi
 
 psql "$URL" -qc "CREATE DATABASE $DB"

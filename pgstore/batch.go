@@ -548,12 +548,12 @@ func (b *Batched) execGo(ctx context.Context, conn *pgxpool.Conn, calls []*call)
 	// cost above a small batch's decisions; nested loops over the primary
 	// key, even if the plan is made while rl.state is small (as migration
 	// 0010 sets for rl.rl_decide_batch).
-	sync := "NULL"
+	syncCommit := "NULL"
 	if b.s.cfg.Durability == DurabilityFast && len(lockKeys) > 0 {
-		sync = "set_config('synchronous_commit', 'off', true)"
+		syncCommit = "set_config('synchronous_commit', 'off', true)"
 	}
 	bt.Queue("SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true), " +
-		"set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true), " + sync)
+		"set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true), " + syncCommit)
 	if len(lockKeys) > 0 {
 		bt.Queue("SELECT now_us, key, name, algorithm, t, x, y, log, created FROM rl.lock_states_batch($1, $2)", lockKeys, lockNames)
 	}

@@ -37,7 +37,8 @@ type PostgresConfig struct {
 	Durable bool
 	// Batch coalesces concurrent decisions into batches, one statement and
 	// one commit each (pgstore.Batched): more decisions per second under
-	// load for a little latency.
+	// load for a little latency. The -pg-batch flag defaults to true; the
+	// zero PostgresConfig (tests) decides one statement per decision.
 	Batch bool
 	// MaxConns bounds the pool; 0: pgx's default (max(4, CPUs)).
 	MaxConns int32

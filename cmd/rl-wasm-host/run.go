@@ -227,12 +227,17 @@ func Run(ctx context.Context, rc RunConfig, reload <-chan os.Signal) error {
 		}
 		return err
 	}
-	for _, ext := range rc.Extensions {
+	for i, ext := range rc.Extensions {
 		role, addr, err := ext.Start(svc)
 		if err != nil {
 			for _, s := range servers {
 				s.ln.Close()
 			}
+			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			for _, started := range rc.Extensions[:i] { // they bound listeners: release them
+				started.Shutdown(sctx)
+			}
+			cancel()
 			return err
 		}
 		log.Info("listening", "role", role, "addr", addr)

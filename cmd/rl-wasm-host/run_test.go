@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/rlcore/rl/internal/rls"
+	"github.com/rlcore/rl/internal/service"
 )
 
 // The Envoy rate limit service as Run serves it: started beside the HTTP
@@ -113,4 +116,46 @@ func TestCheckAPIListen(t *testing.T) {
 		err := checkAPIListen(c.addr, c.tokens)
 		require.Equal(t, c.ok, err == nil, "%s tokens=%v: %v", c.addr, c.tokens, err)
 	}
+}
+
+// fakeExtension binds a listener on Start (or fails), and closes it on
+// Shutdown.
+type fakeExtension struct {
+	fail     bool
+	ln       net.Listener
+	shutdown bool
+}
+
+func (f *fakeExtension) Start(*service.Service) (string, string, error) {
+	if f.fail {
+		return "", "", errors.New("fake: cannot start")
+	}
+	var err error
+	f.ln, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", "", err
+	}
+	return "fake", f.ln.Addr().String(), nil
+}
+func (f *fakeExtension) Serve() error { return nil }
+func (f *fakeExtension) Reload()      {}
+func (f *fakeExtension) Shutdown(context.Context) {
+	f.shutdown = true
+	f.ln.Close()
+}
+
+// TestRunReleasesStartedExtensions: when an extension fails to start, the
+// ones already started are shut down (their listeners released) before Run
+// returns the error.
+func TestRunReleasesStartedExtensions(t *testing.T) {
+	dir := t.TempDir()
+	mainPath := filepath.Join(dir, "main.yaml")
+	require.NoError(t, os.WriteFile(mainPath, []byte("rules: [{name: api, strategy: fixed, limit: 10, window: 1s}]\n"), 0o600))
+	first, second := &fakeExtension{}, &fakeExtension{fail: true}
+	err := Run(context.Background(), RunConfig{ConfigPath: mainPath, Listen: "127.0.0.1:0", APIListen: "127.0.0.1:0",
+		Decider: "native", Logger: slog.New(slog.DiscardHandler), Extensions: []Extension{first, second}}, nil)
+	require.ErrorContains(t, err, "fake: cannot start")
+	require.True(t, first.shutdown, "the started extension was shut down")
+	_, err = net.Dial("tcp", first.ln.Addr().String())
+	require.Error(t, err, "its listener was released")
 }

@@ -115,8 +115,12 @@ func (e *Extension) Reload() {
 }
 
 // Shutdown stops gracefully (calls in flight finish), or at once when ctx
-// ends first.
+// ends first. It closes the listener Start bound even when Serve never ran.
 func (e *Extension) Shutdown(ctx context.Context) {
+	if e.grpc == nil {
+		return
+	}
+	defer e.ln.Close() // grpc closes it too once Serve has it; the second close is harmless
 	done := make(chan struct{})
 	go func() {
 		e.grpc.GracefulStop()
