@@ -421,6 +421,70 @@ func TestTenants(t *testing.T) {
 	require.Equal(t, "", rows("b:x"))
 }
 
+// TestTenantRefusedBeforeLocking: a tenant naming another tenant's key is
+// refused (42501) before any row is touched, so a row another session holds
+// locked neither delays the refusal nor turns it into a lock timeout
+// (55P03): the wait would show as 55P03 under lock_timeout. 0010's fast
+// path of rl.rl_decide_multi locked the row first and looked at rl.tenants
+// after; 0011 looks first.
+func TestTenantRefusedBeforeLocking(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := pgtest.NewDatabase(t)
+	require.NoError(t, migrations.Up(ctx, u))
+	owner := connect(t, u)
+	roleA, urlA := newRole(t, u, true, "lka", []string{"rl_app"}, u)
+	_, err := owner.Exec(ctx, `INSERT INTO rl.tenants (role, key_prefix) VALUES ($1, 'a:')`, roleA)
+	require.NoError(t, err)
+	// B's rows exist (the fast path only runs on an existing row) and
+	// another session holds them locked.
+	_, err = owner.Exec(ctx, `SELECT rl.rl_allow('b:1', 'token_bucket', 10, '1 hour'),
+		rl.rl_allow('b:1', 'fixed', 10, '1 hour', name => 'other')`)
+	require.NoError(t, err)
+	holder := connect(t, u)
+	tx, err := holder.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	var n int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT FROM rl.state WHERE key = 'b:1' FOR UPDATE) l`).Scan(&n))
+	require.Equal(t, 2, n)
+
+	a := connect(t, urlA)
+	_, err = a.Exec(ctx, `SET lock_timeout = '500ms'`)
+	require.NoError(t, err)
+	for _, q := range []string{
+		`SELECT rl.rl_allow($1, 'token_bucket', 10, '1 hour')`,
+		`SELECT rl.rl_allow_us($1, 'token_bucket', 10, 3600000000)`,
+		`SELECT rl.rl_peek($1, 'token_bucket', 10, '1 hour')`,
+		`SELECT * FROM rl.rl_allow_multi($1, '[{"name": "default", "algorithm": "token_bucket", "limit": 10, "window": "1 hour"}]')`,
+		`SELECT * FROM rl.rl_peek_multi($1, '[{"name": "default", "algorithm": "token_bucket", "limit": 10, "window": "1 hour"}]')`,
+		`SELECT * FROM rl.rl_decide_multi($1, '{default}', '{4}', '{10}', '{3600000000}', '{0}')`,
+		`SELECT * FROM rl.rl_decide_multi($1, '{default}', '{4}', '{10}', '{3600000000}', '{0}', cost => 0)`,
+		`SELECT * FROM rl.rl_decide_multi($1, '{default}', '{4}', '{10}', '{3600000000}', '{0}', take => false)`,
+		`SELECT * FROM rl.rl_decide_multi($1, '{default,other}', '{4,1}', '{10,10}', '{3600000000,3600000000}', '{0,0}')`,
+		`SELECT rl.rl_reset($1, 'other')`,
+		`SELECT rl.rl_reset($1)`,
+	} {
+		_, err := a.Exec(ctx, q, "b:1")
+		require.Equal(t, "42501", sqlState(err), "%s: %v", q, err)
+	}
+	// rl_decide_batch gives the request its 42501 row and locks nothing:
+	// the other request, on A's own key, is decided.
+	rows, err := a.Query(ctx, `SELECT req, coalesce(error_code, ''), allowed
+		FROM rl.rl_decide_batch('{b:1,a:1}', '{default,default}', '{4,4}', '{10,10}', '{3600000000,3600000000}', '{0,0}')
+		ORDER BY req`)
+	require.NoError(t, err)
+	type row struct {
+		Request int
+		Code    string
+		Allowed bool
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+	require.NoError(t, err)
+	require.Equal(t, []row{{0, "42501", false}, {1, "", true}}, got)
+	require.NoError(t, tx.Rollback(ctx))
+}
+
 // TestNullRate: a NULL rate is ErrRate, as a NULL limit is ErrLimit, in every
 // function; a missing rate (a default) is still 0.
 func TestNullRate(t *testing.T) {

@@ -1,0 +1,89 @@
+-- 0011 (after 0010): a tenant is refused before any row is touched again.
+-- 0010's fast path of rl.rl_decide_multi (and so of rl.rl_allow_multi and
+-- rl.rl_peek_multi) locked the row with SELECT ... FOR UPDATE and only then
+-- looked whether rl.tenants was empty: a tenant naming another tenant's key
+-- waited on, then held, that tenant's row lock before 0008's path refused it
+-- (42501), and with lock_timeout set got 55P03 instead of 42501. The fast
+-- path now asks for the row only when rl.tenants is empty, in the same
+-- statement (an uncorrelated EXISTS, evaluated once, before the scan), so
+-- with any tenant listed it locks nothing and the call takes 0008's path,
+-- which checks the key first. The decisions are unchanged.
+--
+-- rl.rl_decide_batch (which checks each request's key before locking the
+-- rows of the valid ones) and rl.lock_states_batch (trusted roles only,
+-- which no tenant prefix restricts) had no such order to fix.
+SET LOCAL search_path = pg_catalog, pg_temp;
+
+-- rl.rl_decide_multi, as in 0010, with rl.tenants looked into before the row.
+CREATE OR REPLACE FUNCTION rl.rl_decide_multi(key text, names text[], algorithms integer[], lims bigint[], windows_us bigint[],
+                                   rates bigint[], cost bigint DEFAULT 1, now_us bigint DEFAULT NULL,
+                                   take boolean DEFAULT true)
+    RETURNS SETOF rl.multi_decision
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+DECLARE
+    p_key   ALIAS FOR $1;
+    p_names ALIAS FOR $2;
+    p_algs  ALIAS FOR $3;
+    p_lims  ALIAS FOR $4;
+    p_wins  ALIAS FOR $5;
+    p_rates ALIAS FOR $6;
+    p_cost  ALIAS FOR $7;
+    p_now   ALIAS FOR $8;
+    p_take  boolean := coalesce($9, true);
+    one     boolean;
+    r       rl._eval_result;
+    st      rl.state_words;
+    v_now   bigint;
+BEGIN
+    one := cardinality(p_names) = 1 AND octet_length(p_key) BETWEEN 1 AND 256
+            AND octet_length(p_names[1]) BETWEEN 1 AND 256
+            AND array_ndims(p_names) = 1 AND array_lower(p_names, 1) = 1
+            AND cardinality(p_algs) = 1 AND cardinality(p_lims) = 1
+            AND cardinality(p_wins) = 1 AND cardinality(p_rates) = 1
+            AND array_lower(p_algs, 1) = 1 AND array_lower(p_lims, 1) = 1
+            AND array_lower(p_wins, 1) = 1 AND array_lower(p_rates, 1) = 1;
+    -- The common call: one limit, its row there, no tenants. The row is
+    -- locked as rl._decide1 locks it (the only row of the call), and only
+    -- when rl.tenants is empty: a tenant's call locks nothing here.
+    IF one THEN
+        IF p_take THEN
+            SELECT s.algorithm, s.t, s.x, s.y, s.log
+              INTO st.algorithm, st.t, st.x, st.y, st.log
+              FROM rl.state s WHERE s.key = p_key AND s.name = p_names[1] AND NOT EXISTS (SELECT FROM rl.tenants)
+               FOR UPDATE OF s;
+        ELSE
+            SELECT s.algorithm, s.t, s.x, s.y, s.log
+              INTO st.algorithm, st.t, st.x, st.y, st.log
+              FROM rl.state s WHERE s.key = p_key AND s.name = p_names[1] AND NOT EXISTS (SELECT FROM rl.tenants);
+        END IF;
+        IF FOUND THEN
+            v_now := rl._request_now(p_now);
+            r := rl._eval(p_algs[1], p_lims[1], p_wins[1], p_rates[1], st.algorithm, st.t, st.x, st.y, st.log,
+                          v_now, p_cost, p_take);
+            IF r.err = 0 THEN
+                IF p_take AND r.allowed AND p_cost <> 0 THEN
+                    UPDATE rl.state s
+                       SET algorithm = r.algorithm, t = r.t, x = r.x, y = r.y, log = r.log,
+                           expires_at = v_now + r.reset_after
+                     WHERE s.key = p_key AND s.name = p_names[1];
+                END IF;
+                RETURN NEXT ROW(0, p_names[1], r.allowed, r.lim, r.remaining, r.reset_after, r.retry_after, r.delay,
+                                true, v_now)::rl.multi_decision;
+                RETURN;
+            END IF;
+        END IF;
+    END IF;
+    -- Everything else, as in 0008.
+    PERFORM rl._check_tenant_key(p_key, NULL);
+    v_now := rl._request_now(p_now);
+    IF one THEN
+        r := rl._decide1(p_key, p_names[1], p_algs[1], p_lims[1], p_wins[1], p_rates[1], p_cost, v_now, p_take, true);
+        RETURN NEXT ROW(0, p_names[1], r.allowed, r.lim, r.remaining, r.reset_after, r.retry_after, r.delay, true,
+                        v_now)::rl.multi_decision;
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT * FROM rl._take_many($1, $2, $3, $4, $5, $6, $7, v_now, p_take);
+END
+$fn$;
