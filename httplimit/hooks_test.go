@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -358,4 +359,101 @@ func TestNewRefuses(t *testing.T) {
 	}
 	_, err = httplimit.New(httplimit.Config{Limiter: l, Key: httplimit.ClientIP(), Fail: fail})
 	require.NoError(t, err, "Fail alone")
+}
+
+// One middleware keeps one count for every handler it wraps: the store's
+// health is the same for all of them, and a success through one ends the
+// others' run.
+func TestFailOpenCountsPerMiddleware(t *testing.T) {
+	p := rl.MustPolicy(rl.Limit{Algorithm: core.TokenBucket, Limit: 100, Window: time.Second})
+	l, err := rl.New(rl.Config{Policy: p})
+	require.NoError(t, err)
+	defer l.Close()
+	f := &flaky{l: l, err: errTimeout}
+	var got []httplimit.Outcome
+	mw, err := httplimit.New(httplimit.Config{
+		Limiter:    f,
+		Key:        httplimit.ClientIP(),
+		FailOpen:   true,
+		OnDecision: func(r *http.Request, d httplimit.Decision) { got = append(got, d.Outcome) },
+	})
+	require.NoError(t, err)
+	a, b := mw(ok), mw(ok)
+	run := func(h http.Handler, fail bool) {
+		f.fail = fail
+		get(h, nil)
+	}
+	run(a, true)
+	run(b, true)
+	run(a, true) // the third, through either handler: open
+	run(b, false)
+	run(a, true) // the success through b ended the run
+	closed, open, allowed := httplimit.OutcomeFailClosed, httplimit.OutcomeFailOpen, httplimit.OutcomeAllowed
+	require.Equal(t, []httplimit.Outcome{closed, closed, open, allowed, closed}, got)
+}
+
+// burst is a Limiter whose requests with X-Stall wait in Do until released
+// and then time out; the others are decided at once.
+type burst struct {
+	l       *rl.Limiter
+	entered sync.WaitGroup
+	release chan struct{}
+}
+
+func (b *burst) Do(ctx context.Context, req rl.Request) (rl.Result, error) {
+	if strings.HasPrefix(req.Key, "stall") {
+		b.entered.Done()
+		<-b.release
+		return rl.Result{}, errTimeout
+	}
+	return b.l.Do(ctx, req)
+}
+
+// Timeouts of decisions queued together (a slow or hot row) do not open
+// when another decision completed after they began: that is load, and
+// load never turns into admissions. The same burst with no decision
+// completing is an outage from its third timeout.
+func TestFailOpenIgnoresABurstBegunBeforeASuccess(t *testing.T) {
+	p := rl.MustPolicy(rl.Limit{Algorithm: core.TokenBucket, Limit: 100, Window: time.Second})
+	l, err := rl.New(rl.Config{Policy: p})
+	require.NoError(t, err)
+	defer l.Close()
+	const n = 5
+	for _, succeed := range []bool{true, false} {
+		b := &burst{l: l, release: make(chan struct{})}
+		var mu sync.Mutex
+		var got []httplimit.Outcome
+		h, _ := setup(t, httplimit.Config{
+			Limiter:  b,
+			Key:      httplimit.Header("X-Key"),
+			FailOpen: true,
+			OnDecision: func(r *http.Request, d httplimit.Decision) {
+				if strings.HasPrefix(d.Key, "stall") {
+					mu.Lock()
+					got = append(got, d.Outcome)
+					mu.Unlock()
+				}
+			},
+		}, nil)
+		b.entered.Add(n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() { get(h, func(r *http.Request) { r.Header.Set("X-Key", fmt.Sprint("stall", i)) }) })
+		}
+		b.entered.Wait()
+		if succeed {
+			require.Equal(t, http.StatusOK, get(h, func(r *http.Request) { r.Header.Set("X-Key", "other") }).Code)
+		}
+		close(b.release)
+		wg.Wait()
+		counts := map[httplimit.Outcome]int{}
+		for _, o := range got {
+			counts[o]++
+		}
+		if succeed {
+			require.Equal(t, map[httplimit.Outcome]int{httplimit.OutcomeFailClosed: n}, counts, "a burst begun before a success")
+		} else {
+			require.Equal(t, map[httplimit.Outcome]int{httplimit.OutcomeFailClosed: 2, httplimit.OutcomeFailOpen: n - 2}, counts, "a burst with no success")
+		}
+	}
 }

@@ -6,10 +6,11 @@
 // When the store fails, each middleware either fails open (serves the
 // request) or closed (503), and reports the error to a hook. Only an
 // outage opens: a store that is down (store.ErrUnavailable), and when it
-// only times out, 3 timeouts in a row with no decision completed between
-// (the rule of rl-wasm-host's proxy): a store slow under load times out
-// some decisions while it completes others, and load must never turn into
-// admissions. A busy store (store.ErrBusy) is load, answered 503 with
+// only times out, the 3rd timeout of decisions that began after the last
+// decision completed, with none completed since (the rule of the service
+// and rl-wasm-host's proxy): a store slow under load, or a hot key whose
+// queued decisions time out together, times out some decisions while it
+// completes others, and load must never turn into admissions. A busy store (store.ErrBusy) is load, answered 503 with
 // Retry-After and never served. Config.Fail chooses per request and per
 // error instead, OnDecision observes every outcome (for metrics), and
 // Denied and Refused write the responses.
@@ -26,11 +27,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/outage"
 	"github.com/rlcore/rl/store"
 )
 
@@ -60,8 +61,9 @@ type Config struct {
 	// FailOpen serves requests when the store is down (an outage);
 	// otherwise they are answered 503 (fail closed). An outage is a store
 	// failure that matches store.ErrUnavailable, and for a timeout
-	// (context.DeadlineExceeded) only the third in a row with no decision
-	// completed between (counted per middleware); every other store
+	// (context.DeadlineExceeded) only the third of decisions that began
+	// after the last decision completed, none completing since (counted
+	// per middleware, across every handler it wraps); every other store
 	// failure is answered OutcomeFailClosed. A busy store (store.ErrBusy:
 	// every connection in use) is load, not an outage: it is answered
 	// OutcomeOverloaded even so. Either way OnError hears of it. Fail, if
@@ -197,22 +199,23 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 	if cfg.Fail != nil && cfg.FailOpen {
 		return nil, errors.New("httplimit: Config.Fail and Config.FailOpen are both set: Fail decides alone (return OutcomeFailOpen from it)")
 	}
+	// One detector for the middleware, shared by every handler it wraps:
+	// the store's health is the same for all of them. Only FailOpen
+	// without Fail reads it.
+	var out *outage.Detector
+	if cfg.FailOpen {
+		out = new(outage.Detector)
+	}
 	return func(next http.Handler) http.Handler {
-		return &handler{cfg: cfg, next: next}
+		return &handler{cfg: cfg, next: next, outage: out}
 	}, nil
 }
 
 type handler struct {
-	cfg  Config
-	next http.Handler
-	// timeouts counts store timeouts in a row with no decision completed
-	// between (outage).
-	timeouts atomic.Int32
+	cfg    Config
+	next   http.Handler
+	outage *outage.Detector // nil without FailOpen
 }
-
-// outageTimeouts is how many store timeouts in a row, with no decision
-// completed between, make an outage.
-const outageTimeouts = 3
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := &h.cfg
@@ -246,10 +249,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	var begun outage.Token
+	if h.outage != nil {
+		begun = h.outage.Begin()
+	}
 	res, err := c.Limiter.Do(r.Context(), req)
 	d := Decision{Key: key, Cost: req.Cost, Err: err}
-	if err == nil && h.timeouts.Load() != 0 {
-		h.timeouts.Store(0)
+	if err == nil && h.outage != nil {
+		h.outage.Success()
 	}
 	switch {
 	case err == nil && res.Allowed:
@@ -268,7 +275,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			d.Outcome = OutcomeFailClosed
 		}
 	default:
-		d.Outcome = h.failure(err)
+		d.Outcome = h.failure(begun, err)
 	}
 	h.report(r, &d, start)
 	switch d.Outcome {
@@ -292,33 +299,21 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// failure is the answer to a failed decision without Config.Fail: load
-// (store.ErrBusy) is OutcomeOverloaded, an outage OutcomeFailOpen or
-// OutcomeFailClosed as configured, another store failure
-// OutcomeFailClosed, anything else OutcomeError.
-func (h *handler) failure(err error) Outcome {
+// failure is the answer to a failed decision, begun at begun, without
+// Config.Fail: load (store.ErrBusy) is OutcomeOverloaded, an outage
+// (outage.Detector's rule) OutcomeFailOpen or OutcomeFailClosed as
+// configured, another store failure OutcomeFailClosed, anything else
+// OutcomeError.
+func (h *handler) failure(begun outage.Token, err error) Outcome {
 	switch {
 	case errors.Is(err, store.ErrBusy):
 		return OutcomeOverloaded
 	case !errors.Is(err, rl.ErrStore):
 		return OutcomeError
-	case h.cfg.FailOpen && h.outage(err):
+	case h.outage != nil && h.outage.Outage(begun, err):
 		return OutcomeFailOpen
 	}
 	return OutcomeFailClosed
-}
-
-// outage records err, a store failure, and reports whether the store counts
-// as down: store.ErrUnavailable, and for a timeout only the outageTimeouts-th
-// in a row.
-func (h *handler) outage(err error) bool {
-	if !errors.Is(err, store.ErrUnavailable) {
-		return false
-	}
-	if !errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	return h.timeouts.Add(1) >= outageTimeouts
 }
 
 func (h *handler) refuse(w http.ResponseWriter, r *http.Request, d Decision) {
