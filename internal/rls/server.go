@@ -407,6 +407,7 @@ func (s *Server) decide(ctx context.Context, ds *domainSet, it *item, peek bool)
 	if it.check {
 		cost, peek = 0, true
 	}
+	begun := s.svc.BeginDecision()
 	res, err := ds.lim.Do(ctx, rl.Request{Key: it.key, Cost: cost, Policy: l.policy, Peek: peek})
 	if err == nil {
 		s.svc.DecisionSucceeded()
@@ -423,7 +424,7 @@ func (s *Server) decide(ctx context.Context, ds *domainSet, it *item, peek bool)
 		return status.Errorf(codes.InvalidArgument, "%v", err) // not reached: keys are encoded, costs checked
 	}
 	ds.m.storeErrors.Inc()
-	switch s.svc.ClassifyFailure(err) {
+	switch s.svc.ClassifyFailure(begun, err) {
 	case service.FailureOutage:
 		if l.FailOpen {
 			s.logFailure("store down; answering OK (fail_open)", ds, err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rlcore/rl/internal/outage"
 	"github.com/rlcore/rl/internal/pgtest"
 )
 
@@ -145,10 +146,11 @@ rules:
 	wg.Wait()
 	t.Logf("while the database hangs: %v, slowest answer %s (timeout %s)", codes, slowest.Round(time.Millisecond), timeout)
 	// The first timeouts may come before the store counts as down
-	// (outageTimeouts in a row): those are refused, never admitted.
+	// (outage.Timeouts with no decision completing): those are refused,
+	// never admitted.
 	require.Equal(t, 16, codes["closed 503"])
 	require.Equal(t, 16, codes["open 200 fail_open"]+codes["open 503"], "%v", codes)
-	require.Less(t, codes["open 503"], outageTimeouts, "%v", codes)
+	require.Less(t, codes["open 503"], outage.Timeouts, "%v", codes)
 	require.Less(t, slowest, 2*timeout+700*time.Millisecond, "bounded by the store's queue and statement timeouts, no stall")
 
 	hp.frozen.Store(false)

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rlcore/rl"
+	"github.com/rlcore/rl/internal/outage"
 	"github.com/rlcore/rl/store"
 )
 
@@ -54,21 +55,21 @@ const (
 	FailureOther
 )
 
-// ClassifyFailure tells how to answer err, the error of a decision that the
-// request did not cause (not rl.ErrInvalidKey, not core.ErrCost), by the
-// rules the HTTP service follows: only a store that is down
-// (store.ErrUnavailable, and for timeouts three in a row with no success
-// between) is an outage; store.ErrBusy is overload, counted in
-// rl_overload_rejected_total{reason="store_busy"}. It records the failure
-// in the Service's outage tracker, which the HTTP listeners share.
-func (s *Service) ClassifyFailure(err error) Failure {
+// ClassifyFailure tells how to answer err, the error of a decision begun at
+// begun (BeginDecision) that the request did not cause (not
+// rl.ErrInvalidKey, not core.ErrCost), by the rules the HTTP service
+// follows: only a store that is down (outage.Detector's rule:
+// store.ErrUnavailable, and for timeouts the third with no decision
+// completing since they began) is an outage; store.ErrBusy is overload,
+// counted in rl_overload_rejected_total{reason="store_busy"}. It records
+// the failure in the Service's outage detector, which the HTTP listeners
+// share.
+func (s *Service) ClassifyFailure(begun outage.Token, err error) Failure {
 	switch {
 	case errors.Is(err, store.ErrBusy):
 		s.metrics.overload.WithLabelValues("store_busy").Inc()
 		return FailureOverload
-	case errors.Is(err, rl.ErrStore) && !errors.Is(err, store.ErrUnavailable):
-		return FailureOther
-	case errors.Is(err, rl.ErrStore) && !s.outage.down(err):
+	case errors.Is(err, rl.ErrStore) && !s.outage.Outage(begun, err):
 		return FailureOther
 	case errors.Is(err, rl.ErrStore):
 		return FailureOutage
@@ -78,9 +79,13 @@ func (s *Service) ClassifyFailure(err error) Failure {
 	return FailureOutage
 }
 
-// DecisionSucceeded records a decision the store completed: it ends a run
-// of timeouts that ClassifyFailure counts toward an outage.
-func (s *Service) DecisionSucceeded() { s.outage.success() }
+// BeginDecision returns the outage token of a decision about to be made,
+// for ClassifyFailure.
+func (s *Service) BeginDecision() outage.Token { return s.outage.Begin() }
+
+// DecisionSucceeded records a decision the store completed: no timeout of
+// a decision begun before it counts toward an outage (ClassifyFailure).
+func (s *Service) DecisionSucceeded() { s.outage.Success() }
 
 // EnterKey takes a place among the decisions in flight on key of namespace
 // ns under Options.MaxInFlightPerKey. It returns ok false at the bound

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/httplimit"
+	"github.com/rlcore/rl/internal/outage"
 )
 
 // serveProxy is the reverse proxy filter: it matches the request to the
@@ -62,7 +63,11 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 		Cost:    ru.cost,
 		Wait:    ru.spec.Shape,
 		Fail: func(r *http.Request, err error) httplimit.Outcome {
-			out, err := s.failure(&t, err)
+			var begun outage.Token // ruleLimiter's errors carry theirs
+			if be := (*begunError)(nil); errors.As(err, &be) {
+				begun = be.begun
+			}
+			out, err := s.failure(&t, begun, err)
 			switch {
 			case out == outFailOpen:
 				return httplimit.OutcomeFailOpen
@@ -126,15 +131,30 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 }
 
 // ruleLimiter decides a rule's requests as the decision API does
-// (Service.do): within the per-key bound, ending runs of timeouts.
+// (Service.do): within the per-key bound, recording them in the outage
+// detector. Its errors are *begunError.
 type ruleLimiter struct {
 	s *Service
 	t target
 }
 
 func (l *ruleLimiter) Do(ctx context.Context, req rl.Request) (rl.Result, error) {
-	return l.s.do(ctx, &l.t, req)
+	res, begun, err := l.s.do(ctx, &l.t, req)
+	if err != nil {
+		return res, &begunError{begun, err}
+	}
+	return res, nil
 }
+
+// begunError carries the outage token of a failed decision of the proxy
+// through httplimit to its Fail hook (Service.failure).
+type begunError struct {
+	begun outage.Token
+	err   error
+}
+
+func (e *begunError) Error() string { return e.err.Error() }
+func (e *begunError) Unwrap() error { return e.err }
 
 func (s *Service) forward(upstream http.Handler, w http.ResponseWriter, r *http.Request) {
 	if s.proxyBody > 0 && r.Body != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/outage"
 	"github.com/rlcore/rl/internal/redact"
 	"github.com/rlcore/rl/store"
 )
@@ -79,7 +80,7 @@ type Service struct {
 
 	maxInFlight int64
 	inFlight    atomic.Int64
-	outage      outage
+	outage      outage.Detector // shared by the decision API, the proxy and the RLS front end
 	perKey      *keyGate // nil: no per-key bound
 }
 
@@ -352,34 +353,6 @@ func (ru *rule) target() target {
 	return target{name: ru.spec.Name, lim: ru.lim, policy: ru.policy, failOpen: ru.spec.FailOpen, m: ru.m}
 }
 
-// outageTimeouts is how many store timeouts in a row, with no success
-// between, make the service take the store for down.
-const outageTimeouts = 3
-
-// outage tells an outage of the store, which fail policies answer, from
-// load. An error that is not a timeout (a refused or broken connection, a
-// full memory store, a failover breaker's) is an outage at once. A timeout
-// is one only after outageTimeouts of them in a row: a loaded store times
-// out some decisions while it completes others, and load must never turn
-// into admissions; a hung one completes none.
-type outage struct {
-	timeouts atomic.Int32
-}
-
-func (o *outage) success() {
-	if o.timeouts.Load() != 0 {
-		o.timeouts.Store(0)
-	}
-}
-
-// down records err and reports whether the store counts as down.
-func (o *outage) down(err error) bool {
-	if !errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	return o.timeouts.Add(1) >= outageTimeouts
-}
-
 // errOverloaded is a decision refused because too many are in flight.
 var errOverloaded = errors.New("overloaded: too many decisions in flight")
 
@@ -396,7 +369,7 @@ func (e *errClient) Unwrap() error { return e.err }
 // a request error (invalid key or cost) returns *errClient, a store failure
 // of a fail-closed target returns outFailClosed and the error (failure).
 func (s *Service) decide(ctx context.Context, t *target, key string, cost int64, peek bool, each []rl.LimitResult) (rl.Result, string, error) {
-	res, err := s.do(ctx, t, rl.Request{Key: key, Cost: cost, Policy: t.policy, Peek: peek, Each: each})
+	res, begun, err := s.do(ctx, t, rl.Request{Key: key, Cost: cost, Policy: t.policy, Peek: peek, Each: each})
 	if err == nil {
 		if res.Allowed {
 			return res, outAllowed, nil
@@ -409,51 +382,54 @@ func (s *Service) decide(ctx context.Context, t *target, key string, cost int64,
 	case errors.Is(err, core.ErrCost):
 		return res, "", &errClient{"invalid_cost", err}
 	}
-	out, err := s.failure(t, err)
+	out, err := s.failure(t, begun, err)
 	return rl.Result{}, out, err
 }
 
 // do decides req against t within the per-key bound (EnterKey): beyond it
-// the decision fails at once with errOverloaded. A decision the store
-// completes ends a run of timeouts (outage).
-func (s *Service) do(ctx context.Context, t *target, req rl.Request) (rl.Result, error) {
+// the decision fails at once with errOverloaded. It returns the outage
+// token of the decision, for failure; a decision the store completes is
+// recorded (outage.Detector.Success).
+func (s *Service) do(ctx context.Context, t *target, req rl.Request) (rl.Result, outage.Token, error) {
 	slot, ok := s.EnterKey(t.name, req.Key)
 	if !ok {
-		return rl.Result{}, errOverloaded
+		return rl.Result{}, 0, errOverloaded
 	}
 	if slot != nil {
 		defer slot.Add(-1)
 	}
+	begun := s.outage.Begin()
 	res, err := t.lim.Do(ctx, req)
 	if err == nil {
-		s.outage.success()
+		s.outage.Success()
 	}
-	return res, err
+	return res, begun, err
 }
 
-// failure answers err, the error of a decision on t that the request did
-// not cause (not an invalid key or cost): outFailOpen, or outFailClosed
+// failure answers err, the error of a decision on t, begun at begun, that
+// the request did not cause (not an invalid key or cost): outFailOpen, or outFailClosed
 // and the error, which matches errOverloaded when load refused it. It
 // counts and logs the failure.
 //
-// Only a store that is down (store.ErrUnavailable: a connection error, a
-// timeout of a statement that had a connection, an open breaker, a full
-// memory store) is answered by the target's fail policy. A busy store
+// Only a store that is down (outage.Detector's rule: store.ErrUnavailable,
+// a connection error, an open breaker, a full memory store at once, a
+// timeout only as the third with no decision completing since they began)
+// is answered by the target's fail policy. A busy store
 // (store.ErrBusy), a per-key bound reached (errOverloaded) or any other
 // failure is closed: load alone never turns into admissions.
-func (s *Service) failure(t *target, err error) (string, error) {
+func (s *Service) failure(t *target, begun outage.Token, err error) (string, error) {
 	if errors.Is(err, errOverloaded) { // the per-key bound, counted by EnterKey
 		return outFailClosed, err
 	}
 	t.m.storeErrors.Inc()
-	switch s.ClassifyFailure(err) {
+	switch s.ClassifyFailure(begun, err) {
 	case FailureOverload:
 		s.storeErr.log(s.log, "store busy; refusing (load is never admitted)", t.name, err)
 		return outFailClosed, fmt.Errorf("%w: %w", errOverloaded, err)
 	case FailureOther:
 		msg := "store failed; refusing (not an outage, so no fail_open)"
 		if errors.Is(err, context.DeadlineExceeded) {
-			msg = "store timed out; refusing (fail_open waits for timeouts in a row: a slow store may be a loaded one)"
+			msg = "store timed out; refusing (fail_open waits for 3 timeouts with no decision completing: a slow store may be a loaded one)"
 		}
 		s.storeErr.log(s.log, msg, t.name, err)
 		return outFailClosed, err
