@@ -81,7 +81,7 @@ type Service struct {
 	maxInFlight int64
 	inFlight    atomic.Int64
 	outage      outage.Detector // shared by the decision API, the proxy and the RLS front end
-	perKey      *keyGate // nil: no per-key bound
+	perKey      *keyGate        // nil: no per-key bound
 }
 
 // throttle logs at most one store failure a second, counting the others
