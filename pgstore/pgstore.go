@@ -36,8 +36,10 @@
 //
 // Errors: invalid input is a core.Error (the functions' SQLSTATE RL0NN
 // mapped back); a server that is down, unreachable or slower than
-// Config.Timeout gives an error matching store.ErrUnavailable; a canceled
-// caller context gives the context's error.
+// Config.Timeout gives an error matching store.ErrUnavailable, and a
+// timeout (Config.Timeout, or the server's statement_timeout: SQLSTATE
+// 57014) matches context.DeadlineExceeded too; a canceled caller context
+// gives the context's error.
 package pgstore
 
 import (
@@ -220,7 +222,7 @@ func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, error) {
 // last failed.
 func (s *Store) fail(err error) error {
 	s.lastFail.Store(time.Now().UnixNano())
-	return &unavailable{err}
+	return &unavailable{err: err}
 }
 
 // failingRecently reports a database failure (an error or a timeout of a
@@ -433,12 +435,19 @@ func (s *Store) Reset(ctx context.Context, prefix, key string, names []string) e
 	return classify(ctx, err)
 }
 
-// unavailable marks an error as store.ErrUnavailable.
-type unavailable struct{ err error }
+// unavailable marks an error as store.ErrUnavailable, and a timeout the
+// server reported (timeout) as context.DeadlineExceeded too, as a
+// client-side one already is.
+type unavailable struct {
+	err     error
+	timeout bool
+}
 
-func (e *unavailable) Error() string        { return "pgstore: database unavailable: " + e.err.Error() }
-func (e *unavailable) Unwrap() error        { return e.err }
-func (e *unavailable) Is(target error) bool { return target == store.ErrUnavailable }
+func (e *unavailable) Error() string { return "pgstore: database unavailable: " + e.err.Error() }
+func (e *unavailable) Unwrap() error { return e.err }
+func (e *unavailable) Is(target error) bool {
+	return target == store.ErrUnavailable || e.timeout && target == context.DeadlineExceeded
+}
 
 // classify maps a pgx error to this package's errors, remembering
 // failures of the database.
@@ -466,16 +475,23 @@ func classify(ctx context.Context, err error) error {
 				return fmt.Errorf("pgstore: %s: %w", pe.Message, core.Error(n))
 			}
 		}
-		switch pe.Code[:2] {
-		case "08", "53", "57": // connection exception, insufficient resources, operator intervention
-			return &unavailable{err}
+		switch {
+		case pe.Code == "57014" && ctx.Err() == context.Canceled:
+			return fmt.Errorf("pgstore: %w", err) // the caller gave up
+		case pe.Code == "57014":
+			// query_canceled: statement_timeout (or a cancel request).
+			// A timeout, which counts toward an outage only as one of a
+			// run (internal/outage), not at once.
+			return &unavailable{err: err, timeout: true}
+		case pe.Code[:2] == "08", pe.Code[:2] == "53", pe.Code[:2] == "57": // connection exception, insufficient resources, operator intervention
+			return &unavailable{err: err}
 		}
 		// A PL/Proxy router that cannot reach a shard reports XX000
 		// "PL/Proxy function ...: <connection error>"; an error the shard
 		// itself raised comes as "... REMOTE ERROR: ..." and is the
 		// request's.
 		if pe.Code == "XX000" && strings.HasPrefix(pe.Message, "PL/Proxy function") && !strings.Contains(pe.Message, "REMOTE ERROR") {
-			return &unavailable{err}
+			return &unavailable{err: err}
 		}
 		return fmt.Errorf("pgstore: %w", err)
 	}
@@ -483,5 +499,5 @@ func classify(ctx context.Context, err error) error {
 		return fmt.Errorf("pgstore: %w", err) // the caller gave up
 	}
 	// Everything else is the connection: refused, reset, timed out.
-	return &unavailable{err}
+	return &unavailable{err: err}
 }

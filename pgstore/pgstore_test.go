@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -380,4 +381,50 @@ func TestNoDeadlock(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// A statement the server cancels for statement_timeout (SQLSTATE 57014) is
+// a timeout, like one the client's deadline ends: store.ErrUnavailable and
+// context.DeadlineExceeded, so that one alone is not taken for an outage
+// (internal/outage counts runs of timeouts). The decision waits on a row
+// another session holds locked.
+func TestStatementTimeoutIsATimeout(t *testing.T) {
+	u := database(t)
+	pu, err := url.Parse(u)
+	require.NoError(t, err)
+	q := pu.Query()
+	q.Set("statement_timeout", "200") // ms, a runtime parameter of every connection
+	pu.RawQuery = q.Encode()
+	pool := pgtest.Pool(t, pu.String())
+	locker := pgtest.Pool(t, u)
+	lim := core.Limit{Algorithm: core.FixedWindow, Limit: 1000, Window: 3_600_000_000}
+	for _, m := range modes[:2] {
+		t.Run(m.name, func(t *testing.T) {
+			cfg := m.cfg
+			cfg.Timeout = time.Minute // the server's timeout comes first
+			s := newStore(t, pool, cfg)
+			key := fmt.Sprintf("stmt-timeout-%s-%d", m.name, time.Now().UnixNano())
+			decide := func() error {
+				_, _, err := s.Decide(context.Background(), store.Request{Key: key, Names: []string{"default"},
+					Limits: []core.Limit{lim}, Now: t0, Cost: 1}, nil)
+				return err
+			}
+			require.NoError(t, decide(), "the row exists")
+			ctx := context.Background()
+			tx, err := locker.Begin(ctx)
+			require.NoError(t, err)
+			defer tx.Rollback(ctx)
+			var n int
+			require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM rl.state WHERE strpos(key, $1) > 0 FOR UPDATE) l`, key).Scan(&n))
+			require.Equal(t, 1, n, "one row locked")
+
+			err = decide()
+			var pe *pgconn.PgError
+			require.ErrorAs(t, err, &pe)
+			require.Equal(t, "57014", pe.Code, "%v", err)
+			require.ErrorIs(t, err, store.ErrUnavailable)
+			require.ErrorIs(t, err, context.DeadlineExceeded, "a timeout, not an outage at once")
+			require.False(t, errors.Is(err, store.ErrBusy))
+		})
+	}
 }
