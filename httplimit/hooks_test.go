@@ -59,6 +59,7 @@ func TestFailedDecisions(t *testing.T) {
 		{"busy, closed", errBusy, false, nil, 503, "Rate limiter overloaded; retry later\n", "1", httplimit.OutcomeOverloaded},
 		{"busy is never admitted", errBusy, true, nil, 503, "Rate limiter overloaded; retry later\n", "1", httplimit.OutcomeOverloaded},
 		{"not the store's", errOdd, true, nil, 500, "Rate limiter error\n", "", httplimit.OutcomeError},
+		{"a corrupt state is an error even with FailOpen (the service: its fail policy)", fmt.Errorf("rl: %q: %w", "k", core.ErrState), true, nil, 500, "Rate limiter error\n", "", httplimit.OutcomeError},
 		{"Fail: an outage opens", errDown, false, onlyOutages, 200, "ok", "", httplimit.OutcomeFailOpen},
 		{"Fail: a timeout stays closed", errTimeout, false, onlyOutages, 503, "Rate limiter unavailable\n", "1", httplimit.OutcomeFailClosed},
 		{"Fail: load", errBusy, false, onlyOutages, 503, "Rate limiter overloaded; retry later\n", "1", httplimit.OutcomeOverloaded},
