@@ -47,8 +47,9 @@ func Example_hooks() {
 		Limiter: lim,
 		Key:     httplimit.Header("X-User"), // set by an authenticating gateway
 		// Serve while the store is down: a store error matching
-		// store.ErrUnavailable, and for timeouts only the third in a row;
-		// a busy store (load) is 503 even so.
+		// store.ErrUnavailable, and for timeouts only the third with no
+		// decision completing since they began; a busy store (load) is
+		// 503 even so.
 		FailOpen: true,
 		OnDecision: func(r *http.Request, d httplimit.Decision) {
 			fmt.Println("outcome:", d.Outcome) // e.g. decisions.WithLabelValues(d.Outcome.String()).Inc()
