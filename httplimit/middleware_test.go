@@ -309,7 +309,7 @@ func TestRetryAfterOfAVerySlowLimit(t *testing.T) {
 }
 
 // BenchmarkMiddleware measures an admitted request through the middleware,
-// without and with OnDecision (compare the two within one run).
+// without and with OnDecision or FailOpen (compare them within one run).
 func BenchmarkMiddleware(b *testing.B) {
 	p := rl.MustPolicy(rl.Limit{Name: "s", Algorithm: core.TokenBucket, Limit: 1 << 40, Window: time.Second})
 	for _, c := range []struct {
@@ -318,6 +318,7 @@ func BenchmarkMiddleware(b *testing.B) {
 	}{
 		{"hooks=none", httplimit.Config{}},
 		{"hooks=OnDecision", httplimit.Config{OnDecision: func(*http.Request, httplimit.Decision) {}}},
+		{"FailOpen", httplimit.Config{FailOpen: true}}, // the outage detector's cost
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			l, err := rl.New(rl.Config{Policy: p})
