@@ -320,7 +320,11 @@ rules:
 		require.Positive(t, after["200"])
 		if rule == "open" {
 			require.Equal(t, sum(cut), cut["200 fail_open"]+cut["200"], "fail_open rule: every request admitted: %v", cut)
-			require.Equal(t, sum(edge), edge["200 fail_open"]+edge["200"], "fail_open rule: every request admitted: %v", edge)
+			// At the edges a decision may time out after it began before a
+			// reconnect's first success: the outage rule refuses that (a
+			// timeout is load until it is proven an outage), and a refusal
+			// is always safe.
+			require.Equal(t, sum(edge), edge["200 fail_open"]+edge["200"]+edge["503"], "fail_open rule: admitted, or refused at the edges: %v", edge)
 			require.Greater(t, cut["200 fail_open"], 10*cut["200"], "mostly failed open: %v", cut)
 		} else {
 			require.Equal(t, sum(cut), cut["503"]+cut["200"], "fail-closed rule: refused with 503 when undecided: %v", cut)
