@@ -179,7 +179,7 @@ func Decode(data []byte, v Object) []Problem {
 	if _, err := dec.Token(); err != io.EOF {
 		return []Problem{{Message: "JSON: data after the top-level value"}}
 	}
-	if msg := duplicateKey(data); msg != "" {
+	if msg := DuplicateKey(data); msg != "" {
 		return []Problem{{Message: "JSON: " + msg}}
 	}
 	rv := reflect.ValueOf(v).Elem()
@@ -328,10 +328,11 @@ func lineAt(data []byte, off int64) int {
 	return 1 + bytes.Count(data[:min(int(off), len(data))], []byte("\n"))
 }
 
-// duplicateKey finds a key given twice in one JSON object, at any depth
-// (which encoding/json would silently resolve to the last), and describes
-// it, or "". data is valid JSON.
-func duplicateKey(data []byte) string {
+// DuplicateKey finds a key given twice in one JSON object, at any depth
+// (which encoding/json would silently resolve to the last, and another
+// parser in front of us perhaps to the first), and describes it, or "".
+// data is valid JSON.
+func DuplicateKey(data []byte) string {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	type frame struct {
 		obj  bool

@@ -151,7 +151,9 @@ func jsonValueKind(v string) string {
 }
 
 // readJSON decodes the body into v, strictly: one JSON value, no unknown
-// fields, at most maxBody bytes. It answers the error itself and returns
+// fields, no key given twice in one object (parsers disagree on which one
+// wins, so a proxy in front could check one rule or key and we decide
+// another), at most maxBody bytes. It answers the error itself and returns
 // false on failure.
 func (s *Service) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 	if r.Method != http.MethodPost {
@@ -159,20 +161,20 @@ func (s *Service) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 		s.apiError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use POST with a JSON body")
 		return false
 	}
-	body := http.MaxBytesReader(w, r.Body, s.maxBody)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("data after the JSON value")
-	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
 	if err == nil {
-		// Drain so a trailing newline or spaces do not count as data.
-		if _, err2 := io.Copy(io.Discard, body); err2 != nil {
-			err = err2
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(v)
+		if err == nil && dec.More() {
+			err = errors.New("data after the JSON value")
 		}
 	}
 	if err == nil {
+		if msg := ruleconfig.DuplicateKey(data); msg != "" {
+			s.apiError(w, http.StatusBadRequest, "invalid_json", msg)
+			return false
+		}
 		return true
 	}
 	var mbe *http.MaxBytesError

@@ -275,6 +275,10 @@ func TestBadRequestsLeaveStateUntouched(t *testing.T) {
 		{"wrong type of rule", "POST", "check", `{"rule":1,"key":"k"}`, 400, "invalid_json"},
 		{"huge", "POST", "check", huge, 413, "body_too_large"},
 		{"unknown field", "POST", "check", `{"rule":"r","key":"k","kye":"x"}`, 400, "unknown_field"},
+		{"key given twice", "POST", "check", `{"rule":"r","key":"k","key":"other"}`, 400, "invalid_json"},
+		{"rule given twice", "POST", "check", `{"rule":"nope","key":"k","rule":"r"}`, 400, "invalid_json"},
+		{"batch item key twice", "POST", "batch", `{"items":[{"rule":"r","key":"k","key":"j"}]}`, 400, "invalid_json"},
+		{"items given twice", "POST", "batch", `{"items":[{"rule":"r","key":"k"}],"items":[{"rule":"r","key":"j"}]}`, 400, "invalid_json"},
 		{"unknown rule", "POST", "check", `{"rule":"nope","key":"k"}`, 404, "unknown_rule"},
 		{"no rule", "POST", "check", `{"key":"k"}`, 400, "invalid_limits"},
 		{"rule and limits", "POST", "check", `{"rule":"r","key":"k","limits":[]}`, 400, "invalid_limits"},
@@ -304,6 +308,7 @@ func TestBadRequestsLeaveStateUntouched(t *testing.T) {
 		})
 	}
 	require.Equal(t, 0, e.mem.Len(), "no state was written")
+	require.Equal(t, 200, e.do(t, "POST", APIPrefix+"peek", "{\"rule\":\"r\",\"key\":\"k\"}\n  ").code, "trailing white space is not data")
 	r := e.post(t, "check", `{"rule":"r","key":"k"}`)
 	require.Equal(t, int64(4), r.decision(t).Remaining, "the key's quota is whole")
 	r = e.post(t, "batch", `{"items":[{"rule":"r","key":"k"},{"rule":"r","key":"a b"}]}`)
