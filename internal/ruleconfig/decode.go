@@ -332,12 +332,19 @@ func lineAt(data []byte, off int64) int {
 // (which encoding/json would silently resolve to the last, and another
 // parser in front of us perhaps to the first), and describes it, or "".
 // data is valid JSON.
-func DuplicateKey(data []byte) string {
+func DuplicateKey(data []byte) string { return DuplicateKeyOutside(data, "") }
+
+// DuplicateKeyOutside is DuplicateKey, except that it does not look inside
+// the values of fields named skip (at any depth): those are decoded by
+// ruleconfig's own types (Limit), which name a repeated key by its field.
+func DuplicateKeyOutside(data []byte, skip string) string {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	type frame struct {
-		obj  bool
-		seen map[string]bool
-		key  bool // the next string token is a key
+		obj     bool
+		seen    map[string]bool
+		key     bool   // the next string token is a key
+		lastKey string // the key whose value comes next
+		skip    bool   // inside a skipped field's value
 	}
 	var stack []*frame
 	for {
@@ -351,20 +358,22 @@ func DuplicateKey(data []byte) string {
 		}
 		if top != nil && top.obj && top.key {
 			if k, ok := tok.(string); ok {
-				if top.seen[k] {
+				if top.seen[k] && !top.skip {
 					return fmt.Sprintf("line %d: key %q given twice in one object", lineAt(data, dec.InputOffset()), Clip(k, 64))
 				}
 				top.seen[k] = true
 				top.key = false
+				top.lastKey = k
 				continue
 			}
 		}
 		switch tok {
-		case json.Delim('{'):
-			stack = append(stack, &frame{obj: true, seen: map[string]bool{}, key: true})
-			continue
-		case json.Delim('['):
-			stack = append(stack, &frame{})
+		case json.Delim('{'), json.Delim('['):
+			f := &frame{obj: tok == json.Delim('{'), seen: map[string]bool{}, key: tok == json.Delim('{')}
+			if top != nil {
+				f.skip = top.skip || (top.obj && skip != "" && top.lastKey == skip)
+			}
+			stack = append(stack, f)
 			continue
 		case json.Delim('}'), json.Delim(']'):
 			stack = stack[:len(stack)-1]

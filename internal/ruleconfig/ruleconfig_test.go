@@ -352,3 +352,30 @@ func TestAppendJSON(t *testing.T) {
 		require.EqualError(t, err, tc.want+": quote keys so they differ")
 	}
 }
+
+// TestDuplicateKeyOutside: a repeated key is found at any depth, except
+// inside the values of the skipped field (and only there).
+func TestDuplicateKeyOutside(t *testing.T) {
+	for _, c := range []struct {
+		doc, skip string
+		found     bool
+	}{
+		{`{"a":1,"b":2}`, "", false},
+		{`{"a":1,"a":2}`, "", true},
+		{`{"x":{"a":1,"a":2}}`, "", true},
+		{`[{"a":1},{"a":2}]`, "", false},
+		{`{"limits":[{"a":1,"a":2}]}`, "", true},
+		{`{"limits":[{"a":1,"a":2}]}`, "limits", false},
+		{`{"limits":{"a":1,"a":2}}`, "limits", false},
+		{`{"items":[{"limits":[{"a":1,"a":2}]}]}`, "limits", false},
+		{`{"items":[{"key":"k","key":"j","limits":[]}]}`, "limits", true},
+		{`{"limits":[],"limits":[]}`, "limits", true},
+		{`{"limits":[{"x":{"a":1,"a":2}}],"b":{"a":1,"a":2}}`, "limits", true},
+		{`{"other":[{"a":1,"a":2}],"limits":[]}`, "limits", true},
+	} {
+		got := DuplicateKeyOutside([]byte(c.doc), c.skip)
+		if (got != "") != c.found {
+			t.Errorf("DuplicateKeyOutside(%s, %q) = %q, want found=%v", c.doc, c.skip, got, c.found)
+		}
+	}
+}

@@ -171,7 +171,9 @@ func (s *Service) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 		}
 	}
 	if err == nil {
-		if msg := ruleconfig.DuplicateKey(data); msg != "" {
+		// Inline limits are ruleconfig.Limits, which refuse a repeated
+		// key themselves, naming its field (invalid_limits).
+		if msg := ruleconfig.DuplicateKeyOutside(data, "limits"); msg != "" {
 			s.apiError(w, http.StatusBadRequest, "invalid_json", msg)
 			return false
 		}
