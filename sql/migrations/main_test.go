@@ -16,6 +16,13 @@ import (
 // Every test in this package shares one database, created, migrated and
 // dropped by TestMain, and the pool db on it. Tests that migrate up and down
 // create databases of their own.
+//
+// The shared database is migrated by an ordinary role (no SUPERUSER,
+// CREATEROLE or CREATEDB) that owns the database, after the one-time
+// superuser steps sql/README.md lists ("Installing without a superuser"):
+// so every vector and test of the package runs against a schema rl whose
+// definer-rights functions have an ordinary owner. The pool db itself is a
+// superuser session (trusted, as a member of every role).
 var (
 	dbURL string
 	db    *pgxpool.Pool
@@ -32,16 +39,28 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "FAIL:", err)
 		return 1
 	}
+	dbURL = u
+	ownerURL, dropOwner, err := ordinaryOwner(ctx, dbURL)
+	// The role owns the database: it is dropped after the database.
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := drop(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, "drop test database:", err)
 		}
+		if dropOwner == nil {
+			return
+		}
+		if err := dropOwner(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "drop owner role:", err)
+		}
 	}()
-	dbURL = u
-	if err := migrations.Up(ctx, dbURL); err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL: migrations.Up:", err)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		return 1
+	}
+	if err := migrations.Up(ctx, ownerURL); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL: migrations.Up as an ordinary owner:", err)
 		return 1
 	}
 	cfg, err := pgxpool.ParseConfig(dbURL)
