@@ -104,14 +104,6 @@ type Limit struct {
 	Rate int64
 }
 
-// rate returns the effective Rate of a bucket algorithm.
-func (l *Limit) rate() int64 {
-	if l.Rate == 0 {
-		return l.Limit
-	}
-	return l.Rate
-}
-
 // State is the stored state of one limit on one key: a fixed record of int64
 // words whose meaning depends on the algorithm that wrote it. The zero value
 // is a fresh state. It is the encoding shared with the SQL rows and the

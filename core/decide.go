@@ -32,34 +32,46 @@ func Peek(l Limit, s State, now, cost int64) (d Decision, err error) {
 	return d, nil
 }
 
-// eval decides into *d. In modeTake it writes the new state to *n, and only
-// when the state changes (an admission of a cost above 0); n may alias s.
-// Every algorithm reads all of *s before it writes *n.
+// eval decides into *d: the checked path, which validates l first. In
+// modeTake it writes the new state to *n, and only when the state changes
+// (an admission of a cost above 0); n may alias s. Every algorithm reads
+// all of *s before it writes *n.
 func eval(l *Limit, s *State, now, cost int64, m mode, d *Decision, n *State) Error {
-	if err := l.check(); err != 0 {
+	var c Compiled
+	if err := c.set(l); err != 0 {
 		return err
+	}
+	return c.eval(s, now, cost, m, d, n)
+}
+
+// eval decides into *d with the limit checked and prepared at Compile; the
+// call and the state are still checked, in the core's order (now, cost,
+// then the state).
+func (c *Compiled) eval(s *State, now, cost int64, m mode, d *Decision, n *State) Error {
+	if c.l.Algorithm == 0 { // the zero Compiled
+		return ErrAlgorithm
 	}
 	if err := checkCall(now, cost); err != 0 {
 		return err
 	}
-	if err := checkState(l, s); err != 0 {
+	if err := checkState(&c.l, s); err != 0 {
 		return err
 	}
-	*d = Decision{Limit: l.Limit}
+	*d = Decision{Limit: c.l.Limit}
 	if m != modeTake {
 		n = nil
 	}
-	switch l.Algorithm {
+	switch c.l.Algorithm {
 	case FixedWindow:
-		fixedWindow(l, s, now, cost, d, n)
+		fixedWindow(&c.l, s, now, cost, d, n)
 	case SlidingWindow:
-		slidingWindow(l, s, now, cost, d, n)
+		slidingWindow(&c.l, s, now, cost, d, n)
 	case SlidingLog:
-		return slidingLog(l, s, now, cost, m, d, n)
+		return slidingLog(&c.l, s, now, cost, m, d, n)
 	case GCRA:
-		gcra(l, s, now, cost, d, n)
+		gcra(c, s, now, cost, d, n)
 	default:
-		bucket(l, s, now, cost, d, n)
+		bucket(c, s, now, cost, d, n)
 	}
 	return 0
 }
@@ -218,9 +230,10 @@ func slidingLog(l *Limit, s *State, now, cost int64, m mode, d *Decision, n *Sta
 
 // bucket decides TokenBucket and LeakyBucket: a level in units of 1/Window
 // of a token that drains Rate units per µs, capacity Limit×Window.
-func bucket(l *Limit, s *State, now, cost int64, d *Decision, n *State) {
-	w, lim, r := l.Window, l.Limit, l.rate()
-	capacity := lim * w
+func bucket(c *Compiled, s *State, now, cost int64, d *Decision, n *State) {
+	l := &c.l
+	w, lim, r := l.Window, l.Limit, c.rate
+	capacity := c.capacity
 	last, level := now, int64(0)
 	if s.Algorithm == l.Algorithm {
 		last, level = s.T, min(s.X, capacity)
@@ -263,20 +276,20 @@ func bucket(l *Limit, s *State, now, cost int64, d *Decision, n *State) {
 // full refill from Y at most). Y = 0 (an admission at time 0, or a state
 // written before Y was kept) is not clamped. A clock that stepped back
 // makes the state look fuller.
-func gcra(l *Limit, s *State, now, cost int64, d *Decision, n *State) {
-	w, lim, r := l.Window, l.Limit, l.rate()
-	capacity := lim * w
+func gcra(c *Compiled, s *State, now, cost int64, d *Decision, n *State) {
+	w, lim, r := c.l.Window, c.l.Limit, c.rate
+	capacity, ahead := c.capacity, c.ahead
 	st, sx := s.T, s.X
 	level, full := int64(0), false // full: level > capacity, too big to compute
 	if s.Algorithm == GCRA {
 		if y := s.Y; y > 0 {
 			// checkState: st ≥ y. dt×r ≤ capacity when the first test fails.
-			if dt := st - y; dt > capacity/r || dt*r+sx > capacity {
-				st, sx = y+capacity/r, capacity%r
+			if dt := st - y; dt > ahead || dt*r+sx > capacity {
+				st, sx = y+ahead, c.aheadFrac
 			}
 		}
 		if st >= now {
-			if dt := st - now; dt > capacity/r {
+			if dt := st - now; dt > ahead {
 				full = true
 			} else {
 				level = dt*r + sx

@@ -15,22 +15,24 @@ package core
 // Allowed with its state as it is (nothing was taken from it): its decision
 // for cost 0.
 func TakeAll(ls []Limit, ss []State, now, cost int64, ds []Decision) (int, error) {
-	return all(ls, ss, now, cost, ds, modeTake)
+	return all(ls, nil, len(ls), ss, now, cost, ds, modeTake)
 }
 
 // PeekAll returns what TakeAll would return, changing nothing. It does not
 // check a sliding log's storage capacity (it stores nothing), so it can admit
 // where TakeAll would fail with ErrLogCapacity.
 func PeekAll(ls []Limit, ss []State, now, cost int64, ds []Decision) (int, error) {
-	return all(ls, ss, now, cost, ds, modePeek)
+	return all(ls, nil, len(ls), ss, now, cost, ds, modePeek)
 }
 
-func all(ls []Limit, ss []State, now, cost int64, ds []Decision, m mode) (int, error) {
-	if len(ls) == 0 || len(ss) < len(ls) || len(ds) < len(ls) {
+// all decides the k limits given either as ls (checked at each use) or as
+// cs (compiled), the other nil.
+func all(ls []Limit, cs []Compiled, k int, ss []State, now, cost int64, ds []Decision, m mode) (int, error) {
+	if k == 0 || len(ss) < k || len(ds) < k {
 		return 0, ErrLimits
 	}
-	if len(ls) == 1 { // one limit: decide and take in one pass
-		if err := eval(&ls[0], &ss[0], now, cost, m, &ds[0], &ss[0]); err != 0 {
+	if k == 1 { // one limit: decide and take in one pass
+		if err := evalAt(ls, cs, 0, &ss[0], now, cost, m, &ds[0], &ss[0]); err != 0 {
 			return 0, err
 		}
 		return 0, nil
@@ -40,8 +42,8 @@ func all(ls []Limit, ss []State, now, cost int64, ds []Decision, m mode) (int, e
 		first = modePeek
 	}
 	denied := -1
-	for i := range ls {
-		if err := eval(&ls[i], &ss[i], now, cost, first, &ds[i], nil); err != 0 {
+	for i := range k {
+		if err := evalAt(ls, cs, i, &ss[i], now, cost, first, &ds[i], nil); err != 0 {
 			return i, err
 		}
 		if d := &ds[i]; !d.Allowed && (denied < 0 || later(d.RetryAfter, ds[denied].RetryAfter)) {
@@ -50,18 +52,18 @@ func all(ls []Limit, ss []State, now, cost int64, ds []Decision, m mode) (int, e
 	}
 	if denied >= 0 {
 		if cost > 0 {
-			for i := range ls {
+			for i := range k {
 				if ds[i].Allowed { // nothing was taken: report the state as it is
-					eval(&ls[i], &ss[i], now, 0, modePeek, &ds[i], nil)
+					evalAt(ls, cs, i, &ss[i], now, 0, modePeek, &ds[i], nil)
 				}
 			}
 		}
 		return denied, nil
 	}
 	best := 0
-	for i := range ls {
+	for i := range k {
 		if m == modeTake {
-			if err := eval(&ls[i], &ss[i], now, cost, modeTake, &ds[i], &ss[i]); err != 0 {
+			if err := evalAt(ls, cs, i, &ss[i], now, cost, modeTake, &ds[i], &ss[i]); err != 0 {
 				return i, err // not reached: the check pass accepted the same input
 			}
 		}
@@ -70,6 +72,14 @@ func all(ls []Limit, ss []State, now, cost int64, ds []Decision, m mode) (int, e
 		}
 	}
 	return best, nil
+}
+
+// evalAt decides limit i of ls or, when cs is not nil, of cs.
+func evalAt(ls []Limit, cs []Compiled, i int, s *State, now, cost int64, m mode, d *Decision, n *State) Error {
+	if cs != nil {
+		return cs[i].eval(s, now, cost, m, d, n)
+	}
+	return eval(&ls[i], s, now, cost, m, d, n)
 }
 
 // later reports whether retry-after a is later than b.

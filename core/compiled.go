@@ -1,0 +1,86 @@
+package core
+
+// Compiled is a Limit checked once, with what every decision of it needs
+// computed ahead: the effective rate, the capacity in units of 1/Window,
+// and GCRA's longest arrival time ahead. Deciding with a Compiled skips the
+// limit's validation; the call (now, cost) and the state are still checked,
+// so a corrupt state is reported as ErrState exactly as Take reports it.
+//
+// Build it with Compile, once per limit (a policy compiles its limits when
+// it is created), and share it freely: it is an immutable value. The zero
+// Compiled is not a valid limit; deciding with it returns ErrAlgorithm.
+// Decisions, states and errors are those of Take, Peek, TakeAll and PeekAll
+// for the limit it was compiled from, which the conformance vectors and a
+// differential test hold.
+type Compiled struct {
+	l         Limit
+	rate      int64 // Rate, or Limit when Rate is 0 (TokenBucket, LeakyBucket, GCRA)
+	capacity  int64 // Limit × Window (SlidingWindow, TokenBucket, LeakyBucket, GCRA)
+	ahead     int64 // capacity / rate: how far GCRA's arrival time can be ahead, whole µs
+	aheadFrac int64 // capacity % rate: its fraction, in 1/rate µs
+}
+
+// Compile checks l and prepares it for deciding. It returns the Error Take
+// would return for l when l is invalid.
+func Compile(l Limit) (Compiled, error) {
+	var c Compiled
+	if err := c.set(&l); err != 0 {
+		return Compiled{}, err
+	}
+	return c, nil
+}
+
+// set checks *l and fills c from it.
+func (c *Compiled) set(l *Limit) Error {
+	if err := l.check(); err != 0 {
+		return err
+	}
+	c.l = *l
+	switch l.Algorithm {
+	case FixedWindow, SlidingLog:
+		// Neither is bound by MaxUnits: no capacity in units.
+		c.rate, c.capacity, c.ahead, c.aheadFrac = 0, 0, 0, 0
+		return 0
+	}
+	c.rate = l.Rate
+	if c.rate == 0 {
+		c.rate = l.Limit
+	}
+	c.capacity = l.Limit * l.Window // ≤ MaxUnits: checked
+	c.ahead, c.aheadFrac = 0, 0
+	if l.Algorithm == GCRA {
+		c.ahead, c.aheadFrac = c.capacity/c.rate, c.capacity%c.rate
+	}
+	return 0
+}
+
+// Limit returns the limit c was compiled from.
+func (c *Compiled) Limit() Limit { return c.l }
+
+// Take is core.Take for the compiled limit.
+func (c *Compiled) Take(s State, now, cost int64) (d Decision, n State, err error) {
+	n = s
+	if e := c.eval(&n, now, cost, modeTake, &d, &n); e != 0 {
+		return Decision{}, s, e
+	}
+	return d, n, nil
+}
+
+// Peek is core.Peek for the compiled limit.
+func (c *Compiled) Peek(s State, now, cost int64) (d Decision, err error) {
+	if e := c.eval(&s, now, cost, modePeek, &d, nil); e != 0 {
+		return Decision{}, e
+	}
+	return d, nil
+}
+
+// TakeAllCompiled is TakeAll for compiled limits: all or nothing, with the
+// same deciding index, decisions, states and errors.
+func TakeAllCompiled(cs []Compiled, ss []State, now, cost int64, ds []Decision) (int, error) {
+	return all(nil, cs, len(cs), ss, now, cost, ds, modeTake)
+}
+
+// PeekAllCompiled is PeekAll for compiled limits.
+func PeekAllCompiled(cs []Compiled, ss []State, now, cost int64, ds []Decision) (int, error) {
+	return all(nil, cs, len(cs), ss, now, cost, ds, modePeek)
+}

@@ -1,0 +1,108 @@
+package core_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/difftest"
+	"github.com/rlcore/rl/tests/vectors/vectorstest"
+)
+
+// compiled decides through Compile and the compiled entry points whenever
+// every limit of a call compiles, and through the checked ones otherwise
+// (an invalid limit has no compiled form: its error is Compile's, and the
+// checked path orders it among the call's other errors).
+type compiled struct{}
+
+func compileAll(ls []core.Limit) ([]core.Compiled, bool) {
+	cs := make([]core.Compiled, len(ls))
+	for i, l := range ls {
+		c, err := core.Compile(l)
+		if err != nil {
+			return nil, false
+		}
+		cs[i] = c
+	}
+	return cs, true
+}
+
+func (compiled) Take(l core.Limit, s core.State, now, cost int64) (core.Decision, core.State, error) {
+	c, err := core.Compile(l)
+	if err != nil {
+		return core.Take(l, s, now, cost)
+	}
+	return c.Take(s, now, cost)
+}
+
+func (compiled) Peek(l core.Limit, s core.State, now, cost int64) (core.Decision, error) {
+	c, err := core.Compile(l)
+	if err != nil {
+		return core.Peek(l, s, now, cost)
+	}
+	return c.Peek(s, now, cost)
+}
+
+func (compiled) TakeAll(ls []core.Limit, ss []core.State, now, cost int64, ds []core.Decision) (int, error) {
+	if cs, ok := compileAll(ls); ok {
+		return core.TakeAllCompiled(cs, ss, now, cost, ds)
+	}
+	return core.TakeAll(ls, ss, now, cost, ds)
+}
+
+func (compiled) PeekAll(ls []core.Limit, ss []core.State, now, cost int64, ds []core.Decision) (int, error) {
+	if cs, ok := compileAll(ls); ok {
+		return core.PeekAllCompiled(cs, ss, now, cost, ds)
+	}
+	return core.PeekAll(ls, ss, now, cost, ds)
+}
+
+// TestCompiledVectors: the compiled entry points pass every conformance
+// vector.
+func TestCompiledVectors(t *testing.T) {
+	t.Run("single", func(t *testing.T) { vectorstest.Run(t, compiled{}, false) })
+	t.Run("all", func(t *testing.T) { vectorstest.Run(t, compiled{}, true) })
+}
+
+// TestCompiledDifferential: random limits (up to the bounds and beyond),
+// states (corrupt ones included), times and costs, decided by the checked
+// and the compiled paths side by side, must give the same decisions,
+// deciding index, errors and states at every step, sliding logs' storage
+// included.
+func TestCompiledDifferential(t *testing.T) {
+	r := difftest.Runner{Exact: true, Workers: 2, Deciders: []difftest.Decider{
+		{Name: "checked", Decider: vectorstest.Native{}},
+		{Name: "compiled", Decider: compiled{}},
+	}}
+	n := 3000
+	if testing.Short() {
+		n = 500
+	}
+	stats := r.Check(t, difftest.Config{}, 20261126, n)
+	r.CheckSequences(t, difftest.Extremes())
+	t.Log(stats)
+}
+
+// TestCompileErrors: Compile returns the Error Take returns for the same
+// limit, and the zero Compiled decides nothing.
+func TestCompileErrors(t *testing.T) {
+	for _, l := range []core.Limit{
+		{},
+		{Algorithm: 7, Limit: 1, Window: 1},
+		{Algorithm: core.SlidingLog, Limit: core.MaxLogLimit + 1, Window: 1},
+		{Algorithm: core.GCRA, Limit: 1, Window: core.MaxWindow + 1},
+		{Algorithm: core.FixedWindow, Limit: 1, Window: 1, Rate: 1},
+		{Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: core.MaxWindow},
+	} {
+		_, _, want := core.Take(l, core.State{}, 0, 1)
+		require.Error(t, want)
+		_, err := core.Compile(l)
+		require.Equal(t, want, err, "%+v", l)
+	}
+	var zero core.Compiled
+	_, _, err := zero.Take(core.State{}, 0, 1)
+	require.Equal(t, core.ErrAlgorithm, err)
+	_, err = core.TakeAllCompiled([]core.Compiled{{}}, make([]core.State, 1), 0, 1, make([]core.Decision, 1))
+	require.Equal(t, core.ErrAlgorithm, err)
+}
