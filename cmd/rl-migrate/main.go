@@ -1,7 +1,10 @@
 // Command rl-migrate applies the PostgreSQL migrations of rl (package
 // github.com/rlcore/rl/sql/migrations) to a database, or to every shard of
 // a sharded setup, and installs the PL/Proxy router of one (package
-// github.com/rlcore/rl/sql/plproxy).
+// github.com/rlcore/rl/sql/plproxy). The router logs in to the shards as the
+// user of the shard URLs, the shard login, mapped for the owner of the
+// router's functions alone: make it an ordinary role on the shards (see
+// plproxy.Apply).
 //
 //	rl-migrate [-database URL] [-timeout 10s] up | down [N] | goto V | version | force V
 //	rl-migrate -shards URL,URL,... up | down [N] | goto V | version | force V
@@ -51,7 +54,12 @@ commands:
   router     install the PL/Proxy router schema in the -database database and
              define its cluster: the server rl_shards with -partitions
              partitions (a power of two; default: the shard count rounded up),
-             partition i on shard i mod the shard count; again: repoints them
+             partition i on shard i mod the shard count; again: repoints them.
+             The user of the shard URLs is the shard login, mapped for the
+             owner of the router's functions only (a PUBLIC mapping of an
+             earlier version is dropped): make it an ordinary role on the
+             shards (GRANT rl_app only); GRANT rl_admin to it there to have
+             the router's trusted callers' request times honoured
 
 The URL (postgres://user:password@host:port/dbname?sslmode=disable) comes from
 -database or the DATABASE_URL environment variable. With -shards (comma-
@@ -169,7 +177,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return code
 }
 
-// router installs the router schema and the cluster definition.
+// router installs the router schema and the cluster definition, and maps
+// the owner of the router's functions to the shard login (plproxy.Apply).
 func router(ctx context.Context, routerURL string, cfg plproxy.Config, timeout time.Duration, stdout, stderr io.Writer) int {
 	fail := func(err error) int {
 		msg := err.Error()

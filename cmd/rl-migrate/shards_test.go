@@ -14,7 +14,8 @@ import (
 )
 
 // TestShardsAndRouter: -shards migrates every shard; router installs the
-// PL/Proxy router over them, through which a decision then runs.
+// PL/Proxy router over them, mapping its functions' owner alone to the
+// shard login, and a decision then runs through it.
 func TestShardsAndRouter(t *testing.T) {
 	bin := build(t)
 	s0, s1, r := pgtest.NewDatabase(t), pgtest.NewDatabase(t), pgtest.NewDatabase(t)
@@ -42,6 +43,11 @@ func TestShardsAndRouter(t *testing.T) {
 	var allowed bool
 	require.NoError(t, conn.QueryRow(context.Background(), "SELECT allowed FROM rl.rl_allow('user:1', 'gcra', 1, '1 minute')").Scan(&allowed))
 	require.True(t, allowed)
+	// The owner of the router's functions alone reaches the shards.
+	var mapped []string
+	require.NoError(t, conn.QueryRow(context.Background(),
+		"SELECT array_agg(usename::text) FROM pg_user_mappings WHERE srvname = 'rl_shards'").Scan(&mapped))
+	require.Equal(t, []string{"postgres"}, mapped)
 
 	// Again: the same partitions, repointed; another count is refused.
 	res = runBin(t, bin, "", "-database", r, "-shards", s1+","+s0, "-partitions", "4", "router")

@@ -17,6 +17,14 @@
 // hashtext), so that pgstore.NewSharded, which needs row locks on the shard
 // itself for the Go/WASM decision path, agrees with the router on where
 // every key lives.
+//
+// Trust: a call through the router has the rights its caller would have on
+// one node. The router has its own rl.tenants and the node's trust functions
+// (a test keeps them identical); its public functions check every key
+// against the router's tenants, pass request times on for the router's
+// trusted roles only, and reach the shards as their owner, through the one
+// user mapping Apply makes. The shard login (the user of the shard URLs)
+// should be an ordinary role on the shards; see Apply.
 package plproxy
 
 import (
@@ -32,9 +40,11 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// RouterSQL is the router schema: schema rl with the routing functions,
-// the result types, the trigger function rl.enforce_limit and the grants to
-// rl_app. It is idempotent and needs the server rl_shards only when called.
+// RouterSQL is the router schema: schema rl with the result types, the
+// table rl.tenants, the node's trust functions, the public functions
+// (SECURITY DEFINER wrappers over PL/Proxy functions granted to nobody), the
+// trigger function rl.enforce_limit and the grants to rl_app and rl_admin.
+// It is idempotent and needs the server rl_shards only when called.
 //
 //go:embed router.sql
 var RouterSQL string
@@ -52,14 +62,18 @@ type Config struct {
 	// migrated. They become the partitions' libpq connect strings, without
 	// user and password, which go into the user mapping instead: every
 	// shard URL must then name the same user and password (or none, for
-	// .pgpass or trust).
+	// .pgpass or trust). That user is the shard login, the role every call
+	// through the router runs as on the shards: make it an ordinary role
+	// there, a member of rl_app only (see Apply).
 	Shards []string
 	// Partitions is the number of partitions, a power of two at least
 	// len(Shards); 0 means the smallest such. Partition i lives on shard
 	// i % len(Shards).
 	Partitions int
 	// Options are further options of the server (PL/Proxy's
-	// connection_lifetime, query_timeout, disable_binary, ...).
+	// connection_lifetime, query_timeout, disable_binary, ...), except
+	// default_user, which Apply refuses: the router connects as the owner
+	// of its functions.
 	Options map[string]string
 }
 
@@ -160,18 +174,37 @@ func quoteConn(v string) string {
 	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v) + "'"
 }
 
-// Apply installs RouterSQL in the database at routerURL and creates or
-// updates the server rl_shards with cfg's partitions, a user mapping for
-// PUBLIC with the shards' user and password (replaced when the URLs name
-// them, else created only if missing), and USAGE on the server for rl_app
-// and rl_admin, in one transaction. It refuses a database holding rl.state (a
-// shard, or a single node). Applying again with other shards repoints the
+// Apply installs RouterSQL in the database at routerURL, creates or updates
+// the server rl_shards with cfg's partitions, and maps the owner of the
+// router's functions (the role running Apply, the first time) to the shard
+// login, in one transaction. It refuses a database holding rl.state (a shard,
+// or a single node). Applying again with other shards repoints the
 // partitions; with another partition count it moves keys, so it refuses
 // unless the server has no partitions yet.
+//
+// The shard login is the user (and password) of the shard URLs. Only the
+// owner's user mapping is made: the router's public functions run as their
+// owner (SECURITY DEFINER), check the caller against the router's own
+// rl.tenants and trust rules, and pass request times on for trusted callers
+// only; nobody is granted USAGE on the server. URLs naming no user keep an
+// owner's mapping made by hand. Apply drops the mapping for PUBLIC and the
+// grants of USAGE that earlier versions made (every router user then reached
+// the shards as the shard login), carrying the PUBLIC mapping's options over
+// to the owner when the URLs name no user and the owner has no mapping.
+//
+// Make the shard login an ordinary role on the shards (a member of rl_app
+// only): the shards then decide every call on their own clocks. Granting it
+// rl_admin on the shards makes them honour the request times of the router's
+// trusted callers (and lets rl_expire run through the router): the router is
+// then the trust boundary.
 func Apply(ctx context.Context, routerURL string, cfg Config) error {
 	parts, user, password, err := cfg.Layout()
 	if err != nil {
 		return err
+	}
+	if _, ok := cfg.Options["default_user"]; ok {
+		return errors.New("plproxy: the server option default_user is Apply's to leave unset: " +
+			"the router's functions connect to the shards as their owner")
 	}
 	conn, err := pgx.Connect(ctx, routerURL)
 	if err != nil {
@@ -179,89 +212,156 @@ func Apply(ctx context.Context, routerURL string, cfg Config) error {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		var shard bool
-		if err := tx.QueryRow(ctx, "SELECT to_regclass('rl.state') IS NOT NULL").Scan(&shard); err != nil {
-			return fmt.Errorf("plproxy: %w", err)
-		}
-		if shard {
-			return errors.New("plproxy: this database has the table rl.state: it is a shard or a single node, " +
-				"not a router; give the router a database of its own")
+		if err := refuseShard(ctx, tx); err != nil {
+			return err
 		}
 		if _, err := tx.Exec(ctx, RouterSQL); err != nil {
 			return fmt.Errorf("plproxy: router schema: %w", err)
 		}
-		var old []string
-		err := tx.QueryRow(ctx, "SELECT srvoptions FROM pg_foreign_server WHERE srvname = $1", Cluster).Scan(&old)
-		exists := err == nil
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("plproxy: %w", err)
+		if err := defineServer(ctx, tx, parts, cfg.Options); err != nil {
+			return err
 		}
-		have := map[string]bool{}
-		oldParts := 0
-		for _, o := range old {
-			k, _, _ := strings.Cut(o, "=")
-			have[k] = true
-			if len(k) > 1 && k[0] == 'p' && strings.Trim(k[1:], "0123456789") == "" {
-				oldParts++
+		return mapOwner(ctx, tx, user, password)
+	})
+}
+
+// refuseShard fails when the database holds rl.state: the router schema
+// would replace a shard's or a single node's functions.
+func refuseShard(ctx context.Context, tx pgx.Tx) error {
+	var shard bool
+	if err := tx.QueryRow(ctx, "SELECT to_regclass('rl.state') IS NOT NULL").Scan(&shard); err != nil {
+		return fmt.Errorf("plproxy: look for rl.state: %w", err)
+	}
+	if shard {
+		return errors.New("plproxy: this database has the table rl.state: it is a shard or a single node, " +
+			"not a router; give the router a database of its own")
+	}
+	return nil
+}
+
+// defineServer creates the server rl_shards with one option pN per
+// partition and the given options, or repoints an existing one, refusing
+// another partition count.
+func defineServer(ctx context.Context, tx pgx.Tx, parts []string, options map[string]string) error {
+	var old []string
+	err := tx.QueryRow(ctx, "SELECT srvoptions FROM pg_foreign_server WHERE srvname = $1", Cluster).Scan(&old)
+	exists := err == nil
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("plproxy: read the server %s: %w", Cluster, err)
+	}
+	have := map[string]bool{}
+	oldParts := 0
+	for _, o := range old {
+		k, _, _ := strings.Cut(o, "=")
+		have[k] = true
+		if len(k) > 1 && k[0] == 'p' && strings.Trim(k[1:], "0123456789") == "" {
+			oldParts++
+		}
+	}
+	if oldParts > 0 && oldParts != len(parts) {
+		return fmt.Errorf("plproxy: the server %s has %d partitions, not %d: changing the count moves keys "+
+			"between partitions (see docs/scaling.md, \"Adding servers\")", Cluster, oldParts, len(parts))
+	}
+	opts := map[string]string{}
+	for k, v := range options {
+		opts[k] = v
+	}
+	for i, p := range parts {
+		opts[fmt.Sprintf("p%d", i)] = p
+	}
+	keys := make([]string, 0, len(opts))
+	for k := range opts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var list []string
+	for _, k := range keys {
+		verb := ""
+		if exists {
+			verb = "ADD "
+			if have[k] {
+				verb = "SET "
 			}
 		}
-		if oldParts > 0 && oldParts != len(parts) {
-			return fmt.Errorf("plproxy: the server %s has %d partitions, not %d: changing the count moves keys "+
-				"between partitions (see docs/scaling.md, \"Adding servers\")", Cluster, oldParts, len(parts))
+		list = append(list, verb+pgx.Identifier{k}.Sanitize()+" "+literal(opts[k]))
+	}
+	stmt := "CREATE SERVER " + Cluster + " FOREIGN DATA WRAPPER plproxy OPTIONS (" + strings.Join(list, ", ") + ")"
+	if exists {
+		stmt = "ALTER SERVER " + Cluster + " OPTIONS (" + strings.Join(list, ", ") + ")"
+	}
+	if _, err := tx.Exec(ctx, stmt); err != nil {
+		return fmt.Errorf("plproxy: define the server %s: %w", Cluster, err)
+	}
+	return nil
+}
+
+// ownerQuery names the owner of the router's functions: the role PL/Proxy
+// connects as, since the public functions run with its rights.
+const ownerQuery = `SELECT pg_catalog.pg_get_userbyid(p.proowner) FROM pg_catalog.pg_proc p
+	WHERE p.oid = 'rl.rl_allow(text, text, bigint, interval, bigint, bigint, text, bigint)'::pg_catalog.regprocedure`
+
+// mapOwner maps the owner of the router's functions to the shard login
+// (user and password; both empty: keep the owner's mapping, or carry the
+// PUBLIC mapping's options over), then drops the PUBLIC mapping and revokes
+// USAGE on the server from PUBLIC, rl_app and rl_admin (earlier versions
+// made them). Messages never hold the password.
+func mapOwner(ctx context.Context, tx pgx.Tx, user, password string) error {
+	var owner string
+	if err := tx.QueryRow(ctx, ownerQuery).Scan(&owner); err != nil {
+		return fmt.Errorf("plproxy: the owner of the router's functions: %w", err)
+	}
+	target := pgx.Identifier{owner}.Sanitize()
+	opts := map[string]string{}
+	if user != "" {
+		opts["user"] = user
+	}
+	if password != "" {
+		opts["password"] = password
+	}
+	var mapped bool
+	var public []string
+	// The server's owner (the role running Apply, or a superuser) sees
+	// every option of these two mappings.
+	err := tx.QueryRow(ctx, `SELECT
+		EXISTS (SELECT FROM pg_catalog.pg_user_mappings m WHERE m.srvname = $1 AND m.usename = $2 AND m.umuser <> 0),
+		(SELECT m.umoptions FROM pg_catalog.pg_user_mappings m WHERE m.srvname = $1 AND m.umuser = 0)`,
+		Cluster, owner).Scan(&mapped, &public)
+	if err != nil {
+		return fmt.Errorf("plproxy: read the user mappings: %w", err)
+	}
+	if len(opts) == 0 && !mapped {
+		for _, o := range public {
+			if k, v, ok := strings.Cut(o, "="); ok && (k == "user" || k == "password") {
+				opts[k] = v
+			}
 		}
-		opts := map[string]string{}
-		for k, v := range cfg.Options {
-			opts[k] = v
-		}
-		for i, p := range parts {
-			opts[fmt.Sprintf("p%d", i)] = p
-		}
-		keys := make([]string, 0, len(opts))
-		for k := range opts {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		var list []string
-		for _, k := range keys {
-			verb := ""
-			if exists {
-				verb = "ADD "
-				if have[k] {
-					verb = "SET "
+	}
+	secret := opts["password"]
+	if len(opts) > 0 || !mapped {
+		stmt := "CREATE USER MAPPING FOR " + target + " SERVER " + Cluster
+		if len(opts) > 0 {
+			var list []string
+			for _, k := range []string{"user", "password"} {
+				if v, ok := opts[k]; ok {
+					list = append(list, k+" "+literal(v))
 				}
 			}
-			list = append(list, verb+pgx.Identifier{k}.Sanitize()+" "+literal(opts[k]))
+			stmt += " OPTIONS (" + strings.Join(list, ", ") + ")"
 		}
-		stmt := "CREATE SERVER " + Cluster + " FOREIGN DATA WRAPPER plproxy OPTIONS (" + strings.Join(list, ", ") + ")"
-		if exists {
-			stmt = "ALTER SERVER " + Cluster + " OPTIONS (" + strings.Join(list, ", ") + ")"
+		if _, err := tx.Exec(ctx, "DROP USER MAPPING IF EXISTS FOR "+target+" SERVER "+Cluster); err != nil {
+			return fmt.Errorf("plproxy: replace the user mapping of %s: %w", owner, err)
 		}
 		if _, err := tx.Exec(ctx, stmt); err != nil {
-			return fmt.Errorf("plproxy: define the server %s: %w", Cluster, err)
+			return errors.New("plproxy: create the user mapping of " + owner + ": " + scrub(err.Error(), secret))
 		}
-		var mapping []string
-		if user != "" {
-			mapping = append(mapping, "user "+literal(user))
-		}
-		if password != "" {
-			mapping = append(mapping, "password "+literal(password))
-		}
-		// URLs without a user or password keep a mapping set by hand.
-		um := "CREATE USER MAPPING IF NOT EXISTS FOR PUBLIC SERVER " + Cluster
-		if len(mapping) > 0 {
-			if _, err := tx.Exec(ctx, "DROP USER MAPPING IF EXISTS FOR PUBLIC SERVER "+Cluster); err != nil {
-				return fmt.Errorf("plproxy: %w", err)
-			}
-			um += " OPTIONS (" + strings.Join(mapping, ", ") + ")"
-		}
-		if _, err := tx.Exec(ctx, um); err != nil {
-			return errors.New("plproxy: create the user mapping: " + scrub(err.Error(), password))
-		}
-		if _, err := tx.Exec(ctx, "GRANT USAGE ON FOREIGN SERVER "+Cluster+" TO rl_app, rl_admin"); err != nil {
-			return fmt.Errorf("plproxy: %w", err)
-		}
-		return nil
-	})
+	}
+	if _, err := tx.Exec(ctx, "DROP USER MAPPING IF EXISTS FOR PUBLIC SERVER "+Cluster); err != nil {
+		return fmt.Errorf("plproxy: drop the user mapping for PUBLIC: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "REVOKE USAGE ON FOREIGN SERVER "+Cluster+" FROM PUBLIC, rl_app, rl_admin"); err != nil {
+		return fmt.Errorf("plproxy: revoke USAGE on the server %s: %w", Cluster, err)
+	}
+	return nil
 }
 
 // literal quotes s as an SQL string literal.
@@ -269,6 +369,7 @@ func literal(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
 
+// scrub replaces secret in s, so that no message shows a password.
 func scrub(s, secret string) string {
 	if secret == "" {
 		return s

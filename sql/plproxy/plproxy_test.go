@@ -244,9 +244,11 @@ func requireCode(t *testing.T, err error, code string) {
 	require.Equal(t, code, pe.Code, pe.Message)
 }
 
-// TestApplyRefusesAShard: the router schema never goes into a database
-// with rl.state; the partition count cannot change under the keys; apply
-// again is harmless.
+// TestApply: the router schema never goes into a database with rl.state;
+// the partition count cannot change under the keys; apply again is
+// harmless; only the owner of the router's functions is mapped (URLs
+// without a user keep its mapping, or take over an earlier version's PUBLIC
+// one, which goes); the server option default_user is refused.
 func TestApply(t *testing.T) {
 	c := plproxytest.New(t, 2, 4)
 	err := plproxy.Apply(ctx, c.Shards[0], plproxy.Config{Shards: c.Shards})
@@ -265,7 +267,7 @@ func TestApply(t *testing.T) {
 	var d bool
 	require.NoError(t, conn.QueryRow(ctx, "SELECT allowed FROM rl.rl_allow('k', 'gcra', 1, '1 second')").Scan(&d))
 	require.True(t, d)
-	// URLs without a user keep the mapping that names one.
+	// URLs without a user keep the mapping that names one: the owner's.
 	var bare []string
 	for _, s := range c.Shards {
 		bare = append(bare, strings.Replace(s, "postgres@", "", 1))
@@ -273,8 +275,20 @@ func TestApply(t *testing.T) {
 	require.NotEqual(t, c.Shards, bare)
 	require.NoError(t, plproxy.Apply(ctx, c.Router, plproxy.Config{Shards: bare, Partitions: 4}))
 	var um []string
-	require.NoError(t, conn.QueryRow(ctx, "SELECT umoptions FROM pg_user_mappings WHERE srvname = 'rl_shards' AND usename = 'public'").Scan(&um))
+	require.NoError(t, conn.QueryRow(ctx, "SELECT umoptions FROM pg_user_mappings WHERE srvname = 'rl_shards' AND usename = 'postgres'").Scan(&um))
 	require.Equal(t, []string{"user=postgres"}, um)
+	require.Equal(t, int64(1), count(t, c.Router, "SELECT count(*) FROM pg_user_mappings WHERE srvname = 'rl_shards'"), "the owner's mapping alone")
+	// An earlier version's PUBLIC mapping, and no owner's: carried over to
+	// the owner when the URLs name no user, then dropped.
+	_, err = conn.Exec(ctx, "DROP USER MAPPING FOR postgres SERVER rl_shards; CREATE USER MAPPING FOR PUBLIC SERVER rl_shards OPTIONS (user '"+c.ShardLogin+"')")
+	require.NoError(t, err)
+	require.NoError(t, plproxy.Apply(ctx, c.Router, plproxy.Config{Shards: bare, Partitions: 4}))
+	require.NoError(t, conn.QueryRow(ctx, "SELECT umoptions FROM pg_user_mappings WHERE srvname = 'rl_shards' AND usename = 'postgres'").Scan(&um))
+	require.Equal(t, []string{"user=" + c.ShardLogin}, um)
+	require.Equal(t, int64(1), count(t, c.Router, "SELECT count(*) FROM pg_user_mappings WHERE srvname = 'rl_shards'"), "PUBLIC's mapping is gone")
+	// The server option that would make PL/Proxy connect as the caller.
+	err = plproxy.Apply(ctx, c.Router, plproxy.Config{Shards: c.Shards, Partitions: 4, Options: map[string]string{"default_user": "session_user"}})
+	require.ErrorContains(t, err, "default_user")
 }
 
 // routerCore decides the vectors through the router: it writes the given

@@ -5,8 +5,9 @@
 -- Apply it to a database of its own (not a shard: the shards run the normal
 -- migrations in sql/migrations) with `rl-migrate router`, which also
 -- defines the cluster: the SQL/MED server rl_shards with one option pN per
--- partition, a power of two of them. This file is idempotent: types are
--- created when missing, functions replaced.
+-- partition, a power of two of them. This file is idempotent: types and the
+-- table rl.tenants are created when missing, functions replaced, and what
+-- earlier versions made that is no longer wanted is dropped.
 --
 -- The partition of a key is hashtext(key) & (partitions - 1) (PL/Proxy's
 -- default mapping), computed on the router. hashtext is PostgreSQL's own
@@ -14,6 +15,38 @@
 -- release since 8.4 on little-endian machines); the Go function
 -- sql/plproxy.Partition computes the same, so pgstore.Sharded and this
 -- router agree on which shard owns a key (a test compares them).
+--
+-- Trust. A call through the router has exactly the rights its caller would
+-- have on one node (migrations 0007 and 0012), decided here, on the router:
+--
+--   * Who the caller is, who is trusted and who is a tenant: the node's own
+--     functions rl._caller, rl._trusted, rl._tenant_role,
+--     rl._check_tenant_key, rl._require_trusted, rl._request_now, rl._now
+--     and rl._check_key, copied verbatim below (TestTrustFunctionsMatchNode
+--     compares them with a migrated node's, so the copy cannot drift), over
+--     the router's own table rl.tenants (maintained by the owner of this
+--     schema, as on a node) and the router's roles: trusted means a member
+--     of the owner of this schema or of the router's rl_admin.
+--   * The public functions are SECURITY DEFINER wrappers: each checks its
+--     key with rl._check_tenant_key (42501 for a tenant's foreign key; in
+--     rl_decide_batch the request's error row, as on one node), and passes
+--     on the request time only for trusted callers (rl._request_now: a
+--     trusted caller's now_us or SET rl.now_us; NULL for everyone else).
+--     Then they call the PL/Proxy functions rl._proxy_*, granted to nobody,
+--     which run as the owner of this schema and so connect to the shards
+--     with the owner's user mapping, the only one rl-migrate makes.
+--   * The one difference from a node: rl._clock(), "the database clock", is
+--     NULL here. A NULL now_us makes the key's shard decide on its own
+--     clock, so "decide on the database clock" means the shard's.
+--   * The shard login (the user of that mapping) is, by default, an ordinary
+--     role on the shards (a member of rl_app only): the shards then ignore
+--     any time the router passes, and the router's trusted callers decide on
+--     the shards' clocks too. Granting rl_admin to the shard login on the
+--     shards makes the shards honour the times the router passes, which are
+--     only those of the router's trusted callers: the router is then the
+--     trust boundary, and its rl.tenants and trust functions decide.
+--     rl_expire through the router needs a trusted shard login (it is for
+--     trusted roles on the shards too).
 SET LOCAL search_path = pg_catalog, pg_temp;
 
 CREATE EXTENSION IF NOT EXISTS plproxy;
@@ -69,82 +102,255 @@ BEGIN
 END
 $do$;
 
--- A NULL key still goes to one shard (coalesce), which then reports it as
--- RL011 like a single node does.
+-- rl.tenants: the node's table (migration 0007), for the router's roles: a
+-- role listed here, or a member of one, may only use keys starting with one
+-- of its prefixes, through every function of the router. Maintained by the
+-- owner of this schema only.
+CREATE TABLE IF NOT EXISTS rl.tenants (
+    role       regrole NOT NULL,
+    key_prefix text    NOT NULL CHECK (octet_length(key_prefix) BETWEEN 1 AND 256),
+    PRIMARY KEY (role, key_prefix)
+);
 
-CREATE OR REPLACE FUNCTION rl.rl_allow(key text, algorithm text, lim bigint, win interval, cost bigint DEFAULT 1,
-                                       rate bigint DEFAULT 0, name text DEFAULT 'default', now_us bigint DEFAULT NULL)
+COMMENT ON TABLE rl.tenants IS
+    'A role listed here, or a member of one, may only use keys starting with one of its key_prefix values '
+    '(owner and rl_admin members excepted). Maintained by the owner of schema rl.';
+COMMENT ON COLUMN rl.tenants.role IS
+    'the tenant role (an OID: renaming the role keeps the entry; drop the entry when dropping the role)';
+COMMENT ON COLUMN rl.tenants.key_prefix IS
+    'a prefix of the keys the role may use, bytewise (not a pattern); end it with a separator such as '':''';
+REVOKE ALL ON TABLE rl.tenants FROM PUBLIC;
+
+-- rl._clock: the router's "database clock" is the shard's: NULL, which the
+-- wrappers pass on as now_us, and the key's shard decides on its own clock.
+-- The one trust function whose router definition differs from the node's.
+CREATE OR REPLACE FUNCTION rl._clock() RETURNS bigint
+    LANGUAGE sql VOLATILE PARALLEL SAFE
+    RETURN NULL::bigint;
+
+-- From here to rl._require_trusted: the node's definitions, verbatim
+-- (migrations 0003, 0007 and 0012; TestTrustFunctionsMatchNode compares
+-- them). Change them there first, then here.
+
+-- rl._now: the rl.now_us setting if set, else rl._clock(). Only the table
+-- functions read it: their callers could pass now_us anyway. The trigger does
+-- not: whoever inserts must not choose the time.
+CREATE OR REPLACE FUNCTION rl._now() RETURNS bigint
+    LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+AS $fn$
+DECLARE
+    v text := current_setting('rl.now_us', true);
+BEGIN
+    IF v IS NULL OR v = '' THEN
+        RETURN rl._clock();
+    END IF;
+    IF v !~ '^-?[0-9]{1,19}$' THEN
+        RAISE EXCEPTION 'ratelimit: rl.now_us must be an integer (µs since the Unix epoch), not %', quote_literal(v)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN v::bigint;
+END
+$fn$;
+
+-- rl._check_key raises RL011 unless key is 1 to 256 bytes. what names it.
+CREATE OR REPLACE FUNCTION rl._check_key(key text, what text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $fn$
+BEGIN
+    IF key IS NULL THEN
+        RAISE EXCEPTION 'ratelimit: invalid %: it must be 1 to 256 bytes', what
+            USING ERRCODE = 'RL011', DETAIL = format('The %s is NULL.', what);
+    END IF;
+    IF key = '' OR octet_length(key) > 256 THEN
+        RAISE EXCEPTION 'ratelimit: invalid %: it must be 1 to 256 bytes', what
+            USING ERRCODE = 'RL011', DETAIL = format('The %s is %s bytes long.', what, octet_length(key));
+    END IF;
+END
+$fn$;
+
+-- rl._trusted: who may choose the request time and expire rows: a member of
+-- the owner of this schema's functions or of rl_admin (SECURITY DEFINER, so
+-- that CURRENT_USER is that owner wherever it is called from).
+CREATE OR REPLACE FUNCTION rl._trusted(who name) RETURNS boolean
+    LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+    RETURN pg_catalog.pg_has_role(who, CURRENT_USER, 'MEMBER')
+        OR coalesce(pg_catalog.pg_has_role(who, pg_catalog.to_regrole('rl_admin'), 'MEMBER'), false);
+
+-- rl._tenant_role: true when who is held to prefixes: not trusted, and a
+-- member (directly or through other roles) of a role listed in rl.tenants.
+CREATE OR REPLACE FUNCTION rl._tenant_role(who name) RETURNS boolean
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN NOT rl._trusted(who)
+       AND EXISTS (SELECT FROM rl.tenants t WHERE pg_catalog.pg_has_role(who, t.role, 'MEMBER'));
+COMMENT ON FUNCTION rl._tenant_role(name) IS
+    'rl: whether the role is held to key prefixes (untrusted and a member of a role in rl.tenants)';
+
+-- rl._caller: the role the functions hold the session to. The current role
+-- (SET ROLE's, else the login role), except that a tenant login is never
+-- less restricted than itself: when the login is a tenant and the current
+-- role is not, the login (migration 0012, point 1, says why).
+CREATE OR REPLACE FUNCTION rl._caller() RETURNS name
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN CASE
+        WHEN pg_catalog.current_setting('role') = 'none' THEN session_user
+        WHEN rl._tenant_role(session_user)
+             AND NOT rl._tenant_role(pg_catalog.current_setting('role')::name) THEN session_user
+        ELSE pg_catalog.current_setting('role')::name
+    END;
+COMMENT ON FUNCTION rl._caller() IS
+    'rl: the role a call is held to: the current role, or the login role when the login is a tenant and the current role is not';
+
+-- rl._request_now: the time a call decides at: for a trusted caller its
+-- now_us, else the setting rl.now_us, else rl._clock(); rl._clock() for
+-- everyone else. On the router rl._clock() is NULL: the shard's clock.
+CREATE OR REPLACE FUNCTION rl._request_now(p_now bigint) RETURNS bigint
+    LANGUAGE sql VOLATILE PARALLEL SAFE
+    RETURN CASE
+        WHEN p_now IS NULL AND coalesce(pg_catalog.current_setting('rl.now_us', true), '') = '' THEN rl._clock()
+        WHEN rl._trusted(rl._caller()) THEN coalesce(p_now, rl._now())
+        ELSE rl._clock()
+    END;
+
+-- rl._check_tenant_key: RL011 for an invalid key; 42501 when p_who (NULL:
+-- the caller) is a tenant and the key is not under one of its prefixes.
+CREATE OR REPLACE FUNCTION rl._check_tenant_key(p_key text, p_who name) RETURNS void
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+AS $fn$
+DECLARE
+    pfx text[];
+BEGIN
+    IF (pg_catalog.octet_length(p_key) BETWEEN 1 AND 256) IS NOT TRUE THEN
+        PERFORM rl._check_key(p_key, 'key');
+    END IF;
+    -- One query when rl.tenants is empty (about 6 µs), the common case.
+    IF NOT EXISTS (SELECT FROM rl.tenants) THEN
+        RETURN;
+    END IF;
+    p_who := coalesce(p_who, rl._caller());
+    IF rl._trusted(p_who) THEN
+        RETURN;
+    END IF;
+    SELECT pg_catalog.array_agg(t.key_prefix ORDER BY t.key_prefix COLLATE "C") INTO pfx
+      FROM rl.tenants t WHERE pg_catalog.pg_has_role(p_who, t.role, 'MEMBER');
+    IF pfx IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest(pfx) AS u(p) WHERE pg_catalog.starts_with(p_key, u.p)) THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION 'ratelimit: role % may not use key %', pg_catalog.quote_ident(p_who), pg_catalog.quote_literal(p_key)
+        USING ERRCODE = 'insufficient_privilege',
+              DETAIL = pg_catalog.format('Role %s is a tenant (rl.tenants); its keys start with %s.',
+                                         pg_catalog.quote_ident(p_who),
+                                         pg_catalog.array_to_string(
+                                             ARRAY(SELECT pg_catalog.quote_literal(u.p) FROM pg_catalog.unnest(pfx) AS u(p)),
+                                             ' or '));
+END
+$fn$;
+
+-- rl._require_trusted raises 42501 unless the caller is trusted.
+CREATE OR REPLACE FUNCTION rl._require_trusted(what text) RETURNS void
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+AS $fn$
+BEGIN
+    IF NOT rl._trusted(rl._caller()) THEN
+        RAISE EXCEPTION 'ratelimit: % is for the owner of schema rl and members of rl_admin', what
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = pg_catalog.format('Role %s is neither.', pg_catalog.quote_ident(rl._caller())),
+                  HINT = 'GRANT rl_admin TO the role that runs it.';
+    END IF;
+END
+$fn$;
+
+-- Earlier versions of this file: routed functions granted to rl_app, run
+-- with the caller's user mapping. Their internal functions go.
+DROP FUNCTION IF EXISTS rl._batch_split(integer[], text[], bigint[], integer[], bigint[], boolean[], jsonb[]);
+DROP FUNCTION IF EXISTS rl._expire_all(bigint, integer);
+DROP FUNCTION IF EXISTS rl._trigger_take(text, text, text, bigint, interval, bigint);
+
+-- The PL/Proxy functions, one per routed function (TARGET: the shard's
+-- function of that name), granted to nobody: only the wrappers below call
+-- them, as the owner of this schema. A NULL key still goes to one shard
+-- (coalesce), though the wrappers have refused it before (RL011).
+
+CREATE OR REPLACE FUNCTION rl._proxy_rl_allow(key text, algorithm text, lim bigint, win interval, cost bigint,
+                                              rate bigint, name text, now_us bigint)
     RETURNS rl.decision
     LANGUAGE plproxy
 AS $fn$
     CLUSTER 'rl_shards';
     RUN ON hashtext(coalesce(key, ''));
+    TARGET rl.rl_allow;
 $fn$;
 
-CREATE OR REPLACE FUNCTION rl.rl_allow_us(key text, algorithm text, lim bigint, window_us bigint, cost bigint DEFAULT 1,
-                                          rate bigint DEFAULT 0, name text DEFAULT 'default', now_us bigint DEFAULT NULL)
+CREATE OR REPLACE FUNCTION rl._proxy_rl_allow_us(key text, algorithm text, lim bigint, window_us bigint, cost bigint,
+                                                 rate bigint, name text, now_us bigint)
     RETURNS rl.decision
     LANGUAGE plproxy
 AS $fn$
     CLUSTER 'rl_shards';
     RUN ON hashtext(coalesce(key, ''));
+    TARGET rl.rl_allow_us;
 $fn$;
 
-CREATE OR REPLACE FUNCTION rl.rl_peek(key text, algorithm text, lim bigint, win interval, cost bigint DEFAULT 1,
-                                      rate bigint DEFAULT 0, name text DEFAULT 'default', now_us bigint DEFAULT NULL)
+CREATE OR REPLACE FUNCTION rl._proxy_rl_peek(key text, algorithm text, lim bigint, win interval, cost bigint,
+                                             rate bigint, name text, now_us bigint)
     RETURNS rl.decision
     LANGUAGE plproxy
 AS $fn$
     CLUSTER 'rl_shards';
     RUN ON hashtext(coalesce(key, ''));
+    TARGET rl.rl_peek;
 $fn$;
 
-CREATE OR REPLACE FUNCTION rl.rl_peek_us(key text, algorithm text, lim bigint, window_us bigint, cost bigint DEFAULT 1,
-                                         rate bigint DEFAULT 0, name text DEFAULT 'default', now_us bigint DEFAULT NULL)
+CREATE OR REPLACE FUNCTION rl._proxy_rl_peek_us(key text, algorithm text, lim bigint, window_us bigint, cost bigint,
+                                                rate bigint, name text, now_us bigint)
     RETURNS rl.decision
     LANGUAGE plproxy
 AS $fn$
     CLUSTER 'rl_shards';
     RUN ON hashtext(coalesce(key, ''));
+    TARGET rl.rl_peek_us;
 $fn$;
 
-CREATE OR REPLACE FUNCTION rl.rl_allow_multi(key text, limits jsonb, cost bigint DEFAULT 1, now_us bigint DEFAULT NULL)
+CREATE OR REPLACE FUNCTION rl._proxy_rl_allow_multi(key text, limits jsonb, cost bigint, now_us bigint)
     RETURNS SETOF rl.multi_decision
     LANGUAGE plproxy
 AS $fn$
     CLUSTER 'rl_shards';
     RUN ON hashtext(coalesce(key, ''));
+    TARGET rl.rl_allow_multi;
 $fn$;
 
-CREATE OR REPLACE FUNCTION rl.rl_peek_multi(key text, limits jsonb, cost bigint DEFAULT 1, now_us bigint DEFAULT NULL)
+CREATE OR REPLACE FUNCTION rl._proxy_rl_peek_multi(key text, limits jsonb, cost bigint, now_us bigint)
     RETURNS SETOF rl.multi_decision
     LANGUAGE plproxy
 AS $fn$
     CLUSTER 'rl_shards';
     RUN ON hashtext(coalesce(key, ''));
+    TARGET rl.rl_peek_multi;
 $fn$;
 
--- pgstore's SQL path calls this one.
-CREATE OR REPLACE FUNCTION rl.rl_decide_multi(key text, names text[], algorithms integer[], lims bigint[],
-                                              windows_us bigint[], rates bigint[], cost bigint DEFAULT 1,
-                                              now_us bigint DEFAULT NULL, take boolean DEFAULT true)
+CREATE OR REPLACE FUNCTION rl._proxy_rl_decide_multi(key text, names text[], algorithms integer[], lims bigint[],
+                                                     windows_us bigint[], rates bigint[], cost bigint,
+                                                     now_us bigint, take boolean)
     RETURNS SETOF rl.multi_decision
     LANGUAGE plproxy
 AS $fn$
     CLUSTER 'rl_shards';
     RUN ON hashtext(coalesce(key, ''));
+    TARGET rl.rl_decide_multi;
 $fn$;
 
-CREATE OR REPLACE FUNCTION rl.rl_reset(key text, name text DEFAULT NULL) RETURNS bigint
+CREATE OR REPLACE FUNCTION rl._proxy_rl_reset(key text, name text) RETURNS bigint
     LANGUAGE plproxy
 AS $fn$
     CLUSTER 'rl_shards';
     RUN ON hashtext(coalesce(key, ''));
+    TARGET rl.rl_reset;
 $fn$;
 
--- rl._expire_all runs rl_expire on every partition, in parallel, one row
--- per partition.
-CREATE OR REPLACE FUNCTION rl._expire_all(now_us bigint, batch integer) RETURNS SETOF bigint
+-- rl._proxy_rl_expire runs rl_expire on every partition, in parallel, one
+-- row per partition.
+CREATE OR REPLACE FUNCTION rl._proxy_rl_expire(now_us bigint, batch integer) RETURNS SETOF bigint
     LANGUAGE plproxy
 AS $fn$
     CLUSTER 'rl_shards';
@@ -152,21 +358,14 @@ AS $fn$
     TARGET rl.rl_expire;
 $fn$;
 
--- rl.rl_expire deletes up to batch idle rows on each shard and returns the
--- total. Partitions that share a database run it once each, harmlessly.
-CREATE OR REPLACE FUNCTION rl.rl_expire(now_us bigint DEFAULT NULL, batch integer DEFAULT 10000) RETURNS bigint
-    LANGUAGE sql
-    SET search_path = pg_catalog, rl, pg_temp
-    RETURN (SELECT coalesce(sum(n), 0)::bigint FROM rl._expire_all($1, $2) AS n);
-
--- rl._batch_split sends each request of a batch to the partition of its
--- key (PL/Proxy's SPLIT: every array is cut per partition, element by
+-- rl._proxy_rl_decide_batch sends each request of a batch to the partition
+-- of its key (PL/Proxy's SPLIT: every array is cut per partition, element by
 -- element, and the partitions run in parallel). A request's limits travel as
 -- one jsonb element, [[name, algorithm, lim, window_us, rate], ...]; the
 -- shard rebuilds the flat arrays of rl.rl_decide_batch and maps the request
 -- numbers of its part back to the caller's (reqs).
-CREATE OR REPLACE FUNCTION rl._batch_split(reqs integer[], keys text[], costs bigint[], counts integer[],
-                                           nows bigint[], takes boolean[], specs jsonb[])
+CREATE OR REPLACE FUNCTION rl._proxy_rl_decide_batch(reqs integer[], keys text[], costs bigint[], counts integer[],
+                                                     nows bigint[], takes boolean[], specs jsonb[])
     RETURNS SETOF rl.batch_decision
     LANGUAGE plproxy
 AS $fn$
@@ -185,27 +384,157 @@ AS $fn$
            rl.rl_decide_batch($2, f.f_names, f.f_algs, f.f_lims, f.f_wins, f.f_rates, $3, $4, $5, $6) b;
 $fn$;
 
+-- The public functions: SECURITY DEFINER wrappers, with the node's
+-- signatures and its order of checks (the key first), that hold the caller
+-- to the router's rules (see Trust at the top) and call the PL/Proxy
+-- function. A shard's error comes through with its SQLSTATE.
+
+CREATE OR REPLACE FUNCTION rl.rl_allow(key text, algorithm text, lim bigint, win interval, cost bigint DEFAULT 1,
+                                       rate bigint DEFAULT 0, name text DEFAULT 'default', now_us bigint DEFAULT NULL)
+    RETURNS rl.decision
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+BEGIN
+    PERFORM rl._check_tenant_key($1, NULL);
+    RETURN rl._proxy_rl_allow($1, $2, $3, $4, $5, $6, $7, rl._request_now($8));
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl.rl_allow_us(key text, algorithm text, lim bigint, window_us bigint, cost bigint DEFAULT 1,
+                                          rate bigint DEFAULT 0, name text DEFAULT 'default', now_us bigint DEFAULT NULL)
+    RETURNS rl.decision
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+BEGIN
+    PERFORM rl._check_tenant_key($1, NULL);
+    RETURN rl._proxy_rl_allow_us($1, $2, $3, $4, $5, $6, $7, rl._request_now($8));
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl.rl_peek(key text, algorithm text, lim bigint, win interval, cost bigint DEFAULT 1,
+                                      rate bigint DEFAULT 0, name text DEFAULT 'default', now_us bigint DEFAULT NULL)
+    RETURNS rl.decision
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+BEGIN
+    PERFORM rl._check_tenant_key($1, NULL);
+    RETURN rl._proxy_rl_peek($1, $2, $3, $4, $5, $6, $7, rl._request_now($8));
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl.rl_peek_us(key text, algorithm text, lim bigint, window_us bigint, cost bigint DEFAULT 1,
+                                         rate bigint DEFAULT 0, name text DEFAULT 'default', now_us bigint DEFAULT NULL)
+    RETURNS rl.decision
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+BEGIN
+    PERFORM rl._check_tenant_key($1, NULL);
+    RETURN rl._proxy_rl_peek_us($1, $2, $3, $4, $5, $6, $7, rl._request_now($8));
+END
+$fn$;
+
+-- rl_allow_multi and rl_peek_multi check the key before the shard parses
+-- the limits: a call with both a foreign key and bad limits is refused
+-- (42501) here, where one node reports the limits first.
+CREATE OR REPLACE FUNCTION rl.rl_allow_multi(key text, limits jsonb, cost bigint DEFAULT 1, now_us bigint DEFAULT NULL)
+    RETURNS SETOF rl.multi_decision
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+BEGIN
+    PERFORM rl._check_tenant_key($1, NULL);
+    RETURN QUERY SELECT * FROM rl._proxy_rl_allow_multi($1, $2, $3, rl._request_now($4));
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl.rl_peek_multi(key text, limits jsonb, cost bigint DEFAULT 1, now_us bigint DEFAULT NULL)
+    RETURNS SETOF rl.multi_decision
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+BEGIN
+    PERFORM rl._check_tenant_key($1, NULL);
+    RETURN QUERY SELECT * FROM rl._proxy_rl_peek_multi($1, $2, $3, rl._request_now($4));
+END
+$fn$;
+
+-- pgstore's SQL path calls this one.
+CREATE OR REPLACE FUNCTION rl.rl_decide_multi(key text, names text[], algorithms integer[], lims bigint[],
+                                              windows_us bigint[], rates bigint[], cost bigint DEFAULT 1,
+                                              now_us bigint DEFAULT NULL, take boolean DEFAULT true)
+    RETURNS SETOF rl.multi_decision
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+BEGIN
+    PERFORM rl._check_tenant_key($1, NULL);
+    RETURN QUERY SELECT * FROM rl._proxy_rl_decide_multi($1, $2, $3, $4, $5, $6, $7, rl._request_now($8), $9);
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl.rl_reset(key text, name text DEFAULT NULL) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+BEGIN
+    PERFORM rl._check_tenant_key($1, NULL);
+    RETURN rl._proxy_rl_reset($1, $2);
+END
+$fn$;
+
+-- rl.rl_expire deletes up to batch idle rows on each shard and returns the
+-- total; trusted roles only, as on a node. Partitions that share a database
+-- run it once each, harmlessly. The shards check their side too: through a
+-- shard login that is not trusted there, the shards refuse it (42501).
+CREATE OR REPLACE FUNCTION rl.rl_expire(now_us bigint DEFAULT NULL, batch integer DEFAULT 10000) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+BEGIN
+    PERFORM rl._require_trusted('rl.rl_expire');
+    RETURN (SELECT coalesce(sum(n), 0)::bigint FROM rl._proxy_rl_expire(rl._request_now($1), $2) AS n);
+END
+$fn$;
+
 -- rl.rl_decide_batch on a router: the shard function's checks of the call's
--- shape (RL010 for the whole call), then each request on its key's shard,
--- the rows in input order as on one node. Each shard decides its part of the
--- batch in a transaction of its own: if one shard fails, the call fails,
--- though other shards may have taken their part.
+-- shape (RL010 for the whole call), then the tenants and the time per
+-- request, as one node does them: a key the caller may not use
+-- (rl._check_tenant_key) gets the node's error row (error_code 42501) and
+-- goes to no shard; an invalid key goes to its shard, which gives it its
+-- row (RL011); each request's now_us passes through rl._request_now. Then
+-- each request on its key's shard, the rows in input order as on one node.
+-- Each shard decides its part of the batch in a transaction of its own: if
+-- one shard fails, the call fails, though other shards may have taken their
+-- part.
 CREATE OR REPLACE FUNCTION rl.rl_decide_batch(keys text[], names text[], algorithms integer[], lims bigint[],
                                               windows_us bigint[], rates bigint[], costs bigint[] DEFAULT NULL,
                                               limit_counts integer[] DEFAULT NULL, now_us bigint[] DEFAULT NULL,
                                               take boolean[] DEFAULT NULL)
     RETURNS SETOF rl.batch_decision
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, rl, pg_temp
 AS $fn$
 DECLARE
-    nreq  integer := coalesce(cardinality($1), 0);
-    nlim  integer := coalesce(cardinality($2), 0);
-    total bigint;
-    bad   integer;
-    cnts  integer[];
-    specs jsonb[] := '{}';
-    j     integer := 1;
+    nreq    integer := coalesce(cardinality($1), 0);
+    nlim    integer := coalesce(cardinality($2), 0);
+    total   bigint;
+    bad     integer;
+    cnts    integer[];
+    who     name;
+    refused text[];
+    v_now   bigint;
+    reqs    integer[] := '{}'::integer[];
+    ks      text[] := '{}'::text[];
+    cs      bigint[] := '{}'::bigint[];
+    ns      integer[] := '{}'::integer[];
+    nows    bigint[] := '{}'::bigint[];
+    tks     boolean[] := '{}'::boolean[];
+    specs   jsonb[] := '{}'::jsonb[];
+    j       integer := 1;
 BEGIN
     IF (nreq > 0 AND (array_ndims($1) <> 1 OR array_lower($1, 1) <> 1))
             OR (nlim > 0 AND (array_ndims($2) <> 1 OR array_lower($2, 1) <> 1))
@@ -237,16 +566,52 @@ BEGIN
         RETURN;
     END IF;
     cnts := coalesce($8, array_fill(1, ARRAY[nreq]));
+
+    -- Tenants: only a tenant can be refused a key (rl._check_tenant_key
+    -- refuses exactly when rl._tenant_role holds), so nobody else pays for
+    -- the check.
+    refused := array_fill(NULL::text, ARRAY[nreq]);
+    who := rl._caller();
+    IF rl._tenant_role(who) THEN
+        FOR q IN 1 .. nreq LOOP
+            CONTINUE WHEN (octet_length($1[q]) BETWEEN 1 AND 256) IS NOT TRUE;
+            BEGIN
+                PERFORM rl._check_tenant_key($1[q], who);
+            EXCEPTION WHEN insufficient_privilege THEN
+                refused[q] := SQLERRM;
+            END;
+        END LOOP;
+    END IF;
+
+    -- The requests sent to the shards, with their times.
+    v_now := rl._request_now(NULL);
     FOR q IN 1 .. nreq LOOP
-        specs := specs || coalesce((SELECT jsonb_agg(jsonb_build_array($2[i], $3[i], $4[i], $5[i], $6[i]) ORDER BY i)
-                                      FROM generate_series(j, j + cnts[q] - 1) AS i), '[]');
+        IF refused[q] IS NULL THEN
+            reqs := reqs || (q - 1);
+            ks := ks || $1[q];
+            cs := cs || CASE WHEN $7 IS NULL THEN 1::bigint ELSE $7[q] END;
+            ns := ns || cnts[q];
+            nows := nows || CASE WHEN $9 IS NULL OR $9[q] IS NULL THEN v_now ELSE rl._request_now($9[q]) END;
+            tks := tks || CASE WHEN $10 IS NULL THEN NULL::boolean ELSE $10[q] END;
+            specs := specs || coalesce((SELECT jsonb_agg(jsonb_build_array($2[i], $3[i], $4[i], $5[i], $6[i]) ORDER BY i)
+                                          FROM generate_series(j, j + cnts[q] - 1) AS i), '[]');
+        END IF;
         j := j + cnts[q];
     END LOOP;
+    IF cardinality(reqs) = 0 THEN
+        RETURN QUERY
+            SELECT (ROW((u.q - 1)::integer, NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, false, NULL, '42501', u.m)::rl.batch_decision).*
+              FROM unnest(refused) WITH ORDINALITY AS u(m, q)
+             ORDER BY u.q;
+        RETURN;
+    END IF;
     RETURN QUERY
-        SELECT b.* FROM rl._batch_split(ARRAY(SELECT generate_series(0, nreq - 1)), $1,
-                                        coalesce($7, array_fill(1::bigint, ARRAY[nreq])), cnts,
-                                        coalesce($9, array_fill(NULL::bigint, ARRAY[nreq])),
-                                        coalesce($10, array_fill(NULL::boolean, ARRAY[nreq])), specs) b
+        SELECT b.*
+          FROM (SELECT p.* FROM rl._proxy_rl_decide_batch(reqs, ks, cs, ns, nows, tks, specs) p
+                UNION ALL
+                SELECT (ROW((u.q - 1)::integer, NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, false, NULL, '42501', u.m)::rl.batch_decision).*
+                  FROM unnest(refused) WITH ORDINALITY AS u(m, q)
+                 WHERE u.m IS NOT NULL) b
          ORDER BY b.req, b.ord NULLS FIRST;
 END
 $fn$;
@@ -291,113 +656,153 @@ BEGIN
 END
 $fn$;
 
--- rl._trigger_take decides a trigger's row on the shard of key, on that
--- shard's clock (clock_timestamp() there, as rl._clock() computes it): the
--- trigger never uses a time the inserting session chose.
-CREATE OR REPLACE FUNCTION rl._trigger_take(key text, name text, algorithm text, lim bigint, win interval, cost bigint)
-    RETURNS rl.decision
-    LANGUAGE plproxy
-AS $fn$
-    CLUSTER 'rl_shards';
-    RUN ON hashtext(key);
-    SELECT d.allowed, d.lim, d.remaining, d.reset_after_us, d.retry_after_us, d.delay_us, d.now_us
-      FROM rl.rl_allow(key, algorithm, lim, win, cost, 0, name,
-                       (extract(epoch FROM clock_timestamp()) * 1000000)::bigint) d;
-$fn$;
-
--- rl.enforce_limit on a router: the trigger function of migration 0004,
--- with the same arguments and errors, deciding on the key's shard. The
+-- rl._enforce_limit: the definer-rights part of the router's trigger, with
+-- the node's signature (migration 0012): plain values in (the trigger's
+-- table, name and arguments, whether the key column exists, the key as
+-- text). It checks the arguments it can check here (their count, limit and
+-- cost integers, the window an interval, the key column, a NULL key),
+-- naming the one at fault as one node does; then the tenants (the caller's
+-- prefixes and the table owner's); then decides on the key's shard, on that
+-- shard's clock (now_us NULL), raising RL429 on a denial. The algorithm and
+-- the limit's ranges are checked by the shard (its rl_allow's errors). The
 -- shard commits the decision by itself (PL/Proxy runs each remote call in a
 -- transaction of its own): a row the trigger admitted is counted even when
--- the inserting transaction later rolls back. See docs/scaling.md, "Triggers".
-CREATE OR REPLACE FUNCTION rl.enforce_limit() RETURNS trigger
+-- the inserting transaction later rolls back. See docs/scaling.md,
+-- "Triggers".
+CREATE OR REPLACE FUNCTION rl._enforce_limit(p_relid oid, p_trigger text, p_args text[], p_has_col boolean, p_val text)
+    RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, rl, pg_temp
 AS $fn$
 DECLARE
     usage  constant text := 'rl.enforce_limit(key_column, algorithm, limit, window [, cost [, key_prefix [, name]]])';
+    a      text[];
+    nargs  integer;
+    tbl    text;
+    owner  name;
     col    text;
     lim    bigint;
+    win    interval;
     cost   bigint := 1;
     prefix text := '';
     lname  text;
-    rec    jsonb;
-    val    text;
     d      rl.decision;
     secs   bigint;
 BEGIN
-    IF TG_WHEN <> 'BEFORE' OR TG_LEVEL <> 'ROW' OR TG_OP NOT IN ('INSERT', 'UPDATE') THEN
-        RAISE EXCEPTION 'ratelimit: % must run BEFORE INSERT (or UPDATE) FOR EACH ROW', usage
-            USING ERRCODE = 'invalid_object_definition';
-    END IF;
-    IF TG_NARGS < 4 OR TG_NARGS > 7 THEN
-        RAISE EXCEPTION 'ratelimit: trigger % on %.% has % arguments; usage: %',
-            TG_NAME, TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_NARGS, usage
+    -- The table, as the trigger names it in messages, and its owner.
+    SELECT n.nspname::text || '.' || c.relname::text, r.rolname
+      INTO tbl, owner
+      FROM pg_catalog.pg_class c
+      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+      JOIN pg_catalog.pg_roles r ON r.oid = c.relowner
+     WHERE c.oid = p_relid;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'ratelimit: % is called by rl.enforce_limit() with its trigger''s table, not %', 'rl._enforce_limit', p_relid
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    col := TG_ARGV[0];
-    IF TG_ARGV[2] !~ '^\s*-?[0-9]{1,19}\s*$' THEN
-        RAISE EXCEPTION 'ratelimit: trigger %: limit must be an integer, not %', TG_NAME, quote_literal(TG_ARGV[2])
+    -- TG_ARGV counts from 0: the arguments, counted from 1.
+    a := ARRAY(SELECT u.v FROM pg_catalog.unnest(p_args) WITH ORDINALITY AS u(v, i) ORDER BY u.i);
+    nargs := pg_catalog.cardinality(a);
+    IF nargs < 4 OR nargs > 7 THEN
+        RAISE EXCEPTION 'ratelimit: trigger % on % has % arguments; usage: %', p_trigger, tbl, nargs, usage
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    lim := TG_ARGV[2]::bigint;
-    IF TG_NARGS > 4 AND TG_ARGV[4] <> '' THEN
-        IF TG_ARGV[4] !~ '^\s*-?[0-9]{1,19}\s*$' THEN
-            RAISE EXCEPTION 'ratelimit: trigger %: cost must be an integer, not %', TG_NAME, quote_literal(TG_ARGV[4])
-                USING ERRCODE = 'invalid_parameter_value';
+    col := a[1];
+    IF a[3] !~ '^\s*-?[0-9]{1,19}\s*$' THEN
+        RAISE EXCEPTION 'ratelimit: trigger % on %, argument 3 (limit): % is not an integer',
+            p_trigger, tbl, pg_catalog.quote_literal(a[3])
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'usage: ' || usage;
+    END IF;
+    lim := a[3]::bigint;
+    BEGIN
+        win := a[4]::interval;
+    EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
+        RAISE EXCEPTION 'ratelimit: trigger % on %, argument 4 (window): % is not an interval such as ''1 minute''',
+            p_trigger, tbl, pg_catalog.quote_literal(a[4])
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'usage: ' || usage;
+    END;
+    IF nargs > 4 AND a[5] <> '' THEN
+        IF a[5] !~ '^\s*-?[0-9]{1,19}\s*$' THEN
+            RAISE EXCEPTION 'ratelimit: trigger % on %, argument 5 (cost): % is not an integer',
+                p_trigger, tbl, pg_catalog.quote_literal(a[5])
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'usage: ' || usage;
         END IF;
-        cost := TG_ARGV[4]::bigint;
+        cost := a[5]::bigint;
     END IF;
-    IF TG_NARGS > 5 THEN
-        prefix := TG_ARGV[5];
+    IF nargs > 5 THEN
+        prefix := a[6];
     END IF;
-    lname := TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME;
-    IF TG_NARGS > 6 AND TG_ARGV[6] <> '' THEN
-        lname := TG_ARGV[6];
+    lname := tbl;
+    IF nargs > 6 AND a[7] <> '' THEN
+        lname := a[7];
     END IF;
-    rec := to_jsonb(NEW);
-    IF NOT rec ? col THEN
-        RAISE EXCEPTION 'ratelimit: trigger %: table %.% has no column %', TG_NAME, TG_TABLE_SCHEMA, TG_TABLE_NAME,
-            quote_ident(col)
-            USING ERRCODE = 'undefined_column';
+    IF p_has_col IS NOT TRUE THEN
+        RAISE EXCEPTION 'ratelimit: trigger % on %, argument 1 (key_column): the table has no column %',
+            p_trigger, tbl, pg_catalog.quote_ident(col)
+            USING ERRCODE = 'undefined_column', HINT = 'usage: ' || usage;
     END IF;
-    val := rec ->> col;
-    IF val IS NULL THEN
-        RAISE EXCEPTION 'ratelimit: invalid key: column % is NULL', quote_ident(col)
+    IF p_val IS NULL THEN
+        RAISE EXCEPTION 'ratelimit: invalid key: column % is NULL', pg_catalog.quote_ident(col)
             USING ERRCODE = 'RL011',
-                  HINT = format('To exempt such rows, add WHEN (NEW.%s IS NOT NULL) to trigger %s.', quote_ident(col), TG_NAME);
+                  HINT = pg_catalog.format('To exempt such rows, add WHEN (NEW.%s IS NOT NULL) to trigger %s.',
+                                           pg_catalog.quote_ident(col), p_trigger);
     END IF;
-    d := rl._trigger_take(prefix || val, lname, TG_ARGV[1], lim, TG_ARGV[3]::interval, cost);
+    -- Tenants: the key must be one that the inserting role may use, and one
+    -- that the table's owner may use, since the owner (or whoever it let
+    -- create triggers) chose the trigger's arguments.
+    PERFORM rl._check_tenant_key(prefix || p_val, NULL);
+    IF EXISTS (SELECT FROM rl.tenants) THEN
+        PERFORM rl._check_tenant_key(prefix || p_val, owner);
+    END IF;
+    -- The shard's clock, never a time the inserting session chose.
+    d := rl._proxy_rl_allow(prefix || p_val, a[2], lim, win, cost, 0, lname, NULL);
     IF NOT d.allowed THEN
         IF d.retry_after_us < 0 THEN
             RAISE EXCEPTION 'rate limit exceeded'
                 USING ERRCODE = 'RL429',
-                      DETAIL = format('The cost %s is above the limit %s (%s): never admitted.', cost, lim, lname),
+                      DETAIL = pg_catalog.format('The cost %s is above the limit %s (%s): never admitted.', cost, lim, lname),
                       HINT = 'Lower the cost or raise the limit.';
         END IF;
         secs := (d.retry_after_us + 999999) / 1000000;
         RAISE EXCEPTION 'rate limit exceeded'
             USING ERRCODE = 'RL429',
-                  DETAIL = format('Retry after %s s (%s µs); limit %s: %s per %s.', secs, d.retry_after_us, lname,
-                                  lim, TG_ARGV[3]),
-                  HINT = format('Wait %s seconds before inserting again.', secs);
+                  DETAIL = pg_catalog.format('Retry after %s s (%s µs); limit %s: %s per %s.', secs, d.retry_after_us,
+                                             lname, lim, a[4]),
+                  HINT = pg_catalog.format('Wait %s seconds before inserting again.', secs);
     END IF;
+END
+$fn$;
+COMMENT ON FUNCTION rl._enforce_limit(oid, text, text[], boolean, text) IS
+    'rl: the definer-rights part of rl.enforce_limit() on a router: plain values in, the decision on the key''s shard, on its clock';
+
+-- rl.enforce_limit: the node's trigger function, verbatim (migration 0012;
+-- TestTrustFunctionsMatchNode compares it), with the caller's rights.
+-- Reading the row may run code the row's types define (casts to json): it
+-- runs as the role inserting, never as the owner of schema rl.
+CREATE OR REPLACE FUNCTION rl.enforce_limit() RETURNS trigger
+    LANGUAGE plpgsql SECURITY INVOKER
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    rec jsonb;
+BEGIN
+    IF TG_WHEN <> 'BEFORE' OR TG_LEVEL <> 'ROW' OR TG_OP NOT IN ('INSERT', 'UPDATE') THEN
+        RAISE EXCEPTION 'ratelimit: % must run BEFORE INSERT (or UPDATE) FOR EACH ROW',
+            'rl.enforce_limit(key_column, algorithm, limit, window [, cost [, key_prefix [, name]]])'
+            USING ERRCODE = 'invalid_object_definition';
+    END IF;
+    rec := pg_catalog.to_jsonb(NEW);
+    PERFORM rl._enforce_limit(TG_RELID, TG_NAME::text, TG_ARGV, rec ? TG_ARGV[0], rec ->> TG_ARGV[0]);
     RETURN NEW;
 END
 $fn$;
 
--- Privileges as on a shard (migrations 0005 and 0007): rl_app may call the
--- routed functions; rl_expire is for rl_admin (a trusted role); the internal
--- functions (rl._*) are not granted. rl-migrate also grants USAGE on the
--- server rl_shards, which every call needs, to both.
---
--- Identity: PL/Proxy connects to a shard with the user mapping of the
--- calling role (current_user), else the mapping for PUBLIC; the shard
--- applies its own checks (trusted request time, tenants, rl_expire) to the
--- role it is connected as. Map tenant roles one to one (see docs/scaling.md,
--- "Roles and tenants"). rl.enforce_limit decides as the owner of this schema, so
--- only rl_admin may create triggers with it here: a tenant could otherwise
--- name another tenant's key prefix in a trigger of its own.
+-- Privileges as on a node (migrations 0005, 0007, 0009 and 0012): rl_app
+-- may call the public functions and the trigger's two halves; rl_expire is
+-- for rl_admin (and the owner), as are the batch lock helpers; the internal
+-- functions (rl._*), above all the PL/Proxy ones, are granted to nobody, and
+-- nobody is granted USAGE on the server rl_shards: only the owner of this
+-- schema connects to the shards, through the wrappers.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA rl FROM PUBLIC;
 
 DO $do$
@@ -416,6 +821,19 @@ BEGIN
                 GRANT rl_app TO rl_admin;
             END IF;
             GRANT USAGE ON SCHEMA rl TO rl_app, rl_admin;
+            -- Earlier versions granted the PL/Proxy functions themselves.
+            REVOKE ALL ON FUNCTION
+                rl._proxy_rl_allow(text, text, bigint, interval, bigint, bigint, text, bigint),
+                rl._proxy_rl_allow_us(text, text, bigint, bigint, bigint, bigint, text, bigint),
+                rl._proxy_rl_peek(text, text, bigint, interval, bigint, bigint, text, bigint),
+                rl._proxy_rl_peek_us(text, text, bigint, bigint, bigint, bigint, text, bigint),
+                rl._proxy_rl_allow_multi(text, jsonb, bigint, bigint),
+                rl._proxy_rl_peek_multi(text, jsonb, bigint, bigint),
+                rl._proxy_rl_decide_multi(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint, boolean),
+                rl._proxy_rl_reset(text, text),
+                rl._proxy_rl_expire(bigint, integer),
+                rl._proxy_rl_decide_batch(integer[], text[], bigint[], integer[], bigint[], boolean[], jsonb[])
+                FROM rl_app, rl_admin;
             GRANT EXECUTE ON FUNCTION
                 rl.rl_allow(text, text, bigint, interval, bigint, bigint, text, bigint),
                 rl.rl_allow_us(text, text, bigint, bigint, bigint, bigint, text, bigint),
@@ -426,19 +844,14 @@ BEGIN
                 rl.rl_decide_multi(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint, boolean),
                 rl.rl_reset(text, text),
                 rl.rl_decide_batch(text[], text[], integer[], bigint[], bigint[], bigint[], bigint[], integer[], bigint[], boolean[]),
-                rl._batch_split(integer[], text[], bigint[], integer[], bigint[], boolean[], jsonb[]),
-                rl.lock_states(text, text[])
+                rl.lock_states(text, text[]),
+                rl.enforce_limit(),
+                rl._enforce_limit(oid, text, text[], boolean, text)
                 TO rl_app;
             GRANT EXECUTE ON FUNCTION
+                rl.rl_expire(bigint, integer),
                 rl.lock_states_batch(text[], text[]),
                 rl.drop_fresh_states(text[], text[])
-                TO rl_admin;
-            -- rl.rl_expire calls rl._expire_all as its caller, so that the
-            -- shards see the caller's user mapping.
-            GRANT EXECUTE ON FUNCTION
-                rl.rl_expire(bigint, integer),
-                rl._expire_all(bigint, integer),
-                rl.enforce_limit()
                 TO rl_admin;
             RETURN;
         EXCEPTION WHEN duplicate_object OR unique_violation OR undefined_object THEN

@@ -6,11 +6,23 @@
 // not crash durability). The server needs the PL/Proxy extension (Debian package
 // postgresql-15-plproxy; .ci/run installs it). Like internal/pgtest, an
 // unreachable server or a missing extension fails the test, never skips it.
+//
+// The router logs in to the shards as a login role of its own (ShardLogin),
+// an ordinary role granted rl_app and rl_admin: the trusted shard login an
+// operator opts into (see plproxy.Apply), so that the router's trusted
+// callers (the test server's superuser) choose the request time, as the
+// conformance vectors need. The tests of the default, untrusted shard login
+// start clusters of their own (sql/plproxy, trust_test.go).
 package plproxytest
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -21,9 +33,10 @@ import (
 
 // Cluster is a router and its shards.
 type Cluster struct {
-	Router     string   // URL of the router database
-	Shards     []string // URLs of the shard databases, migrated
+	Router     string   // URL of the router database, as the test server's user
+	Shards     []string // URLs of the shard databases, migrated, as the test server's user
 	Partitions int      // partition count; partition i lives on Shards[i % len(Shards)]
+	ShardLogin string   // the role the router logs in to the shards as (rl_app and rl_admin)
 }
 
 // New creates shards migrated databases and a router over them with
@@ -31,7 +44,18 @@ type Cluster struct {
 // two).
 func New(t testing.TB, shards, partitions int) *Cluster {
 	t.Helper()
-	c := &Cluster{Router: pgtest.NewDatabase(t)}
+	b := make([]byte, 6)
+	rand.Read(b)
+	c := &Cluster{ShardLogin: "rlshard_" + hex.EncodeToString(b)}
+	// Registered before the databases, so it runs after they are dropped.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := exec(ctx, pgtest.URL(), "DROP ROLE IF EXISTS "+c.ShardLogin); err != nil {
+			t.Errorf("plproxytest: drop role %s: %v", c.ShardLogin, err)
+		}
+	})
+	c.Router = pgtest.NewDatabase(t)
 	for range shards {
 		u := pgtest.NewDatabase(t)
 		if err := migrations.Up(context.Background(), u); err != nil {
@@ -42,7 +66,20 @@ func New(t testing.TB, shards, partitions int) *Cluster {
 		}
 		c.Shards = append(c.Shards, u)
 	}
-	cfg := plproxy.Config{Shards: c.Shards, Partitions: partitions}
+	// rl_app and rl_admin exist once a shard is migrated.
+	if err := exec(context.Background(), pgtest.URL(), "CREATE ROLE "+c.ShardLogin+" LOGIN IN ROLE rl_app, rl_admin"); err != nil {
+		t.Fatalf("plproxytest: create the shard login: %v", err)
+	}
+	logins := make([]string, len(c.Shards))
+	for i, s := range c.Shards {
+		u, err := url.Parse(s)
+		if err != nil {
+			t.Fatalf("plproxytest: %v", err)
+		}
+		u.User = url.User(c.ShardLogin)
+		logins[i] = u.String()
+	}
+	cfg := plproxy.Config{Shards: logins, Partitions: partitions}
 	parts, _, _, err := cfg.Layout()
 	if err != nil {
 		t.Fatal(err)
@@ -54,17 +91,27 @@ func New(t testing.TB, shards, partitions int) *Cluster {
 	return c
 }
 
+// exec runs one statement on the database at u.
+func exec(ctx context.Context, u, stmt string) error {
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	_, err = conn.Exec(ctx, stmt)
+	return err
+}
+
 // fastCommit sets synchronous_commit = off for the sessions of the
 // database at u: every call through the router is a transaction of its own
 // on a shard, and the tests are about decisions, not crash durability.
 func fastCommit(u string) error {
-	conn, err := pgx.Connect(context.Background(), u)
+	err := exec(context.Background(), u,
+		"DO $$BEGIN EXECUTE format('ALTER DATABASE %I SET synchronous_commit = off', current_database()); END$$")
 	if err != nil {
-		return err
+		return fmt.Errorf("synchronous_commit: %w", err)
 	}
-	defer conn.Close(context.Background())
-	_, err = conn.Exec(context.Background(), "DO $$BEGIN EXECUTE format('ALTER DATABASE %I SET synchronous_commit = off', current_database()); END$$")
-	return err
+	return nil
 }
 
 // ShardOf returns the index in Shards of the shard holding key.
