@@ -59,7 +59,10 @@ commands:
              owner of the router's functions only (a PUBLIC mapping of an
              earlier version is dropped): make it an ordinary role on the
              shards (GRANT rl_app only); GRANT rl_admin to it there to have
-             the router's trusted callers' request times honoured
+             the router's trusted callers' request times honoured. PL/Proxy
+             needs a superuser to run it; -router-owner names the ordinary
+             role that owns the router's schema (its definer functions run
+             as it), by default the schema's owner, or the role running it
 
 The URL (postgres://user:password@host:port/dbname?sslmode=disable) comes from
 -database or the DATABASE_URL environment variable. With -shards (comma-
@@ -78,6 +81,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	timeout := fs.Duration("timeout", migrations.DefaultConnectTimeout, "how long to try to connect")
 	shardList := fs.String("shards", "", "comma-separated URLs of the shard databases")
 	partitions := fs.Int("partitions", 0, "router: the partition count, a power of two (default: the shard count rounded up)")
+	routerOwner := fs.String("router-owner", "", "router: the ordinary role that owns the router's schema (default: its current owner, or the role running the command)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
@@ -150,6 +154,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return usageErr("router needs -shards")
 	case cmd != "router" && *partitions != 0:
 		return usageErr("-partitions is for the router command")
+	case cmd != "router" && *routerOwner != "":
+		return usageErr("-router-owner is for the router command")
 	case cmd != "router" && len(shards) > 0 && databaseSet:
 		return usageErr("give -database or -shards, not both: %s runs on one database or on every shard", cmd)
 	}
@@ -158,7 +164,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		u = getenv("DATABASE_URL")
 	}
 	if cmd == "router" {
-		return router(ctx, u, plproxy.Config{Shards: shards, Partitions: *partitions}, *timeout, stdout, stderr)
+		return router(ctx, u, plproxy.Config{Shards: shards, Partitions: *partitions, Owner: *routerOwner}, *timeout, stdout, stderr)
 	}
 	if len(shards) == 0 {
 		return migrate(ctx, u, cmd, n, *timeout, stdout, stderr)

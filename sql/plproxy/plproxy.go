@@ -75,6 +75,16 @@ type Config struct {
 	// default_user, which Apply refuses: the router connects as the owner
 	// of its functions.
 	Options map[string]string
+	// Owner is the role that owns the router's schema rl and everything in
+	// it: its SECURITY DEFINER functions run with this role's rights, and
+	// its user mapping is the one that reaches the shards. Empty: the
+	// schema's owner when the router exists already, else the role running
+	// Apply. PL/Proxy is an untrusted language, so Apply itself runs as a
+	// superuser; name an ordinary role here (created beforehand, with no
+	// SUPERUSER, CREATEROLE or CREATEDB) so that the router's definer code
+	// never runs as one. Apply hands the schema's objects to it and grants
+	// it USAGE on the server.
+	Owner string
 }
 
 // Layout returns the connect string of each partition and the user and
@@ -221,8 +231,60 @@ func Apply(ctx context.Context, routerURL string, cfg Config) error {
 		if err := defineServer(ctx, tx, parts, cfg.Options); err != nil {
 			return err
 		}
+		if err := setOwner(ctx, tx, cfg.Owner); err != nil {
+			return err
+		}
 		return mapOwner(ctx, tx, user, password)
 	})
+}
+
+// setOwner gives schema rl and every function, table and type in it to
+// owner, or (owner empty) to the schema's owner, so that every definer
+// function of the router runs as one role, the one mapped to the shards.
+func setOwner(ctx context.Context, tx pgx.Tx, owner string) error {
+	if owner == "" {
+		if err := tx.QueryRow(ctx, "SELECT pg_catalog.pg_get_userbyid(nspowner) FROM pg_catalog.pg_namespace WHERE nspname = 'rl'").
+			Scan(&owner); err != nil {
+			return fmt.Errorf("plproxy: the owner of schema rl: %w", err)
+		}
+	}
+	role := pgx.Identifier{owner}.Sanitize()
+	rows, err := tx.Query(ctx, `
+		SELECT 'ALTER SCHEMA rl OWNER TO '
+		UNION ALL
+		SELECT 'ALTER ROUTINE ' || p.oid::pg_catalog.regprocedure::text || ' OWNER TO '
+		  FROM pg_catalog.pg_proc p WHERE p.pronamespace = 'rl'::pg_catalog.regnamespace
+		UNION ALL
+		SELECT 'ALTER TABLE ' || c.oid::pg_catalog.regclass::text || ' OWNER TO '
+		  FROM pg_catalog.pg_class c WHERE c.relnamespace = 'rl'::pg_catalog.regnamespace AND c.relkind IN ('r', 'p')
+		UNION ALL
+		SELECT 'ALTER TYPE ' || t.oid::pg_catalog.regtype::text || ' OWNER TO '
+		  FROM pg_catalog.pg_type t JOIN pg_catalog.pg_class c ON c.oid = t.typrelid
+		 WHERE t.typnamespace = 'rl'::pg_catalog.regnamespace AND c.relkind = 'c'`)
+	if err != nil {
+		return fmt.Errorf("plproxy: list the router's objects: %w", err)
+	}
+	stmts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("plproxy: list the router's objects: %w", err)
+	}
+	for _, stmt := range stmts {
+		if _, err := tx.Exec(ctx, stmt+role); err != nil {
+			return fmt.Errorf("plproxy: give the router to %s: %w", owner, err)
+		}
+	}
+	// PL/Proxy connects as the functions' owner, which needs USAGE on the
+	// server (a superuser has it anyway).
+	var super bool
+	if err := tx.QueryRow(ctx, "SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = $1", owner).Scan(&super); err != nil {
+		return fmt.Errorf("plproxy: the role %s: %w", owner, err)
+	}
+	if !super {
+		if _, err := tx.Exec(ctx, "GRANT USAGE ON FOREIGN SERVER "+Cluster+" TO "+role); err != nil {
+			return fmt.Errorf("plproxy: grant USAGE on the server to %s: %w", owner, err)
+		}
+	}
+	return nil
 }
 
 // refuseShard fails when the database holds rl.state: the router schema

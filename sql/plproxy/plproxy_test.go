@@ -275,16 +275,27 @@ func TestApply(t *testing.T) {
 	require.NotEqual(t, c.Shards, bare)
 	require.NoError(t, plproxy.Apply(ctx, c.Router, plproxy.Config{Shards: bare, Partitions: 4}))
 	var um []string
-	require.NoError(t, conn.QueryRow(ctx, "SELECT umoptions FROM pg_user_mappings WHERE srvname = 'rl_shards' AND usename = 'postgres'").Scan(&um))
+	require.NoError(t, conn.QueryRow(ctx, "SELECT umoptions FROM pg_user_mappings WHERE srvname = 'rl_shards' AND usename = $1", c.Owner).Scan(&um))
 	require.Equal(t, []string{"user=postgres"}, um)
 	require.Equal(t, int64(1), count(t, c.Router, "SELECT count(*) FROM pg_user_mappings WHERE srvname = 'rl_shards'"), "the owner's mapping alone")
 	// An earlier version's PUBLIC mapping, and no owner's: carried over to
 	// the owner when the URLs name no user, then dropped.
-	_, err = conn.Exec(ctx, "DROP USER MAPPING FOR postgres SERVER rl_shards; CREATE USER MAPPING FOR PUBLIC SERVER rl_shards OPTIONS (user '"+c.ShardLogin+"')")
+	_, err = conn.Exec(ctx, "DROP USER MAPPING FOR "+c.Owner+" SERVER rl_shards; CREATE USER MAPPING FOR PUBLIC SERVER rl_shards OPTIONS (user '"+c.ShardLogin+"')")
 	require.NoError(t, err)
 	require.NoError(t, plproxy.Apply(ctx, c.Router, plproxy.Config{Shards: bare, Partitions: 4}))
-	require.NoError(t, conn.QueryRow(ctx, "SELECT umoptions FROM pg_user_mappings WHERE srvname = 'rl_shards' AND usename = 'postgres'").Scan(&um))
+	require.NoError(t, conn.QueryRow(ctx, "SELECT umoptions FROM pg_user_mappings WHERE srvname = 'rl_shards' AND usename = $1", c.Owner).Scan(&um))
 	require.Equal(t, []string{"user=" + c.ShardLogin}, um)
+	// Applied again without Config.Owner, the router stays its owner's:
+	// schema rl and everything in it belong to the ordinary role, never to
+	// the superuser running Apply.
+	var owners []string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT array_agg(DISTINCT r.rolname::text || CASE WHEN r.rolsuper THEN ' (superuser)' ELSE '' END)
+		FROM (SELECT nspowner AS o FROM pg_namespace WHERE nspname = 'rl'
+		      UNION ALL SELECT proowner FROM pg_proc WHERE pronamespace = 'rl'::regnamespace
+		      UNION ALL SELECT relowner FROM pg_class WHERE relnamespace = 'rl'::regnamespace
+		      UNION ALL SELECT typowner FROM pg_type WHERE typnamespace = 'rl'::regnamespace) x
+		JOIN pg_roles r ON r.oid = x.o`).Scan(&owners))
+	require.Equal(t, []string{c.Owner}, owners)
 	require.Equal(t, int64(1), count(t, c.Router, "SELECT count(*) FROM pg_user_mappings WHERE srvname = 'rl_shards'"), "PUBLIC's mapping is gone")
 	// The server option that would make PL/Proxy connect as the caller.
 	err = plproxy.Apply(ctx, c.Router, plproxy.Config{Shards: c.Shards, Partitions: 4, Options: map[string]string{"default_user": "session_user"}})

@@ -37,6 +37,7 @@ type Cluster struct {
 	Shards     []string // URLs of the shard databases, migrated, as the test server's user
 	Partitions int      // partition count; partition i lives on Shards[i % len(Shards)]
 	ShardLogin string   // the role the router logs in to the shards as (rl_app and rl_admin)
+	Owner      string   // the router's owner: an ordinary role (plproxy.Config.Owner)
 }
 
 // New creates shards migrated databases and a router over them with
@@ -46,13 +47,15 @@ func New(t testing.TB, shards, partitions int) *Cluster {
 	t.Helper()
 	b := make([]byte, 6)
 	rand.Read(b)
-	c := &Cluster{ShardLogin: "rlshard_" + hex.EncodeToString(b)}
+	c := &Cluster{ShardLogin: "rlshard_" + hex.EncodeToString(b), Owner: "rlrouter_" + hex.EncodeToString(b)}
 	// Registered before the databases, so it runs after they are dropped.
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := exec(ctx, pgtest.URL(), "DROP ROLE IF EXISTS "+c.ShardLogin); err != nil {
-			t.Errorf("plproxytest: drop role %s: %v", c.ShardLogin, err)
+		for _, r := range []string{c.ShardLogin, c.Owner} {
+			if err := exec(ctx, pgtest.URL(), "DROP ROLE IF EXISTS "+r); err != nil {
+				t.Errorf("plproxytest: drop role %s: %v", r, err)
+			}
 		}
 	})
 	c.Router = pgtest.NewDatabase(t)
@@ -79,7 +82,12 @@ func New(t testing.TB, shards, partitions int) *Cluster {
 		u.User = url.User(c.ShardLogin)
 		logins[i] = u.String()
 	}
-	cfg := plproxy.Config{Shards: logins, Partitions: partitions}
+	// The router's functions belong to an ordinary role (Apply runs as the
+	// superuser PL/Proxy needs), as sql/README.md recommends.
+	if err := exec(context.Background(), pgtest.URL(), "CREATE ROLE "+c.Owner+" NOLOGIN"); err != nil {
+		t.Fatalf("plproxytest: create the router's owner: %v", err)
+	}
+	cfg := plproxy.Config{Shards: logins, Partitions: partitions, Owner: c.Owner}
 	parts, _, _, err := cfg.Layout()
 	if err != nil {
 		t.Fatal(err)
