@@ -102,6 +102,18 @@ func (e *UnrecordedError) Error() string {
 		"then run \"rl-migrate up\"; nothing was changed"
 }
 
+// ExtensionError reports a database where schema rl belongs to the
+// extension rl (CREATE EXTENSION rl): one database uses either the
+// migrations or the extension, never both.
+type ExtensionError struct {
+	Version string // the extension's installed version
+}
+
+func (e *ExtensionError) Error() string {
+	return "migrations: schema rl here is the extension rl, version " + e.Version +
+		": upgrade it with ALTER EXTENSION rl UPDATE, not with these migrations (sql/README.md, \"The extension\"); schema rl was not changed"
+}
+
 // connURL is databaseURL as pgx takes it: golang-migrate's pgx5:// scheme
 // and x- parameters removed.
 func connURL(databaseURL string) string {
@@ -165,6 +177,13 @@ func (m *Migrator) checkUp(ctx context.Context) error {
 		return errors.New("migrations: " + scrub(err.Error(), m.secret))
 	}
 	defer conn.Close(ctx)
+	var ext string
+	switch err := conn.QueryRow(ctx, "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'rl'").Scan(&ext); {
+	case err == nil:
+		return &ExtensionError{Version: ext}
+	case !errors.Is(err, pgx.ErrNoRows):
+		return errors.New("migrations: " + scrub(err.Error(), m.secret))
+	}
 	q := "SELECT to_regclass('rl.state') IS NOT NULL AND NOT EXISTS (SELECT 1 FROM " + pgx.Identifier{Table}.Sanitize() + ")"
 	for try := 0; ; try++ {
 		var unrecorded bool

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlcore/rl/core"
@@ -25,6 +26,13 @@ import (
 // expires_at the last write set.
 func TestVectorsTable(t *testing.T) {
 	t.Parallel()
+	runVectorsTable(t, db)
+}
+
+// runVectorsTable runs TestVectorsTable's cases through db, a pool on a
+// database with rl (TestExtensionVectors passes one where CREATE EXTENSION
+// rl installed it).
+func runVectorsTable(t *testing.T, db *pgxpool.Pool) {
 	files, err := vectors.Load()
 	require.NoError(t, err)
 	for _, f := range files {
@@ -34,11 +42,11 @@ func TestVectorsTable(t *testing.T) {
 				// Every case applies today; a future one with duplicate
 				// names could not map its states to rows.
 				require.True(t, distinctNames(c), "%s: duplicate limit names", c.ID)
-				if err := runTableCase(context.Background(), c, false); err != nil {
+				if err := runTableCase(context.Background(), db, c, false); err != nil {
 					t.Errorf("%s: %v", c.ID, err)
 				}
 				if len(c.Limits) > 1 {
-					if err := runTableCase(context.Background(), c, true); err != nil {
+					if err := runTableCase(context.Background(), db, c, true); err != nil {
 						t.Errorf("%s (rl_decide_multi): %v", c.ID, err)
 					}
 				}
@@ -81,7 +89,7 @@ func algName(a int32) string {
 	return fmt.Sprintf("unknown-%d", a)
 }
 
-func writeState(ctx context.Context, key, name string, s vectors.State, expires int64) error {
+func writeState(ctx context.Context, db *pgxpool.Pool, key, name string, s vectors.State, expires int64) error {
 	log := s.Log
 	if log == nil {
 		log = []int64{}
@@ -100,7 +108,7 @@ type row struct {
 	found   bool
 }
 
-func readRows(ctx context.Context, key string, ns []string) ([]row, error) {
+func readRows(ctx context.Context, db *pgxpool.Pool, key string, ns []string) ([]row, error) {
 	out := make([]row, len(ns))
 	for i, n := range ns {
 		r := &out[i]
@@ -117,7 +125,7 @@ func readRows(ctx context.Context, key string, ns []string) ([]row, error) {
 	return out, nil
 }
 
-func runTableCase(ctx context.Context, c vectors.Case, arrays bool) error {
+func runTableCase(ctx context.Context, db *pgxpool.Pool, c vectors.Case, arrays bool) error {
 	key := "vec:" + c.ID
 	if _, err := db.Exec(ctx, `DELETE FROM rl.state WHERE key = $1`, key); err != nil {
 		return err
@@ -127,7 +135,7 @@ func runTableCase(ctx context.Context, c vectors.Case, arrays bool) error {
 	expires := map[string]int64{}
 	const written = 1 << 62 // expires_at of rows the test writes itself
 	for i, s := range c.States {
-		if err := writeState(ctx, key, ns[i], s, written); err != nil {
+		if err := writeState(ctx, db, key, ns[i], s, written); err != nil {
 			return err
 		}
 		expires[ns[i]] = written
@@ -154,7 +162,7 @@ func runTableCase(ctx context.Context, c vectors.Case, arrays bool) error {
 			limits, ns = st.Limits, next
 		}
 		for j, s := range st.SetStates {
-			if err := writeState(ctx, key, ns[j], s, written); err != nil {
+			if err := writeState(ctx, db, key, ns[j], s, written); err != nil {
 				return err
 			}
 			expires[ns[j]] = written
@@ -278,7 +286,7 @@ func runTableCase(ctx context.Context, c vectors.Case, arrays bool) error {
 				return fail("decisions\n got %+v\nwant %+v", ds, want.Decisions)
 			}
 		}
-		rows, err := readRows(ctx, key, ns)
+		rows, err := readRows(ctx, db, key, ns)
 		if err != nil {
 			return err
 		}
