@@ -45,7 +45,10 @@ type Config struct {
 	BaseKey string
 	// Clock is the time source. Default: CoarseClock.
 	Clock Clock
-	// MaxKeyLength bounds keys in bytes. Default: DefaultMaxKeyLength.
+	// MaxKeyLength bounds keys in bytes: the key the store sees, BaseKey,
+	// ":" and the key (as pgstore and PostgreSQL store it), so that every
+	// store takes every key the Limiter accepts. Default:
+	// DefaultMaxKeyLength.
 	MaxKeyLength int
 	// AnyKey accepts any bytes in keys. By default a key is printable
 	// ASCII without spaces (0x21 to 0x7E), which covers IPs, user IDs,
@@ -72,8 +75,9 @@ var (
 	ErrInvalidKey = errors.New("rl: invalid key")
 	// ErrNoPolicy: a call without a policy on a Limiter without one.
 	ErrNoPolicy = errors.New("rl: no policy")
-	// ErrStore is matched by every failure of the store (a down or full
-	// store also matches store.ErrUnavailable).
+	// ErrStore is matched by every failure of the store (a down store
+	// also matches store.ErrUnavailable, a busy or full one
+	// store.ErrBusy).
 	ErrStore = errors.New("rl: store failed")
 )
 
@@ -257,6 +261,14 @@ func (l *Limiter) now() int64 {
 	return l.clock()
 }
 
+// baseLen is what the base key adds to a key in the store: BaseKey and ":".
+func (l *Limiter) baseLen() int {
+	if l.base == "" {
+		return 0
+	}
+	return len(l.base) + 1
+}
+
 // keyChars marks the bytes a key may hold by default: 0x21 to 0x7E.
 var keyChars = func() (t [256]bool) {
 	for c := 0x21; c <= 0x7e; c++ {
@@ -265,12 +277,22 @@ var keyChars = func() (t [256]bool) {
 	return t
 }()
 
+// CheckKey reports whether key is one the Limiter decides: not empty, at
+// most MaxKeyLength bytes as the store sees it (with BaseKey and ":"), and
+// printable ASCII without spaces unless AnyKey is set. It returns a
+// *KeyError (matching ErrInvalidKey) or nil; every decision checks the
+// same way, so a front end can refuse a key before it decides anything.
+func (l *Limiter) CheckKey(key string) error { return l.checkKey(key) }
+
 func (l *Limiter) checkKey(key string) error {
 	if key == "" {
 		return &KeyError{Reason: "empty"}
 	}
-	if len(key) > l.maxKey {
-		return &KeyError{Key: clip(key), Reason: fmt.Sprintf("%d bytes, longer than %d", len(key), l.maxKey)}
+	if n := len(key) + l.baseLen(); n > l.maxKey {
+		if n == len(key) {
+			return &KeyError{Key: clip(key), Reason: fmt.Sprintf("%d bytes, longer than %d", len(key), l.maxKey)}
+		}
+		return &KeyError{Key: clip(key), Reason: fmt.Sprintf("%d bytes (%d with the base key %q), longer than %d", len(key), n, l.base, l.maxKey)}
 	}
 	if !l.anyKey && !printable(key) {
 		for i := 0; i < len(key); i++ {

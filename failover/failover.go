@@ -3,7 +3,7 @@
 // behind a circuit breaker.
 //
 // Closed: every call goes to the primary. A call that fails with
-// store.ErrUnavailable (down, timed out, full) is answered by the fallback
+// store.ErrUnavailable (down, timed out) is answered by the fallback
 // instead, and after Threshold such failures in a row the circuit opens.
 // Open: calls go straight to the fallback, without waiting on the primary.
 // After Cooldown one call probes the primary (half-open): success closes the

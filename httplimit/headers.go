@@ -2,11 +2,10 @@ package httplimit
 
 import (
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/rlcore/rl"
+	"github.com/rlcore/rl/internal/pipeline"
 )
 
 // SetHeaders writes the rate-limit header fields describing r's deciding
@@ -24,52 +23,25 @@ import (
 // Duration (about 292 years, what rl.Result saturates at) gives its whole
 // seconds, 9223372037, never a wrapped or negative value.
 func SetHeaders(h http.Header, r rl.Result) {
-	name := sfString(r.Name)
-	q := strconv.FormatInt(r.Limit, 10)
-	rem := strconv.FormatInt(r.Remaining, 10)
-	reset := strconv.FormatInt(ceilSeconds(r.ResetAfter), 10)
-	h.Set("RateLimit-Policy", name+";q="+q+";w="+strconv.FormatInt(max(1, ceilSeconds(r.Window)), 10))
-	h.Set("RateLimit", name+";r="+rem+";t="+reset)
-	h.Set("X-RateLimit-Limit", q)
-	h.Set("X-RateLimit-Remaining", rem)
-	h.Set("X-RateLimit-Reset", reset)
-	if !r.Allowed && !r.Never {
-		h.Set("Retry-After", strconv.FormatInt(max(1, ceilSeconds(r.RetryAfter)), 10))
+	var buf [6][2]string
+	for _, kv := range pipeline.AppendFields(buf[:0], verdict(r)) {
+		h.Set(kv[0], kv[1])
 	}
 }
 
-// ceilSeconds rounds d up to whole seconds, 0 for a negative d. It cannot
-// overflow (d + time.Second - 1 would, within a second of the largest
-// Duration, and turn a 292-year wait into a negative one).
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	s := int64(d / time.Second)
-	if d%time.Second != 0 {
-		s++
-	}
-	return s
+// verdict is r in the units of the answer's fields (internal/pipeline, the
+// one source of the fields every front end writes): durations in µs, each
+// rounded up so that nothing is early.
+func verdict(r rl.Result) pipeline.Verdict {
+	return pipeline.Verdict{Allowed: r.Allowed, Never: r.Never, Name: r.Name, Limit: r.Limit, Remaining: r.Remaining,
+		Window: ceilMicros(r.Window), ResetAfter: ceilMicros(r.ResetAfter), RetryAfter: ceilMicros(r.RetryAfter)}
 }
 
-// sfString encodes s as a Structured Field String (RFC 9651): quoted, with
-// backslash and quote escaped; bytes outside printable ASCII become '_'.
-func sfString(s string) string {
-	var b strings.Builder
-	b.Grow(len(s) + 2)
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c < 0x20 || c > 0x7e:
-			b.WriteByte('_')
-		default:
-			b.WriteByte(c)
-		}
+// ceilMicros rounds d up to whole µs.
+func ceilMicros(d time.Duration) int64 {
+	us := int64(d / time.Microsecond)
+	if d%time.Microsecond > 0 {
+		us++
 	}
-	b.WriteByte('"')
-	return b.String()
+	return us
 }

@@ -3,10 +3,11 @@ package httplimit
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/rlcore/rl/internal/pipeline"
 )
 
 // KeyFunc returns the rate-limit key of a request. An error means the
@@ -71,65 +72,14 @@ func ClientIPKey(cfg IPKeyConfig) (KeyFunc, error) {
 	if v6 < 1 || v6 > 128 {
 		return nil, fmt.Errorf("httplimit: IPv6 prefix length %d is outside [1, 128]", cfg.IPv6Prefix)
 	}
-	trusted := cfg.TrustedProxies
+	k := pipeline.IPKey{TrustedProxies: cfg.TrustedProxies, IPv4Prefix: v4, IPv6Prefix: v6}
 	return func(r *http.Request) (string, error) {
-		ip, err := clientIP(r, trusted)
-		if err != nil {
-			return "", err
-		}
-		bits := v6
-		if ip.Is4() {
-			bits = v4
-		}
-		if bits == ip.BitLen() {
-			return ip.String(), nil
-		}
-		p, err := ip.Prefix(bits)
-		if err != nil { // not reached: bits is in range and the zone is gone
+		key, ok := k.Key(r.RemoteAddr, r.Header.Values("X-Forwarded-For"))
+		if !ok {
 			return "", ErrNoKey
 		}
-		return p.String(), nil
+		return key, nil
 	}, nil
-}
-
-func clientIP(r *http.Request, trusted []netip.Prefix) (netip.Addr, error) {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	peer, err := netip.ParseAddr(host)
-	if err != nil {
-		return netip.Addr{}, ErrNoKey
-	}
-	peer = peer.Unmap().WithZone("")
-	if !isTrusted(peer, trusted) {
-		return peer, nil
-	}
-	hops := r.Header.Values("X-Forwarded-For")
-	for i := len(hops) - 1; i >= 0; i-- {
-		parts := strings.Split(hops[i], ",")
-		for j := len(parts) - 1; j >= 0; j-- {
-			a, err := netip.ParseAddr(strings.TrimSpace(parts[j]))
-			if err != nil {
-				return peer, nil // a malformed hop: trust nothing beyond it
-			}
-			a = a.Unmap().WithZone("")
-			if !isTrusted(a, trusted) {
-				return a, nil
-			}
-			peer = a
-		}
-	}
-	return peer, nil
-}
-
-func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
-	for _, p := range trusted {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
 }
 
 // Header keys by the value of a request header. Such a key is only as
@@ -147,17 +97,45 @@ func Header(name string) KeyFunc {
 	}
 }
 
-// APIKey keys by an API key: the token of "Authorization: Bearer <key>", or
-// else the X-API-Key header.
-func APIKey() KeyFunc {
+// APIKey keys by an API key: the token of "Authorization: Bearer <key>",
+// and nothing else. It used to fall back to X-API-Key, which let a client
+// send its real key where the application reads it and a fresh decoy
+// bearer with every request, a fresh quota each time: a key function reads
+// exactly the one place the application authenticates. Use
+// APIKeyHeader("X-API-Key") when that is X-API-Key. A request with two
+// Authorization fields, or one its Connection field lists (a proxy would
+// drop it before the application), has no key (ErrNoKey).
+func APIKey() KeyFunc { return APIKeyHeader("Authorization") }
+
+// APIKeyHeader keys by an API key in the header field name: the token of
+// "Bearer <key>" for Authorization, else the field's whole value. The
+// field must be given once and not be listed in Connection.
+func APIKeyHeader(name string) KeyFunc {
+	bearer := strings.EqualFold(name, "Authorization")
 	return func(r *http.Request) (string, error) {
-		if a := r.Header.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
-			return strings.TrimSpace(a[7:]), nil
+		vs := r.Header.Values(name)
+		if len(vs) != 1 {
+			return "", ErrNoKey
 		}
-		if v := r.Header.Get("X-API-Key"); v != "" {
-			return v, nil
+		for _, c := range r.Header.Values("Connection") {
+			for _, f := range strings.Split(c, ",") {
+				if strings.EqualFold(strings.TrimSpace(f), name) {
+					return "", ErrNoKey
+				}
+			}
 		}
-		return "", ErrNoKey
+		v := vs[0]
+		if bearer {
+			scheme, tok, _ := strings.Cut(v, " ")
+			if !strings.EqualFold(scheme, "Bearer") {
+				return "", ErrNoKey
+			}
+			v = tok
+		}
+		if v = strings.TrimSpace(v); v == "" {
+			return "", ErrNoKey
+		}
+		return v, nil
 	}
 }
 

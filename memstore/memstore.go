@@ -53,8 +53,8 @@
 // reach under the limits it is created with (its entry and the index slot,
 // its key and limit names, one state and one decision per limit, and for a
 // sliding log the whole log, Limit × 8 bytes, allocated at once). A key that
-// does not fit is refused with ErrBudget (which matches store.ErrFull and
-// store.ErrUnavailable) and the store does not grow; a key that exists keeps
+// does not fit is refused with ErrBudget (which matches store.ErrFull and so
+// store.ErrBusy: load, never an outage) and the store does not grow; a key that exists keeps
 // being decided under those limits without asking for another byte, so
 // filling the budget with junk keys never locks out a key that was there
 // first. Only a key that later gains limits (new names, a longer sliding log)
@@ -113,7 +113,8 @@ type Config struct {
 const DefaultMaxBytes int64 = 256 << 20
 
 // ErrBudget is returned when a new key, or new limits on a key, do not fit
-// the byte budget. It matches store.ErrFull (and so store.ErrUnavailable).
+// the byte budget. It matches store.ErrFull (and so store.ErrBusy: a full
+// store is load, never an outage a fail-open policy admits).
 var ErrBudget = fmt.Errorf("memstore: byte budget reached: %w", store.ErrFull)
 
 var errKeyCap = fmt.Errorf("memstore: key cap (MaxKeys) reached: %w", store.ErrFull)

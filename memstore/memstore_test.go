@@ -91,7 +91,7 @@ func TestMaxKeys(t *testing.T) {
 		}
 	}
 	_, err := take(s, "one-too-many", t0, 1, fixed)
-	if !errors.Is(err, store.ErrFull) || !errors.Is(err, store.ErrUnavailable) {
+	if !errors.Is(err, store.ErrFull) || !errors.Is(err, store.ErrBusy) || errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("got %v, want ErrFull", err)
 	}
 	// Known keys still work.

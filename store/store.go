@@ -86,11 +86,15 @@ var ErrUnavailable = errors.New("store: unavailable")
 var ErrBusy = errors.New("store: busy")
 
 // ErrFull is returned by a store with a cap on keys or bytes when a new key
-// does not fit (a store may return an error wrapping it that says which
-// cap). It matches ErrUnavailable too.
+// does not fit, after the store has dropped the keys whose state is at rest
+// (a store may return an error wrapping it that says which cap). A full
+// store is load, not an outage: a flood of unique keys fills it, and a
+// fail-open policy that admitted every new key then would admit the flood.
+// So ErrFull matches ErrBusy (callers answer "overloaded, retry later":
+// 503 with Retry-After, OVER_LIMIT over gRPC) and never ErrUnavailable.
 var ErrFull = &fullError{}
 
 type fullError struct{}
 
 func (*fullError) Error() string        { return "store: full" }
-func (*fullError) Is(target error) bool { return target == ErrUnavailable }
+func (*fullError) Is(target error) bool { return target == ErrBusy }

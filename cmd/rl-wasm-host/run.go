@@ -180,6 +180,10 @@ func Run(ctx context.Context, rc RunConfig, reload <-chan os.Signal) error {
 	svcRef.Lock()
 	svcRef.s = svc
 	svcRef.Unlock()
+	// The API listener was checked against the configuration at start; a
+	// reload must not make it unsafe (removing api_tokens from a
+	// decision API other hosts reach).
+	svc.AddReloadCheck(func(c *service.Config) error { return checkAPIListen(apiListen, len(c.APITokens) > 0) })
 	log.Info("config loaded", "file", rc.ConfigPath, "rules", len(cfg.Rules), "upstream", redact.String(cfg.Upstream), "api_tokens", len(cfg.APITokens))
 	if ut, wt := cmp.Or(cfg.UpstreamTimeout, service.DefaultUpstreamTimeout), orDefault(rc.WriteTimeout, 60*time.Second); cfg.Upstream != "" && ut >= wt {
 		log.Warn("upstream_timeout is not below -write-timeout: a slow upstream's answer is cut off as an empty reply before the proxy can answer 504",

@@ -34,14 +34,14 @@ const countBits = 8
 // outage when
 //
 //   - err matches store.ErrUnavailable and not context.DeadlineExceeded
-//     (a refused or broken connection, a full memory store, an open
-//     breaker): at once; or
+//     (a refused or broken connection, an open breaker): at once; or
 //   - err matches store.ErrUnavailable and context.DeadlineExceeded (a
 //     timeout), no decision completed (Success) since begun was taken, and
 //     it is at least the Timeouts-th such timeout since the last decision
 //     completed.
 //
-// Anything else is not an outage: store.ErrBusy (load) never, a timeout
+// Anything else is not an outage: store.ErrBusy (load: a saturated pool,
+// or a store full of keys, store.ErrFull) never, a timeout
 // of a decision begun before another one completed never. A loaded store,
 // or a hot key whose queued decisions time out together, completes other
 // decisions meanwhile, so its timeouts do not count; a hung store

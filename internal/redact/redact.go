@@ -12,9 +12,12 @@ const Mask = "xxxxx"
 
 // String returns s with its secrets replaced by Mask. s may be a URL
 // (scheme://user:password@host/...?password=...), whose userinfo password
-// and password, sslpassword and token query parameters are masked, or a
-// keyword/value connection string (host=db password='s e c r e t'),
-// whose password and sslpassword values are masked, quoted or not. A
+// and secret query parameters are masked, or a keyword/value connection
+// string (host=db password='s e c r e t'), whose secret values are masked,
+// quoted or not. A parameter is secret when its name holds pass, pwd,
+// token, secret, key, auth, sig, credential or cookie (password,
+// sslpassword, access_token, client_secret, api_key, X-Amz-Signature), and
+// libpq's options is when it mentions one ("-c password=..."). A
 // string with a scheme that does not parse as a URL is replaced whole, so
 // nothing of it can leak.
 func String(s string) string {
@@ -25,8 +28,8 @@ func String(s string) string {
 		}
 		q := u.Query()
 		changed := false
-		for k := range q {
-			if isSecretKey(k) {
+		for k, vs := range q {
+			if isSecret(k, strings.Join(vs, " ")) {
 				q.Set(k, Mask)
 				changed = true
 			}
@@ -45,12 +48,29 @@ func String(s string) string {
 	return keywords(s)
 }
 
+// secretWords are the parts of a parameter's name that make its value a
+// secret: access_token, client_secret, X-Amz-Signature, sig, apikey, auth,
+// passwd...
+var secretWords = []string{"pass", "pwd", "token", "secret", "key", "auth", "sig", "credential", "cookie"}
+
 func isSecretKey(k string) bool {
-	switch strings.ToLower(k) {
-	case "password", "sslpassword", "token", "secret", "api_key", "apikey":
-		return true
+	k = strings.ToLower(k)
+	for _, w := range secretWords {
+		if strings.Contains(k, w) {
+			return true
+		}
 	}
 	return false
+}
+
+// isSecret reports whether the value of parameter k is a secret: k's name
+// says so, or k is libpq's options (command-line options for the server,
+// "-c password=..." among them) and mentions one.
+func isSecret(k, v string) bool {
+	if isSecretKey(k) {
+		return true
+	}
+	return strings.EqualFold(k, "options") && isSecretKey(v)
 }
 
 // keywords masks the secret values of a libpq keyword/value string:
@@ -104,7 +124,7 @@ func keywords(s string) string {
 		if i > len(s) {
 			i = len(s)
 		}
-		if isSecretKey(key) {
+		if isSecret(key, s[vstart:i]) {
 			b.WriteString(Mask)
 		} else {
 			b.WriteString(s[vstart:i])

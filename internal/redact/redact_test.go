@@ -16,6 +16,12 @@ func TestString(t *testing.T) {
 		{"host=db sslpassword=k3y", "host=db sslpassword=xxxxx"},
 		{"demo", "demo"},
 		{"postgres://%zz:pw@db", "<unparsable URL>"},
+		// Issue 19, 10: an upstream's query secrets, libpq's options.
+		{"https://up.example/api?access_token=s3cret&v=2", "https://up.example/api?access_token=xxxxx&v=2"},
+		{"https://up.example/?X-Amz-Signature=s3cret&client_secret=s3cret", "https://up.example/?X-Amz-Signature=xxxxx&client_secret=xxxxx"},
+		{"postgres://app@db/rl?options=-c%20password%3Ds3cret", "postgres://app@db/rl?options=xxxxx"},
+		{"host=db options='-c password=s3cret'", "host=db options=xxxxx"},
+		{"host=db options='-c search_path=rl'", "host=db options='-c search_path=rl'"},
 	} {
 		if got := String(c.in); got != c.want {
 			t.Errorf("String(%q) = %q, want %q", c.in, got, c.want)

@@ -57,6 +57,12 @@ func (e *Extension) Start(svc *service.Service) (string, string, error) {
 	if err != nil {
 		return "", "", err
 	}
+	// A reload of the service's configuration must keep the listener
+	// safe: a gRPC listener others reach keeps needing api_tokens.
+	svc.AddReloadCheck(func(c *service.Config) error {
+		_, err := CheckListen(e.cfg.Listen, len(c.APITokens) > 0)
+		return err
+	})
 	opts := e.cfg.Options
 	opts.Trusted = trusted
 	if e.srv, err = New(svc, cfg, opts); err != nil {

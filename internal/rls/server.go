@@ -134,8 +134,8 @@ type item struct {
 	n    *node
 	key  string
 	cost int64
-	// check: hits_addend 0 given on the descriptor: decided without
-	// charging.
+	// check: hits_addend 0 given on the descriptor: a peek of one unit,
+	// OVER_LIMIT when one more would be denied, charging nothing.
 	check bool
 	// same is the index of an earlier descriptor with the same limit and
 	// key, whose decision (costs summed) this one shares; -1 when none.
@@ -158,7 +158,7 @@ func (it *item) limit() *Limit {
 // nothing decision.
 func (it *item) enforced() bool {
 	l := it.limit()
-	return l != nil && !l.Unlimited && !l.Shadow && !it.check && it.same < 0
+	return l != nil && !l.Unlimited && !l.Shadow && it.same < 0
 }
 
 // errOverload is a decision refused because of load.
@@ -202,7 +202,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		dm.ok.Inc()
 		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: okStatuses(len(items))}, nil
 	}
-	s.prepare(items, descs)
+	s.prepare(items, descs, ds.ns)
 
 	denied, overloaded, err := s.decideAll(ctx, ds, items)
 	if err != nil {
@@ -226,9 +226,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	return resp, nil
 }
 
-// parseDescriptor checks descriptor i and sets it's cost: the descriptor's
-// hits_addend when given (0: check without charging, as envoyproxy/ratelimit
-// reads it), else the request's, 0 meaning 1.
+// parseDescriptor checks descriptor i and sets its cost: the descriptor's
+// hits_addend when given (0: a check, a peek of one unit charging nothing),
+// else the request's, 0 meaning 1.
 func (s *Server) parseDescriptor(i int, d *commonv3.RateLimitDescriptor, hits uint32, it *item) error {
 	n := len(d.GetEntries())
 	switch {
@@ -255,7 +255,7 @@ func (s *Server) parseDescriptor(i int, d *commonv3.RateLimitDescriptor, hits ui
 
 // prepare applies replaces, computes keys, and merges descriptors with the
 // same limit and key (their costs summed: one decision for both).
-func (s *Server) prepare(items []item, descs []*commonv3.RateLimitDescriptor) {
+func (s *Server) prepare(items []item, descs []*commonv3.RateLimitDescriptor, ns string) {
 	if len(items) > 1 {
 		var replaced map[string]bool
 		for i := range items {
@@ -280,7 +280,8 @@ func (s *Server) prepare(items []item, descs []*commonv3.RateLimitDescriptor) {
 		if l == nil || l.Unlimited || l.RequestsPerUnit == 0 {
 			continue
 		}
-		it.key = descriptorKey(descs[i].GetEntries(), s.maxKey)
+		// The store sees "<ns>:<key>": the key fits what is left.
+		it.key = descriptorKey(descs[i].GetEntries(), s.maxKey-len(ns)-1)
 		for j := 0; j < i; j++ {
 			o := &items[j]
 			if o.same < 0 && o.n == it.n && o.key == it.key && !o.replaced {
@@ -405,7 +406,11 @@ func (s *Server) decide(ctx context.Context, ds *domainSet, it *item, peek bool)
 	}
 	cost := it.cost
 	if it.check {
-		cost, peek = 0, true
+		// A check is a peek of one unit: it denies what one more
+		// request would be denied, and charges nothing. A peek of 0
+		// would admit an exhausted key (Envoy can take hits_addend
+		// from a request header, so a client could send 0).
+		cost, peek = 1, true
 	}
 	begun := s.svc.BeginDecision()
 	res, err := ds.lim.Do(ctx, rl.Request{Key: it.key, Cost: cost, Policy: l.policy, Peek: peek})
@@ -495,8 +500,14 @@ func (s *Server) respond(items []item, denied, overloaded bool) *rlsv3.RateLimit
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 		rem := src.res.Remaining
-		if src.out == outAllowed && !src.taken && !src.check {
-			rem += src.cost // checked, not charged: what remains is what it had
+		if src.out == outAllowed && !src.taken {
+			// Checked, not charged: what remains is what it had (a
+			// check peeked one unit).
+			if src.check {
+				rem++
+			} else {
+				rem += src.cost
+			}
 		}
 		st.LimitRemaining = uint32(min(rem, math.MaxUint32))
 		st.DurationUntilReset = durationpb.New(src.res.ResetAfter)

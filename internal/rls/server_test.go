@@ -65,6 +65,11 @@ func TestHitsAddend(t *testing.T) {
 	require.Equal(t, OK, r.OverallCode)
 	require.Equal(t, uint32(0), r.Statuses[0].LimitRemaining)
 	require.Equal(t, uint32(0), r.Statuses[1].LimitRemaining)
+	// Issue 19, 2: an explicit hits_addend 0 on an exhausted limit is a
+	// peek of one unit: OVER_LIMIT, charging nothing (it answered OK).
+	r = call(0, check)
+	require.Equal(t, OVER, r.OverallCode, "a check on an exhausted limit")
+	require.Equal(t, OVER, r.Statuses[0].Code)
 }
 
 func TestHeaders(t *testing.T) {

@@ -335,6 +335,7 @@ type Rule struct {
 	Limits     List[Limit] `json:"limits"`
 	KeyBy      String      `json:"key_by"`
 	Cost       Int         `json:"cost"`
+	MinCost    Int         `json:"min_cost"`
 	CostHeader String      `json:"cost_header"`
 	FailOpen   Bool        `json:"fail_open"`
 }
@@ -360,8 +361,6 @@ type Options struct {
 	Proxied bool
 	// PathKey allows key_by: path.
 	PathKey bool
-	// ZeroCost allows cost 0 (otherwise a decision costs at least 1).
-	ZeroCost bool
 }
 
 // Spec is a validated Rule.
@@ -379,11 +378,18 @@ type Spec struct {
 	// Limits are decided together; the shorthand's one is named
 	// "default".
 	Limits []NamedLimit
-	// KeyBy is "ip" unless given: "ip", "api_key", "header:<name>",
-	// "query:<name>", "global", or (Options.PathKey) "path".
-	KeyBy string
-	// Cost is 1 unless given.
-	Cost       int64
+	// KeyBy is DefaultKeyBy (ip) unless given.
+	KeyBy KeyBy
+	// Cost is the cost of a request without a cost header (or without
+	// CostHeader); 1 unless given, at least MinCost.
+	Cost int64
+	// MinCost is the least a request may cost (1 unless given): a cost
+	// header asking for less is refused, as is a decision-API check below
+	// it. No request is ever free: cost 0 exists only as the decision
+	// API's explicit peek.
+	MinCost int64
+	// CostHeader, if set, names the header field a request's cost is
+	// read from (pipeline.ParseCost); front ends compare it ignoring case.
 	CostHeader string
 	FailOpen   bool
 }
@@ -392,7 +398,7 @@ type Spec struct {
 // ok is false if it has a problem.
 func (r *Rule) Check(c *Checker, o Options) (s Spec, ok bool) {
 	before := len(c.Problems)
-	s = Spec{KeyBy: "ip", Cost: 1}
+	s = Spec{KeyBy: DefaultKeyBy, Cost: 1, MinCost: 1}
 	if !c.Object("", "an object (a rule)", &r.Fields) {
 		return s, false
 	}
@@ -453,19 +459,31 @@ func (r *Rule) Check(c *Checker, o Options) (s Spec, ok bool) {
 	}
 
 	if v, ok := c.String("key_by", r.KeyBy); ok {
-		if err := CheckKeyBy(v, o.PathKey); err != nil {
+		if kb, err := ParseKeyBy(v, o.PathKey); err != nil {
 			c.Fail("key_by", "%v", err)
+		} else {
+			s.KeyBy = kb
 		}
-		s.KeyBy = v
 	}
 	if n, ok := c.Int("cost", r.Cost); ok {
-		switch {
-		case o.ZeroCost && (n < 0 || n > core.MaxCost):
-			c.Fail("cost", "%d is outside [0, %d]", n, core.MaxCost)
-		case !o.ZeroCost && (n < 1 || n > core.MaxCost):
+		if n < 1 || n > core.MaxCost {
 			c.Fail("cost", "%d is outside [1, %d] (a decision costs at least 1; cost 0 is a peek)", n, core.MaxCost)
 		}
 		s.Cost = n
+	}
+	if n, ok := c.Int("min_cost", r.MinCost); ok {
+		switch {
+		case n < 1 || n > core.MaxCost:
+			c.Fail("min_cost", "%d is outside [1, %d] (a decision costs at least 1; cost 0 is a peek)", n, core.MaxCost)
+		default:
+			s.MinCost = n
+			if !r.Cost.Set && n > s.Cost {
+				s.Cost = n
+			}
+			if r.Cost.OK() && s.Cost < n { // a cost of the wrong kind is reported as such
+				c.Fail("cost", "%d is below min_cost %d", s.Cost, n)
+			}
+		}
 	}
 	if v, ok := c.String("cost_header", r.CostHeader); ok {
 		if !IsToken(v) {
@@ -531,22 +549,6 @@ func CanonicalIPv6(h string) string {
 		return a.String()
 	}
 	return h
-}
-
-// CheckKeyBy accepts a rule's key_by; "path" only if path.
-func CheckKeyBy(s string, path bool) error {
-	switch {
-	case s == "ip" || s == "api_key" || s == "global" || path && s == "path":
-		return nil
-	case strings.HasPrefix(s, "header:") && IsToken(s[len("header:"):]):
-		return nil
-	case strings.HasPrefix(s, "query:") && len(s) > len("query:") && !strings.ContainsAny(s, " &=#"):
-		return nil
-	}
-	if path {
-		return fmt.Errorf("%q: want ip, api_key, header:<name>, query:<name>, path or global", Clip(s, 64))
-	}
-	return fmt.Errorf("%q: want ip, api_key, header:<name>, query:<name> or global", Clip(s, 64))
 }
 
 // IsToken reports whether s is an HTTP token (RFC 9110): a method or a

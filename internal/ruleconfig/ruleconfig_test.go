@@ -71,10 +71,10 @@ func TestDecodeTyped(t *testing.T) {
 	   "nested": {"deep": "x"}}]}`, Options{})
 	require.Empty(t, ps)
 	require.Equal(t, []Spec{{
-		Name: "/v1/pay", Endpoint: "/v1/pay", KeyBy: "api_key", Cost: 1,
+		Name: "/v1/pay", Endpoint: "/v1/pay", KeyBy: KeyBy{KeyAPIKey, BearerHeader}, Cost: 1, MinCost: 1,
 		Limits: []NamedLimit{{"default", core.Limit{Algorithm: core.TokenBucket, Limit: 1000, Window: 10_000_000, Rate: 5}}},
 	}, {
-		Name: "search", Endpoint: "/", Host: "api.example.com", Methods: []string{"GET"}, KeyBy: "ip", Cost: 2, CostHeader: "X-Cost", FailOpen: true,
+		Name: "search", Endpoint: "/", Host: "api.example.com", Methods: []string{"GET"}, KeyBy: DefaultKeyBy, Cost: 2, MinCost: 1, CostHeader: "X-Cost", FailOpen: true,
 		Limits: []NamedLimit{
 			{"burst", core.Limit{Algorithm: core.GCRA, Limit: 10, Window: 1_000_000}},
 			{"fixed_window_1d", core.Limit{Algorithm: core.FixedWindow, Limit: 1000, Window: 86_400_000_000}},
@@ -99,10 +99,10 @@ func TestUnknownFields(t *testing.T) {
 	  "limits2": [], "x": null}, {"name": "b", "limits": [{"strategy": "fixed", "limit": 1, "window": "1s", "brust": 1}]}]}`, Options{})
 	require.Equal(t, []string{
 		`colour: unknown field (want one of rules, size)`,
-		`rules[0] "a": burst: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, cost_header, fail_open, extra, nested)`,
-		`rules[0] "a": Limit: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, cost_header, fail_open, extra, nested)`,
-		`rules[0] "a": limits2: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, cost_header, fail_open, extra, nested)`,
-		`rules[0] "a": x: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, cost_header, fail_open, extra, nested)`,
+		`rules[0] "a": burst: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, min_cost, cost_header, fail_open, extra, nested)`,
+		`rules[0] "a": Limit: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, min_cost, cost_header, fail_open, extra, nested)`,
+		`rules[0] "a": limits2: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, min_cost, cost_header, fail_open, extra, nested)`,
+		`rules[0] "a": x: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, min_cost, cost_header, fail_open, extra, nested)`,
 		`rules[0] "a": nested.deeper: unknown field (want one of deep)`,
 		`rules[1] "b": limits[0].brust: unknown field (want one of name, strategy, algorithm, limit, window, rate)`,
 	}, texts(ps))
@@ -159,7 +159,7 @@ func TestSeveralProblemsAtOnce(t *testing.T) {
 		`rules[1] "v1": host: "https://x": want a host name such as api.example.com or *.example.com, without scheme, port or path`,
 		`rules[1] "v1": methods[0]: "GE T" is not an HTTP method`,
 		`rules[1] "v1": rate: must be absent or 0 for fixed_window (rate applies to token, leaky and gcra)`,
-		`rules[1] "v1": key_by: "cookie": want ip, api_key, header:<name>, query:<name> or global`,
+		`rules[1] "v1": key_by: "cookie": want ip, api_key, api_key:<header>, header:<name>, query:<name> or global`,
 		`rules[1] "v1": cost: 0 is outside [1, 1099511627776] (a decision costs at least 1; cost 0 is a peek)`,
 		`rules[1] "v1": cost_header: "x y" is not a header name`,
 		`rules[2] "c": limits: give either limits or strategy/limit/window/rate, not both`,
@@ -286,7 +286,7 @@ func FuzzDecode(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		for _, o := range []Options{{}, {Proxied: true, PathKey: true, ZeroCost: true}} {
+		for _, o := range []Options{{}, {Proxied: true, PathKey: true}} {
 			specs, ps := parse(t, string(data), o)
 			for _, p := range ps {
 				if p.Message == "" {
@@ -298,7 +298,7 @@ func FuzzDecode(f *testing.F) {
 			}
 			names := map[string]bool{}
 			for _, s := range specs {
-				if CheckName(s.Name) != nil || names[s.Name] || CheckKeyBy(s.KeyBy, o.PathKey) != nil || s.Cost < 0 || s.Cost > core.MaxCost {
+				if CheckName(s.Name) != nil || names[s.Name] || CheckKeyBy(s.KeyBy.String(), o.PathKey) != nil || s.Cost < 0 || s.Cost > core.MaxCost {
 					t.Fatalf("spec %+v", s)
 				}
 				if o.Proxied && s.Endpoint == "" || s.Endpoint != "" && !strings.HasPrefix(s.Endpoint, "/") {

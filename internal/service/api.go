@@ -207,8 +207,8 @@ func (s *Service) resolve(rs *ruleSet, req *DecisionRequest, prefix string, op a
 	bad := func(code, format string, args ...any) (target, int64, error) {
 		return target{}, 0, &errClient{code, fmt.Errorf(prefix+format, args...)}
 	}
-	if err := s.checkKey(req.Key); err != nil {
-		return bad("invalid_key", "key: %v", err)
+	if req.Key == "" {
+		return bad("invalid_key", "key: missing")
 	}
 	var t target
 	cost, minCost := int64(1), int64(1)
@@ -242,6 +242,9 @@ func (s *Service) resolve(rs *ruleSet, req *DecisionRequest, prefix string, op a
 		}
 	default:
 		return bad("invalid_limits", "rule: missing (name a rule, or give limits)")
+	}
+	if err := s.checkKey(t.name, req.Key); err != nil {
+		return bad("invalid_key", "key: %v", err)
 	}
 	if req.Cost != nil {
 		if op == opReset {
@@ -474,7 +477,7 @@ func (s *Service) apiRules(w http.ResponseWriter, r *http.Request) {
 		Rules        []RuleJSON `json:"rules"`
 	}{rs.cfg.Path, rs.loaded.UTC(), redact.String(rs.cfg.Upstream), rs.cfg.InlineLimits, []RuleJSON{}}
 	for _, spec := range rs.cfg.Rules {
-		rj := RuleJSON{Name: spec.Name, Endpoint: spec.Endpoint, Host: spec.Host, Methods: spec.Methods, KeyBy: spec.KeyBy,
+		rj := RuleJSON{Name: spec.Name, Endpoint: spec.Endpoint, Host: spec.Host, Methods: spec.Methods, KeyBy: spec.KeyBy.String(),
 			Cost: spec.Cost, CostHeader: spec.CostHeader, FailOpen: spec.FailOpen, Shape: spec.Shape}
 		for _, l := range rs.byName[spec.Name].policy.Limits() {
 			rj.Limits = append(rj.Limits, LimitSpecJSON{Name: l.Name, Strategy: l.Algorithm.String(), Limit: l.Limit, Window: rl.FormatWindow(l.Window), Rate: l.Rate})
@@ -484,15 +487,18 @@ func (s *Service) apiRules(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// checkKey validates a key as the limiter will, before anything is decided
-// (so a batch with a bad key fails before it takes anything): 1 to
-// MaxKeyLength bytes of printable ASCII without spaces.
-func (s *Service) checkKey(key string) error {
+// checkKey validates a key of the target (rule or inline namespace) base
+// as the limiter will, before anything is decided (so a batch with a bad
+// key fails before it takes anything): 1 to MaxKeyLength bytes of
+// printable ASCII without spaces, the length counted on the key the store
+// sees ("<base>:<key>", rl.Config.MaxKeyLength), so that a key the API
+// accepts is one every store takes.
+func (s *Service) checkKey(base, key string) error {
 	if key == "" {
 		return errors.New("missing")
 	}
-	if len(key) > s.maxKey {
-		return fmt.Errorf("%d bytes, longer than %d", len(key), s.maxKey)
+	if n := len(base) + 1 + len(key); n > s.maxKey {
+		return fmt.Errorf("%d bytes (%d with the rule's name %q), longer than %d", len(key), n, base, s.maxKey)
 	}
 	for i := 0; i < len(key); i++ {
 		if c := key[i]; c < 0x21 || c > 0x7e {

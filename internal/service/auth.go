@@ -59,6 +59,15 @@ func matchToken(tokens []APIToken, authz string) Role {
 	return role
 }
 
+// adminOnly serves next to admins only (403 otherwise).
+func (s *Service) adminOnly(what string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.requireAdmin(w, r, what) {
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
 // requireAdmin answers 403 and returns false unless r's caller is an admin.
 func (s *Service) requireAdmin(w http.ResponseWriter, r *http.Request, what string) bool {
 	if roleOf(r) == RoleAdmin {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/pipeline"
 	"github.com/rlcore/rl/internal/ruleconfig"
 )
 
@@ -65,9 +66,9 @@ type RuleSpec struct {
 	Methods  []string
 	// Limits are decided together, all or nothing.
 	Limits []rl.Limit
-	// KeyBy is how the proxy keys a request: "ip", "api_key",
-	// "header:<name>", "query:<name>" or "global".
-	KeyBy string
+	// KeyBy is where the proxy reads a request's key: exactly one place
+	// (pipeline.Key).
+	KeyBy ruleconfig.KeyBy
 	// Cost is the cost of a proxied request, or the default when
 	// CostHeader is absent from it. At least MinCost.
 	Cost int64
@@ -76,7 +77,8 @@ type RuleSpec struct {
 	// asking for less is answered 400: only an explicit peek on the
 	// decision API reads a key without charging it.
 	MinCost int64
-	// CostHeader, if set, names a request header carrying the cost.
+	// CostHeader, if set, names a request header carrying the cost (lower
+	// case).
 	CostHeader string
 	// FailOpen admits requests when the store fails; otherwise they are
 	// answered 503.
@@ -226,8 +228,6 @@ type tokenJSON struct {
 // ruleJSON is a rule as written: the shared fields and the service's own.
 type ruleJSON struct {
 	ruleconfig.Rule
-	// MinCost is the least cost a request may ask for (RuleSpec.MinCost).
-	MinCost ruleconfig.Int `json:"min_cost"`
 	// Shape holds admitted requests for their leaky-bucket delay.
 	Shape ruleconfig.Bool `json:"shape"`
 }
@@ -389,7 +389,7 @@ func (r *ruleJSON) check(c *ruleconfig.Checker) (RuleSpec, bool) {
 	s, _ := r.Check(c, ruleconfig.Options{})
 	spec := RuleSpec{
 		Name: s.Name, Endpoint: s.Endpoint, Host: s.Host, Methods: s.Methods,
-		KeyBy: s.KeyBy, Cost: s.Cost, MinCost: 1, CostHeader: s.CostHeader, FailOpen: s.FailOpen,
+		KeyBy: s.KeyBy, Cost: s.Cost, MinCost: s.MinCost, CostHeader: s.CostHeader, FailOpen: s.FailOpen,
 	}
 	spec.Limits = rlLimits(s.Limits)
 	if !r.Fields.Set || r.Got != "" {
@@ -399,23 +399,10 @@ func (r *ruleJSON) check(c *ruleconfig.Checker) (RuleSpec, bool) {
 		c.Fail("name", "%q is reserved for the decision API's inline limits", s.Name)
 	}
 	if e, ok := r.Endpoint.V, r.Endpoint.OK(); ok && strings.HasPrefix(e, "/") && !strings.ContainsAny(e, "?#") {
-		if cp, err := canonicalPath(e); err != nil {
+		if cp, err := pipeline.CanonicalPath(e); err != nil {
 			c.Fail("endpoint", "%q: %v", e, err)
 		} else if cp != e || strings.Contains(e, ";") {
-			c.Fail("endpoint", "%q is not in canonical form (no \"..\", \".\", \"//\", \";\" or encoded unreserved characters): requests are matched after cleaning their path, so this endpoint could never match; want %q", e, matchPath(cp))
-		}
-	}
-	if n, ok := c.Int("min_cost", r.MinCost); ok {
-		if n < 1 || n > core.MaxCost {
-			c.Fail("min_cost", "%d is outside [1, %d] (a decision costs at least 1; cost 0 is a peek)", n, core.MaxCost)
-		} else {
-			spec.MinCost = n
-			if !r.Cost.Set && n > spec.Cost {
-				spec.Cost = n
-			}
-			if r.Cost.OK() && spec.Cost < n { // a cost of the wrong kind is reported as such
-				c.Fail("cost", "%d is below min_cost %d", spec.Cost, n)
-			}
+			c.Fail("endpoint", "%q is not in canonical form (no \"..\", \".\", \"//\", \";\" or encoded unreserved characters): requests are matched after cleaning their path, so this endpoint could never match; want %q", e, pipeline.MatchPath(cp))
 		}
 	}
 	if b, ok := c.Bool("shape", r.Shape); ok && b {

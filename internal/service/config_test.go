@@ -38,7 +38,7 @@ func TestHostedRuleShapeAsIs(t *testing.T) {
 			r := cfg.Rules[0]
 			require.Equal(t, "/v1/pay", r.Name, "the endpoint names an unnamed rule")
 			require.Equal(t, "/v1/pay", r.Endpoint)
-			require.Equal(t, "api_key", r.KeyBy)
+			require.Equal(t, "api_key", r.KeyBy.String())
 			require.False(t, r.FailOpen)
 			require.Equal(t, int64(1), r.Cost)
 			require.Equal(t, []rl.Limit{{Name: "default", Algorithm: core.TokenBucket, Limit: 100, Window: 10 * time.Second}}, r.Limits)
@@ -90,7 +90,7 @@ rules:
 	require.Equal(t, "/", r.Endpoint, "a host alone matches every path")
 	require.Equal(t, "api.example.com", r.Host)
 	require.Equal(t, []string{"GET", "POST"}, r.Methods)
-	require.Equal(t, "header:X-User", r.KeyBy)
+	require.Equal(t, "header:X-User", r.KeyBy.String())
 	require.Equal(t, int64(2), r.Cost)
 	require.Equal(t, "X-Cost", r.CostHeader)
 	require.True(t, r.FailOpen)
@@ -156,7 +156,7 @@ rules:
 		`bad.yaml: rules[0] "a": strategy: unknown strategy "tokn"`,
 		`bad.yaml: rules[0] "a": window: want a string, got the number 10`,
 		`bad.yaml: rules[1] "/b": rate: must be absent or 0 for fixed_window`,
-		`bad.yaml: rules[1] "/b": key_by: "cookie": want ip, api_key`,
+		`bad.yaml: rules[1] "/b": key_by: "cookie": want ip, api_key, api_key:<header>`,
 		`bad.yaml: rules[1] "/b": cost: -1 is outside`,
 		`bad.yaml: rules[1] "/b": fail_open: want true or false, got the string "yes"`,
 		`bad.yaml: rules[2] "c": limits[0].limit: 5000 is outside [1, 4096] for sliding_log`,
@@ -199,7 +199,7 @@ rules:
 	}
 	require.Equal(t, []string{
 		`api_tokens[0].scope: unknown field (want one of name, role, sha256)`,
-		`rules[0] "a": 2: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, cost_header, fail_open, min_cost, shape)`,
+		`rules[0] "a": 2: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, min_cost, cost_header, fail_open, shape)`,
 		`rules[0] "a": limit: want an integer, got the string "+Inf"`,
 		`rules[1] "b": limits[0].brust: unknown field (want one of name, strategy, algorithm, limit, window, rate)`,
 		`rules[1] "b": min_cost: want an integer, got the string "2"`,
@@ -327,7 +327,7 @@ func FuzzParseConfig(f *testing.F) {
 				if _, err := rl.NewPolicy(r.Limits...); err != nil {
 					t.Fatalf("%s: rule %q passed validation but: %v", format, r.Name, err)
 				}
-				if r.Name == "" || ruleconfig.CheckKeyBy(r.KeyBy, false) != nil || r.Cost < 0 {
+				if r.Name == "" || ruleconfig.CheckKeyBy(r.KeyBy.String(), false) != nil || r.Cost < 0 {
 					t.Fatalf("%s: rule %+v", format, r)
 				}
 			}

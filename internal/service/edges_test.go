@@ -204,7 +204,7 @@ rules:
   - {name: w, host: "*.Example.ORG", endpoint: /w, strategy: fixed, limit: 1, window: 1m, key_by: global}
 `)
 	require.Equal(t, 200, rawDo(t, e.proxy, "GET", "/", "Host", "api.example.com").code)
-	for _, h := range []string{"api.example.com", "API.EXAMPLE.COM", "api.example.com.", "api.example.com..", "Api.Example.Com.:8080", "api.example.com:443"} {
+	for _, h := range []string{"api.example.com", "API.EXAMPLE.COM", "api.example.com.", "Api.Example.Com.:8080", "api.example.com:443"} {
 		require.Equal(t, 429, rawDo(t, e.proxy, "GET", "/x", "Host", h).code, h)
 	}
 	require.Equal(t, 200, rawDo(t, e.proxy, "GET", "/x", "Host", "other.example.com").code, "no rule: unlimited")

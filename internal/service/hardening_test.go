@@ -161,6 +161,8 @@ func TestAPIAuthOnSharedListener(t *testing.T) {
 	r := doURL(t, "GET", srv.URL+"/metrics", "")
 	require.Equal(t, 401, r.code, "metrics need a token on the shared listener")
 	r = doURL(t, "GET", srv.URL+"/metrics", "", "Authorization", "Bearer "+tokCheck)
+	require.Equal(t, 403, r.code, "metrics are an admin's (issue 19, 10)")
+	r = doURL(t, "GET", srv.URL+"/metrics", "", "Authorization", "Bearer "+tokAdmin)
 	require.Equal(t, 200, r.code)
 	r = doURL(t, "GET", api+"rules", "", "Authorization", "Bearer "+tokAdmin)
 	require.Contains(t, string(r.body), `"upstream":"https://user:xxxxx@`)
@@ -337,11 +339,13 @@ rules:
 		}
 	}
 
-	// A new key: the rule's fail policy.
+	// A new key is refused as load (issue 19, 6), fail_open or not: a
+	// full store is a flood of keys, not an outage.
 	require.Equal(t, 503, e.post(t, "check", `{"rule":"closed","key":"new"}`).code)
 	r := e.post(t, "check", `{"rule":"open","key":"new"}`)
-	require.Equal(t, 200, r.code)
-	require.True(t, r.decision(t).FailOpen)
+	require.Equal(t, 503, r.code, "%s", r.body)
+	require.Equal(t, "overloaded", r.errorJSON(t).Code)
+	require.Equal(t, "1", r.h.Get("Retry-After"))
 	// The key held before is still decided exactly.
 	require.Equal(t, 200, e.post(t, "check", `{"rule":"closed","key":"old"}`).code)
 	require.Equal(t, 200, e.post(t, "check", `{"rule":"closed","key":"old"}`).code)

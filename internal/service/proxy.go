@@ -11,6 +11,7 @@ import (
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/httplimit"
 	"github.com/rlcore/rl/internal/outage"
+	"github.com/rlcore/rl/internal/pipeline"
 )
 
 // serveProxy is the reverse proxy filter: it matches the request to the
@@ -29,9 +30,13 @@ func (s *Service) serveProxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	esc := r.URL.EscapedPath()
-	path, err := canonicalPath(esc)
+	t, path, err := pipeline.Prepare(request(r, esc))
 	if err != nil {
-		s.metrics.rejected.WithLabelValues("invalid_path").Inc()
+		reason := "invalid_path"
+		if !pipeline.IsPathError(err) {
+			reason = "invalid_host"
+		}
+		s.metrics.rejected.WithLabelValues(reason).Inc()
 		http.Error(w, "Bad request: "+err.Error(), http.StatusBadRequest)
 		return
 	}
@@ -40,7 +45,7 @@ func (s *Service) serveProxy(w http.ResponseWriter, r *http.Request) {
 	if path != esc {
 		r = withPath(r, path)
 	}
-	if ru := rs.match(r, path); ru != nil {
+	if ru := rs.match(&t); ru != nil {
 		ru.proxy.ServeHTTP(w, r)
 		return
 	}
@@ -99,12 +104,17 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 		Refused: func(w http.ResponseWriter, r *http.Request, d httplimit.Decision) {
 			switch d.Outcome {
 			case httplimit.OutcomeMissingKey:
-				http.Error(w, "Missing rate-limit key: "+keyHint(keyBy), http.StatusBadRequest)
+				msg := "Missing rate-limit key: " + keyBy.Hint()
+				var ke *pipeline.KeyError
+				if errors.As(d.Err, &ke) {
+					msg = "Missing rate-limit key: " + ke.Reason
+				}
+				http.Error(w, msg, http.StatusBadRequest)
 			case httplimit.OutcomeInvalidKey:
-				http.Error(w, "Invalid rate-limit key ("+keyBy+"): "+cmp.Or(httplimit.KeyReason(d.Err), "refused"), http.StatusBadRequest)
+				http.Error(w, "Invalid rate-limit key ("+keyBy.String()+"): "+cmp.Or(httplimit.KeyReason(d.Err), "refused"), http.StatusBadRequest)
 			case httplimit.OutcomeInvalidCost:
 				msg := "Invalid rate-limit cost"
-				var ec errCost
+				var ec *pipeline.CostError
 				if errors.As(d.Err, &ec) {
 					msg += ": " + ec.Error()
 				}
@@ -177,20 +187,6 @@ func withPath(r *http.Request, p string) *http.Request {
 	u.Path, u.RawPath = dec, p
 	r2.URL = &u
 	return &r2
-}
-
-func keyHint(keyBy string) string {
-	switch {
-	case keyBy == "api_key":
-		return "send \"Authorization: Bearer <key>\" or \"X-API-Key: <key>\""
-	case keyBy == "ip":
-		return "the client address could not be read"
-	case len(keyBy) > 7 && keyBy[:7] == "header:":
-		return "send the " + keyBy[7:] + " header"
-	case len(keyBy) > 6 && keyBy[:6] == "query:":
-		return "send the " + keyBy[6:] + " query parameter"
-	}
-	return keyBy
 }
 
 // demoUpstream is the built-in upstream of "upstream: demo": it answers

@@ -68,7 +68,7 @@ rules:
 	require.Equal(t, []string{`"default";r=99;t=1`, `"upstream";r=7;t=1`}, r.h.Values("RateLimit"), "draft-11 fields form a list")
 	r = e.do(t, "GET", "/v1/pay/refund", "")
 	require.Equal(t, 400, r.code, "no API key")
-	require.Contains(t, string(r.body), "X-API-Key")
+	require.Contains(t, string(r.body), "Authorization: Bearer")
 
 	// /v1/payments is not under /v1/pay: the /v1/ rule, keyed by client IP
 	// through the trusted loopback proxy's X-Forwarded-For.
@@ -269,9 +269,9 @@ func TestAPIKeysAreHashed(t *testing.T) {
 	r := e.post(t, "peek", `{"rule":"pay","key":"`+digest+`","cost":0}`)
 	require.Equal(t, int64(1), r.decision(t).Remaining, "the proxy's take is visible through the digest")
 	require.Equal(t, 200, e.post(t, "reset", `{"rule":"pay","key":"`+digest+`"}`).code)
-	require.Equal(t, 200, e.do(t, "GET", "/pay", "", "X-API-Key", jwt).code)
-	require.Equal(t, 200, e.do(t, "GET", "/pay", "", "X-API-Key", jwt).code)
-	require.Equal(t, 429, e.do(t, "GET", "/pay", "", "X-API-Key", jwt).code)
+	require.Equal(t, 200, e.do(t, "GET", "/pay", "", "Authorization", "Bearer "+jwt).code)
+	require.Equal(t, 200, e.do(t, "GET", "/pay", "", "Authorization", "Bearer "+jwt).code)
+	require.Equal(t, 429, e.do(t, "GET", "/pay", "", "Authorization", "Bearer "+jwt).code)
 }
 
 // failStore fails every decision with err.
@@ -350,8 +350,8 @@ rules:
 	}{
 		{"no header", "/k", "missing_key", "Missing rate-limit key: send the X-User header\n", nil},
 		{"no query parameter", "/q", "missing_key", "Missing rate-limit key: send the u query parameter\n", nil},
-		{"no API key", "/a", "missing_key", "Missing rate-limit key: send \"Authorization: Bearer <key>\" or \"X-API-Key: <key>\"\n", nil},
-		{"key too long", "/k", "invalid_key", "Invalid rate-limit key (header:X-User): 300 bytes, longer than 256\n", []string{"X-User", strings.Repeat("u", 300)}},
+		{"no API key", "/a", "missing_key", "Missing rate-limit key: send \"Authorization: Bearer <key>\"\n", nil},
+		{"key too long", "/k", "invalid_key", "Invalid rate-limit key (header:X-User): 300 bytes (302 with the base key \"k\"), longer than 256\n", []string{"X-User", strings.Repeat("u", 300)}},
 		{"cost not a number", "/k", "invalid_cost", "Invalid rate-limit cost: cost \"1e3\" is not an integer between 2 and " + strconv.FormatInt(core.MaxCost, 10) + "\n", []string{"X-User", "u", "X-Cost", "1e3"}},
 		{"cost under min_cost", "/k", "invalid_cost", "Invalid rate-limit cost: cost \"1\" is not an integer between 2 and " + strconv.FormatInt(core.MaxCost, 10) + "\n", []string{"X-User", "u", "X-Cost", "1"}},
 	} {

@@ -78,6 +78,9 @@ type Service struct {
 	onDrain  []func()
 	storeErr throttle
 
+	checksMu     sync.Mutex
+	reloadChecks []func(*Config) error
+
 	maxInFlight int64
 	inFlight    atomic.Int64
 	outage      outage.Detector // shared by the decision API, the proxy and the RLS front end
@@ -165,11 +168,39 @@ func (s *Service) SetConfig(cfg *Config) error {
 	return nil
 }
 
+// AddReloadCheck adds a check every configuration Reload loads must pass
+// before it is swapped in: a listener started as safe for the
+// configuration in force (a decision API on an address other hosts reach,
+// which needs api_tokens) must stay safe, so a reload that would make it
+// unsafe is refused, the rules in force kept.
+func (s *Service) AddReloadCheck(check func(*Config) error) {
+	s.checksMu.Lock()
+	defer s.checksMu.Unlock()
+	s.reloadChecks = append(s.reloadChecks, check)
+}
+
+// checkReload runs the reload checks on cfg.
+func (s *Service) checkReload(cfg *Config) error {
+	s.checksMu.Lock()
+	checks := s.reloadChecks
+	s.checksMu.Unlock()
+	for _, c := range checks {
+		if err := c(cfg); err != nil {
+			return fmt.Errorf("refused: the new configuration would make a running listener unsafe: %w", err)
+		}
+	}
+	return nil
+}
+
 // Reload loads the configuration file at path and swaps it in. When the
-// file is invalid it returns the *ConfigError, logs it, counts it in
+// file is invalid, or fails a check of AddReloadCheck (it would make a
+// running listener unsafe), it returns the error, logs it, counts it in
 // rl_config_reloads_total{result="failure"} and keeps the rules in force.
 func (s *Service) Reload(path string) error {
 	cfg, err := LoadConfig(path)
+	if err == nil {
+		err = s.checkReload(cfg)
+	}
 	if err == nil {
 		err = s.SetConfig(cfg)
 	}
@@ -240,12 +271,12 @@ const DefaultMaxInFlight = 4096
 // Handler serves everything on one listener, one that proxy clients reach:
 // the decision API under APIPrefix and /metrics, both only with a bearer
 // token of the configuration's api_tokens (without tokens they always
-// answer 401), /healthz and /readyz, and every other path through the
+// answer 401; /metrics needs an admin token), /healthz and /readyz, and every other path through the
 // proxy filter. Prefer ProxyHandler and APIHandler on two listeners.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(APIPrefix, s.limitInFlight(s.authenticate(false, s.apiMux())))
-	mux.Handle("/metrics", s.authenticate(false, s.metrics.handler()))
+	mux.Handle("/metrics", s.authenticate(false, s.adminOnly("reading /metrics", s.metrics.handler())))
 	s.health(mux)
 	proxy := s.ProxyHandler()
 	mux.Handle("/", proxy)
@@ -258,12 +289,13 @@ func (s *Service) Handler() http.Handler {
 // APIHandler serves the decision API, /healthz, /readyz and /metrics for a
 // listener of their own, which only trusted clients reach (loopback by
 // default): without api_tokens in the configuration every caller there is
-// an admin; with them each request needs a token, and its role. Other
+// an admin; with them each request needs a token, and its role (/metrics,
+// which names rules and counts everyone's traffic, an admin's). Other
 // paths are 404.
 func (s *Service) APIHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(APIPrefix, s.limitInFlight(s.authenticate(true, s.apiMux())))
-	mux.Handle("/metrics", s.authenticate(true, s.metrics.handler()))
+	mux.Handle("/metrics", s.authenticate(true, s.adminOnly("reading /metrics", s.metrics.handler())))
 	s.health(mux)
 	mux.Handle(strings.TrimSuffix(APIPrefix, "/"), http.NotFoundHandler()) // not a 301 to the prefix
 	return mux
@@ -412,10 +444,10 @@ func (s *Service) do(ctx context.Context, t *target, req rl.Request) (rl.Result,
 // counts and logs the failure.
 //
 // Only a store that is down (outage.Detector's rule: store.ErrUnavailable,
-// a connection error, an open breaker, a full memory store at once, a
+// a connection error, an open breaker at once, a
 // timeout only as the third with no decision completing since they began)
-// is answered by the target's fail policy. A busy store
-// (store.ErrBusy), a per-key bound reached (errOverloaded) or any other
+// is answered by the target's fail policy. A busy or full store
+// (store.ErrBusy, store.ErrFull), a per-key bound reached (errOverloaded) or any other
 // failure is closed: load alone never turns into admissions.
 func (s *Service) failure(t *target, begun outage.Token, err error) (string, error) {
 	if errors.Is(err, errOverloaded) { // the per-key bound, counted by EnterKey

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/pipeline"
 	"github.com/rlcore/rl/internal/ruleconfig"
 )
 
@@ -39,18 +40,20 @@ type config struct {
 type rule struct {
 	Name     string
 	Endpoint string // path prefix; "/" matches every path
-	// matchEndpoint is Endpoint in the form request paths are matched in.
-	matchEndpoint string
-	Host          string // "", "api.example.com" or "*.example.com", lower case
-	Methods       []string
+	Host     string // "", "api.example.com" or "*.example.com", lower case
+	Methods  []string
+	// match selects the rule's requests (Endpoint, Host and Methods in
+	// the forms requests are matched in).
+	match pipeline.Matcher
 	// Limits and their names, decided together, all or nothing.
 	Limits     []core.Limit
 	LimitNames []string
-	// KeyBy is "ip", "api_key", "header:<name>", "query:<name>", "path" or
-	// "global".
-	KeyBy      string
-	Cost       int64
-	CostHeader string // lower case
+	// KeyBy is where a request's key is read (pipeline.Key).
+	KeyBy ruleconfig.KeyBy
+	// Cost is the cost of a request without a cost header, MinCost the
+	// least one may ask for (pipeline.ParseCost).
+	Cost, MinCost int64
+	CostHeader    string
 	// FailOpen admits requests when no decision can be had (shared data
 	// failed or full, the global service failed or timed out).
 	FailOpen bool
@@ -191,13 +194,10 @@ func (r *ruleJSON) check(c *ruleconfig.Checker) (*rule, bool) {
 		c.Fail("shape", "not supported by the filter (a proxy-wasm filter cannot hold a request for a delay)")
 		r.Unknown = slices.Delete(r.Unknown, i, i+1)
 	}
-	s, _ := r.Check(c, ruleconfig.Options{Proxied: true, PathKey: true, ZeroCost: true})
+	s, _ := r.Check(c, ruleconfig.Options{Proxied: true, PathKey: true})
 	ru := &rule{
 		Name: s.Name, Endpoint: s.Endpoint, Host: s.Host, Methods: s.Methods,
-		KeyBy: s.KeyBy, Cost: s.Cost, CostHeader: strings.ToLower(s.CostHeader), FailOpen: s.FailOpen,
-	}
-	if name, ok := strings.CutPrefix(s.KeyBy, "header:"); ok {
-		ru.KeyBy = "header:" + strings.ToLower(name)
+		KeyBy: s.KeyBy, Cost: s.Cost, MinCost: s.MinCost, CostHeader: s.CostHeader, FailOpen: s.FailOpen,
 	}
 	for _, l := range s.Limits {
 		ru.Limits = append(ru.Limits, l.Limit)
@@ -207,10 +207,10 @@ func (r *ruleJSON) check(c *ruleconfig.Checker) (*rule, bool) {
 		}
 	}
 	if strings.HasPrefix(s.Endpoint, "/") && !strings.ContainsAny(s.Endpoint, "?#") {
-		if m, err := matchPath(s.Endpoint); err != nil {
+		if m, err := pipeline.NewMatcher(s.Endpoint, s.Host, s.Methods); err != nil {
 			c.Fail("endpoint", "%q: %v", ruleconfig.Clip(s.Endpoint, 64), err)
 		} else {
-			ru.matchEndpoint = m
+			ru.match = m
 		}
 	}
 	if r.Global.Set {

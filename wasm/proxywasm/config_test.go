@@ -27,12 +27,12 @@ func TestParseConfig(t *testing.T) {
 		t.Fatalf("slots %d keys %d rules %d", cfg.Slots, cfg.KeysPerSlot, len(cfg.Rules))
 	}
 	pay, search, lg := cfg.Rules[0], cfg.Rules[1], cfg.Rules[2]
-	if pay.Name != "/v1/pay" || pay.KeyBy != "api_key" || pay.Cost != 1 || pay.FailOpen ||
+	if pay.Name != "/v1/pay" || pay.KeyBy.String() != "api_key" || pay.Cost != 1 || pay.FailOpen ||
 		pay.Limits[0] != (core.Limit{Algorithm: core.TokenBucket, Limit: 100, Window: 10_000_000}) || pay.LimitNames[0] != "default" {
 		t.Errorf("pay: %+v", pay)
 	}
-	if search.Host != "api.example.com" || strings.Join(search.Methods, ",") != "GET,POST" || search.KeyBy != "header:x-user" ||
-		search.CostHeader != "x-cost" || search.Cost != 2 || !search.FailOpen ||
+	if search.Host != "api.example.com" || strings.Join(search.Methods, ",") != "GET,POST" || search.KeyBy.String() != "header:X-User" ||
+		search.CostHeader != "X-Cost" || search.Cost != 2 || !search.FailOpen ||
 		strings.Join(search.LimitNames, ",") != "burst,fixed_window_1d" ||
 		search.Limits[1] != (core.Limit{Algorithm: core.FixedWindow, Limit: 1000, Window: 86_400_000_000}) {
 		t.Errorf("search: %+v", search)
@@ -55,7 +55,7 @@ func TestParseConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Slots != defaultSlots || cfg.KeysPerSlot != defaultKeysPerSlot || cfg.Rules[0].KeyBy != "ip" {
+	if cfg.Slots != defaultSlots || cfg.KeysPerSlot != defaultKeysPerSlot || cfg.Rules[0].KeyBy != ruleconfig.DefaultKeyBy {
 		t.Errorf("defaults: %+v %+v", cfg, cfg.Rules[0])
 	}
 }
@@ -141,7 +141,7 @@ func FuzzParseConfig(f *testing.F) {
 		`{"rules":[{"endpoint":"/v1/pay","strategy":"token_bucket","key_by":"api_key","limit":100,"window":"10s"}]}`,
 		`[{"name":"s","limits":[{"strategy":"gcra","limit":10,"window":"1s","rate":3},{"strategy":"log","limit":9,"window":"2d"}],"key_by":"header:x"}]`,
 		`{"slots":3,"keys_per_slot":1,"rules":[{"host":"*.a.b","methods":"GET","strategy":"leaky","limit":1,"window":"1ms","global":{"cluster":"c","timeout":"5ms"}}]}`,
-		`{"rules":[{"strategy":"fixed","limit":1000,"window":"1h30m","cost":0,"cost_header":"x-cost","fail_open":true,"key_by":"query:k"}]}`,
+		`{"rules":[{"strategy":"fixed","limit":1000,"window":"1h30m","cost":1,"cost_header":"x-cost","fail_open":true,"key_by":"query:k"}]}`,
 		`[{"endpoint":"/","strategy":"sliding","limit":1,"window":"1ns"}]`,
 		`{"rules":null}`, `[]`, `[1]`, `{"rules":[{"limits":[]}]}`,
 	} {
@@ -165,7 +165,7 @@ func FuzzParseConfig(f *testing.F) {
 		}
 		names := map[string]bool{}
 		for _, r := range cfg.Rules {
-			if ruleconfig.CheckName(r.Name) != nil || names[r.Name] || !strings.HasPrefix(r.Endpoint, "/") || ruleconfig.CheckKeyBy(r.KeyBy, true) != nil {
+			if ruleconfig.CheckName(r.Name) != nil || names[r.Name] || !strings.HasPrefix(r.Endpoint, "/") || ruleconfig.CheckKeyBy(r.KeyBy.String(), true) != nil {
 				t.Fatalf("rule %+v", r)
 			}
 			names[r.Name] = true

@@ -8,6 +8,7 @@ import (
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/pipeline"
 )
 
 // clock returns µs since the Unix epoch: the host's clock
@@ -72,14 +73,6 @@ type httpContext struct {
 	headers [][2]string
 }
 
-func header(name string) string {
-	v, err := proxywasm.GetHttpRequestHeader(name)
-	if err != nil {
-		return ""
-	}
-	return v
-}
-
 func sourceAddress() string {
 	b, err := proxywasm.GetProperty([]string{"source", "address"})
 	if err != nil {
@@ -94,13 +87,12 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	if cfg == nil {
 		return types.ActionContinue
 	}
-	req := &request{
-		method:        header(":method"),
-		authority:     header(":authority"),
-		path:          header(":path"),
-		header:        header,
-		sourceAddress: sourceAddress,
+	hs, err := proxywasm.GetHttpRequestHeaders()
+	if err != nil {
+		proxywasm.LogErrorf("rl-filter: reading the request headers: %v", err)
+		return h.reply(500, nil, "Rate limiter error\n")
 	}
+	req := newRequest(hs, sourceAddress())
 	r, err := cfg.match(req)
 	if err != nil {
 		return h.reply(400, nil, "Bad request: "+err.Error()+"\n")
@@ -125,31 +117,27 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		return h.failed(r, err)
 	}
 	d := ds[idx]
-	return h.decided(verdict{
-		allowed:    d.Allowed,
-		never:      d.RetryAfter == core.Never,
-		name:       r.LimitNames[idx],
-		limit:      d.Limit,
-		remaining:  d.Remaining,
-		window:     r.Limits[idx].Window,
-		resetAfter: d.ResetAfter,
-		retryAfter: d.RetryAfter,
+	return h.decided(pipeline.Verdict{
+		Allowed:    d.Allowed,
+		Never:      d.RetryAfter == core.Never,
+		Name:       r.LimitNames[idx],
+		Limit:      d.Limit,
+		Remaining:  d.Remaining,
+		Window:     r.Limits[idx].Window,
+		ResetAfter: d.ResetAfter,
+		RetryAfter: d.RetryAfter,
 	})
 }
 
 // decided continues an admitted request (its response gets the rate-limit
 // fields) or answers a denied one 429.
-func (h *httpContext) decided(v verdict) types.Action {
-	hs := rateHeaders(v)
-	if v.allowed {
+func (h *httpContext) decided(v pipeline.Verdict) types.Action {
+	hs := pipeline.AppendFields(nil, v)
+	if v.Allowed {
 		h.headers = hs
 		return types.ActionContinue
 	}
-	body := "Rate limit exceeded\n"
-	if v.never {
-		body = "Rate limit exceeded: the request's cost exceeds the limit\n"
-	}
-	return h.reply(429, hs, body)
+	return h.reply(429, hs, pipeline.DeniedBody(v.Never))
 }
 
 // failed applies the rule's fail policy when no decision could be had.

@@ -2,11 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/proxytest"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/rlcore/rl/internal/pipeline"
 )
 
 // emulate starts the filter in the SDK's host emulator with a plugin
@@ -208,7 +211,7 @@ func TestFilterGlobal(t *testing.T) {
 	if err := json.Unmarshal(c.Body, &body); err != nil {
 		t.Fatal(err)
 	}
-	want := `{"cost":1,"fail_open":false,"key":"inline:` + apiKeyDigest("u 1") + `","limits":[{"limit":10,"name":"burst","rate":5,"strategy":"token_bucket","window":"1s"},{"limit":100,"name":"fixed_window_1d","strategy":"fixed_window","window":"1d"}]}`
+	want := `{"cost":1,"fail_open":false,"key":"inline:` + pipeline.APIKeyDigest("u 1") + `","limits":[{"limit":10,"name":"burst","rate":5,"strategy":"token_bucket","window":"1s"},{"limit":100,"name":"fixed_window_1d","strategy":"fixed_window","window":"1d"}]}`
 	if got, _ := json.Marshal(body); string(got) != want {
 		t.Fatalf("body\n%s\nwant\n%s", got, want)
 	}
@@ -279,13 +282,70 @@ func FuzzParseGlobal(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if v.limit < 1 || v.remaining < 0 || v.window < 1 || v.resetAfter < 0 || v.retryAfter < 0 || v.allowed != (status == "200") {
+		if v.Limit < 1 || v.Remaining < 0 || v.Window < 1 || v.ResetAfter < 0 || v.RetryAfter < 0 || v.Allowed != (status == "200") {
 			t.Fatalf("%s %s: %+v", status, body, v)
 		}
-		for _, kv := range rateHeaders(v) {
+		for _, kv := range pipeline.AppendFields(nil, v) {
 			if strings.ContainsAny(kv[1], "\r\n\x00") {
 				t.Fatalf("header %q", kv)
 			}
 		}
 	})
+}
+
+// TestFilterAttacks: the bypasses of issue 19 that sat in the filter's
+// copies of the request rules, now the pipeline's.
+func TestFilterAttacks(t *testing.T) {
+	host := emulate(t, `{"slots":16,"rules":[
+		{"name":"c","endpoint":"/c","strategy":"fixed","limit":1,"window":"1m","key_by":"header:X-User","cost_header":"X-Cost"},
+		{"name":"m","endpoint":"/m","methods":["GET"],"strategy":"fixed","limit":1,"window":"1m","key_by":"global"},
+		{"name":"h","host":"api.example.com","endpoint":"/h","strategy":"fixed","limit":1,"window":"1m","key_by":"global"},
+		{"name":"k","endpoint":"/k","strategy":"fixed","limit":2,"window":"1m","key_by":"api_key:X-API-Key"}]}`)
+	status := func(hs [][2]string) uint32 {
+		_, local, _ := roundTrip(host, hs)
+		if local == nil {
+			return 200
+		}
+		return local.StatusCode
+	}
+	// 1: cost 0 in any spelling on an exhausted key is refused, never
+	// forwarded.
+	if s := status(get("/c", [2]string{"x-user", "a"})); s != 200 {
+		t.Fatalf("first: %d", s)
+	}
+	for _, v := range []string{"0", "00", "-0", "+0", " 0 "} {
+		if s := status(get("/c", [2]string{"x-user", "a"}, [2]string{"x-cost", v})); s != 400 {
+			t.Errorf("X-Cost %q on an exhausted key: %d, want 400", v, s)
+		}
+	}
+	// 4: HEAD is limited as GET, "get" as GET.
+	if s := status(get("/m")); s != 200 {
+		t.Fatalf("GET: %d", s)
+	}
+	for _, m := range []string{"HEAD", "get", "head"} {
+		hs := [][2]string{{":method", m}, {":authority", "api.example.com"}, {":path", "/m"}}
+		if s := status(hs); s != 429 {
+			t.Errorf("%s after the limit: %d, want 429", m, s)
+		}
+	}
+	// 5: a host that is not host[:port] is 400, never forwarded.
+	if s := status(get("/h")); s != 200 {
+		t.Fatalf("host rule: %d", s)
+	}
+	for _, h := range []string{"api.example.com:80:80", "api.example.com,evil", "api.example.com%00"} {
+		hs := [][2]string{{":method", "GET"}, {":authority", h}, {":path", "/h"}}
+		if s := status(hs); s != 400 {
+			t.Errorf("Host %q: %d, want 400", h, s)
+		}
+	}
+	// 3: a fresh bearer beside the real X-API-Key is no fresh key.
+	got := 0
+	for i := range 10 {
+		if status(get("/k", [2]string{"x-api-key", "real"}, [2]string{"authorization", fmt.Sprintf("Bearer decoy%d", i)})) == 200 {
+			got++
+		}
+	}
+	if got != 2 {
+		t.Errorf("decoy bearers: %d of 10 through a limit of 2", got)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/pipeline"
 	"github.com/rlcore/rl/internal/ruleconfig"
 )
 
@@ -72,7 +73,7 @@ func globalKey(r *rule, key string) string {
 			return k
 		}
 	}
-	return r.Name + ":" + apiKeyDigest(key)
+	return r.Name + ":" + pipeline.APIKeyDigest(key)
 }
 
 // checkBody returns the callout's body.
@@ -142,13 +143,13 @@ var errServiceFailOpen = errors.New("rl-wasm-host failed open")
 const maxGlobalBody = 64 << 10
 
 // readGlobal reads the callout's answer.
-func readGlobal(numHeaders, bodySize int) (verdict, error) {
+func readGlobal(numHeaders, bodySize int) (pipeline.Verdict, error) {
 	if numHeaders == 0 {
-		return verdict{}, errors.New("no answer (timeout, reset or no healthy host)")
+		return pipeline.Verdict{}, errors.New("no answer (timeout, reset or no healthy host)")
 	}
 	hs, err := proxywasm.GetHttpCallResponseHeaders()
 	if err != nil {
-		return verdict{}, err
+		return pipeline.Verdict{}, err
 	}
 	status := ""
 	for _, kv := range hs {
@@ -157,43 +158,43 @@ func readGlobal(numHeaders, bodySize int) (verdict, error) {
 		}
 	}
 	if status != "200" && status != "429" {
-		return verdict{}, fmt.Errorf("answered status %q", ruleconfig.Clip(status, 16))
+		return pipeline.Verdict{}, fmt.Errorf("answered status %q", ruleconfig.Clip(status, 16))
 	}
 	if bodySize <= 0 || bodySize > maxGlobalBody {
-		return verdict{}, fmt.Errorf("answered a body of %d bytes", bodySize)
+		return pipeline.Verdict{}, fmt.Errorf("answered a body of %d bytes", bodySize)
 	}
 	body, err := proxywasm.GetHttpCallResponseBody(0, bodySize)
 	if err != nil {
-		return verdict{}, err
+		return pipeline.Verdict{}, err
 	}
 	return parseGlobal(status, body)
 }
 
 // parseGlobal turns rl-wasm-host's answer into a verdict.
-func parseGlobal(status string, body []byte) (verdict, error) {
+func parseGlobal(status string, body []byte) (pipeline.Verdict, error) {
 	var cr checkResponse
 	if err := json.Unmarshal(body, &cr); err != nil {
-		return verdict{}, fmt.Errorf("answered malformed JSON: %v", err)
+		return pipeline.Verdict{}, fmt.Errorf("answered malformed JSON: %v", err)
 	}
 	if cr.Allowed != (status == "200") {
-		return verdict{}, fmt.Errorf("answered status %s with allowed=%v", status, cr.Allowed)
+		return pipeline.Verdict{}, fmt.Errorf("answered status %s with allowed=%v", status, cr.Allowed)
 	}
 	if cr.FailOpen {
-		return verdict{}, errServiceFailOpen
+		return pipeline.Verdict{}, errServiceFailOpen
 	}
 	if cr.Limit < 1 || cr.Remaining < 0 || cr.WindowMS < 1 || cr.ResetAfterMS < 0 || cr.RetryAfterMS < -1 ||
 		cr.Limit > core.MaxLimit || cr.WindowMS > core.MaxWindow/1000 || cr.ResetAfterMS > core.MaxWindow/1000 || cr.RetryAfterMS > core.MaxWindow/1000 {
-		return verdict{}, errors.New("answered a decision out of range: limit " + strconv.FormatInt(cr.Limit, 10))
+		return pipeline.Verdict{}, errors.New("answered a decision out of range: limit " + strconv.FormatInt(cr.Limit, 10))
 	}
-	v := verdict{
-		allowed:    cr.Allowed,
-		never:      cr.Never,
-		name:       cr.LimitName,
-		limit:      cr.Limit,
-		remaining:  cr.Remaining,
-		window:     cr.WindowMS * 1000,
-		resetAfter: cr.ResetAfterMS * 1000,
-		retryAfter: max(0, cr.RetryAfterMS) * 1000,
+	v := pipeline.Verdict{
+		Allowed:    cr.Allowed,
+		Never:      cr.Never,
+		Name:       cr.LimitName,
+		Limit:      cr.Limit,
+		Remaining:  cr.Remaining,
+		Window:     cr.WindowMS * 1000,
+		ResetAfter: cr.ResetAfterMS * 1000,
+		RetryAfter: max(0, cr.RetryAfterMS) * 1000,
 	}
 	return v, nil
 }

@@ -1,4 +1,4 @@
-package service
+package pipeline
 
 import (
 	"net/url"
@@ -11,7 +11,7 @@ import (
 func TestCanonicalPath(t *testing.T) {
 	for _, c := range []struct {
 		in, want, match string // match "" means want
-		err             *errPath
+		err             *PathError
 	}{
 		{in: "/", want: "/"},
 		{in: "/admin", want: "/admin"},
@@ -22,11 +22,11 @@ func TestCanonicalPath(t *testing.T) {
 		{in: "/./admin", want: "/admin"},
 		{in: "/x/../admin", want: "/admin"},
 		{in: "/admin;x", want: "/admin;x", match: "/admin"},
-		{in: "/../outside", err: errPathEscape},
-		{in: "/x/%2F../admin", err: errPathSlash},
-		{in: "/admin%2fx", err: errPathSlash},
-		{in: "/x%5C..%5Cadmin", err: errPathSlash},
-		{in: "/x%5c..%5cadmin", err: errPathSlash},
+		{in: "/../outside", err: ErrPathEscape},
+		{in: "/x/%2F../admin", err: ErrPathSlash},
+		{in: "/admin%2fx", err: ErrPathSlash},
+		{in: "/x%5C..%5Cadmin", err: ErrPathSlash},
+		{in: "/x%5c..%5cadmin", err: ErrPathSlash},
 		{in: "/x/%2E%2E/admin", want: "/admin"},
 		{in: "/x/%2E%2e/admin", want: "/admin"},
 		{in: "/x/.%2E/admin", want: "/admin"},
@@ -40,16 +40,16 @@ func TestCanonicalPath(t *testing.T) {
 		{in: "/a/b/../..", want: "/"},
 		{in: "/a/./", want: "/a/"},
 		{in: "/%2e", want: "/"},
-		{in: "/..", err: errPathEscape},
-		{in: "/a/../..", err: errPathEscape},
-		{in: "/a/../../b", err: errPathEscape},
-		{in: "/%2e%2e/etc/passwd", err: errPathEscape},
+		{in: "/..", err: ErrPathEscape},
+		{in: "/a/../..", err: ErrPathEscape},
+		{in: "/a/../../b", err: ErrPathEscape},
+		{in: "/%2e%2e/etc/passwd", err: ErrPathEscape},
 		{in: "/...", want: "/..."},
 		{in: "/a.b/..c/c..", want: "/a.b/..c/c.."},
 		// Segment parameters: a dot segment whatever its parameters, an
 		// empty name is an empty segment, other parameters are kept but
 		// not matched.
-		{in: "/..;/admin", err: errPathEscape},
+		{in: "/..;/admin", err: ErrPathEscape},
 		{in: "/x/..;y/admin", want: "/admin"},
 		{in: "/x/.;y/admin", want: "/x/admin"},
 		{in: "/;x/admin", want: "/admin"},
@@ -64,33 +64,33 @@ func TestCanonicalPath(t *testing.T) {
 		{in: "/a%c3%a9", want: "/a%C3%A9"},
 		{in: "/100%25", want: "/100%25"},
 		{in: "/50%25off", want: "/50%25off"},
-		{in: "/%2561dmin", err: errPathDouble},
-		{in: "/%25%36%31dmin", err: errPathDouble},
-		{in: "/a%zz", err: errPathBadEncoding},
-		{in: "/a%2", err: errPathBadEncoding},
-		{in: "/a%", err: errPathBadEncoding},
+		{in: "/%2561dmin", err: ErrPathDouble},
+		{in: "/%25%36%31dmin", err: ErrPathDouble},
+		{in: "/a%zz", err: ErrPathBadEncoding},
+		{in: "/a%2", err: ErrPathBadEncoding},
+		{in: "/a%", err: ErrPathBadEncoding},
 		// Raw bytes EscapedPath would have encoded are encoded.
 		{in: "/é", want: "/%C3%A9"},
 		{in: "/a b", want: "/a%20b"},
 		{in: "/a?b#c", want: "/a%3Fb%23c"},
 		{in: "/[x]:@!$&'()*+,=", want: "/[x]:@!$&'()*+,="},
 		// Refused.
-		{in: "/a\\..\\admin", err: errPathSlash},
-		{in: "/a%00b", err: errPathControl},
-		{in: "/a%0a", err: errPathControl},
-		{in: "/a%0D%0A", err: errPathControl},
-		{in: "/a%7F", err: errPathControl},
-		{in: "/a\x00", err: errPathControl},
-		{in: "/a\x7f", err: errPathControl},
-		{in: "/a\tb", err: errPathControl},
-		{in: "", err: errPathRelative},
-		{in: "*", err: errPathRelative},
-		{in: "admin", err: errPathRelative},
+		{in: "/a\\..\\admin", err: ErrPathSlash},
+		{in: "/a%00b", err: ErrPathControl},
+		{in: "/a%0a", err: ErrPathControl},
+		{in: "/a%0D%0A", err: ErrPathControl},
+		{in: "/a%7F", err: ErrPathControl},
+		{in: "/a\x00", err: ErrPathControl},
+		{in: "/a\x7f", err: ErrPathControl},
+		{in: "/a\tb", err: ErrPathControl},
+		{in: "", err: ErrPathRelative},
+		{in: "*", err: ErrPathRelative},
+		{in: "admin", err: ErrPathRelative},
 	} {
-		got, err := canonicalPath(c.in)
+		got, err := CanonicalPath(c.in)
 		if c.err != nil {
 			require.ErrorIs(t, err, c.err, "%q", c.in)
-			require.True(t, isErrPath(err))
+			require.True(t, IsPathError(err))
 			continue
 		}
 		require.NoError(t, err, "%q", c.in)
@@ -99,34 +99,8 @@ func TestCanonicalPath(t *testing.T) {
 		if match == "" {
 			match = strings.ToLower(c.want)
 		}
-		require.Equal(t, match, matchPath(got), "%q", c.in)
+		require.Equal(t, match, MatchPath(got), "%q", c.in)
 	}
-}
-
-func TestCanonicalHost(t *testing.T) {
-	for in, want := range map[string]string{
-		"api.example.com":          "api.example.com",
-		"API.Example.COM":          "api.example.com",
-		"api.example.com:8443":     "api.example.com",
-		"api.example.com.":         "api.example.com",
-		"api.example.com..":        "api.example.com",
-		"Api.Example.Com.:443":     "api.example.com",
-		"[2001:DB8::1]:8080":       "2001:db8::1",
-		"[2001:DB8:0::0001]:80":    "2001:db8::1",
-		"2001:0db8:0:0:0:0:0:1":    "2001:db8::1",
-		"[::FFFF:C000:0201]":       "::ffff:192.0.2.1",
-		"[fe80::1%eth0]:80":        "fe80::1%eth0",
-		"[::1]":                    "::1",
-		"192.0.2.1:80":             "192.0.2.1",
-		"":                         "",
-		"localhost":                "localhost",
-		"xn--bcher-kva.example:80": "xn--bcher-kva.example",
-	} {
-		require.Equal(t, want, canonicalHost(in), in)
-	}
-	require.Equal(t, "*.example.org", ruleHost("*.Example.ORG."))
-	require.Equal(t, "api.example.com", ruleHost("api.example.com.:443"))
-	require.Equal(t, "2001:db8::1", ruleHost("2001:DB8::0001"))
 }
 
 // checkCanonical checks the invariants of a canonical path c.
@@ -148,14 +122,14 @@ func checkCanonical(t *testing.T, in, c string) {
 	for i := 0; i < len(c); i++ {
 		require.True(t, c[i] == '%' || isPathByte(c[i]), "%q -> %q: byte %d", in, c, i)
 	}
-	again, err := canonicalPath(c)
+	again, err := CanonicalPath(c)
 	require.NoError(t, err, "%q -> %q", in, c)
 	require.Equal(t, c, again, "%q: not idempotent", in)
-	m := matchPath(c)
+	m := MatchPath(c)
 	require.True(t, strings.HasPrefix(m, "/"), "%q -> %q", in, m)
 	require.NotContains(t, m, "//", "%q -> %q", in, m)
 	require.NotContains(t, m, ";", "%q -> %q", in, m)
-	require.Equal(t, m, matchPath(m))
+	require.Equal(t, m, MatchPath(m))
 	// The forwarded URL carries exactly c.
 	dec, err := url.PathUnescape(c)
 	require.NoError(t, err)
@@ -170,9 +144,9 @@ func FuzzCanonicalPath(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
-		c, err := canonicalPath(in)
+		c, err := CanonicalPath(in)
 		if err != nil {
-			require.True(t, isErrPath(err))
+			require.True(t, IsPathError(err))
 			return
 		}
 		checkCanonical(t, in, c)
@@ -184,8 +158,8 @@ func BenchmarkCanonicalPath(b *testing.B) {
 		b.Run(p, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				c, _ := canonicalPath(p)
-				matchPath(c)
+				c, _ := CanonicalPath(p)
+				MatchPath(c)
 			}
 		})
 	}

@@ -1,11 +1,8 @@
-package service
+package pipeline
 
 import (
 	"errors"
-	"net"
 	"strings"
-
-	"github.com/rlcore/rl/internal/ruleconfig"
 )
 
 // Paths and hosts are put in one canonical form before a proxied request is
@@ -35,37 +32,36 @@ import (
 // ("/../outside", which would leave the upstream's base path); a path not
 // starting with "/".
 //
-// Hosts are compared in lower case, without a port, brackets or trailing
-// dots: "API.Example.com.:443" is "api.example.com"; an IPv6 address is
-// in netip's canonical form: "[2001:DB8::0001]:80" is "2001:db8::1".
+// Hosts: see CanonicalHost.
 
-// errPath is a request path the proxy refuses to clean.
-type errPath struct{ reason string }
+// PathError is a request path the pipeline refuses to clean (400).
+type PathError struct{ reason string }
 
-func (e *errPath) Error() string { return "invalid request path: " + e.reason }
+func (e *PathError) Error() string { return "invalid request path: " + e.reason }
 
+// The paths refused.
 var (
-	errPathRelative    = &errPath{"it does not start with \"/\""}
-	errPathSlash       = &errPath{"an encoded \"/\" or \"\\\" (%2F, %5C), or a raw \"\\\""}
-	errPathControl     = &errPath{"a NUL or control byte"}
-	errPathDouble      = &errPath{"a double percent-encoding (%25 and two hex digits)"}
-	errPathEscape      = &errPath{"\"..\" above the root"}
-	errPathBadEncoding = &errPath{"a \"%\" not followed by two hex digits"}
+	ErrPathRelative    = &PathError{"it does not start with \"/\""}
+	ErrPathSlash       = &PathError{"an encoded \"/\" or \"\\\" (%2F, %5C), or a raw \"\\\""}
+	ErrPathControl     = &PathError{"a NUL or control byte"}
+	ErrPathDouble      = &PathError{"a double percent-encoding (%25 and two hex digits)"}
+	ErrPathEscape      = &PathError{"\"..\" above the root"}
+	ErrPathBadEncoding = &PathError{"a \"%\" not followed by two hex digits"}
 )
 
-// isErrPath reports whether err is a path canonicalPath refused.
-func isErrPath(err error) bool {
-	var e *errPath
+// IsPathError reports whether err is a path CanonicalPath refused.
+func IsPathError(err error) bool {
+	var e *PathError
 	return errors.As(err, &e)
 }
 
-// canonicalPath returns the canonical form of an escaped request path (as
-// url.URL.EscapedPath gives it), or an *errPath. The result starts with
-// "/", holds no "//", "/./" or "/../" (nor ends in "/." or "/.."), and is
-// its own canonical form.
-func canonicalPath(p string) (string, error) {
+// CanonicalPath returns the canonical form of an escaped request path (as
+// url.URL.EscapedPath gives it, or a proxy's :path without its query), or
+// a *PathError. The result starts with "/", holds no "//", "/./" or "/../"
+// (nor ends in "/." or "/.."), and is its own canonical form.
+func CanonicalPath(p string) (string, error) {
 	if p == "" || p[0] != '/' {
-		return "", errPathRelative
+		return "", ErrPathRelative
 	}
 	// Decode unreserved characters and check every byte.
 	var b []byte // nil while p needs no change
@@ -74,14 +70,14 @@ func canonicalPath(p string) (string, error) {
 		switch {
 		case c == '%':
 			if i+2 >= len(p) || !isHex(p[i+1]) || !isHex(p[i+2]) {
-				return "", errPathBadEncoding
+				return "", ErrPathBadEncoding
 			}
 			v := unhex(p[i+1])<<4 | unhex(p[i+2])
 			switch {
 			case v == '/' || v == '\\':
-				return "", errPathSlash
+				return "", ErrPathSlash
 			case v < 0x20 || v == 0x7f:
-				return "", errPathControl
+				return "", ErrPathControl
 			}
 			if b == nil {
 				b = append(make([]byte, 0, len(p)), p[:i]...)
@@ -94,9 +90,9 @@ func canonicalPath(p string) (string, error) {
 			i += 2
 			continue
 		case c == '\\':
-			return "", errPathSlash
+			return "", ErrPathSlash
 		case c < 0x20 || c == 0x7f:
-			return "", errPathControl
+			return "", ErrPathControl
 		case !isPathByte(c):
 			// Not valid unencoded in a path (EscapedPath never gives
 			// one): encode it.
@@ -115,7 +111,7 @@ func canonicalPath(p string) (string, error) {
 		// Checked after decoding, so that "%25%41%41" is refused too.
 		for i := 0; i+4 < len(p); i++ {
 			if p[i] == '%' && p[i+1] == '2' && p[i+2] == '5' && isHex(p[i+3]) && isHex(p[i+4]) {
-				return "", errPathDouble
+				return "", ErrPathDouble
 			}
 		}
 	}
@@ -138,7 +134,7 @@ func canonicalPath(p string) (string, error) {
 			}
 		case "..":
 			if len(out) == 0 {
-				return "", errPathEscape
+				return "", ErrPathEscape
 			}
 			out = out[:len(out)-1]
 			if last {
@@ -175,9 +171,10 @@ func needsSegments(p string) bool {
 	return false
 }
 
-// matchPath is the form of a canonical path that rules' endpoints are
-// matched against: segment parameters removed, ASCII lower case.
-func matchPath(p string) string {
+// MatchPath is the form of a canonical path that rules' endpoints are
+// matched against (and key_by: path keys by): segment parameters removed,
+// ASCII lower case.
+func MatchPath(p string) string {
 	if strings.IndexByte(p, ';') >= 0 {
 		var b strings.Builder
 		b.Grow(len(p))
@@ -193,18 +190,6 @@ func matchPath(p string) string {
 		p = b.String()
 	}
 	return lowerASCII(p)
-}
-
-// canonicalHost is h (a Host header or a rule's host) in lower case,
-// without a port, IPv6 brackets or trailing dots, an IPv6 address in
-// canonical form ("[2001:DB8::0001]" is "2001:db8::1").
-func canonicalHost(h string) string {
-	if host, _, err := net.SplitHostPort(h); err == nil {
-		h = host
-	} else if len(h) >= 2 && h[0] == '[' && h[len(h)-1] == ']' {
-		h = h[1 : len(h)-1]
-	}
-	return ruleconfig.CanonicalIPv6(lowerASCII(strings.TrimRight(h, ".")))
 }
 
 // lowerASCII lower-cases ASCII letters only (no Unicode case folding: non-

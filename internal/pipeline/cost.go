@@ -1,0 +1,59 @@
+package pipeline
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/rlcore/rl/core"
+)
+
+// CostError is a cost header that is not one decimal integer in [Min,
+// core.MaxCost]; front ends answer 400.
+type CostError struct {
+	// Value is what was sent, clipped (values given twice joined by
+	// ", ").
+	Value string
+	Min   int64
+}
+
+func (e *CostError) Error() string {
+	return fmt.Sprintf("cost %s is not an integer between %d and %d", quote(e.Value), e.Min, core.MaxCost)
+}
+
+// ParseCost returns a request's cost from the values of its cost header:
+// def when there is none, else the one value, which must be 1 to 19 ASCII
+// digits (no sign, space, fraction or exponent) making an integer in
+// [min, core.MaxCost]. Every spelling of zero ("0", "00", "-0", "+0",
+// " 0 ") is refused alike while min is at least 1, which ruleconfig
+// guarantees: a request is never free.
+func ParseCost(values []string, def, min int64) (int64, error) {
+	switch len(values) {
+	case 0:
+		return def, nil
+	case 1:
+	default:
+		return 0, &CostError{Value: clip(strings.Join(values, ", ")), Min: min}
+	}
+	v := values[0]
+	if v == "" || len(v) > 19 {
+		return 0, &CostError{Value: clip(v), Min: min}
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return 0, &CostError{Value: clip(v), Min: min}
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < min || n > core.MaxCost {
+		return 0, &CostError{Value: clip(v), Min: min}
+	}
+	return n, nil
+}
+
+func clip(s string) string {
+	if len(s) > 32 {
+		return s[:32] + "..."
+	}
+	return s
+}

@@ -1,0 +1,22 @@
+// Package pipeline is the request pipeline every front end runs before a
+// decision, written once so that the proxy (internal/service), the
+// decision API, the Envoy rate limit service (internal/rls) and the
+// proxy-wasm filter (wasm/proxywasm) cannot drift apart:
+//
+//   - the canonical path and host of a request (CanonicalPath, MatchPath,
+//     CanonicalHost), refusing what cannot be cleaned;
+//   - method matching (MatchMethod: HEAD is limited as GET, case is
+//     ignored);
+//   - the key, from exactly one place a rule's typed key source names
+//     (Key, ruleconfig.KeyBy);
+//   - the cost, with a rule's min_cost (ParseCost);
+//   - the rule a request matches (Matcher, CompareMatchers);
+//   - the answer's fields (AppendFields, DeniedBody).
+//
+// It imports only the standard library, core and ruleconfig (never
+// net/http), so that the filter, built for wasip1, uses it too. Each front
+// end is a thin adapter: it reads its own request form (a *http.Request,
+// proxy-wasm header pairs, Envoy descriptors) into a Request and writes
+// the answer its own way. The front-end conformance table (tests/frontends)
+// runs the same requests through every front end.
+package pipeline

@@ -1,0 +1,173 @@
+// Package frontends is the front-end conformance table: requests with the
+// decision every front end must reach for them, run against the service's
+// proxy and decision API and the Envoy rate limit service (this package's
+// tests) and the proxy-wasm filter through its test host
+// (wasm/proxywasm/internal/pwhost). It is what keeps the front ends from
+// drifting apart, as tests/vectors does for the decision function: a
+// request rule lives once, in internal/pipeline, and this table holds
+// every front end to it.
+//
+// A case is one rule and a list of steps taken in order on one fresh
+// state. Case IDs are permanent: a case is never renumbered or reused.
+// A front end that cannot express a step (a method or host on the decision
+// API, a text cost on gRPC, whose hits_addend is an integer) skips it; a
+// skipped step must not change the state (it is refused everywhere else).
+package frontends
+
+// Front names a front end.
+type Front string
+
+// The front ends.
+const (
+	Proxy  Front = "proxy"  // rl-wasm-host's reverse proxy
+	API    Front = "api"    // the decision API, POST /v1/ratelimit/check
+	GRPC   Front = "grpc"   // the Envoy RateLimitService
+	Filter Front = "filter" // rl-filter.wasm
+)
+
+// Fronts lists every front end.
+func Fronts() []Front { return []Front{Proxy, API, GRPC, Filter} }
+
+// Want is the decision a step must reach.
+type Want uint8
+
+// Decisions.
+const (
+	// Admit: decided and admitted (200, OK).
+	Admit Want = iota + 1
+	// Deny: decided and denied (429, OVER_LIMIT).
+	Deny
+	// Refuse: the request is refused as malformed (400,
+	// INVALID_ARGUMENT), nothing decided.
+	Refuse
+	// Block: not admitted, denied or refused (each front end its way,
+	// never forwarded).
+	Block
+)
+
+func (w Want) String() string {
+	return [...]string{"?", "admit", "deny", "refuse", "block"}[w]
+}
+
+// Rule is the case's one rule: "r", a fixed window of Limit per hour, keyed
+// by the header X-User (the decision API's "key", the descriptor entry
+// "user" over gRPC), its cost read from X-Cost (the API's "cost", the
+// descriptor's hits_addend).
+type Rule struct {
+	Endpoint string   // default "/"
+	Host     string   // default none
+	Methods  []string // default none
+	Limit    int64
+	KeyBy    string // default "header:X-User"
+}
+
+// Step is one request and the decision it must reach.
+type Step struct {
+	Method string // default GET
+	Host   string // default "api.example.com"
+	Path   string // default "/"
+	// Key is the key source's value ("" sends none).
+	Key string
+	// Cost is the cost as sent ("" sends none).
+	Cost string
+	// Header are more request header fields (proxy and filter).
+	Header [][2]string
+	Want   Want
+	// Only, if set, are the front ends that can express the step.
+	Only []Front
+}
+
+// Case is a rule and its steps.
+type Case struct {
+	ID   int
+	Name string
+	Rule Rule
+	// Steps run in order on one state.
+	Steps []Step
+}
+
+// http is the front ends that read HTTP requests.
+var http = []Front{Proxy, Filter}
+
+// notGRPC is the front ends whose cost is text.
+var notGRPC = []Front{Proxy, API, Filter}
+
+// exhaust returns n admitted steps of key.
+func exhaust(key string, n int) []Step {
+	var s []Step
+	for range n {
+		s = append(s, Step{Key: key, Want: Admit})
+	}
+	return s
+}
+
+func steps(groups ...[]Step) []Step {
+	var out []Step
+	for _, g := range groups {
+		out = append(out, g...)
+	}
+	return out
+}
+
+// Cases is the table.
+var Cases = []Case{
+	{ID: 1, Name: "limit then deny", Rule: Rule{Limit: 2},
+		Steps: steps(exhaust("alice", 2), []Step{{Key: "alice", Want: Deny}, {Key: "bob", Want: Admit}})},
+	{ID: 2, Name: "cost 0 in any spelling on an exhausted key is never admitted (issue 19, 1 and 2)", Rule: Rule{Limit: 1},
+		Steps: steps(exhaust("a", 1), []Step{
+			{Key: "a", Cost: "0", Want: Block},
+			{Key: "a", Cost: "00", Want: Block, Only: notGRPC},
+			{Key: "a", Cost: "-0", Want: Block, Only: notGRPC},
+			{Key: "a", Cost: "+0", Want: Block, Only: notGRPC},
+			{Key: "a", Cost: " 0 ", Want: Block, Only: notGRPC},
+		})},
+	{ID: 3, Name: "a cost of 0 is refused on a fresh key too, except over gRPC where it is a check", Rule: Rule{Limit: 5},
+		Steps: []Step{{Key: "b", Cost: "0", Want: Refuse, Only: notGRPC}, {Key: "b", Cost: "5", Want: Admit}, {Key: "b", Want: Deny}}},
+	{ID: 4, Name: "costs that are not one run of digits are refused", Rule: Rule{Limit: 5},
+		Steps: []Step{
+			{Key: "c", Cost: "1.0", Want: Refuse, Only: notGRPC},
+			{Key: "c", Cost: "1e0", Want: Refuse, Only: notGRPC},
+			{Key: "c", Cost: "lots", Want: Refuse, Only: notGRPC},
+			{Key: "c", Cost: "2", Want: Admit},
+		}},
+	{ID: 5, Name: "methods: [GET] limits HEAD and get (issue 19, 4)", Rule: Rule{Limit: 1, Methods: []string{"GET"}},
+		Steps: []Step{
+			{Key: "m", Want: Admit, Only: http},
+			{Key: "m", Method: "HEAD", Want: Deny, Only: http},
+			{Key: "m", Method: "get", Want: Deny, Only: http},
+			{Key: "m", Method: "POST", Want: Admit, Only: http}, // no rule: unlimited
+		}},
+	{ID: 6, Name: "a malformed Host is refused, never forwarded (issue 19, 5)", Rule: Rule{Limit: 1, Host: "api.example.com"},
+		Steps: []Step{
+			{Key: "h", Want: Admit, Only: http},
+			{Key: "h", Host: "API.Example.com.:443", Want: Deny, Only: http},
+			{Key: "h", Host: "api.example.com:80:80", Want: Refuse, Only: http},
+			{Key: "h", Host: "api.example.com,evil", Want: Refuse, Only: http},
+			{Key: "h", Host: "api.example.com%00", Want: Refuse, Only: http},
+		}},
+	{ID: 7, Name: "a decoy bearer beside the real X-API-Key is no fresh key (issue 19, 3)", Rule: Rule{Limit: 2, KeyBy: "api_key:X-API-Key"},
+		Steps: []Step{
+			{Header: [][2]string{{"X-API-Key", "real"}, {"Authorization", "Bearer d1"}}, Want: Admit, Only: http},
+			{Header: [][2]string{{"X-API-Key", "real"}, {"Authorization", "Bearer d2"}}, Want: Admit, Only: http},
+			{Header: [][2]string{{"X-API-Key", "real"}, {"Authorization", "Bearer d3"}}, Want: Deny, Only: http},
+			{Header: [][2]string{{"Authorization", "Bearer real"}}, Want: Refuse, Only: http},
+		}},
+	{ID: 8, Name: "a key field given twice, or listed in Connection, is refused", Rule: Rule{Limit: 5, KeyBy: "api_key"},
+		Steps: []Step{
+			{Header: [][2]string{{"Authorization", "Bearer a"}, {"Authorization", "Bearer b"}}, Want: Refuse, Only: http},
+			{Header: [][2]string{{"Authorization", "Bearer a"}, {"Connection", "Authorization"}}, Want: Refuse, Only: []Front{Filter}},
+			{Header: [][2]string{{"Authorization", "Bearer a"}}, Want: Admit, Only: http},
+		}},
+	{ID: 9, Name: "path spellings are one rule", Rule: Rule{Limit: 1, Endpoint: "/v1/pay"},
+		Steps: []Step{
+			{Key: "p", Path: "/v1/pay", Want: Admit, Only: http},
+			{Key: "p", Path: "/V1/PAY", Want: Deny, Only: http},
+			{Key: "p", Path: "//v1/./x/../pay", Want: Deny, Only: http},
+			{Key: "p", Path: "/v1/%70ay", Want: Deny, Only: http},
+			{Key: "p", Path: "/v1/pay;x", Want: Deny, Only: http},
+			{Key: "p", Path: "/v1%2Fpay", Want: Refuse, Only: http},
+			{Key: "p", Path: "/v1/payments", Want: Admit, Only: http}, // no rule
+		}},
+	{ID: 10, Name: "a missing key is refused", Rule: Rule{Limit: 1},
+		Steps: []Step{{Want: Refuse, Only: notGRPC}}},
+}

@@ -1,0 +1,206 @@
+package frontends_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/rlcore/rl/internal/rls"
+	"github.com/rlcore/rl/internal/service"
+	"github.com/rlcore/rl/memstore"
+	"github.com/rlcore/rl/tests/frontends"
+)
+
+const t0 = int64(1_700_000_000_000_000)
+
+// serviceYAML is the case's rule in rl-wasm-host's configuration.
+func serviceYAML(c frontends.Case) string {
+	r := c.Rule
+	rule := map[string]any{"name": "r", "endpoint": cmpOr(r.Endpoint, "/"), "strategy": "fixed", "limit": r.Limit,
+		"window": "1h", "key_by": cmpOr(r.KeyBy, "header:X-User"), "cost_header": "X-Cost"}
+	if r.Host != "" {
+		rule["host"] = r.Host
+	}
+	if len(r.Methods) > 0 {
+		rule["methods"] = r.Methods
+	}
+	b, _ := json.Marshal(map[string]any{"upstream": "demo", "rules": []any{rule}})
+	return string(b)
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func newService(t *testing.T, c frontends.Case) *service.Service {
+	t.Helper()
+	cfg, err := service.ParseConfig("case.json", "json", []byte(serviceYAML(c)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := func() int64 { return t0 }
+	mem := memstore.New(&memstore.Config{Clock: now, SweepInterval: -1})
+	t.Cleanup(func() { mem.Close() })
+	svc, err := service.New(cfg, service.Options{Store: mem, Clock: now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+func can(s frontends.Step, f frontends.Front) bool {
+	if len(s.Only) == 0 {
+		return true
+	}
+	for _, o := range s.Only {
+		if o == f {
+			return true
+		}
+	}
+	return false
+}
+
+func check(t *testing.T, f frontends.Front, c frontends.Case, i int, s frontends.Step, got frontends.Want, detail string) {
+	t.Helper()
+	ok := got == s.Want || s.Want == frontends.Block && (got == frontends.Deny || got == frontends.Refuse)
+	if !ok {
+		t.Errorf("%s: case %d %q step %d (%+v): %v, want %v (%s)", f, c.ID, c.Name, i, s, got, s.Want, detail)
+	}
+}
+
+func fromStatus(code int) frontends.Want {
+	switch code {
+	case 200:
+		return frontends.Admit
+	case 429:
+		return frontends.Deny
+	case 400:
+		return frontends.Refuse
+	}
+	return 0
+}
+
+// TestProxy runs the table through rl-wasm-host's reverse proxy.
+func TestProxy(t *testing.T) {
+	for _, c := range frontends.Cases {
+		svc := newService(t, c)
+		srv := httptest.NewServer(svc.ProxyHandler())
+		t.Cleanup(srv.Close)
+		for i, s := range c.Steps {
+			if !can(s, frontends.Proxy) {
+				continue
+			}
+			code, body := rawRequest(t, srv.Listener.Addr().String(), s)
+			check(t, frontends.Proxy, c, i, s, fromStatus(code), strconv.Itoa(code)+" "+body)
+		}
+	}
+}
+
+// rawRequest sends s as written (methods, hosts and paths a client library
+// would clean up) and returns the status and body.
+func rawRequest(t *testing.T, addr string, s frontends.Step) (int, string) {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n", cmpOr(s.Method, "GET"), cmpOr(s.Path, "/"), cmpOr(s.Host, "api.example.com"))
+	if s.Key != "" {
+		fmt.Fprintf(&b, "X-User: %s\r\n", s.Key)
+	}
+	if s.Cost != "" {
+		fmt.Fprintf(&b, "X-Cost: %s\r\n", s.Cost)
+	}
+	for _, kv := range s.Header {
+		fmt.Fprintf(&b, "%s: %s\r\n", kv[0], kv[1])
+	}
+	b.WriteString("\r\n")
+	resp, err := roundTripRaw(addr, b.String(), s.Method == "HEAD" || s.Method == "head")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.code, resp.body
+}
+
+// TestAPI runs the table through the decision API: the key and cost as the
+// request body's "key" and "cost".
+func TestAPI(t *testing.T) {
+	for _, c := range frontends.Cases {
+		svc := newService(t, c)
+		srv := httptest.NewServer(svc.APIHandler())
+		t.Cleanup(srv.Close)
+		for i, s := range c.Steps {
+			if !can(s, frontends.API) {
+				continue
+			}
+			body := `{"rule":"r","key":` + strconv.Quote(s.Key)
+			if s.Cost != "" {
+				body += `,"cost":` + s.Cost
+			}
+			body += "}"
+			resp, err := http.Post(srv.URL+service.APIPrefix+"check", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rb, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			check(t, frontends.API, c, i, s, fromStatus(resp.StatusCode), body+" → "+strconv.Itoa(resp.StatusCode)+" "+string(rb))
+		}
+	}
+}
+
+// TestGRPC runs the table through the Envoy rate limit service: the key as
+// the descriptor entry user=<key>, the cost as the descriptor's
+// hits_addend.
+func TestGRPC(t *testing.T) {
+	for _, c := range frontends.Cases {
+		svc := newService(t, c)
+		d, err := rls.ParseDomain("d.yaml", fmt.Appendf(nil, "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", c.Rule.Limit))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := rls.New(svc, &rls.Config{Path: "d.yaml", Domains: map[string]*rls.Domain{"d": d}}, rls.Options{Trusted: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, s := range c.Steps {
+			if !can(s, frontends.GRPC) {
+				continue
+			}
+			desc := &commonv3.RateLimitDescriptor{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user", Value: s.Key}}}
+			if s.Cost != "" {
+				n, err := strconv.ParseUint(s.Cost, 10, 64)
+				if err != nil {
+					t.Fatalf("case %d step %d: cost %q cannot be a hits_addend: mark the step Only without grpc", c.ID, i, s.Cost)
+				}
+				desc.HitsAddend = wrapperspb.UInt64(n)
+			}
+			resp, err := srv.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{desc}})
+			var got frontends.Want
+			switch {
+			case status.Code(err) == codes.InvalidArgument:
+				got = frontends.Refuse
+			case err != nil:
+				t.Fatalf("case %d step %d: %v", c.ID, i, err)
+			case resp.GetOverallCode() == rlsv3.RateLimitResponse_OK:
+				got = frontends.Admit
+			case resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT:
+				got = frontends.Deny
+			}
+			check(t, frontends.GRPC, c, i, s, got, fmt.Sprint(resp, err))
+		}
+	}
+}

@@ -1,0 +1,93 @@
+package pwhost
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/rlcore/rl/tests/frontends"
+)
+
+// TestFrontends runs the front-end conformance table (tests/frontends)
+// through the committed rl-filter.wasm, as Envoy would run it: the key in
+// the x-user header, the cost in x-cost, the request's pseudo-headers as
+// sent.
+func TestFrontends(t *testing.T) {
+	h := newHost(t)
+	for _, c := range frontends.Cases {
+		r := c.Rule
+		rule := map[string]any{"name": "r", "endpoint": or(r.Endpoint, "/"), "strategy": "fixed", "limit": r.Limit,
+			"window": "1h", "key_by": or(r.KeyBy, "header:X-User"), "cost_header": "X-Cost"}
+		if r.Host != "" {
+			rule["host"] = r.Host
+		}
+		if len(r.Methods) > 0 {
+			rule["methods"] = r.Methods
+		}
+		conf, _ := json.Marshal(map[string]any{"slots": 64, "rules": []any{rule}})
+		// Each case starts on fresh shared data: a host of its own.
+		hc := h
+		if c.ID > 1 {
+			hc = newHost(t)
+		}
+		vm, err := hc.NewVM(context.Background(), conf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, s := range c.Steps {
+			if !can(s, frontends.Filter) {
+				continue
+			}
+			hs := [][2]string{{":method", or(s.Method, "GET")}, {":authority", or(s.Host, "api.example.com")}, {":path", or(s.Path, "/")}}
+			if s.Key != "" {
+				hs = append(hs, [2]string{"x-user", s.Key})
+			}
+			if s.Cost != "" {
+				hs = append(hs, [2]string{"x-cost", s.Cost})
+			}
+			for _, kv := range s.Header {
+				hs = append(hs, [2]string{strings.ToLower(kv[0]), kv[1]})
+			}
+			st, err := vm.Request(hs, map[string]string{"source.address": "192.0.2.9:1000"}, [][2]string{{":status", "200"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, detail := frontends.Admit, "forwarded"
+			if st.Local != nil {
+				detail = string(st.Local.Body)
+				switch st.Local.Status {
+				case 429:
+					got = frontends.Deny
+				case 400:
+					got = frontends.Refuse
+				default:
+					got = 0
+				}
+			}
+			ok := got == s.Want || s.Want == frontends.Block && (got == frontends.Deny || got == frontends.Refuse)
+			if !ok {
+				t.Errorf("filter: case %d %q step %d (%+v): %v, want %v (%s)", c.ID, c.Name, i, s, got, s.Want, detail)
+			}
+		}
+	}
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func can(s frontends.Step, f frontends.Front) bool {
+	if len(s.Only) == 0 {
+		return true
+	}
+	for _, o := range s.Only {
+		if o == f {
+			return true
+		}
+	}
+	return false
+}

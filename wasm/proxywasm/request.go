@@ -1,0 +1,84 @@
+package main
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/rlcore/rl/internal/pipeline"
+)
+
+// The filter's request rules are the pipeline's (internal/pipeline), the
+// ones rl-wasm-host's proxy, decision API and gRPC service follow: this file
+// only reads proxy-wasm's request form into it. Envoy forwards the path as
+// it came (unless the connection manager normalizes it); the filter matches
+// and keys on the canonical form.
+
+// sortRules orders the rules most specific first (pipeline.CompareMatchers).
+func (c *config) sortRules() {
+	c.proxied = slices.Clone(c.Rules)
+	slices.SortStableFunc(c.proxied, func(a, b *rule) int { return pipeline.CompareMatchers(&a.match, &b.match) })
+}
+
+// request is what the filter reads of a request to match and key it.
+type request struct {
+	pipeline.Request
+	// target is the request in the forms rules match, set by match.
+	target pipeline.Target
+}
+
+// newRequest reads a request's pseudo-headers and headers (all pairs, as
+// proxy-wasm gives them; names in lower case) and Envoy's source.address.
+func newRequest(hs [][2]string, source string) *request {
+	req := &request{Request: pipeline.Request{Peer: source}}
+	for _, kv := range hs {
+		switch kv[0] {
+		case ":method":
+			req.Method = kv[1]
+		case ":authority":
+			req.Host = kv[1]
+		case ":path":
+			req.Path, req.Query, _ = strings.Cut(kv[1], "?")
+			req.Path, _, _ = strings.Cut(req.Path, "#")
+			req.Query, _, _ = strings.Cut(req.Query, "#")
+		}
+	}
+	req.Header = func(name string) []string {
+		var vs []string
+		for _, kv := range hs {
+			if strings.EqualFold(kv[0], name) {
+				vs = append(vs, kv[1])
+			}
+		}
+		return vs
+	}
+	return req
+}
+
+// match returns the most specific rule matching req, or nil; an error for a
+// path or host that cannot be matched safely (the filter answers 400).
+func (c *config) match(req *request) (*rule, error) {
+	t, _, err := pipeline.Prepare(&req.Request)
+	if err != nil {
+		return nil, err
+	}
+	req.target = t
+	for _, r := range c.proxied {
+		if r.match.Matches(&t) {
+			return r, nil
+		}
+	}
+	return nil, nil
+}
+
+// key returns the request's key under r (before the rule's name is added).
+func (r *rule) key(req *request) (string, error) {
+	return pipeline.Key(r.KeyBy, pipeline.IPKey{}, &req.Request, req.target.Path)
+}
+
+// cost returns the cost of a request under r.
+func (r *rule) cost(req *request) (int64, error) {
+	if r.CostHeader == "" {
+		return r.Cost, nil
+	}
+	return pipeline.ParseCost(req.Header(r.CostHeader), r.Cost, r.MinCost)
+}
