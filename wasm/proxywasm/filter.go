@@ -2,13 +2,16 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/outage"
 	"github.com/rlcore/rl/internal/pipeline"
+	rlstore "github.com/rlcore/rl/store"
 )
 
 // clock returns µs since the Unix epoch: the host's clock
@@ -33,7 +36,24 @@ type pluginContext struct {
 	cfg   *config
 	store *store
 	ds    []core.Decision
+	// noRoom counts the requests whose key found no room in shared data
+	// (metric noRoomMetric); noRoomLogged holds the rules whose first
+	// such request this VM logged: the others are counted, not logged.
+	noRoom       proxywasm.MetricCounter
+	noRoomLogged map[*rule]bool
+	// outage is this VM's record of its decisions for the one failure
+	// rule (outage.Classify): only an outage (shared data failing, the
+	// global service unreachable) is answered by fail_open.
+	outage outage.Detector
+	// loggedAt is when a failure was last logged (µs): at most one a
+	// second.
+	loggedAt int64
 }
+
+// noRoomMetric is the counter of requests refused (or, fail_open, let
+// through) because their rule's shared data had no room for a new key.
+// Envoy shows it as wasmcustom.rl_filter.no_room.
+const noRoomMetric = "rl_filter.no_room"
 
 // OnPluginStart reads and validates the plugin configuration; an invalid
 // one is logged (every problem, by rule and field) and fails the start, so
@@ -55,6 +75,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		return types.OnPluginStartStatusFailed
 	}
 	p.cfg, p.store, p.ds = cfg, st, make([]core.Decision, maxLimits)
+	p.noRoom, p.noRoomLogged = proxywasm.DefineCounterMetric(noRoomMetric), map[*rule]bool{}
 	proxywasm.LogInfof("rl-filter: %d rules, %d slots × %d keys per rule", len(cfg.Rules), cfg.Slots, cfg.KeysPerSlot)
 	return types.OnPluginStartStatusOK
 }
@@ -112,10 +133,12 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		return h.askGlobal(r, key, cost)
 	}
 	ds := h.p.ds[:len(r.Limits)]
+	begun := h.p.outage.Begin()
 	idx, err := h.p.store.take(r, key, clock(), cost, ds)
 	if err != nil {
-		return h.failed(r, err)
+		return h.failed(r, begun, err)
 	}
+	h.p.outage.Success()
 	d := ds[idx]
 	return h.decided(pipeline.Verdict{
 		Allowed:    d.Allowed,
@@ -140,14 +163,40 @@ func (h *httpContext) decided(v pipeline.Verdict) types.Action {
 	return h.reply(429, hs, pipeline.DeniedBody(v.Never))
 }
 
-// failed applies the rule's fail policy when no decision could be had.
-func (h *httpContext) failed(r *rule, err error) types.Action {
-	if r.FailOpen {
-		proxywasm.LogWarnf("rl-filter: rule %q: no decision (%v); failing open", r.Name, err)
+// failed answers a request whose decision failed (begun at begun) by the
+// one failure rule (outage.Classify): an outage by the rule's fail policy,
+// anything else refused (load 503 with Retry-After, never admitted). A key
+// without room in shared data is load, counted in noRoomMetric and logged
+// only the first time for its rule: a flood of new keys must not flood the
+// log. Other failures are logged at most once a second.
+func (h *httpContext) failed(r *rule, begun outage.Token, err error) types.Action {
+	p := h.p
+	class := p.outage.Classify(begun, err)
+	open := class == outage.Outage && r.FailOpen
+	verb := "refusing"
+	if open {
+		verb = "failing open"
+	}
+	if errors.Is(err, errFull) {
+		p.noRoom.Increment(1)
+		if !p.noRoomLogged[r] {
+			p.noRoomLogged[r] = true
+			proxywasm.LogWarnf("rl-filter: rule %q: no decision (%v, %v); %s; further requests of this rule without room are counted in metric %s, not logged",
+				r.Name, class, err, verb, noRoomMetric)
+		}
+	} else if now := clock(); now-p.loggedAt >= 1_000_000 || now < p.loggedAt {
+		p.loggedAt = now
+		proxywasm.LogWarnf("rl-filter: rule %q: no decision (%v, %v); %s", r.Name, class, err, verb)
+	}
+	if open {
 		return types.ActionContinue
 	}
-	proxywasm.LogWarnf("rl-filter: rule %q: no decision (%v); failing closed", r.Name, err)
-	return h.reply(503, nil, "Rate limiter unavailable\n")
+	status, body := class.Refusal()
+	var hs [][2]string
+	if status == 503 {
+		hs = [][2]string{{"retry-after", "1"}}
+	}
+	return h.reply(uint32(status), hs, body+"\n")
 }
 
 // reply answers the request locally.
@@ -187,16 +236,22 @@ type hostSharedData struct{}
 
 func (hostSharedData) get(key string) ([]byte, uint32, error) {
 	v, cas, err := proxywasm.GetSharedData(key)
-	if errors.Is(err, types.ErrorStatusNotFound) {
+	switch {
+	case errors.Is(err, types.ErrorStatusNotFound):
 		return nil, 0, errNotFound
+	case err != nil:
+		return nil, 0, fmt.Errorf("%w: get_shared_data: %w", rlstore.ErrUnavailable, err)
 	}
-	return v, cas, err
+	return v, cas, nil
 }
 
 func (hostSharedData) set(key string, value []byte, cas uint32) error {
 	err := proxywasm.SetSharedData(key, value, cas)
-	if errors.Is(err, types.ErrorStatusCasMismatch) {
+	switch {
+	case errors.Is(err, types.ErrorStatusCasMismatch):
 		return errCASMismatch
+	case err != nil:
+		return fmt.Errorf("%w: set_shared_data: %w", rlstore.ErrUnavailable, err)
 	}
-	return err
+	return nil
 }

@@ -145,23 +145,29 @@ func TestFilterIP(t *testing.T) {
 }
 
 func TestFilterFailPolicy(t *testing.T) {
-	// One slot of one key: a second live key cannot be decided.
+	// One slot of one key: no other live key can be decided. The first
+	// such request of the rule is logged, every one counted.
 	for _, open := range []bool{false, true} {
 		t.Run(map[bool]string{false: "closed", true: "open"}[open], func(t *testing.T) {
 			host := emulate(t, `{"slots":1,"keys_per_slot":1,"rules":[{"name":"r","strategy":"fixed","limit":5,"window":"1s","key_by":"header:k","fail_open":`+map[bool]string{false: "false", true: "true"}[open]+`}]}`)
 			if _, local, _ := roundTrip(host, get("/", [2]string{"k", "a"})); local != nil {
 				t.Fatal(local)
 			}
-			act, local, resp := roundTrip(host, get("/", [2]string{"k", "b"}))
-			if open {
-				if act != types.ActionContinue || local != nil || headerValue(resp, "ratelimit") != "" {
-					t.Fatalf("open: %v %+v %q", act, local, resp)
+			for _, k := range []string{"b", "c", "d"} {
+				act, local, resp := roundTrip(host, get("/", [2]string{"k", k}))
+				if open {
+					if act != types.ActionContinue || local != nil || headerValue(resp, "ratelimit") != "" {
+						t.Fatalf("open: %v %+v %q", act, local, resp)
+					}
+				} else if local == nil || local.StatusCode != 503 {
+					t.Fatalf("closed: %v %+v", act, local)
 				}
-			} else if local == nil || local.StatusCode != 503 {
-				t.Fatalf("closed: %v %+v", act, local)
 			}
-			if logs := host.GetWarnLogs(); len(logs) != 1 || !strings.Contains(logs[0], "slot is full") {
+			if logs := host.GetWarnLogs(); len(logs) != 1 || !strings.Contains(logs[0], "no room") || !strings.Contains(logs[0], noRoomMetric) {
 				t.Errorf("warn logs %q", logs)
+			}
+			if n, err := host.GetCounterMetric(noRoomMetric); err != nil || n != 3 {
+				t.Errorf("metric %s: %d %v, want 3", noRoomMetric, n, err)
 			}
 		})
 	}

@@ -4,33 +4,75 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strconv"
 
 	"github.com/rlcore/rl/core"
+	rlstore "github.com/rlcore/rl/store"
 )
 
 // Shared data holds the keys' states. proxy-wasm shared data is one
 // key-value map per vm_id, shared by the VMs of every Envoy worker thread;
 // a value is replaced only with set_shared_data given the cas that
-// get_shared_data returned (or unconditionally with cas 0), and nothing is
-// ever deleted. So a rule gets a fixed number of slots, shared-data keys
+// get_shared_data returned (or unconditionally with cas 0), one key at a
+// time, and nothing is ever deleted. So a rule gets a fixed number of
+// slots, shared-data keys
 //
-//	rl/v1/<rule name>/<slot number>
+//	rl/v2/<rule name>/<slot number>
 //
-// each holding up to KeysPerSlot entries (key digest, expiry, states). A key
-// lives in slot SHA-256(key) mod Slots; a decision reads the slot, decides
-// with core.TakeAll on the entry's states, and writes the whole slot back
-// with the cas it read, starting over on a mismatch. An entry whose states
-// are all fully restored (now past the largest ResetAfter of its last
-// admission) is free: it is dropped at the slot's next write and its place
-// reused, so idle keys never pile up. A slot already holding KeysPerSlot
-// live keys cannot take another: the decision fails with errFull and the
-// rule's fail policy answers.
+// each holding up to KeysPerSlot states (and small forward records, below).
+//
+// Placement. A key has a home slot and alternates alternate slots, all
+// derived from its digest (the first 16 bytes of SHA-256(key)), so that
+// the slots a stored record may use are known from the record alone. A
+// key's state lives at home when there is room, else in the least loaded
+// of its alternates with room; when all of them are full, a key living at
+// home in one of them moves to one of its own alternates (two levels deep,
+// at most searchBudget slots read), making room as cuckoo hashing does.
+// With 4 states per slot (or more), random keys fill 90% of Slots ×
+// KeysPerSlot without a refusal (TestStoreCapacity; the first came at 95.5%
+// at the earliest over ten seeds, where one slot per key refused at 10%).
+//
+// One place decides where a key is: its home. The key's home holds its
+// record, either its state ("at home") or a forward naming the alternate
+// and the generation (a random number) of the state it points to. Every
+// change of where a key lives is one compare-and-swap on its home slot,
+// so two VMs can never place one key twice:
+//
+//   - a new key at home: its state is added to the home slot, which must
+//     not have changed since it was read without the key;
+//   - a new key elsewhere: its state (generation g) is first written to
+//     the alternate, unreachable, then the forward (g) added to the home
+//     slot by compare-and-swap; if the home changed and now holds the key
+//     (another VM placed it first), the unreachable state is taken out
+//     and the decision starts over on the key's state;
+//   - a move: the key's state is copied to the alternate under a new
+//     generation, then its state at home replaced by the forward in one
+//     compare-and-swap, which fails if the state changed since the copy
+//     (the copy is then taken out);
+//   - a forward is removed only once its state is gone (dropped at rest,
+//     below), which its generation makes final: a state of generation g
+//     is written once, before its forward exists, and never again.
+//
+// A decision on a key that lives in an alternate reads the home, follows
+// the forward, and writes the alternate by compare-and-swap: while the
+// state is there (the swap succeeded), its forward cannot have been
+// removed, so the state decided on is the key's only one.
+//
+// A state whose limits are all fully restored (now past the largest
+// ResetAfter of its last admission) is as good as none: it is dropped at
+// its slot's next write and its place reused, so idle keys never pile up.
+// A forward left without its state is removed by the next decision on the
+// key, or when its home has no room for another home record.
 //
 // A slot's value, all integers little-endian int64 words:
 //
-//	magic (slotMagic), entries
-//	per entry: digest (2 words: the first 16 bytes of SHA-256(key)), expiry (µs), states
+//	magic (slotMagic), records
+//	per record: digest (2 words), generation (0 for a state at home), kind
+//	  kind >= 0: a state record of kind states: expiry (µs), the states
+//	  kind < 0: a forward to the alternate -1-kind
 //	per state: algorithm, T, X, Y, log length, log entries
 //
 // The state words are core.State's, the fields the WASM ABI's slots and
@@ -49,40 +91,62 @@ type sharedData interface {
 var (
 	errNotFound    = errors.New("shared data: not found")
 	errCASMismatch = errors.New("shared data: cas mismatch")
-	// errFull: the key's slot holds KeysPerSlot live keys.
-	errFull = errors.New("rl-filter: the key's slot is full (raise slots or keys_per_slot)")
-	// errContention: the slot changed under every one of maxAttempts
-	// tries.
-	errContention = errors.New("rl-filter: shared data changed under every attempt")
+	// errFull: neither the key's slots nor a move can make room for it.
+	// Load, not an outage (rlstore.ErrFull): never answered by fail_open.
+	errFull = fmt.Errorf("rl-filter: no room for the key in shared data (raise slots or keys_per_slot): %w", rlstore.ErrFull)
+	// errContention: the slots changed under every one of maxAttempts
+	// tries. Load (rlstore.ErrBusy).
+	errContention = fmt.Errorf("rl-filter: shared data changed under every attempt: %w", rlstore.ErrBusy)
+	// errRetry: the attempt read slots that changed before it could
+	// write; the decision starts over.
+	errRetry = errors.New("rl-filter: retry")
 )
 
 const (
-	slotMagic   = 0x0001_6c72 // "rl", encoding 1
+	slotMagic   = 0x0002_6c72 // "rl", encoding 2
+	slotPrefix  = "rl/v2/"
 	maxAttempts = 1000
-	entryWords  = 4 // digest (2), expiry, states
-	stateWords  = 5 // algorithm, T, X, Y, log length
+	// alternates is the number of a key's slots besides its home.
+	alternates = 3
+	// searchBudget bounds the slots a search for room reads.
+	searchBudget = 64
+	headerWords  = 4 // digest (2), generation, kind
+	stateWords   = 5 // algorithm, T, X, Y, log length
+	// maxRecords bounds the records a value may claim (a parse check).
+	maxRecords = 4096
 )
+
+// maxHomeRecords is how many keys may have their record (a state at home
+// or a forward) in one home slot: the keys whose home it is. Homes are
+// random, so this is generous: with 4 states per slot, at most 24, where
+// 16,384 full slots have at most 14 or so.
+func maxHomeRecords(keysPerSlot int) int { return 2*keysPerSlot + 16 }
 
 // store decides keys of one configuration on shared data. It is used by
 // one VM (one thread) at a time; its scratch space is reused per decision.
 type store struct {
 	cfg *config
 	sd  sharedData
-	// slotKeys[rule index][slot]: the shared-data keys, built once.
+	// slotKeys[rule][slot]: the shared-data keys, built once.
 	slotKeys map[*rule][]string
 	// Scratch: states and their log storage, decisions, the new value.
 	states []core.State
 	logs   []int64
 	out    []byte
-	refs   []entryRef
+	// views are the slots read by the current attempt (views[:nviews]).
+	views  []*view
+	nviews int
+	drop   []int
+	// gen returns a new generation (not 0); tests replace it.
+	gen func() int64
 }
 
 func newStore(cfg *config, sd sharedData) *store {
-	s := &store{cfg: cfg, sd: sd, slotKeys: map[*rule][]string{}}
+	s := &store{cfg: cfg, sd: sd, slotKeys: map[*rule][]string{}, gen: newGen}
 	logs := 0
 	for _, r := range cfg.Rules {
 		keys := make([]string, cfg.Slots)
-		prefix := "rl/v1/" + r.Name + "/"
+		prefix := slotPrefix + r.Name + "/"
 		for i := range keys {
 			keys[i] = prefix + strconv.Itoa(i)
 		}
@@ -98,6 +162,14 @@ func newStore(cfg *config, sd sharedData) *store {
 	s.states = make([]core.State, maxLimits)
 	s.logs = make([]int64, logs)
 	return s
+}
+
+func newGen() int64 {
+	for {
+		if g := rand.Int64(); g != 0 {
+			return g
+		}
+	}
 }
 
 // createSlots creates every slot of every local rule that does not exist
@@ -131,80 +203,453 @@ func encodeEmpty() []byte {
 	return b
 }
 
-// digest returns the key's owner digest and its slot number.
-func digest(key string, slots int) (d [2]int64, slot int) {
+// digest returns a key's digest: the first 16 bytes of its SHA-256.
+func digest(key string) [2]int64 {
 	sum := sha256.Sum256([]byte(key))
-	d[0] = int64(binary.LittleEndian.Uint64(sum[0:8]))
-	d[1] = int64(binary.LittleEndian.Uint64(sum[8:16]))
-	return d, int(binary.LittleEndian.Uint64(sum[16:24]) % uint64(slots))
+	return [2]int64{int64(binary.LittleEndian.Uint64(sum[0:8])), int64(binary.LittleEndian.Uint64(sum[8:16]))}
+}
+
+// place is where a key may live: its home slot and its alternates.
+type place struct {
+	d    [2]int64
+	home int
+	alts [alternates]int
+	n    int // alternates in alts: 0 with one slot
+}
+
+// placeOf derives a digest's slots: a home and alternates other than it
+// (they may repeat one another), from the digest's second word mixed by
+// SplitMix64's finalizer.
+func placeOf(d [2]int64, slots int) place {
+	p := place{d: d}
+	x := uint64(d[1])
+	p.home = int(mix(x) % uint64(slots))
+	if slots == 1 {
+		return p
+	}
+	p.n = alternates
+	for i := range p.alts {
+		x += 0x9e3779b97f4a7c15
+		p.alts[i] = (p.home + 1 + int(mix(x)%uint64(slots-1))) % slots
+	}
+	return p
+}
+
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// view is a slot as one attempt read it.
+type view struct {
+	n   int // slot number
+	key string
+	cas uint32
+	sl  slot
+}
+
+// view returns slot n of r as read by this attempt: read once, then
+// cached until the attempt ends.
+func (s *store) view(r *rule, n int) (*view, error) {
+	for _, v := range s.views[:s.nviews] {
+		if v.n == n {
+			return v, nil
+		}
+	}
+	if s.nviews == len(s.views) {
+		s.views = append(s.views, &view{})
+	}
+	v := s.views[s.nviews]
+	v.n, v.key = n, s.slotKeys[r][n]
+	if err := s.read(v); err != nil {
+		return nil, err
+	}
+	s.nviews++
+	return v, nil
+}
+
+// cached reports whether slot n was read by this attempt.
+func (s *store) cached(n int) bool {
+	for _, v := range s.views[:s.nviews] {
+		if v.n == n {
+			return true
+		}
+	}
+	return false
+}
+
+// read (re)reads v's slot. A slot missing (not created at start: another
+// configuration's VM may have been first) is created empty first.
+func (s *store) read(v *view) error {
+	for range maxAttempts {
+		val, cas, err := s.sd.get(v.key)
+		if errors.Is(err, errNotFound) {
+			if err := s.sd.set(v.key, encodeEmpty(), 0); err != nil && !errors.Is(err, errCASMismatch) {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		v.cas, v.sl = cas, parseSlot(val, v.sl.recs[:0])
+		return nil
+	}
+	return errContention
+}
+
+// commit writes b to v's slot if it has not changed since v was read:
+// nil, errCASMismatch or the host's error.
+func (s *store) commit(v *view, b []byte) error {
+	s.out = b
+	return s.sd.set(v.key, b, v.cas)
+}
+
+// retry maps a write's error for the attempt: a mismatch (or success
+// where the attempt must read again) is errRetry.
+func retry(err error) error {
+	if err == nil || errors.Is(err, errCASMismatch) {
+		return errRetry
+	}
+	return err
 }
 
 // take decides cost for key under r at now with core.TakeAll, on the key's
 // state in shared data, writing the new state with compare-and-swap. It
 // returns core.TakeAll's index and fills ds (len(r.Limits)). Errors are
-// failures (shared data, a full slot, contention, a core error), never
+// failures (shared data, no room, contention, a core error), never
 // denials.
 func (s *store) take(r *rule, key string, now, cost int64, ds []core.Decision) (int, error) {
-	d, slot := digest(key, s.cfg.Slots)
-	sk := s.slotKeys[r][slot]
-	n := len(r.Limits)
-	states := s.states[:n]
-	for attempt := 0; attempt < maxAttempts; attempt++ {
-		val, cas, err := s.sd.get(sk)
-		if errors.Is(err, errNotFound) {
-			// Not created at start (another configuration's VM may
-			// have been first): create it empty and read it again.
-			if err := s.sd.set(sk, encodeEmpty(), 0); err != nil && !errors.Is(err, errCASMismatch) {
-				return 0, err
-			}
-			continue
-		}
-		if err != nil {
-			return 0, err
-		}
-		sl := parseSlot(val, s.refs[:0])
-		s.refs = sl.entries
-		pos := sl.find(d)
-		fresh := true
-		if pos >= 0 && sl.loadStates(pos, r, states, s.logs) {
-			fresh = false
-		}
-		if fresh {
-			resetStates(r, states, s.logs)
-		}
-		idx, err := core.TakeAll(r.Limits, states, now, cost, ds)
-		if err == core.ErrState {
-			// A state no core would write (a foreign writer or a bug):
-			// start the key afresh rather than fail it forever.
-			resetStates(r, states, s.logs)
-			idx, err = core.TakeAll(r.Limits, states, now, cost, ds)
-		}
-		if err != nil {
-			return 0, err
-		}
-		if !ds[idx].Allowed || cost == 0 {
-			// Nothing taken: the state read is the state, no write.
-			return idx, nil
-		}
-		expiry := now
-		for i := range ds {
-			expiry = max(expiry, now+ds[i].ResetAfter)
-		}
-		out, ok := sl.encode(s.out[:0], pos, d, expiry, states, now, s.cfg.KeysPerSlot)
-		if !ok {
-			return 0, errFull
-		}
-		s.out = out
-		switch err := s.sd.set(sk, out, cas); {
-		case err == nil:
-			return idx, nil
-		case errors.Is(err, errCASMismatch):
-			continue
-		default:
-			return 0, err
+	p := placeOf(digest(key), s.cfg.Slots)
+	for range maxAttempts {
+		s.nviews = 0
+		idx, err := s.attempt(r, &p, now, cost, ds)
+		if !errors.Is(err, errRetry) {
+			return idx, err
 		}
 	}
 	return 0, errContention
+}
+
+// attempt is one try of take: errRetry when a slot it read changed before
+// it could write.
+func (s *store) attempt(r *rule, p *place, now, cost int64, ds []core.Decision) (int, error) {
+	home, err := s.view(r, p.home)
+	if err != nil {
+		return 0, err
+	}
+	i := home.sl.homeRecord(p.d)
+	if i >= 0 && home.sl.recs[i].forward() {
+		f := home.sl.recs[i]
+		j, alt := -1, home
+		if f.alt < p.n { // else no such alternate (a foreign writer's)
+			if alt, err = s.view(r, p.alts[f.alt]); err != nil {
+				return 0, err
+			}
+			j = alt.sl.state(p.d, f.gen)
+		}
+		if j < 0 {
+			// The forward's state was dropped at rest: remove the
+			// forward, then decide on a fresh state.
+			s.drop = append(s.drop[:0], i)
+			return 0, retry(s.commit(home, home.sl.appendKept(s.out[:0], now, s.drop, 0)))
+		}
+		idx, expiry, err := s.decide(r, &alt.sl, j, now, cost, ds)
+		if err != nil || expiry == 0 {
+			return idx, err
+		}
+		s.drop = append(s.drop[:0], j)
+		b := appendState(alt.sl.appendKept(s.out[:0], now, s.drop, 1), p.d, f.gen, expiry, s.states[:len(r.Limits)])
+		if err := s.commit(alt, b); err != nil {
+			return 0, retry(err)
+		}
+		return idx, nil
+	}
+	idx, expiry, err := s.decide(r, &home.sl, i, now, cost, ds)
+	if err != nil || expiry == 0 {
+		return idx, err
+	}
+	if i >= 0 {
+		s.drop = append(s.drop[:0], i)
+		b := appendState(home.sl.appendKept(s.out[:0], now, s.drop, 1), p.d, 0, expiry, s.states[:len(r.Limits)])
+		if err := s.commit(home, b); err != nil {
+			return 0, retry(err)
+		}
+		return idx, nil
+	}
+	if err := s.insert(r, p, home, expiry, now); err != nil {
+		return 0, err
+	}
+	return idx, nil
+}
+
+// decide decides cost at now on the states of record i of sl (fresh states
+// if i < 0, or if they do not fit r) into s.states. expiry is 0 when
+// nothing was taken (a denial, cost 0): the state read is the state, no
+// write.
+func (s *store) decide(r *rule, sl *slot, i int, now, cost int64, ds []core.Decision) (idx int, expiry int64, err error) {
+	states := s.states[:len(r.Limits)]
+	if i < 0 || !sl.loadStates(i, r, states, s.logs) {
+		resetStates(r, states, s.logs)
+	}
+	idx, err = core.TakeAll(r.Limits, states, now, cost, ds)
+	if err == core.ErrState {
+		// A state no core would write (a foreign writer or a bug):
+		// start the key afresh rather than fail it forever.
+		resetStates(r, states, s.logs)
+		idx, err = core.TakeAll(r.Limits, states, now, cost, ds)
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	if !ds[idx].Allowed || cost == 0 {
+		return idx, 0, nil
+	}
+	expiry = now
+	for i := range ds {
+		expiry = max(expiry, now+ds[i].ResetAfter)
+	}
+	return idx, max(expiry, 1), nil
+}
+
+// insert places the state of a key that has no record in its home (home,
+// as read): at home if it has room, else in the least loaded alternate
+// with room (then the forward at home), else it makes room by moving
+// another key and starts over. The state is s.states, expiring at expiry.
+func (s *store) insert(r *rule, p *place, home *view, expiry, now int64) error {
+	c := s.cfg.KeysPerSlot
+	states := s.states[:len(r.Limits)]
+	n, homes := home.sl.count(now)
+	if homes >= maxHomeRecords(c) {
+		if swept, err := s.sweep(r, home, now); err != nil || swept {
+			return retry(err)
+		}
+		return errFull
+	}
+	if n < c {
+		return retryOnMismatch(s.commit(home, appendState(home.sl.appendKept(s.out[:0], now, nil, 1), p.d, 0, expiry, states)))
+	}
+	var best *view
+	k, least := 0, c
+	for a := range p.n {
+		v, err := s.view(r, p.alts[a])
+		if err != nil {
+			return err
+		}
+		if n, _ := v.sl.count(now); n < least {
+			best, k, least = v, a, n
+		}
+	}
+	if best == nil {
+		moved, err := s.makeRoom(r, p, now)
+		if err != nil || moved {
+			return retry(err)
+		}
+		return errFull
+	}
+	gen := s.gen()
+	if err := s.commit(best, appendState(best.sl.appendKept(s.out[:0], now, nil, 1), p.d, gen, expiry, states)); err != nil {
+		return retry(err)
+	}
+	return s.publish(r, p.d, home, best.n, k, gen, now)
+}
+
+// retryOnMismatch is nil for success, errRetry for a mismatch.
+func retryOnMismatch(err error) error {
+	if errors.Is(err, errCASMismatch) {
+		return errRetry
+	}
+	return err
+}
+
+// publish adds the forward (d, gen) to alternate k (slot alt), whose state
+// is in place, to the key's home (home, as read). If the home changed, it
+// is read again: while it still has no record of the key and has room, the
+// forward is added to it; otherwise the unreachable state is taken out and
+// the decision starts over.
+func (s *store) publish(r *rule, d [2]int64, home *view, alt, k int, gen, now int64) error {
+	for range maxAttempts {
+		err := s.commit(home, appendForward(home.sl.appendKept(s.out[:0], now, nil, 1), d, gen, k))
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, errCASMismatch) {
+			s.withdraw(r, alt, d, gen)
+			return err
+		}
+		if err := s.read(home); err != nil {
+			s.withdraw(r, alt, d, gen)
+			return err
+		}
+		if _, homes := home.sl.count(now); home.sl.homeRecord(d) >= 0 || homes >= maxHomeRecords(s.cfg.KeysPerSlot) {
+			break
+		}
+	}
+	s.withdraw(r, alt, d, gen)
+	return errRetry
+}
+
+// withdraw takes the state (d, gen) out of slot n, where no forward points
+// to it. Should it fail (contention), the state stays unreachable until
+// it comes to rest and is dropped.
+func (s *store) withdraw(r *rule, n int, d [2]int64, gen int64) {
+	v := &view{n: n, key: s.slotKeys[r][n]}
+	for range maxAttempts {
+		if s.read(v) != nil {
+			return
+		}
+		j := v.sl.state(d, gen)
+		if j < 0 {
+			return
+		}
+		s.drop = append(s.drop[:0], j)
+		// Nothing else is dropped: now 0 keeps every other state.
+		if err := s.commit(v, v.sl.appendKept(s.out[:0], 0, s.drop, 0)); !errors.Is(err, errCASMismatch) {
+			return
+		}
+	}
+}
+
+// makeRoom makes room in one of p's slots, all full, by moving a key
+// living at home in one of them to one of its alternates with room, or,
+// failing that, a key living at home in such an alternate on to one of
+// its own (which frees the way for the first at the next attempt). It
+// reads at most searchBudget slots and reports whether it moved a key;
+// either way the attempt's views are stale.
+func (s *store) makeRoom(r *rule, p *place, now int64) (bool, error) {
+	c := s.cfg.KeysPerSlot
+	cands := make([]*view, 0, 1+alternates)
+	for _, n := range append([]int{p.home}, p.alts[:p.n]...) {
+		v, err := s.view(r, n)
+		if err != nil {
+			return false, err
+		}
+		cands = append(cands, v)
+	}
+	// look returns slot n's view and whether it has room, or nil when
+	// the budget is spent.
+	look := func(n int) (*view, bool, error) {
+		if !s.cached(n) && s.nviews >= searchBudget {
+			return nil, false, nil
+		}
+		v, err := s.view(r, n)
+		if err != nil {
+			return nil, false, err
+		}
+		k, _ := v.sl.count(now)
+		return v, k < c, nil
+	}
+	for depth := 1; depth <= 2; depth++ {
+		for _, x := range cands {
+			for i := range x.sl.recs {
+				vp, ok := x.sl.movable(i, x.n, now, s.cfg.Slots)
+				if !ok {
+					continue
+				}
+				for a, n := range vp.alts[:vp.n] {
+					y, room, err := look(n)
+					if err != nil || y == nil {
+						return false, err
+					}
+					if room {
+						return true, s.move(r, x, i, a, y, now)
+					}
+					if depth == 1 {
+						continue
+					}
+					for j := range y.sl.recs {
+						wp, ok := y.sl.movable(j, y.n, now, s.cfg.Slots)
+						if !ok {
+							continue
+						}
+						for b, m := range wp.alts[:wp.n] {
+							z, room, err := look(m)
+							if err != nil || z == nil {
+								return false, err
+							}
+							if room {
+								return true, s.move(r, y, j, b, z, now)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return false, nil
+}
+
+// move moves record i of x, the live state of a key at home in x, to its
+// alternate a (slot y, which has room): the state is copied to y under a
+// new generation, then replaced at home by the forward in one
+// compare-and-swap, which fails if x changed since it was read (the key
+// may have been decided): the copy is then taken out. A mismatch is not
+// an error: the caller starts over either way.
+func (s *store) move(r *rule, x *view, i, a int, y *view, now int64) error {
+	gen := s.gen()
+	rec := x.sl.recs[i]
+	b := x.sl.appendAs(y.sl.appendKept(s.out[:0], now, nil, 1), i, gen)
+	if err := s.commit(y, b); err != nil {
+		return retryOnMismatch(err)
+	}
+	s.drop = append(s.drop[:0], i)
+	if err := s.commit(x, appendForward(x.sl.appendKept(s.out[:0], now, s.drop, 1), rec.d, gen, a)); err != nil {
+		s.withdraw(r, y.n, rec.d, gen)
+		return retryOnMismatch(err)
+	}
+	return nil
+}
+
+// sweep removes the forwards of home (which has no room for another home
+// record) whose states are gone, after taking out those at rest. It reads
+// at most searchBudget slots and reports whether it removed any.
+func (s *store) sweep(r *rule, home *view, now int64) (bool, error) {
+	var dead []int
+	for i, f := range home.sl.recs {
+		if !f.forward() {
+			continue
+		}
+		fp := placeOf(f.d, s.cfg.Slots)
+		if fp.home != home.n || f.alt >= fp.n {
+			dead = append(dead, i) // no key's forward: a foreign writer's
+			continue
+		}
+		if !s.cached(fp.alts[f.alt]) && s.nviews >= searchBudget {
+			break
+		}
+		v, err := s.view(r, fp.alts[f.alt])
+		if err != nil {
+			return false, err
+		}
+		j := v.sl.state(f.d, f.gen)
+		if j >= 0 && v.sl.recs[j].expiry > now {
+			continue
+		}
+		if j >= 0 {
+			// At rest: drop it (with the slot's others at rest) first;
+			// once it is gone it cannot come back.
+			if err := s.commit(v, v.sl.appendKept(s.out[:0], now, nil, 0)); err != nil {
+				if errors.Is(err, errCASMismatch) {
+					continue
+				}
+				return false, err
+			}
+			if err := s.read(v); err != nil {
+				return false, err
+			}
+		}
+		dead = append(dead, i)
+	}
+	if len(dead) == 0 {
+		return false, nil
+	}
+	if err := s.commit(home, home.sl.appendKept(s.out[:0], now, dead, 0)); err != nil && !errors.Is(err, errCASMismatch) {
+		return false, err
+	}
+	return true, nil
 }
 
 // resetStates makes states fresh, with log storage for sliding logs.
@@ -219,85 +664,138 @@ func resetStates(r *rule, states []core.State, logs []int64) {
 	}
 }
 
-// slot is a parsed slot value: the word offsets of its entries.
+// slot is a parsed slot value: its records.
 type slot struct {
-	w       []byte // the value
-	entries []entryRef
+	w    []byte // the value
+	recs []record
 }
 
-type entryRef struct {
-	off, end int // byte offsets of the entry in w
-	digest   [2]int64
-	expiry   int64
-	states   int
+// record is one record of a slot value.
+type record struct {
+	off, end int // byte offsets in the value
+	d        [2]int64
+	gen      int64
+	alt      int   // a forward's alternate; -1 for a state record
+	expiry   int64 // a state record's
+	states   int   // a state record's
 }
+
+func (r *record) forward() bool { return r.alt >= 0 }
 
 func (sl *slot) word(off int) int64 { return int64(binary.LittleEndian.Uint64(sl.w[off:])) }
 
-// parseSlot parses a slot value, appending its entries to refs. A value it
-// cannot parse (another encoding, a torn or foreign write) reads as an
+// parseSlot parses a slot value, appending its records to recs. A value
+// it cannot parse (another encoding, a torn or foreign write) reads as an
 // empty slot, which the next write replaces.
-func parseSlot(v []byte, refs []entryRef) slot {
-	sl := slot{w: v, entries: refs}
+func parseSlot(v []byte, recs []record) slot {
+	sl := slot{w: v, recs: recs}
 	if len(v) < 16 || len(v)%8 != 0 || binary.LittleEndian.Uint64(v) != slotMagic {
-		return slot{}
+		return slot{recs: recs}
 	}
 	n := sl.word(8)
-	if n < 0 || n > maxKeysPerSlot {
-		return slot{}
+	if n < 0 || n > maxRecords {
+		return slot{recs: recs}
 	}
 	off := 16
-	for i := int64(0); i < n; i++ {
-		if off+entryWords*8 > len(v) {
-			return slot{}
+	for range n {
+		if off+headerWords*8 > len(v) {
+			return slot{recs: recs}
 		}
-		e := entryRef{off: off, digest: [2]int64{sl.word(off), sl.word(off + 8)}, expiry: sl.word(off + 16)}
-		ns := sl.word(off + 24)
-		if ns < 0 || ns > maxLimits {
-			return slot{}
-		}
-		e.states = int(ns)
-		p := off + entryWords*8
-		for j := 0; j < e.states; j++ {
-			if p+stateWords*8 > len(v) {
-				return slot{}
+		e := record{off: off, d: [2]int64{sl.word(off), sl.word(off + 8)}, gen: sl.word(off + 16), alt: -1}
+		kind := sl.word(off + 24)
+		p := off + headerWords*8
+		switch {
+		case kind < 0:
+			if kind < -alternates || e.gen == 0 {
+				return slot{recs: recs}
 			}
-			ln := sl.word(p + 32)
-			if ln < 0 || ln > core.MaxLogLimit || p+stateWords*8+int(ln)*8 > len(v) {
-				return slot{}
+			e.alt = int(-1 - kind)
+		case kind > maxLimits || p+8 > len(v):
+			return slot{recs: recs}
+		default:
+			e.states = int(kind)
+			e.expiry = sl.word(p)
+			p += 8
+			for range e.states {
+				if p+stateWords*8 > len(v) {
+					return slot{recs: recs}
+				}
+				ln := sl.word(p + 32)
+				if ln < 0 || ln > core.MaxLogLimit || p+stateWords*8+int(ln)*8 > len(v) {
+					return slot{recs: recs}
+				}
+				p += stateWords*8 + int(ln)*8
 			}
-			p += stateWords*8 + int(ln)*8
 		}
 		e.end = p
-		sl.entries = append(sl.entries, e)
+		sl.recs = append(sl.recs, e)
 		off = p
 	}
 	if off != len(v) {
-		return slot{}
+		return slot{recs: recs}
 	}
 	return sl
 }
 
-// find returns the index of the entry with digest d, or -1.
-func (sl *slot) find(d [2]int64) int {
-	for i, e := range sl.entries {
-		if e.digest == d {
+// homeRecord returns the index of the record of the key with digest d in
+// its home (its state at home, or its forward), or -1.
+func (sl *slot) homeRecord(d [2]int64) int {
+	for i, e := range sl.recs {
+		if e.d == d && (e.gen == 0 || e.forward()) {
 			return i
 		}
 	}
 	return -1
 }
 
-// loadStates decodes entry i's states into states (log entries into logs).
-// It reports false, leaving states to be reset, when the entry's states do
-// not fit r (the rule's limits changed in number, or a sliding log is
-// longer than its limit now allows).
+// state returns the index of the state record (d, gen), or -1.
+func (sl *slot) state(d [2]int64, gen int64) int {
+	for i, e := range sl.recs {
+		if e.d == d && e.gen == gen && !e.forward() {
+			return i
+		}
+	}
+	return -1
+}
+
+// count returns the states in the slot that are not at rest at now, and
+// its home records: those of them at home, and the forwards.
+func (sl *slot) count(now int64) (states, homes int) {
+	for _, e := range sl.recs {
+		switch {
+		case e.forward():
+			homes++
+		case e.expiry > now:
+			states++
+			if e.gen == 0 {
+				homes++
+			}
+		}
+	}
+	return states, homes
+}
+
+// movable reports whether record i of slot n is a live state at home
+// there, which a move may send to an alternate, and its key's place.
+func (sl *slot) movable(i, n int, now int64, slots int) (place, bool) {
+	e := sl.recs[i]
+	if e.forward() || e.gen != 0 || e.expiry <= now {
+		return place{}, false
+	}
+	p := placeOf(e.d, slots)
+	return p, p.home == n && p.n > 0
+}
+
+// loadStates decodes record i's states into states (log entries into
+// logs). It reports false, leaving states to be reset, when the record's
+// states do not fit r (the rule's limits changed in number, or a sliding
+// log is longer than its limit now allows).
 func (sl *slot) loadStates(i int, r *rule, states []core.State, logs []int64) bool {
-	e := sl.entries[i]
+	e := sl.recs[i]
 	if e.states != len(r.Limits) {
 		return false
 	}
-	p := e.off + entryWords*8
+	p := e.off + (headerWords+1)*8
 	off := 0
 	for j, l := range r.Limits {
 		st := core.State{
@@ -328,41 +826,54 @@ func (sl *slot) loadStates(i int, r *rule, states []core.State, logs []int64) bo
 	return true
 }
 
-// encode appends the slot's new value to b: entry pos (or a new entry if
-// pos is -1) replaced by (d, expiry, states), entries of other keys that
-// have expired by now dropped. It reports false when a new entry does not
-// fit in keysPerSlot.
-func (sl *slot) encode(b []byte, pos int, d [2]int64, expiry int64, states []core.State, now int64, keysPerSlot int) ([]byte, bool) {
+// appendKept starts a new value of the slot in b: the header, then the
+// records kept by a write at now, all but those at the indices in drop and
+// the states at rest (expiry <= now). The caller then appends add records
+// (appendState, appendForward, appendAs), which the count includes.
+func (sl *slot) appendKept(b []byte, now int64, drop []int, add int) []byte {
 	kept := 0
-	for i, e := range sl.entries {
-		if i != pos && e.expiry > now {
+	for i, e := range sl.recs {
+		if keep(e, i, now, drop) {
 			kept++
 		}
 	}
-	if kept+1 > keysPerSlot {
-		return b, false
-	}
-	put := func(v int64) { b = binary.LittleEndian.AppendUint64(b, uint64(v)) }
-	put(slotMagic)
-	put(int64(kept + 1))
-	for i, e := range sl.entries {
-		if i != pos && e.expiry > now {
+	b = binary.LittleEndian.AppendUint64(b, slotMagic)
+	b = binary.LittleEndian.AppendUint64(b, uint64(kept+add))
+	for i, e := range sl.recs {
+		if keep(e, i, now, drop) {
 			b = append(b, sl.w[e.off:e.end]...)
 		}
 	}
-	put(d[0])
-	put(d[1])
-	put(expiry)
-	put(int64(len(states)))
+	return b
+}
+
+func keep(e record, i int, now int64, drop []int) bool {
+	return (e.forward() || e.expiry > now) && !slices.Contains(drop, i)
+}
+
+func put(b []byte, v int64) []byte { return binary.LittleEndian.AppendUint64(b, uint64(v)) }
+
+// appendState appends a state record.
+func appendState(b []byte, d [2]int64, gen, expiry int64, states []core.State) []byte {
+	b = put(put(put(put(put(b, d[0]), d[1]), gen), int64(len(states))), expiry)
 	for _, st := range states {
-		put(int64(st.Algorithm))
-		put(st.T)
-		put(st.X)
-		put(st.Y)
-		put(int64(len(st.Log)))
+		b = put(put(put(put(put(b, int64(st.Algorithm)), st.T), st.X), st.Y), int64(len(st.Log)))
 		for _, t := range st.Log {
-			put(t)
+			b = put(b, t)
 		}
 	}
-	return b, true
+	return b
+}
+
+// appendForward appends a forward to alternate a.
+func appendForward(b []byte, d [2]int64, gen int64, a int) []byte {
+	return put(put(put(put(b, d[0]), d[1]), gen), int64(-1-a))
+}
+
+// appendAs appends record i under generation gen.
+func (sl *slot) appendAs(b []byte, i int, gen int64) []byte {
+	e := sl.recs[i]
+	b = append(b, sl.w[e.off:e.off+16]...)
+	b = put(b, gen)
+	return append(b, sl.w[e.off+24:e.end]...)
 }

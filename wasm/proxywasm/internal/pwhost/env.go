@@ -10,8 +10,8 @@ import (
 const i32 = api.ValueTypeI32
 
 // EnvFunctions lists the env imports this host implements, exactly those
-// rl-filter.wasm imports, with their parameter counts (all i32, one i32
-// result: a proxy_status_t).
+// rl-filter.wasm imports, with their parameter counts (i32 but those
+// EnvI64 names; one i32 result: a proxy_status_t).
 var EnvFunctions = map[string]int{
 	"proxy_log":                      3,
 	"proxy_get_buffer_bytes":         5,
@@ -25,7 +25,12 @@ var EnvFunctions = map[string]int{
 	"proxy_get_shared_data":          5,
 	"proxy_set_shared_data":          5,
 	"proxy_http_call":                10,
+	"proxy_define_metric":            4,
+	"proxy_increment_metric":         2,
 }
+
+// EnvI64 gives the parameters of EnvFunctions that are i64.
+var EnvI64 = map[string][]int{"proxy_increment_metric": {1}}
 
 func vmOf(ctx context.Context) *VM { return ctx.Value(vmKey{}).(*VM) }
 
@@ -35,6 +40,9 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 		params := make([]api.ValueType, EnvFunctions[name])
 		for i := range params {
 			params[i] = i32
+		}
+		for _, i := range EnvI64[name] {
+			params[i] = api.ValueTypeI64
 		}
 		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, m api.Module, stack []uint64) {
 			stack[0] = uint64(f(vmOf(ctx), m, stack))
@@ -248,6 +256,42 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 		if !m.Memory().WriteUint32Le(u(a[9]), c.ID) {
 			return StatusInvalidMemoryAccess
 		}
+		return StatusOK
+	})
+	// Metrics: counters only (the filter defines no other kind), one
+	// value per name for every VM of the Host, as Envoy keeps a stat.
+	def("proxy_define_metric", func(vm *VM, m api.Module, a []uint64) uint32 {
+		name, ok := vm.read(m, u(a[1]), u(a[2]))
+		if !ok {
+			return StatusInvalidMemoryAccess
+		}
+		if u(a[0]) != metricCounter {
+			return StatusBadArgument
+		}
+		h := vm.h
+		h.mu.Lock()
+		id, found := h.metricIDs[string(name)]
+		if !found {
+			h.metricNames = append(h.metricNames, string(name))
+			h.metricValues = append(h.metricValues, 0)
+			id = uint32(len(h.metricNames)) // ids from 1
+			h.metricIDs[string(name)] = id
+		}
+		h.mu.Unlock()
+		if !m.Memory().WriteUint32Le(u(a[3]), id) {
+			return StatusInvalidMemoryAccess
+		}
+		return StatusOK
+	})
+	def("proxy_increment_metric", func(vm *VM, m api.Module, a []uint64) uint32 {
+		id, offset := u(a[0]), int64(a[1])
+		h := vm.h
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if id == 0 || int(id) > len(h.metricValues) {
+			return StatusNotFound
+		}
+		h.metricValues[id-1] += offset
 		return StatusOK
 	})
 	_, err := b.Instantiate(ctx)

@@ -48,6 +48,9 @@ const (
 	bufPluginConfiguration     = 7
 )
 
+// metricCounter is proxy_metric_type_t's counter.
+const metricCounter = 0
+
 // Actions (proxy_action_t).
 const (
 	ActionContinue = 0
@@ -70,6 +73,12 @@ type Host struct {
 	// that failed on the cas.
 	Writes, Mismatches atomic.Int64
 
+	// Counters defined by the VMs (proxy_define_metric): id i+1 is
+	// metricNames[i], its value metricValues[i].
+	metricIDs    map[string]uint32
+	metricNames  []string
+	metricValues []int64
+
 	vms atomic.Int32
 }
 
@@ -87,7 +96,7 @@ func New(ctx context.Context, wasm []byte, cache wazero.CompilationCache) (*Host
 	if cache != nil {
 		rc = rc.WithCompilationCache(cache)
 	}
-	h := &Host{rt: wazero.NewRuntimeWithConfig(ctx, rc), shared: map[string]sharedValue{}}
+	h := &Host{rt: wazero.NewRuntimeWithConfig(ctx, rc), shared: map[string]sharedValue{}, metricIDs: map[string]uint32{}}
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, h.rt); err != nil {
 		h.rt.Close(ctx)
 		return nil, err
@@ -117,6 +126,18 @@ func (h *Host) SharedData(key string) ([]byte, uint32, bool) {
 	defer h.mu.Unlock()
 	v, ok := h.shared[key]
 	return append([]byte(nil), v.v...), v.cas, ok
+}
+
+// Metric returns the value of the counter named name and whether a VM
+// defined it.
+func (h *Host) Metric(name string) (int64, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	id, ok := h.metricIDs[name]
+	if !ok {
+		return 0, false
+	}
+	return h.metricValues[id-1], true
 }
 
 // SharedKeys is the number of keys in shared data.

@@ -1,0 +1,5 @@
+//go:build !race
+
+package pwhost
+
+const raceEnabled = false
