@@ -257,9 +257,11 @@ func (s *Server) parseDescriptor(i int, d *commonv3.RateLimitDescriptor, hits ui
 // same limit and key (their costs summed: one decision for both).
 func (s *Server) prepare(items []item, descs []*commonv3.RateLimitDescriptor, ns string) {
 	if len(items) > 1 {
+		// As in envoyproxy/ratelimit, an unlimited limit replaces others
+		// (exempting a descriptor from them) but is never replaced.
 		var replaced map[string]bool
 		for i := range items {
-			if l := items[i].limit(); l != nil && len(l.Replaces) > 0 && !l.Unlimited {
+			if l := items[i].limit(); l != nil && len(l.Replaces) > 0 {
 				if replaced == nil {
 					replaced = map[string]bool{}
 				}
@@ -269,7 +271,7 @@ func (s *Server) prepare(items []item, descs []*commonv3.RateLimitDescriptor, ns
 			}
 		}
 		for i := range items {
-			if l := items[i].limit(); l != nil && l.Name != "" && replaced[l.Name] {
+			if l := items[i].limit(); l != nil && l.Name != "" && replaced[l.Name] && !l.Unlimited {
 				items[i].replaced = true
 			}
 		}
@@ -281,7 +283,7 @@ func (s *Server) prepare(items []item, descs []*commonv3.RateLimitDescriptor, ns
 			continue
 		}
 		// The store sees "<ns>:<key>": the key fits what is left.
-		it.key = descriptorKey(descs[i].GetEntries(), s.maxKey-len(ns)-1)
+		it.key = descriptorKey(descs[i].GetEntries(), it.n.shared, s.maxKey-len(ns)-1)
 		for j := 0; j < i; j++ {
 			o := &items[j]
 			if o.same < 0 && o.n == it.n && o.key == it.key && !o.replaced {
