@@ -3,6 +3,8 @@ package rls
 import (
 	"testing"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/stretchr/testify/require"
 )
 
@@ -66,4 +68,50 @@ descriptors:
 	r := e.call(t, "d", d("plan", "free"), d("plan", "paid"))
 	require.Equal(t, OK, r.OverallCode)
 	require.Equal(t, uint32(4294967295), r.Statuses[0].LimitRemaining, "unlimited, not replaced")
+}
+
+// quota_mode: the request is denied when a limit outside quota_mode denies
+// it, or when every quota does; a quota without room is OVER_LIMIT in its
+// status alone, and each quota with room is charged (envoyproxy/ratelimit
+// debits every matching bucket).
+func TestQuotaMode(t *testing.T) {
+	e := newEnv(t, `
+domain: d
+descriptors:
+  - {key: service, value: s1, quota_mode: true, rate_limit: {unit: minute, requests_per_unit: 1}}
+  - {key: service, value: s2, quota_mode: true, rate_limit: {unit: minute, requests_per_unit: 2}}
+  - {key: service, value: s3, quota_mode: true, shadow_mode: true, rate_limit: {unit: minute, requests_per_unit: 1}}
+  - {key: user, rate_limit: {unit: minute, requests_per_unit: 1}}
+`, envOpts{})
+	s1, s2, s3 := d("service", "s1"), d("service", "s2"), d("service", "s3")
+	r := e.call(t, "d", s1, s2)
+	require.Equal(t, OK, r.OverallCode)
+	require.Equal(t, []uint32{0, 1}, []uint32{r.Statuses[0].LimitRemaining, r.Statuses[1].LimitRemaining}, "both charged")
+	r = e.call(t, "d", s1, s2)
+	require.Equal(t, OK, r.OverallCode, "s2 has room")
+	require.Equal(t, OVER, r.Statuses[0].Code)
+	require.Equal(t, OK, r.Statuses[1].Code)
+	require.Zero(t, r.Statuses[1].LimitRemaining)
+	for _, h := range r.ResponseHeadersToAdd {
+		require.NotEqual(t, "retry-after", h.Key, "an admitted request has no Retry-After")
+	}
+	r = e.call(t, "d", s1, s2)
+	require.Equal(t, OVER, r.OverallCode, "every quota is spent")
+	require.Equal(t, []rlsv3.RateLimitResponse_Code{OVER, OVER}, []rlsv3.RateLimitResponse_Code{r.Statuses[0].Code, r.Statuses[1].Code})
+	require.Contains(t, r.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "retry-after", Value: "60"})
+	// A shadow quota never denies, so the quotas never do.
+	require.Equal(t, 3, e.admitted(t, 3, "d", s1, s2, s3))
+	// A limit outside quota_mode still denies alone, and then nothing is
+	// charged.
+	e.now.Add(60_000_000)
+	require.Equal(t, OK, e.call(t, "d", d("user", "u"), s2).OverallCode)
+	r = e.call(t, "d", d("user", "u"), s2)
+	require.Equal(t, OVER, r.OverallCode)
+	require.Equal(t, OK, r.Statuses[1].Code)
+	r = e.call(t, "d", s2)
+	require.Equal(t, OK, r.OverallCode)
+	require.Zero(t, r.Statuses[0].LimitRemaining, "s2 was charged by the admitted request and this one, not the denied one")
+	// One quota alone is a limit like any other.
+	e.now.Add(60_000_000)
+	require.Equal(t, 1, e.admitted(t, 2, "d", s1))
 }

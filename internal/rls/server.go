@@ -307,17 +307,19 @@ func (s *Server) prepare(items []item, descs []*commonv3.RateLimitDescriptor, ns
 // One enforced descriptor is one atomic step. Several are keys of their
 // own, and no store has a step over several keys, so they are decided in
 // two phases, as the decision API's atomic batch: every one is checked
-// without charging, and only when all pass is each one taken. A concurrent
-// request may drain a descriptor between its check and its take (one store
-// round trip); that take is then denied, the request answered OVER_LIMIT,
-// and the descriptors taken before it stay charged (counted in
+// without charging, and only when the request passes (verdict) is each one
+// taken that has room. A concurrent request may drain a descriptor between
+// its check and its take (one store round trip); that take is then denied,
+// the request answered OVER_LIMIT if it no longer passes, and the
+// descriptors taken before it stay charged (counted in
 // rl_rls_partial_total). The race only under-admits: every take is exact.
 func (s *Server) decideAll(ctx context.Context, ds *domainSet, items []item) (denied, overloaded bool, err error) {
 	var enforced []int
+	denyAlls := false
 	for i := range items {
 		if items[i].enforced() {
 			if items[i].n.limit.RequestsPerUnit == 0 {
-				denied = true
+				denyAlls = true
 				s.denyAll(&items[i])
 				continue
 			}
@@ -332,44 +334,44 @@ func (s *Server) decideAll(ctx context.Context, ds *domainSet, items []item) (de
 		return true, false, err
 	}
 	switch {
-	case denied || len(enforced) > 1:
+	case denyAlls || len(enforced) > 1:
 		for _, i := range enforced {
 			it := &items[i]
 			if err := s.decide(ctx, ds, it, true); err != nil {
 				return fail(it, err)
 			}
-			if it.out == outDenied {
-				denied = true
-			}
 		}
-		if denied {
+		if denied = verdict(items); denied {
 			break
 		}
-		for n, i := range enforced {
+		taken := 0
+		for _, i := range enforced {
 			it := &items[i]
-			if it.out == outFailOpen {
+			if it.out == outFailOpen || it.out == outDenied { // a quota without room: not charged
 				continue
 			}
 			if err := s.decide(ctx, ds, it, false); err != nil {
-				if n > 0 {
+				if taken > 0 {
 					ds.m.partial.Inc()
 				}
 				return fail(it, err)
 			}
-			if it.out == outDenied {
-				if n > 0 {
-					ds.m.partial.Inc()
-				}
-				denied = true
-				break
+			if it.taken {
+				taken++
 			}
+			if it.out == outDenied && !it.n.limit.Quota {
+				break // raced: denied, whatever comes after
+			}
+		}
+		if denied = verdict(items); denied && taken > 0 {
+			ds.m.partial.Inc()
 		}
 	case len(enforced) == 1:
 		it := &items[enforced[0]]
 		if err := s.decide(ctx, ds, it, false); err != nil {
 			return fail(it, err)
 		}
-		denied = it.out == outDenied
+		denied = verdict(items)
 	}
 	for i := range items {
 		it := &items[i]
@@ -392,6 +394,37 @@ func (s *Server) decideAll(ctx context.Context, ds *domainSet, items []item) (de
 		}
 	}
 	return denied, false, nil
+}
+
+// verdict reports whether the decided enforced descriptors deny the
+// request, as envoyproxy/ratelimit combines its statuses: when one that is
+// not in quota_mode denies it, or when the quota_mode ones do
+// (quotasDeny).
+func verdict(items []item) bool {
+	for i := range items {
+		it := &items[i]
+		if l := it.limit(); l != nil && !l.Unlimited && !l.Quota && !l.Shadow && it.same < 0 && it.out == outDenied {
+			return true
+		}
+	}
+	return quotasDeny(items)
+}
+
+// quotasDeny reports whether the request has quota_mode descriptors and
+// every one of them denies it; a shadow_mode one never does, so with one
+// the quotas never deny.
+func quotasDeny(items []item) bool {
+	quotas := false
+	for i := range items {
+		it := &items[i]
+		if l := it.limit(); l != nil && !l.Unlimited && l.Quota && it.same < 0 {
+			if l.Shadow || it.out != outDenied {
+				return false
+			}
+			quotas = true
+		}
+	}
+	return quotas
 }
 
 // decide decides one descriptor, peek or take, into it. It returns
@@ -474,6 +507,17 @@ func (s *Server) respond(items []item, denied, overloaded bool) *rlsv3.RateLimit
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	deciding := -1
+	// Quotas deny together: the one that readmits first speaks for them.
+	// A quota without room in a request that passes denies nothing.
+	quotaRep := -1
+	if denied && quotasDeny(items) {
+		for i := range items {
+			if l := items[i].limit(); l != nil && l.Quota && items[i].same < 0 &&
+				(quotaRep < 0 || laterRetry(&items[quotaRep].res, &items[i].res)) {
+				quotaRep = i
+			}
+		}
+	}
 	for i := range items {
 		it := &items[i]
 		src := it
@@ -513,7 +557,7 @@ func (s *Server) respond(items []item, denied, overloaded bool) *rlsv3.RateLimit
 		}
 		st.LimitRemaining = uint32(min(rem, math.MaxUint32))
 		st.DurationUntilReset = durationpb.New(src.res.ResetAfter)
-		if l.Shadow || it.same >= 0 {
+		if l.Shadow || it.same >= 0 || l.Quota && src.out == outDenied && i != quotaRep {
 			continue
 		}
 		// The header fields describe the deciding descriptor: when denied,
