@@ -57,6 +57,7 @@ func TestRateLimitService(t *testing.T) {
 			`bad.yaml: domain "d": descriptors[0].rate_limit.unit: unknown unit "fortnight"`},
 		{"no config", []string{"-grpc-listen", "127.0.0.1:0"}, "-grpc-listen needs -rls-config"},
 		{"no listener", []string{"-rls-config", rlsPath}, "-rls-config needs -grpc-listen"},
+		{"metadata without listener", []string{"-rls-response-metadata"}, "-rls-response-metadata needs -grpc-listen"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			writeFile(t, filepath.Join(dir, "bad.yaml"), "domain: d\ndescriptors: [{key: k, rate_limit: {unit: fortnight, requests_per_unit: 1}}]\n")

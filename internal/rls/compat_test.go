@@ -1,9 +1,11 @@
 package rls
 
 import (
+	"context"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/stretchr/testify/require"
 )
@@ -114,4 +116,61 @@ descriptors:
 	// One quota alone is a limit like any other.
 	e.now.Add(60_000_000)
 	require.Equal(t, 1, e.admitted(t, 2, "d", s1))
+}
+
+// metadata: with Options.ResponseMetadata, the response's dynamic metadata
+// has the request and the configured metadata of the descriptors that
+// passed, merged; without it, none. The scenario is envoyproxy/ratelimit's
+// integration test multiservice-tokenquota: Envoy checks both services'
+// quotas (hits_addend 0) and routes by the metadata to one with room.
+func TestResponseMetadata(t *testing.T) {
+	const yaml = `
+domain: d
+descriptors:
+  - key: service
+    value: service_1
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    metadata: {service_with_quota: {name: service_1}, first: 1, both: {a: 1}}
+  - key: service
+    value: service_2
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+    metadata: {service_with_quota: {name: service_2, zone: b}, first: 2, both: {b: [x, true]}}
+  - key: free
+    rate_limit: {unlimited: true}
+    metadata: {unlimited: true}
+`
+	e := newEnv(t, yaml, envOpts{opts: Options{Trusted: true, ResponseMetadata: true}})
+	check := func(v string) *commonv3.RateLimitDescriptor { return withCheck(d("service", v)) }
+	ask := func(descs ...*commonv3.RateLimitDescriptor) map[string]any {
+		r, err := e.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: descs, HitsAddend: 3})
+		require.NoError(t, err)
+		return r.GetDynamicMetadata().AsMap()
+	}
+	got := ask(check("service_1"), check("service_2"), d("free", "x"))
+	require.Equal(t, map[string]any{
+		"domain": "d",
+		"descriptors": []any{
+			map[string]any{"entries": []any{"service=service_1"}, "hitsAddend": 0.0},
+			map[string]any{"entries": []any{"service=service_2"}, "hitsAddend": 0.0},
+			map[string]any{"entries": []any{"free=x"}},
+		},
+		"hitsAddend": 3.0,
+		"metadata": map[string]any{
+			"service_with_quota": map[string]any{"name": "service_1", "zone": "b"},
+			"first":              1.0,
+			"both":               map[string]any{"a": 1.0, "b": []any{"x", true}},
+		},
+	}, got, "merged in request order: the first one's field wins, mappings merge; an unlimited descriptor's is not sent")
+	require.Equal(t, map[string]any{"name": "service_1"}, ask(check("service_1"))["metadata"].(map[string]any)["service_with_quota"],
+		"the configuration is not changed by merging")
+	// Envoy routed to service_1 and charged it on the response path.
+	require.Equal(t, OK, e.call(t, "d", d("service", "service_1")).OverallCode)
+	got = ask(check("service_1"), check("service_2"))
+	require.Equal(t, map[string]any{"name": "service_2", "zone": "b"}, got["metadata"].(map[string]any)["service_with_quota"],
+		"service_1 has no room: only service_2's metadata")
+
+	off := newEnv(t, yaml, envOpts{})
+	require.Nil(t, off.call(t, "d", d("service", "service_1")).DynamicMetadata)
 }

@@ -46,6 +46,12 @@ type Options struct {
 	MaxDescriptors int
 	// MaxEntries bounds the entries of one descriptor. Default 16.
 	MaxEntries int
+	// ResponseMetadata sets each response's dynamic_metadata, with the
+	// metadata of the descriptors that passed (see responseMetadata), as
+	// envoyproxy/ratelimit does with RESPONSE_DYNAMIC_METADATA=true.
+	// Default off: the metadata fields of the configuration are then read
+	// and not sent.
+	ResponseMetadata bool
 }
 
 // Server implements envoy.service.ratelimit.v3.RateLimitService over a
@@ -62,6 +68,7 @@ type Server struct {
 	maxDesc    int
 	maxEntries int
 	maxKey     int
+	respMeta   bool
 	logged     atomic.Int64 // unix ns of the last store-failure log line
 }
 
@@ -83,7 +90,7 @@ func New(svc *service.Service, cfg *Config, opts Options) (*Server, error) {
 		return nil, errors.New("rls: nil Service or Config")
 	}
 	s := &Server{svc: svc, log: svc.Logger(), m: newMetrics(), trusted: opts.Trusted,
-		maxDesc: opts.MaxDescriptors, maxEntries: opts.MaxEntries, maxKey: svc.MaxKeyLength()}
+		maxDesc: opts.MaxDescriptors, maxEntries: opts.MaxEntries, maxKey: svc.MaxKeyLength(), respMeta: opts.ResponseMetadata}
 	if s.maxDesc <= 0 {
 		s.maxDesc = DefaultMaxDescriptors
 	}
@@ -200,7 +207,11 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if ds == nil {
 		dm.unmatched.Add(float64(len(items)))
 		dm.ok.Inc()
-		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: okStatuses(len(items))}, nil
+		resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: okStatuses(len(items))}
+		if s.respMeta {
+			resp.DynamicMetadata = responseMetadata(req, items, resp.Statuses)
+		}
+		return resp, nil
 	}
 	s.prepare(items, descs, ds.ns)
 
@@ -211,6 +222,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		return nil, err
 	}
 	resp := s.respond(items, denied, overloaded)
+	if s.respMeta {
+		resp.DynamicMetadata = responseMetadata(req, items, resp.Statuses)
+	}
 	s.count(items, denied, overloaded)
 	if denied {
 		dm.overLimit.Inc()
