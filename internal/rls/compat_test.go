@@ -2,11 +2,13 @@ package rls
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
 
@@ -173,4 +175,60 @@ descriptors:
 
 	off := newEnv(t, yaml, envOpts{})
 	require.Nil(t, off.call(t, "d", d("service", "service_1")).DynamicMetadata)
+}
+
+// detailed_metric and value_to_metric are accepted and change no metric:
+// the descriptor label is the configuration's keys and values, never a
+// request's (SECURITY.md), whatever the flags, wildcards or sharing.
+func TestMetricsCarryNoRequestValues(t *testing.T) {
+	e := newEnv(t, `
+domain: d
+descriptors:
+  - key: unspec
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: action
+        value: "read*"
+        value_to_metric: true
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: files
+    value: "files/*"
+    share_threshold: true
+    value_to_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 10}
+`, envOpts{})
+	require.Equal(t, 2, e.admitted(t, 3, "d", d("unspec", "secret-1")))
+	require.Equal(t, 1, e.admitted(t, 1, "d", d("route", "secret-2", "action", "readsecret-3")))
+	require.Equal(t, 1, e.admitted(t, 1, "d", d("files", "files/secret-4")))
+	require.Equal(t, 1, e.admitted(t, 1, "d", d("nope", "secret-5")))
+
+	reg := prometheus.NewPedanticRegistry()
+	m := e.srv.m
+	reg.MustRegister(m.requests, m.descriptors, m.unmatched, m.partial, m.storeErrors)
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, pm := range mf.GetMetric() {
+			var labels []string
+			for _, lp := range pm.GetLabel() {
+				require.NotContains(t, lp.GetValue(), "secret", "%s", mf.GetName())
+				labels = append(labels, lp.GetValue())
+			}
+			if mf.GetName() == "rl_rls_descriptor_decisions_total" && pm.GetCounter().GetValue() > 0 {
+				got[strings.Join(labels, " ")] = pm.GetCounter().GetValue()
+			}
+		}
+	}
+	// Labels in name order: descriptor, domain, outcome.
+	require.Equal(t, map[string]float64{
+		"unspec d allowed":             2,
+		"unspec d denied":              1,
+		"route.action_read* d allowed": 1,
+		"files_files/* d allowed":      1,
+	}, got)
 }
