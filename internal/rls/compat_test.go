@@ -205,6 +205,7 @@ descriptors:
 	require.Equal(t, 1, e.admitted(t, 1, "d", d("route", "secret-2", "action", "readsecret-3")))
 	require.Equal(t, 1, e.admitted(t, 1, "d", d("files", "files/secret-4")))
 	require.Equal(t, 1, e.admitted(t, 1, "d", d("nope", "secret-5")))
+	require.Equal(t, 1, e.admitted(t, 1, "secret-6", d("unspec", "secret-7")), "an unknown domain")
 
 	reg := prometheus.NewPedanticRegistry()
 	m := e.srv.m
