@@ -180,6 +180,20 @@ func LoadConfig(path string) (*Config, error) {
 	return cfg, nil
 }
 
+// Portability lists the rl extensions cfg's files use, one line each,
+// "<file>: domain "<name>": <field>", by file and then in file order. Empty
+// means envoyproxy/ratelimit loads every file as rl does: the extensions
+// (ExtensionFields) are the only fields of rl's format it refuses.
+func (c *Config) Portability() []string {
+	var out []string
+	for _, d := range slices.SortedFunc(maps.Values(c.Domains), func(a, b *Domain) int { return strings.Compare(a.File, b.File) }) {
+		for _, f := range d.Extensions {
+			out = append(out, fmt.Sprintf("%s: domain %q: %s", d.File, d.Name, f))
+		}
+	}
+	return out
+}
+
 // ParseDomain validates one configuration file in envoyproxy/ratelimit's
 // format (YAML; JSON is YAML too); name is used in errors.
 func ParseDomain(name string, data []byte) (*Domain, error) {
