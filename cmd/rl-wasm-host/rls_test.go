@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"sort"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/rlcore/rl/internal/rls"
 )
 
 // -grpc-listen and -rls-config: the Envoy rate limit service served by the
@@ -128,4 +132,25 @@ func TestRLSCheckConfig(t *testing.T) {
 	require.Contains(t, string(out), "rate_limit.unit_multiplier")
 	out, err = exec.Command(binary(t), "-rls-check-config", erl).CombinedOutput()
 	require.NoError(t, err, "%s", out)
+}
+
+// The README names exactly rl's extensions of envoyproxy/ratelimit's
+// format, in its sentence and in its table of fields, so that a file
+// without them moves both ways.
+func TestReadmeListsRLSExtensions(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	sentence := regexp.MustCompile("rl's extensions are exactly \\w+ fields of `rate_limit`: ([^.]*)\\.").FindSubmatch(readme)
+	require.NotNil(t, sentence)
+	var named, rows []string
+	for _, m := range regexp.MustCompile("`(\\w+)`").FindAllSubmatch(sentence[1], -1) {
+		named = append(named, string(m[1]))
+	}
+	for _, m := range regexp.MustCompile("(?m)^\\| `rate_limit\\.(\\w+)` \\| extension: ").FindAllSubmatch(readme, -1) {
+		rows = append(rows, string(m[1]))
+	}
+	sort.Strings(named)
+	sort.Strings(rows)
+	require.Equal(t, rls.ExtensionFields(), named)
+	require.Equal(t, rls.ExtensionFields(), rows)
 }
