@@ -228,6 +228,7 @@ func TestLoadConfigDirectory(t *testing.T) {
 func FuzzParseDomain(f *testing.F) {
 	f.Add([]byte(hitsYAML))
 	f.Add([]byte(`{domain: d, descriptors: [{key: a, value: "v*", descriptors: [{key: b, rate_limit: {unlimited: true}}]}]}`))
+	f.Add([]byte(`{domain: d, descriptors: [{key: a, value: "*x*", share_threshold: true, quota_mode: true, metadata: {m: [1, {n: true}]}, descriptors: [{key: b, value_to_metric: true, rate_limit: {unit: minute, requests_per_unit: 0}}]}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dom, err := ParseDomain("f.yaml", data)
 		if err != nil {
@@ -242,6 +243,22 @@ func FuzzParseDomain(f *testing.F) {
 				t.Fatalf("limit %s without a policy", path)
 			}
 		})
+		var walk func(n *node, depth int)
+		walk = func(n *node, depth int) {
+			if len(n.shared) > depth || n.pattern != nil && len(n.pattern) < 2 {
+				t.Fatalf("node %s at depth %d: shared %q, pattern %q", n.path, depth, n.shared, n.pattern)
+			}
+			for _, c := range n.exact {
+				walk(c, depth+1)
+			}
+			for _, c := range n.wild {
+				walk(c, depth+1)
+			}
+			for _, c := range n.any {
+				walk(c, depth+1)
+			}
+		}
+		walk(&dom.root, 0)
 	})
 }
 
