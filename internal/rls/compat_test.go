@@ -86,6 +86,7 @@ descriptors:
   - {key: service, value: s2, quota_mode: true, rate_limit: {unit: minute, requests_per_unit: 2}}
   - {key: service, value: s3, quota_mode: true, shadow_mode: true, rate_limit: {unit: minute, requests_per_unit: 1}}
   - {key: user, rate_limit: {unit: minute, requests_per_unit: 1}}
+  - {key: service, value: free, quota_mode: true, rate_limit: {unlimited: true}}
 `, envOpts{})
 	s1, s2, s3 := d("service", "s1"), d("service", "s2"), d("service", "s3")
 	r := e.call(t, "d", s1, s2)
@@ -102,6 +103,11 @@ descriptors:
 	r = e.call(t, "d", s1, s2)
 	require.Equal(t, OVER, r.OverallCode, "every quota is spent")
 	require.Equal(t, []rlsv3.RateLimitResponse_Code{OVER, OVER}, []rlsv3.RateLimitResponse_Code{r.Statuses[0].Code, r.Statuses[1].Code})
+	require.Contains(t, r.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "retry-after", Value: "60"})
+	// An unlimited quota is no quota: it neither admits nor speaks for
+	// the quotas.
+	r = e.call(t, "d", d("service", "free"), s1, s2)
+	require.Equal(t, OVER, r.OverallCode)
 	require.Contains(t, r.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "retry-after", Value: "60"})
 	// A shadow quota never denies, so the quotas never do.
 	require.Equal(t, 3, e.admitted(t, 3, "d", s1, s2, s3))

@@ -526,7 +526,7 @@ func (s *Server) respond(items []item, denied, overloaded bool) *rlsv3.RateLimit
 	quotaRep := -1
 	if denied && quotasDeny(items) {
 		for i := range items {
-			if l := items[i].limit(); l != nil && l.Quota && items[i].same < 0 &&
+			if l := items[i].limit(); l != nil && l.Quota && !l.Unlimited && items[i].same < 0 &&
 				(quotaRep < 0 || laterRetry(&items[quotaRep].res, &items[i].res)) {
 				quotaRep = i
 			}
