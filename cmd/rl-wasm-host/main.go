@@ -48,6 +48,8 @@ func run(args []string) int {
 	fs.IntVar(&rc.MaxInFlightPerKey, "max-in-flight-per-key", 0, "decisions on one key waiting for the store at once; beyond: 503 (0: half the PostgreSQL pool, none in memory; -1: no bound)")
 	grpcListen := fs.String("grpc-listen", "", "address of the Envoy rate limit service (gRPC, envoy.service.ratelimit.v3; off by default); not loopback only with api_tokens in the config")
 	rlsConfig := fs.String("rls-config", "", "the rate limit service's configuration in envoyproxy/ratelimit's format: a YAML file, or a directory of them (one domain each); reloaded on SIGHUP")
+	rlsMetadata := fs.Bool("rls-response-metadata", false, "the rate limit service sets each response's dynamic_metadata (the domain, the descriptors, and the configured metadata of those that passed), as envoyproxy/ratelimit with RESPONSE_DYNAMIC_METADATA=true")
+	rlsCheck := fs.String("rls-check-config", "", "check a rate limit service configuration (a file or a directory, as -rls-config) and exit: 0 valid and portable to envoyproxy/ratelimit, 1 valid but using rl's extensions (listed), 2 invalid (every mistake listed)")
 	hashToken := fs.Bool("hash-token", false, "read an API token on stdin, print the sha256 to put in api_tokens, and exit")
 	fs.StringVar(&rc.Decider, "decider", "wasm", "decision core: wasm (the embedded WebAssembly module hosted by wazero) or native")
 	fs.IntVar(&rc.WasmInstances, "wasm-instances", 0, "most WebAssembly instances (0: 2 × GOMAXPROCS)")
@@ -105,6 +107,9 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "rl-wasm-host: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
+	if *rlsCheck != "" {
+		return checkRLSConfig(*rlsCheck, os.Stdout, os.Stderr)
+	}
 	if rc.ConfigPath == "" {
 		fmt.Fprintln(os.Stderr, "rl-wasm-host: -config is required (try -config cmd/rl-wasm-host/sample.yaml)")
 		fs.Usage()
@@ -116,9 +121,14 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "rl-wasm-host: -grpc-listen needs -rls-config (the rate limit service's configuration)")
 		return 2
 	case *grpcListen != "":
-		rc.Extensions = append(rc.Extensions, rls.NewExtension(rls.ExtensionConfig{Listen: *grpcListen, ConfigPath: *rlsConfig}))
+		rc.Extensions = append(rc.Extensions, rls.NewExtension(rls.ExtensionConfig{Listen: *grpcListen, ConfigPath: *rlsConfig,
+			Options: rls.Options{ResponseMetadata: *rlsMetadata}}))
 	case *rlsConfig != "":
 		fmt.Fprintln(os.Stderr, "rl-wasm-host: -rls-config needs -grpc-listen (the rate limit service's address)")
+		return 2
+	}
+	if *rlsMetadata && *grpcListen == "" {
+		fmt.Fprintln(os.Stderr, "rl-wasm-host: -rls-response-metadata needs -grpc-listen (the rate limit service's address)")
 		return 2
 	}
 

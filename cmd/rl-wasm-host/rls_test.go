@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"sort"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/rlcore/rl/internal/rls"
 )
 
 // -grpc-listen and -rls-config: the Envoy rate limit service served by the
@@ -57,6 +63,7 @@ func TestRateLimitService(t *testing.T) {
 			`bad.yaml: domain "d": descriptors[0].rate_limit.unit: unknown unit "fortnight"`},
 		{"no config", []string{"-grpc-listen", "127.0.0.1:0"}, "-grpc-listen needs -rls-config"},
 		{"no listener", []string{"-rls-config", rlsPath}, "-rls-config needs -grpc-listen"},
+		{"metadata without listener", []string{"-rls-response-metadata"}, "-rls-response-metadata needs -grpc-listen"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			writeFile(t, filepath.Join(dir, "bad.yaml"), "domain: d\ndescriptors: [{key: k, rate_limit: {unit: fortnight, requests_per_unit: 1}}]\n")
@@ -81,4 +88,69 @@ func TestRateLimitService(t *testing.T) {
 		"-grpc-listen", "0.0.0.0:0", "-rls-config", rlsPath).CombinedOutput()
 	require.Error(t, err)
 	require.Contains(t, string(out), "is not a loopback address")
+}
+
+// -rls-check-config says whether envoyproxy/ratelimit loads a file too:
+// 0 portable, 1 valid with rl's extensions (listed), 2 invalid.
+func TestRLSCheckConfig(t *testing.T) {
+	dir := t.TempDir()
+	ext := filepath.Join(dir, "ext")
+	require.NoError(t, os.Mkdir(ext, 0o755))
+	writeFile(t, filepath.Join(ext, "a.yaml"), "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: gcra, fail_open: true}\n")
+	writeFile(t, filepath.Join(ext, "b.yaml"), "domain: b\ndescriptors:\n  - key: k\n    descriptors: [{key: j, rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 1}}]\n")
+	bad := filepath.Join(dir, "bad.yaml")
+	writeFile(t, bad, "domain: d\ndescriptors: [{key: k, rate_limit: {unit: fortnight, requests_per_unit: 1}}]\n")
+	erl := filepath.Join("..", "..", "internal", "rls", "testdata", "envoyproxy-ratelimit", "example.yaml")
+	for _, tc := range []struct {
+		name, path string
+		code       int
+		out        []string
+	}{
+		{"portable", erl, 0, []string{"example.yaml: valid (1 domain); portable: uses no rl extension"}},
+		{"extensions", ext, 1, []string{
+			"ext: valid (2 domains); not portable: envoyproxy/ratelimit refuses rl's extensions (algorithm, fail_open, unit_multiplier), used 3 time(s):",
+			`  ` + filepath.Join(ext, "a.yaml") + `: domain "a": descriptors[0].rate_limit.algorithm`,
+			`  ` + filepath.Join(ext, "a.yaml") + `: domain "a": descriptors[0].rate_limit.fail_open`,
+			`  ` + filepath.Join(ext, "b.yaml") + `: domain "b": descriptors[0].descriptors[0].rate_limit.unit_multiplier`,
+		}},
+		{"invalid", bad, 2, []string{`bad.yaml: domain "d": descriptors[0].rate_limit.unit: unknown unit "fortnight"`}},
+		{"missing", filepath.Join(dir, "nope.yaml"), 2, []string{"no such file"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			require.Equal(t, tc.code, checkRLSConfig(tc.path, &out, &out))
+			for _, want := range tc.out {
+				require.Contains(t, out.String(), want)
+			}
+		})
+	}
+	// The flag runs it, with its exit status, and needs nothing else.
+	out, err := exec.Command(binary(t), "-rls-check-config", ext).CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, 1, ee.ExitCode(), "%s", out)
+	require.Contains(t, string(out), "rate_limit.unit_multiplier")
+	out, err = exec.Command(binary(t), "-rls-check-config", erl).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+}
+
+// The README names exactly rl's extensions of envoyproxy/ratelimit's
+// format, in its sentence and in its table of fields, so that a file
+// without them moves both ways.
+func TestReadmeListsRLSExtensions(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	sentence := regexp.MustCompile("rl's extensions are exactly \\w+ fields of `rate_limit`: ([^.]*)\\.").FindSubmatch(readme)
+	require.NotNil(t, sentence)
+	var named, rows []string
+	for _, m := range regexp.MustCompile("`(\\w+)`").FindAllSubmatch(sentence[1], -1) {
+		named = append(named, string(m[1]))
+	}
+	for _, m := range regexp.MustCompile("(?m)^\\| `rate_limit\\.(\\w+)` \\| extension: ").FindAllSubmatch(readme, -1) {
+		rows = append(rows, string(m[1]))
+	}
+	sort.Strings(named)
+	sort.Strings(rows)
+	require.Equal(t, rls.ExtensionFields(), named)
+	require.Equal(t, rls.ExtensionFields(), rows)
 }

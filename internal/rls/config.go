@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"math"
@@ -12,6 +13,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/rlcore/rl"
@@ -36,7 +38,12 @@ type Domain struct {
 	Name string
 	// File is the file it was read from.
 	File string
-	root node
+	// Extensions lists the fields of rl's own the file uses (the paths of
+	// its rate_limit fields named by ExtensionFields), in file order:
+	// envoyproxy/ratelimit refuses a file with any. Empty: the file is
+	// portable.
+	Extensions []string
+	root       node
 }
 
 // node is one descriptor of the configuration: it matches one entry of a
@@ -49,11 +56,19 @@ type node struct {
 	// request supplied.
 	path  string
 	limit *Limit
-	// Children: by key and value, by value prefix (a value ending in "*"),
-	// by key alone (any value), in that order of preference.
-	exact  map[entryKey]*node
-	prefix []*node
-	any    map[string]*node
+	// pattern is a wildcard value split at its "*"s (value "/api/*/x":
+	// "/api/", "/x"); nil for a value without "*".
+	pattern []string
+	// shared lists, for each entry of a request descriptor ending here,
+	// the wildcard value whose matches share one count (share_threshold
+	// on the node matching that entry), or "" where the entry's own value
+	// counts; nil when no entry's does.
+	shared []string
+	// Children: by key and value, by wildcard value (in file order), by
+	// key alone (any value), in that order of preference.
+	exact map[entryKey]*node
+	wild  []*node
+	any   map[string]*node
 }
 
 type entryKey struct{ key, value string }
@@ -64,6 +79,14 @@ type Limit struct {
 	Unlimited bool
 	// Shadow (shadow_mode) decides and counts but never denies.
 	Shadow bool
+	// Quota (quota_mode): the request is denied by its quota limits only
+	// when every one of them denies it; a quota limit that denies while
+	// another admits is answered OVER_LIMIT in its status alone.
+	Quota bool
+	// Metadata (the descriptor's metadata) is merged into the response's
+	// dynamic metadata when the descriptor passes, if the Server's
+	// Options.ResponseMetadata is set; nil when none was given.
+	Metadata *structpb.Struct
 	// FailOpen (extension) answers OK when the store is down; otherwise
 	// the call fails with UNAVAILABLE and Envoy's failure_mode_deny
 	// decides.
@@ -157,6 +180,20 @@ func LoadConfig(path string) (*Config, error) {
 	return cfg, nil
 }
 
+// Portability lists the rl extensions cfg's files use, one line each,
+// "<file>: domain "<name>": <field>", by file and then in file order. Empty
+// means envoyproxy/ratelimit loads every file as rl does: the extensions
+// (ExtensionFields) are the only fields of rl's format it refuses.
+func (c *Config) Portability() []string {
+	var out []string
+	for _, d := range slices.SortedFunc(maps.Values(c.Domains), func(a, b *Domain) int { return strings.Compare(a.File, b.File) }) {
+		for _, f := range d.Extensions {
+			out = append(out, fmt.Sprintf("%s: domain %q: %s", d.File, d.Name, f))
+		}
+	}
+	return out
+}
+
 // ParseDomain validates one configuration file in envoyproxy/ratelimit's
 // format (YAML; JSON is YAML too); name is used in errors.
 func ParseDomain(name string, data []byte) (*Domain, error) {
@@ -186,18 +223,66 @@ type domainJSON struct {
 	Descriptors ruleconfig.List[descriptorJSON] `json:"descriptors"`
 }
 
-// descriptorJSON is a descriptor as written.
+// descriptorJSON is a descriptor as written: every field of
+// envoyproxy/ratelimit's descriptors.
 type descriptorJSON struct {
 	ruleconfig.Fields
-	Key            scalar                          `json:"key"`
-	Value          scalar                          `json:"value"`
-	RateLimit      rateLimitJSON                   `json:"rate_limit"`
-	Descriptors    ruleconfig.List[descriptorJSON] `json:"descriptors"`
-	ShadowMode     ruleconfig.Bool                 `json:"shadow_mode"`
-	DetailedMetric ruleconfig.Bool                 `json:"detailed_metric"` // accepted; metrics never carry request values
+	Key         scalar                          `json:"key"`
+	Value       scalar                          `json:"value"`
+	RateLimit   rateLimitJSON                   `json:"rate_limit"`
+	Descriptors ruleconfig.List[descriptorJSON] `json:"descriptors"`
+	ShadowMode  ruleconfig.Bool                 `json:"shadow_mode"`
+	QuotaMode   ruleconfig.Bool                 `json:"quota_mode"`
+	// DetailedMetric and ValueToMetric are accepted and change no metric:
+	// they would put request values in metric names, which rl's metrics
+	// never carry (SECURITY.md).
+	DetailedMetric ruleconfig.Bool `json:"detailed_metric"`
+	ValueToMetric  ruleconfig.Bool `json:"value_to_metric"`
+	ShareThreshold ruleconfig.Bool `json:"share_threshold"`
+	Metadata       metadataJSON    `json:"metadata"`
 }
 
-// rateLimitJSON is a descriptor's rate_limit as written.
+// metadataJSON is a descriptor's metadata: any mapping, kept as written.
+type metadataJSON struct {
+	raw []byte
+	set bool
+}
+
+// UnmarshalJSON keeps b; it never fails.
+func (m *metadataJSON) UnmarshalJSON(b []byte) error {
+	m.raw, m.set = append([]byte(nil), b...), true
+	return nil
+}
+
+// check returns the metadata at field as a Struct, reporting anything but
+// a mapping; nil if absent or wrong.
+func (m metadataJSON) check(c *ruleconfig.Checker, field string) *structpb.Struct {
+	if !m.set || !c.Want(field, "a mapping", gotUnlessObject(m.raw)) {
+		return nil
+	}
+	var v map[string]any
+	if err := json.Unmarshal(m.raw, &v); err != nil {
+		c.Fail(field, "%v", err) // not reached: the document is valid JSON
+		return nil
+	}
+	st, err := structpb.NewStruct(v)
+	if err != nil {
+		c.Fail(field, "%v", err) // not reached: JSON values are Struct values
+		return nil
+	}
+	return st
+}
+
+// gotUnlessObject describes b unless it is a JSON object.
+func gotUnlessObject(b []byte) string {
+	if len(b) > 0 && b[0] == '{' {
+		return ""
+	}
+	return ruleconfig.Describe(b)
+}
+
+// rateLimitJSON is a descriptor's rate_limit as written: every field of
+// envoyproxy/ratelimit's, and rl's extensions (see extensions).
 type rateLimitJSON struct {
 	ruleconfig.Fields
 	Unit            ruleconfig.String            `json:"unit"`
@@ -208,6 +293,24 @@ type rateLimitJSON struct {
 	UnitMultiplier  ruleconfig.Int               `json:"unit_multiplier"`
 	Algorithm       ruleconfig.String            `json:"algorithm"`
 	FailOpen        ruleconfig.Bool              `json:"fail_open"`
+}
+
+// extensions reports which of rl's own fields r sets: the fields
+// envoyproxy/ratelimit refuses. It is the one list of them
+// (ExtensionFields).
+func (r *rateLimitJSON) extensions() map[string]bool {
+	return map[string]bool{
+		"unit_multiplier": r.UnitMultiplier.Set,
+		"algorithm":       r.Algorithm.Set,
+		"fail_open":       r.FailOpen.Set,
+	}
+}
+
+// ExtensionFields are the fields rl reads that envoyproxy/ratelimit does not
+// (it refuses a file using any): rl's extensions, all in a descriptor's
+// rate_limit. A file without them loads in both.
+func ExtensionFields() []string {
+	return slices.Sorted(maps.Keys((&rateLimitJSON{}).extensions()))
 }
 
 type replaceJSON struct {
@@ -257,7 +360,7 @@ func (f *domainJSON) Validate(file string) (*Domain, []service.Problem) {
 		c.Rule = fmt.Sprintf("domain %q", s)
 	}
 	if f.Descriptors.Set {
-		descriptors(c, "descriptors", "", f.Descriptors, &d.root)
+		descriptors(c, d, "descriptors", "", 0, f.Descriptors, &d.root)
 	}
 	return d, c.Problems
 }
@@ -276,8 +379,10 @@ func checkDomain(s string) error {
 	return nil
 }
 
-// descriptors checks a descriptor list into parent's children.
-func descriptors(c *ruleconfig.Checker, field, parentPath string, l ruleconfig.List[descriptorJSON], parent *node) {
+// descriptors checks a descriptor list into parent's children, at depth
+// (0 at the top: the index of the request's entry they match), and records
+// the extensions they use in d.
+func descriptors(c *ruleconfig.Checker, d *Domain, field, parentPath string, depth int, l ruleconfig.List[descriptorJSON], parent *node) {
 	if !c.Want(field, "a list of descriptors", l.Got) {
 		return
 	}
@@ -291,13 +396,22 @@ func descriptors(c *ruleconfig.Checker, field, parentPath string, l ruleconfig.L
 		if !dj.Key.Set {
 			c.Fail(f+".key", "missing")
 		} else if s, ok := dj.Key.check(c, f+".key"); ok {
-			if s == "" {
+			switch {
+			case s == "":
 				c.Fail(f+".key", "empty")
+			case strings.Contains(s, "*"):
+				// envoyproxy/ratelimit matches "key_value" as one
+				// string, so a "*" in a key would match across the
+				// key and the value; rl matches keys exactly.
+				c.Fail(f+".key", "%q: a key has no wildcards (put \"*\" in the value)", ruleconfig.Clip(s, 32))
 			}
 			n.key = s
 		}
 		if s, ok := dj.Value.check(c, f+".value"); ok {
 			n.value = s
+			if strings.Contains(s, "*") {
+				n.pattern = strings.Split(s, "*")
+			}
 		}
 		n.path = n.key
 		if n.value != "" {
@@ -307,15 +421,33 @@ func descriptors(c *ruleconfig.Checker, field, parentPath string, l ruleconfig.L
 			n.path = parentPath + "." + n.path
 		}
 		shadow, _ := c.Bool(f+".shadow_mode", dj.ShadowMode)
+		quota, _ := c.Bool(f+".quota_mode", dj.QuotaMode)
 		c.Bool(f+".detailed_metric", dj.DetailedMetric)
+		c.Bool(f+".value_to_metric", dj.ValueToMetric)
+		share, _ := c.Bool(f+".share_threshold", dj.ShareThreshold)
+		if share && n.pattern == nil {
+			c.Fail(f+".share_threshold", "only a wildcard value (with \"*\") has matches to share a count")
+		}
+		n.shared = parent.shared
+		if share && n.pattern != nil {
+			n.shared = make([]string, depth+1)
+			copy(n.shared, parent.shared)
+			n.shared[depth] = n.value
+		}
+		meta := dj.Metadata.check(c, f+".metadata")
 		if dj.RateLimit.Set {
 			n.limit = dj.RateLimit.check(c, f+".rate_limit")
 			if n.limit != nil {
-				n.limit.Shadow = shadow
+				n.limit.Shadow, n.limit.Quota, n.limit.Metadata = shadow, quota, meta
+			}
+			for _, k := range ExtensionFields() {
+				if dj.RateLimit.extensions()[k] {
+					d.Extensions = append(d.Extensions, f+".rate_limit."+k)
+				}
 			}
 		}
 		if dj.Descriptors.Set {
-			descriptors(c, f+".descriptors", n.path, dj.Descriptors, n)
+			descriptors(c, d, f+".descriptors", n.path, depth+1, dj.Descriptors, n)
 		}
 		add(c, f, parent, n)
 	}
@@ -334,14 +466,14 @@ func add(c *ruleconfig.Checker, f string, parent *node, n *node) {
 			return
 		}
 		parent.any[n.key] = n
-	case strings.HasSuffix(n.value, "*"):
-		for _, o := range parent.prefix {
+	case n.pattern != nil:
+		for _, o := range parent.wild {
 			if o.key == n.key && o.value == n.value {
 				c.Fail(f, "a second descriptor with key %q and value %q at this level", n.key, n.value)
 				return
 			}
 		}
-		parent.prefix = append(parent.prefix, n)
+		parent.wild = append(parent.wild, n)
 	default:
 		if parent.exact == nil {
 			parent.exact = map[entryKey]*node{}
@@ -387,10 +519,13 @@ func (r *rateLimitJSON) check(c *ruleconfig.Checker, f string) *Limit {
 	}
 	l.FailOpen, _ = c.Bool(f+".fail_open", r.FailOpen)
 	if l.Unlimited {
+		// requests_per_unit is read and ignored, as envoyproxy/ratelimit
+		// does; it refuses a unit, and rl its own fields.
+		c.Int(f+".requests_per_unit", r.RequestsPerUnit)
 		for _, k := range []struct {
 			name string
 			set  bool
-		}{{"unit", r.Unit.Set}, {"requests_per_unit", r.RequestsPerUnit.Set}, {"unit_multiplier", r.UnitMultiplier.Set}, {"algorithm", r.Algorithm.Set}} {
+		}{{"unit", r.Unit.Set}, {"unit_multiplier", r.UnitMultiplier.Set}, {"algorithm", r.Algorithm.Set}} {
 			if k.set {
 				c.Fail(f+"."+k.name, "must be absent when unlimited is true")
 			}
@@ -468,17 +603,17 @@ func (r *rateLimitJSON) check(c *ruleconfig.Checker, f string) *Limit {
 }
 
 // match finds the limit of a request's descriptor as envoyproxy/ratelimit
-// does: at each depth the entry's key and value, else a value prefix, else
-// the key alone; a limit applies only at the descriptor's last entry (the
-// request's depth must equal the configuration's). It returns nil when no
-// limit applies.
+// does: at each depth the entry's key and value, else the first wildcard
+// value (in file order) the value matches, else the key alone; a limit
+// applies only at the descriptor's last entry (the request's depth must
+// equal the configuration's). It returns nil when no limit applies.
 func (d *Domain) match(entries []*entry) *node {
 	cur := &d.root
 	for i, e := range entries {
 		next := cur.exact[entryKey{e.GetKey(), e.GetValue()}]
 		if next == nil {
-			for _, n := range cur.prefix {
-				if n.key == e.GetKey() && strings.HasPrefix(e.GetValue(), n.value[:len(n.value)-1]) {
+			for _, n := range cur.wild {
+				if n.key == e.GetKey() && wildcardMatch(n.pattern, e.GetValue()) {
 					next = n
 					break
 				}
@@ -501,6 +636,27 @@ func (d *Domain) match(entries []*entry) *node {
 	return nil
 }
 
+// wildcardMatch reports whether v matches a wildcard value split at its
+// "*"s (at least two parts): v starts with the first part, ends with the
+// last, and holds the others in order between them, apart; each "*" stands
+// for zero or more bytes. Taking each middle part at its first place leaves
+// the most room for the rest, so one pass decides.
+func wildcardMatch(parts []string, v string) bool {
+	first, last := parts[0], parts[len(parts)-1]
+	if len(v) < len(first)+len(last) || !strings.HasPrefix(v, first) || !strings.HasSuffix(v, last) {
+		return false
+	}
+	v = v[len(first) : len(v)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(v, p)
+		if i < 0 {
+			return false
+		}
+		v = v[i+len(p):]
+	}
+	return true
+}
+
 // limits calls f for every limit of the domain with its node's path.
 func (d *Domain) limits(f func(path string, l *Limit)) {
 	var walk func(n *node)
@@ -513,7 +669,7 @@ func (d *Domain) limits(f func(path string, l *Limit)) {
 		}) {
 			walk(n.exact[k])
 		}
-		for _, c := range n.prefix {
+		for _, c := range n.wild {
 			walk(c)
 		}
 		for _, k := range slices.Sorted(maps.Keys(n.any)) {

@@ -51,6 +51,18 @@ func TestConfigErrors(t *testing.T) {
 		{"colliding keys", `{domain: d, descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 3, 2.0: 1, 2: 2}}]}`,
 			`YAML: key "2" given twice in one mapping (as 2 and 2.0)`},
 		{"rate_limit kind", `{domain: d, descriptors: [{key: k, rate_limit: 5}]}`, `descriptors[0].rate_limit: want a mapping {unit, requests_per_unit}, got the number 5`},
+		// envoyproxy/ratelimit's fields, checked as it checks them.
+		{"share_threshold without wildcard", `{domain: d, descriptors: [{key: k, value: v, share_threshold: true, rate_limit: {unit: second, requests_per_unit: 3}}]}`,
+			`descriptors[0].share_threshold: only a wildcard value (with "*") has matches to share a count`},
+		{"share_threshold without value", `{domain: d, descriptors: [{key: k, share_threshold: true}]}`, `descriptors[0].share_threshold: only a wildcard value`},
+		{"wildcard key", `{domain: d, descriptors: [{key: "k*", rate_limit: {unit: second, requests_per_unit: 3}}]}`,
+			`descriptors[0].key: "k*": a key has no wildcards (put "*" in the value)`},
+		{"metadata not a mapping", `{domain: d, descriptors: [{key: k, metadata: [a], rate_limit: {unit: second, requests_per_unit: 3}}]}`,
+			`descriptors[0].metadata: want a mapping, got a list`},
+		{"quota_mode kind", `{domain: d, descriptors: [{key: k, quota_mode: 1}]}`, `descriptors[0].quota_mode: want true or false, got the number 1`},
+		{"value_to_metric kind", `{domain: d, descriptors: [{key: k, value_to_metric: "yes"}]}`, `descriptors[0].value_to_metric: want true or false`},
+		{"unlimited requests kind", `{domain: d, descriptors: [{key: k, rate_limit: {unlimited: true, requests_per_unit: x}}]}`, `rate_limit.requests_per_unit: want an integer`},
+		{"unlimited multiplier", `{domain: d, descriptors: [{key: k, rate_limit: {unlimited: true, unit_multiplier: 2}}]}`, `rate_limit.unit_multiplier: must be absent when unlimited`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseDomain("x.yaml", []byte(tc.yaml))
@@ -85,9 +97,8 @@ descriptors:
 		`colour: unknown field (want one of domain, descriptors)`,
 		`domain "d": descriptors[0].shadow_mode: want true or false, got the string "no"`,
 		`domain "d": descriptors[0].rate_limit.requests_per_unit: want an integer, got the number 1.5`,
-		`domain "d": descriptors[1].descriptors[0].extra: unknown field (want one of key, value, rate_limit, descriptors, shadow_mode, detailed_metric)`,
+		`domain "d": descriptors[1].descriptors[0].extra: unknown field (want one of key, value, rate_limit, descriptors, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold, metadata)`,
 		`domain "d": descriptors[1].descriptors[0].rate_limit.unit: must be absent when unlimited is true`,
-		`domain "d": descriptors[1].descriptors[0].rate_limit.requests_per_unit: must be absent when unlimited is true`,
 	}, got)
 
 	dom, err := ParseDomain("x.yaml", []byte(`{domain: d, descriptors: [{key: true, value: -3, rate_limit: {unit: second, requests_per_unit: 1}}]}`))
@@ -95,6 +106,92 @@ descriptors:
 	var paths []string
 	dom.limits(func(path string, _ *Limit) { paths = append(paths, path) })
 	require.Equal(t, []string{"true_-3"}, paths)
+}
+
+// Every field of envoyproxy/ratelimit's format is read: a file using all
+// of them loads, each with its meaning.
+func TestConfigEveryField(t *testing.T) {
+	dom, err := ParseDomain("x.yaml", []byte(`
+domain: d
+descriptors:
+  - key: route
+    value: "api/*"
+    share_threshold: true
+    value_to_metric: true
+    descriptors:
+      - key: method
+        detailed_metric: true
+        quota_mode: true
+        shadow_mode: true
+        metadata: {team: {name: edge}, tier: 2}
+        rate_limit:
+          name: per_method
+          replaces: [{name: other}]
+          unit: minute
+          requests_per_unit: 60
+  - key: free
+    rate_limit: {unlimited: true, requests_per_unit: 0}
+`))
+	require.NoError(t, err)
+	n := dom.match(d("route", "api/v1", "method", "GET").Entries)
+	require.NotNil(t, n)
+	require.Equal(t, "route_api/*.method", n.path)
+	require.Equal(t, []string{"api/*"}, n.shared)
+	l := n.limit
+	require.True(t, l.Quota)
+	require.True(t, l.Shadow)
+	require.Equal(t, "per_method", l.Name)
+	require.Equal(t, []string{"other"}, l.Replaces)
+	require.Equal(t, "edge", l.Metadata.GetFields()["team"].GetStructValue().GetFields()["name"].GetStringValue())
+	require.Equal(t, 2.0, l.Metadata.GetFields()["tier"].GetNumberValue())
+	require.True(t, dom.match(d("free", "x").Entries).limit.Unlimited, "requests_per_unit is ignored under unlimited")
+	require.Empty(t, dom.Extensions)
+}
+
+// A "*" anywhere in a value matches zero or more bytes; several match in
+// order, apart.
+func TestWildcardMatch(t *testing.T) {
+	for _, tc := range []struct {
+		pattern string
+		yes, no []string
+	}{
+		{"value*", []string{"value", "value1", "valueXYZ"}, []string{"valu", "xvalue"}},
+		{"/api/*/action", []string{"/api/123/action", "/api//action", "/api/a/b/action"}, []string{"/api/123/other", "/api/action", "/api/123/action/x"}},
+		{"/api/*/resource/*/action", []string{"/api/v1/resource/123/action", "/api//resource//action"}, []string{"/api/v1/resource/action", "/api/v1/action"}},
+		{"*", []string{"", "x", "*"}, nil},
+		{"*x", []string{"x", "ax"}, []string{"xa", ""}},
+		{"a*a", []string{"aa", "aba"}, []string{"a", "ab"}},
+		{"a*b*b", []string{"abb", "abab", "axbyb"}, []string{"ab", "abxb "}},
+		{"**", []string{"", "q"}, nil},
+	} {
+		parts := strings.Split(tc.pattern, "*")
+		for _, v := range tc.yes {
+			require.True(t, wildcardMatch(parts, v), "%q should match %q", tc.pattern, v)
+		}
+		for _, v := range tc.no {
+			require.False(t, wildcardMatch(parts, v), "%q should not match %q", tc.pattern, v)
+		}
+	}
+}
+
+// At one level, key and value come first, then the wildcards in file
+// order, then the key alone.
+func TestMatchOrder(t *testing.T) {
+	dom, err := ParseDomain("x.yaml", []byte(`
+domain: d
+descriptors:
+  - {key: p, value: "/a/b", rate_limit: {unit: second, requests_per_unit: 1}}
+  - {key: p, value: "/a/*", rate_limit: {unit: second, requests_per_unit: 2}}
+  - {key: p, value: "*/b", rate_limit: {unit: second, requests_per_unit: 3}}
+  - {key: p, rate_limit: {unit: second, requests_per_unit: 4}}
+  - {key: q, value: "x*y*z", descriptors: [{key: r, rate_limit: {unit: second, requests_per_unit: 5}}]}
+`))
+	require.NoError(t, err)
+	for v, want := range map[string]uint32{"/a/b": 1, "/a/c/b": 2, "/x/b": 3, "/x/c": 4} {
+		require.Equal(t, want, dom.match(d("p", v).Entries).limit.RequestsPerUnit, v)
+	}
+	require.Equal(t, uint32(5), dom.match(d("q", "x-y-z", "r", "1").Entries).limit.RequestsPerUnit)
+	require.Nil(t, dom.match(d("q", "x-z-y", "r", "1").Entries))
 }
 
 func TestLoadConfigDirectory(t *testing.T) {
@@ -131,6 +228,7 @@ func TestLoadConfigDirectory(t *testing.T) {
 func FuzzParseDomain(f *testing.F) {
 	f.Add([]byte(hitsYAML))
 	f.Add([]byte(`{domain: d, descriptors: [{key: a, value: "v*", descriptors: [{key: b, rate_limit: {unlimited: true}}]}]}`))
+	f.Add([]byte(`{domain: d, descriptors: [{key: a, value: "*x*", share_threshold: true, quota_mode: true, metadata: {m: [1, {n: true}]}, descriptors: [{key: b, value_to_metric: true, rate_limit: {unit: minute, requests_per_unit: 0}}]}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dom, err := ParseDomain("f.yaml", data)
 		if err != nil {
@@ -145,6 +243,22 @@ func FuzzParseDomain(f *testing.F) {
 				t.Fatalf("limit %s without a policy", path)
 			}
 		})
+		var walk func(n *node, depth int)
+		walk = func(n *node, depth int) {
+			if len(n.shared) > depth || n.pattern != nil && len(n.pattern) < 2 {
+				t.Fatalf("node %s at depth %d: shared %q, pattern %q", n.path, depth, n.shared, n.pattern)
+			}
+			for _, c := range n.exact {
+				walk(c, depth+1)
+			}
+			for _, c := range n.wild {
+				walk(c, depth+1)
+			}
+			for _, c := range n.any {
+				walk(c, depth+1)
+			}
+		}
+		walk(&dom.root, 0)
 	})
 }
 
@@ -160,7 +274,7 @@ func FuzzDescriptorKey(f *testing.F) {
 		if k2 == "" && v2 == "" {
 			two = d(k2, v2)
 		}
-		a, b := descriptorKey(one.Entries, 1<<20), descriptorKey(two.Entries, 1<<20)
+		a, b := descriptorKey(one.Entries, nil, 1<<20), descriptorKey(two.Entries, nil, 1<<20)
 		for _, k := range []string{a, b} {
 			for i := 0; i < len(k); i++ {
 				if k[i] <= 0x20 || k[i] >= 0x7f {
@@ -174,6 +288,32 @@ func FuzzDescriptorKey(f *testing.F) {
 		}
 		if (a == b) != equal {
 			t.Fatalf("%v and %v: keys %q and %q", one.Entries, two.Entries, a, b)
+		}
+	})
+}
+
+// FuzzSharedKey: the count shared by a wildcard's matches (share_threshold)
+// has a key of its own: no descriptor's own key, its wildcard written
+// literally included, equals it, and it stays printable ASCII.
+func FuzzSharedKey(f *testing.F) {
+	f.Add("k", "v", "v*")
+	f.Add("k", "=v*", "v*")
+	f.Add("k", "files/*", "files/*")
+	f.Fuzz(func(t *testing.T, k, v, pattern string) {
+		if pattern == "" {
+			return
+		}
+		shared := descriptorKey(d(k, v).Entries, []string{pattern}, 1<<20)
+		for i := 0; i < len(shared); i++ {
+			if shared[i] <= 0x20 || shared[i] >= 0x7f {
+				t.Fatalf("key %q: byte %d not printable", shared, i)
+			}
+		}
+		require.Equal(t, shared, descriptorKey(d(k, v+"x").Entries, []string{pattern}, 1<<20), "every value shares it")
+		for _, own := range []string{v, pattern, "=" + pattern} {
+			if descriptorKey(d(k, own).Entries, nil, 1<<20) == shared {
+				t.Fatalf("(%q, %q) has the shared key %q of %q", k, own, shared, pattern)
+			}
 		}
 	})
 }

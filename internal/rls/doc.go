@@ -4,14 +4,19 @@
 // (internal: its configuration and behaviour are the command's interface,
 // documented in cmd/rl-wasm-host/README.md).
 //
-// Configuration is envoyproxy/ratelimit's format, read by LoadConfig from a
-// file or a directory of files (one domain each): domain, nested
-// descriptors of key and optional value (a value ending in "*" matches by
-// prefix), rate_limit {unit, requests_per_unit, unit_multiplier, unlimited,
-// name, replaces}, shadow_mode. Extensions in rate_limit: algorithm (any of
-// the core's; default fixed_window, as envoyproxy/ratelimit counts) and
-// fail_open. Matching is envoyproxy/ratelimit's: at each depth key and
-// value, else value prefix, else key alone; a limit applies only at the
+// Configuration is envoyproxy/ratelimit's format, every field of it, read
+// by LoadConfig from a file or a directory of files (one domain each):
+// domain, nested descriptors of key and optional value (a value with "*"
+// is a wildcard, each "*" matching zero or more bytes), rate_limit {unit,
+// requests_per_unit, unlimited, name, replaces}, shadow_mode, quota_mode,
+// share_threshold (the values matching a wildcard share one count),
+// metadata, and detailed_metric and value_to_metric (accepted; metrics
+// never carry request values). rl's extensions, all in rate_limit
+// (ExtensionFields): unit_multiplier, algorithm (any of the core's; default
+// fixed_window, as envoyproxy/ratelimit counts) and fail_open; a file
+// without them loads in both services (Domain.Extensions). Matching is
+// envoyproxy/ratelimit's: at each depth key and value, else the first
+// wildcard value that matches, else key alone; a limit applies only at the
 // request descriptor's last entry. Each distinct descriptor (its entries'
 // values, not the configuration node) has its own state, kept under the
 // base key "rls:<domain>".

@@ -10,15 +10,26 @@ import (
 // "key=value" joined by "|", every byte outside printable ASCII and every
 // '%', '=' and '|' percent-encoded, so the encoding is injective (two
 // descriptors share a key only when their entries are equal) and the key is
-// printable ASCII, which every store (PostgreSQL's text too) holds. A key
-// longer than max bytes is replaced by "sha256:" and the hex SHA-256 of the
+// printable ASCII, which every store (PostgreSQL's text too) holds. An entry
+// whose value shares a count with every value matching a wildcard
+// (shared[i], share_threshold) is written "key==wildcard" instead: a value
+// never starts with a raw '=', so the shared count is apart from every
+// single value's, the wildcard written literally included. A key longer
+// than max bytes is replaced by "sha256:" and the hex SHA-256 of the
 // encoding. The domain is the limiter's base key, so it is not included.
-func descriptorKey(entries []*entry, max int) string {
+func descriptorKey(entries []*entry, shared []string, max int) string {
+	value := func(i int) (string, bool) {
+		if i < len(shared) && shared[i] != "" {
+			return shared[i], true
+		}
+		return entries[i].GetValue(), false
+	}
 	n := 0
 	plain := true
-	for _, e := range entries {
-		n += len(e.GetKey()) + len(e.GetValue()) + 2
-		if plain && (!safe(e.GetKey()) || !safe(e.GetValue())) {
+	for i, e := range entries {
+		v, _ := value(i)
+		n += len(e.GetKey()) + len(v) + 3
+		if plain && (!safe(e.GetKey()) || !safe(v)) {
 			plain = false
 		}
 	}
@@ -34,7 +45,11 @@ func descriptorKey(entries []*entry, max int) string {
 		}
 		escape(&b, e.GetKey(), plain)
 		b.WriteByte('=')
-		escape(&b, e.GetValue(), plain)
+		v, wild := value(i)
+		if wild {
+			b.WriteByte('=')
+		}
+		escape(&b, v, plain)
 	}
 	k := b.String()
 	if len(k) > max {

@@ -46,6 +46,12 @@ type Options struct {
 	MaxDescriptors int
 	// MaxEntries bounds the entries of one descriptor. Default 16.
 	MaxEntries int
+	// ResponseMetadata sets each response's dynamic_metadata, with the
+	// metadata of the descriptors that passed (see responseMetadata), as
+	// envoyproxy/ratelimit does with RESPONSE_DYNAMIC_METADATA=true.
+	// Default off: the metadata fields of the configuration are then read
+	// and not sent.
+	ResponseMetadata bool
 }
 
 // Server implements envoy.service.ratelimit.v3.RateLimitService over a
@@ -62,6 +68,7 @@ type Server struct {
 	maxDesc    int
 	maxEntries int
 	maxKey     int
+	respMeta   bool
 	logged     atomic.Int64 // unix ns of the last store-failure log line
 }
 
@@ -83,7 +90,7 @@ func New(svc *service.Service, cfg *Config, opts Options) (*Server, error) {
 		return nil, errors.New("rls: nil Service or Config")
 	}
 	s := &Server{svc: svc, log: svc.Logger(), m: newMetrics(), trusted: opts.Trusted,
-		maxDesc: opts.MaxDescriptors, maxEntries: opts.MaxEntries, maxKey: svc.MaxKeyLength()}
+		maxDesc: opts.MaxDescriptors, maxEntries: opts.MaxEntries, maxKey: svc.MaxKeyLength(), respMeta: opts.ResponseMetadata}
 	if s.maxDesc <= 0 {
 		s.maxDesc = DefaultMaxDescriptors
 	}
@@ -200,7 +207,11 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if ds == nil {
 		dm.unmatched.Add(float64(len(items)))
 		dm.ok.Inc()
-		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: okStatuses(len(items))}, nil
+		resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: okStatuses(len(items))}
+		if s.respMeta {
+			resp.DynamicMetadata = responseMetadata(req, items, resp.Statuses)
+		}
+		return resp, nil
 	}
 	s.prepare(items, descs, ds.ns)
 
@@ -211,6 +222,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		return nil, err
 	}
 	resp := s.respond(items, denied, overloaded)
+	if s.respMeta {
+		resp.DynamicMetadata = responseMetadata(req, items, resp.Statuses)
+	}
 	s.count(items, denied, overloaded)
 	if denied {
 		dm.overLimit.Inc()
@@ -257,9 +271,11 @@ func (s *Server) parseDescriptor(i int, d *commonv3.RateLimitDescriptor, hits ui
 // same limit and key (their costs summed: one decision for both).
 func (s *Server) prepare(items []item, descs []*commonv3.RateLimitDescriptor, ns string) {
 	if len(items) > 1 {
+		// As in envoyproxy/ratelimit, an unlimited limit replaces others
+		// (exempting a descriptor from them) but is never replaced.
 		var replaced map[string]bool
 		for i := range items {
-			if l := items[i].limit(); l != nil && len(l.Replaces) > 0 && !l.Unlimited {
+			if l := items[i].limit(); l != nil && len(l.Replaces) > 0 {
 				if replaced == nil {
 					replaced = map[string]bool{}
 				}
@@ -269,7 +285,7 @@ func (s *Server) prepare(items []item, descs []*commonv3.RateLimitDescriptor, ns
 			}
 		}
 		for i := range items {
-			if l := items[i].limit(); l != nil && l.Name != "" && replaced[l.Name] {
+			if l := items[i].limit(); l != nil && l.Name != "" && replaced[l.Name] && !l.Unlimited {
 				items[i].replaced = true
 			}
 		}
@@ -281,7 +297,7 @@ func (s *Server) prepare(items []item, descs []*commonv3.RateLimitDescriptor, ns
 			continue
 		}
 		// The store sees "<ns>:<key>": the key fits what is left.
-		it.key = descriptorKey(descs[i].GetEntries(), s.maxKey-len(ns)-1)
+		it.key = descriptorKey(descs[i].GetEntries(), it.n.shared, s.maxKey-len(ns)-1)
 		for j := 0; j < i; j++ {
 			o := &items[j]
 			if o.same < 0 && o.n == it.n && o.key == it.key && !o.replaced {
@@ -305,17 +321,19 @@ func (s *Server) prepare(items []item, descs []*commonv3.RateLimitDescriptor, ns
 // One enforced descriptor is one atomic step. Several are keys of their
 // own, and no store has a step over several keys, so they are decided in
 // two phases, as the decision API's atomic batch: every one is checked
-// without charging, and only when all pass is each one taken. A concurrent
-// request may drain a descriptor between its check and its take (one store
-// round trip); that take is then denied, the request answered OVER_LIMIT,
-// and the descriptors taken before it stay charged (counted in
+// without charging, and only when the request passes (verdict) is each one
+// taken that has room. A concurrent request may drain a descriptor between
+// its check and its take (one store round trip); that take is then denied,
+// the request answered OVER_LIMIT if it no longer passes, and the
+// descriptors taken before it stay charged (counted in
 // rl_rls_partial_total). The race only under-admits: every take is exact.
 func (s *Server) decideAll(ctx context.Context, ds *domainSet, items []item) (denied, overloaded bool, err error) {
 	var enforced []int
+	denyAlls := false
 	for i := range items {
 		if items[i].enforced() {
 			if items[i].n.limit.RequestsPerUnit == 0 {
-				denied = true
+				denyAlls = true
 				s.denyAll(&items[i])
 				continue
 			}
@@ -330,44 +348,44 @@ func (s *Server) decideAll(ctx context.Context, ds *domainSet, items []item) (de
 		return true, false, err
 	}
 	switch {
-	case denied || len(enforced) > 1:
+	case denyAlls || len(enforced) > 1:
 		for _, i := range enforced {
 			it := &items[i]
 			if err := s.decide(ctx, ds, it, true); err != nil {
 				return fail(it, err)
 			}
-			if it.out == outDenied {
-				denied = true
-			}
 		}
-		if denied {
+		if denied = verdict(items); denied {
 			break
 		}
-		for n, i := range enforced {
+		taken := 0
+		for _, i := range enforced {
 			it := &items[i]
-			if it.out == outFailOpen {
+			if it.out == outFailOpen || it.out == outDenied { // a quota without room: not charged
 				continue
 			}
 			if err := s.decide(ctx, ds, it, false); err != nil {
-				if n > 0 {
+				if taken > 0 {
 					ds.m.partial.Inc()
 				}
 				return fail(it, err)
 			}
-			if it.out == outDenied {
-				if n > 0 {
-					ds.m.partial.Inc()
-				}
-				denied = true
-				break
+			if it.taken {
+				taken++
 			}
+			if it.out == outDenied && !it.n.limit.Quota {
+				break // raced: denied, whatever comes after
+			}
+		}
+		if denied = verdict(items); denied && taken > 0 {
+			ds.m.partial.Inc()
 		}
 	case len(enforced) == 1:
 		it := &items[enforced[0]]
 		if err := s.decide(ctx, ds, it, false); err != nil {
 			return fail(it, err)
 		}
-		denied = it.out == outDenied
+		denied = verdict(items)
 	}
 	for i := range items {
 		it := &items[i]
@@ -390,6 +408,37 @@ func (s *Server) decideAll(ctx context.Context, ds *domainSet, items []item) (de
 		}
 	}
 	return denied, false, nil
+}
+
+// verdict reports whether the decided enforced descriptors deny the
+// request, as envoyproxy/ratelimit combines its statuses: when one that is
+// not in quota_mode denies it, or when the quota_mode ones do
+// (quotasDeny).
+func verdict(items []item) bool {
+	for i := range items {
+		it := &items[i]
+		if l := it.limit(); l != nil && !l.Unlimited && !l.Quota && !l.Shadow && it.same < 0 && it.out == outDenied {
+			return true
+		}
+	}
+	return quotasDeny(items)
+}
+
+// quotasDeny reports whether the request has quota_mode descriptors and
+// every one of them denies it; a shadow_mode one never does, so with one
+// the quotas never deny.
+func quotasDeny(items []item) bool {
+	quotas := false
+	for i := range items {
+		it := &items[i]
+		if l := it.limit(); l != nil && !l.Unlimited && l.Quota && it.same < 0 {
+			if l.Shadow || it.out != outDenied {
+				return false
+			}
+			quotas = true
+		}
+	}
+	return quotas
 }
 
 // decide decides one descriptor, peek or take, into it. It returns
@@ -472,6 +521,17 @@ func (s *Server) respond(items []item, denied, overloaded bool) *rlsv3.RateLimit
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	deciding := -1
+	// Quotas deny together: the one that readmits first speaks for them.
+	// A quota without room in a request that passes denies nothing.
+	quotaRep := -1
+	if denied && quotasDeny(items) {
+		for i := range items {
+			if l := items[i].limit(); l != nil && l.Quota && !l.Unlimited && items[i].same < 0 &&
+				(quotaRep < 0 || laterRetry(&items[quotaRep].res, &items[i].res)) {
+				quotaRep = i
+			}
+		}
+	}
 	for i := range items {
 		it := &items[i]
 		src := it
@@ -511,7 +571,7 @@ func (s *Server) respond(items []item, denied, overloaded bool) *rlsv3.RateLimit
 		}
 		st.LimitRemaining = uint32(min(rem, math.MaxUint32))
 		st.DurationUntilReset = durationpb.New(src.res.ResetAfter)
-		if l.Shadow || it.same >= 0 {
+		if l.Shadow || it.same >= 0 || l.Quota && src.out == outDenied && i != quotaRep {
 			continue
 		}
 		// The header fields describe the deciding descriptor: when denied,

@@ -138,7 +138,7 @@ func TestBadRequests(t *testing.T) {
 }
 
 func TestDescriptorKey(t *testing.T) {
-	k := func(kv ...string) string { return descriptorKey(d(kv...).Entries, 256) }
+	k := func(kv ...string) string { return descriptorKey(d(kv...).Entries, nil, 256) }
 	require.Equal(t, "a=1|b=2", k("a", "1", "b", "2"))
 	require.NotEqual(t, k("a", "1|b=2"), k("a", "1", "b", "2"))
 	require.Equal(t, "a=x%20y%25%7C%3D", k("a", "x y%|="))
