@@ -12,11 +12,12 @@
 # sets up each expression and statement once per transaction, so a loop
 # inside one transaction hides most of the cost). Two measures:
 #   1. plprofiler's line and function times (wall clock: inflated by a busy
-#      machine, read them as shares);
+#      machine, read them as shares), with rl._eval in PL/pgSQL;
 #   2. the backend's CPU time per call (/proc/self/schedstat, read through
 #      pg_read_file, so a superuser is needed), beside the one-statement
 #      upsert of BenchmarkFloor: ratios that a shared machine disturbs less
-#      than wall time.
+#      than wall time; again with the native step (sql/native) enabled when
+#      the server has it installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}
@@ -58,13 +59,27 @@ batch1="SELECT * FROM rl.rl_decide_batch(ARRAY['p-' || \$1], '{default}', '{4}',
 k5="ARRAY['p-' || \$1, 'p-' || (\$1 + 1000), 'p-' || (\$1 + 2000), 'p-' || (\$1 + 3000), 'p-' || (\$1 + 4000)]"
 batch5="SELECT * FROM rl.rl_decide_batch($k5, array_fill('default'::text, ARRAY[5]), array_fill(4, ARRAY[5]), array_fill(1073741824::bigint, ARRAY[5]), array_fill(1000000::bigint, ARRAY[5]), array_fill(0::bigint, ARRAY[5]))"
 upsert="INSERT INTO bench_upsert SELECT 'k' || \$1, 1 ON CONFLICT (k) DO UPDATE SET n = bench_upsert.n + 1"
+allow="SELECT * FROM rl.rl_allow('a-' || \$1, 'token_bucket', 1073741824, '1 second')"
+multi2="SELECT * FROM rl.rl_decide_multi('m-' || \$1, '{a,b}', '{4,6}', '{1073741824,1073741824}', '{1000000,60000000}', '{0,0}', 1, NULL, true)"
 
+rounds() { # rounds label-suffix statement-names...
+	local sfx=$1; shift
+	for round in 1 2 3; do
+		for q in "$@"; do
+			printf "SET synchronous_commit = off; PREPARE p(int) AS %s; CALL bench.run('%s', %d); DEALLOCATE p;\n" "${!q}" "$q$sfx" "$N"
+		done
+	done | psql "$DBURL" -q 2>&1 | sed -n 's/^NOTICE:  //p'
+}
 echo "== backend CPU per call, synchronous_commit = off (three rounds)"
-for round in 1 2 3; do
-	for q in upsert single batch1 batch5; do
-		printf "SET synchronous_commit = off; PREPARE p(int) AS %s; CALL bench.run('%s', %d); DEALLOCATE p;\n" "${!q}" "$q" "$N"
-	done
-done | psql "$DBURL" -q 2>&1 | sed -n 's/^NOTICE:  //p'
+rounds "" upsert single allow multi2 batch1 batch5
+# The native step (sql/native), when the server has it: rl._eval in C.
+if psql "$DBURL" -qAtc "CREATE EXTENSION rl_native" -c "SELECT rl_native.enable()" >/dev/null 2>&1; then
+	echo "== the same with rl_native enabled (rl._eval in C)"
+	rounds " (native)" upsert single allow multi2 batch1 batch5
+	psql "$DBURL" -qAtc "SELECT rl_native.disable()" -c "DROP EXTENSION rl_native" >/dev/null
+else
+	echo "== rl_native is not installed (make -C sql/native install): no native rounds"
+fi
 
 for q in single batch5; do
 	echo "== plprofiler: $q, $N calls"

@@ -654,7 +654,7 @@ func (b *Batched) execGo(ctx context.Context, conn *pgxpool.Conn, calls []*call)
 		if c.op == store.Take && c.out[idx].Allowed && c.cost > 0 {
 			for j, name := range c.names {
 				ps := states[pairKey{c.key, name}]
-				ps.st, ps.dirty, ps.exp = scratch[j], true, now+c.out[j].ResetAfter
+				ps.st, ps.dirty, ps.exp = scratch[j], true, expiresAt(now, c.out[j].ResetAfter)
 				scratch[j] = core.State{}
 			}
 		}

@@ -19,3 +19,6 @@ func InFlight(b *Batched) int {
 	defer b.mu.Unlock()
 	return b.inflight
 }
+
+// ExpiresAt is expiresAt, for comparing with rl._expires_at.
+func ExpiresAt(now, resetAfter int64) int64 { return expiresAt(now, resetAfter) }

@@ -186,6 +186,20 @@ func (s *Store) Expire(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
+// expiryGrain is the grain of expires_at: 2^26 µs, about 67 s (migration
+// 0013, rl._expires_at).
+const expiryGrain = 1 << 26
+
+// expiresAt is the expires_at a write at now stores for a decision with
+// this ResetAfter: the time the state is fresh again, rounded up to a
+// multiple of expiryGrain, as rl._expires_at computes it. A coarse bound
+// changes rarely, so most updates of a row leave its indexed columns alone
+// and PostgreSQL applies them as HOT updates; it is never early, so
+// rl_expire never deletes a state that still counts.
+func expiresAt(now, resetAfter int64) int64 {
+	return (now + resetAfter + expiryGrain - 1) / expiryGrain * expiryGrain
+}
+
 // FullKey is the key under which a request's states are stored: prefix,
 // ":", key, or just key without a prefix. rl_allow() callers that share
 // state with a prefixed limiter use the same form.
@@ -347,7 +361,7 @@ func (s *Store) decideGo(ctx context.Context, conn *pgxpool.Conn, req *store.Req
 	logs := make([]string, n)
 	for j, st := range states {
 		algs[j], ts[j], xs[j], ys[j] = int32(st.Algorithm), st.T, st.X, st.Y
-		exp[j] = now + out[j].ResetAfter
+		exp[j] = expiresAt(now, out[j].ResetAfter)
 		logs[j] = logLiteral(st.Log)
 	}
 	b = &pgx.Batch{}

@@ -301,12 +301,30 @@ func TestOutage(t *testing.T) {
 	require.Positive(t, fallbacks.Load())
 }
 
+// TestExpiresAt: the Go path stores the expires_at the SQL functions store
+// (rl._expires_at, migration 0013).
+func TestExpiresAt(t *testing.T) {
+	pool := pgtest.Pool(t, database(t))
+	for _, c := range [][2]int64{{0, 1}, {1, 0}, {1767225600000000, 1}, {1767225600000000, 100_000},
+		{1<<26 - 1, 1}, {1 << 26, 0}, {1<<26 + 1, 1<<26 - 1}, {253402300799999999, 1 << 61}} {
+		var want int64
+		require.NoError(t, pool.QueryRow(context.Background(), "SELECT rl._expires_at($1, $2)", c[0], c[1]).Scan(&want))
+		require.Equal(t, want, pgstore.ExpiresAt(c[0], c[1]), "%d + %d", c[0], c[1])
+		require.GreaterOrEqual(t, want, c[0]+c[1], "never early")
+		require.Less(t, want, c[0]+c[1]+1<<26)
+	}
+}
+
 // TestExpiryBounded churns many keys and shows Expire keeps the table to
 // the live ones.
 func TestExpiryBounded(t *testing.T) {
 	u := newMigrated(t) // a database of its own: it counts rows
 	pool := pgtest.Pool(t, u)
 	s := newStore(t, pool, pgstore.Config{})
+	// Decisions at a request time long enough ago that every row written is
+	// idle now: expires_at is the time a state is fresh again rounded up to
+	// 2^26 µs (about 67 s), too long to sleep through.
+	past := newStore(t, pool, pgstore.Config{RequestClock: true})
 	lim := core.Limit{Algorithm: core.TokenBucket, Limit: 5, Window: 50_000} // 50 ms to refill
 	ctx := context.Background()
 	count := func() (n int64) {
@@ -314,12 +332,12 @@ func TestExpiryBounded(t *testing.T) {
 		return n
 	}
 	for round := range 5 {
+		then := time.Now().UnixMicro() - 2<<26
 		for i := range 200 {
-			_, _, err := s.Decide(ctx, store.Request{Key: fmt.Sprintf("churn-%d-%d", round, i), Names: []string{"default"},
-				Limits: []core.Limit{lim}, Cost: 1}, nil)
+			_, _, err := past.Decide(ctx, store.Request{Key: fmt.Sprintf("churn-%d-%d", round, i), Names: []string{"default"},
+				Limits: []core.Limit{lim}, Cost: 1, Now: then}, nil)
 			require.NoError(t, err)
 		}
-		time.Sleep(60 * time.Millisecond) // every row is idle now
 		n, err := s.Expire(ctx)
 		require.NoError(t, err)
 		require.Equal(t, int64(200), n)

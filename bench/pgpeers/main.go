@@ -35,6 +35,7 @@ import (
 	ajiwo "github.com/ajiwo/ratelimit"
 	ajiwoPG "github.com/ajiwo/ratelimit/backends/postgres"
 	ajiwoTB "github.com/ajiwo/ratelimit/strategies/tokenbucket"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rlcore/rl"
@@ -85,6 +86,7 @@ func main() {
 		only    = flag.String("only", "", "run only scenarios whose name matches this regexp")
 		maxIn   = flag.Int("inflight", 0, "BatchConfig.MaxInFlight (0: the default)")
 		maxWait = flag.Duration("maxwait", 0, "BatchConfig.MaxWait")
+		native  = flag.Bool("native", false, "enable the native step (sql/native: CREATE EXTENSION rl_native, rl_native.enable(); needs it installed and a superuser URL)")
 	)
 	flag.Parse()
 	ctx := context.Background()
@@ -92,6 +94,16 @@ func main() {
 	check(err)
 	defer drop(context.Background())
 	check(migrations.Up(ctx, dbURL))
+	if *native {
+		conn, err := pgx.Connect(ctx, dbURL)
+		check(err)
+		var msg string
+		_, err = conn.Exec(ctx, "CREATE EXTENSION rl_native")
+		check(err)
+		check(conn.QueryRow(ctx, "SELECT rl_native.enable()").Scan(&msg))
+		fmt.Fprintln(os.Stderr, "pgpeers:", msg)
+		check(conn.Close(ctx))
+	}
 
 	pool := newPool(ctx, dbURL, *conns)
 	defer pool.Close()
@@ -195,6 +207,19 @@ func main() {
 		}
 	}
 	printTable(results, *conns)
+	// HOT updates of the run: the pool's sessions report their statistics
+	// when they end.
+	pool.Close()
+	if conn, err := pgx.Connect(ctx, dbURL); err == nil {
+		var hot, upd, fhot, fupd int64
+		if err := conn.QueryRow(ctx, `SELECT s.n_tup_hot_upd, s.n_tup_upd, f.n_tup_hot_upd, f.n_tup_upd
+			FROM pg_stat_user_tables s, pg_stat_user_tables f
+			WHERE s.relid = 'rl.state'::regclass AND f.relid = 'upsert_floor'::regclass`).Scan(&hot, &upd, &fhot, &fupd); err == nil {
+			fmt.Printf("\nHOT updates (n_tup_hot_upd / n_tup_upd) over the run: rl.state %d of %d (%.1f%%), upsert_floor %d of %d (%.1f%%)\n",
+				hot, upd, 100*float64(hot)/float64(max(upd, 1)), fhot, fupd, 100*float64(fhot)/float64(max(fupd, 1)))
+		}
+		conn.Close(ctx)
+	}
 	fmt.Println()
 	fmt.Println("Not measured: github.com/mennanov/limiters v1.13.11 has no PostgreSQL state backend (only LockPostgreSQL, an " +
 		"advisory-lock DistLocker, beside in-process, Redis, etcd, Memcached, DynamoDB and Cosmos DB state); " +

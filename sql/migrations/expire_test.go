@@ -41,8 +41,12 @@ func TestExpire(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(110), count())
 	require.Zero(t, expire(t0, nil), "nothing is idle yet")
-	require.Equal(t, int64(40), expire(t0+2_000_000, 40), "batch bounds one call")
-	require.Equal(t, int64(60), expire(t0+2_000_000, nil))
+	// expires_at is a bound: the time the state is fresh again rounded up
+	// to a multiple of 2^26 µs (about 67 s). Not a microsecond before.
+	idle := expiresAt(t0, 100_000) // a token back in 100 ms: fresh again
+	require.Zero(t, expire(idle-1, nil), "nothing is deleted before its bound")
+	require.Equal(t, int64(40), expire(idle, 40), "batch bounds one call")
+	require.Equal(t, int64(60), expire(idle, nil))
 	require.Equal(t, int64(10), count())
 	var live int64
 	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM rl.state WHERE key LIKE 'live:%'`).Scan(&live))
@@ -51,7 +55,7 @@ func TestExpire(t *testing.T) {
 	// An expired row decides exactly like a fresh one: expiry loses nothing.
 	var remaining int64
 	require.NoError(t, conn.QueryRow(ctx, `SELECT remaining FROM rl.rl_peek_us('idle:1', 'token_bucket', 10, 1000000, 0, 0, 'default', $1)`,
-		t0+2_000_000).Scan(&remaining))
+		idle).Scan(&remaining))
 	require.Equal(t, int64(10), remaining)
 
 	// A row locked by a decision in flight is skipped, without waiting.
@@ -63,15 +67,17 @@ func TestExpire(t *testing.T) {
 	_, err = tx.Exec(ctx, `SELECT 1 FROM rl.state WHERE key = 'locked' FOR UPDATE`)
 	require.NoError(t, err)
 	start := time.Now()
-	require.Zero(t, expire(t0+3_600_000_000*2, nil)-10, "the 10 live rows are now idle; the locked one is skipped")
+	later := t0 + 3_600_000_000*2 + expiryGrain // the live rows' windows, and the grain
+	require.Zero(t, expire(later, nil)-10, "the 10 live rows are now idle; the locked one is skipped")
 	require.Less(t, time.Since(start), 2*time.Second)
 	require.NoError(t, tx.Rollback(ctx))
-	require.Equal(t, int64(1), expire(t0+3_600_000_000*2, nil))
+	require.Equal(t, int64(1), expire(later, nil))
 
-	// Churn: many new keys a round, swept every round: the table stays bounded.
+	// Churn: many new keys a round, swept every round (a round is a window
+	// and the grain of expires_at): the table stays bounded.
 	const perRound = 300
 	for round := range 20 {
-		now := t0 + int64(round)*2_000_000
+		now := later + int64(round)*(expiryGrain+1_000_000)
 		batch := &pgx.Batch{}
 		batch.Queue(`SELECT rl.rl_allow_us('churn:' || $2::int || ':' || i, 'fixed_window', 5, 1000000, now_us => $1)
 			FROM generate_series(1, $3) i`, now, round, perRound)

@@ -194,7 +194,7 @@ func runTableCase(ctx context.Context, db *pgxpool.Pool, c vectors.Case, arrays 
 				}
 				ds = append(ds, d)
 				if st.Op == "take" && d.Allowed && st.Cost > 0 {
-					expires[l.Name] = st.Now + d.ResetAfter
+					expires[l.Name] = expiresAt(st.Now, d.ResetAfter)
 				}
 			}
 		default:
@@ -260,7 +260,7 @@ func runTableCase(ctx context.Context, db *pgxpool.Pool, c vectors.Case, arrays 
 				}
 				if err == nil && st.Op == "take" && st.Cost > 0 && !slices.ContainsFunc(ds, func(d vectors.Decision) bool { return !d.Allowed }) {
 					for j, d := range ds {
-						expires[limits[j].Name] = st.Now + d.ResetAfter
+						expires[limits[j].Name] = expiresAt(st.Now, d.ResetAfter)
 					}
 				}
 			}
@@ -304,4 +304,19 @@ func runTableCase(ctx context.Context, db *pgxpool.Pool, c vectors.Case, arrays 
 		}
 	}
 	return nil
+}
+
+// expiryGrain is the grain of the stored expires_at (sql/README.md,
+// "Expiry"; migration 0013): 2^26 µs.
+const expiryGrain = 1 << 26
+
+// expiresAt is the expires_at the documentation promises for a write at now
+// of a decision with this reset_after: the time the state is fresh again,
+// now + reset_after, rounded up to a multiple of expiryGrain.
+func expiresAt(now, resetAfter int64) int64 {
+	fresh := now + resetAfter
+	if r := fresh % expiryGrain; r != 0 {
+		return fresh + expiryGrain - r
+	}
+	return fresh
 }

@@ -140,7 +140,7 @@ func TestRequestTimeUntrusted(t *testing.T) {
 		// The row (as the owner sees it) expires within the hour.
 		var exp int64
 		require.NoError(t, owner.QueryRow(ctx, `SELECT max(expires_at) FROM rl.state WHERE key = $1`, key).Scan(&exp))
-		require.Less(t, exp, serverNow(t, owner)+hour+1, "%s: expires_at at the caller's time", tc.name)
+		require.Less(t, exp, serverNow(t, owner)+hour+expiryGrain+1, "%s: expires_at at the caller's time", tc.name)
 		// The next call on the server's clock: denied for under an hour, not a century.
 		var retry int64
 		require.NoError(t, app.QueryRow(ctx,
@@ -582,8 +582,8 @@ SELECT 'function ' || p.oid::regprocedure, format(E'owner %s acl %s comment %s\n
        obj_description(p.oid, 'pg_proc'), pg_get_functiondef(p.oid))
   FROM pg_proc p WHERE p.pronamespace = 'rl'::regnamespace
 UNION ALL
-SELECT 'relation ' || c.relname, format('kind %s owner %s persistence %s acl %s comment %s', c.relkind, c.relowner::regrole,
-       c.relpersistence,
+SELECT 'relation ' || c.relname, format('kind %s owner %s persistence %s options %s acl %s comment %s', c.relkind,
+       c.relowner::regrole, c.relpersistence, c.reloptions,
        (SELECT string_agg(e, ',' ORDER BY e) FROM (SELECT format('%s:%s:%s', a.grantee::regrole, a.privilege_type, a.is_grantable) e
           FROM aclexplode(coalesce(c.relacl, acldefault('r', c.relowner))) a) x),
        obj_description(c.oid, 'pg_class'))

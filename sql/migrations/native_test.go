@@ -1,0 +1,185 @@
+package migrations_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rlcore/rl/internal/difftest"
+	"github.com/rlcore/rl/internal/sqldecider"
+	"github.com/rlcore/rl/sql/migrations"
+	"github.com/rlcore/rl/tests/vectors/vectorstest"
+)
+
+const nativeInstallHint = "install the native step first: bash .ci/install-native.sh (make -C sql/native install, as root)"
+
+// TestNative: the optional native step (sql/native, the extension
+// rl_native) in a database of its own, migrated by an ordinary owner. The C
+// rl._eval gives what the PL/pgSQL one gives for odd input (NULLs, logs
+// that are unsorted, hold NULLs, start at another index or have two
+// dimensions); enabled, it passes every vector, pure and through the table
+// functions, and the differential test against the Go core; disabled, the
+// catalog is as before.
+func TestNative(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	su, owner := ownedDatabase(t)
+	require.NoError(t, migrations.Up(ctx, owner))
+	conn := connect(t, su)
+	var offered bool
+	require.NoError(t, conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_available_extensions WHERE name = 'rl_native')`).Scan(&offered))
+	if !offered {
+		t.Fatalf("the server does not offer the extension rl_native: %s", nativeInstallHint)
+	}
+	before := catalog(t, su)
+	_, err := conn.Exec(ctx, `CREATE EXTENSION rl_native`)
+	require.NoError(t, err)
+	requireSameCatalog(t, before, catalog(t, su), "CREATE EXTENSION rl_native alone")
+
+	t.Run("same as PL/pgSQL", func(t *testing.T) { compareNative(t, conn) })
+
+	var msg, lang string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT rl_native.enable()`).Scan(&msg))
+	require.Equal(t, "rl._eval is native (was plpgsql)", msg)
+	require.NoError(t, conn.QueryRow(ctx, `SELECT rl_native.enable()`).Scan(&msg))
+	require.Equal(t, "rl._eval is already native", msg)
+	require.NoError(t, conn.QueryRow(ctx, `SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+		WHERE p.oid = 'rl._eval'::regproc`).Scan(&lang))
+	require.Equal(t, "c", lang)
+
+	cfg, err := pgxpool.ParseConfig(su)
+	require.NoError(t, err)
+	cfg.MaxConns = 20
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	d := sqldecider.New(pool)
+	t.Run("vectors/pure/single", func(t *testing.T) { vectorstest.Run(t, d, false) })
+	t.Run("vectors/pure/all", func(t *testing.T) { vectorstest.Run(t, d, true) })
+	t.Run("vectors/table", func(t *testing.T) { runVectorsTable(t, pool) })
+	t.Run("differential", func(t *testing.T) {
+		r := difftest.Runner{Workers: 4, Deciders: []difftest.Decider{
+			{Name: "native", Decider: vectorstest.Native{}},
+			{Name: "sql+c", Decider: d},
+		}}
+		n := 1500
+		if testing.Short() || raceEnabled {
+			n = 500
+		}
+		t.Log(r.Check(t, difftest.Config{}, 20260102, n))
+		stats := r.CheckSequences(t, difftest.Extremes())
+		t.Logf("extremes: %d sequences, %d steps", stats.Sequences, stats.Steps)
+	})
+	pool.Close()
+
+	require.NoError(t, conn.QueryRow(ctx, `SELECT rl_native.disable()`).Scan(&msg))
+	require.Equal(t, "rl._eval is the PL/pgSQL port again", msg)
+	requireSameCatalog(t, before, catalog(t, su), "rl_native.disable()")
+	_, err = conn.Exec(ctx, `DROP EXTENSION rl_native`)
+	require.NoError(t, err)
+	requireSameCatalog(t, before, catalog(t, su), "DROP EXTENSION rl_native")
+}
+
+// compareNative calls rl_native.eval and the PL/pgSQL rl._eval with the
+// same arguments, many of them at or past a bound, NULL, or malformed, and
+// requires the same rl._eval_result.
+func compareNative(t *testing.T, conn *pgx.Conn) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(21, 13))
+	const t0 = int64(1767225600000000)
+	pick := func(vs ...any) any { return vs[rng.IntN(len(vs))] }
+	i64 := func(vs ...int64) any {
+		if rng.IntN(12) == 0 {
+			return nil
+		}
+		return vs[rng.IntN(len(vs))]
+	}
+	logs := []string{"{}", "[3:4]={1,2}", "{{1,2},{3,4}}", "{1,NULL}", "{5,4}", "{-1}", "{4611686018427387905}"}
+	for range 4 {
+		var e []string
+		for v, n := t0-2_000_000, rng.IntN(12); n > 0; n-- {
+			v += rng.Int64N(400_000)
+			e = append(e, fmt.Sprint(v))
+		}
+		logs = append(logs, "{"+strings.Join(e, ",")+"}", fmt.Sprintf("[0:%d]={%s}", max(len(e)-1, 0), strings.Join(e, ",")))
+	}
+	long := make([]string, 4097)
+	for i := range long {
+		long[i] = fmt.Sprint(t0 + int64(i))
+	}
+	logs = append(logs, "{"+strings.Join(long, ",")+"}")
+	b := &pgx.Batch{}
+	const n = 4000
+	args := make([][]any, n)
+	for i := range n {
+		var lg any = logs[rng.IntN(len(logs))]
+		if rng.IntN(12) == 0 {
+			lg = nil
+		}
+		a := []any{
+			pick(nil, int32(-1), int32(0), int32(1), int32(2), int32(3), int32(4), int32(5), int32(6), int32(6), int32(4), int32(7)),
+			i64(0, 1, 2, 3, 10, 4096, 4097, 1<<40, 1<<40+1, -1),
+			i64(0, 1, 7, 1_000_000, 60_000_000, 1_000_000_000_000_000, 1_000_000_000_000_001),
+			i64(-1, 0, 0, 0, 1, 3, 10, 1<<40, 1<<40+1),
+			pick(nil, int32(0), int32(1), int32(2), int32(3), int32(3), int32(4), int32(5), int32(6), int32(6), int32(7), int32(-1)),
+			i64(0, 1, t0-1_500_000, t0-500_000, t0, t0+300_000, t0+5_000_000, 1<<62, 1<<62+1, -1),
+			i64(0, 1, 2, 3, 9, 10, 1_000_000, 10_000_000, 1<<40, 1<<40+1, 1<<62+1, -1),
+			i64(0, 0, 1, t0-2_000_000, t0-1_000_000, t0, t0+1_000_000, 1<<62, -1),
+			lg,
+			i64(-1, 0, t0, t0, t0+250_000, t0+1_000_000, 253402300799999999, 253402300800000000),
+			i64(-1, 0, 0, 1, 1, 2, 3, 10, 4096, 1<<40, 1<<40+1),
+			pick(nil, true, true, false),
+		}
+		if i%4 != 0 { // mostly well-formed: a limit and a state of one algorithm, near t0
+			alg := int32(1 + rng.IntN(6))
+			sa := pick(alg, alg, alg, int32(0), int32(1+rng.IntN(6)))
+			lim := int64(pick(int64(1), int64(3), int64(10), int64(100)).(int64))
+			a[0], a[1], a[2] = alg, lim, int64(pick(int64(1_000_000), int64(60_000_000), int64(7)).(int64))
+			a[3] = int64(0)
+			if alg > 3 {
+				a[3] = int64(pick(int64(0), int64(1), int64(3), int64(50)).(int64))
+			}
+			a[4] = sa
+			ts := []int64{t0 - 1_500_000, t0 - 500_000, t0 - 3, t0, t0 + 300_000, t0 + 2_000_000}
+			a[5], a[6], a[7] = ts[rng.IntN(len(ts))], rng.Int64N(20_000_000), int64(0)
+			if sa == 2 {
+				a[6], a[7] = rng.Int64N(12), rng.Int64N(12)
+			} else if sa == 6 {
+				a[6] = rng.Int64N(60)
+				a[7] = a[5].(int64) - rng.Int64N(3_000_000)
+			} else if sa == 3 || sa == 0 {
+				a[5], a[6] = int64(0), int64(0)
+			} else if sa == 1 {
+				a[6] = rng.Int64N(12)
+			}
+			if sa != 3 {
+				a[8] = "{}"
+			}
+			a[9] = t0 + rng.Int64N(2_000_000) - 1_000_000
+			a[10] = int64(pick(int64(0), int64(1), int64(1), int64(2), int64(3), int64(11), int64(101)).(int64))
+			a[11] = pick(true, true, false, nil)
+		}
+		args[i] = a
+		b.Queue(`SELECT rl_native.eval($1, $2, $3, $4, $5, $6, $7, $8, $9::text::bigint[], $10, $11, $12)::text,
+			rl._eval($1, $2, $3, $4, $5, $6, $7, $8, $9::text::bigint[], $10, $11, $12)::text`, a...)
+	}
+	br := conn.SendBatch(ctx, b)
+	defer br.Close()
+	ok := 0
+	for i := range n {
+		var c, pl string
+		require.NoError(t, br.QueryRow().Scan(&c, &pl), "%v", args[i])
+		require.Equal(t, pl, c, "rl_native.eval%v", args[i])
+		if strings.HasPrefix(pl, "(0,") {
+			ok++
+		}
+	}
+	t.Logf("%d calls, %d decided without an error", n, ok)
+}
