@@ -74,13 +74,47 @@ func (c *Compiled) Peek(s State, now, cost int64) (d Decision, err error) {
 	return d, nil
 }
 
+// TakeInto is Take on a state the caller holds: it decides onto *d and,
+// when the call changes the state (an admission of a cost above 0),
+// replaces *s with the new state, writing a sliding log's entries into
+// s.Log's backing array. On an error *s is unchanged and *d unspecified.
+// Nothing is copied by value, so a store can decide a key's state where
+// it keeps it.
+func (c *Compiled) TakeInto(s *State, now, cost int64, d *Decision) error {
+	if e := c.eval(s, now, cost, modeTake, d, s); e != 0 {
+		return e
+	}
+	return nil
+}
+
+// PeekInto is Peek onto *d, changing nothing; on an error *d is
+// unspecified.
+func (c *Compiled) PeekInto(s *State, now, cost int64, d *Decision) error {
+	if e := c.eval(s, now, cost, modePeek, d, nil); e != 0 {
+		return e
+	}
+	return nil
+}
+
 // TakeAllCompiled is TakeAll for compiled limits: all or nothing, with the
 // same deciding index, decisions, states and errors.
 func TakeAllCompiled(cs []Compiled, ss []State, now, cost int64, ds []Decision) (int, error) {
+	if len(cs) == 1 && len(ss) != 0 && len(ds) != 0 { // all's one-limit pass, without its dispatch
+		if err := cs[0].eval(&ss[0], now, cost, modeTake, &ds[0], &ss[0]); err != 0 {
+			return 0, err
+		}
+		return 0, nil
+	}
 	return all(nil, cs, len(cs), ss, now, cost, ds, modeTake)
 }
 
 // PeekAllCompiled is PeekAll for compiled limits.
 func PeekAllCompiled(cs []Compiled, ss []State, now, cost int64, ds []Decision) (int, error) {
+	if len(cs) == 1 && len(ss) != 0 && len(ds) != 0 {
+		if err := cs[0].eval(&ss[0], now, cost, modePeek, &ds[0], nil); err != 0 {
+			return 0, err
+		}
+		return 0, nil
+	}
 	return all(nil, cs, len(cs), ss, now, cost, ds, modePeek)
 }
