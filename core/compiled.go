@@ -2,7 +2,8 @@ package core
 
 // Compiled is a Limit checked once, with what every decision of it needs
 // computed ahead: the effective rate, the capacity in units of 1/Window,
-// and GCRA's longest arrival time ahead. Deciding with a Compiled skips the
+// GCRA's longest arrival time ahead, and the divisions by the window and
+// by the rate as multiplications (exact: see divisor). Deciding with a Compiled skips the
 // limit's validation; the call (now, cost) and the state are still checked,
 // so a corrupt state is reported as ErrState exactly as Take reports it.
 //
@@ -14,10 +15,12 @@ package core
 // differential test hold.
 type Compiled struct {
 	l         Limit
-	rate      int64 // Rate, or Limit when Rate is 0 (TokenBucket, LeakyBucket, GCRA)
-	capacity  int64 // Limit × Window (SlidingWindow, TokenBucket, LeakyBucket, GCRA)
-	ahead     int64 // capacity / rate: how far GCRA's arrival time can be ahead, whole µs
-	aheadFrac int64 // capacity % rate: its fraction, in 1/rate µs
+	rate      int64   // Rate, or Limit when Rate is 0 (TokenBucket, LeakyBucket, GCRA)
+	capacity  int64   // Limit × Window (SlidingWindow, TokenBucket, LeakyBucket, GCRA)
+	ahead     int64   // capacity / rate: how far GCRA's arrival time can be ahead, whole µs
+	aheadFrac int64   // capacity % rate: its fraction, in 1/rate µs
+	wdiv      divisor // by Window; prepared by Compile only
+	rdiv      divisor // by rate; prepared by Compile only
 }
 
 // Compile checks l and prepares it for deciding. It returns the Error Take
@@ -27,6 +30,7 @@ func Compile(l Limit) (Compiled, error) {
 	if err := c.set(&l); err != 0 {
 		return Compiled{}, err
 	}
+	c.wdiv, c.rdiv = newDivisor(l.Window), newDivisor(c.rate)
 	return c, nil
 }
 
