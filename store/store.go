@@ -8,6 +8,11 @@
 // WebAssembly build hosted by wazero, or the PL/pgSQL port), the results
 // are identical, which the conformance vectors in tests/vectors pin.
 //
+// A request carries a Policy, the names and limits checked and compiled
+// once (NewPolicy), and the key; a store that decides with the native core
+// uses the compiled limits (core.TakeInto, core.TakeAllCompiled), any other
+// decider the limits themselves.
+//
 // Backends: memstore (in process, the embedded default) and pgstore
 // (PostgreSQL through pgx). Every backend runs the shared suite in
 // store/storetest.
