@@ -329,39 +329,29 @@ func (s *Store) hashOther(key string) uint64 {
 }
 
 // lookup returns the hash of (prefix, key), its shard and its entry, or
-// nil: find for the decision's path, the key's words read once for the
-// hash and the comparisons.
+// nil: find for the decision's path, a short key's words read once for the
+// hash and the comparisons, with no call unless there is a prefix.
 func (s *Store) lookup(prefix, key string) (uint64, *shard, *entry) {
 	n := len(key)
-	kp := unsafe.Pointer(unsafe.StringData(key))
-	var h, a, b uint64
-	sh := short(n)
-	if sh {
-		a, b = words(kp, n)
-		h = s.hashWords(n, a, b)
-	} else {
-		h = s.hashOther(key)
+	if !short(n) {
+		h := s.hashOther(key)
+		sh := &s.shards[h&s.mask]
+		return h, sh, sh.find(h, prefix, key)
 	}
-	shd := &s.shards[h&s.mask]
+	a, b := words(unsafe.Pointer(unsafe.StringData(key)), n)
+	h := s.hashWords(n, a, b)
+	sh := &s.shards[h&s.mask]
 	klen, plen := uint32(len(prefix)+n), uint32(len(prefix))
-	for e := shd.tab.Load().bucket(h).Load(); e != nil; e = e.next.Load() {
+	for e := sh.tab.Load().bucket(h).Load(); e != nil; e = e.next.Load() {
 		if e.h != h || e.klen != klen || e.plen != plen {
 			continue
 		}
 		t := unsafe.Pointer(e.keyText())
-		k := unsafe.Add(t, plen)
-		if sh {
-			if x, y := words(k, n); x != a || y != b {
-				continue
-			}
-		} else if !same(k, key) {
-			continue
-		}
-		if plen == 0 || same(t, prefix) {
-			return h, shd, e
+		if x, y := words(unsafe.Add(t, plen), n); x == a && y == b && (plen == 0 || same(t, prefix)) {
+			return h, sh, e
 		}
 	}
-	return h, shd, nil
+	return h, sh, nil
 }
 
 // mix is wyhash's mixing step: the two halves of a 128-bit product, xored.
