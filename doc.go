@@ -36,7 +36,11 @@
 //	            rl_allow() in SQL and triggers
 //
 // The decider is chosen with the store (memstore.Config.Decider,
-// pgstore.Config.Mode and Decider), once, not per call.
+// pgstore.Config.Mode and Decider), once, not per call. A Policy is checked
+// and compiled once, by NewPolicy (core.Compile for each limit, a
+// store.Policy for the names and limits); every call hands the store that
+// compiled policy and the key (a store.Request of eight words), never its
+// limits again.
 //
 // # Results and errors
 //

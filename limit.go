@@ -8,6 +8,7 @@ import (
 
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/ruleconfig"
+	"github.com/rlcore/rl/store"
 )
 
 // MaxLimits is the most limits one Policy holds.
@@ -40,11 +41,12 @@ func (l Limit) core() core.Limit {
 
 // Policy is a validated, immutable set of limits decided together, all or
 // nothing. Build policies once and choose one per call: a free plan and a
-// paid plan are two policies over one Limiter.
+// paid plan are two policies over one Limiter. NewPolicy compiles the
+// limits (core.Compile) into the store.Policy every call of the policy
+// hands its store, so no call checks or copies them again.
 type Policy struct {
-	src    []Limit
-	limits []core.Limit
-	names  []string
+	src []Limit
+	sp  *store.Policy
 }
 
 // ErrPolicy is matched by every error of NewPolicy.
@@ -56,7 +58,8 @@ func NewPolicy(limits ...Limit) (*Policy, error) {
 	if len(limits) == 0 || len(limits) > MaxLimits {
 		return nil, fmt.Errorf("%w: %d limits, want 1 to %d", ErrPolicy, len(limits), MaxLimits)
 	}
-	p := &Policy{src: make([]Limit, len(limits)), limits: make([]core.Limit, len(limits)), names: make([]string, len(limits))}
+	p := &Policy{src: make([]Limit, len(limits))}
+	cls, names := make([]core.Limit, len(limits)), make([]string, len(limits))
 	seen := make(map[string]bool, len(limits))
 	for i, l := range limits {
 		if l.Name == "" {
@@ -70,8 +73,13 @@ func NewPolicy(limits ...Limit) (*Policy, error) {
 		if err := c.Validate(); err != nil {
 			return nil, fmt.Errorf("%w: limit %q: %w", ErrPolicy, l.Name, err)
 		}
-		p.src[i], p.limits[i], p.names[i] = l, c, l.Name
+		p.src[i], cls[i], names[i] = l, c, l.Name
 	}
+	sp, err := store.NewPolicy(names, cls)
+	if err != nil { // not reached: the limits were checked above
+		return nil, fmt.Errorf("%w: %w", ErrPolicy, err)
+	}
+	p.sp = sp
 	return p, nil
 }
 
@@ -105,6 +113,10 @@ func (p *Policy) Limits() []Limit { return append([]Limit(nil), p.src...) }
 
 // Len returns the number of limits.
 func (p *Policy) Len() int { return len(p.src) }
+
+// Store returns the compiled policy that p's calls hand their store, for a
+// caller that drives a store.Store directly with p's limits.
+func (p *Policy) Store() *store.Policy { return p.sp }
 
 // LimitResult is one limit's part of a decision.
 type LimitResult struct {
@@ -140,20 +152,27 @@ type Result struct {
 //
 // Field by field: a composite literal is built on the stack and copied in
 // 16-byte moves that stall on the 8-byte stores just made (store-to-load
-// forwarding), 10% of an Allow.
+// forwarding), 10% of an Allow. A RetryAfter of core.Never converts to 0
+// (micros of a negative span).
 func fromCore(l *Limit, d *core.Decision, r *LimitResult) {
 	r.Name = l.Name
 	r.Window = l.Window
 	r.Allowed = d.Allowed
 	r.Limit = d.Limit
 	r.Remaining = d.Remaining
-	r.ResetAfter = Micros(d.ResetAfter)
-	r.Delay = Micros(d.Delay)
+	r.ResetAfter = micros(d.ResetAfter)
+	r.Delay = micros(d.Delay)
 	r.Never = d.RetryAfter == core.Never
-	r.RetryAfter = 0
-	if !r.Never {
-		r.RetryAfter = Micros(d.RetryAfter)
+	r.RetryAfter = micros(d.RetryAfter)
+}
+
+// micros is Micros with one comparison on the common path: a span from 0
+// to maxMicros.
+func micros(us int64) time.Duration {
+	if uint64(us) <= uint64(maxMicros) {
+		return time.Duration(us) * time.Microsecond
 	}
+	return Micros(us)
 }
 
 // maxMicros is the longest time.Duration in whole microseconds.

@@ -163,7 +163,7 @@ func (l *Limiter) ResetPolicy(ctx context.Context, key string, p *Policy) error 
 			return ErrNoPolicy
 		}
 	}
-	if err := l.store.Reset(ctx, l.base, key, p.names); err != nil {
+	if err := l.store.Reset(ctx, l.base, key, p.sp.Names()); err != nil {
 		return fmt.Errorf("%w: reset %q: %w", ErrStore, key, err)
 	}
 	return nil
@@ -207,25 +207,27 @@ func (l *Limiter) decide(ctx context.Context, op store.Op, key string, cost int6
 			return ErrNoPolicy
 		}
 	}
-	if len(each) >= len(p.limits) {
-		i, d, err := l.decideEach(ctx, op, key, cost, p, each)
-		if err != nil {
-			return storeError(key, err)
-		}
-		fromCore(&p.src[i], &d, &r.LimitResult)
-		r.Index = i
-		return nil
+	if len(each) >= len(p.src) {
+		return l.decideEach(ctx, op, key, cost, p, each, r)
+	}
+	var now int64 // l.now, inlined
+	if c := l.coarse; c != nil {
+		now = c.Now()
+	} else {
+		now = l.clock()
 	}
 	// The request is built in the call (a variable would be copied once
-	// more), and the decision is read field by field where the call left
-	// it: a block copy of it stalls on store-to-load forwarding.
-	i, d, err := l.store.Decide(ctx, store.Request{Prefix: l.base, Key: key, Names: p.names, Limits: p.limits,
-		Op: op, Now: l.now(), Cost: cost}, nil)
+	// more), and the decision is written to *r field by field, as fromCore
+	// does, from the registers the call returned it in.
+	i, d, err := l.store.Decide(ctx, store.Request{Policy: p.sp, Prefix: l.base, Key: key, Op: op, Now: now, Cost: cost}, nil)
 	if err != nil {
 		return storeError(key, err)
 	}
-	fromCore(&p.src[i], &d, &r.LimitResult)
-	r.Index = i
+	lim := &p.src[i]
+	r.Name, r.Window, r.Index = lim.Name, lim.Window, i
+	r.Allowed, r.Limit, r.Remaining = d.Allowed, d.Limit, d.Remaining
+	r.ResetAfter, r.Delay, r.RetryAfter = micros(d.ResetAfter), micros(d.Delay), micros(d.RetryAfter)
+	r.Never = d.RetryAfter == core.Never
 	return nil
 }
 
@@ -240,17 +242,19 @@ func storeError(key string, err error) error {
 
 // decideEach is decide's call of the store when every limit's result is
 // wanted.
-func (l *Limiter) decideEach(ctx context.Context, op store.Op, key string, cost int64, p *Policy, each []LimitResult) (int, core.Decision, error) {
+func (l *Limiter) decideEach(ctx context.Context, op store.Op, key string, cost int64, p *Policy, each []LimitResult, r *Result) error {
 	var buf [MaxLimits]core.Decision
-	ds := buf[:len(p.limits)]
-	i, d, err := l.store.Decide(ctx, store.Request{Prefix: l.base, Key: key, Names: p.names, Limits: p.limits,
-		Op: op, Now: l.now(), Cost: cost}, ds)
-	if err == nil {
-		for j := range ds {
-			fromCore(&p.src[j], &ds[j], &each[j])
-		}
+	ds := buf[:len(p.src)]
+	i, d, err := l.store.Decide(ctx, store.Request{Policy: p.sp, Prefix: l.base, Key: key, Op: op, Now: l.now(), Cost: cost}, ds)
+	if err != nil {
+		return storeError(key, err)
 	}
-	return i, d, err
+	for j := range ds {
+		fromCore(&p.src[j], &ds[j], &each[j])
+	}
+	fromCore(&p.src[i], &d, &r.LimitResult)
+	r.Index = i
+	return nil
 }
 
 // now reads the limiter's clock.

@@ -143,3 +143,33 @@ func benchTakeAll(b *testing.B, ls []core.Limit) {
 	}
 	b.ReportMetric(float64(admitted)/float64(b.N), "admit/op")
 }
+
+// BenchmarkTakeInto decides a compiled limit on a state held by the caller
+// (the path of a store deciding a single-limit policy with the native core):
+// the same calls as BenchmarkTakeAll/limits=1, without validating the limit
+// and with the divisions by window and rate prepared.
+func BenchmarkTakeInto(b *testing.B) {
+	for _, alg := range benchAlgorithms {
+		b.Run("alg="+alg.String(), func(b *testing.B) {
+			l := core.Limit{Algorithm: alg, Limit: benchLimit, Window: benchWindow}
+			c, err := core.Compile(l)
+			if err != nil {
+				b.Fatal(err)
+			}
+			s, now := warm(b, l)
+			var d core.Decision
+			admitted := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := c.TakeInto(&s, now, 1, &d); err != nil {
+					b.Fatal(err)
+				}
+				if d.Allowed {
+					admitted++
+				}
+				now += benchStep
+			}
+			b.ReportMetric(float64(admitted)/float64(b.N), "admit/op")
+		})
+	}
+}

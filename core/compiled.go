@@ -2,7 +2,8 @@ package core
 
 // Compiled is a Limit checked once, with what every decision of it needs
 // computed ahead: the effective rate, the capacity in units of 1/Window,
-// and GCRA's longest arrival time ahead. Deciding with a Compiled skips the
+// GCRA's longest arrival time ahead, and the divisions by the window and
+// by the rate as multiplications (exact: see divisor). Deciding with a Compiled skips the
 // limit's validation; the call (now, cost) and the state are still checked,
 // so a corrupt state is reported as ErrState exactly as Take reports it.
 //
@@ -14,10 +15,12 @@ package core
 // differential test hold.
 type Compiled struct {
 	l         Limit
-	rate      int64 // Rate, or Limit when Rate is 0 (TokenBucket, LeakyBucket, GCRA)
-	capacity  int64 // Limit × Window (SlidingWindow, TokenBucket, LeakyBucket, GCRA)
-	ahead     int64 // capacity / rate: how far GCRA's arrival time can be ahead, whole µs
-	aheadFrac int64 // capacity % rate: its fraction, in 1/rate µs
+	rate      int64   // Rate, or Limit when Rate is 0 (TokenBucket, LeakyBucket, GCRA)
+	capacity  int64   // Limit × Window (SlidingWindow, TokenBucket, LeakyBucket, GCRA)
+	ahead     int64   // capacity / rate: how far GCRA's arrival time can be ahead, whole µs
+	aheadFrac int64   // capacity % rate: its fraction, in 1/rate µs
+	wdiv      divisor // by Window; prepared by Compile only
+	rdiv      divisor // by rate; prepared by Compile only
 }
 
 // Compile checks l and prepares it for deciding. It returns the Error Take
@@ -27,6 +30,7 @@ func Compile(l Limit) (Compiled, error) {
 	if err := c.set(&l); err != 0 {
 		return Compiled{}, err
 	}
+	c.wdiv, c.rdiv = newDivisor(l.Window), newDivisor(c.rate)
 	return c, nil
 }
 
@@ -74,13 +78,47 @@ func (c *Compiled) Peek(s State, now, cost int64) (d Decision, err error) {
 	return d, nil
 }
 
+// TakeInto is Take on a state the caller holds: it decides onto *d and,
+// when the call changes the state (an admission of a cost above 0),
+// replaces *s with the new state, writing a sliding log's entries into
+// s.Log's backing array. On an error *s is unchanged and *d unspecified.
+// Nothing is copied by value, so a store can decide a key's state where
+// it keeps it.
+func (c *Compiled) TakeInto(s *State, now, cost int64, d *Decision) error {
+	if e := c.eval(s, now, cost, modeTake, d, s); e != 0 {
+		return e
+	}
+	return nil
+}
+
+// PeekInto is Peek onto *d, changing nothing; on an error *d is
+// unspecified.
+func (c *Compiled) PeekInto(s *State, now, cost int64, d *Decision) error {
+	if e := c.eval(s, now, cost, modePeek, d, nil); e != 0 {
+		return e
+	}
+	return nil
+}
+
 // TakeAllCompiled is TakeAll for compiled limits: all or nothing, with the
 // same deciding index, decisions, states and errors.
 func TakeAllCompiled(cs []Compiled, ss []State, now, cost int64, ds []Decision) (int, error) {
+	if len(cs) == 1 && len(ss) != 0 && len(ds) != 0 { // all's one-limit pass, without its dispatch
+		if err := cs[0].eval(&ss[0], now, cost, modeTake, &ds[0], &ss[0]); err != 0 {
+			return 0, err
+		}
+		return 0, nil
+	}
 	return all(nil, cs, len(cs), ss, now, cost, ds, modeTake)
 }
 
 // PeekAllCompiled is PeekAll for compiled limits.
 func PeekAllCompiled(cs []Compiled, ss []State, now, cost int64, ds []Decision) (int, error) {
+	if len(cs) == 1 && len(ss) != 0 && len(ds) != 0 {
+		if err := cs[0].eval(&ss[0], now, cost, modePeek, &ds[0], nil); err != 0 {
+			return 0, err
+		}
+		return 0, nil
+	}
 	return all(nil, cs, len(cs), ss, now, cost, ds, modePeek)
 }

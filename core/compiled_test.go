@@ -58,11 +58,41 @@ func (compiled) PeekAll(ls []core.Limit, ss []core.State, now, cost int64, ds []
 	return core.PeekAll(ls, ss, now, cost, ds)
 }
 
+// into is compiled with the single-limit calls made through TakeInto and
+// PeekInto, on a state and decision held by the caller.
+type into struct{ compiled }
+
+func (into) Take(l core.Limit, s core.State, now, cost int64) (core.Decision, core.State, error) {
+	c, err := core.Compile(l)
+	if err != nil {
+		return core.Take(l, s, now, cost)
+	}
+	var d core.Decision
+	n := s
+	if err := c.TakeInto(&n, now, cost, &d); err != nil {
+		return core.Decision{}, s, err
+	}
+	return d, n, nil
+}
+
+func (into) Peek(l core.Limit, s core.State, now, cost int64) (core.Decision, error) {
+	c, err := core.Compile(l)
+	if err != nil {
+		return core.Peek(l, s, now, cost)
+	}
+	var d core.Decision
+	if err := c.PeekInto(&s, now, cost, &d); err != nil {
+		return core.Decision{}, err
+	}
+	return d, nil
+}
+
 // TestCompiledVectors: the compiled entry points pass every conformance
 // vector.
 func TestCompiledVectors(t *testing.T) {
 	t.Run("single", func(t *testing.T) { vectorstest.Run(t, compiled{}, false) })
 	t.Run("all", func(t *testing.T) { vectorstest.Run(t, compiled{}, true) })
+	t.Run("into", func(t *testing.T) { vectorstest.Run(t, into{}, false) })
 }
 
 // TestCompiledDifferential: random limits (up to the bounds and beyond),
@@ -74,6 +104,7 @@ func TestCompiledDifferential(t *testing.T) {
 	r := difftest.Runner{Exact: true, Workers: 2, Deciders: []difftest.Decider{
 		{Name: "checked", Decider: vectorstest.Native{}},
 		{Name: "compiled", Decider: compiled{}},
+		{Name: "into", Decider: into{}},
 	}}
 	n := 3000
 	if testing.Short() {

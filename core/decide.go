@@ -1,5 +1,7 @@
 package core
 
+import "math/bits"
+
 // mode says how far eval goes.
 type mode int8
 
@@ -54,8 +56,10 @@ func (c *Compiled) eval(s *State, now, cost int64, m mode, d *Decision, n *State
 	if err := checkCall(now, cost); err != 0 {
 		return err
 	}
-	if err := checkState(&c.l, s); err != 0 {
-		return err
+	if !simpleState(s) {
+		if err := checkState(&c.l, s); err != 0 {
+			return err
+		}
 	}
 	*d = Decision{Limit: c.l.Limit}
 	if m != modeTake {
@@ -63,9 +67,9 @@ func (c *Compiled) eval(s *State, now, cost int64, m mode, d *Decision, n *State
 	}
 	switch c.l.Algorithm {
 	case FixedWindow:
-		fixedWindow(&c.l, s, now, cost, d, n)
+		fixedWindow(c, s, now, cost, d, n)
 	case SlidingWindow:
-		slidingWindow(&c.l, s, now, cost, d, n)
+		slidingWindow(c, s, now, cost, d, n)
 	case SlidingLog:
 		return slidingLog(&c.l, s, now, cost, m, d, n)
 	case GCRA:
@@ -76,14 +80,14 @@ func (c *Compiled) eval(s *State, now, cost int64, m mode, d *Decision, n *State
 	return 0
 }
 
-func fixedWindow(l *Limit, s *State, now, cost int64, d *Decision, n *State) {
-	w, lim := l.Window, l.Limit
-	start, count := now-now%w, int64(0)
+func fixedWindow(c *Compiled, s *State, now, cost int64, d *Decision, n *State) {
+	w, lim := c.l.Window, c.l.Limit
+	start, count := c.wdiv.div(now, w)*w, int64(0)
 	if s.Algorithm == FixedWindow && s.T >= start {
 		// The current window, or a later one if the clock stepped back.
 		// A state written under another window length may start off
 		// the current one's grid: its window is the one holding T.
-		start, count = s.T-s.T%w, s.X
+		start, count = c.wdiv.div(s.T, w)*w, s.X
 	}
 	end := start + w
 	if cost == 0 || count+cost <= lim {
@@ -105,14 +109,14 @@ func fixedWindow(l *Limit, s *State, now, cost int64, d *Decision, n *State) {
 	}
 }
 
-func slidingWindow(l *Limit, s *State, now, cost int64, d *Decision, n *State) {
-	w, lim := l.Window, l.Limit
-	start := now - now%w
+func slidingWindow(c *Compiled, s *State, now, cost int64, d *Decision, n *State) {
+	w, lim := c.l.Window, c.l.Limit
+	start := c.wdiv.div(now, w) * w
 	var curr, prev int64
 	if s.Algorithm == SlidingWindow {
 		// The window holding T: T itself unless the state was written
 		// under another window length.
-		st := s.T - s.T%w
+		st := c.wdiv.div(s.T, w) * w
 		switch {
 		case st >= start:
 			start, curr, prev = st, s.X, s.Y
@@ -140,7 +144,7 @@ func slidingWindow(l *Limit, s *State, now, cost int64, d *Decision, n *State) {
 		d.RetryAfter = slidingRetry(w, lim, start, e, curr, prev, cost) - now
 	}
 	if room > 0 {
-		d.Remaining = room / w
+		d.Remaining = c.wdiv.div(room, w)
 	}
 	switch {
 	case curr > 0:
@@ -240,16 +244,18 @@ func bucket(c *Compiled, s *State, now, cost int64, d *Decision, n *State) {
 	}
 	ne := max(now, last) // a clock that stepped back is read as the last update
 	if el := ne - last; el > 0 && level > 0 {
-		if el >= ceilDiv(level, r) {
+		// el ≥ ⌈level/r⌉, that is el×r ≥ level, without a division: the
+		// product in 128 bits.
+		if hi, lo := bits.Mul64(uint64(el), uint64(r)); hi != 0 || lo >= uint64(level) {
 			level = 0
 		} else {
-			level -= el * r
+			level -= int64(lo)
 		}
 	}
 	if cost == 0 || (cost <= lim && level+cost*w <= capacity) {
 		d.Allowed = true
 		if l.Algorithm == LeakyBucket && level > 0 {
-			d.Delay = ceilDiv(level, r) + ne - now
+			d.Delay = c.rdiv.ceil(level, r) + ne - now
 		}
 		if cost > 0 {
 			level += cost * w
@@ -260,11 +266,11 @@ func bucket(c *Compiled, s *State, now, cost int64, d *Decision, n *State) {
 	} else if cost > lim {
 		d.RetryAfter = Never
 	} else {
-		d.RetryAfter = ceilDiv(level+cost*w-capacity, r) + ne - now
+		d.RetryAfter = c.rdiv.ceil(level+cost*w-capacity, r) + ne - now
 	}
-	d.Remaining = (capacity - level) / w
+	d.Remaining = c.wdiv.div(capacity-level, w)
 	if level > 0 {
-		d.ResetAfter = ceilDiv(level, r) + ne - now
+		d.ResetAfter = c.rdiv.ceil(level, r) + ne - now
 	}
 }
 
@@ -294,7 +300,7 @@ func gcra(c *Compiled, s *State, now, cost int64, d *Decision, n *State) {
 			} else {
 				level = dt*r + sx
 			}
-		} else if dt := now - st; sx > 0 && dt < ceilDiv(sx, r) {
+		} else if dt := now - st; sx > 0 && dt < c.rdiv.ceil(sx, r) {
 			level = sx - dt*r
 		}
 	}
@@ -303,9 +309,10 @@ func gcra(c *Compiled, s *State, now, cost int64, d *Decision, n *State) {
 		if cost > 0 {
 			level += cost * w
 			if n != nil {
-				*n = State{Algorithm: GCRA, T: now + level/r, X: level % r, Y: now}
+				q := c.rdiv.div(level, r)
+				*n = State{Algorithm: GCRA, T: now + q, X: level - q*r, Y: now}
 			}
-			d.ResetAfter = ceilDiv(level, r)
+			d.ResetAfter = c.rdiv.ceil(level, r)
 		}
 	} else if cost > lim {
 		d.RetryAfter = Never
@@ -314,10 +321,10 @@ func gcra(c *Compiled, s *State, now, cost int64, d *Decision, n *State) {
 		d.RetryAfter = st + ceilDivSigned(sx+cost*w-capacity, r) - now
 	}
 	if !full && level < capacity {
-		d.Remaining = (capacity - level) / w
+		d.Remaining = c.wdiv.div(capacity-level, w)
 	}
 	if d.ResetAfter == 0 && (full || level > 0) {
-		d.ResetAfter = st + ceilDiv(sx, r) - now
+		d.ResetAfter = st + c.rdiv.ceil(sx, r) - now
 	}
 }
 

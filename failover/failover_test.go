@@ -37,7 +37,7 @@ const t0 = int64(1_767_225_600_000_000)
 var lim = core.Limit{Algorithm: core.FixedWindow, Limit: 3, Window: 60_000_000}
 
 func req(key string) store.Request {
-	return store.Request{Key: key, Names: []string{"default"}, Limits: []core.Limit{lim}, Now: t0, Cost: 1}
+	return store.Request{Key: key, Policy: store.MustPolicy([]string{"default"}, lim), Now: t0, Cost: 1}
 }
 
 func TestConformance(t *testing.T) {

@@ -16,8 +16,10 @@ import (
 //
 //	go test ./memstore -run '^$' -bench Decide -benchmem
 func BenchmarkDecide(b *testing.B) {
-	limits := []core.Limit{{Algorithm: core.TokenBucket, Limit: 1_000_000_000, Window: 1_000_000}}
-	names := []string{"default"}
+	p, err := store.NewPolicy([]string{"default"}, []core.Limit{{Algorithm: core.TokenBucket, Limit: 1_000_000_000, Window: 1_000_000}})
+	if err != nil {
+		b.Fatal(err)
+	}
 	for _, n := range []int{1, 10_000} {
 		keys := make([]string, n)
 		for i := range keys {
@@ -29,14 +31,14 @@ func BenchmarkDecide(b *testing.B) {
 			ctx := context.Background()
 			now := time.Now().UnixMicro()
 			for _, k := range keys {
-				if _, _, err := s.Decide(ctx, store.Request{Key: k, Names: names, Limits: limits, Now: now, Cost: 1}, nil); err != nil {
+				if _, _, err := s.Decide(ctx, store.Request{Policy: p, Key: k, Now: now, Cost: 1}, nil); err != nil {
 					b.Fatal(err)
 				}
 			}
 			i := 0
 			b.ReportAllocs()
 			for b.Loop() {
-				_, d, err := s.Decide(ctx, store.Request{Key: keys[i], Names: names, Limits: limits, Now: now, Cost: 1}, nil)
+				_, d, err := s.Decide(ctx, store.Request{Policy: p, Key: keys[i], Now: now, Cost: 1}, nil)
 				if err != nil || !d.Allowed {
 					b.Fatal(d, err)
 				}

@@ -13,7 +13,7 @@ import (
 )
 
 func decideNames(s *memstore.Store, key string, now, cost int64, names []string, ls []core.Limit) (core.Decision, error) {
-	_, d, err := s.Decide(context.Background(), store.Request{Key: key, Names: names, Limits: ls, Now: now, Cost: cost}, nil)
+	_, d, err := s.Decide(context.Background(), store.Request{Policy: policy(names, ls), Key: key, Now: now, Cost: cost}, nil)
 	return d, err
 }
 
@@ -79,7 +79,7 @@ func TestBudgetJunkDoesNotLockOut(t *testing.T) {
 		}
 	}
 	// A peek of a new key needs no memory: still answered.
-	if _, _, err := s.Decide(context.Background(), store.Request{Key: "peek", Names: []string{"default"}, Limits: []core.Limit{fixed}, Op: store.Peek, Now: now, Cost: 1}, nil); err != nil {
+	if _, _, err := s.Decide(context.Background(), store.Request{Policy: policy([]string{"default"}, []core.Limit{fixed}), Key: "peek", Op: store.Peek, Now: now, Cost: 1}, nil); err != nil {
 		t.Fatal(err)
 	}
 	// An existing key that gains a limit asks for more, and is refused.

@@ -10,9 +10,17 @@ import (
 	"github.com/rlcore/rl/store"
 )
 
+var chainPolicy = must(store.NewPolicy([]string{"default"}, []core.Limit{{Algorithm: core.FixedWindow, Limit: 1, Window: 1}}))
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
 func chainReq(prefix, key string) *store.Request {
-	return &store.Request{Prefix: prefix, Key: key, Names: []string{"default"},
-		Limits: []core.Limit{{Algorithm: core.FixedWindow, Limit: 1, Window: 1}}}
+	return &store.Request{Policy: chainPolicy, Prefix: prefix, Key: key}
 }
 
 // TestHashChains forces entries onto one hash: find, unlink and dropIdle
@@ -74,8 +82,8 @@ func TestResizeUnderReaders(t *testing.T) {
 				k := fmt.Sprint("k", i)
 				if e := sh.find(hash(i), "", k); e == nil {
 					misses.Add(1)
-				} else if e.key != k {
-					t.Errorf("looked up %s, found %s", k, e.key)
+				} else if e.key() != k {
+					t.Errorf("looked up %s, found %s", k, e.key())
 					return
 				}
 			}

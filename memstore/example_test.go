@@ -17,10 +17,12 @@ import (
 func ExampleConfig_maxBytes() {
 	s := memstore.New(&memstore.Config{MaxBytes: 100 << 10, SweepInterval: -1, Clock: func() int64 { return 1_767_225_600_000_000 }})
 	defer s.Close()
-	log := []core.Limit{{Algorithm: core.SlidingLog, Limit: 4096, Window: 60_000_000}}
+	log, err := store.NewPolicy([]string{"default"}, []core.Limit{{Algorithm: core.SlidingLog, Limit: 4096, Window: 60_000_000}})
+	if err != nil {
+		panic(err)
+	}
 	decide := func(key string) error {
-		_, _, err := s.Decide(context.Background(), store.Request{Key: key, Names: []string{"default"}, Limits: log,
-			Now: 1_767_225_600_000_000, Cost: 1}, nil)
+		_, _, err := s.Decide(context.Background(), store.Request{Policy: log, Key: key, Now: 1_767_225_600_000_000, Cost: 1}, nil)
 		return err
 	}
 	for _, key := range []string{"a", "b", "c", "d", "a"} {

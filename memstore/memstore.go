@@ -14,13 +14,18 @@
 // decides under it on the key's states in place. A decision on a warm key
 // allocates nothing.
 //
-// A key created with one limit (the common case) keeps its state, its name
-// and a short key in its entry, laid out so that a decision reads three
-// cache lines of it (the lookup and the lock; the state and its expiry;
-// the text of key and name); with the native decider the core is called
-// directly and writes the decision on the caller's stack. On many keys,
-// where entries are not in the CPU's caches, those lines are most of a
-// decision's cost.
+// A key created with one limit that is not a sliding log (the common case)
+// keeps its state, its name and a key of up to 32 bytes (with the prefix) in
+// an entry of two cache lines: one that lookups read and only a new key or
+// a resize writes, one that the decision reads and writes under the lock.
+// A request carries its compiled store.Policy; the entry records the ID of
+// the policy it was last decided under, so a call under the same policy
+// compares no limit names, and the native core decides with the policy's
+// compiled limits (core.TakeInto) on the state copied to the stack. The key
+// is hashed once per call with keys drawn per store and compared once, by
+// length and bytes (a key of 4 to 16 bytes as the two words the hash read).
+// On many keys, where entries are not in the CPU's caches, those two lines
+// are most of a decision's cost.
 //
 // Why not compare-and-swap of a packed state (reconsidered for issue 11):
 //
@@ -67,9 +72,12 @@ package memstore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"hash/maphash"
 	"math"
+	"math/bits"
+	"math/rand/v2"
 	"runtime"
 	"strings"
 	"sync"
@@ -124,9 +132,10 @@ var errKeyCap = fmt.Errorf("memstore: key cap (MaxKeys) reached: %w", store.ErrF
 type Store struct {
 	shards  []shard
 	mask    uint64
-	seed    maphash.Seed
-	perCap  int   // keys per shard, 0 = unlimited
-	budget  int64 // bytes, < 0 = unlimited
+	seed    maphash.Seed // keys longer than 16 bytes
+	k0, k1  uint64       // shorter ones (see hash)
+	perCap  int          // keys per shard, 0 = unlimited
+	budget  int64        // bytes, < 0 = unlimited
 	used    atomic.Int64
 	clock   store.Clock
 	stop    chan struct{}
@@ -166,48 +175,191 @@ func (t *table) bucket(h uint64) *atomic.Pointer[entry] { return &t.buckets[(h>>
 // shard holds more entries than buckets.
 const initialBuckets = 8
 
-// entry holds one key's states, one per limit name. A key created with
-// one limit keeps its name, state and decision scratch in the entry itself
-// (one is set and the slices point into it), and a short prefix and key
-// too. The fields are laid out for a decision on such a key, which reads
-// three cache lines of the entry's five (320 bytes): the lookup and the
-// lock, then the expiry and the state, then the text its key and name
-// point into (the core writes the decision on the caller's stack).
+// entry holds one key's states, one per limit name, in one of two forms.
+//
+// A compact entry (one) holds a single limit that is not a sliding log, in
+// a store whose decider is the native core: its state is the words alg, t,
+// x and y and its name sits in the text beside the key, so the entry is two
+// cache lines (128 bytes, a size class the allocator keeps line-aligned)
+// and a decision reads nothing else. Line 0 is what a lookup reads and
+// nothing but a new key or a resize writes (the chain, the hash, the key's
+// text), so that lookups on one core never wait for a line another core is
+// deciding in; line 1 is what a decision reads and writes under the lock.
+//
+// Any other entry keeps its names, states and decision scratch in ext, and
+// so does a compact one whose key or name does not fit the text.
+//
+// pid is the ID of the store.Policy the entry was last decided with under
+// the entry's own names in their order (0: none): a request carrying that
+// policy needs no comparison of names, and its sliding logs already have
+// the capacity it needs.
 type entry struct {
-	// Line 0: the lookup and the lock.
-	h      uint64
-	next   atomic.Pointer[entry] // same bucket
-	key    string
-	prefix string
-	mu     sync.Mutex
-	dead   bool // removed from its shard, under mu: look the key up again
-	one    bool // names, states and out are name1, state1 and out1; under mu
+	// Line 0: the lookup.
+	next atomic.Pointer[entry] // same bucket
+	h    uint64
+	klen uint32           // len(prefix) + len(key)
+	plen uint32           // len(prefix)
+	ext  *ext             // nil for a compact entry whose text fits
+	text [inlineText]byte // prefix, key and a compact entry's name, when they fit
 
-	// Line 1: a single limit's state and when all states are fresh.
+	// Line 1: the decision.
+	mu      sync.Mutex
+	pid     uint64
 	expires int64 // µs: all states are fresh from then on
-	state1  [1]core.State
-
-	// Line 2: what the strings point into.
-	text  [inlineText]byte // prefix, key and a single limit's name, when they fit
-	name1 [1]string
-
-	out1    [1]core.Decision
+	alg     core.Algorithm
+	dead    bool   // removed from its shard, under mu: look the key up again
+	one     bool   // compact: the state is alg, t, x, y; under mu
+	nlen    uint16 // a compact entry's name length
+	t, x, y int64
 	charged int64 // bytes taken from the budget
-	names   []string
-	states  []core.State
-	out     []core.Decision // scratch for decisions, used under mu
+}
+
+// ext is what does not fit an entry's two lines.
+type ext struct {
+	key    string // prefix and key, when longer than inlineText
+	name   string // a compact entry's name, when it does not fit the text
+	names  []string
+	states []core.State
+	out    []core.Decision // scratch for decisions, used under mu
 }
 
 // inlineText is the room in an entry for its prefix, key and name.
-const inlineText = 48
-
-// inline reports whether a key fits its entry's inline fields.
-func inline(prefix, key string, names []string) bool {
-	return len(names) == 1 && len(prefix)+len(key)+len(names[0]) <= inlineText
-}
+const inlineText = 32
 
 // maxStack bounds the limits of one call on a key whose limits changed.
 const maxStack = 16
+
+// keyText returns the first byte of e's prefix and key, joined.
+func (e *entry) keyText() *byte {
+	if e.klen <= inlineText {
+		return &e.text[0]
+	}
+	return unsafe.StringData(e.ext.key)
+}
+
+// key returns e's key without its prefix.
+func (e *entry) key() string {
+	return unsafe.String((*byte)(unsafe.Add(unsafe.Pointer(e.keyText()), e.plen)), int(e.klen-e.plen))
+}
+
+// name returns a compact entry's name; e.mu is held.
+func (e *entry) name() string {
+	if n := int(e.klen) + int(e.nlen); n <= inlineText {
+		return unsafe.String((*byte)(unsafe.Add(unsafe.Pointer(&e.text[0]), e.klen)), int(e.nlen))
+	}
+	return e.ext.name
+}
+
+// is reports whether e, whose hash is the key's, is the entry of (prefix,
+// key).
+func (e *entry) is(prefix, key string) bool {
+	if int(e.klen) != len(prefix)+len(key) || int(e.plen) != len(prefix) {
+		return false
+	}
+	t := unsafe.Pointer(e.keyText())
+	return same(unsafe.Add(t, len(prefix)), key) && (len(prefix) == 0 || same(t, prefix))
+}
+
+// same reports whether the len(s) bytes from p are s: for 4 to 16 bytes
+// (user IDs, IPv4 addresses) two loads of each side, overlapping, rather
+// than a call of runtime.memequal.
+func same(p unsafe.Pointer, s string) bool {
+	n := len(s)
+	q := unsafe.Pointer(unsafe.StringData(s))
+	switch {
+	case uint(n-8) <= 8:
+		return load64(p) == load64(q) && load64(unsafe.Add(p, n-8)) == load64(unsafe.Add(q, n-8))
+	case uint(n-4) <= 3:
+		return load32(p) == load32(q) && load32(unsafe.Add(p, n-4)) == load32(unsafe.Add(q, n-4))
+	}
+	return unsafe.String((*byte)(p), n) == s
+}
+
+// load64 reads the 8 bytes at p, little-endian: one load where the CPU
+// allows unaligned ones (amd64, arm64), bytes elsewhere.
+func load64(p unsafe.Pointer) uint64 { return binary.LittleEndian.Uint64((*[8]byte)(p)[:]) }
+
+// load32 reads the 4 bytes at p, little-endian.
+func load32(p unsafe.Pointer) uint64 { return uint64(binary.LittleEndian.Uint32((*[4]byte)(p)[:])) }
+
+// Hashing. A key of 4 to 16 bytes (user IDs, IPv4 addresses: most keys)
+// is read as two words, overlapping, which the lookup hashes and then
+// compares with the entries' text; others are hashed by hashOther and
+// compared by same.
+//
+// The words are hashed as the Go runtime hashes them where the CPU has no
+// AES instructions: wyhash's mixing of two 64-bit words with secret keys,
+// drawn per store, so that no one can choose keys that collide.
+
+// words returns the two words of a key of 4 to 16 bytes at p, n long.
+func words(p unsafe.Pointer, n int) (uint64, uint64) {
+	if n >= 8 {
+		return load64(p), load64(unsafe.Add(p, n-8))
+	}
+	return load32(p), load32(unsafe.Add(p, n-4))
+}
+
+// hashWords hashes a key of n bytes (4 to 16) whose words are a and b.
+func (s *Store) hashWords(n int, a, b uint64) uint64 {
+	return mix(uint64(n)^0xe7037ed1a0b428db, mix(a^s.k0, b^s.k1))
+}
+
+// short reports whether a key of n bytes is hashed as two words.
+func short(n int) bool { return uint(n-4) <= 12 }
+
+// hash returns key's hash under the store's seed.
+func (s *Store) hash(key string) uint64 {
+	if n := len(key); short(n) {
+		a, b := words(unsafe.Pointer(unsafe.StringData(key)), n)
+		return s.hashWords(n, a, b)
+	}
+	return s.hashOther(key)
+}
+
+// hashOther hashes a key of under 4 or over 16 bytes.
+func (s *Store) hashOther(key string) uint64 {
+	n := len(key)
+	if n > 16 {
+		return maphash.String(s.seed, key)
+	}
+	var a uint64 // bytes 0, n/2 and n-1 cover n ≤ 3
+	if p := unsafe.Pointer(unsafe.StringData(key)); n > 0 {
+		a = uint64(*(*byte)(p))<<16 | uint64(*(*byte)(unsafe.Add(p, n>>1)))<<8 | uint64(*(*byte)(unsafe.Add(p, n-1)))
+	}
+	return s.hashWords(n, a, 0)
+}
+
+// lookup returns the hash of (prefix, key), its shard and its entry, or
+// nil: find for the decision's path, a short key's words read once for the
+// hash and the comparisons, with no call unless there is a prefix.
+func (s *Store) lookup(prefix, key string) (uint64, *shard, *entry) {
+	n := len(key)
+	if !short(n) {
+		h := s.hashOther(key)
+		sh := &s.shards[h&s.mask]
+		return h, sh, sh.find(h, prefix, key)
+	}
+	a, b := words(unsafe.Pointer(unsafe.StringData(key)), n)
+	h := s.hashWords(n, a, b)
+	sh := &s.shards[h&s.mask]
+	klen, plen := uint32(len(prefix)+n), uint32(len(prefix))
+	for e := sh.tab.Load().bucket(h).Load(); e != nil; e = e.next.Load() {
+		if e.h != h || e.klen != klen || e.plen != plen {
+			continue
+		}
+		t := unsafe.Pointer(e.keyText())
+		if x, y := words(unsafe.Add(t, plen), n); x == a && y == b && (plen == 0 || same(t, prefix)) {
+			return h, sh, e
+		}
+	}
+	return h, sh, nil
+}
+
+// mix is wyhash's mixing step: the two halves of a 128-bit product, xored.
+func mix(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
+}
 
 // New returns a Store. cfg may be nil.
 func New(cfg *Config) *Store {
@@ -227,6 +379,8 @@ func New(cfg *Config) *Store {
 		shards:  make([]shard, size),
 		mask:    uint64(size - 1),
 		seed:    maphash.MakeSeed(),
+		k0:      rand.Uint64(),
+		k1:      rand.Uint64(),
 		clock:   c.Clock,
 		stop:    make(chan struct{}),
 		decider: c.Decider,
@@ -362,7 +516,7 @@ func (sh *shard) dropIdle(now int64) (int, int64, int64) {
 // sh.mu a nil may be wrong (a resize was under way); with it, it is not.
 func (sh *shard) find(h uint64, prefix, key string) *entry {
 	for e := sh.tab.Load().bucket(h).Load(); e != nil; e = e.next.Load() {
-		if e.h == h && e.key == key && e.prefix == prefix {
+		if e.h == h && e.is(prefix, key) {
 			return e
 		}
 	}
@@ -429,12 +583,53 @@ func (s *Store) Len() int {
 }
 
 // Decide implements store.Store.
+//
+// The common call, a known compact key under the policy that made it, is
+// decided here: the lookup, the lock, the native core on the state copied
+// to the stack and back. Anything else goes through decide.
 func (s *Store) Decide(_ context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
-	if len(req.Names) != len(req.Limits) || len(req.Limits) == 0 {
+	p := req.Policy
+	if p == nil {
 		return 0, core.Decision{}, core.ErrLimits
 	}
-	h := maphash.String(s.seed, req.Key)
-	sh := &s.shards[h&s.mask]
+	h, sh, e := s.lookup(req.Prefix, req.Key)
+	if e != nil {
+		e.mu.Lock()
+		if e.one && e.pid == p.ID() && !e.dead {
+			var (
+				d   core.Decision
+				err error
+			)
+			st := core.State{Algorithm: e.alg, T: e.t, X: e.x, Y: e.y}
+			c := &p.Compiled()[0]
+			if req.Op == store.Take {
+				if err = c.TakeInto(&st, req.Now, req.Cost, &d); err == nil && d.Allowed {
+					e.alg, e.t, e.x, e.y = st.Algorithm, st.T, st.X, st.Y
+					if exp := req.Now + d.ResetAfter; exp > e.expires {
+						e.expires = exp
+					}
+				}
+			} else {
+				err = c.PeekInto(&st, req.Now, req.Cost, &d)
+			}
+			e.mu.Unlock()
+			if err != nil {
+				return 0, core.Decision{}, err
+			}
+			if len(each) != 0 {
+				each[0] = d
+			}
+			return 0, d, nil
+		}
+		e.mu.Unlock()
+	}
+	return s.decide(sh, h, &req, each)
+}
+
+// decide is Decide's path for a new key, a key decided under another
+// policy than last time, and a key whose states are not compact.
+func (s *Store) decide(sh *shard, h uint64, req *store.Request, each []core.Decision) (int, core.Decision, error) {
+	p := req.Policy
 	for {
 		e := sh.find(h, req.Prefix, req.Key)
 		if e == nil {
@@ -447,11 +642,11 @@ func (s *Store) Decide(_ context.Context, req store.Request, each []core.Decisio
 				req.Now = hz
 			}
 			var err error
-			if e, err = s.insert(sh, h, &req); err != nil {
+			if e, err = s.insert(sh, h, req); err != nil {
 				return 0, core.Decision{}, err
 			}
 			if e == nil { // a peek of a key that has no state
-				return s.decideFresh(&req, each)
+				return s.decideFresh(req, each)
 			}
 		}
 		e.mu.Lock()
@@ -459,45 +654,49 @@ func (s *Store) Decide(_ context.Context, req store.Request, each []core.Decisio
 			e.mu.Unlock()
 			continue
 		}
-		var (
-			i   int
-			err error
-			out [1]core.Decision
-		)
-		one := e.one && len(req.Limits) == 1 && req.Limits[0].Algorithm != core.SlidingLog && e.name1[0] == req.Names[0]
-		if one {
-			err = s.decideOne(e, &req, out[:])
-		} else {
-			i, err = s.decideEntry(e, &req)
+		if e.one && (e.pid == p.ID() || e.adopt(p)) {
+			d, err := e.decideOne(req)
+			e.mu.Unlock()
+			if err == nil && len(each) != 0 {
+				each[0] = d
+			}
+			return 0, d, err
 		}
+		i, err := s.decideEntry(e, req)
 		var d core.Decision
 		if err == nil {
-			o := &out[0]
-			if !one {
-				o = &e.out[i]
-			}
 			// Field by field, as in rl.fromCore: a struct copy of what
 			// the core just wrote stalls on store-to-load forwarding.
+			o := &e.ext.out[i]
 			d.Allowed, d.Limit, d.Remaining = o.Allowed, o.Limit, o.Remaining
 			d.ResetAfter, d.RetryAfter, d.Delay = o.ResetAfter, o.RetryAfter, o.Delay
-			if !one && len(each) >= len(req.Limits) {
-				copy(each, e.out[:len(req.Limits)])
+			if n := p.Len(); len(each) >= n {
+				copy(each, e.ext.out[:n])
 			}
 		}
 		e.mu.Unlock()
-		if one && err == nil && len(each) >= 1 {
-			each[0] = d
-		}
 		return i, d, err
 	}
 }
 
 // decideFresh peeks a key that has no entry.
 func (s *Store) decideFresh(req *store.Request, each []core.Decision) (int, core.Decision, error) {
-	n := len(req.Limits)
-	ss := make([]core.State, n)
-	out := make([]core.Decision, n)
-	i, err := s.decider.PeekAll(req.Limits, ss, req.Now, req.Cost, out)
+	p := req.Policy
+	n := p.Len()
+	var (
+		i   int
+		err error
+		out []core.Decision
+	)
+	if s.native {
+		var ss [core.MaxLimits]core.State
+		var ds [core.MaxLimits]core.Decision
+		out = ds[:n]
+		i, err = core.PeekAllCompiled(p.Compiled(), ss[:n], req.Now, req.Cost, out)
+	} else { // through an interface: the slices escape
+		out = make([]core.Decision, n)
+		i, err = s.decider.PeekAll(p.Limits(), make([]core.State, n), req.Now, req.Cost, out)
+	}
 	if err != nil {
 		return i, core.Decision{}, err
 	}
@@ -528,7 +727,7 @@ func (s *Store) insert(sh *shard, h uint64, req *store.Request) (*entry, error) 
 			}
 		}
 		if size < 0 {
-			size = charge(req.Prefix, req.Key, req.Names, req.Limits)
+			size = charge(req.Prefix, req.Key, req.Policy, s.native)
 		}
 		if !s.reserve(size) {
 			sh.mu.Unlock()
@@ -537,7 +736,7 @@ func (s *Store) insert(sh *shard, h uint64, req *store.Request) (*entry, error) 
 			}
 			return nil, ErrBudget
 		}
-		e := newEntry(req, size)
+		e := newEntry(req, size, s.native)
 		e.h = h
 		sh.link(e)
 		sh.mu.Unlock()
@@ -578,6 +777,7 @@ func (s *Store) reclaim() bool {
 // every object up to a size class: round16 approximates that.
 var (
 	entrySize    = round16(int64(unsafe.Sizeof(entry{})))
+	extSize      = round16(int64(unsafe.Sizeof(ext{})))
 	stateSize    = int64(unsafe.Sizeof(core.State{}))
 	decisionSize = int64(unsafe.Sizeof(core.Decision{}))
 )
@@ -589,21 +789,47 @@ const indexSlot = 48
 
 func round16(n int64) int64 { return (n + 15) &^ 15 }
 
-// charge returns the bytes a key created with these limits is charged: all
-// it can hold under them (see the package doc).
-func charge(prefix, key string, names []string, limits []core.Limit) int64 {
+// compact reports whether a key created by p is a compact entry in a store
+// whose decider is native or not.
+func compact(p *store.Policy, native bool) bool {
+	return native && p.Len() == 1 && p.Limits()[0].Algorithm != core.SlidingLog && len(p.Names()[0]) <= math.MaxUint16
+}
+
+// charge returns the bytes a key created by p is charged: all it can hold
+// under p's limits (see the package doc).
+func charge(prefix, key string, p *store.Policy, native bool) int64 {
 	n := entrySize + indexSlot
-	if inline(prefix, key, names) {
-		if limits[0].Algorithm == core.SlidingLog {
-			n += limitBytes("", &limits[0])
+	k := int64(len(prefix) + len(key))
+	if k > inlineText {
+		n += extSize + round16(k)
+	}
+	if compact(p, native) {
+		if l := int64(len(p.Names()[0])); k+l > inlineText {
+			n += round16(l)
+			if k <= inlineText {
+				n += extSize
+			}
 		}
 		return n
 	}
-	n += round16(int64(len(prefix))) + round16(int64(len(key)))
-	k := int64(len(names))
-	n += round16(16*k) + round16(stateSize*k) + round16(decisionSize*k)
-	for i := range names {
-		n += limitBytes(names[i], &limits[i])
+	if k <= inlineText {
+		n += extSize
+	}
+	return n + sliceBytes(int64(p.Len())) + policyBytes(p)
+}
+
+// sliceBytes is what an ext's names, states and out hold for k limits.
+func sliceBytes(k int64) int64 {
+	return round16(16*k) + round16(stateSize*k) + round16(decisionSize*k)
+}
+
+// policyBytes is what p's limits add to an entry besides their slots in the
+// ext's slices: their names and sliding logs.
+func policyBytes(p *store.Policy) int64 {
+	var n int64
+	ls := p.Limits()
+	for i, name := range p.Names() {
+		n += limitBytes(name, &ls[i])
 	}
 	return n
 }
@@ -619,55 +845,126 @@ func limitBytes(name string, l *core.Limit) int64 {
 }
 
 // newEntry returns an entry for req's key with fresh states for req's
-// limits, sliding logs allocated at their full capacity. It copies the
-// strings it keeps, so that a key does not pin the request's buffers.
-func newEntry(req *store.Request, size int64) *entry {
-	n := len(req.Names)
-	e := &entry{charged: size}
-	if inline(req.Prefix, req.Key, req.Names) {
-		// Strings into e.text: e never moves, and they keep it alive.
-		t := e.text[:0]
-		t = append(t, req.Prefix...)
-		t = append(t, req.Key...)
-		t = append(t, req.Names[0]...)
-		lp, lk := len(req.Prefix), len(req.Key)
-		e.prefix = unsafe.String(unsafe.SliceData(t), lp)
-		e.key = unsafe.String((*byte)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(t)), lp)), lk)
-		e.name1[0] = unsafe.String((*byte)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(t)), lp+lk)), len(req.Names[0]))
-		e.names, e.states, e.out, e.one = e.name1[:], e.state1[:], e.out1[:], true
+// limits, sliding logs allocated at their full capacity; native says
+// whether the store's decider is the native core. It copies the strings it
+// keeps, so that a key does not pin the request's buffers.
+func newEntry(req *store.Request, size int64, native bool) *entry {
+	p := req.Policy
+	e := &entry{charged: size, pid: p.ID()}
+	lp, lk := len(req.Prefix), len(req.Key)
+	e.klen, e.plen = uint32(lp+lk), uint32(lp)
+	if lp+lk <= inlineText {
+		copy(e.text[copy(e.text[:], req.Prefix):], req.Key)
 	} else {
-		e.prefix, e.key = strings.Clone(req.Prefix), strings.Clone(req.Key)
-		e.names, e.states, e.out = make([]string, n), make([]core.State, n), make([]core.Decision, n)
-		for i, name := range req.Names {
-			e.names[i] = strings.Clone(name)
-		}
+		e.ext = &ext{key: req.Prefix + req.Key}
 	}
-	for i := range req.Limits {
-		if l := &req.Limits[i]; l.Algorithm == core.SlidingLog && l.Limit > 0 && l.Limit <= core.MaxLogLimit {
-			e.states[i].Log = make([]int64, 0, l.Limit)
+	if compact(p, native) {
+		e.one = true
+		name := p.Names()[0]
+		e.nlen = uint16(len(name))
+		if lp+lk+len(name) <= inlineText {
+			copy(e.text[lp+lk:], name)
+		} else {
+			if e.ext == nil {
+				e.ext = &ext{}
+			}
+			e.ext.name = strings.Clone(name)
+		}
+		return e
+	}
+	if e.ext == nil {
+		e.ext = &ext{}
+	}
+	x, n := e.ext, p.Len()
+	x.names, x.states, x.out = make([]string, n), make([]core.State, n), make([]core.Decision, n)
+	for i, name := range p.Names() {
+		x.names[i] = strings.Clone(name)
+	}
+	for i, l := range p.Limits() {
+		if l.Algorithm == core.SlidingLog {
+			x.states[i].Log = make([]int64, 0, l.Limit)
 		}
 	}
 	return e
 }
 
+// adopt reports whether compact e can be decided compact under p (a
+// policy other than e's, of one limit with e's name, not a sliding log),
+// and makes p e's policy if so; e.mu is held.
+func (e *entry) adopt(p *store.Policy) bool {
+	if p.Len() != 1 || p.Limits()[0].Algorithm == core.SlidingLog || e.name() != p.Names()[0] {
+		return false
+	}
+	e.pid = p.ID()
+	return true
+}
+
+// decideOne decides req on compact e with the native core, the state
+// copied to the stack and back, as Decide does; e.mu is held and req's
+// policy is e's.
+func (e *entry) decideOne(req *store.Request) (core.Decision, error) {
+	var d core.Decision
+	st := core.State{Algorithm: e.alg, T: e.t, X: e.x, Y: e.y}
+	c := &req.Policy.Compiled()[0]
+	if req.Op == store.Peek {
+		if err := c.PeekInto(&st, req.Now, req.Cost, &d); err != nil {
+			return core.Decision{}, err
+		}
+		return d, nil
+	}
+	if err := c.TakeInto(&st, req.Now, req.Cost, &d); err != nil {
+		return core.Decision{}, err
+	}
+	if d.Allowed {
+		e.alg, e.t, e.x, e.y = st.Algorithm, st.T, st.X, st.Y
+		if exp := req.Now + d.ResetAfter; exp > e.expires {
+			e.expires = exp
+		}
+	}
+	return d, nil
+}
+
+// spillBytes is what moving compact e's state into its ext costs.
+func (e *entry) spillBytes() int64 {
+	n := sliceBytes(1)
+	if e.ext == nil {
+		n += extSize
+	}
+	return n
+}
+
+// spill moves compact e's state and name into its ext, for a request
+// under other limits; e.mu is held.
+func (e *entry) spill() {
+	if e.ext == nil {
+		e.ext = &ext{}
+	}
+	x := e.ext
+	x.names = []string{e.name()}
+	x.states = []core.State{{Algorithm: e.alg, T: e.t, X: e.x, Y: e.y}}
+	x.out = make([]core.Decision, 1)
+	e.one, e.alg, e.t, e.x, e.y = false, 0, 0, 0, 0
+}
+
 // growth returns the bytes req's limits need beyond what e was charged:
 // limits it does not have yet, sliding logs longer than its own. e.mu is
-// held.
+// held and e is not compact.
 func (e *entry) growth(req *store.Request, same bool) int64 {
 	var n int64
-	for i := range req.Limits {
-		l := &req.Limits[i]
+	names, ls := req.Policy.Names(), req.Policy.Limits()
+	for i := range ls {
+		l := &ls[i]
 		j := i
 		if !same {
-			if j = e.index(req.Names[i]); j < 0 {
+			if j = e.index(names[i]); j < 0 {
 				// Its slots in names, states and out, twice over for the
 				// slices' growth by append, and its name and log.
-				n += 2*(16+stateSize+decisionSize) + limitBytes(req.Names[i], l)
+				n += 2*(16+stateSize+decisionSize) + limitBytes(names[i], l)
 				continue
 			}
 		}
 		if l.Algorithm == core.SlidingLog && l.Limit <= core.MaxLogLimit {
-			if c := int64(cap(e.states[j].Log)); c < l.Limit {
+			if c := int64(cap(e.ext.states[j].Log)); c < l.Limit {
 				n += round16(8*l.Limit) - round16(8*c)
 			}
 		}
@@ -675,94 +972,91 @@ func (e *entry) growth(req *store.Request, same bool) int64 {
 	return n
 }
 
-// decideOne runs req against the single state of e (e.one), the limit the
-// key was created with, which is not a sliding log (no log to size), into
-// out[0]; e.mu is held. The native core decides into out, on the caller's
-// stack; another decider (an interface, which out would escape through)
-// into e.out1.
-func (s *Store) decideOne(e *entry, req *store.Request, out []core.Decision) error {
-	var err error
-	switch {
-	case s.native && req.Op == store.Take:
-		_, err = core.TakeAll(req.Limits, e.state1[:], req.Now, req.Cost, out) // the decider's call, direct
-	case req.Op == store.Peek:
-		_, err = s.decider.PeekAll(req.Limits, e.state1[:], req.Now, req.Cost, e.out1[:])
-		out[0] = e.out1[0]
-		return err
-	default:
-		_, err = s.decider.TakeAll(req.Limits, e.state1[:], req.Now, req.Cost, e.out1[:])
-		out[0] = e.out1[0]
-	}
-	if err == nil && out[0].Allowed {
-		if exp := req.Now + out[0].ResetAfter; exp > e.expires {
-			e.expires = exp
-		}
-	}
-	return err
-}
-
-// decideEntry runs req against e's states into e.out; e.mu is held.
+// decideEntry runs req against e's states into e.ext.out; e.mu is held.
 func (s *Store) decideEntry(e *entry, req *store.Request) (int, error) {
-	n := len(req.Limits)
+	p := req.Policy
+	n := p.Len()
 	var (
 		ss      []core.State
 		gather  bool
 		indexes [maxStack]int
 	)
-	same := e.sameNames(req.Names)
-	if !same && n > maxStack {
-		return 0, core.ErrLimits
-	}
-	if extra := e.growth(req, same); extra > 0 {
+	if e.one { // a compact entry under other limits
+		extra := e.spillBytes()
 		if !s.reserve(extra) {
 			return 0, ErrBudget
 		}
 		e.charged += extra
+		e.spill()
+	}
+	x := e.ext
+	same := e.pid == p.ID()
+	if !same {
+		same = e.sameNames(p.Names())
+		if extra := e.growth(req, same); extra > 0 {
+			if !s.reserve(extra) {
+				return 0, ErrBudget
+			}
+			e.charged += extra
+		}
 	}
 	if same {
-		ss = e.states
+		ss = x.states
 	} else {
 		// Another set of limits than last time on this key: map each
 		// name to its state, adding the new ones.
 		gather = true
-		e.one = false // names and states grow out of the entry
 		ss = make([]core.State, n)
-		for i, name := range req.Names {
+		for i, name := range p.Names() {
 			j := e.index(name)
 			if j < 0 {
-				j = len(e.names)
-				e.names = append(e.names, strings.Clone(name))
-				e.states = append(e.states, core.State{})
+				j = len(x.names)
+				x.names = append(x.names, strings.Clone(name))
+				x.states = append(x.states, core.State{})
 			}
 			indexes[i] = j
-			ss[i] = e.states[j]
+			ss[i] = x.states[j]
 		}
 	}
-	if len(e.out) < n {
-		e.out = make([]core.Decision, max(n, len(e.names)))
-		e.one = false
+	if len(x.out) < n {
+		x.out = make([]core.Decision, max(n, len(x.names)))
 	}
-	out := e.out[:n]
-	for i := range req.Limits {
+	out := x.out[:n]
+	ls := p.Limits()
+	for i := range ls {
 		// Logs at the capacity charged for them (see growth).
-		if l := &req.Limits[i]; l.Algorithm == core.SlidingLog && l.Limit <= core.MaxLogLimit && int64(cap(ss[i].Log)) < l.Limit {
+		if l := &ls[i]; l.Algorithm == core.SlidingLog && l.Limit <= core.MaxLogLimit && int64(cap(ss[i].Log)) < l.Limit {
 			grown := make([]int64, len(ss[i].Log), l.Limit)
 			copy(grown, ss[i].Log)
 			ss[i].Log = grown
 		}
+	}
+	// From here on e's states have p's names in p's order (same) and the
+	// logs p needs: p's next request needs neither check.
+	if same {
+		e.pid = p.ID()
+	} else {
+		e.pid = 0
 	}
 	var (
 		idx int
 		err error
 	)
 	if req.Op == store.Peek {
-		return s.decider.PeekAll(req.Limits, ss, req.Now, req.Cost, out)
+		if s.native {
+			return core.PeekAllCompiled(p.Compiled(), ss, req.Now, req.Cost, out)
+		}
+		return s.decider.PeekAll(ls, ss, req.Now, req.Cost, out)
 	}
-	idx, err = s.decider.TakeAll(req.Limits, ss, req.Now, req.Cost, out)
+	if s.native {
+		idx, err = core.TakeAllCompiled(p.Compiled(), ss, req.Now, req.Cost, out)
+	} else {
+		idx, err = s.decider.TakeAll(ls, ss, req.Now, req.Cost, out)
+	}
 	if err != nil || !out[idx].Allowed {
 		if gather { // keep grown logs
 			for i := range n {
-				e.states[indexes[i]].Log = ss[i].Log
+				x.states[indexes[i]].Log = ss[i].Log
 			}
 		}
 		return idx, err
@@ -772,31 +1066,30 @@ func (s *Store) decideEntry(e *entry, req *store.Request) (int, error) {
 			e.expires = exp
 		}
 		if gather {
-			e.states[indexes[i]] = ss[i]
+			x.states[indexes[i]] = ss[i]
 		}
 	}
 	return idx, nil
 }
 
+// sameNames reports whether e's names are names, in order; e.mu is held
+// and e is not compact.
 func (e *entry) sameNames(names []string) bool {
-	if len(e.names) != len(names) {
-		if len(e.names) == 0 {
-			e.names = append(e.names, names...)
-			e.states = make([]core.State, len(names))
-			return true
-		}
+	if len(e.ext.names) != len(names) {
 		return false
 	}
 	for i := range names {
-		if e.names[i] != names[i] {
+		if e.ext.names[i] != names[i] {
 			return false
 		}
 	}
 	return true
 }
 
+// index returns the index of name in e's names, or -1; e.mu is held and e
+// is not compact.
 func (e *entry) index(name string) int {
-	for i, n := range e.names {
+	for i, n := range e.ext.names {
 		if n == name {
 			return i
 		}
@@ -805,9 +1098,8 @@ func (e *entry) index(name string) int {
 }
 
 // Reset implements store.Store.
-// Reset implements store.Store.
 func (s *Store) Reset(_ context.Context, prefix, key string, names []string) error {
-	h := maphash.String(s.seed, key)
+	h := s.hash(key)
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -822,8 +1114,12 @@ func (s *Store) Reset(_ context.Context, prefix, key string, names []string) err
 		return nil
 	}
 	for _, name := range names {
-		if j := e.index(name); j >= 0 {
-			e.states[j] = core.State{Log: e.states[j].Log[:0]}
+		if e.one {
+			if name == e.name() {
+				e.alg, e.t, e.x, e.y = 0, 0, 0, 0
+			}
+		} else if j := e.index(name); j >= 0 {
+			e.ext.states[j] = core.State{Log: e.ext.states[j].Log[:0]}
 		}
 	}
 	return nil

@@ -48,8 +48,24 @@ var fixed = core.Limit{Algorithm: core.FixedWindow, Limit: 10, Window: 60_000_00
 
 func take(s *memstore.Store, key string, now, cost int64, ls ...core.Limit) (core.Decision, error) {
 	names := []string{"default", "second", "third"}[:len(ls)]
-	_, d, err := s.Decide(context.Background(), store.Request{Key: key, Names: names, Limits: ls, Now: now, Cost: cost}, nil)
+	_, d, err := s.Decide(context.Background(), store.Request{Policy: policy(names, ls), Key: key, Now: now, Cost: cost}, nil)
 	return d, err
+}
+
+var policies sync.Map // fmt.Sprint(names, limits) → *store.Policy
+
+// policy returns the store.Policy of names and ls, one per distinct list.
+func policy(names []string, ls []core.Limit) *store.Policy {
+	k := fmt.Sprint(names, ls)
+	if p, ok := policies.Load(k); ok {
+		return p.(*store.Policy)
+	}
+	p, err := store.NewPolicy(names, ls)
+	if err != nil {
+		panic(err)
+	}
+	got, _ := policies.LoadOrStore(k, p)
+	return got.(*store.Policy)
 }
 
 func TestIdleKeysAreDropped(t *testing.T) {
@@ -62,7 +78,7 @@ func TestIdleKeysAreDropped(t *testing.T) {
 	}
 	// A peek and a denied call on unknown keys create nothing.
 	take(s, "big", t0, 11, fixed)
-	s.Decide(context.Background(), store.Request{Key: "peeked", Names: []string{"default"}, Limits: []core.Limit{fixed}, Op: store.Peek, Now: t0, Cost: 1}, nil)
+	s.Decide(context.Background(), store.Request{Policy: policy([]string{"default"}, []core.Limit{fixed}), Key: "peeked", Op: store.Peek, Now: t0, Cost: 1}, nil)
 	if n := s.Len(); n != 1001 { // "big" got an entry that is fresh at once
 		t.Fatalf("Len = %d, want 1001", n)
 	}
@@ -119,7 +135,7 @@ func TestWarmKeyAllocatesNothing(t *testing.T) {
 	log := core.Limit{Algorithm: core.SlidingLog, Limit: 4096, Window: 1_000_000}
 	for _, ls := range [][]core.Limit{{tb}, {tb, fixed}, {log}} {
 		take(s, "warm", t0, 1, ls...)
-		req := store.Request{Key: "warm", Names: []string{"default", "second"}[:len(ls)], Limits: ls, Now: t0, Cost: 1}
+		req := store.Request{Policy: policy([]string{"default", "second"}[:len(ls)], ls), Key: "warm", Now: t0, Cost: 1}
 		ctx := context.Background()
 		allocs := testing.AllocsPerRun(1000, func() {
 			req.Now++
@@ -182,7 +198,7 @@ func TestSweepNeverRefunds(t *testing.T) {
 			defer kept.Close()
 			lim := []core.Limit{{Algorithm: alg, Limit: 2, Window: minute}}
 			take := func(s *memstore.Store, now int64) bool {
-				req := store.Request{Key: "k", Names: []string{"default"}, Limits: lim, Cost: 1, Now: now}
+				req := store.Request{Policy: policy([]string{"default"}, lim), Key: "k", Cost: 1, Now: now}
 				_, d, err := s.Decide(context.Background(), req, nil)
 				if err != nil {
 					t.Fatal(err)

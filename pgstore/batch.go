@@ -92,8 +92,9 @@ var _ store.Store = (*Batched)(nil)
 // call is one queued decision.
 type call struct {
 	key    string // FullKey
-	names  []string
-	limits []core.Limit
+	policy *store.Policy
+	names  []string     // policy.Names()
+	limits []core.Limit // policy.Limits()
 	op     store.Op
 	now    int64
 	cost   int64
@@ -146,15 +147,15 @@ func (b *Batched) Reset(ctx context.Context, prefix, key string, names []string)
 
 // Decide implements store.Store.
 func (b *Batched) Decide(ctx context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
-	n := len(req.Limits)
-	if len(req.Names) != n || n == 0 {
+	if req.Policy == nil {
 		return 0, core.Decision{}, core.ErrLimits
 	}
+	n := req.Policy.Len()
 	if err := ctx.Err(); err != nil {
 		return 0, core.Decision{}, fmt.Errorf("pgstore: waiting for a batch: %w", err)
 	}
 	c := &call{
-		key: FullKey(req.Prefix, req.Key), names: slices.Clone(req.Names), limits: slices.Clone(req.Limits),
+		key: FullKey(req.Prefix, req.Key), policy: req.Policy, names: req.Policy.Names(), limits: req.Policy.Limits(),
 		op: req.Op, now: req.Now, cost: req.Cost,
 		out: make([]core.Decision, n), done: make(chan struct{}),
 	}
@@ -319,7 +320,7 @@ func (b *Batched) exec(ctx context.Context, calls []*call) {
 	if c := single(calls); c != nil {
 		// A batch of one (a lone caller): the single-request statement,
 		// cheaper than the batch function's fixed cost.
-		req := store.Request{Key: c.key, Names: c.names, Limits: c.limits, Op: c.op, Now: c.now, Cost: c.cost}
+		req := store.Request{Policy: c.policy, Key: c.key, Op: c.op, Now: c.now, Cost: c.cost}
 		var i int
 		if b.s.cfg.Mode == ModeGo {
 			i, err = b.s.decideGo(sctx, conn, &req, c.out)

@@ -68,6 +68,7 @@ func BenchmarkBatched(b *testing.B) {
 	}
 	lim := []core.Limit{{Algorithm: core.TokenBucket, Limit: 1 << 30, Window: 1_000_000}}
 	names := []string{"default"}
+	pol := store.MustPolicy(names, lim...)
 	// Every key's row exists before timing (all modes share the rows).
 	warm := newBatched(b, pool, pgstore.Config{QueueTimeout: -1}, pgstore.BatchConfig{})
 	var wg sync.WaitGroup
@@ -77,7 +78,7 @@ func BenchmarkBatched(b *testing.B) {
 		go func() {
 			defer wg.Done()
 			for i := next.Add(1) - 1; i < int64(len(keys)); i = next.Add(1) - 1 {
-				if _, _, err := warm.Decide(context.Background(), store.Request{Key: keys[i], Names: names, Limits: lim, Cost: 1}, nil); err != nil {
+				if _, _, err := warm.Decide(context.Background(), store.Request{Key: keys[i], Policy: pol, Cost: 1}, nil); err != nil {
 					b.Error(err)
 					return
 				}
@@ -100,7 +101,7 @@ func BenchmarkBatched(b *testing.B) {
 						ctx := context.Background()
 						before := s.Stats()
 						runN(b, g, func(i int) error {
-							_, _, err := s.Decide(ctx, store.Request{Key: keys[i%nkeys], Names: names, Limits: lim, Cost: 1}, nil)
+							_, _, err := s.Decide(ctx, store.Request{Key: keys[i%nkeys], Policy: pol, Cost: 1}, nil)
 							return err
 						})
 						after := s.Stats()

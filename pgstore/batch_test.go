@@ -76,8 +76,7 @@ func TestBatchedExactness(t *testing.T) {
 							defer wg.Done()
 							<-start
 							for range calls {
-								_, d, err := s.Decide(context.Background(), store.Request{Key: key, Names: []string{"default"},
-									Limits: []core.Limit{lim}, Now: t0, Cost: 1}, nil)
+								_, d, err := s.Decide(context.Background(), store.Request{Key: key, Policy: store.MustPolicy([]string{"default"}, lim), Now: t0, Cost: 1}, nil)
 								if err != nil {
 									errs.Add(1)
 									t.Error(err)
@@ -127,7 +126,7 @@ type result struct {
 func decideAsync(s store.Store, ctx context.Context, key string, lim core.Limit, cost int64) chan result {
 	ch := make(chan result, 1)
 	go func() {
-		_, d, err := s.Decide(ctx, store.Request{Key: key, Names: []string{"default"}, Limits: []core.Limit{lim},
+		_, d, err := s.Decide(ctx, store.Request{Key: key, Policy: store.MustPolicy([]string{"default"}, lim),
 			Now: t0, Cost: cost}, nil)
 		ch <- result{d, err}
 	}()
@@ -165,10 +164,10 @@ func TestBatchedOneKeyInOrder(t *testing.T) {
 			tb := core.Limit{Algorithm: core.TokenBucket, Limit: 2, Window: 3_600_000_000}
 			steps := []step{
 				{[]string{"default"}, []core.Limit{fw}, store.Take, 1},
-				{[]string{"default"}, []core.Limit{{Algorithm: core.FixedWindow, Limit: 3, Window: 0}}, store.Take, 1}, // invalid
-				{[]string{"default", "tb"}, []core.Limit{fw, tb}, store.Take, 2},                                       // tb admits 2, fw only 2 left: admitted
-				{[]string{"default"}, []core.Limit{fw}, store.Peek, 1},                                                 // fw: 0 left
-				{[]string{"tb", "default"}, []core.Limit{tb, fw}, store.Take, 1},                                       // denied by both: nothing taken
+				{[]string{"default"}, []core.Limit{fw}, store.Take, -1},          // invalid
+				{[]string{"default", "tb"}, []core.Limit{fw, tb}, store.Take, 2}, // tb admits 2, fw only 2 left: admitted
+				{[]string{"default"}, []core.Limit{fw}, store.Peek, 1},           // fw: 0 left
+				{[]string{"tb", "default"}, []core.Limit{tb, fw}, store.Take, 1}, // denied by both: nothing taken
 				{[]string{"default"}, []core.Limit{fw}, store.Take, 0},
 			}
 			chans := make([]chan result, len(steps))
@@ -178,7 +177,7 @@ func TestBatchedOneKeyInOrder(t *testing.T) {
 				chans[i] = ch
 				eaches[i] = make([]core.Decision, len(st.limits))
 				go func() {
-					_, d, err := s.Decide(context.Background(), store.Request{Key: key, Names: st.names, Limits: st.limits,
+					_, d, err := s.Decide(context.Background(), store.Request{Key: key, Policy: store.MustPolicy(st.names, st.limits...),
 						Op: st.op, Now: t0, Cost: st.cost}, eaches[i])
 					ch <- result{d, err}
 				}()
@@ -404,7 +403,7 @@ func TestBatchedNoDeadlock(t *testing.T) {
 						return err
 					})
 				default:
-					_, _, err = s.Decide(ctx, store.Request{Prefix: prefix, Key: key, Names: o.names, Limits: o.limits,
+					_, _, err = s.Decide(ctx, store.Request{Prefix: prefix, Key: key, Policy: store.MustPolicy(o.names, o.limits...),
 						Now: t0 + int64(i), Cost: 1}, nil)
 				}
 				cancel()
@@ -539,8 +538,7 @@ func TestBatchedGoPathUsesItsDecider(t *testing.T) {
 			if i%4 == 0 {
 				cost = 7777
 			}
-			_, got, err := s.Decide(context.Background(), store.Request{Key: prefix + fmt.Sprint(i), Names: []string{"default"},
-				Limits: lim, Now: t0, Cost: cost}, nil)
+			_, got, err := s.Decide(context.Background(), store.Request{Key: prefix + fmt.Sprint(i), Policy: store.MustPolicy([]string{"default"}, lim...), Now: t0, Cost: cost}, nil)
 			if cost == 7777 {
 				assert.ErrorIs(t, err, core.ErrCost, "request %d", i)
 			} else if assert.NoError(t, err, "request %d", i) {

@@ -130,6 +130,7 @@ func BenchmarkDecide(b *testing.B) {
 	}
 	lim := []core.Limit{{Algorithm: core.TokenBucket, Limit: 1 << 30, Window: 1_000_000}}
 	names := []string{"default"}
+	pol := store.MustPolicy(names, lim...)
 	for _, mode := range []struct {
 		name string
 		m    pgstore.Mode
@@ -146,7 +147,7 @@ func BenchmarkDecide(b *testing.B) {
 					b.Run(name, func(b *testing.B) {
 						ctx := context.Background()
 						run(b, parallel, func(i int) error {
-							_, _, err := s.Decide(ctx, store.Request{Key: keys[i%nkeys], Names: names, Limits: lim, Cost: 1}, nil)
+							_, _, err := s.Decide(ctx, store.Request{Key: keys[i%nkeys], Policy: pol, Cost: 1}, nil)
 							return err
 						})
 					})

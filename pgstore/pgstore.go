@@ -256,7 +256,7 @@ func (s *Store) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // Decide implements store.Store.
 func (s *Store) Decide(ctx context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
-	if len(req.Names) != len(req.Limits) || len(req.Limits) == 0 {
+	if req.Policy == nil {
 		return 0, core.Decision{}, core.ErrLimits
 	}
 	conn, err := s.acquire(ctx)
@@ -266,7 +266,7 @@ func (s *Store) Decide(ctx context.Context, req store.Request, each []core.Decis
 	defer conn.Release()
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	out := make([]core.Decision, len(req.Limits))
+	out := make([]core.Decision, req.Policy.Len())
 	var i int
 	if s.cfg.Mode == ModeGo {
 		i, err = s.decideGo(ctx, conn, &req, out)
@@ -289,11 +289,12 @@ const nowSQL = "rl._now()"
 // decideGo is the transaction path: lock, decide in Go, write back.
 func (s *Store) decideGo(ctx context.Context, conn *pgxpool.Conn, req *store.Request, out []core.Decision) (int, error) {
 	key := FullKey(req.Prefix, req.Key)
-	n := len(req.Limits)
-	sorted := slices.Clone(req.Names)
+	names, limits := req.Policy.Names(), req.Policy.Limits()
+	n := len(limits)
+	sorted := slices.Clone(names)
 	slices.Sort(sorted) // bytewise, as the locking protocol wants
 	pos := make(map[string]int, n)
-	for i, name := range req.Names {
+	for i, name := range names {
 		pos[name] = i
 	}
 	states := make([]core.State, n)
@@ -306,7 +307,7 @@ func (s *Store) decideGo(ctx context.Context, conn *pgxpool.Conn, req *store.Req
 		if err := scanStates(rows, pos, states, &now, s.cfg.RequestClock); err != nil {
 			return 0, err
 		}
-		return s.cfg.Decider.PeekAll(req.Limits, states, now, req.Cost, out)
+		return s.cfg.Decider.PeekAll(limits, states, now, req.Cost, out)
 	}
 	pc := conn.Conn()
 	// Two round trips: BEGIN and the lock in one pipelined batch, then the
@@ -347,12 +348,12 @@ func (s *Store) decideGo(ctx context.Context, conn *pgxpool.Conn, req *store.Req
 	if err != nil {
 		return 0, err
 	}
-	for i := range req.Limits {
-		if l := &req.Limits[i]; l.Algorithm == core.SlidingLog && int64(cap(states[i].Log)) < l.Limit {
+	for i := range limits {
+		if l := &limits[i]; l.Algorithm == core.SlidingLog && int64(cap(states[i].Log)) < l.Limit {
 			states[i].Log = slices.Grow(states[i].Log, int(l.Limit)-len(states[i].Log))
 		}
 	}
-	i, err := s.cfg.Decider.TakeAll(req.Limits, states, now, req.Cost, out)
+	i, err := s.cfg.Decider.TakeAll(limits, states, now, req.Cost, out)
 	if err != nil || !out[i].Allowed || req.Cost == 0 {
 		return i, err // the deferred rollback writes nothing
 	}
@@ -367,7 +368,7 @@ func (s *Store) decideGo(ctx context.Context, conn *pgxpool.Conn, req *store.Req
 	b = &pgx.Batch{}
 	b.Queue(`UPDATE rl.state s SET algorithm = u.algorithm, t = u.t, x = u.x, y = u.y, log = u.log::bigint[], expires_at = u.expires_at
 		FROM unnest($2::text[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bigint[]) AS u(name, algorithm, t, x, y, log, expires_at)
-		WHERE s.key = $1 AND s.name = u.name`, key, req.Names, algs, ts, xs, ys, logs, exp)
+		WHERE s.key = $1 AND s.name = u.name`, key, names, algs, ts, xs, ys, logs, exp)
 	b.Queue("COMMIT")
 	br = pc.SendBatch(ctx, b)
 	_, err = br.Exec()

@@ -132,8 +132,7 @@ func TestExactness(t *testing.T) {
 								s := stores[g%instances]
 								<-start
 								for range 10 {
-									_, d, err := s.Decide(context.Background(), store.Request{Key: key, Names: []string{"default"},
-										Limits: []core.Limit{lim}, Now: t0, Cost: 1}, nil)
+									_, d, err := s.Decide(context.Background(), store.Request{Key: key, Policy: store.MustPolicy([]string{"default"}, lim), Now: t0, Cost: 1}, nil)
 									if err != nil {
 										errs.Add(1)
 										t.Error(err)
@@ -185,8 +184,7 @@ func TestInterleaved(t *testing.T) {
 				switch via {
 				case 0, 1, 2:
 					s := []*pgstore.Store{sqlStore, goStore, wasmStore}[via]
-					_, got, err = s.Decide(context.Background(), store.Request{Key: key, Names: []string{"default"},
-						Limits: []core.Limit{lim}, Now: now, Cost: cost}, nil)
+					_, got, err = s.Decide(context.Background(), store.Request{Key: key, Policy: store.MustPolicy([]string{"default"}, lim), Now: now, Cost: cost}, nil)
 				case 3:
 					err = pool.QueryRow(context.Background(),
 						"SELECT allowed, lim, remaining, reset_after_us, retry_after_us, delay_us FROM rl.rl_allow_us($1, $2, $3, $4, $5, 0, 'default', $6)",
@@ -234,14 +232,14 @@ func TestInvalidInputAndCancel(t *testing.T) {
 	pool := pgtest.Pool(t, database(t))
 	for _, m := range modes[:2] {
 		s := newStore(t, pool, m.cfg)
-		_, _, err := s.Decide(context.Background(), store.Request{Key: "bad", Names: []string{"default"},
-			Limits: []core.Limit{{Algorithm: core.GCRA, Limit: 5, Window: 0}}, Now: t0, Cost: 1}, nil)
-		require.ErrorIs(t, err, core.ErrWindow, m.name)
+		// An invalid limit never reaches a store (store.NewPolicy refuses
+		// it); an invalid cost does, and is the core's error.
+		_, _, err := s.Decide(context.Background(), store.Request{Key: "bad", Policy: store.MustPolicy([]string{"default"}, core.Limit{Algorithm: core.GCRA, Limit: 5, Window: 10}), Now: t0, Cost: -1}, nil)
+		require.ErrorIs(t, err, core.ErrCost, m.name)
 		require.False(t, errors.Is(err, store.ErrUnavailable))
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		_, _, err = s.Decide(ctx, store.Request{Key: "c", Names: []string{"default"},
-			Limits: []core.Limit{{Algorithm: core.GCRA, Limit: 5, Window: 10}}, Now: t0, Cost: 1}, nil)
+		_, _, err = s.Decide(ctx, store.Request{Key: "c", Policy: store.MustPolicy([]string{"default"}, core.Limit{Algorithm: core.GCRA, Limit: 5, Window: 10}), Now: t0, Cost: 1}, nil)
 		require.ErrorIs(t, err, context.Canceled)
 		require.False(t, errors.Is(err, store.ErrUnavailable), "a caller giving up is not an outage: %v (%T)", err, errors.Unwrap(err))
 	}
@@ -269,8 +267,7 @@ func TestOutage(t *testing.T) {
 	lim := core.Limit{Algorithm: core.FixedWindow, Limit: 1000, Window: 3_600_000_000}
 	key := fmt.Sprintf("outage-%d", time.Now().UnixNano())
 	decide := func(s store.Store) (core.Decision, error) {
-		_, d, err := s.Decide(context.Background(), store.Request{Key: key, Names: []string{"default"},
-			Limits: []core.Limit{lim}, Cost: 1}, nil)
+		_, d, err := s.Decide(context.Background(), store.Request{Key: key, Policy: store.MustPolicy([]string{"default"}, lim), Cost: 1}, nil)
 		return d, err
 	}
 	for range 3 {
@@ -334,8 +331,8 @@ func TestExpiryBounded(t *testing.T) {
 	for round := range 5 {
 		then := time.Now().UnixMicro() - 2<<26
 		for i := range 200 {
-			_, _, err := past.Decide(ctx, store.Request{Key: fmt.Sprintf("churn-%d-%d", round, i), Names: []string{"default"},
-				Limits: []core.Limit{lim}, Cost: 1, Now: then}, nil)
+			_, _, err := past.Decide(ctx, store.Request{Key: fmt.Sprintf("churn-%d-%d", round, i),
+				Policy: store.MustPolicy([]string{"default"}, lim), Cost: 1, Now: then}, nil)
 			require.NoError(t, err)
 		}
 		n, err := s.Expire(ctx)
@@ -344,8 +341,7 @@ func TestExpiryBounded(t *testing.T) {
 		require.Zero(t, count())
 	}
 	// Live rows stay.
-	_, _, err := s.Decide(ctx, store.Request{Key: "live", Names: []string{"default"},
-		Limits: []core.Limit{{Algorithm: core.FixedWindow, Limit: 5, Window: 3_600_000_000}}, Cost: 1}, nil)
+	_, _, err := s.Decide(ctx, store.Request{Key: "live", Policy: store.MustPolicy([]string{"default"}, core.Limit{Algorithm: core.FixedWindow, Limit: 5, Window: 3_600_000_000}), Cost: 1}, nil)
 	require.NoError(t, err)
 	_, err = s.Expire(ctx)
 	require.NoError(t, err)
@@ -387,7 +383,7 @@ func TestNoDeadlock(t *testing.T) {
 				if (g+i)%11 == 0 {
 					err = s.Reset(ctx, prefix, key, o.names)
 				} else {
-					_, _, err = s.Decide(ctx, store.Request{Prefix: prefix, Key: key, Names: o.names, Limits: o.limits,
+					_, _, err = s.Decide(ctx, store.Request{Prefix: prefix, Key: key, Policy: store.MustPolicy(o.names, o.limits...),
 						Now: t0 + int64(i), Cost: 1}, nil)
 				}
 				cancel()
@@ -423,8 +419,7 @@ func TestStatementTimeoutIsATimeout(t *testing.T) {
 			s := newStore(t, pool, cfg)
 			key := fmt.Sprintf("stmt-timeout-%s-%d", m.name, time.Now().UnixNano())
 			decide := func() error {
-				_, _, err := s.Decide(context.Background(), store.Request{Key: key, Names: []string{"default"},
-					Limits: []core.Limit{lim}, Now: t0, Cost: 1}, nil)
+				_, _, err := s.Decide(context.Background(), store.Request{Key: key, Policy: store.MustPolicy([]string{"default"}, lim), Now: t0, Cost: 1}, nil)
 				return err
 			}
 			require.NoError(t, decide(), "the row exists")

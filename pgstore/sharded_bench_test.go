@@ -45,9 +45,10 @@ func BenchmarkShardedDecide(b *testing.B) {
 				s := tc.new(int32(clients))
 				lim := []core.Limit{{Algorithm: core.TokenBucket, Limit: 1_000_000, Window: 1_000_000}}
 				names := []string{"default"}
+				pol := store.MustPolicy(names, lim...)
 				decide := func(r *rand.Rand) {
 					if _, _, err := s.Decide(context.Background(), store.Request{Key: fmt.Sprintf("bench:%d", r.IntN(10000)),
-						Names: names, Limits: lim, Cost: 1}, nil); err != nil {
+						Policy: pol, Cost: 1}, nil); err != nil {
 						b.Error(err)
 					}
 				}

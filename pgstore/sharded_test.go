@@ -76,8 +76,7 @@ func TestShardedConformance(t *testing.T) {
 	})
 	t.Run("router/go", func(t *testing.T) {
 		s := newStore(t, smallPool(t, c.Router, 2), pgstore.Config{Mode: pgstore.ModeGo})
-		_, _, err := s.Decide(context.Background(), store.Request{Key: "k", Names: []string{"default"},
-			Limits: []core.Limit{{Algorithm: core.GCRA, Limit: 1, Window: 1_000_000}}, Cost: 1}, nil)
+		_, _, err := s.Decide(context.Background(), store.Request{Key: "k", Policy: store.MustPolicy([]string{"default"}, core.Limit{Algorithm: core.GCRA, Limit: 1, Window: 1_000_000}), Cost: 1}, nil)
 		require.ErrorContains(t, err, "this database is a PL/Proxy router", "the Go path says why it cannot run on a router")
 	})
 }
@@ -128,8 +127,7 @@ func TestShardedWithRouter(t *testing.T) {
 				defer wg.Done()
 				<-start
 				for range 8 {
-					_, d, err := s.Decide(context.Background(), store.Request{Prefix: "p", Key: key, Names: []string{"default"},
-						Limits: []core.Limit{lim}, Now: t0, Cost: 1}, nil)
+					_, d, err := s.Decide(context.Background(), store.Request{Prefix: "p", Key: key, Policy: store.MustPolicy([]string{"default"}, lim), Now: t0, Cost: 1}, nil)
 					if err != nil {
 						errs <- fmt.Errorf("goroutine %d (%s): %w", g, map[bool]string{true: "router", false: "sharded"}[g%2 == 1], err)
 						return
@@ -186,7 +184,7 @@ func TestShardedShardDown(t *testing.T) {
 	}
 	lim := core.Limit{Algorithm: core.FixedWindow, Limit: 1000, Window: 3_600_000_000}
 	decide := func(s store.Store, k string) (core.Decision, error) {
-		_, d, err := s.Decide(context.Background(), store.Request{Key: k, Names: []string{"default"}, Limits: []core.Limit{lim},
+		_, d, err := s.Decide(context.Background(), store.Request{Key: k, Policy: store.MustPolicy([]string{"default"}, lim),
 			Now: t0, Cost: 1}, nil)
 		return d, err
 	}

@@ -20,10 +20,10 @@ const takeManyFastSQL = "SELECT t.ord, t.allowed, t.lim, t.remaining, t.reset_af
 
 // decideSQL is the one-round-trip path: PL/pgSQL decides.
 func (s *Store) decideSQL(ctx context.Context, conn *pgxpool.Conn, req *store.Request, out []core.Decision) (int, error) {
-	n := len(req.Limits)
+	n := req.Policy.Len()
 	algs := make([]int32, n)
 	lims, wins, rates := make([]int64, n), make([]int64, n), make([]int64, n)
-	for i, l := range req.Limits {
+	for i, l := range req.Policy.Limits() {
 		algs[i], lims[i], wins[i], rates[i] = int32(l.Algorithm), l.Limit, l.Window, l.Rate
 	}
 	var now *int64
@@ -34,7 +34,7 @@ func (s *Store) decideSQL(ctx context.Context, conn *pgxpool.Conn, req *store.Re
 	if s.cfg.Durability == DurabilityFast && req.Op == store.Take {
 		q = takeManyFastSQL
 	}
-	rows, err := conn.Query(ctx, q, FullKey(req.Prefix, req.Key), req.Names, algs, lims, wins, rates, req.Cost, now, req.Op == store.Take)
+	rows, err := conn.Query(ctx, q, FullKey(req.Prefix, req.Key), req.Policy.Names(), algs, lims, wins, rates, req.Cost, now, req.Op == store.Take)
 	if err != nil {
 		return 0, err
 	}

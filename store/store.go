@@ -8,6 +8,11 @@
 // WebAssembly build hosted by wazero, or the PL/pgSQL port), the results
 // are identical, which the conformance vectors in tests/vectors pin.
 //
+// A request carries a Policy, the names and limits checked and compiled
+// once (NewPolicy), and the key; a store that decides with the native core
+// uses the compiled limits (core.TakeInto, core.TakeAllCompiled), any other
+// decider the limits themselves.
+//
 // Backends: memstore (in process, the embedded default) and pgstore
 // (PostgreSQL through pgx). Every backend runs the shared suite in
 // store/storetest.
@@ -30,17 +35,20 @@ const (
 	Peek
 )
 
-// Request is one decision on one key. It is passed by value so that a call
-// allocates nothing; a store must not keep its slices after Decide returns.
+// Request is one decision on one key under a Policy. It is passed by value
+// so that a call allocates nothing: eight words, a pointer to the policy
+// built once rather than its names and limits rebuilt per call. A store may
+// keep req.Policy (it is immutable), but not the strings' bytes beyond the
+// call unless it copies them.
 type Request struct {
+	// Policy holds the limits decided, all or nothing, and their names,
+	// which identify each limit's state within the key. A nil Policy is
+	// answered with core.ErrLimits.
+	Policy *Policy
 	// Prefix and Key together identify the key (the limiter's base key and
 	// the per-call key); a store joins them as it likes, consistently.
 	Prefix, Key string
-	// Names identify each limit's state within the key, parallel to Limits.
-	// They are unique within a request.
-	Names  []string
-	Limits []core.Limit
-	Op     Op
+	Op          Op
 	// Now is the time of the decision in µs since the Unix epoch. A store
 	// with a clock of its own (a database server's) may be configured to
 	// use that instead.
@@ -60,7 +68,7 @@ type Clock func() int64
 // the store's decision function (core.TakeAll or PeekAll semantics: all or
 // nothing) and writes the new states back when admitted. It returns the
 // deciding limit's index and decision, and fills each with every limit's
-// decision when len(each) ≥ len(req.Limits) (pass nil when only the
+// decision when len(each) ≥ req.Policy.Len() (pass nil when only the
 // deciding one matters). A denial is a result, not an error. Errors are
 // either a core.Error (the request was invalid) or a failure of the store
 // itself, which a store should make recognisable with errors.Is(err,

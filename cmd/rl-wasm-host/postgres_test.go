@@ -58,9 +58,8 @@ func TestOpenPostgres(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(h.close)
 	require.Nil(t, h.ready, "with failover, readiness does not depend on the database")
-	req := store.Request{Prefix: "t", Key: "k", Names: []string{"n"},
-		Limits: []core.Limit{{Algorithm: core.FixedWindow, Limit: 10, Window: int64(time.Hour / time.Microsecond)}},
-		Now:    time.Now().UnixMicro(), Cost: 1}
+	req := store.Request{Prefix: "t", Key: "k", Policy: store.MustPolicy([]string{"n"}, core.Limit{Algorithm: core.FixedWindow, Limit: 10, Window: int64(time.Hour / time.Microsecond)}),
+		Now: time.Now().UnixMicro(), Cost: 1}
 	decide := func() {
 		_, _, err := h.store.Decide(ctx, req, nil)
 		require.NoError(t, err)

@@ -28,14 +28,19 @@ func Monotonic() int64 {
 // Resolution. The goroutine runs only while the clock is read: after
 // idleAfter without readings it stops, and the next reading restarts it.
 type Coarse struct {
-	now     atomic.Int64
-	running atomic.Bool
-	used    atomic.Bool
-	mu      sync.Mutex
-	res     time.Duration
-	base    time.Time // wall + monotonic reading at start
-	baseUS  int64
+	now    atomic.Int64
+	flags  atomic.Uint32 // running | used
+	mu     sync.Mutex
+	res    time.Duration
+	base   time.Time // wall + monotonic reading at start
+	baseUS int64
 }
+
+// The flags of a Coarse clock.
+const (
+	running = 1 // the goroutine advances the clock
+	used    = 2 // read since the goroutine last looked
+)
 
 const idleAfter = time.Second
 
@@ -48,13 +53,19 @@ func NewCoarse(res time.Duration) *Coarse {
 	return c
 }
 
-// Now returns the time in µs since the Unix epoch.
+// Now returns the time in µs since the Unix epoch: two atomic loads when
+// the clock runs and was read since its last tick (small enough to inline).
 func (c *Coarse) Now() int64 {
-	if !c.running.Load() {
-		return c.start()
+	if c.flags.Load() != running|used {
+		return c.mark()
 	}
-	if !c.used.Load() {
-		c.used.Store(true)
+	return c.now.Load()
+}
+
+// mark records a reading, starting the goroutine if it stopped.
+func (c *Coarse) mark() int64 {
+	if c.flags.Or(used)&running == 0 {
+		return c.start()
 	}
 	return c.now.Load()
 }
@@ -66,9 +77,8 @@ func (c *Coarse) start() int64 {
 	defer c.mu.Unlock()
 	now := c.read()
 	c.advance(now)
-	if !c.running.Load() {
-		c.running.Store(true)
-		c.used.Store(true)
+	if c.flags.Load()&running == 0 {
+		c.flags.Store(running | used)
 		go c.tick()
 	}
 	return c.now.Load()
@@ -90,18 +100,19 @@ func (c *Coarse) tick() {
 	idle := time.Duration(0)
 	for range t.C {
 		c.advance(c.read())
-		if c.used.Swap(false) {
+		if c.flags.And(^uint32(used))&used != 0 {
 			idle = 0
 			continue
 		}
 		if idle += c.res; idle >= idleAfter {
+			// Stop unless read meanwhile: a reading after this sees the
+			// clock stopped and starts it again.
 			c.mu.Lock()
-			if !c.used.Load() {
-				c.running.Store(false)
-				c.mu.Unlock()
+			stopped := c.flags.CompareAndSwap(running, 0)
+			c.mu.Unlock()
+			if stopped {
 				return
 			}
-			c.mu.Unlock()
 		}
 	}
 }

@@ -316,7 +316,7 @@ type draining struct {
 func (s *draining) Decide(ctx context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
 	if req.Op == store.Take && req.Key == s.target && s.armed.CompareAndSwap(true, false) {
 		drain := req
-		drain.Cost = req.Limits[0].Limit
+		drain.Cost = req.Policy.Limits()[0].Limit
 		if _, _, err := s.Store.Decide(ctx, drain, nil); err != nil {
 			return 0, core.Decision{}, err
 		}

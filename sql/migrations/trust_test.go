@@ -344,8 +344,8 @@ func TestTenants(t *testing.T) {
 	// pgstore as tenant A: the SQL path on its own key works and on B's is
 	// refused; the Go path (lock_states, then UPDATE) is refused outright.
 	req := func(key string, op store.Op) store.Request {
-		return store.Request{Key: key, Names: []string{"default"}, Op: op, Cost: 1,
-			Limits: []core.Limit{{Algorithm: core.TokenBucket, Limit: 10, Window: 3_600_000_000}}}
+		return store.Request{Key: key, Op: op, Cost: 1,
+			Policy: store.MustPolicy([]string{"default"}, core.Limit{Algorithm: core.TokenBucket, Limit: 10, Window: 3_600_000_000})}
 	}
 	poolA := pgtest.Pool(t, urlA)
 	sqlA, err := pgstore.New(poolA, pgstore.Config{Mode: pgstore.ModeSQL, RequestClock: true})

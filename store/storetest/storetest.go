@@ -91,17 +91,19 @@ func usesItsDecider(t *testing.T, cfg Config, prefix string) {
 	one := core.Limit{Algorithm: core.TokenBucket, Limit: 10_000, Window: 1_000_000}
 	two := []core.Limit{one, {Algorithm: core.SlidingLog, Limit: 100, Window: 1_000_000}}
 	names := []string{"a", "b"}
+	p1, p2, pb := policy(t, names[:1], one), policy(t, names, two...), policy(t, names[1:], two[1])
 	for _, c := range []struct {
 		what string
 		req  store.Request
 		peek bool
 	}{
-		{"peek of a new key", req(prefix, "spy-new", store.Peek, t0, 1, names[:1], one), true},
-		{"take", req(prefix, "spy", store.Take, t0, 1, names[:1], one), false},
-		{"peek of a known key", req(prefix, "spy", store.Peek, t0, 1, names[:1], one), true},
-		{"take of several limits", req(prefix, "spy", store.Take, t0, 1, names, two...), false},
-		{"take with other limits", req(prefix, "spy", store.Take, t0, 1, names[1:], two[1]), false},
-		{"peek of several limits", req(prefix, "spy", store.Peek, t0, 1, names, two...), true},
+		{"peek of a new key", req(prefix, "spy-new", store.Peek, t0, 1, p1), true},
+		{"take", req(prefix, "spy", store.Take, t0, 1, p1), false},
+		{"peek of a known key", req(prefix, "spy", store.Peek, t0, 1, p1), true},
+		{"take of several limits", req(prefix, "spy", store.Take, t0, 1, p2), false},
+		{"take with other limits", req(prefix, "spy", store.Take, t0, 1, pb), false},
+		{"peek of several limits", req(prefix, "spy", store.Peek, t0, 1, p2), true},
+		{"take of one limit by another policy", req(prefix, "spy", store.Take, t0, 1, policy(t, names[:1], one)), false},
 	} {
 		counter := &d.takes
 		if c.peek {
@@ -123,8 +125,19 @@ func usesItsDecider(t *testing.T, cfg Config, prefix string) {
 	}
 }
 
-func req(prefix, key string, op store.Op, now, cost int64, names []string, ls ...core.Limit) store.Request {
-	return store.Request{Prefix: prefix, Key: key, Names: names, Limits: ls, Op: op, Now: now, Cost: cost}
+func req(prefix, key string, op store.Op, now, cost int64, p *store.Policy) store.Request {
+	return store.Request{Policy: p, Prefix: prefix, Key: key, Op: op, Now: now, Cost: cost}
+}
+
+// policy returns the store.Policy of names and ls, failing t if they are
+// not one.
+func policy(t testing.TB, names []string, ls ...core.Limit) *store.Policy {
+	t.Helper()
+	p, err := store.NewPolicy(names, ls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // sameAsCore drives each algorithm through a sequence and compares every
@@ -134,6 +147,7 @@ func sameAsCore(t *testing.T, cfg Config, prefix string) {
 	ctx := context.Background()
 	for _, alg := range algorithms {
 		l := core.Limit{Algorithm: alg, Limit: 5, Window: 1_000_000}
+		p := policy(t, []string{"default"}, l)
 		st := core.State{Log: make([]int64, 0, 5)}
 		key := "same-" + alg.String()
 		now := t0
@@ -146,7 +160,11 @@ func sameAsCore(t *testing.T, cfg Config, prefix string) {
 			}
 			st = next
 			each := make([]core.Decision, 1)
-			_, got, err := s.Decide(ctx, req(prefix, key, store.Take, now, cost, []string{"default"}, l), each)
+			rp := p
+			if i%10 == 9 { // now and then another policy of the same limit
+				rp = policy(t, []string{"default"}, l)
+			}
+			_, got, err := s.Decide(ctx, req(prefix, key, store.Take, now, cost, rp), each)
 			if err != nil {
 				t.Fatalf("%v step %d: %v", alg, i, err)
 			}
@@ -162,10 +180,10 @@ func allOrNothing(t *testing.T, cfg Config, prefix string) {
 	ctx := context.Background()
 	burst := core.Limit{Algorithm: core.TokenBucket, Limit: 5, Window: 1_000_000}
 	daily := core.Limit{Algorithm: core.FixedWindow, Limit: 7, Window: 86_400_000_000}
-	names := []string{"burst", "daily"}
+	p := policy(t, []string{"burst", "daily"}, burst, daily)
 	take := func(now, cost int64) (int, core.Decision) {
 		t.Helper()
-		i, d, err := s.Decide(ctx, req(prefix, "multi", store.Take, now, cost, names, burst, daily), nil)
+		i, d, err := s.Decide(ctx, req(prefix, "multi", store.Take, now, cost, p), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -186,7 +204,7 @@ func allOrNothing(t *testing.T, cfg Config, prefix string) {
 		t.Fatalf("want daily denial, got %d %+v", i, d)
 	}
 	// A different set of limits on the same key keeps each limit's state.
-	i, d, err := s.Decide(ctx, req(prefix, "multi", store.Peek, t0+3_000_000, 1, []string{"daily"}, daily), nil)
+	i, d, err := s.Decide(ctx, req(prefix, "multi", store.Peek, t0+3_000_000, 1, policy(t, []string{"daily"}, daily)), nil)
 	if err != nil || d.Allowed || d.Remaining != 0 || i != 0 {
 		t.Fatalf("daily alone: %d %+v %v", i, d, err)
 	}
@@ -196,17 +214,17 @@ func peek(t *testing.T, cfg Config, prefix string) {
 	s := cfg.New(t)
 	ctx := context.Background()
 	l := core.Limit{Algorithm: core.SlidingLog, Limit: 3, Window: 1_000_000}
-	names := []string{"default"}
+	p := policy(t, []string{"default"}, l)
 	for range 5 {
-		_, d, err := s.Decide(ctx, req(prefix, "peek", store.Peek, t0, 2, names, l), nil)
+		_, d, err := s.Decide(ctx, req(prefix, "peek", store.Peek, t0, 2, p), nil)
 		if err != nil || !d.Allowed || d.Remaining != 1 {
 			t.Fatalf("peek on fresh key: %+v %v", d, err)
 		}
 	}
-	if _, d, _ := s.Decide(ctx, req(prefix, "peek", store.Take, t0, 3, names, l), nil); !d.Allowed {
+	if _, d, _ := s.Decide(ctx, req(prefix, "peek", store.Take, t0, 3, p), nil); !d.Allowed {
 		t.Fatal("take after peeks denied")
 	}
-	_, d, err := s.Decide(ctx, req(prefix, "peek", store.Peek, t0+1, 1, names, l), nil)
+	_, d, err := s.Decide(ctx, req(prefix, "peek", store.Peek, t0+1, 1, p), nil)
 	if err != nil || d.Allowed || d.RetryAfter != 999_999 {
 		t.Fatalf("peek on full key: %+v %v", d, err)
 	}
@@ -217,16 +235,17 @@ func reset(t *testing.T, cfg Config, prefix string) {
 	ctx := context.Background()
 	l := core.Limit{Algorithm: core.GCRA, Limit: 2, Window: 60_000_000}
 	names := []string{"default"}
+	p := policy(t, names, l)
 	for range 2 {
-		s.Decide(ctx, req(prefix, "reset", store.Take, t0, 1, names, l), nil)
+		s.Decide(ctx, req(prefix, "reset", store.Take, t0, 1, p), nil)
 	}
-	if _, d, _ := s.Decide(ctx, req(prefix, "reset", store.Take, t0, 1, names, l), nil); d.Allowed {
+	if _, d, _ := s.Decide(ctx, req(prefix, "reset", store.Take, t0, 1, p), nil); d.Allowed {
 		t.Fatal("third allowed")
 	}
 	if err := s.Reset(ctx, prefix, "reset", names); err != nil {
 		t.Fatal(err)
 	}
-	if _, d, _ := s.Decide(ctx, req(prefix, "reset", store.Take, t0, 2, names, l), nil); !d.Allowed {
+	if _, d, _ := s.Decide(ctx, req(prefix, "reset", store.Take, t0, 2, p), nil); !d.Allowed {
 		t.Fatal("denied after reset")
 	}
 	if err := s.Reset(ctx, prefix, "reset", nil); err != nil {
@@ -235,7 +254,7 @@ func reset(t *testing.T, cfg Config, prefix string) {
 	if err := s.Reset(ctx, prefix, "never-seen", nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, d, _ := s.Decide(ctx, req(prefix, "reset", store.Take, t0, 2, names, l), nil); !d.Allowed {
+	if _, d, _ := s.Decide(ctx, req(prefix, "reset", store.Take, t0, 2, p), nil); !d.Allowed {
 		t.Fatal("denied after reset of all names")
 	}
 }
@@ -243,26 +262,38 @@ func reset(t *testing.T, cfg Config, prefix string) {
 func invalid(t *testing.T, cfg Config, prefix string) {
 	s := cfg.New(t)
 	ctx := context.Background()
-	names := []string{"default"}
 	good := core.Limit{Algorithm: core.FixedWindow, Limit: 2, Window: 1_000_000}
-	s.Decide(ctx, req(prefix, "invalid", store.Take, t0, 1, names, good), nil)
+	p := policy(t, []string{"default"}, good)
+	s.Decide(ctx, req(prefix, "invalid", store.Take, t0, 1, p), nil)
+	// An invalid limit never reaches a store: NewPolicy refuses it with
+	// the core's error.
 	for _, c := range []struct {
-		l         core.Limit
+		l    core.Limit
+		want core.Error
+	}{
+		{core.Limit{Algorithm: 9, Limit: 2, Window: 1}, core.ErrAlgorithm},
+		{core.Limit{Algorithm: core.FixedWindow, Limit: 0, Window: 1}, core.ErrLimit},
+	} {
+		if _, err := store.NewPolicy([]string{"default"}, []core.Limit{c.l}); !errors.Is(err, c.want) {
+			t.Fatalf("%+v: NewPolicy answered %v, want %v", c.l, err, c.want)
+		}
+	}
+	for _, c := range []struct {
+		p         *store.Policy
 		now, cost int64
 		want      core.Error
 	}{
-		{core.Limit{Algorithm: 9, Limit: 2, Window: 1}, t0, 1, core.ErrAlgorithm},
-		{core.Limit{Algorithm: core.FixedWindow, Limit: 0, Window: 1}, t0, 1, core.ErrLimit},
-		{good, t0, -1, core.ErrCost},
-		{good, -5, 1, core.ErrTime},
+		{p, t0, -1, core.ErrCost},
+		{p, -5, 1, core.ErrTime},
+		{nil, t0, 1, core.ErrLimits},
 	} {
-		_, _, err := s.Decide(ctx, req(prefix, "invalid", store.Take, c.now, c.cost, names, c.l), nil)
+		_, _, err := s.Decide(ctx, req(prefix, "invalid", store.Take, c.now, c.cost, c.p), nil)
 		if ce, ok := asCore(err); !ok || ce != c.want {
 			t.Fatalf("%+v: got %v, want %v", c, err, c.want)
 		}
 	}
 	// Nothing was consumed by the failed calls.
-	if _, d, _ := s.Decide(ctx, req(prefix, "invalid", store.Peek, t0, 0, names, good), nil); d.Remaining != 1 {
+	if _, d, _ := s.Decide(ctx, req(prefix, "invalid", store.Peek, t0, 0, p), nil); d.Remaining != 1 {
 		t.Fatalf("remaining %d after invalid calls, want 1", d.Remaining)
 	}
 }
@@ -274,6 +305,7 @@ func exactness(t *testing.T, cfg Config, prefix string) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			l := core.Limit{Algorithm: alg, Limit: limit, Window: 3_600_000_000}
+			p := policy(t, []string{"default"}, l)
 			key := "exact-" + alg.String()
 			var admitted, denied atomic.Int64
 			var wg sync.WaitGroup
@@ -285,7 +317,7 @@ func exactness(t *testing.T, cfg Config, prefix string) {
 					defer wg.Done()
 					<-start
 					for range cfg.Calls {
-						_, d, err := s.Decide(context.Background(), req(prefix, key, store.Take, t0, 1, []string{"default"}, l), nil)
+						_, d, err := s.Decide(context.Background(), req(prefix, key, store.Take, t0, 1, p), nil)
 						if err != nil {
 							errs <- err
 							return
@@ -325,13 +357,10 @@ func allOrNothingRace(t *testing.T, cfg Config, prefix string) {
 	s := cfg.New(t)
 	hourly := core.Limit{Algorithm: core.FixedWindow, Limit: 60, Window: 3_600_000_000}
 	burst := core.Limit{Algorithm: core.TokenBucket, Limit: 40, Window: 86_400_000_000}
-	reqs := []struct {
-		names []string
-		ls    []core.Limit
-	}{
-		{[]string{"hourly", "burst"}, []core.Limit{hourly, burst}},
-		{[]string{"hourly"}, []core.Limit{hourly}},
-		{[]string{"burst"}, []core.Limit{burst}},
+	reqs := []*store.Policy{
+		policy(t, []string{"hourly", "burst"}, hourly, burst),
+		policy(t, []string{"hourly"}, hourly),
+		policy(t, []string{"burst"}, burst),
 	}
 	const key = "race-all-or-nothing"
 	var admitted [3]atomic.Int64
@@ -345,8 +374,7 @@ func allOrNothingRace(t *testing.T, cfg Config, prefix string) {
 			<-start
 			for i := range cfg.Calls {
 				which, cost := (g+i)%3, int64(1+(g+i)%2)
-				r := reqs[which]
-				_, d, err := s.Decide(context.Background(), req(prefix, key, store.Take, t0, cost, r.names, r.ls...), nil)
+				_, d, err := s.Decide(context.Background(), req(prefix, key, store.Take, t0, cost, reqs[which]), nil)
 				if err != nil {
 					errs <- err
 					return
@@ -364,7 +392,7 @@ func allOrNothingRace(t *testing.T, cfg Config, prefix string) {
 		t.Fatal(err)
 	}
 	each := make([]core.Decision, 2)
-	if _, _, err := s.Decide(context.Background(), req(prefix, key, store.Peek, t0, 0, reqs[0].names, reqs[0].ls...), each); err != nil {
+	if _, _, err := s.Decide(context.Background(), req(prefix, key, store.Peek, t0, 0, reqs[0]), each); err != nil {
 		t.Fatal(err)
 	}
 	a, h, b := admitted[0].Load(), admitted[1].Load(), admitted[2].Load()
