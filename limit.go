@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/rlcore/rl/core"
-	"github.com/rlcore/rl/internal/ruleconfig"
 	"github.com/rlcore/rl/store"
 )
 
@@ -90,13 +89,18 @@ func NewPolicy(limits ...Limit) (*Policy, error) {
 // and decision API, the proxy-wasm filter, the ratelimit service) names
 // limits this way, from one source, and decides the same rows.
 func DefaultLimitName(l Limit, n int) string {
-	return ruleconfig.DefaultLimitName(l.Algorithm, l.Window, n)
+	return core.DefaultLimitName(l.Algorithm, int64(l.Window/time.Microsecond), n)
 }
 
 // FormatWindow writes a window compactly: whole days as "1d", whole hours
 // as "2h", whole minutes as "1m", anything else as time.Duration.String
-// ("1s", "1.5s", "500ms").
-func FormatWindow(d time.Duration) string { return ruleconfig.FormatDuration(d) }
+// ("1s", "1.5s", "500ms"): core.FormatWindow, for a time.Duration.
+func FormatWindow(d time.Duration) string {
+	if d%time.Microsecond != 0 {
+		return d.String() // finer than core's µs: no window
+	}
+	return core.FormatWindow(int64(d / time.Microsecond))
+}
 
 // MustPolicy is NewPolicy for limits known to be valid, such as package-level
 // variables; it panics on an error.

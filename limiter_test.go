@@ -186,7 +186,7 @@ func TestStoreErrors(t *testing.T) {
 // the limit, 300 trials (a fresh key each) per algorithm.
 func TestExactness(t *testing.T) {
 	const goroutines, calls, limit, trials = 64, 4, 100, 300
-	for _, alg := range []core.Algorithm{core.FixedWindow, core.SlidingWindow, core.SlidingLog, core.TokenBucket, core.LeakyBucket, core.GCRA} {
+	for _, alg := range core.Algorithms() {
 		t.Run(alg.String(), func(t *testing.T) {
 			// A day-long window: nothing is restored during the test.
 			p := rl.MustPolicy(rl.Limit{Algorithm: alg, Limit: limit, Window: 24 * time.Hour})

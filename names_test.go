@@ -2,6 +2,7 @@ package rl_test
 
 import (
 	"fmt"
+	"go/build"
 	"testing"
 	"time"
 
@@ -25,7 +26,7 @@ func TestDefaultLimitNamesAgree(t *testing.T) {
 		windows = append(windows, time.Duration(us)*time.Microsecond)
 	}
 	for _, w := range windows {
-		for _, a := range []core.Algorithm{core.FixedWindow, core.SlidingWindow, core.SlidingLog, core.TokenBucket, core.LeakyBucket, core.GCRA} {
+		for _, a := range core.Algorithms() {
 			other := rl.Limit{Algorithm: core.GCRA, Limit: 1, Window: w}
 			if a == core.GCRA {
 				other.Algorithm = core.FixedWindow
@@ -54,7 +55,21 @@ func TestDefaultLimitNamesAgree(t *testing.T) {
 		time.Hour: "fixed_window_1h", 25 * time.Hour: "fixed_window_25h", 48 * time.Hour: "fixed_window_2d",
 	} {
 		require.Equal(t, name, rl.DefaultLimitName(rl.Limit{Algorithm: core.FixedWindow, Window: w}, 2))
-		require.Equal(t, name, ruleconfig.DefaultLimitName(core.FixedWindow, w, 3))
+		require.Equal(t, name, core.DefaultLimitName(core.FixedWindow, int64(w/time.Microsecond), 3))
 	}
 	require.Equal(t, "default", rl.DefaultLimitName(rl.Limit{Algorithm: core.GCRA, Window: time.Second}, 1))
+}
+
+// TestRootImports: the root package (the Go API) sits below the front ends'
+// configuration: the default limit names and the window format it shares
+// with them live in core, so it imports no front-end package (it imported
+// internal/ruleconfig for them).
+func TestRootImports(t *testing.T) {
+	pkg, err := build.Default.ImportDir(".", 0)
+	require.NoError(t, err)
+	for _, imp := range pkg.Imports {
+		for _, above := range []string{"internal/ruleconfig", "internal/pipeline", "internal/outage", "internal/service", "internal/rls", "httplimit"} {
+			require.NotEqual(t, "github.com/rlcore/rl/"+above, imp, "the root package imports %s", imp)
+		}
+	}
 }

@@ -23,10 +23,7 @@ const (
 	benchStep = benchWindow / benchLimit / 2
 )
 
-var benchAlgorithms = []core.Algorithm{
-	core.FixedWindow, core.SlidingWindow, core.SlidingLog,
-	core.TokenBucket, core.LeakyBucket, core.GCRA,
-}
+var benchAlgorithms = core.Algorithms()
 
 // warm returns a state after one window of calls at benchStep, and the
 // time after them.

@@ -15,43 +15,87 @@ const (
 	GCRA          Algorithm = 6
 )
 
+// algorithms describes each algorithm, by number: the one list of them
+// (Algorithms), which names, parsers, messages and tests read.
+var algorithms = [...]struct {
+	name, short     string
+	aliases         []string
+	windowed, units bool
+}{
+	FixedWindow:   {"fixed_window", "fixed", nil, true, false},
+	SlidingWindow: {"sliding_window", "sliding", []string{"sliding_window_counter"}, true, true},
+	SlidingLog:    {"sliding_log", "sliding_log", []string{"log", "sliding_window_log"}, true, false},
+	TokenBucket:   {"token_bucket", "token", nil, false, true},
+	LeakyBucket:   {"leaky_bucket", "leaky", nil, false, true},
+	GCRA:          {"gcra", "gcra", nil, false, true},
+}
+
+// Algorithms returns every algorithm, in number order.
+func Algorithms() []Algorithm {
+	out := make([]Algorithm, 0, len(algorithms)-1)
+	for a := range algorithms[1:] {
+		out = append(out, Algorithm(a+1))
+	}
+	return out
+}
+
+// Valid reports whether a is one of Algorithms.
+func (a Algorithm) Valid() bool { return a >= 1 && int(a) < len(algorithms) }
+
 // String returns the algorithm's canonical name, as used in vectors, SQL and
 // configuration files ("fixed_window", "sliding_window", ...).
 func (a Algorithm) String() string {
-	switch a {
-	case FixedWindow:
-		return "fixed_window"
-	case SlidingWindow:
-		return "sliding_window"
-	case SlidingLog:
-		return "sliding_log"
-	case TokenBucket:
-		return "token_bucket"
-	case LeakyBucket:
-		return "leaky_bucket"
-	case GCRA:
-		return "gcra"
+	if !a.Valid() {
+		return "unknown"
 	}
-	return "unknown"
+	return algorithms[a].name
 }
 
-// ParseAlgorithm returns the algorithm named s. It accepts the canonical names
-// and the short names other limiters use ("fixed", "sliding", "log", "token",
-// "leaky"). It returns ErrAlgorithm for anything else.
+// ShortName returns the name configuration files usually write: "fixed",
+// "sliding", "sliding_log", "token", "leaky", "gcra".
+func (a Algorithm) ShortName() string {
+	if !a.Valid() {
+		return "unknown"
+	}
+	return algorithms[a].short
+}
+
+// Names returns every name ParseAlgorithm accepts for a: the canonical
+// one, the short one if it differs, then the others.
+func (a Algorithm) Names() []string {
+	if !a.Valid() {
+		return nil
+	}
+	e := algorithms[a]
+	names := []string{e.name}
+	if e.short != e.name {
+		names = append(names, e.short)
+	}
+	return append(names, e.aliases...)
+}
+
+// Windowed reports whether a counts requests per window (fixed_window,
+// sliding_window, sliding_log): its Limit is a count per Window and its
+// Rate must be 0. The others (the buckets, GCRA) restore Rate units per
+// Window.
+func (a Algorithm) Windowed() bool { return a.Valid() && algorithms[a].windowed }
+
+// UnitsBounded reports whether a computes in units of 1/Window of a
+// request, so that its Limit × Window (µs) must stay within MaxUnits
+// (ErrUnits): every algorithm but fixed_window and sliding_log.
+func (a Algorithm) UnitsBounded() bool { return a.Valid() && algorithms[a].units }
+
+// ParseAlgorithm returns the algorithm named s: one of its Names (the
+// canonical names and the short names other limiters use, "fixed",
+// "sliding", "log", "token", "leaky"). It returns ErrAlgorithm for anything
+// else.
 func ParseAlgorithm(s string) (Algorithm, error) {
-	switch s {
-	case "fixed_window", "fixed":
-		return FixedWindow, nil
-	case "sliding_window", "sliding", "sliding_window_counter":
-		return SlidingWindow, nil
-	case "sliding_log", "log", "sliding_window_log":
-		return SlidingLog, nil
-	case "token_bucket", "token":
-		return TokenBucket, nil
-	case "leaky_bucket", "leaky":
-		return LeakyBucket, nil
-	case "gcra":
-		return GCRA, nil
+	for _, a := range Algorithms() {
+		for _, n := range a.Names() {
+			if n == s {
+				return a, nil
+			}
+		}
 	}
 	return 0, ErrAlgorithm
 }
@@ -232,9 +276,7 @@ func (l Limit) Validate() error {
 }
 
 func (l *Limit) check() Error {
-	switch l.Algorithm {
-	case FixedWindow, SlidingWindow, SlidingLog, TokenBucket, LeakyBucket, GCRA:
-	default:
+	if !l.Algorithm.Valid() {
 		return ErrAlgorithm
 	}
 	if l.Limit < 1 || l.Limit > MaxLimit || (l.Algorithm == SlidingLog && l.Limit > MaxLogLimit) {
@@ -243,17 +285,14 @@ func (l *Limit) check() Error {
 	if l.Window < 1 || l.Window > MaxWindow {
 		return ErrWindow
 	}
-	switch l.Algorithm {
-	case FixedWindow, SlidingWindow, SlidingLog:
+	if l.Algorithm.Windowed() {
 		if l.Rate != 0 {
 			return ErrRate
 		}
-	default:
-		if l.Rate < 0 || l.Rate > MaxLimit {
-			return ErrRate
-		}
+	} else if l.Rate < 0 || l.Rate > MaxLimit {
+		return ErrRate
 	}
-	if l.Algorithm != FixedWindow && l.Algorithm != SlidingLog && l.Limit > MaxUnits/l.Window {
+	if l.Algorithm.UnitsBounded() && l.Limit > MaxUnits/l.Window {
 		return ErrUnits
 	}
 	return 0

@@ -19,7 +19,7 @@ const (
 	t0   int64 = 1767225600000000 // 2026-01-01
 )
 
-var algorithms = []core.Algorithm{core.FixedWindow, core.SlidingWindow, core.SlidingLog, core.TokenBucket, core.LeakyBucket, core.GCRA}
+var algorithms = core.Algorithms()
 
 // longestWait is the longest RetryAfter a state written under l, at or
 // before the call's time, may cause for a cost within the limit.

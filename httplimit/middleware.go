@@ -7,13 +7,16 @@
 // request) or closed (503), and reports the error to a hook. Only an
 // outage opens: a store that is down (store.ErrUnavailable), and when it
 // only times out, the 3rd timeout of decisions that began after the last
-// decision completed, with none completed since (the rule of the service
-// and rl-wasm-host's proxy): a store slow under load, or a hot key whose
-// queued decisions time out together, times out some decisions while it
-// completes others, and load must never turn into admissions. A busy store (store.ErrBusy) is load, answered 503 with
-// Retry-After and never served. Config.Fail chooses per request and per
-// error instead, OnDecision observes every outcome (for metrics), and
-// Denied and Refused write the responses.
+// decision completed, with none completed since: a store slow under load,
+// or a hot key whose queued decisions time out together, times out some
+// decisions while it completes others, and load must never turn into
+// admissions. A busy or full store (store.ErrBusy) is load, answered 503
+// with Retry-After and never served; a corrupt state, 500. This is the one
+// failure rule of the project (internal/outage), which rl-wasm-host's
+// proxy, decision API and gRPC service and the proxy-wasm filter follow
+// too. Config.Fail chooses per request and per error instead, OnDecision
+// observes every outcome (for metrics), and Denied and Refused write the
+// responses.
 //
 // A limit bounds each key, so it is only as strong as the key: ClientIP
 // keys IPv4 clients per address and IPv6 clients per /64 (IPKeyConfig
@@ -32,7 +35,6 @@ import (
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/outage"
-	"github.com/rlcore/rl/store"
 )
 
 // Limiter decides requests. *rl.Limiter is one; wrap one to add to every
@@ -263,19 +265,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		d.Outcome, d.Result = OutcomeAllowed, res
 	case err == nil:
 		d.Outcome, d.Result = OutcomeDenied, res
-	case errors.Is(err, rl.ErrInvalidKey):
-		d.Outcome = OutcomeInvalidKey
-	case errors.Is(err, core.ErrCost):
-		d.Outcome = OutcomeInvalidCost
-	case c.Fail != nil:
-		switch d.Outcome = c.Fail(r, err); d.Outcome {
-		case OutcomeFailOpen, OutcomeFailClosed, OutcomeOverloaded, OutcomeError:
-		default:
-			d.Err = fmt.Errorf("httplimit: Config.Fail answered %v, not a failure outcome; answering fail_closed: %w", d.Outcome, err)
-			d.Outcome = OutcomeFailClosed
-		}
 	default:
-		d.Outcome = h.failure(begun, err)
+		d.Outcome, d.Err = h.failure(r, begun, err)
 	}
 	h.report(r, &d, start)
 	switch d.Outcome {
@@ -299,19 +290,42 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// failure is the answer to a failed decision, begun at begun, without
-// Config.Fail: load (store.ErrBusy) is OutcomeOverloaded, an outage
-// (outage.Detector's rule) OutcomeFailOpen or OutcomeFailClosed as
+// failure is the answer to a failed decision, begun at begun, by the one
+// failure rule (outage.Classify): an invalid key or cost is 400; with
+// Config.Fail, the hook answers the rest; without, load is
+// OutcomeOverloaded, an outage OutcomeFailOpen or OutcomeFailClosed as
 // configured, another store failure OutcomeFailClosed, anything else
 // OutcomeError.
-func (h *handler) failure(begun outage.Token, err error) Outcome {
+func (h *handler) failure(r *http.Request, begun outage.Token, err error) (Outcome, error) {
+	class := h.outage.Classify(begun, err)
 	switch {
-	case errors.Is(err, store.ErrBusy):
+	case class == outage.Invalid && errors.Is(err, core.ErrCost):
+		return OutcomeInvalidCost, err
+	case class == outage.Invalid:
+		return OutcomeInvalidKey, err
+	case h.cfg.Fail != nil:
+		switch o := h.cfg.Fail(r, err); o {
+		case OutcomeFailOpen, OutcomeFailClosed, OutcomeOverloaded, OutcomeError:
+			return o, err
+		default:
+			return OutcomeFailClosed, fmt.Errorf("httplimit: Config.Fail answered %v, not a failure outcome; answering fail_closed: %w", o, err)
+		}
+	}
+	return outcomeOf(class, h.cfg.FailOpen), err
+}
+
+// outcomeOf is the outcome of a failure of class c, by the rule of
+// outage.Class.
+func outcomeOf(c outage.Class, failOpen bool) Outcome {
+	switch c {
+	case outage.Load:
 		return OutcomeOverloaded
-	case !errors.Is(err, rl.ErrStore):
+	case outage.Outage:
+		if failOpen {
+			return OutcomeFailOpen
+		}
+	case outage.Internal:
 		return OutcomeError
-	case h.outage != nil && h.outage.Outage(begun, err):
-		return OutcomeFailOpen
 	}
 	return OutcomeFailClosed
 }

@@ -190,7 +190,7 @@ func TestSweepRace(t *testing.T) {
 // state, whatever the clock does after the sweep.
 func TestSweepNeverRefunds(t *testing.T) {
 	const t0, minute = int64(1_700_000_000_000_000), int64(60_000_000)
-	for _, alg := range []core.Algorithm{core.FixedWindow, core.SlidingWindow, core.SlidingLog, core.TokenBucket, core.LeakyBucket, core.GCRA} {
+	for _, alg := range core.Algorithms() {
 		t.Run(alg.String(), func(t *testing.T) {
 			swept := memstore.New(&memstore.Config{SweepInterval: -1})
 			defer swept.Close()

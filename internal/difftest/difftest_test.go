@@ -139,7 +139,7 @@ func TestReach(t *testing.T) {
 				want = append(want, c+"/"+n+" allowed", c+"/"+n+" denied")
 			}
 		}
-		for a := core.FixedWindow; a <= core.GCRA; a++ {
+		for _, a := range core.Algorithms() {
 			want = append(want, a.String()+" allowed", a.String()+" denied")
 		}
 		for e := core.ErrAlgorithm; e <= core.ErrLimits; e++ {

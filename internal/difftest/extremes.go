@@ -17,7 +17,7 @@ func Extremes() []Sequence {
 	words := []int64{0, 1, core.MaxUnits, core.MaxStateValue}
 	nows := []int64{0, 1, Epoch2026, core.MaxTime}
 	var seqs []Sequence
-	for a := core.FixedWindow; a <= core.GCRA; a++ {
+	for _, a := range core.Algorithms() {
 		var limits []core.Limit
 		maxLim := core.MaxLimit
 		if a == core.SlidingLog {
@@ -25,11 +25,11 @@ func Extremes() []Sequence {
 		}
 		for _, lim := range []int64{1, 3, maxLim} {
 			for _, w := range []int64{1, 1000, core.MaxWindow} {
-				if a != core.FixedWindow && a != core.SlidingLog && lim > core.MaxUnits/w {
+				if a.UnitsBounded() && lim > core.MaxUnits/w {
 					w = core.MaxUnits / lim // at the bound exactly
 				}
 				rates := []int64{0}
-				if a >= core.TokenBucket {
+				if !a.Windowed() {
 					rates = []int64{0, 1, core.MaxLimit}
 				}
 				for _, r := range rates {

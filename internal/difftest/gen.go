@@ -159,7 +159,10 @@ func (g *gen) upTo(n int64) int64 {
 	return g.r.Int64N(n + 1)
 }
 
-func (g *gen) algorithm() core.Algorithm { return core.Algorithm(1 + g.r.IntN(6)) }
+func (g *gen) algorithm() core.Algorithm {
+	algs := core.Algorithms()
+	return algs[g.r.IntN(len(algs))]
+}
 
 // limit returns parameters for a: mostly small and common ones, often at a
 // bound, and for sequences that may be invalid, out of range a few times in
@@ -193,14 +196,14 @@ func (g *gen) limit(a core.Algorithm) core.Limit {
 	default:
 		l.Window = 1 + g.upTo(core.MaxWindow-1)
 	}
-	if a != core.FixedWindow && a != core.SlidingLog && l.Limit > core.MaxUnits/l.Window {
+	if a.UnitsBounded() && l.Limit > core.MaxUnits/l.Window {
 		if g.pct(50) {
 			l.Window = max(1, core.MaxUnits/l.Limit)
 		} else {
 			l.Limit = max(1, core.MaxUnits/l.Window)
 		}
 	}
-	if a >= core.TokenBucket {
+	if !a.Windowed() {
 		switch g.r.IntN(5) {
 		case 0, 1:
 			l.Rate = 0
@@ -425,7 +428,7 @@ func (g *gen) sequence() Sequence {
 						case 1:
 							next[i].Window = max(1, l.Window+g.pick(-1, 1, l.Window, -l.Window/2))
 						default:
-							if l.Algorithm >= core.TokenBucket {
+							if !l.Algorithm.Windowed() {
 								next[i].Rate = g.pick(0, 1, max(0, l.Rate-1), l.Rate+1, l.Rate*1000, core.MaxLimit)
 							}
 						}

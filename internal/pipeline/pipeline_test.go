@@ -74,6 +74,16 @@ func TestMatchMethod(t *testing.T) {
 	} {
 		require.Equal(t, c.want, MatchMethod(c.methods, c.m), "%v %s", c.methods, c.m)
 	}
+	// Every method a listed one Limits matches it, in any case; it
+	// matches no other rule's list.
+	for listed := range alsoLimits {
+		for _, m := range Limits(listed) {
+			require.True(t, MatchMethod([]string{listed}, m), "%s limits %s", listed, m)
+			require.True(t, MatchMethod([]string{listed}, strings.ToLower(m)), "%s limits %s", listed, m)
+			require.False(t, MatchMethod([]string{"PATCH"}, m), "PATCH does not limit %s", m)
+		}
+	}
+	require.Equal(t, []string{"POST"}, Limits("POST"))
 }
 
 // TestParseCost (issue 19, 1): every spelling of zero is refused, as is

@@ -564,7 +564,7 @@ func (r *rateLimitJSON) check(c *ruleconfig.Checker, f string) *Limit {
 	if s, ok := c.String(f+".algorithm", r.Algorithm); ok {
 		a, err := core.ParseAlgorithm(s)
 		if err != nil {
-			c.Fail(f+".algorithm", "unknown algorithm %q (want fixed, sliding, sliding_log, token, leaky or gcra)", ruleconfig.Clip(s, 32))
+			c.Fail(f+".algorithm", "unknown algorithm %q (want one of %s)", ruleconfig.Clip(s, 32), ruleconfig.Strategies)
 		}
 		l.Limit.Algorithm = a
 	}

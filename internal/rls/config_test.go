@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/service"
 )
 
@@ -316,4 +317,23 @@ func FuzzSharedKey(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestConfigAlgorithmNames: the RLS configuration accepts every name of
+// every algorithm, and its message for an unknown one lists them all, from
+// the one list (core.Algorithms; before, a hand-kept text that left out
+// the canonical names it accepts, fixed_window and the others).
+func TestConfigAlgorithmNames(t *testing.T) {
+	for _, a := range core.Algorithms() {
+		for _, n := range a.Names() {
+			_, err := ParseDomain("x.yaml", []byte(`{domain: d, descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 3, algorithm: `+n+`}}]}`))
+			require.NoError(t, err, n)
+		}
+	}
+	_, err := ParseDomain("x.yaml", []byte(`{domain: d, descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 3, algorithm: magic}}]}`))
+	require.Error(t, err)
+	for _, a := range core.Algorithms() {
+		require.Contains(t, err.Error(), a.String())
+		require.Contains(t, err.Error(), a.ShortName())
+	}
 }

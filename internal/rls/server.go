@@ -22,6 +22,7 @@ import (
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/httplimit"
+	"github.com/rlcore/rl/internal/outage"
 	"github.com/rlcore/rl/internal/service"
 )
 
@@ -474,12 +475,12 @@ func (s *Server) decide(ctx context.Context, ds *domainSet, it *item, peek bool)
 		}
 		return nil
 	}
-	if errors.Is(err, rl.ErrInvalidKey) || errors.Is(err, core.ErrCost) {
+	class := s.svc.Classify(begun, err)
+	if class == outage.Invalid {
 		return status.Errorf(codes.InvalidArgument, "%v", err) // not reached: keys are encoded, costs checked
 	}
 	ds.m.storeErrors.Inc()
-	switch s.svc.ClassifyFailure(begun, err) {
-	case service.FailureOutage:
+	if class == outage.Outage {
 		if l.FailOpen {
 			s.logFailure("store down; answering OK (fail_open)", ds, err)
 			it.out = outFailOpen
@@ -488,10 +489,11 @@ func (s *Server) decide(ctx context.Context, ds *domainSet, it *item, peek bool)
 		s.logFailure("store down; failing the call (UNAVAILABLE: Envoy's failure_mode_deny decides)", ds, err)
 		it.out = outFailClosed
 		return status.Error(codes.Unavailable, "rate limit store unavailable")
-	default:
-		s.logFailure("store busy or failing; answering OVER_LIMIT (load is never admitted)", ds, err)
-		return errOverload
 	}
+	// Load, a store failure that is not an outage, a corrupt state:
+	// refused, never admitted.
+	s.logFailure("store busy or failing; answering OVER_LIMIT (load is never admitted)", ds, err)
+	return errOverload
 }
 
 // denyAll decides a limit of requests_per_unit 0: denied, no retry passes,

@@ -220,6 +220,13 @@ descriptors:
 	r, err = e.client.ShouldRateLimit(ctx, req("open"))
 	require.NoError(t, err)
 	require.Equal(t, OVER, r.OverallCode)
+	// A corrupt state is no outage either (the one failure rule,
+	// outage.Class): before, the service's copy of the rule answered it
+	// by the fail policy, admitting on a fail_open limit.
+	set(fmt.Errorf("rl: %q: %w", "k", core.ErrState))
+	r, err = e.client.ShouldRateLimit(ctx, req("open"))
+	require.NoError(t, err)
+	require.Equal(t, OVER, r.OverallCode, "a corrupt state is never admitted, fail_open or not")
 
 	f.err.Store(nil)
 	require.Equal(t, 10, e.admitted(t, 11, "d", d("open", "x")), "nothing was charged while the store failed")

@@ -191,8 +191,22 @@ type NamedLimit struct {
 	core.Limit
 }
 
-// Strategies lists the strategy names ParseAlgorithm accepts, for messages.
-const Strategies = "fixed, sliding, sliding_log, token, leaky, gcra (or fixed_window, sliding_window, token_bucket, leaky_bucket)"
+// Strategies lists the strategy names core.ParseAlgorithm accepts, for
+// messages: "fixed, sliding, sliding_log, token, leaky, gcra (or
+// fixed_window, sliding_window, token_bucket, leaky_bucket)", from
+// core.Algorithms (the short names, then the canonical ones that differ).
+var Strategies = strategies()
+
+func strategies() string {
+	var short, long []string
+	for _, a := range core.Algorithms() {
+		short = append(short, a.ShortName())
+		if a.String() != a.ShortName() {
+			long = append(long, a.String())
+		}
+	}
+	return strings.Join(short, ", ") + " (or " + strings.Join(long, ", ") + ")"
+}
 
 // check validates the limit at prefix ("" for the shorthand, else
 // "limits[i]."); ok is false if it has a problem.
@@ -246,7 +260,7 @@ func (l *LimitFields) check(c *Checker, prefix string) (core.Limit, bool) {
 
 // CheckLimits validates the limits of a list at field ("limits"): 1 to
 // core.MaxLimits of them, each valid, named or given its default name
-// (DefaultLimitName), no name twice. ok is false if any has a problem.
+// (core.DefaultLimitName), no name twice. ok is false if any has a problem.
 func CheckLimits(c *Checker, field string, ls []Limit) (out []NamedLimit, ok bool) {
 	before := len(c.Problems)
 	if len(ls) == 0 || len(ls) > core.MaxLimits {
@@ -273,7 +287,7 @@ func CheckLimits(c *Checker, field string, ls []Limit) (out []NamedLimit, ok boo
 			continue
 		}
 		if name == "" {
-			name = DefaultLimitName(lim.Algorithm, time.Duration(lim.Window)*time.Microsecond, len(ls))
+			name = core.DefaultLimitName(lim.Algorithm, lim.Window, len(ls))
 		}
 		if names[name] {
 			c.Fail(f+".name", "%q names two limits of the rule", name)
@@ -284,18 +298,16 @@ func CheckLimits(c *Checker, field string, ls []Limit) (out []NamedLimit, ok boo
 	return out, len(c.Problems) == before
 }
 
-// DefaultLimitName is the name of an unnamed limit, one of n, of
-// algorithm a and window w: "default" when it is alone, else the strategy
-// and window ("fixed_window_1m", see FormatDuration). State rows are kept
-// per limit name, so every front end must name limits alike: this is the
-// one source of default names, which rl.DefaultLimitName (a Go app's
-// policies), the service's rules and decision API, the filter and rls all
-// use.
-func DefaultLimitName(a core.Algorithm, w time.Duration, n int) string {
-	if n == 1 {
-		return "default"
+// rated lists the short names of the algorithms that take a rate ("token,
+// leaky and gcra").
+func rated() string {
+	var names []string
+	for _, a := range core.Algorithms() {
+		if !a.Windowed() {
+			names = append(names, a.ShortName())
+		}
 	}
-	return a.String() + "_" + FormatDuration(w)
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 // checkLimit validates l as core does, naming the field at fault ("" if l
@@ -311,14 +323,14 @@ func checkLimit(l core.Limit) (field, msg string) {
 		}
 		return "limit", fmt.Sprintf("%d is outside [1, %d] for %s", l.Limit, hi, l.Algorithm)
 	case core.ErrWindow:
-		return "window", fmt.Sprintf("%s is outside [1µs, %s]", FormatWindow(l.Window), FormatWindow(core.MaxWindow))
+		return "window", fmt.Sprintf("%s is outside [1µs, %s]", core.FormatWindow(l.Window), core.FormatWindow(core.MaxWindow))
 	case core.ErrRate:
-		if l.Algorithm == core.FixedWindow || l.Algorithm == core.SlidingWindow || l.Algorithm == core.SlidingLog {
-			return "rate", fmt.Sprintf("must be absent or 0 for %s (rate applies to token, leaky and gcra)", l.Algorithm)
+		if l.Algorithm.Windowed() {
+			return "rate", fmt.Sprintf("must be absent or 0 for %s (rate applies to %s)", l.Algorithm, rated())
 		}
 		return "rate", fmt.Sprintf("%d is outside [0, %d]", l.Rate, core.MaxLimit)
 	case core.ErrUnits:
-		return "limit", fmt.Sprintf("limit %d × window %s is too large for %s (limit × window in µs must stay below 2^61)", l.Limit, FormatWindow(l.Window), l.Algorithm)
+		return "limit", fmt.Sprintf("limit %d × window %s is too large for %s (limit × window in µs must stay below 2^61)", l.Limit, core.FormatWindow(l.Window), l.Algorithm)
 	}
 	return "strategy", "missing or unknown"
 }
@@ -597,25 +609,4 @@ func ParseWindow(s string) (int64, error) {
 		return 0, fmt.Errorf("%q: not a whole number of microseconds", Clip(s, 32))
 	}
 	return int64(d / time.Microsecond), nil
-}
-
-// FormatWindow is FormatDuration for a window in µs, core's unit.
-func FormatWindow(us int64) string { return FormatDuration(time.Duration(us) * time.Microsecond) }
-
-// FormatDuration writes a window compactly: whole days as "1d", whole
-// hours as "2h", whole minutes as "1m", anything else as
-// time.Duration.String ("1s", "1.5s", "500ms"), in a form ParseDuration
-// reads back. It is the one source of the window in default limit names
-// (DefaultLimitName); rl.FormatWindow is it.
-func FormatDuration(d time.Duration) string {
-	const day = 24 * time.Hour
-	switch {
-	case d >= day && d%day == 0:
-		return strconv.FormatInt(int64(d/day), 10) + "d"
-	case d >= time.Hour && d%time.Hour == 0:
-		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
-	case d >= time.Minute && d%time.Minute == 0:
-		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
-	}
-	return d.String()
 }

@@ -37,13 +37,14 @@ var keyKinds = [...]struct {
 	name string
 	arg  string // "" when the kind takes no name; else what the name is
 	opt  bool   // the name may be left out (api_key: Authorization)
+	hint string // what a request without the key must do (Hint); %s: the name
 }{
-	{KeyIP, "ip", "", false},
-	{KeyAPIKey, "api_key", "header", true},
-	{KeyHeader, "header", "name", false},
-	{KeyQuery, "query", "name", false},
-	{KeyPath, "path", "", false},
-	{KeyGlobal, "global", "", false},
+	{KeyIP, "ip", "", false, "the client address could not be read"},
+	{KeyAPIKey, "api_key", "header", true, "send the %s header (the API key)"},
+	{KeyHeader, "header", "name", false, "send the %s header"},
+	{KeyQuery, "query", "name", false, "send the %s query parameter"},
+	{KeyPath, "path", "", false, "send a path"},
+	{KeyGlobal, "global", "", false, "global"},
 }
 
 // KeyKinds lists every key source, in order.
@@ -96,22 +97,15 @@ func (k KeyBy) String() string {
 
 // Hint says what a request must carry for k, for a 400's message.
 func (k KeyBy) Hint() string {
-	switch k.Kind {
-	case KeyAPIKey:
-		if k.Name == BearerHeader {
-			return "send \"Authorization: Bearer <key>\""
-		}
-		return "send the " + k.Name + " header (the API key)"
-	case KeyHeader:
-		return "send the " + k.Name + " header"
-	case KeyQuery:
-		return "send the " + k.Name + " query parameter"
-	case KeyIP:
-		return "the client address could not be read"
-	case KeyPath:
-		return "send a path"
+	switch {
+	case k.Kind == KeyAPIKey && k.Name == BearerHeader:
+		return "send \"Authorization: Bearer <key>\""
+	case k.Kind < 1 || int(k.Kind) > len(keyKinds):
+		return k.String()
+	case keyKinds[k.Kind-1].arg != "":
+		return fmt.Sprintf(keyKinds[k.Kind-1].hint, k.Name)
 	}
-	return k.String()
+	return keyKinds[k.Kind-1].hint
 }
 
 // keyByWant lists the accepted forms of key_by, for messages.

@@ -3,13 +3,28 @@ package ruleconfig
 import (
 	"strings"
 	"testing"
+
+	"github.com/rlcore/rl/core"
 )
 
 // TestKeyBy: every key source parses from its String form and back, and the
 // message lists each kind once, from the one list (KeyKinds).
 func TestKeyBy(t *testing.T) {
-	for _, s := range []string{"ip", "api_key", "api_key:X-API-Key", "header:X-User", "query:tenant", "path", "global"} {
+	var forms []string
+	for _, k := range KeyKinds() {
+		e := keyKinds[k-1]
+		if e.arg == "" || e.opt {
+			forms = append(forms, e.name)
+		}
+		if e.arg != "" {
+			forms = append(forms, e.name+":X-Some-Name")
+		}
+	}
+	for _, s := range forms {
 		kb, err := ParseKeyBy(s, true)
+		if h := kb.Hint(); err == nil && (h == "" || strings.Contains(h, "%") || kb.Name != "" && kb.Name != BearerHeader && !strings.Contains(h, kb.Name)) {
+			t.Errorf("%s: hint %q", s, h)
+		}
 		if err != nil {
 			t.Fatalf("%s: %v", s, err)
 		}
@@ -30,5 +45,27 @@ func TestKeyBy(t *testing.T) {
 		if !strings.Contains(err.Error(), k.String()) {
 			t.Errorf("message %q lacks %s", err, k)
 		}
+	}
+}
+
+// TestStrategies: the message lists every algorithm's short and canonical
+// names, from the one list (core.Algorithms), and each name it lists
+// parses.
+func TestStrategies(t *testing.T) {
+	for _, a := range core.Algorithms() {
+		if !strings.Contains(Strategies, a.String()) || !strings.Contains(Strategies, a.ShortName()) {
+			t.Errorf("Strategies %q lacks %v", Strategies, a)
+		}
+	}
+	for _, n := range strings.FieldsFunc(Strategies, func(r rune) bool { return r == ',' || r == ' ' || r == '(' || r == ')' }) {
+		if n == "or" {
+			continue
+		}
+		if _, err := core.ParseAlgorithm(n); err != nil {
+			t.Errorf("Strategies names %q, which does not parse", n)
+		}
+	}
+	if want := "fixed, sliding, sliding_log, token, leaky, gcra (or fixed_window, sliding_window, token_bucket, leaky_bucket)"; Strategies != want {
+		t.Errorf("Strategies = %q, want %q", Strategies, want)
 	}
 }

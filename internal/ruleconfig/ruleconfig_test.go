@@ -266,9 +266,9 @@ func TestParseDuration(t *testing.T) {
 	_, err := ParseWindow("1500ns")
 	require.ErrorContains(t, err, "not a whole number of microseconds")
 	for _, us := range []int64{1, 999, 1000, 1_000_000, 60_000_000, 90_000_000, 3_600_000_000, 86_400_000_000, 7 * 86_400_000_000, core.MaxWindow} {
-		w, err := ParseWindow(FormatWindow(us))
+		w, err := ParseWindow(core.FormatWindow(us))
 		require.NoError(t, err, us)
-		require.Equal(t, us, w, FormatWindow(us))
+		require.Equal(t, us, w, core.FormatWindow(us))
 	}
 }
 

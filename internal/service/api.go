@@ -16,6 +16,7 @@ import (
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/httplimit"
+	"github.com/rlcore/rl/internal/outage"
 	"github.com/rlcore/rl/internal/redact"
 	"github.com/rlcore/rl/internal/ruleconfig"
 )
@@ -98,7 +99,8 @@ type ErrorJSON struct {
 	// inline_disabled, invalid_batch, method_not_allowed, not_found,
 	// unauthorized (401: no or unknown token), forbidden (403: an admin
 	// operation with a check token), overloaded (503: too many requests in
-	// flight), store_unavailable.
+	// flight, a busy or full store), store_unavailable, internal (500: a
+	// corrupt stored state).
 	Code string `json:"code"`
 }
 
@@ -154,13 +156,8 @@ func jsonValueKind(v string) string {
 // fields, no key given twice in one object (parsers disagree on which one
 // wins, so a proxy in front could check one rule or key and we decide
 // another), at most maxBody bytes. It answers the error itself and returns
-// false on failure.
+// false on failure. (The method is checked before: apiEndpoints.)
 func (s *Service) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		s.apiError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use POST with a JSON body")
-		return false
-	}
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
 	if err == nil {
 		dec := json.NewDecoder(bytes.NewReader(data))
@@ -388,14 +385,20 @@ func limitJSON(l *rl.LimitResult) LimitJSON {
 // ceilDiv rounds d up to whole units, 0 for a negative d. It saturates
 // rather than overflows: d + unit - 1 would wrap within a unit of the
 // largest Duration and turn a 292-year wait into a negative one.
-// failClosed answers a decision refused for a store failure or overload.
+// failClosed answers a decision refused for a failure (Service.failure):
+// by its class (outage.Class), 503 with Retry-After for load and store
+// failures, 500 for the rest.
 func (s *Service) failClosed(w http.ResponseWriter, err error) {
-	w.Header().Set("Retry-After", "1")
-	if errors.Is(err, errOverloaded) {
+	switch outage.ClassOf(err) {
+	case outage.Load:
+		w.Header().Set("Retry-After", "1")
 		s.apiError(w, http.StatusServiceUnavailable, "overloaded", "rate limiter overloaded; retry later")
-		return
+	case outage.Internal:
+		s.apiError(w, http.StatusInternalServerError, "internal", "rate limiter error: "+redact.String(err.Error()))
+	default:
+		w.Header().Set("Retry-After", "1")
+		s.apiError(w, http.StatusServiceUnavailable, "store_unavailable", "rate limiter unavailable: "+redact.String(err.Error()))
 	}
-	s.apiError(w, http.StatusServiceUnavailable, "store_unavailable", "rate limiter unavailable: "+redact.String(err.Error()))
 }
 
 func ceilDiv(d, unit time.Duration) int64 {
@@ -460,11 +463,6 @@ type LimitSpecJSON struct {
 }
 
 func (s *Service) apiRules(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		s.apiError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use GET")
-		return
-	}
 	if !s.requireAdmin(w, r, "reading the rules") {
 		return
 	}

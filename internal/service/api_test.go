@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/pipeline"
 	"github.com/rlcore/rl/memstore"
 	"github.com/rlcore/rl/store"
 )
@@ -517,4 +518,60 @@ func TestStoreErrorLogsAreThrottled(t *testing.T) {
 	th.last.Store(time.Now().Add(-2 * time.Second).UnixNano())
 	th.log(l, "store failed", "r", fmt.Errorf("down"))
 	require.Contains(t, buf.String(), "suppressed_since_last=99")
+}
+
+// The decision API answers failures by the one failure rule
+// (outage.Class): only an outage is answered by fail_open; load is 503
+// "overloaded" with Retry-After, a corrupt state 500 "internal", on a
+// fail_open rule too (the service's copy of the rule answered a corrupt
+// state by the fail policy: 200, fail_open, admitted).
+func TestAPIFailureClasses(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		err        error
+		code       int
+		errCode    string
+		retryAfter string
+	}{
+		{"busy", fmt.Errorf("pool: %w", store.ErrBusy), 503, "overloaded", "1"},
+		{"full", fmt.Errorf("memstore: %w", store.ErrFull), 503, "overloaded", "1"},
+		{"corrupt state", fmt.Errorf("rl: %q: %w", "k", core.ErrState), 500, "internal", ""},
+		{"not an outage", fmt.Errorf("protocol error"), 503, "store_unavailable", "1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, `rules: [{name: open, strategy: fixed, limit: 1, window: 1m, fail_open: true}]`,
+				func(o *Options) { o.Store = failStore{c.err} })
+			r := e.post(t, "check", `{"rule":"open","key":"k"}`)
+			require.Equal(t, c.code, r.code, string(r.body))
+			require.Equal(t, c.errCode, r.errorJSON(t).Code)
+			require.Equal(t, c.retryAfter, r.h.Get("Retry-After"))
+			r = e.post(t, "batch", `{"items":[{"rule":"open","key":"k"}]}`)
+			require.Equal(t, c.code, r.code, string(r.body))
+		})
+	}
+}
+
+// TestAPIMethods: each endpoint answers its method (GET also HEAD, as
+// pipeline.Limits says), anything else 405 with Allow from the same list,
+// and an unknown endpoint 404 naming them all.
+func TestAPIMethods(t *testing.T) {
+	e := newEnv(t, `rules: [{name: r, strategy: fixed, limit: 5, window: 1m}]`, nil)
+	var s *Service
+	for _, ep := range s.apiEndpoints() {
+		allow := strings.Join(pipeline.Limits(ep.method), ", ")
+		for _, m := range []string{"GET", "HEAD", "POST", "PUT", "DELETE"} {
+			r := e.do(t, m, "/v1/ratelimit/"+ep.name, "")
+			if strings.Contains(allow, m) {
+				require.NotEqual(t, 405, r.code, "%s %s", m, ep.name)
+				continue
+			}
+			require.Equal(t, 405, r.code, "%s %s", m, ep.name)
+			require.Equal(t, allow, r.h.Get("Allow"), "%s %s", m, ep.name)
+		}
+	}
+	r := e.do(t, "POST", "/v1/ratelimit/allow", "")
+	require.Equal(t, 404, r.code)
+	for _, ep := range s.apiEndpoints() {
+		require.Contains(t, string(r.body), ep.name)
+	}
 }

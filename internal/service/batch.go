@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/httplimit"
+	"github.com/rlcore/rl/internal/outage"
 )
 
 // BatchRequest is the body of POST /v1/ratelimit/batch.
@@ -116,17 +118,21 @@ func (s *Service) apiBatch(w http.ResponseWriter, r *http.Request) {
 	}
 
 	resp := BatchJSON{Allowed: true, Atomic: atomic, Peek: req.Peek, Partial: partial, Results: make([]DecisionJSON, len(items))}
-	failed, deciding := false, -1
+	failed, deciding := 0, -1 // failed: the status of the first item refused for a failure
 	for i := range items {
 		it := &items[i]
 		d := decisionJSON(it.t.name, it.key, it.cost, req.Peek, it.res, it.out, it.each)
 		d.Taken = it.taken
 		switch it.out {
 		case outFailClosed:
-			failed = true
+			// By the item's class (outage.Class, from Service.failure).
+			status, body := outage.ClassOf(it.err).Refusal()
+			if failed == 0 {
+				failed = status
+			}
 			resp.Allowed = false
 			d.Allowed = false
-			d.Error = "rate limiter unavailable: " + it.err.Error()
+			d.Error = strings.ToLower(body[:1]) + body[1:] + ": " + it.err.Error()
 		case outDenied:
 			resp.Allowed = false
 			if deciding < 0 || items[deciding].out != outDenied || laterRetry(&it.res, &items[deciding].res) {
@@ -164,8 +170,8 @@ func (s *Service) apiBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	status := http.StatusOK
 	switch {
-	case failed:
-		status = http.StatusServiceUnavailable
+	case failed != 0:
+		status = failed
 	case !resp.Allowed:
 		status = http.StatusTooManyRequests
 	}

@@ -41,50 +41,26 @@ func (s *Service) Register(cs ...prometheus.Collector) error {
 	return nil
 }
 
-// Failure is how a front end answers a decision the store failed.
-type Failure uint8
-
-const (
-	// FailureOutage: the store is down; the fail policy answers.
-	FailureOutage Failure = iota + 1
-	// FailureOverload: the store (or one key) is saturated; refuse at
-	// once and let the client retry. Load never turns into admissions.
-	FailureOverload
-	// FailureOther: a failure that is not an outage (or a store timeout
-	// not yet counted as one); refuse.
-	FailureOther
-)
-
-// ClassifyFailure tells how to answer err, the error of a decision begun at
-// begun (BeginDecision) that the request did not cause (not
-// rl.ErrInvalidKey, not core.ErrCost), by the rules the HTTP service
-// follows: only a store that is down (outage.Detector's rule:
-// store.ErrUnavailable, and for timeouts the third with no decision
-// completing since they began) is an outage; store.ErrBusy is overload,
-// counted in rl_overload_rejected_total{reason="store_busy"}. It records
-// the failure in the Service's outage detector, which the HTTP listeners
-// share.
-func (s *Service) ClassifyFailure(begun outage.Token, err error) Failure {
-	switch {
-	case errors.Is(err, store.ErrBusy):
+// Classify tells what err, the error of a decision begun at begun
+// (BeginDecision), means, by the one failure rule (outage.Class), in the
+// Service's outage detector, which the HTTP listeners share: only a store
+// that is down is an Outage, answered by the fail policy. Load from the
+// store (store.ErrBusy, a full store) is counted in
+// rl_overload_rejected_total{reason="store_busy"}.
+func (s *Service) Classify(begun outage.Token, err error) outage.Class {
+	c := s.outage.Classify(begun, err)
+	if c == outage.Load && errors.Is(err, store.ErrBusy) {
 		s.metrics.overload.WithLabelValues("store_busy").Inc()
-		return FailureOverload
-	case errors.Is(err, rl.ErrStore) && !s.outage.Outage(begun, err):
-		return FailureOther
-	case errors.Is(err, rl.ErrStore):
-		return FailureOutage
 	}
-	// A core error other than cost: the store returned a corrupt state,
-	// which the HTTP service answers by the fail policy too.
-	return FailureOutage
+	return c
 }
 
 // BeginDecision returns the outage token of a decision about to be made,
-// for ClassifyFailure.
+// for Classify.
 func (s *Service) BeginDecision() outage.Token { return s.outage.Begin() }
 
 // DecisionSucceeded records a decision the store completed: no timeout of
-// a decision begun before it counts toward an outage (ClassifyFailure).
+// a decision begun before it counts toward an outage (Classify).
 func (s *Service) DecisionSucceeded() { s.outage.Success() }
 
 // EnterKey takes a place among the decisions in flight on key of namespace

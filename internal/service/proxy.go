@@ -63,24 +63,11 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 	t := ru.target()
 	keyBy := ru.spec.KeyBy
 	mw, err := httplimit.New(httplimit.Config{
-		Limiter: &ruleLimiter{s, t},
-		Key:     ru.key,
-		Cost:    ru.cost,
-		Wait:    ru.spec.Shape,
-		Fail: func(r *http.Request, err error) httplimit.Outcome {
-			var begun outage.Token // ruleLimiter's errors carry theirs
-			if be := (*begunError)(nil); errors.As(err, &be) {
-				begun = be.begun
-			}
-			out, err := s.failure(&t, begun, err)
-			switch {
-			case out == outFailOpen:
-				return httplimit.OutcomeFailOpen
-			case errors.Is(err, errOverloaded):
-				return httplimit.OutcomeOverloaded
-			}
-			return httplimit.OutcomeFailClosed
-		},
+		Limiter:  &ruleLimiter{s, t},
+		Key:      ru.key,
+		Cost:     ru.cost,
+		Wait:     ru.spec.Shape,
+		FailOpen: t.failOpen,
 		OnDecision: func(r *http.Request, d httplimit.Decision) {
 			switch d.Outcome {
 			case httplimit.OutcomeMissingKey, httplimit.OutcomeInvalidCost:
@@ -142,7 +129,9 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 
 // ruleLimiter decides a rule's requests as the decision API does
 // (Service.do): within the per-key bound, recording them in the outage
-// detector. Its errors are *begunError.
+// detector. A failure is classified there, by Service.failure (which
+// counts and logs it), and returned classified: the middleware answers by
+// its class (outage.Class), fail_open only on an outage.
 type ruleLimiter struct {
 	s *Service
 	t target
@@ -150,21 +139,18 @@ type ruleLimiter struct {
 
 func (l *ruleLimiter) Do(ctx context.Context, req rl.Request) (rl.Result, error) {
 	res, begun, err := l.s.do(ctx, &l.t, req)
-	if err != nil {
-		return res, &begunError{begun, err}
+	if err == nil {
+		return res, nil
 	}
-	return res, nil
+	out, ferr := l.s.failure(&l.t, begun, err)
+	switch out {
+	case outFailOpen:
+		return res, outage.Classified(outage.Outage, err)
+	case "":
+		return res, err // a request error: the middleware answers 400
+	}
+	return res, ferr
 }
-
-// begunError carries the outage token of a failed decision of the proxy
-// through httplimit to its Fail hook (Service.failure).
-type begunError struct {
-	begun outage.Token
-	err   error
-}
-
-func (e *begunError) Error() string { return e.err.Error() }
-func (e *begunError) Unwrap() error { return e.err }
 
 func (s *Service) forward(upstream http.Handler, w http.ResponseWriter, r *http.Request) {
 	if s.proxyBody > 0 && r.Body != nil {

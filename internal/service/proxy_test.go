@@ -282,11 +282,14 @@ func (f failStore) Decide(context.Context, store.Request, []core.Decision) (int,
 }
 func (f failStore) Reset(context.Context, string, string, []string) error { return f.err }
 
-// The proxy answers a failed decision by the service's rules: fail_open
-// only on an outage (forwarded without our fields, the upstream's kept),
-// load and lone timeouts refused 503 with Retry-After, never forwarded.
+// The proxy answers a failed decision by the one failure rule
+// (outage.Class): fail_open only on an outage (forwarded without our
+// fields, the upstream's kept), load and lone timeouts refused 503 with
+// Retry-After, a corrupt state 500, never forwarded and never admitted by
+// fail_open (it was, before the rule was one: the service's copy answered
+// it by the fail policy, httplimit's with 500).
 func TestProxyAnswersFailures(t *testing.T) {
-	const unavailable, overloaded = "Rate limiter unavailable\n", "Rate limiter overloaded; retry later\n"
+	const unavailable, overloaded, internal = "Rate limiter unavailable\n", "Rate limiter overloaded; retry later\n", "Rate limiter error\n"
 	for _, c := range []struct {
 		name       string
 		err        error
@@ -302,8 +305,8 @@ func TestProxyAnswersFailures(t *testing.T) {
 		{"busy, closed", fmt.Errorf("pool: %w", store.ErrBusy), false, 503, overloaded, outFailClosed, true},
 		{"one timeout is load", fmt.Errorf("query: %w: %w", store.ErrUnavailable, context.DeadlineExceeded), true, 503, unavailable, outFailClosed, false},
 		{"not an outage", errors.New("protocol error"), true, 503, unavailable, outFailClosed, false},
-		{"corrupt state, fail_open", core.ErrState, true, 200, "upstream GET /r", outFailOpen, false},
-		{"corrupt state, closed", core.ErrState, false, 503, unavailable, outFailClosed, false},
+		{"corrupt state, fail_open", core.ErrState, true, 500, internal, outFailClosed, false},
+		{"corrupt state, closed", core.ErrState, false, 500, internal, outFailClosed, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			up := newUpstream(t)
@@ -317,7 +320,9 @@ func TestProxyAnswersFailures(t *testing.T) {
 				require.Equal(t, "7", r.h.Get("X-RateLimit-Remaining"), "the upstream's own fields, kept")
 				require.Empty(t, r.h.Get("Retry-After"))
 			} else {
-				require.Equal(t, "1", r.h.Get("Retry-After"))
+				if c.code == 503 {
+					require.Equal(t, "1", r.h.Get("Retry-After"))
+				}
 				require.Zero(t, up.hits.Load(), "never forwarded")
 			}
 			m := string(e.do(t, "GET", "/metrics", "").body)

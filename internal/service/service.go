@@ -7,6 +7,7 @@ import (
 	"log"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/outage"
+	"github.com/rlcore/rl/internal/pipeline"
 	"github.com/rlcore/rl/internal/redact"
 	"github.com/rlcore/rl/store"
 )
@@ -304,15 +306,46 @@ func (s *Service) APIHandler() http.Handler {
 // ProxyHandler serves the proxy filter alone: every path is proxied.
 func (s *Service) ProxyHandler() http.Handler { return s.limitInFlight(http.HandlerFunc(s.serveProxy)) }
 
+// apiEndpoint is an endpoint of the decision API: its name under
+// APIPrefix, the method it answers (and those pipeline.Limits adds: GET
+// answers HEAD), what a 405 says to use, and its handler.
+type apiEndpoint struct {
+	name, method, use string
+	h                 http.HandlerFunc
+}
+
+// apiEndpoints is the decision API: the one list of its endpoints and
+// their methods, which the mux, the 405's Allow field and the 404's
+// message read.
+func (s *Service) apiEndpoints() []apiEndpoint {
+	const post = "POST with a JSON body"
+	return []apiEndpoint{
+		{"check", http.MethodPost, post, s.apiDecide(false)},
+		{"peek", http.MethodPost, post, s.apiDecide(true)},
+		{"reset", http.MethodPost, post, s.apiReset},
+		{"batch", http.MethodPost, post, s.apiBatch},
+		{"rules", http.MethodGet, "GET", s.apiRules},
+	}
+}
+
 func (s *Service) apiMux() *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.HandleFunc(APIPrefix+"check", s.apiDecide(false))
-	mux.HandleFunc(APIPrefix+"peek", s.apiDecide(true))
-	mux.HandleFunc(APIPrefix+"reset", s.apiReset)
-	mux.HandleFunc(APIPrefix+"batch", s.apiBatch)
-	mux.HandleFunc(APIPrefix+"rules", s.apiRules)
+	var names []string
+	for _, e := range s.apiEndpoints() {
+		names = append(names, e.name)
+		methods := pipeline.Limits(e.method)
+		mux.HandleFunc(APIPrefix+e.name, func(w http.ResponseWriter, r *http.Request) {
+			if !slices.Contains(methods, r.Method) {
+				w.Header().Set("Allow", strings.Join(methods, ", "))
+				s.apiError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use "+e.use)
+				return
+			}
+			e.h(w, r)
+		})
+	}
+	want := APIPrefix + strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 	mux.HandleFunc(APIPrefix, func(w http.ResponseWriter, r *http.Request) {
-		s.apiError(w, http.StatusNotFound, "not_found", "no such endpoint: want "+APIPrefix+"check, peek, reset, batch or rules")
+		s.apiError(w, http.StatusNotFound, "not_found", "no such endpoint: want "+want)
 	})
 	return mux
 }
@@ -385,8 +418,9 @@ func (ru *rule) target() target {
 	return target{name: ru.spec.Name, lim: ru.lim, policy: ru.policy, failOpen: ru.spec.FailOpen, m: ru.m}
 }
 
-// errOverloaded is a decision refused because too many are in flight.
-var errOverloaded = errors.New("overloaded: too many decisions in flight")
+// errOverloaded is a decision refused because too many are in flight on
+// its key: load (outage.ErrOverloaded).
+var errOverloaded = fmt.Errorf("too many decisions in flight on the key: %w", outage.ErrOverloaded)
 
 // errClient marks an error that is the request's fault (4xx).
 type errClient struct {
@@ -398,8 +432,8 @@ func (e *errClient) Error() string { return e.err.Error() }
 func (e *errClient) Unwrap() error { return e.err }
 
 // decide decides key against t. The outcome is one of the out* constants;
-// a request error (invalid key or cost) returns *errClient, a store failure
-// of a fail-closed target returns outFailClosed and the error (failure).
+// a request error (invalid key or cost) returns *errClient, a failure
+// refused returns outFailClosed and the error, classified (failure).
 func (s *Service) decide(ctx context.Context, t *target, key string, cost int64, peek bool, each []rl.LimitResult) (rl.Result, string, error) {
 	res, begun, err := s.do(ctx, t, rl.Request{Key: key, Cost: cost, Policy: t.policy, Peek: peek, Each: each})
 	if err == nil {
@@ -408,13 +442,14 @@ func (s *Service) decide(ctx context.Context, t *target, key string, cost int64,
 		}
 		return res, outDenied, nil
 	}
-	switch {
-	case errors.Is(err, rl.ErrInvalidKey):
-		return res, "", &errClient{"invalid_key", err}
-	case errors.Is(err, core.ErrCost):
-		return res, "", &errClient{"invalid_cost", err}
-	}
 	out, err := s.failure(t, begun, err)
+	if out == "" {
+		code := "invalid_key"
+		if errors.Is(err, core.ErrCost) {
+			code = "invalid_cost"
+		}
+		return res, "", &errClient{code, err}
+	}
 	return rl.Result{}, out, err
 }
 
@@ -438,50 +473,44 @@ func (s *Service) do(ctx context.Context, t *target, req rl.Request) (rl.Result,
 	return res, begun, err
 }
 
-// failure answers err, the error of a decision on t, begun at begun, that
-// the request did not cause (not an invalid key or cost): outFailOpen, or outFailClosed
-// and the error, which matches errOverloaded when load refused it. It
-// counts and logs the failure.
-//
-// Only a store that is down (outage.Detector's rule: store.ErrUnavailable,
-// a connection error, an open breaker at once, a
-// timeout only as the third with no decision completing since they began)
-// is answered by the target's fail policy. A busy or full store
-// (store.ErrBusy, store.ErrFull), a per-key bound reached (errOverloaded) or any other
-// failure is closed: load alone never turns into admissions.
+// failure answers err, the error of a decision on t, begun at begun, by
+// the one failure rule (Classify, outage.Class): "" for a request error
+// (Invalid, the caller's to answer), outFailOpen for an outage of a
+// fail_open target, else outFailClosed and err classified
+// (outage.Classified: Load, Failed, Internal, or an Outage of a closed
+// target). It counts and logs the failure (at most one log line a second).
 func (s *Service) failure(t *target, begun outage.Token, err error) (string, error) {
-	if errors.Is(err, errOverloaded) { // the per-key bound, counted by EnterKey
-		return outFailClosed, err
-	}
-	t.m.storeErrors.Inc()
-	switch s.ClassifyFailure(begun, err) {
-	case FailureOverload:
-		s.storeErr.log(s.log, "store busy; refusing (load is never admitted)", t.name, err)
-		return outFailClosed, fmt.Errorf("%w: %w", errOverloaded, err)
-	case FailureOther:
+	class := s.Classify(begun, err)
+	switch class {
+	case outage.Invalid:
+		return "", err
+	case outage.Load:
+		if !errors.Is(err, errOverloaded) { // the per-key bound is counted by EnterKey
+			t.m.storeErrors.Inc()
+			s.storeErr.log(s.log, "store busy; refusing (load is never admitted)", t.name, err)
+		}
+		return outFailClosed, outage.Classified(class, err)
+	case outage.Failed:
+		t.m.storeErrors.Inc()
 		msg := "store failed; refusing (not an outage, so no fail_open)"
 		if errors.Is(err, context.DeadlineExceeded) {
 			msg = "store timed out; refusing (fail_open waits for 3 timeouts with no decision completing: a slow store may be a loaded one)"
 		}
 		s.storeErr.log(s.log, msg, t.name, err)
-		return outFailClosed, err
+		return outFailClosed, outage.Classified(class, err)
+	case outage.Internal:
+		t.m.storeErrors.Inc()
+		s.storeErr.log(s.log, "decision failed; refusing (a corrupt state or a bug: never fail_open)", t.name, err)
+		return outFailClosed, outage.Classified(class, err)
 	}
-	// An outage, or a core error other than cost: the store returned a
-	// corrupt state. The fail policy answers both.
-	msg := "store failed; refusing (fail closed)"
+	t.m.storeErrors.Inc()
 	if t.failOpen {
-		msg = "store failed; admitting (fail_open)"
-	}
-	if errors.Is(err, rl.ErrStore) {
-		s.storeErr.log(s.log, msg, t.name, err)
-	} else {
-		s.log.Error("decision failed", "rule", t.name, "err", err)
-	}
-	if t.failOpen {
+		s.storeErr.log(s.log, "store failed; admitting (fail_open)", t.name, err)
 		t.m.failOpenTotal.Inc()
 		return outFailOpen, nil
 	}
-	return outFailClosed, err
+	s.storeErr.log(s.log, "store failed; refusing (fail closed)", t.name, err)
+	return outFailClosed, outage.Classified(class, err)
 }
 
 func (m *ruleMetrics) record(outcome string) {

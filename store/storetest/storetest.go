@@ -35,7 +35,7 @@ type Config struct {
 
 const t0 = int64(1_767_225_600_000_000)
 
-var algorithms = []core.Algorithm{core.FixedWindow, core.SlidingWindow, core.SlidingLog, core.TokenBucket, core.LeakyBucket, core.GCRA}
+var algorithms = core.Algorithms()
 
 // Run runs the suite.
 func Run(t *testing.T, cfg Config) {

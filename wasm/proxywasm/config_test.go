@@ -177,8 +177,8 @@ func FuzzParseConfig(f *testing.F) {
 					t.Fatalf("rule %q: limit %+v: %v", r.Name, l, err)
 				}
 				// The window is written back in a form the parser reads.
-				if w, err := ruleconfig.ParseWindow(ruleconfig.FormatWindow(l.Window)); err != nil || w != l.Window {
-					t.Fatalf("window %d → %q → %d, %v", l.Window, ruleconfig.FormatWindow(l.Window), w, err)
+				if w, err := ruleconfig.ParseWindow(core.FormatWindow(l.Window)); err != nil || w != l.Window {
+					t.Fatalf("window %d → %q → %d, %v", l.Window, core.FormatWindow(l.Window), w, err)
 				}
 			}
 			if g := r.Global; g != nil && (g.Cluster == "" || g.TimeoutMS < 1 || g.TimeoutMS > maxTimeoutMS || !strings.HasPrefix(g.Path, "/")) {

@@ -26,8 +26,11 @@ type vmContext struct {
 
 // NewPluginContext implements types.VMContext.
 func (*vmContext) NewPluginContext(uint32) types.PluginContext {
-	return &pluginContext{sd: hostSharedData{}}
+	return &pluginContext{sd: newSharedData()}
 }
+
+// newSharedData returns the host's shared data; tests replace it.
+var newSharedData = func() sharedData { return hostSharedData{} }
 
 // pluginContext is one configured filter in one VM.
 type pluginContext struct {

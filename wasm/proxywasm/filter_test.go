@@ -10,6 +10,7 @@ import (
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/rlcore/rl/internal/pipeline"
+	rlstore "github.com/rlcore/rl/store"
 )
 
 // emulate starts the filter in the SDK's host emulator with a plugin
@@ -144,9 +145,13 @@ func TestFilterIP(t *testing.T) {
 	}
 }
 
-func TestFilterFailPolicy(t *testing.T) {
-	// One slot of one key: no other live key can be decided. The first
-	// such request of the rule is logged, every one counted.
+// TestFilterNoRoom: a key that finds no room in shared data is load (the
+// one failure rule, outage.Class): refused 503 with Retry-After, on a
+// fail_open rule too (before, fail_open admitted every new key once the
+// rule was full: a flood of keys went through). The first such request of
+// the rule is logged, every one counted.
+func TestFilterNoRoom(t *testing.T) {
+	// One slot of one key: no other live key can be decided.
 	for _, open := range []bool{false, true} {
 		t.Run(map[bool]string{false: "closed", true: "open"}[open], func(t *testing.T) {
 			host := emulate(t, `{"slots":1,"keys_per_slot":1,"rules":[{"name":"r","strategy":"fixed","limit":5,"window":"1s","key_by":"header:k","fail_open":`+map[bool]string{false: "false", true: "true"}[open]+`}]}`)
@@ -154,13 +159,10 @@ func TestFilterFailPolicy(t *testing.T) {
 				t.Fatal(local)
 			}
 			for _, k := range []string{"b", "c", "d"} {
-				act, local, resp := roundTrip(host, get("/", [2]string{"k", k}))
-				if open {
-					if act != types.ActionContinue || local != nil || headerValue(resp, "ratelimit") != "" {
-						t.Fatalf("open: %v %+v %q", act, local, resp)
-					}
-				} else if local == nil || local.StatusCode != 503 {
-					t.Fatalf("closed: %v %+v", act, local)
+				act, local, _ := roundTrip(host, get("/", [2]string{"k", k}))
+				if local == nil || local.StatusCode != 503 || string(local.Data) != "Rate limiter overloaded; retry later\n" ||
+					headerValue(local.Headers, "retry-after") != "1" {
+					t.Fatalf("%s: %v %+v", k, act, local)
 				}
 			}
 			if logs := host.GetWarnLogs(); len(logs) != 1 || !strings.Contains(logs[0], "no room") || !strings.Contains(logs[0], noRoomMetric) {
@@ -171,6 +173,53 @@ func TestFilterFailPolicy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFilterOutage: shared data failing is an outage: fail_open admits
+// (without fields), fail closed answers 503; logged at most once a second.
+func TestFilterOutage(t *testing.T) {
+	defer func(f func() sharedData) { newSharedData = f }(newSharedData)
+	for _, open := range []bool{false, true} {
+		t.Run(map[bool]string{false: "closed", true: "open"}[open], func(t *testing.T) {
+			sd := &breakable{memData: newMemData()}
+			newSharedData = func() sharedData { return sd }
+			host := emulate(t, `{"rules":[{"name":"r","strategy":"fixed","limit":5,"window":"1s","fail_open":`+map[bool]string{false: "false", true: "true"}[open]+`}]}`)
+			sd.broken = true
+			for range 3 {
+				act, local, resp := roundTrip(host, get("/"))
+				if open && (act != types.ActionContinue || local != nil || headerValue(resp, "ratelimit") != "") {
+					t.Fatalf("open: %v %+v %q", act, local, resp)
+				}
+				if !open && (local == nil || local.StatusCode != 503 || string(local.Data) != "Rate limiter unavailable\n") {
+					t.Fatalf("closed: %v %+v", act, local)
+				}
+			}
+			if logs := host.GetWarnLogs(); len(logs) != 1 || !strings.Contains(logs[0], "outage") {
+				t.Errorf("warn logs %q", logs)
+			}
+		})
+	}
+}
+
+// breakable is shared data whose every call fails once broken, as a
+// host's might.
+type breakable struct {
+	*memData
+	broken bool
+}
+
+func (d *breakable) get(key string) ([]byte, uint32, error) {
+	if d.broken {
+		return nil, 0, fmt.Errorf("%w: get_shared_data: internal failure", rlstore.ErrUnavailable)
+	}
+	return d.memData.get(key)
+}
+
+func (d *breakable) set(key string, v []byte, cas uint32) error {
+	if d.broken {
+		return fmt.Errorf("%w: set_shared_data: internal failure", rlstore.ErrUnavailable)
+	}
+	return d.memData.set(key, v, cas)
 }
 
 func TestFilterBadConfiguration(t *testing.T) {
@@ -246,19 +295,28 @@ func TestFilterGlobal(t *testing.T) {
 		t.Fatalf("denied: %+v", local)
 	}
 
-	// Failures: no answer, 5xx, a lying body; per the rule's fail policy.
+	// Failures, in order, by the one failure rule (outage.Classify): only
+	// the service unreachable is an outage, which /n (fail_open) admits;
+	// a timeout only as the 3rd with no decision completing since it
+	// began. Its refusals, load above all, are refused here too (before,
+	// /n's fail_open admitted every failure, "overloaded" included).
 	for _, tc := range []struct {
 		path   string
 		status string
 		body   string
 		want   uint32 // 0: resumed
 	}{
-		{"/i", "", "", 503},
+		{"/i", "", "", 503}, // a timeout: the 1st
 		{"/i", "503", `{"error":"store down","code":"store_unavailable"}`, 503},
 		{"/i", "200", `{"allowed":false}`, 503},
 		{"/i", "200", `not json`, 503},
-		{"/n", "", "", 0},
-		{"/n", "500", "", 0},
+		{"/n", "503", `{"error":"rate limiter overloaded; retry later","code":"overloaded"}`, 503},
+		{"/n", "500", `{"error":"rate limiter error","code":"internal"}`, 500},
+		{"/n", "500", "", 503},
+		{"/n", "401", `{"error":"no token","code":"unauthorized"}`, 503},
+		{"/n", "503", "no healthy upstream", 0},               // Envoy's: the service unreachable
+		{"/n", "", "", 503},                                   // a timeout: the 2nd
+		{"/n", "", "", 0},                                     // the 3rd: an outage
 		{"/n", "200", `{"allowed":true,"fail_open":true}`, 0}, // the service failed open
 	} {
 		id, c := start(tc.path, "bob")
@@ -273,6 +331,8 @@ func TestFilterGlobal(t *testing.T) {
 			t.Errorf("%s %s %s: %+v, want resumed", tc.path, tc.status, tc.body, local)
 		case tc.want != 0 && (local == nil || local.StatusCode != tc.want):
 			t.Errorf("%s %s %s: %+v, want %d", tc.path, tc.status, tc.body, local, tc.want)
+		case tc.want == 503 && headerValue(local.Headers, "retry-after") != "1":
+			t.Errorf("%s %s %s: no Retry-After", tc.path, tc.status, tc.body)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,8 +11,10 @@ import (
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/outage"
 	"github.com/rlcore/rl/internal/pipeline"
 	"github.com/rlcore/rl/internal/ruleconfig"
+	rlstore "github.com/rlcore/rl/store"
 )
 
 // Global mode: the rule's decision is rl-wasm-host's, asked over an HTTP
@@ -24,7 +27,10 @@ import (
 //
 // 200 admits, 429 denies (the body's deciding limit gives the header
 // fields); anything else, a timeout or a failed call is a failure, answered
-// by the rule's fail policy.
+// by the one failure rule (outage.Classify, readGlobal): only the service
+// unreachable is an outage, answered by the rule's fail policy; its own
+// refusals (overloaded, its store failing, a bad request) are refused here
+// too.
 
 // checkRequest is the body of a callout, rl-wasm-host's DecisionRequest.
 type checkRequest struct {
@@ -84,7 +90,7 @@ func checkBody(r *rule, key string, cost int64) []byte {
 	} else {
 		for i, l := range r.Limits {
 			req.Limits = append(req.Limits, inlineLimit{
-				Name: r.LimitNames[i], Strategy: l.Algorithm.String(), Limit: l.Limit, Window: ruleconfig.FormatWindow(l.Window), Rate: l.Rate,
+				Name: r.LimitNames[i], Strategy: l.Algorithm.String(), Limit: l.Limit, Window: core.FormatWindow(l.Window), Rate: l.Rate,
 			})
 		}
 		fo := r.FailOpen
@@ -110,24 +116,26 @@ func (h *httpContext) askGlobal(r *rule, key string, cost int64) types.Action {
 	if g.Token != "" {
 		hs = append(hs, [2]string{"authorization", "Bearer " + g.Token})
 	}
+	begun := h.p.outage.Begin()
 	_, err := proxywasm.DispatchHttpCall(g.Cluster, hs, checkBody(r, key, cost), nil, g.TimeoutMS,
-		func(numHeaders, bodySize, _ int) { h.onGlobal(r, numHeaders, bodySize) })
+		func(numHeaders, bodySize, _ int) { h.onGlobal(r, begun, numHeaders, bodySize) })
 	if err != nil {
-		return h.failed(r, fmt.Errorf("calling cluster %q: %w", g.Cluster, err))
+		return h.failed(r, begun, fmt.Errorf("calling cluster %q: %w: %w", g.Cluster, rlstore.ErrUnavailable, err))
 	}
 	return types.ActionPause
 }
 
 // onGlobal handles the callout's answer and resumes or answers the request.
-func (h *httpContext) onGlobal(r *rule, numHeaders, bodySize int) {
+func (h *httpContext) onGlobal(r *rule, begun outage.Token, numHeaders, bodySize int) {
 	v, err := readGlobal(numHeaders, bodySize)
 	var act types.Action
 	switch {
 	case errors.Is(err, errServiceFailOpen):
 		act = types.ActionContinue // the service's store failed, fail_open: no decision, no fields
 	case err != nil:
-		act = h.failed(r, fmt.Errorf("cluster %q: %w", r.Global.Cluster, err))
+		act = h.failed(r, begun, fmt.Errorf("cluster %q: %w", r.Global.Cluster, err))
 	default:
+		h.p.outage.Success()
 		act = h.decided(v)
 	}
 	if act == types.ActionContinue {
@@ -142,14 +150,25 @@ var errServiceFailOpen = errors.New("rl-wasm-host failed open")
 // maxGlobalBody bounds the answer read (rl-wasm-host's is well below).
 const maxGlobalBody = 64 << 10
 
-// readGlobal reads the callout's answer.
+// readGlobal reads the callout's answer: a verdict, errServiceFailOpen, or
+// a failure for the one failure rule (outage.Classify):
+//
+//   - no answer (a timeout, a reset) is a timeout (rlstore.ErrUnavailable and
+//     context.DeadlineExceeded: an outage only as the Detector counts them),
+//     and so is 504;
+//   - 502 or 503 without rl-wasm-host's JSON (Envoy found no healthy host)
+//     is the service unreachable (rlstore.ErrUnavailable): an outage;
+//   - rl-wasm-host's own refusals keep their meaning: "overloaded" is load
+//     (rlstore.ErrBusy), "internal" Internal, any other (its store failing
+//     on a rule it does not open, a request it refuses) Failed;
+//   - anything else, or an answer that does not parse, is Failed.
 func readGlobal(numHeaders, bodySize int) (pipeline.Verdict, error) {
 	if numHeaders == 0 {
-		return pipeline.Verdict{}, errors.New("no answer (timeout, reset or no healthy host)")
+		return pipeline.Verdict{}, fmt.Errorf("no answer (timeout, reset or no healthy host): %w: %w", rlstore.ErrUnavailable, context.DeadlineExceeded)
 	}
 	hs, err := proxywasm.GetHttpCallResponseHeaders()
 	if err != nil {
-		return pipeline.Verdict{}, err
+		return pipeline.Verdict{}, fmt.Errorf("%w: %w", rlstore.ErrUnavailable, err)
 	}
 	status := ""
 	for _, kv := range hs {
@@ -157,17 +176,48 @@ func readGlobal(numHeaders, bodySize int) (pipeline.Verdict, error) {
 			status = kv[1]
 		}
 	}
+	var body []byte
+	if bodySize > 0 && bodySize <= maxGlobalBody {
+		if body, err = proxywasm.GetHttpCallResponseBody(0, bodySize); err != nil {
+			return pipeline.Verdict{}, fmt.Errorf("%w: %w", rlstore.ErrUnavailable, err)
+		}
+	}
 	if status != "200" && status != "429" {
-		return pipeline.Verdict{}, fmt.Errorf("answered status %q", ruleconfig.Clip(status, 16))
+		return pipeline.Verdict{}, globalRefusal(status, body)
 	}
-	if bodySize <= 0 || bodySize > maxGlobalBody {
-		return pipeline.Verdict{}, fmt.Errorf("answered a body of %d bytes", bodySize)
+	if body == nil {
+		return pipeline.Verdict{}, outage.Classified(outage.Failed, fmt.Errorf("answered a body of %d bytes", bodySize))
 	}
-	body, err := proxywasm.GetHttpCallResponseBody(0, bodySize)
-	if err != nil {
-		return pipeline.Verdict{}, err
+	v, err := parseGlobal(status, body)
+	if err != nil && !errors.Is(err, errServiceFailOpen) {
+		err = outage.Classified(outage.Failed, err)
 	}
-	return parseGlobal(status, body)
+	return v, err
+}
+
+// globalRefusal is the failure of an answer other than 200 and 429.
+func globalRefusal(status string, body []byte) error {
+	var e struct {
+		Code string `json:"code"`
+	}
+	err := fmt.Errorf("answered status %q", ruleconfig.Clip(status, 16))
+	if json.Unmarshal(body, &e) != nil || e.Code == "" {
+		switch status {
+		case "504":
+			return fmt.Errorf("%w: %w: %w", err, rlstore.ErrUnavailable, context.DeadlineExceeded)
+		case "502", "503":
+			return fmt.Errorf("%w: %w", err, rlstore.ErrUnavailable)
+		}
+		return outage.Classified(outage.Failed, err)
+	}
+	err = fmt.Errorf("%w (%s)", err, ruleconfig.Clip(e.Code, 32))
+	switch e.Code {
+	case "overloaded":
+		return fmt.Errorf("%w: %w", err, rlstore.ErrBusy)
+	case "internal":
+		return outage.Classified(outage.Internal, err)
+	}
+	return outage.Classified(outage.Failed, err)
 }
 
 // parseGlobal turns rl-wasm-host's answer into a verdict.

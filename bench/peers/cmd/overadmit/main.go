@@ -30,7 +30,7 @@ func main() {
 	flag.Parse()
 
 	list := append([]peers.Peer(nil), peers.All...)
-	for _, a := range []core.Algorithm{core.FixedWindow, core.SlidingWindow, core.SlidingLog, core.TokenBucket, core.LeakyBucket, core.GCRA} {
+	for _, a := range core.Algorithms() {
 		list = append(list, peers.RLAlgorithm(a))
 	}
 	if *only != "" {
