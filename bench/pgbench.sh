@@ -14,8 +14,9 @@
 # (durable), at each client count; then 16 clients on one hot key. Every
 # rl_allow call admits (limit 2^30 per second), so each one writes its row,
 # as the upsert does. Ratios are to the floor of the same durability and
-# clients, within the run. The HOT ratio is n_tup_hot_upd / n_tup_upd of
-# rl.state over all the rl_allow runs. Run it under ../shared/bin/quiet.
+# clients, within the run. Then exactness: 16 clients on one key, every
+# algorithm, exactly its limit admitted. The HOT ratio is n_tup_hot_upd /
+# n_tup_upd of rl.state over all the runs. Run it under ../shared/bin/quiet.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}
@@ -79,6 +80,24 @@ for mode in fast durable; do
 			echo "| $mode | $n | $keys | rl_allow $a | $v | $(awk -v a="$v" -v b="$f" 'BEGIN{printf "%.2f×", a/b}') |"
 		done
 	done
+done
+# Exactness on a hot key: 16 clients on one key whose limit (1000 per 1000
+# hours) nothing refills during the run; every admitted call is counted in
+# a table of its own (one more statement, not timed). Exactly 1000 admitted.
+psql "$DBURL" -qc "CREATE TABLE admitted (alg text NOT NULL)"
+echo
+echo "| exactness: 16 clients, one key, limit 1000 per 1000 hours, $T s | calls | admitted |"
+echo "|---|---:|---:|"
+for a in $ALGS; do
+	cat >"$dir/exact-$a.sql" <<-SQL
+	SELECT allowed::int AS ok FROM rl.rl_allow('exact', '$a', 1000, '1000 hours', name => '$a') \\gset
+	\\if :ok
+	INSERT INTO admitted VALUES ('$a');
+	\\endif
+	SQL
+	calls=$(PGOPTIONS="-c synchronous_commit=off" pgbench -n -M prepared -T "$T" -c 16 -j 2 -f "$dir/exact-$a.sql" "$DBURL" 2>/dev/null |
+		sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p')
+	echo "| rl_allow $a | $calls | $(psql "$DBURL" -Atc "SELECT count(*) FROM admitted WHERE alg = '$a'") |"
 done
 sleep 1
 echo
