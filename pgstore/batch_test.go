@@ -317,7 +317,11 @@ func TestBatchedConnectionCut(t *testing.T) {
 			releaseFirst()
 			require.NoError(t, (<-r0).err)
 			// The batch of 8 is now in flight, waiting for key's row.
-			require.Eventually(t, func() bool { return pgstore.QueueLen(s) == 0 && s.Stats().Batches > before.Batches }, 10*time.Second, time.Millisecond)
+			// Stats counts batches and requests in two steps: wait for both.
+			require.Eventually(t, func() bool {
+				st := s.Stats()
+				return pgstore.QueueLen(s) == 0 && st.Batches > before.Batches && st.Requests >= before.Requests+8
+			}, 10*time.Second, time.Millisecond)
 			require.Equal(t, before.Requests+8, s.Stats().Requests)
 			const waiting = "FROM pg_stat_activity WHERE application_name = 'rl-batch-cut' AND wait_event_type = 'Lock'"
 			require.Eventually(t, func() bool {
