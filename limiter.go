@@ -217,8 +217,8 @@ func (l *Limiter) decide(ctx context.Context, op store.Op, key string, cost int6
 		now = l.clock()
 	}
 	// The request is built in the call (a variable would be copied once
-	// more), and the decision is written to *r field by field, as fromCore
-	// does, from the registers the call returned it in.
+	// more), and the decision is written to *r field by field here, as
+	// fromCore does, without fromCore's call (it is too big to inline).
 	i, d, err := l.store.Decide(ctx, store.Request{Policy: p.sp, Prefix: l.base, Key: key, Op: op, Now: now, Cost: cost}, nil)
 	if err != nil {
 		return storeError(key, err)

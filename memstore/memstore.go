@@ -181,10 +181,12 @@ const initialBuckets = 8
 // a store whose decider is the native core: its state is the words alg, t,
 // x and y and its name sits in the text beside the key, so the entry is two
 // cache lines (128 bytes, a size class the allocator keeps line-aligned)
-// and a decision reads nothing else. Line 0 is what a lookup reads and
-// nothing but a new key or a resize writes (the chain, the hash, the key's
-// text), so that lookups on one core never wait for a line another core is
-// deciding in; line 1 is what a decision reads and writes under the lock.
+// and a decision reads nothing else. Line 0 is what a lookup reads (the
+// chain, the hash, the key's text), written only when the entry or a
+// neighbour in its chain is linked or unlinked, or the entry's form
+// changes, so that lookups on one core do not wait for a line another core
+// is deciding in; line 1 is what a decision reads and writes under the
+// lock.
 //
 // Any other entry keeps its names, states and decision scratch in ext, and
 // so does a compact one whose key or name does not fit the text.
