@@ -1572,24 +1572,23 @@ DECLARE
 BEGIN
     -- 0014: the common call (its row there, rl.tenants empty, valid input) in one statement;
     -- anything else, or an error, the way below, which raises it.
-    WITH l AS MATERIALIZED (
-             SELECT s.algorithm, s.t, s.x, s.y, s.log
-               FROM rl.state s
-              WHERE s.key = $1 AND s.name = $7 AND NOT EXISTS (SELECT FROM rl.tenants)
-                AND octet_length($1) BETWEEN 1 AND 256 AND octet_length($7) BETWEEN 1 AND 256
-                FOR UPDATE OF s),
-         c AS MATERIALIZED (SELECT l.*, rl._request_now($8) AS now FROM l),
-         d AS MATERIALIZED (
-             SELECT c.now,
-                    rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, c.algorithm, c.t, c.x, c.y, c.log, c.now, $5, true) AS r
-               FROM c),
-         w AS (UPDATE rl.state s
-                  SET algorithm = (d.r).algorithm, t = (d.r).t, x = (d.r).x, y = (d.r).y, log = (d.r).log,
-                      expires_at = rl._expires_at(d.now, (d.r).reset_after)
-                 FROM d
-                WHERE s.key = $1 AND s.name = $7 AND (d.r).err = 0 AND (d.r).allowed AND $5 <> 0)
-    SELECT (d.r).allowed, (d.r).lim, (d.r).remaining, (d.r).reset_after, (d.r).retry_after, (d.r).delay, d.now
-      INTO res FROM d WHERE (d.r).err = 0;
+    WITH n AS MATERIALIZED (SELECT rl._request_now($8) AS now),
+         u AS (UPDATE rl.state s
+                  SET (algorithm, t, x, y, log, expires_at) =
+                      (SELECT ev.algorithm, ev.t, ev.x, ev.y, ev.log, rl._expires_at(n.now, ev.reset_after)
+                         FROM rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, s.algorithm, s.t, s.x, s.y, s.log, n.now, $5, true) AS ev)
+                 FROM n
+                WHERE s.key = $1 AND s.name = $7 AND NOT EXISTS (SELECT FROM rl.tenants)
+                  AND octet_length($1) BETWEEN 1 AND 256 AND octet_length($7) BETWEEN 1 AND 256
+                  AND $5 > 0
+                  AND (SELECT ev.err = 0 AND ev.allowed
+                         FROM rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, s.algorithm, s.t, s.x, s.y, s.log, n.now, $5, false) AS ev)
+            RETURNING n.now, s.algorithm, s.t, s.x, s.y, s.log)
+    SELECT true, ev.lim, ev.remaining, ev.reset_after, 0::bigint,
+           CASE WHEN rl._alg($2) = 5 AND u.x - $5 * rl._interval_us($4) > 0
+                THEN rl._ceil_div(u.x - $5 * rl._interval_us($4), CASE WHEN $6 = 0 THEN $3 ELSE $6 END) + u.t - u.now
+                ELSE 0 END, u.now
+      INTO res FROM u, rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, u.algorithm, u.t, u.x, u.y, u.log, u.now, 0, false) AS ev;
     IF FOUND THEN
         RETURN res;
     END IF;
@@ -1619,24 +1618,23 @@ DECLARE
 BEGIN
     -- 0014: the common call (its row there, rl.tenants empty, valid input) in one statement;
     -- anything else, or an error, the way below, which raises it.
-    WITH l AS MATERIALIZED (
-             SELECT s.algorithm, s.t, s.x, s.y, s.log
-               FROM rl.state s
-              WHERE s.key = $1 AND s.name = $7 AND NOT EXISTS (SELECT FROM rl.tenants)
-                AND octet_length($1) BETWEEN 1 AND 256 AND octet_length($7) BETWEEN 1 AND 256
-                FOR UPDATE OF s),
-         c AS MATERIALIZED (SELECT l.*, rl._request_now($8) AS now FROM l),
-         d AS MATERIALIZED (
-             SELECT c.now,
-                    rl._eval(rl._alg($2), $3, $4, $6, c.algorithm, c.t, c.x, c.y, c.log, c.now, $5, true) AS r
-               FROM c),
-         w AS (UPDATE rl.state s
-                  SET algorithm = (d.r).algorithm, t = (d.r).t, x = (d.r).x, y = (d.r).y, log = (d.r).log,
-                      expires_at = rl._expires_at(d.now, (d.r).reset_after)
-                 FROM d
-                WHERE s.key = $1 AND s.name = $7 AND (d.r).err = 0 AND (d.r).allowed AND $5 <> 0)
-    SELECT (d.r).allowed, (d.r).lim, (d.r).remaining, (d.r).reset_after, (d.r).retry_after, (d.r).delay, d.now
-      INTO res FROM d WHERE (d.r).err = 0;
+    WITH n AS MATERIALIZED (SELECT rl._request_now($8) AS now),
+         u AS (UPDATE rl.state s
+                  SET (algorithm, t, x, y, log, expires_at) =
+                      (SELECT ev.algorithm, ev.t, ev.x, ev.y, ev.log, rl._expires_at(n.now, ev.reset_after)
+                         FROM rl._eval(rl._alg($2), $3, $4, $6, s.algorithm, s.t, s.x, s.y, s.log, n.now, $5, true) AS ev)
+                 FROM n
+                WHERE s.key = $1 AND s.name = $7 AND NOT EXISTS (SELECT FROM rl.tenants)
+                  AND octet_length($1) BETWEEN 1 AND 256 AND octet_length($7) BETWEEN 1 AND 256
+                  AND $5 > 0
+                  AND (SELECT ev.err = 0 AND ev.allowed
+                         FROM rl._eval(rl._alg($2), $3, $4, $6, s.algorithm, s.t, s.x, s.y, s.log, n.now, $5, false) AS ev)
+            RETURNING n.now, s.algorithm, s.t, s.x, s.y, s.log)
+    SELECT true, ev.lim, ev.remaining, ev.reset_after, 0::bigint,
+           CASE WHEN rl._alg($2) = 5 AND u.x - $5 * $4 > 0
+                THEN rl._ceil_div(u.x - $5 * $4, CASE WHEN $6 = 0 THEN $3 ELSE $6 END) + u.t - u.now
+                ELSE 0 END, u.now
+      INTO res FROM u, rl._eval(rl._alg($2), $3, $4, $6, u.algorithm, u.t, u.x, u.y, u.log, u.now, 0, false) AS ev;
     IF FOUND THEN
         RETURN res;
     END IF;
@@ -1969,7 +1967,6 @@ DECLARE
     rs      rl._eval_result[];
     best    integer;
     r       rl._eval_result;
-    st      rl.state_words;
     v_now   bigint;
 BEGIN
     -- 0014: the common calls in one statement each, when every row of the
@@ -1981,31 +1978,28 @@ BEGIN
     -- the same decision or raises the error.
     IF n = 1 AND p_take THEN
         RETURN QUERY
-        WITH l AS MATERIALIZED (
-                 SELECT s.algorithm, s.t, s.x, s.y, s.log
-                   FROM rl.state s
-                  WHERE s.key = p_key AND s.name = p_names[1] AND NOT EXISTS (SELECT FROM rl.tenants)
-                    AND octet_length(p_key) BETWEEN 1 AND 256 AND octet_length(p_names[1]) BETWEEN 1 AND 256
-                    AND array_ndims(p_names) = 1 AND array_lower(p_names, 1) = 1
-                    AND cardinality(p_algs) = 1 AND cardinality(p_lims) = 1
-                    AND cardinality(p_wins) = 1 AND cardinality(p_rates) = 1
-                    AND array_lower(p_algs, 1) = 1 AND array_lower(p_lims, 1) = 1
-                    AND array_lower(p_wins, 1) = 1 AND array_lower(p_rates, 1) = 1
-                    FOR UPDATE OF s),
-             c AS MATERIALIZED (SELECT l.*, rl._request_now(p_now) AS now FROM l),
-             d AS MATERIALIZED (
-                 SELECT c.now,
-                        rl._eval(p_algs[1], p_lims[1], p_wins[1], p_rates[1], c.algorithm, c.t, c.x, c.y, c.log, c.now,
-                                 p_cost, true) AS r
-                   FROM c),
-             w AS (UPDATE rl.state s
-                      SET algorithm = (d.r).algorithm, t = (d.r).t, x = (d.r).x, y = (d.r).y, log = (d.r).log,
-                          expires_at = rl._expires_at(d.now, (d.r).reset_after)
-                     FROM d
-                    WHERE s.key = p_key AND s.name = p_names[1] AND (d.r).err = 0 AND (d.r).allowed AND p_cost <> 0)
-        SELECT 0, p_names[1], (d.r).allowed, (d.r).lim, (d.r).remaining, (d.r).reset_after, (d.r).retry_after,
-               (d.r).delay, true, d.now
-          FROM d WHERE (d.r).err = 0;
+        WITH n AS MATERIALIZED (SELECT rl._request_now(p_now) AS now),
+             u AS (UPDATE rl.state s
+                      SET (algorithm, t, x, y, log, expires_at) =
+                          (SELECT ev.algorithm, ev.t, ev.x, ev.y, ev.log, rl._expires_at(n.now, ev.reset_after)
+                             FROM rl._eval(p_algs[1], p_lims[1], p_wins[1], p_rates[1], s.algorithm, s.t, s.x, s.y, s.log, n.now, p_cost, true) AS ev)
+                     FROM n
+                    WHERE s.key = p_key AND s.name = p_names[1] AND NOT EXISTS (SELECT FROM rl.tenants)
+                      AND octet_length(p_key) BETWEEN 1 AND 256 AND octet_length(p_names[1]) BETWEEN 1 AND 256
+                      AND array_ndims(p_names) = 1 AND array_lower(p_names, 1) = 1
+                      AND cardinality(p_algs) = 1 AND cardinality(p_lims) = 1
+                      AND cardinality(p_wins) = 1 AND cardinality(p_rates) = 1
+                      AND array_lower(p_algs, 1) = 1 AND array_lower(p_lims, 1) = 1
+                      AND array_lower(p_wins, 1) = 1 AND array_lower(p_rates, 1) = 1
+                      AND p_cost > 0
+                      AND (SELECT ev.err = 0 AND ev.allowed
+                             FROM rl._eval(p_algs[1], p_lims[1], p_wins[1], p_rates[1], s.algorithm, s.t, s.x, s.y, s.log, n.now, p_cost, false) AS ev)
+                RETURNING n.now, s.algorithm, s.t, s.x, s.y, s.log)
+        SELECT 0, p_names[1], true, ev.lim, ev.remaining, ev.reset_after, 0::bigint,
+               CASE WHEN p_algs[1] = 5 AND u.x - p_cost * p_wins[1] > 0
+                    THEN rl._ceil_div(u.x - p_cost * p_wins[1], CASE WHEN p_rates[1] = 0 THEN p_lims[1] ELSE p_rates[1] END) + u.t - u.now
+                    ELSE 0 END, true, u.now
+          FROM u, rl._eval(p_algs[1], p_lims[1], p_wins[1], p_rates[1], u.algorithm, u.t, u.x, u.y, u.log, u.now, 0, false) AS ev;
         IF FOUND THEN
             RETURN;
         END IF;

@@ -5311,39 +5311,45 @@ $function$;
 -- 0014 (after 0013): a decision in one statement. rl_allow, rl_allow_us,
 -- rl_peek, rl_peek_us and rl_decide_multi (and through it rl_allow_multi,
 -- rl_peek_multi and pgstore's SQL path) decide the common call with one SQL
--- statement: lock the row (or, for several limits, the rows in bytewise
--- name order), take the time, decide (rl._eval, or rl._all for several
--- limits: pure functions of the rows and the request), write the admitted
--- state, return the decision. Measured with bench/plprofile.sh (backend CPU
--- per call, each call a transaction of its own):
+-- statement whose algorithm step is a pure function of the row and the
+-- request (rl._eval; rl._all for several limits). Measured with
+-- bench/plprofile.sh and bench/pgbench.sh (BENCHMARKS.md, "PostgreSQL at
+-- the floor"):
+--
+-- * A take on one limit is one UPDATE, the shape of the one-statement
+--   upsert: it admits (rl._eval in its WHERE clause), writes the new state
+--   (rl._eval in its SET clause) and returns the decision, rl._eval of the
+--   new state for cost 0, which for an admission is the admission's
+--   decision (the leaky bucket's delay, which depends on the level before,
+--   is computed from the new level less the cost). A concurrent update of
+--   the row is handled as PostgreSQL handles it for the upsert: the UPDATE
+--   waits, then re-evaluates its WHERE and SET clauses on the latest
+--   version (EvalPlanQual). A lock followed by an UPDATE in one statement
+--   would instead follow the row's update chain from a snapshot taken
+--   before the wait, on every call of a hot key.
+--
+-- * A denial, a cost of 0, a missing row, a tenant (rl.tenants not empty),
+--   a malformed call or an error updates nothing and returns nothing; the
+--   function then goes the way of 0011 (lock, rl._eval, write if needed),
+--   which gives the same decision or raises the error with the same
+--   message. A peek on one limit is one SELECT.
+--
+-- * Several limits (a take): one statement locks the rows in bytewise name
+--   order, decides all or nothing (rl._all) and writes every row when
+--   admitted. It runs in a subtransaction: if a row is missing, the locks it
+--   took (some rows, in order) are released before 0011's way creates the
+--   missing row, so no call holds a later row while waiting for an earlier
+--   one.
 --
 -- * Every PL/pgSQL statement and expression costs its set-up once per
---   transaction; 0010's path ran a lock, six expressions, rl._eval and an
---   UPDATE as separate steps. One statement is set up once.
---
--- * The functions run with plan_cache_mode = force_generic_plan: a
---   statement with parameters is otherwise planned again on every call
---   (custom plans), about 20 µs of the statement's 30.
---
--- * The row is locked, then the time taken (as before: a call that waits
---   for the lock decides at the time it gets it), then rl._eval decides
---   on the row as the lock returned it (its latest version), and the
---   UPDATE writes it, found by its key (not by ctid: the statement's
---   snapshot may predate the version locked, which PostgreSQL's UPDATE
---   follows from the one it sees).
---
--- * When a row is missing, rl.tenants is not empty, the call is malformed
---   or rl._eval reports an error, the statement returns nothing and writes
---   nothing, and the functions go the way of 0011, which gives the same
---   decision or raises the error with the same message. With several
---   limits the statement runs in a subtransaction: if a row is missing,
---   the locks it took (some rows, in order) are released before that way
---   creates the missing row, so no call ever holds a later row while
---   waiting for an earlier one.
+--   transaction, and a decision is a transaction of its own: 0010's path
+--   ran a lock, six expressions, rl._eval and an UPDATE as separate steps.
+--   The functions run with plan_cache_mode = force_generic_plan: a statement
+--   with parameters is otherwise planned again on every call (custom plans),
+--   about 20 µs of a 30 µs statement.
 --
 -- The optional native step (sql/native, rl_native.enable()) makes rl._eval
--- a C function; these statements then cost about what the one-statement
--- upsert costs.
+-- a C function, which removes the PL/pgSQL set-up of the step itself.
 SET LOCAL search_path = pg_catalog, pg_temp;
 
 CREATE OR REPLACE FUNCTION rl.rl_allow(key text, algorithm text, lim bigint, win interval, cost bigint DEFAULT 1, rate bigint DEFAULT 0, name text DEFAULT 'default'::text, now_us bigint DEFAULT NULL::bigint)
@@ -5360,24 +5366,23 @@ DECLARE
 BEGIN
     -- 0014: the common call (its row there, rl.tenants empty, valid input) in one statement;
     -- anything else, or an error, the way below, which raises it.
-    WITH l AS MATERIALIZED (
-             SELECT s.algorithm, s.t, s.x, s.y, s.log
-               FROM rl.state s
-              WHERE s.key = $1 AND s.name = $7 AND NOT EXISTS (SELECT FROM rl.tenants)
-                AND octet_length($1) BETWEEN 1 AND 256 AND octet_length($7) BETWEEN 1 AND 256
-                FOR UPDATE OF s),
-         c AS MATERIALIZED (SELECT l.*, rl._request_now($8) AS now FROM l),
-         d AS MATERIALIZED (
-             SELECT c.now,
-                    rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, c.algorithm, c.t, c.x, c.y, c.log, c.now, $5, true) AS r
-               FROM c),
-         w AS (UPDATE rl.state s
-                  SET algorithm = (d.r).algorithm, t = (d.r).t, x = (d.r).x, y = (d.r).y, log = (d.r).log,
-                      expires_at = rl._expires_at(d.now, (d.r).reset_after)
-                 FROM d
-                WHERE s.key = $1 AND s.name = $7 AND (d.r).err = 0 AND (d.r).allowed AND $5 <> 0)
-    SELECT (d.r).allowed, (d.r).lim, (d.r).remaining, (d.r).reset_after, (d.r).retry_after, (d.r).delay, d.now
-      INTO res FROM d WHERE (d.r).err = 0;
+    WITH n AS MATERIALIZED (SELECT rl._request_now($8) AS now),
+         u AS (UPDATE rl.state s
+                  SET (algorithm, t, x, y, log, expires_at) =
+                      (SELECT ev.algorithm, ev.t, ev.x, ev.y, ev.log, rl._expires_at(n.now, ev.reset_after)
+                         FROM rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, s.algorithm, s.t, s.x, s.y, s.log, n.now, $5, true) AS ev)
+                 FROM n
+                WHERE s.key = $1 AND s.name = $7 AND NOT EXISTS (SELECT FROM rl.tenants)
+                  AND octet_length($1) BETWEEN 1 AND 256 AND octet_length($7) BETWEEN 1 AND 256
+                  AND $5 > 0
+                  AND (SELECT ev.err = 0 AND ev.allowed
+                         FROM rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, s.algorithm, s.t, s.x, s.y, s.log, n.now, $5, false) AS ev)
+            RETURNING n.now, s.algorithm, s.t, s.x, s.y, s.log)
+    SELECT true, ev.lim, ev.remaining, ev.reset_after, 0::bigint,
+           CASE WHEN rl._alg($2) = 5 AND u.x - $5 * rl._interval_us($4) > 0
+                THEN rl._ceil_div(u.x - $5 * rl._interval_us($4), CASE WHEN $6 = 0 THEN $3 ELSE $6 END) + u.t - u.now
+                ELSE 0 END, u.now
+      INTO res FROM u, rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, u.algorithm, u.t, u.x, u.y, u.log, u.now, 0, false) AS ev;
     IF FOUND THEN
         RETURN res;
     END IF;
@@ -5407,24 +5412,23 @@ DECLARE
 BEGIN
     -- 0014: the common call (its row there, rl.tenants empty, valid input) in one statement;
     -- anything else, or an error, the way below, which raises it.
-    WITH l AS MATERIALIZED (
-             SELECT s.algorithm, s.t, s.x, s.y, s.log
-               FROM rl.state s
-              WHERE s.key = $1 AND s.name = $7 AND NOT EXISTS (SELECT FROM rl.tenants)
-                AND octet_length($1) BETWEEN 1 AND 256 AND octet_length($7) BETWEEN 1 AND 256
-                FOR UPDATE OF s),
-         c AS MATERIALIZED (SELECT l.*, rl._request_now($8) AS now FROM l),
-         d AS MATERIALIZED (
-             SELECT c.now,
-                    rl._eval(rl._alg($2), $3, $4, $6, c.algorithm, c.t, c.x, c.y, c.log, c.now, $5, true) AS r
-               FROM c),
-         w AS (UPDATE rl.state s
-                  SET algorithm = (d.r).algorithm, t = (d.r).t, x = (d.r).x, y = (d.r).y, log = (d.r).log,
-                      expires_at = rl._expires_at(d.now, (d.r).reset_after)
-                 FROM d
-                WHERE s.key = $1 AND s.name = $7 AND (d.r).err = 0 AND (d.r).allowed AND $5 <> 0)
-    SELECT (d.r).allowed, (d.r).lim, (d.r).remaining, (d.r).reset_after, (d.r).retry_after, (d.r).delay, d.now
-      INTO res FROM d WHERE (d.r).err = 0;
+    WITH n AS MATERIALIZED (SELECT rl._request_now($8) AS now),
+         u AS (UPDATE rl.state s
+                  SET (algorithm, t, x, y, log, expires_at) =
+                      (SELECT ev.algorithm, ev.t, ev.x, ev.y, ev.log, rl._expires_at(n.now, ev.reset_after)
+                         FROM rl._eval(rl._alg($2), $3, $4, $6, s.algorithm, s.t, s.x, s.y, s.log, n.now, $5, true) AS ev)
+                 FROM n
+                WHERE s.key = $1 AND s.name = $7 AND NOT EXISTS (SELECT FROM rl.tenants)
+                  AND octet_length($1) BETWEEN 1 AND 256 AND octet_length($7) BETWEEN 1 AND 256
+                  AND $5 > 0
+                  AND (SELECT ev.err = 0 AND ev.allowed
+                         FROM rl._eval(rl._alg($2), $3, $4, $6, s.algorithm, s.t, s.x, s.y, s.log, n.now, $5, false) AS ev)
+            RETURNING n.now, s.algorithm, s.t, s.x, s.y, s.log)
+    SELECT true, ev.lim, ev.remaining, ev.reset_after, 0::bigint,
+           CASE WHEN rl._alg($2) = 5 AND u.x - $5 * $4 > 0
+                THEN rl._ceil_div(u.x - $5 * $4, CASE WHEN $6 = 0 THEN $3 ELSE $6 END) + u.t - u.now
+                ELSE 0 END, u.now
+      INTO res FROM u, rl._eval(rl._alg($2), $3, $4, $6, u.algorithm, u.t, u.x, u.y, u.log, u.now, 0, false) AS ev;
     IF FOUND THEN
         RETURN res;
     END IF;
@@ -5534,7 +5538,6 @@ DECLARE
     rs      rl._eval_result[];
     best    integer;
     r       rl._eval_result;
-    st      rl.state_words;
     v_now   bigint;
 BEGIN
     -- 0014: the common calls in one statement each, when every row of the
@@ -5546,31 +5549,28 @@ BEGIN
     -- the same decision or raises the error.
     IF n = 1 AND p_take THEN
         RETURN QUERY
-        WITH l AS MATERIALIZED (
-                 SELECT s.algorithm, s.t, s.x, s.y, s.log
-                   FROM rl.state s
-                  WHERE s.key = p_key AND s.name = p_names[1] AND NOT EXISTS (SELECT FROM rl.tenants)
-                    AND octet_length(p_key) BETWEEN 1 AND 256 AND octet_length(p_names[1]) BETWEEN 1 AND 256
-                    AND array_ndims(p_names) = 1 AND array_lower(p_names, 1) = 1
-                    AND cardinality(p_algs) = 1 AND cardinality(p_lims) = 1
-                    AND cardinality(p_wins) = 1 AND cardinality(p_rates) = 1
-                    AND array_lower(p_algs, 1) = 1 AND array_lower(p_lims, 1) = 1
-                    AND array_lower(p_wins, 1) = 1 AND array_lower(p_rates, 1) = 1
-                    FOR UPDATE OF s),
-             c AS MATERIALIZED (SELECT l.*, rl._request_now(p_now) AS now FROM l),
-             d AS MATERIALIZED (
-                 SELECT c.now,
-                        rl._eval(p_algs[1], p_lims[1], p_wins[1], p_rates[1], c.algorithm, c.t, c.x, c.y, c.log, c.now,
-                                 p_cost, true) AS r
-                   FROM c),
-             w AS (UPDATE rl.state s
-                      SET algorithm = (d.r).algorithm, t = (d.r).t, x = (d.r).x, y = (d.r).y, log = (d.r).log,
-                          expires_at = rl._expires_at(d.now, (d.r).reset_after)
-                     FROM d
-                    WHERE s.key = p_key AND s.name = p_names[1] AND (d.r).err = 0 AND (d.r).allowed AND p_cost <> 0)
-        SELECT 0, p_names[1], (d.r).allowed, (d.r).lim, (d.r).remaining, (d.r).reset_after, (d.r).retry_after,
-               (d.r).delay, true, d.now
-          FROM d WHERE (d.r).err = 0;
+        WITH n AS MATERIALIZED (SELECT rl._request_now(p_now) AS now),
+             u AS (UPDATE rl.state s
+                      SET (algorithm, t, x, y, log, expires_at) =
+                          (SELECT ev.algorithm, ev.t, ev.x, ev.y, ev.log, rl._expires_at(n.now, ev.reset_after)
+                             FROM rl._eval(p_algs[1], p_lims[1], p_wins[1], p_rates[1], s.algorithm, s.t, s.x, s.y, s.log, n.now, p_cost, true) AS ev)
+                     FROM n
+                    WHERE s.key = p_key AND s.name = p_names[1] AND NOT EXISTS (SELECT FROM rl.tenants)
+                      AND octet_length(p_key) BETWEEN 1 AND 256 AND octet_length(p_names[1]) BETWEEN 1 AND 256
+                      AND array_ndims(p_names) = 1 AND array_lower(p_names, 1) = 1
+                      AND cardinality(p_algs) = 1 AND cardinality(p_lims) = 1
+                      AND cardinality(p_wins) = 1 AND cardinality(p_rates) = 1
+                      AND array_lower(p_algs, 1) = 1 AND array_lower(p_lims, 1) = 1
+                      AND array_lower(p_wins, 1) = 1 AND array_lower(p_rates, 1) = 1
+                      AND p_cost > 0
+                      AND (SELECT ev.err = 0 AND ev.allowed
+                             FROM rl._eval(p_algs[1], p_lims[1], p_wins[1], p_rates[1], s.algorithm, s.t, s.x, s.y, s.log, n.now, p_cost, false) AS ev)
+                RETURNING n.now, s.algorithm, s.t, s.x, s.y, s.log)
+        SELECT 0, p_names[1], true, ev.lim, ev.remaining, ev.reset_after, 0::bigint,
+               CASE WHEN p_algs[1] = 5 AND u.x - p_cost * p_wins[1] > 0
+                    THEN rl._ceil_div(u.x - p_cost * p_wins[1], CASE WHEN p_rates[1] = 0 THEN p_lims[1] ELSE p_rates[1] END) + u.t - u.now
+                    ELSE 0 END, true, u.now
+          FROM u, rl._eval(p_algs[1], p_lims[1], p_wins[1], p_rates[1], u.algorithm, u.t, u.x, u.y, u.log, u.now, 0, false) AS ev;
         IF FOUND THEN
             RETURN;
         END IF;
