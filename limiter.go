@@ -126,6 +126,10 @@ func (l *Limiter) Close() error {
 	return nil
 }
 
+// Policy returns the policy of calls that name none (Config.Policy; nil if
+// there is none).
+func (l *Limiter) Policy() *Policy { return l.policy }
+
 // Allow takes one unit for key under the default policy.
 func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 	var r Result

@@ -1,7 +1,8 @@
 // Package httplimit is net/http middleware over an rl.Limiter: it keys each
 // request (client IP, a header, an API key, a query parameter or a function
 // of yours), decides it, writes the rate-limit header fields on every
-// response and answers 429 with Retry-After on denial.
+// response (every limit of the policy, SetFields) and answers 429 with
+// Retry-After on denial.
 //
 // When the store fails, each middleware either fails open (serves the
 // request) or closed (503), and reports the error to a hook. Only an
@@ -103,6 +104,10 @@ type Config struct {
 	// waits out its Delay (or until the request is canceled) before it is
 	// served.
 	Wait bool
+	// Fields chooses what the rate-limit header fields say beyond every
+	// limit's state (SetFields): only the closest limit, the quota unit,
+	// a partition key.
+	Fields Fields
 }
 
 // Outcome is what a middleware did with a request.
@@ -241,6 +246,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c.Policy != nil {
 		req.Policy = c.Policy(r)
 	}
+	req.Each = h.results(req.Policy)
 	if c.Cost != nil {
 		if req.Cost, err = c.Cost(r); err != nil {
 			d := Decision{Outcome: OutcomeInvalidCost, Key: key, Err: err}
@@ -280,13 +286,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.report(r, &d, start)
 	switch d.Outcome {
 	case OutcomeAllowed:
-		SetHeaders(w.Header(), res)
+		SetFields(w.Header(), key, res, req.Each, c.Fields)
 		if c.Wait && res.Delay > 0 && !wait(r.Context(), res.Delay) {
 			return // the client went away
 		}
 		h.next.ServeHTTP(w, r)
 	case OutcomeDenied:
-		SetHeaders(w.Header(), res)
+		SetFields(w.Header(), key, res, req.Each, c.Fields)
 		if c.Denied != nil {
 			c.Denied.ServeHTTP(w, r)
 			return
@@ -297,6 +303,22 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		h.refuse(w, r, d)
 	}
+}
+
+// results returns the slice a decision under p (nil: the limiter's
+// policy) writes every limit's result to (rl.Request.Each), for the
+// RateLimit fields: as long as the policy when it is known, else
+// rl.MaxLimits long (SetFields drops the results no limit wrote).
+func (h *handler) results(p *rl.Policy) []rl.LimitResult {
+	if p == nil {
+		if l, ok := h.cfg.Limiter.(*rl.Limiter); ok {
+			p = l.Policy()
+		}
+	}
+	if p != nil {
+		return make([]rl.LimitResult, p.Len())
+	}
+	return make([]rl.LimitResult, rl.MaxLimits)
 }
 
 // failure is the answer to a failed decision, begun at begun, without
@@ -371,7 +393,7 @@ func KeyReason(err error) string {
 
 // WriteDenied answers a denied request: status 429 and the plain-text body
 // "Rate limit exceeded" (saying so when the cost can never fit). Call
-// SetHeaders first.
+// SetFields first.
 func WriteDenied(w http.ResponseWriter, res rl.Result) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")

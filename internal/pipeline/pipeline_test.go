@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"errors"
-	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -171,21 +170,6 @@ func TestIPKey(t *testing.T) {
 	}
 	_, ok := IPKey{}.Key("", nil)
 	require.False(t, ok)
-}
-
-func TestAppendFields(t *testing.T) {
-	got := AppendFields(nil, Verdict{Name: `q"uo\te` + "\x01", Limit: 100, Remaining: 0, Window: 60_000_000, ResetAfter: 16_000_001, RetryAfter: 1})
-	require.Equal(t, [][2]string{
-		{"RateLimit-Policy", `"q\"uo\\te_";q=100;w=60`},
-		{"RateLimit", `"q\"uo\\te_";r=0;t=17`},
-		{"X-RateLimit-Limit", "100"},
-		{"X-RateLimit-Remaining", "0"},
-		{"X-RateLimit-Reset", "17"},
-		{"Retry-After", "1"},
-	}, got)
-	got = AppendFields(nil, Verdict{Never: true, Name: "big", Limit: 3, Remaining: 3, Window: 1, ResetAfter: math.MaxInt64})
-	require.Len(t, got, 5, "no Retry-After when no retry passes")
-	require.Equal(t, "9223372037", got[4][1])
 }
 
 func TestMatcher(t *testing.T) {

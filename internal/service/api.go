@@ -55,6 +55,10 @@ type LimitJSON struct {
 	Never        bool  `json:"never"`
 	// DelayMS is the LeakyBucket shaping delay of an admitted call.
 	DelayMS int64 `json:"delay_ms"`
+	// NextAfterMS and NextAfter are the time until more quota is made
+	// available (the RateLimit field's t): 0 when nothing is missing.
+	NextAfterMS int64 `json:"next_after_ms"`
+	NextAfter   int64 `json:"next_after"`
 }
 
 // DecisionJSON is the response of check and peek and one result of a
@@ -86,6 +90,8 @@ type DecisionJSON struct {
 	RetryAfter   int64  `json:"retry_after"`
 	Never        bool   `json:"never"`
 	DelayMS      int64  `json:"delay_ms"`
+	NextAfterMS  int64  `json:"next_after_ms"`
+	NextAfter    int64  `json:"next_after"`
 	// Limits holds every limit's result, in the rule's order.
 	Limits []LimitJSON `json:"limits"`
 }
@@ -343,7 +349,7 @@ func (s *Service) apiDecide(peek bool) http.HandlerFunc {
 		d := decisionJSON(t.name, req.Key, cost, peek, res, out, each)
 		status := http.StatusOK
 		if out != outFailOpen {
-			httplimit.SetHeaders(w.Header(), res)
+			httplimit.SetFields(w.Header(), req.Key, res, each, t.fields)
 			if !res.Allowed {
 				status = http.StatusTooManyRequests
 			}
@@ -366,7 +372,7 @@ func decisionJSON(rule, key string, cost int64, peek bool, res rl.Result, out st
 	l := limitJSON(&res.LimitResult)
 	d.LimitName, d.Limit, d.Remaining, d.WindowMS = l.Name, l.Limit, l.Remaining, l.WindowMS
 	d.ResetAfterMS, d.ResetAfter, d.RetryAfterMS, d.RetryAfter = l.ResetAfterMS, l.ResetAfter, l.RetryAfterMS, l.RetryAfter
-	d.Never, d.DelayMS = l.Never, l.DelayMS
+	d.Never, d.DelayMS, d.NextAfterMS, d.NextAfter = l.Never, l.DelayMS, l.NextAfterMS, l.NextAfter
 	d.Limits = make([]LimitJSON, len(each))
 	for i := range each {
 		d.Limits[i] = limitJSON(&each[i])
@@ -378,7 +384,8 @@ func limitJSON(l *rl.LimitResult) LimitJSON {
 	j := LimitJSON{Name: l.Name, Allowed: l.Allowed, Limit: l.Limit, Remaining: l.Remaining,
 		WindowMS: ceilDiv(l.Window, time.Millisecond), ResetAfterMS: ceilDiv(l.ResetAfter, time.Millisecond),
 		ResetAfter: ceilDiv(l.ResetAfter, time.Second), RetryAfterMS: ceilDiv(l.RetryAfter, time.Millisecond),
-		RetryAfter: ceilDiv(l.RetryAfter, time.Second), Never: l.Never, DelayMS: ceilDiv(l.Delay, time.Millisecond)}
+		RetryAfter: ceilDiv(l.RetryAfter, time.Second), Never: l.Never, DelayMS: ceilDiv(l.Delay, time.Millisecond),
+		NextAfterMS: ceilDiv(l.NextAfter, time.Millisecond), NextAfter: ceilDiv(l.NextAfter, time.Second)}
 	if l.Never {
 		j.RetryAfterMS, j.RetryAfter = -1, -1
 	}
@@ -531,7 +538,7 @@ func (d *DecisionJSON) appendJSON(b []byte) []byte {
 	}
 	b = append(b, `,"limit_name":`...)
 	b = appendString(b, d.LimitName)
-	b = appendLimitFields(b, d.Limit, d.Remaining, d.WindowMS, d.ResetAfterMS, d.ResetAfter, d.RetryAfterMS, d.RetryAfter, d.Never, d.DelayMS)
+	b = appendLimitFields(b, d.Limit, d.Remaining, d.WindowMS, d.ResetAfterMS, d.ResetAfter, d.RetryAfterMS, d.RetryAfter, d.Never, d.DelayMS, d.NextAfterMS, d.NextAfter)
 	b = append(b, `,"limits":[`...)
 	for i := range d.Limits {
 		l := &d.Limits[i]
@@ -542,13 +549,13 @@ func (d *DecisionJSON) appendJSON(b []byte) []byte {
 		b = appendString(b, l.Name)
 		b = append(b, `,"allowed":`...)
 		b = strconv.AppendBool(b, l.Allowed)
-		b = appendLimitFields(b, l.Limit, l.Remaining, l.WindowMS, l.ResetAfterMS, l.ResetAfter, l.RetryAfterMS, l.RetryAfter, l.Never, l.DelayMS)
+		b = appendLimitFields(b, l.Limit, l.Remaining, l.WindowMS, l.ResetAfterMS, l.ResetAfter, l.RetryAfterMS, l.RetryAfter, l.Never, l.DelayMS, l.NextAfterMS, l.NextAfter)
 		b = append(b, '}')
 	}
 	return append(b, "]}\n"...)
 }
 
-func appendLimitFields(b []byte, limit, remaining, windowMS, resetMS, reset, retryMS, retry int64, never bool, delayMS int64) []byte {
+func appendLimitFields(b []byte, limit, remaining, windowMS, resetMS, reset, retryMS, retry int64, never bool, delayMS, nextMS, next int64) []byte {
 	b = append(b, `,"limit":`...)
 	b = strconv.AppendInt(b, limit, 10)
 	b = append(b, `,"remaining":`...)
@@ -566,7 +573,11 @@ func appendLimitFields(b []byte, limit, remaining, windowMS, resetMS, reset, ret
 	b = append(b, `,"never":`...)
 	b = strconv.AppendBool(b, never)
 	b = append(b, `,"delay_ms":`...)
-	return strconv.AppendInt(b, delayMS, 10)
+	b = strconv.AppendInt(b, delayMS, 10)
+	b = append(b, `,"next_after_ms":`...)
+	b = strconv.AppendInt(b, nextMS, 10)
+	b = append(b, `,"next_after":`...)
+	return strconv.AppendInt(b, next, 10)
 }
 
 // appendString appends s as a JSON string. Keys and names are printable

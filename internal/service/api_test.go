@@ -168,15 +168,19 @@ rules:
 		"allowed": false, "rule": "plan", "key": "k", "cost": 1, "peek": false, "taken": false, "fail_open": false,
 		"limit_name": "daily", "limit": 3, "remaining": 0, "window_ms": 86400000,
 		"reset_after_ms": 86390000, "reset_after": 86390, "retry_after_ms": 86390000, "retry_after": 86390,
-		"never": false, "delay_ms": 0,
+		"never": false, "delay_ms": 0, "next_after_ms": 86390000, "next_after": 86390,
 		"limits": [
 			{"name": "burst"},
 			{"name": "daily", "allowed": false, "limit": 3, "remaining": 0, "window_ms": 86400000, "reset_after_ms": 86390000,
-			 "reset_after": 86390, "retry_after_ms": 86390000, "retry_after": 86390, "never": false, "delay_ms": 0}
+			 "reset_after": 86390, "retry_after_ms": 86390000, "retry_after": 86390, "never": false, "delay_ms": 0,
+			 "next_after_ms": 86390000, "next_after": 86390}
 		]}`, burstNameOnly(t, r.body))
 	require.True(t, r.decision(t).Limits[0].Allowed, "the burst limit alone would pass")
-	require.Equal(t, `"daily";q=3;w=86400`, r.h.Get("RateLimit-Policy"))
-	require.Equal(t, `"daily";r=0;t=86390`, r.h.Get("RateLimit"))
+	// Both limits in both fields, the denying one first in RateLimit; the
+	// burst, not charged, has 7 tokens left and gets the next back in a
+	// tenth of a second.
+	require.Equal(t, `"burst";q=10;w=1, "daily";q=3;w=86400`, r.h.Get("RateLimit-Policy"))
+	require.Equal(t, `"daily";r=0;t=86390, "burst";r=7;t=1`, r.h.Get("RateLimit"))
 	require.Equal(t, "3", r.h.Get("X-RateLimit-Limit"))
 	require.Equal(t, "86390", r.h.Get("Retry-After"))
 }

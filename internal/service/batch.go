@@ -174,7 +174,7 @@ func (s *Service) apiBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	resp.Deciding = deciding
 	if it := &items[deciding]; it.out == outAllowed || it.out == outDenied {
-		httplimit.SetHeaders(w.Header(), it.res)
+		httplimit.SetFields(w.Header(), it.key, it.res, it.each, it.t.fields)
 	}
 	writeJSON(w, status, resp)
 }

@@ -67,6 +67,10 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 		Key:     ru.key,
 		Cost:    ru.cost,
 		Wait:    ru.spec.Shape,
+		// The rule's policy, which ruleLimiter decides anyway, named so
+		// that the middleware knows how many limits the fields list.
+		Policy: func(*http.Request) *rl.Policy { return ru.policy },
+		Fields: ru.fields,
 		Fail: func(r *http.Request, err error) httplimit.Outcome {
 			var begun outage.Token // ruleLimiter's errors carry theirs
 			if be := (*begunError)(nil); errors.As(err, &be) {

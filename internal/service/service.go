@@ -14,6 +14,7 @@ import (
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/httplimit"
 	"github.com/rlcore/rl/internal/outage"
 	"github.com/rlcore/rl/internal/redact"
 	"github.com/rlcore/rl/store"
@@ -379,10 +380,11 @@ type target struct {
 	policy   *rl.Policy
 	failOpen bool
 	m        *ruleMetrics
+	fields   httplimit.Fields // the rule's; inline limits have the default
 }
 
 func (ru *rule) target() target {
-	return target{name: ru.spec.Name, lim: ru.lim, policy: ru.policy, failOpen: ru.spec.FailOpen, m: ru.m}
+	return target{name: ru.spec.Name, lim: ru.lim, policy: ru.policy, failOpen: ru.spec.FailOpen, m: ru.m, fields: ru.fields}
 }
 
 // errOverloaded is a decision refused because too many are in flight.

@@ -139,28 +139,24 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		return h.failed(r, begun, err)
 	}
 	h.p.outage.Success()
-	d := ds[idx]
-	return h.decided(pipeline.Verdict{
-		Allowed:    d.Allowed,
-		Never:      d.RetryAfter == core.Never,
-		Name:       r.LimitNames[idx],
-		Limit:      d.Limit,
-		Remaining:  d.Remaining,
-		Window:     r.Limits[idx].Window,
-		ResetAfter: d.ResetAfter,
-		RetryAfter: d.RetryAfter,
-	})
+	v := pipeline.FromCore(r.LimitNames, r.Limits, ds, idx)
+	return h.decided(r, key, &v)
 }
 
 // decided continues an admitted request (its response gets the rate-limit
-// fields) or answers a denied one 429.
-func (h *httpContext) decided(v pipeline.Verdict) types.Action {
-	hs := pipeline.AppendFields(nil, v)
+// fields: every limit of the rule, with the rule's choices) or answers a
+// denied one 429.
+func (h *httpContext) decided(r *rule, key string, v *pipeline.Verdict) types.Action {
+	f := r.fields
+	if r.PartitionKey {
+		f.PartitionKey = pipeline.PartitionKey(h.p.cfg.PartitionKeySecret, r.Name, key)
+	}
+	hs := pipeline.AppendFields(nil, v, &f)
 	if v.Allowed {
 		h.headers = hs
 		return types.ActionContinue
 	}
-	return h.reply(429, hs, pipeline.DeniedBody(v.Never))
+	return h.reply(429, hs, pipeline.DeniedBody(v.Decider().Never))
 }
 
 // failed answers a request whose decision failed (begun at begun) by the
