@@ -80,3 +80,42 @@ func TestFieldsThroughAWrappedLimiter(t *testing.T) {
 type wrapped struct{ l *rl.Limiter }
 
 func (w wrapped) Do(ctx context.Context, req rl.Request) (rl.Result, error) { return w.l.Do(ctx, req) }
+
+// TestProblems: a 429 is RFC 9457 problem details (quota-exceeded, the
+// denying limits in violated-policies) when the request accepts JSON, plain
+// text otherwise, and always or never as Config.Problems says; a 503 is
+// temporary-reduced-capacity.
+func TestProblems(t *testing.T) {
+	h, _ := setup(t, httplimit.Config{}, burstDaily)
+	for range 10 {
+		get(h, nil)
+	}
+	accept := func(v string) func(*http.Request) { return func(r *http.Request) { r.Header.Set("Accept", v) } }
+	w := get(h, accept("application/json"))
+	require.Equal(t, 429, w.Code)
+	require.Equal(t, "application/problem+json", w.Header().Get("Content-Type"))
+	require.JSONEq(t, `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",
+		"title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,
+		"detail":"Rate limit exceeded: retry after the Retry-After field's seconds","violated-policies":["burst"]}`, w.Body.String())
+	require.Equal(t, "1", w.Header().Get("Retry-After"))
+	w = get(h, accept("*/*"))
+	require.Equal(t, "Rate limit exceeded\n", w.Body.String())
+
+	h, _ = setup(t, httplimit.Config{Problems: httplimit.ProblemsJSON}, rl.MustPolicy(rl.Limit{Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute}))
+	get(h, nil)
+	require.Equal(t, "application/problem+json", get(h, nil).Header().Get("Content-Type"))
+	h, _ = setup(t, httplimit.Config{Problems: httplimit.ProblemsText}, rl.MustPolicy(rl.Limit{Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute}))
+	get(h, nil)
+	require.Equal(t, "Rate limit exceeded\n", get(h, accept("application/json")).Body.String())
+
+	l, err := rl.New(rl.Config{Policy: burstDaily, Store: down{}})
+	require.NoError(t, err)
+	h, _ = setup(t, httplimit.Config{Limiter: l}, nil)
+	w = get(h, accept("application/json"))
+	require.Equal(t, 503, w.Code)
+	require.Equal(t, "1", w.Header().Get("Retry-After"))
+	require.JSONEq(t, `{"type":"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity",
+		"title":"Request cannot be satisfied due to temporary server capacity constraints","status":503,
+		"detail":"Rate limiter unavailable"}`, w.Body.String())
+	require.Equal(t, "Rate limiter unavailable\n", get(h, nil).Body.String())
+}

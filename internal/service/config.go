@@ -57,6 +57,10 @@ type Config struct {
 	PartitionKeySecret []byte
 	// PartitionKeySecretEnv is the name of that variable ("" for none).
 	PartitionKeySecretEnv string
+	// ProblemDetails chooses the body of the proxy's 429s and 503s (field
+	// "problem_details": auto, json or text; default auto): RFC 9457
+	// problem details when the client accepts JSON, always, or never.
+	ProblemDetails pipeline.ProblemMode
 	// Rules in file order.
 	Rules []RuleSpec
 }
@@ -229,6 +233,7 @@ type fileJSON struct {
 	IPv4Prefix      ruleconfig.Int                     `json:"ipv4_prefix"`
 	IPv6Prefix      ruleconfig.Int                     `json:"ipv6_prefix"`
 	PKSecretEnv     ruleconfig.String                  `json:"partition_key_secret_env"`
+	ProblemDetails  ruleconfig.String                  `json:"problem_details"`
 	Rules           ruleconfig.List[ruleJSON]          `json:"rules"`
 }
 
@@ -325,6 +330,14 @@ func (f *fileJSON) Validate(path string) (*Config, []Problem) {
 	case !c.Want("rules", "a list of rules", f.Rules.Got):
 	case len(f.Rules.Items) == 0:
 		c.Fail("rules", "empty: want at least one rule (a service without rules limits nothing)")
+	}
+	if v, ok := c.String("problem_details", f.ProblemDetails); ok {
+		if m, ok := pipeline.ParseProblemMode(v); ok {
+			cfg.ProblemDetails = m
+		} else {
+			c.Fail("problem_details", "%q: want %s (problem details when the client accepts JSON, always, or plain text always)",
+				ruleconfig.Clip(v, 32), strings.Join(pipeline.ProblemModes(), ", "))
+		}
 	}
 	if name, ok := c.String("partition_key_secret_env", f.PKSecretEnv); ok {
 		cfg.PartitionKeySecretEnv = name

@@ -69,8 +69,9 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 		Wait:    ru.spec.Shape,
 		// The rule's policy, which ruleLimiter decides anyway, named so
 		// that the middleware knows how many limits the fields list.
-		Policy: func(*http.Request) *rl.Policy { return ru.policy },
-		Fields: ru.fields,
+		Policy:   func(*http.Request) *rl.Policy { return ru.policy },
+		Fields:   ru.fields,
+		Problems: httplimit.Problems(rs.cfg.ProblemDetails),
 		Fail: func(r *http.Request, err error) httplimit.Outcome {
 			var begun outage.Token // ruleLimiter's errors carry theirs
 			if be := (*begunError)(nil); errors.As(err, &be) {
@@ -124,7 +125,7 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 				}
 				http.Error(w, msg, http.StatusBadRequest)
 			default:
-				httplimit.WriteRefused(w, d)
+				httplimit.WriteRefusedFor(w, r, d, httplimit.Problems(rs.cfg.ProblemDetails))
 			}
 		},
 	})

@@ -351,7 +351,8 @@ func (s *Service) overloaded(w http.ResponseWriter, r *http.Request, reason stri
 		s.apiError(w, http.StatusServiceUnavailable, "overloaded", "too many requests in flight; retry later")
 		return
 	}
-	http.Error(w, "Rate limiter overloaded; retry later", http.StatusServiceUnavailable)
+	httplimit.WriteRefusedFor(w, r, httplimit.Decision{Outcome: httplimit.OutcomeOverloaded},
+		httplimit.Problems(s.rules.Load().cfg.ProblemDetails))
 }
 
 func (s *Service) serveReady(w http.ResponseWriter, r *http.Request) {

@@ -35,6 +35,9 @@ type config struct {
 	// PartitionKeySecret keys the partition keys of the rules with
 	// partition_key: true (pipeline.PartitionKey); a secret, never logged.
 	PartitionKeySecret []byte
+	// ProblemDetails chooses the body of the filter's 429s and 503s
+	// ("problem_details": auto, json or text; default auto).
+	ProblemDetails pipeline.ProblemMode
 	// proxied are the rules that match requests, most specific first.
 	proxied []*rule
 }
@@ -141,6 +144,7 @@ type fileJSON struct {
 	Slots       ruleconfig.Int            `json:"slots"`
 	KeysPerSlot ruleconfig.Int            `json:"keys_per_slot"`
 	PKSecret    ruleconfig.String         `json:"partition_key_secret"`
+	Problems    ruleconfig.String         `json:"problem_details"`
 }
 
 // ruleJSON is a rule as written: the shared fields and the filter's own.
@@ -188,6 +192,13 @@ func (f *fileJSON) Validate() (*config, []Problem) {
 	case !c.Want("rules", "a list of rules", f.Rules.Got):
 	case len(f.Rules.Items) == 0:
 		c.Fail("rules", "no rules")
+	}
+	if v, ok := c.String("problem_details", f.Problems); ok {
+		if m, ok := pipeline.ParseProblemMode(v); ok {
+			cfg.ProblemDetails = m
+		} else {
+			c.Fail("problem_details", "%q: want %s", ruleconfig.Clip(v, 32), strings.Join(pipeline.ProblemModes(), ", "))
+		}
 	}
 	if t := f.PKSecret; t.Set {
 		switch {

@@ -92,6 +92,10 @@ type httpContext struct {
 	// headers are the rate-limit fields to add to the upstream's response
 	// (nil: none, the request was not decided or was answered locally).
 	headers [][2]string
+	// problem: the filter's 429 or 503 to this request is RFC 9457
+	// problem details (the configuration's problem_details and the
+	// request's Accept field), else plain text.
+	problem bool
 }
 
 func sourceAddress() string {
@@ -114,6 +118,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		return h.reply(500, nil, "Rate limiter error\n")
 	}
 	req := newRequest(hs, sourceAddress())
+	h.problem = cfg.ProblemDetails.Wants(req.Header("accept"))
 	r, err := cfg.match(req)
 	if err != nil {
 		return h.reply(400, nil, "Bad request: "+err.Error()+"\n")
@@ -156,6 +161,9 @@ func (h *httpContext) decided(r *rule, key string, v *pipeline.Verdict) types.Ac
 		h.headers = hs
 		return types.ActionContinue
 	}
+	if h.problem {
+		return h.replyProblem(hs, pipeline.QuotaExceeded(v))
+	}
 	return h.reply(429, hs, pipeline.DeniedBody(v.Decider().Never))
 }
 
@@ -191,8 +199,21 @@ func (h *httpContext) failed(r *rule, begun outage.Token, err error) types.Actio
 	var hs [][2]string
 	if status == 503 {
 		hs = [][2]string{{"retry-after", "1"}}
+		if h.problem {
+			return h.replyProblem(hs, pipeline.ReducedCapacity(body))
+		}
 	}
 	return h.reply(uint32(status), hs, body+"\n")
+}
+
+// replyProblem answers the request locally with problem details.
+func (h *httpContext) replyProblem(hs [][2]string, p pipeline.Problem) types.Action {
+	hs = append(hs, [2]string{"content-type", pipeline.ProblemContentType}, [2]string{"x-content-type-options", "nosniff"})
+	h.headers = nil
+	if err := proxywasm.SendHttpResponse(uint32(p.Status), hs, p.JSON(), -1); err != nil {
+		proxywasm.LogErrorf("rl-filter: sending the local response: %v", err)
+	}
+	return types.ActionPause
 }
 
 // reply answers the request locally.

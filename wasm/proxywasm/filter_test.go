@@ -422,3 +422,59 @@ func TestFilterPartitionKeySecret(t *testing.T) {
 		t.Errorf("%v", err)
 	}
 }
+
+// TestFilterProblems: the filter's 429 is RFC 9457 problem details
+// (quota-exceeded, the denying limits in violated-policies) when the
+// request accepts JSON, plain text otherwise, and always or never as
+// problem_details says; its 503 (no room for a new key here, so no
+// decision) is temporary-reduced-capacity.
+func TestFilterProblems(t *testing.T) {
+	host := emulate(t, `{"slots":1,"keys_per_slot":1,"rules":[{"name":"r","key_by":"header:k","limits":[
+		{"name":"second","strategy":"fixed","limit":1,"window":"1s"},{"name":"minute","strategy":"fixed","limit":1,"window":"1m"}]}]}`)
+	roundTrip(host, get("/", [2]string{"k", "a"}))
+	_, local, _ := roundTrip(host, get("/", [2]string{"k", "a"}, [2]string{"accept", "application/json"}))
+	if local == nil || local.StatusCode != 429 || headerValue(local.Headers, "content-type") != "application/problem+json" {
+		t.Fatalf("%+v", local)
+	}
+	var p pipeline.Problem
+	if err := json.Unmarshal(local.Data, &p); err != nil || p.Type != pipeline.ProblemQuotaExceeded || p.Status != 429 ||
+		strings.Join(p.ViolatedPolicies, ",") != "minute,second" {
+		t.Errorf("%s: %+v %v", local.Data, p, err)
+	}
+	if headerValue(local.Headers, "retry-after") == "" || headerValue(local.Headers, "ratelimit") == "" {
+		t.Errorf("fields missing: %q", local.Headers)
+	}
+	_, local, _ = roundTrip(host, get("/", [2]string{"k", "a"}, [2]string{"accept", "*/*"}))
+	if local == nil || string(local.Data) != "Rate limit exceeded\n" {
+		t.Errorf("*/*: %+v", local)
+	}
+	_, local, _ = roundTrip(host, get("/", [2]string{"k", "b"}, [2]string{"accept", "application/problem+json"}))
+	if local == nil || local.StatusCode != 503 || headerValue(local.Headers, "content-type") != "application/problem+json" {
+		t.Fatalf("503: %+v", local)
+	}
+	var p503 pipeline.Problem
+	if err := json.Unmarshal(local.Data, &p503); err != nil || p503.Type != pipeline.ProblemReducedCapacity || p503.Status != 503 || len(p503.ViolatedPolicies) != 0 {
+		t.Errorf("%s: %+v %v", local.Data, p503, err)
+	}
+}
+
+func TestFilterProblemModes(t *testing.T) {
+	for mode, wantJSON := range map[string]bool{"json": true, "text": false} {
+		t.Run(mode, func(t *testing.T) {
+			host := emulate(t, `{"problem_details":"`+mode+`","rules":[{"name":"r","strategy":"fixed","limit":1,"window":"1s","key_by":"global"}]}`)
+			roundTrip(host, get("/"))
+			accept := [2]string{"accept", "text/plain"}
+			if !wantJSON {
+				accept[1] = "application/json"
+			}
+			_, local, _ := roundTrip(host, get("/", accept))
+			if got := headerValue(local.Headers, "content-type") == "application/problem+json"; got != wantJSON {
+				t.Errorf("%s: %+v", mode, local)
+			}
+		})
+	}
+	if _, err := parseConfig([]byte(`{"problem_details":"xml","rules":[{"strategy":"fixed","limit":1,"window":"1s"}]}`)); err == nil ||
+		!strings.Contains(err.Error(), `problem_details: "xml": want auto, json, text`) {
+		t.Errorf("%v", err)
+	}
+}
