@@ -191,3 +191,31 @@ func TestMatcher(t *testing.T) {
 		require.Equal(t, c.want, m.Matches(&tg), "%+v", c)
 	}
 }
+
+// Explain agrees with Matches and says which part decided.
+func TestMatcherExplain(t *testing.T) {
+	m, err := NewMatcher("/v1/pay", "*.Example.com", []string{"GET"})
+	require.NoError(t, err)
+	for _, c := range []struct {
+		method, host, path string
+		last               string
+	}{
+		{"GET", "a.example.com", "/v1/pay", `method "GET" is one of GET`},
+		{"HEAD", "a.example.com", "/v1/pay/x", `method HEAD is limited as GET, one of GET`},
+		{"get", "a.example.com", "/V1/PAY", `method "GET" is one of GET`},
+		{"GET", "example.com", "/v1/pay", `host "example.com" is not a subdomain of "example.com"`},
+		{"GET", "a.example.com", "/v1/payments", `path "/v1/payments" is not endpoint "/v1/pay" nor below it`},
+		{"POST", "a.example.com", "/v1/pay", `method "POST" is not one of GET`},
+	} {
+		tg, _, err := Prepare(&Request{Method: c.method, Host: c.host, Path: c.path})
+		require.NoError(t, err)
+		ok, why := m.Explain(&tg)
+		require.Equal(t, m.Matches(&tg), ok, "%+v", c)
+		require.Equal(t, c.last, why[len(why)-1], "%+v", c)
+	}
+	any, err := NewMatcher("/", "", nil)
+	require.NoError(t, err)
+	ok, why := any.Explain(&Target{Method: "PUT", Host: "x", Path: "/a"})
+	require.True(t, ok)
+	require.Equal(t, []string{`path "/a" is below endpoint "/"`, "the rule matches every host", "the rule matches every method"}, why)
+}

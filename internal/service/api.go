@@ -36,6 +36,10 @@ type DecisionRequest struct {
 	// FailOpen is the store-failure policy of inline limits (a rule has
 	// its own); default false.
 	FailOpen *bool `json:"fail_open,omitempty"`
+	// Explain adds "explain" to the answer of a check or peek: the rule
+	// and why, the key and cost as used, every limit's evaluation and
+	// the fields sent (ExplainJSON).
+	Explain bool `json:"explain,omitempty"`
 }
 
 // LimitJSON is one limit's result in a response. Durations are given in
@@ -94,6 +98,8 @@ type DecisionJSON struct {
 	NextAfter    int64  `json:"next_after"`
 	// Limits holds every limit's result, in the rule's order.
 	Limits []LimitJSON `json:"limits"`
+	// Explain is present when the request asked for it.
+	Explain *ExplainJSON `json:"explain,omitempty"`
 }
 
 // ErrorJSON is the body of every error response.
@@ -195,7 +201,7 @@ func (s *Service) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 	case errors.As(err, &te):
 		s.apiError(w, http.StatusBadRequest, "invalid_json", fmt.Sprintf("field %q: want %s, got %s", te.Field, jsonTypeName(te.Type.String()), jsonValueKind(te.Value)))
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		s.apiError(w, http.StatusBadRequest, "unknown_field", strings.TrimPrefix(err.Error(), "json: ")+" (want rule, limits, key, cost, fail_open)")
+		s.apiError(w, http.StatusBadRequest, "unknown_field", strings.TrimPrefix(err.Error(), "json: ")+" (want rule, limits, key, cost, fail_open, explain)")
 	case errors.Is(err, io.EOF):
 		s.apiError(w, http.StatusBadRequest, "invalid_json", "empty body: want a JSON object")
 	default:
@@ -230,6 +236,7 @@ func (s *Service) resolve(rs *ruleSet, req *DecisionRequest, prefix string, op a
 			return bad("invalid_limits", "fail_open: a rule's fail_open is set in the configuration")
 		}
 		t, cost = ru.target(), ru.spec.Cost
+		t.rule = ru
 		minCost = ru.spec.MinCost
 	case req.Limits != nil:
 		if !rs.cfg.InlineLimits {
@@ -354,6 +361,9 @@ func (s *Service) apiDecide(peek bool) http.HandlerFunc {
 				status = http.StatusTooManyRequests
 			}
 		}
+		if req.Explain {
+			d.Explain = explainDecision(&t, t.rule, &req, cost, peek, res, out, each, w.Header())
+		}
 		writeDecision(w, status, &d)
 	}
 }
@@ -443,18 +453,23 @@ func (s *Service) apiReset(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"reset": true, "rule": t.name, "key": req.Key})
 }
 
-// RuleJSON describes a rule in GET /v1/ratelimit/rules.
+// RuleJSON describes a rule in GET /v1/ratelimit/rules and in explain: the
+// configuration's fields in canonical form.
 type RuleJSON struct {
-	Name       string          `json:"name"`
-	Endpoint   string          `json:"endpoint,omitempty"`
-	Host       string          `json:"host,omitempty"`
-	Methods    []string        `json:"methods,omitempty"`
-	KeyBy      string          `json:"key_by"`
-	Cost       int64           `json:"cost"`
-	CostHeader string          `json:"cost_header,omitempty"`
-	FailOpen   bool            `json:"fail_open"`
-	Shape      bool            `json:"shape,omitempty"`
-	Limits     []LimitSpecJSON `json:"limits"`
+	Name            string          `json:"name"`
+	Endpoint        string          `json:"endpoint,omitempty"`
+	Host            string          `json:"host,omitempty"`
+	Methods         []string        `json:"methods,omitempty"`
+	KeyBy           string          `json:"key_by"`
+	Cost            int64           `json:"cost"`
+	MinCost         int64           `json:"min_cost"`
+	CostHeader      string          `json:"cost_header,omitempty"`
+	FailOpen        bool            `json:"fail_open"`
+	Shape           bool            `json:"shape,omitempty"`
+	RateLimitFields string          `json:"ratelimit_fields"`
+	QuotaUnit       string          `json:"quota_unit"`
+	PartitionKey    bool            `json:"partition_key,omitempty"`
+	Limits          []LimitSpecJSON `json:"limits"`
 }
 
 // LimitSpecJSON is a configured limit in canonical form.
@@ -484,12 +499,7 @@ func (s *Service) apiRules(w http.ResponseWriter, r *http.Request) {
 		Rules        []RuleJSON `json:"rules"`
 	}{rs.cfg.Path, rs.loaded.UTC(), redact.String(rs.cfg.Upstream), rs.cfg.InlineLimits, []RuleJSON{}}
 	for _, spec := range rs.cfg.Rules {
-		rj := RuleJSON{Name: spec.Name, Endpoint: spec.Endpoint, Host: spec.Host, Methods: spec.Methods, KeyBy: spec.KeyBy.String(),
-			Cost: spec.Cost, CostHeader: spec.CostHeader, FailOpen: spec.FailOpen, Shape: spec.Shape}
-		for _, l := range rs.byName[spec.Name].policy.Limits() {
-			rj.Limits = append(rj.Limits, LimitSpecJSON{Name: l.Name, Strategy: l.Algorithm.String(), Limit: l.Limit, Window: rl.FormatWindow(l.Window), Rate: l.Rate})
-		}
-		out.Rules = append(out.Rules, rj)
+		out.Rules = append(out.Rules, *describeRule(rs.byName[spec.Name]))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -552,7 +562,18 @@ func (d *DecisionJSON) appendJSON(b []byte) []byte {
 		b = appendLimitFields(b, l.Limit, l.Remaining, l.WindowMS, l.ResetAfterMS, l.ResetAfter, l.RetryAfterMS, l.RetryAfter, l.Never, l.DelayMS, l.NextAfterMS, l.NextAfter)
 		b = append(b, '}')
 	}
-	return append(b, "]}\n"...)
+	b = append(b, ']')
+	if d.Explain != nil {
+		// Rare and nested: encoding/json, as the rest would encode it.
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(d.Explain); err == nil {
+			b = append(b, `,"explain":`...)
+			b = append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
+		}
+	}
+	return append(b, "}\n"...)
 }
 
 func appendLimitFields(b []byte, limit, remaining, windowMS, resetMS, reset, retryMS, retry int64, never bool, delayMS, nextMS, next int64) []byte {

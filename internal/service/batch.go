@@ -82,6 +82,10 @@ func (s *Service) apiBatch(w http.ResponseWriter, r *http.Request) {
 		if req.Peek {
 			op = opPeek
 		}
+		if req.Items[i].Explain {
+			s.apiError(w, http.StatusBadRequest, "invalid_batch", fmt.Sprintf("items[%d].explain: explain is for check and peek, not batches", i))
+			return
+		}
 		t, cost, err := s.resolve(rs, &req.Items[i], fmt.Sprintf("items[%d].", i), op, roleOf(r))
 		if err != nil {
 			s.clientError(w, err)

@@ -382,6 +382,7 @@ type target struct {
 	failOpen bool
 	m        *ruleMetrics
 	fields   httplimit.Fields // the rule's; inline limits have the default
+	rule     *rule            // the rule, for explain; nil for inline limits
 }
 
 func (ru *rule) target() target {
