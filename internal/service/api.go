@@ -348,7 +348,7 @@ func (s *Service) apiDecide(peek bool) http.HandlerFunc {
 			s.clientError(w, err)
 			return
 		}
-		t.m.record(out)
+		t.m.record(out, &res)
 		if out == outFailClosed {
 			s.failClosed(w, err)
 			return

@@ -164,7 +164,7 @@ func (s *Service) apiBatch(w http.ResponseWriter, r *http.Request) {
 		if out == "" {
 			out = outDenied
 		}
-		it.t.m.record(out)
+		it.t.m.record(out, &it.res)
 	}
 	status := http.StatusOK
 	switch {

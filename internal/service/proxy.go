@@ -96,7 +96,7 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 			case httplimit.OutcomeAllowed:
 				t.m.allowed.Inc()
 			case httplimit.OutcomeDenied:
-				t.m.denied.Inc()
+				t.m.record(outDenied, &d.Result)
 			case httplimit.OutcomeFailOpen:
 				t.m.failOpen.Inc()
 			case httplimit.OutcomeFailClosed, httplimit.OutcomeOverloaded, httplimit.OutcomeError:

@@ -65,7 +65,11 @@ func (s *Service) build(cfg *Config) (*ruleSet, error) {
 			return nil, fmt.Errorf("rule %q: %w", spec.Name, err)
 		}
 		ip := pipeline.IPKey{TrustedProxies: cfg.TrustedProxies, IPv4Prefix: cfg.IPv4Prefix, IPv6Prefix: cfg.IPv6Prefix}
-		r := &rule{spec: spec, policy: p, lim: lim, ip: ip, m: s.metrics.forRule(spec.Name),
+		names := make([]string, p.Len())
+		for i, l := range p.Limits() {
+			names[i] = l.Name
+		}
+		r := &rule{spec: spec, policy: p, lim: lim, ip: ip, m: s.metrics.forRule(spec.Name, names),
 			fields: httplimit.Fields{Closest: spec.Closest, QuotaUnit: spec.QuotaUnit}}
 		if spec.PartitionKey {
 			r.fields.PartitionKey = httplimit.PartitionKeyFunc(cfg.PartitionKeySecret, spec.Name)
@@ -83,7 +87,7 @@ func (s *Service) build(cfg *Config) (*ruleSet, error) {
 	if err != nil {
 		return nil, err
 	}
-	rs.inline, rs.inlineM = inline, s.metrics.forRule(InlineNamespace)
+	rs.inline, rs.inlineM = inline, s.metrics.forRule(InlineNamespace, nil)
 	switch cfg.Upstream {
 	case "":
 	case "demo":

@@ -113,9 +113,10 @@ func New(cfg *Config, opts Options) (*Service, error) {
 	if cfg == nil {
 		return nil, errors.New("service: nil Config")
 	}
-	s := &Service{store: opts.Store, clock: opts.Clock, log: opts.Logger,
+	s := &Service{clock: opts.Clock, log: opts.Logger,
 		maxBody: opts.MaxBodyBytes, proxyBody: opts.ProxyMaxBodyBytes, maxBatch: opts.MaxBatch,
 		maxKey: opts.MaxKeyLength, ready: opts.Ready, transport: opts.Transport, metrics: newMetrics()}
+	s.store = &timedStore{Store: opts.Store, m: s.metrics}
 	if s.clock == nil {
 		s.clock = rl.CoarseClock
 	}
@@ -488,12 +489,17 @@ func (s *Service) failure(t *target, begun outage.Token, err error) (string, err
 	return outFailClosed, err
 }
 
-func (m *ruleMetrics) record(outcome string) {
+// record counts a decision's outcome and, for a denial a limit decided
+// (res, not nil, denied), the limit that denied.
+func (m *ruleMetrics) record(outcome string, res *rl.Result) {
 	switch outcome {
 	case outAllowed:
 		m.allowed.Inc()
 	case outDenied:
 		m.denied.Inc()
+		if res != nil && !res.Allowed {
+			m.deniedByLimit(res.Index)
+		}
 	case outFailOpen:
 		m.failOpen.Inc()
 	case outFailClosed:
