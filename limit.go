@@ -142,6 +142,11 @@ type LimitResult struct {
 	Never bool
 	// Delay is the LeakyBucket shaping delay of an admitted call.
 	Delay time.Duration
+	// NextAfter is how long until more quota is made available
+	// (Remaining grows) if nothing more is taken; 0 when Remaining is the
+	// whole Limit. It is the RateLimit header field's "t"; see
+	// core.Decision.NextAfter for its meaning per algorithm.
+	NextAfter time.Duration
 }
 
 // Result is the outcome of a decision: the deciding limit's LimitResult
@@ -168,6 +173,7 @@ func fromCore(l *Limit, d *core.Decision, r *LimitResult) {
 	r.Delay = micros(d.Delay)
 	r.Never = d.RetryAfter == core.Never
 	r.RetryAfter = micros(d.RetryAfter)
+	r.NextAfter = micros(d.NextAfter)
 }
 
 // micros is Micros with one comparison on the common path: a span from 0

@@ -126,6 +126,10 @@ func (l *Limiter) Close() error {
 	return nil
 }
 
+// Policy returns the policy of calls that name none (Config.Policy; nil if
+// there is none).
+func (l *Limiter) Policy() *Policy { return l.policy }
+
 // Allow takes one unit for key under the default policy.
 func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 	var r Result
@@ -227,7 +231,7 @@ func (l *Limiter) decide(ctx context.Context, op store.Op, key string, cost int6
 	r.Name, r.Window, r.Index = lim.Name, lim.Window, i
 	r.Allowed, r.Limit, r.Remaining = d.Allowed, d.Limit, d.Remaining
 	r.ResetAfter, r.Delay, r.RetryAfter = micros(d.ResetAfter), micros(d.Delay), micros(d.RetryAfter)
-	r.Never = d.RetryAfter == core.Never
+	r.Never, r.NextAfter = d.RetryAfter == core.Never, micros(d.NextAfter)
 	return nil
 }
 

@@ -202,6 +202,23 @@ type Decision struct {
 	// the units ahead of it have leaked out, after which it should proceed.
 	// It is 0 for every other algorithm.
 	Delay int64
+	// NextAfter is the time in µs until more quota is made available if
+	// nothing more is taken: the first instant at which Remaining grows,
+	// that is at which a call of cost Remaining+1 would be admitted
+	// (exact: one µs earlier it is still denied). It is 0 exactly when
+	// Remaining == Limit, when nothing is left to restore. By algorithm:
+	// the end of the window (FixedWindow); the moment the weighted count
+	// drops by a whole unit, in this window as the previous one slides
+	// out or in the next as the current one does (SlidingWindow); the
+	// expiry of the oldest admission in the log, or of the first one above
+	// a lowered Limit (SlidingLog); the refill or leak of the next whole
+	// unit (TokenBucket, LeakyBucket, GCRA). It is what the RateLimit
+	// field's "t" parameter reports (draft-ietf-httpapi-ratelimit-headers:
+	// the seconds until additional quota is made available), and never
+	// later than RetryAfter for a denied call. It is not part of the
+	// conformance vectors: the PL/pgSQL port does not compute it (it
+	// reports 0; see DeriveNextAfter).
+	NextAfter int64
 }
 
 // Error is the type of every error the package returns. Its values are

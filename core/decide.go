@@ -105,7 +105,9 @@ func fixedWindow(c *Compiled, s *State, now, cost int64, d *Decision, n *State) 
 	}
 	d.Remaining = max(0, lim-count)
 	if count > 0 {
+		// The whole quota comes back when the window ends, none before.
 		d.ResetAfter = end - now
+		d.NextAfter = end - now
 	}
 }
 
@@ -151,6 +153,11 @@ func slidingWindow(c *Compiled, s *State, now, cost int64, d *Decision, n *State
 		d.ResetAfter = start + 2*w - now
 	case prev > 0:
 		d.ResetAfter = start + w - now
+	}
+	if d.Remaining < lim {
+		// One more unit fits when a call of Remaining+1, denied now,
+		// would pass.
+		d.NextAfter = slidingRetry(w, lim, start, e, curr, prev, d.Remaining+1) - now
 	}
 }
 
@@ -208,6 +215,8 @@ func slidingLog(l *Limit, s *State, now, cost int64, m mode, d *Decision, n *Sta
 				*d = Decision{}
 				return ErrLogCapacity
 			}
+			// Read before the log is rewritten below.
+			d.NextAfter = logNext(log[i0:], ne, need, lim) + w - now
 			if m == modeTake {
 				copy(log[:count], log[i0:])
 				log = log[:need]
@@ -228,8 +237,26 @@ func slidingLog(l *Limit, s *State, now, cost int64, m mode, d *Decision, n *Sta
 	d.Remaining = max(0, lim-count)
 	if count > 0 {
 		d.ResetAfter = newest + w - now
+		if d.NextAfter == 0 { // not an admission: the log is as it was
+			d.NextAfter = logNext(log[i0:], ne, count, lim) + w - now
+		}
 	}
 	return 0
+}
+
+// logNext returns the time of the admission whose expiry brings a sliding
+// log of n live units (live, the entries before the call, then units
+// admitted at ne) back to one more remaining unit than it has: with
+// r = max(0, lim−n) remaining, the (n+r+1−lim)-th oldest. n is at least 1.
+func logNext(live []int64, ne, n, lim int64) int64 {
+	j := n - lim // the index: 0 while n ≤ lim, else the units above the limit
+	if j < 0 {
+		j = 0
+	}
+	if j < int64(len(live)) {
+		return live[j]
+	}
+	return ne
 }
 
 // bucket decides TokenBucket and LeakyBucket: a level in units of 1/Window
@@ -271,6 +298,7 @@ func bucket(c *Compiled, s *State, now, cost int64, d *Decision, n *State) {
 	d.Remaining = c.wdiv.div(capacity-level, w)
 	if level > 0 {
 		d.ResetAfter = c.rdiv.ceil(level, r) + ne - now
+		d.NextAfter = c.rdiv.ceil(level-capacity+(d.Remaining+1)*w, r) + ne - now
 	}
 }
 
@@ -325,6 +353,14 @@ func gcra(c *Compiled, s *State, now, cost int64, d *Decision, n *State) {
 	}
 	if d.ResetAfter == 0 && (full || level > 0) {
 		d.ResetAfter = st + c.rdiv.ceil(sx, r) - now
+	}
+	switch {
+	case full: // as a retry of one unit
+		d.NextAfter = st + ceilDivSigned(sx+w-capacity, r) - now
+	case level > 0:
+		// The level drains r units a µs from now on: the first instant
+		// at which Remaining+1 units fit.
+		d.NextAfter = c.rdiv.ceil(level-capacity+(d.Remaining+1)*w, r)
 	}
 }
 

@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"fmt"
 	"math/bits"
 	"slices"
 	"testing"
@@ -81,6 +82,9 @@ func checkInvariants(t testing.TB, seq difftest.Sequence) []step {
 				}
 			}
 		}
+		if msg := checkNextAfter(l, n, st.now, d); msg != "" {
+			fail("%s", msg)
+		}
 		// A clock that steps back never refunds.
 		if st.now < maxNow {
 			ahead, _ := core.Peek(l, before, maxNow, 0)
@@ -97,6 +101,32 @@ func checkInvariants(t testing.TB, seq difftest.Sequence) []step {
 	}
 	checkAdmissionBound(t, l, admitted)
 	return admitted
+}
+
+// checkNextAfter checks d.NextAfter, a decision of l at now whose state
+// after the call is s: 0 exactly when Remaining is the whole Limit, else
+// the first instant at which a call of Remaining+1 passes on s (exact: one
+// µs earlier it is denied), and never after a denial's RetryAfter. It
+// returns what is wrong, or "".
+func checkNextAfter(l core.Limit, s core.State, now int64, d core.Decision) string {
+	switch {
+	case d.Remaining == d.Limit && d.NextAfter != 0:
+		return fmt.Sprintf("next-after %d with the whole limit remaining: %+v", d.NextAfter, d)
+	case d.Remaining < d.Limit && d.NextAfter <= 0:
+		return fmt.Sprintf("no next-after with %d of %d remaining: %+v", d.Remaining, d.Limit, d)
+	case !d.Allowed && d.RetryAfter != core.Never && d.NextAfter > d.RetryAfter:
+		return fmt.Sprintf("next-after %d later than retry-after %d: %+v", d.NextAfter, d.RetryAfter, d)
+	case d.NextAfter == 0 || now+d.NextAfter > core.MaxTime:
+		return ""
+	}
+	more := d.Remaining + 1
+	if at, _ := core.Peek(l, s, now+d.NextAfter, more); !at.Allowed {
+		return fmt.Sprintf("a cost of %d still denied at next-after +%d: %+v (state %+v)", more, d.NextAfter, at, s)
+	}
+	if early, _ := core.Peek(l, s, now+d.NextAfter-1, more); early.Allowed {
+		return fmt.Sprintf("next-after %d is late: a cost of %d passes 1µs earlier (state %+v)", d.NextAfter, more, s)
+	}
+	return ""
 }
 
 // checkAdmissionBound checks that the admitted calls never exceed what the

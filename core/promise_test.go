@@ -161,7 +161,9 @@ func TestGCRAYearToSecond(t *testing.T) {
 
 // TestParamsChangeRandom: random limits and traffic, the parameters changed
 // at random points on a clock that never steps back: every denial's
-// RetryAfter is exact and at most the current parameters' longest wait.
+// RetryAfter is exact and at most the current parameters' longest wait,
+// and every NextAfter exact (checkNextAfter), states written under other
+// parameters (counts above a lowered limit) included.
 func TestParamsChangeRandom(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(10, 2026))
@@ -205,6 +207,9 @@ func TestParamsChangeRandom(t *testing.T) {
 						t.Fatalf("%s step %d %+v state %+v cost %d: RetryAfter %d > %d", alg, i, l, s, cost, d.RetryAfter, longestWait(l))
 					}
 					requireExact(t, l, s, now, cost, d, fmt.Sprintf("%s step %d %+v state %+v", alg, i, l, s))
+				}
+				if msg := checkNextAfter(l, n, now, d); msg != "" {
+					t.Fatalf("%s step %d %+v state %+v cost %d: %s", alg, i, l, s, cost, msg)
 				}
 				s = n
 			}

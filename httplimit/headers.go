@@ -8,33 +8,112 @@ import (
 	"github.com/rlcore/rl/internal/pipeline"
 )
 
-// SetHeaders writes the rate-limit header fields describing r's deciding
-// limit (on a denial, the limit that denied) to h:
+// Fields chooses what the rate-limit header fields say beyond the limits
+// themselves. The zero value lists every limit, counts requests and sends
+// no partition key.
+type Fields struct {
+	// Closest makes the RateLimit field list only the limit closest to
+	// exhaustion (the deciding one: on a denial, the one that denied), as
+	// draft-ietf-httpapi-ratelimit-headers allows; RateLimit-Policy still
+	// lists every limit.
+	Closest bool
+	// QuotaUnit is the policies' "qu" parameter when the cost counts
+	// something other than requests: "content-bytes". "" and "requests"
+	// (the draft's default) leave it out.
+	QuotaUnit string
+	// PartitionKey, if set, returns the partition key ("pk", a Byte
+	// Sequence) of a request's key. It must not reveal the key: use
+	// PartitionKeyFunc, a keyed hash.
+	PartitionKey func(key string) []byte
+}
+
+// PartitionKeyFunc returns a Fields.PartitionKey that sends the first 16
+// bytes of HMAC-SHA256(secret, scope + NUL + key): one partition key per
+// quota (scope names the policy's quota, such as a route; keys of two
+// scopes never share one), which nobody without the secret can compute or
+// reverse, even for a guessable key such as an IP address. The secret
+// should be at least 16 random bytes, and the same on every instance so
+// that a client sees one key wherever it lands.
+func PartitionKeyFunc(secret []byte, scope string) func(key string) []byte {
+	secret = append([]byte(nil), secret...)
+	return func(key string) []byte { return pipeline.PartitionKey(secret, scope, key) }
+}
+
+// SetFields writes the rate-limit header fields of a decision on key to h:
+// every limit of the policy, given as each (the policy's results,
+// rl.Request.Each; res alone when each is shorter than res.Index+1),
 //
-//	RateLimit-Policy: "minute";q=100;w=60          (IETF draft-ietf-httpapi-ratelimit-headers-11)
-//	RateLimit: "minute";r=42;t=17
-//	X-RateLimit-Limit: 100
-//	X-RateLimit-Remaining: 42
-//	X-RateLimit-Reset: 17                          (seconds from now, not an epoch)
+//	RateLimit-Policy: "burst";q=10;w=1, "daily";q=1000;w=86400   (draft-ietf-httpapi-ratelimit-headers-11)
+//	RateLimit: "burst";r=9;t=1, "daily";r=999;t=86399
+//	X-RateLimit-Limit: 10
+//	X-RateLimit-Remaining: 9
+//	X-RateLimit-Reset: 1                           (seconds from now, not an epoch)
 //
 // and, on a denial that a retry can pass, Retry-After in whole seconds,
 // rounded up so that it is never earlier than the moment a retry succeeds.
-// Durations are rounded up to whole seconds; w is at least 1. The largest
-// Duration (about 292 years, what rl.Result saturates at) gives its whole
-// seconds, 9223372037, never a wrapped or negative value.
-func SetHeaders(h http.Header, r rl.Result) {
-	var buf [6][2]string
-	for _, kv := range pipeline.AppendFields(buf[:0], verdict(r)) {
+// RateLimit-Policy lists the limits in the policy's order; RateLimit too,
+// except that on a denial the limit that denied comes first (f.Closest:
+// it alone). r is the remaining quota and t the seconds until more is made
+// available (rl.LimitResult.NextAfter: left out when nothing is missing).
+// The X-RateLimit-* fields and Retry-After describe the deciding limit
+// (res). Durations are rounded up to whole seconds; w is at least 1. The
+// largest Duration (about 292 years, what rl.Result saturates at) gives
+// its whole seconds, 9223372037, never a wrapped or negative value.
+func SetFields(h http.Header, key string, res rl.Result, each []rl.LimitResult, f Fields) {
+	var buf [pipeline.MaxFields][2]string
+	v := verdict(res, each)
+	pf := pipeline.Fields{Closest: f.Closest, QuotaUnit: f.QuotaUnit}
+	if f.PartitionKey != nil {
+		pf.PartitionKey = f.PartitionKey(key)
+	}
+	for _, kv := range pipeline.AppendFields(buf[:0], &v, &pf) {
 		h.Set(kv[0], kv[1])
 	}
 }
 
-// verdict is r in the units of the answer's fields (internal/pipeline, the
-// one source of the fields every front end writes): durations in µs, each
-// rounded up so that nothing is early.
-func verdict(r rl.Result) pipeline.Verdict {
-	return pipeline.Verdict{Allowed: r.Allowed, Never: r.Never, Name: r.Name, Limit: r.Limit, Remaining: r.Remaining,
-		Window: ceilMicros(r.Window), ResetAfter: ceilMicros(r.ResetAfter), RetryAfter: ceilMicros(r.RetryAfter)}
+// SetHeaders writes the rate-limit header fields describing r's deciding
+// limit alone (on a denial, the limit that denied), as SetFields does with
+// no other limit's result:
+//
+//	RateLimit-Policy: "minute";q=100;w=60
+//	RateLimit: "minute";r=42;t=17
+//	X-RateLimit-Limit: 100
+//	X-RateLimit-Remaining: 42
+//	X-RateLimit-Reset: 17
+//
+// and Retry-After on a denial a retry can pass. Prefer SetFields, which
+// lists every limit of a policy.
+func SetHeaders(h http.Header, r rl.Result) { SetFields(h, "", r, nil, Fields{}) }
+
+// verdict is a decision in the units of the answer's fields
+// (internal/pipeline, the one source of the fields every front end
+// writes): durations in µs, each rounded up so that nothing is early.
+func verdict(res rl.Result, each []rl.LimitResult) pipeline.Verdict {
+	each = trimResults(each)
+	if res.Index >= len(each) {
+		return pipeline.Verdict{Allowed: res.Allowed, Limits: []pipeline.LimitState{limitState(&res.LimitResult)}}
+	}
+	v := pipeline.Verdict{Allowed: res.Allowed, Deciding: res.Index, Limits: make([]pipeline.LimitState, len(each))}
+	for i := range each {
+		v.Limits[i] = limitState(&each[i])
+	}
+	return v
+}
+
+// trimResults drops the results no limit wrote: a slice longer than the
+// policy (rl.MaxLimits long, for a policy not known ahead) ends in zero
+// results, and a limit's result always has a name.
+func trimResults(each []rl.LimitResult) []rl.LimitResult {
+	for len(each) > 0 && each[len(each)-1].Name == "" {
+		each = each[:len(each)-1]
+	}
+	return each
+}
+
+func limitState(r *rl.LimitResult) pipeline.LimitState {
+	return pipeline.LimitState{Name: r.Name, Allowed: r.Allowed, Never: r.Never, Limit: r.Limit, Remaining: r.Remaining,
+		Window: ceilMicros(r.Window), ResetAfter: ceilMicros(r.ResetAfter), RetryAfter: ceilMicros(r.RetryAfter),
+		NextAfter: ceilMicros(r.NextAfter)}
 }
 
 // ceilMicros rounds d up to whole µs.

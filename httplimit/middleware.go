@@ -1,7 +1,8 @@
 // Package httplimit is net/http middleware over an rl.Limiter: it keys each
 // request (client IP, a header, an API key, a query parameter or a function
 // of yours), decides it, writes the rate-limit header fields on every
-// response and answers 429 with Retry-After on denial.
+// response (every limit of the policy, SetFields) and answers 429 with
+// Retry-After on denial.
 //
 // When the store fails, each middleware either fails open (serves the
 // request) or closed (503), and reports the error to a hook. Only an
@@ -30,11 +31,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/outage"
+	"github.com/rlcore/rl/internal/pipeline"
 )
 
 // Limiter decides requests. *rl.Limiter is one; wrap one to add to every
@@ -90,13 +93,15 @@ type Config struct {
 	OnDecision func(r *http.Request, d Decision)
 	// Denied writes the response to a denied request, after the headers
 	// are set and the status is decided; nil writes 429 with the body
-	// "Rate limit exceeded".
+	// "Rate limit exceeded", or problem details (WriteDeniedFor, as
+	// Problems chooses).
 	Denied http.Handler
 	// Refused writes the response to a request refused for an error: an
 	// outcome of OutcomeMissingKey, OutcomeInvalidKey, OutcomeInvalidCost
 	// (400), OutcomeFailClosed, OutcomeOverloaded (503) or OutcomeError
 	// (500), with the status Outcome.Status gives. 503s already carry
-	// "Retry-After: 1". Nil means WriteRefused.
+	// "Retry-After: 1". Nil means WriteRefusedFor (plain text, or problem
+	// details for a 503 as Problems chooses).
 	Refused func(w http.ResponseWriter, r *http.Request, d Decision)
 	// AllowMissingKey serves requests whose key function fails, unlimited
 	// (OutcomeUnkeyed), instead of answering 400 (OutcomeMissingKey).
@@ -105,7 +110,35 @@ type Config struct {
 	// waits out its Delay (or until the request is canceled) before it is
 	// served.
 	Wait bool
+	// Fields chooses what the rate-limit header fields say beyond every
+	// limit's state (SetFields): only the closest limit, the quota unit,
+	// a partition key.
+	Fields Fields
+	// Problems chooses the body of a 429 (without Denied) and of a 503
+	// (without Refused): RFC 9457 problem details when the request
+	// accepts JSON (ProblemsAuto, the default), always (ProblemsJSON) or
+	// never (ProblemsText: plain text).
+	Problems Problems
 }
+
+// Problems chooses between plain text and RFC 9457 problem details
+// (application/problem+json, the problem types of
+// draft-ietf-httpapi-ratelimit-headers) for the bodies of 429 and 503
+// answers; see WriteDeniedFor and WriteRefusedFor.
+type Problems uint8
+
+// The choices.
+const (
+	// ProblemsAuto: problem details when the request's Accept field
+	// prefers JSON to plain text (application/json,
+	// application/problem+json or application/*, not */* alone), else
+	// plain text.
+	ProblemsAuto Problems = Problems(pipeline.ProblemAuto)
+	// ProblemsJSON: problem details always.
+	ProblemsJSON Problems = Problems(pipeline.ProblemJSON)
+	// ProblemsText: plain text always.
+	ProblemsText Problems = Problems(pipeline.ProblemText)
+)
 
 // Outcome is what a middleware did with a request.
 type Outcome uint8
@@ -243,6 +276,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c.Policy != nil {
 		req.Policy = c.Policy(r)
 	}
+	req.Each = h.results(req.Policy)
 	if c.Cost != nil {
 		if req.Cost, err = c.Cost(r); err != nil {
 			d := Decision{Outcome: OutcomeInvalidCost, Key: key, Err: err}
@@ -271,23 +305,39 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.report(r, &d, start)
 	switch d.Outcome {
 	case OutcomeAllowed:
-		SetHeaders(w.Header(), res)
+		SetFields(w.Header(), key, res, req.Each, c.Fields)
 		if c.Wait && res.Delay > 0 && !wait(r.Context(), res.Delay) {
 			return // the client went away
 		}
 		h.next.ServeHTTP(w, r)
 	case OutcomeDenied:
-		SetHeaders(w.Header(), res)
+		SetFields(w.Header(), key, res, req.Each, c.Fields)
 		if c.Denied != nil {
 			c.Denied.ServeHTTP(w, r)
 			return
 		}
-		WriteDenied(w, res)
+		WriteDeniedFor(w, r, res, req.Each, c.Problems)
 	case OutcomeFailOpen:
 		h.next.ServeHTTP(w, r)
 	default:
 		h.refuse(w, r, d)
 	}
+}
+
+// results returns the slice a decision under p (nil: the limiter's
+// policy) writes every limit's result to (rl.Request.Each), for the
+// RateLimit fields: as long as the policy when it is known, else
+// rl.MaxLimits long (SetFields drops the results no limit wrote).
+func (h *handler) results(p *rl.Policy) []rl.LimitResult {
+	if p == nil {
+		if l, ok := h.cfg.Limiter.(*rl.Limiter); ok {
+			p = l.Policy()
+		}
+	}
+	if p != nil {
+		return make([]rl.LimitResult, p.Len())
+	}
+	return make([]rl.LimitResult, rl.MaxLimits)
 }
 
 // failure is the answer to a failed decision, begun at begun, by the one
@@ -338,7 +388,50 @@ func (h *handler) refuse(w http.ResponseWriter, r *http.Request, d Decision) {
 		h.cfg.Refused(w, r, d)
 		return
 	}
-	WriteRefused(w, d)
+	WriteRefusedFor(w, r, d, h.cfg.Problems)
+}
+
+// WriteRefusedFor answers r, refused for an error, as WriteRefused does,
+// except that a 503 (OutcomeFailClosed, OutcomeOverloaded) is RFC 9457
+// problem details when p says so for r: the temporary-reduced-capacity
+// type, WriteRefused's words as its detail.
+func WriteRefusedFor(w http.ResponseWriter, r *http.Request, d Decision, p Problems) {
+	if d.Outcome.Status() != http.StatusServiceUnavailable || !pipeline.ProblemMode(p).Wants(r.Header.Values("Accept")) {
+		WriteRefused(w, d)
+		return
+	}
+	msg := "Rate limiter unavailable"
+	if d.Outcome == OutcomeOverloaded {
+		msg = "Rate limiter overloaded; retry later"
+	}
+	pr := pipeline.ReducedCapacity(msg)
+	writeProblem(w, &pr)
+}
+
+// WriteDeniedFor answers r, denied, as WriteDenied does, or with RFC 9457
+// problem details when p says so for r: the quota-exceeded type, its
+// violated-policies the limits that denied (each holds every limit's
+// result, as SetFields takes it; res alone when it is shorter). Call
+// SetFields first.
+func WriteDeniedFor(w http.ResponseWriter, r *http.Request, res rl.Result, each []rl.LimitResult, p Problems) {
+	if !pipeline.ProblemMode(p).Wants(r.Header.Values("Accept")) {
+		WriteDenied(w, res)
+		return
+	}
+	v := verdict(res, each)
+	pr := pipeline.QuotaExceeded(&v)
+	writeProblem(w, &pr)
+}
+
+// writeProblem writes pr's status and body.
+func writeProblem(w http.ResponseWriter, pr *pipeline.Problem) {
+	b := pr.JSON()
+	h := w.Header()
+	h.Set("Content-Type", pipeline.ProblemContentType)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(pr.Status)
+	w.Write(b)
 }
 
 // WriteRefused answers a request refused for an error with the status
@@ -385,7 +478,7 @@ func KeyReason(err error) string {
 
 // WriteDenied answers a denied request: status 429 and the plain-text body
 // "Rate limit exceeded" (saying so when the cost can never fit). Call
-// SetHeaders first.
+// SetFields first.
 func WriteDenied(w http.ResponseWriter, res rl.Result) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")

@@ -277,7 +277,7 @@ func TestHeadersSaturate(t *testing.T) {
 	} {
 		h := http.Header{}
 		httplimit.SetHeaders(h, rl.Result{LimitResult: rl.LimitResult{Name: "y", Limit: 1000, Window: 365 * 24 * time.Hour,
-			ResetAfter: c.d, RetryAfter: c.d}})
+			ResetAfter: c.d, RetryAfter: c.d, NextAfter: c.d}})
 		require.Equal(t, c.want, h.Get("Retry-After"), c.d)
 		require.Equal(t, c.want, h.Get("X-RateLimit-Reset"), c.d)
 		require.Equal(t, `"y";r=0;t=`+c.want, h.Get("RateLimit"), c.d)

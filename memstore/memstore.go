@@ -671,7 +671,7 @@ func (s *Store) decide(sh *shard, h uint64, req *store.Request, each []core.Deci
 			// the core just wrote stalls on store-to-load forwarding.
 			o := &e.ext.out[i]
 			d.Allowed, d.Limit, d.Remaining = o.Allowed, o.Limit, o.Remaining
-			d.ResetAfter, d.RetryAfter, d.Delay = o.ResetAfter, o.RetryAfter, o.Delay
+			d.ResetAfter, d.RetryAfter, d.Delay, d.NextAfter = o.ResetAfter, o.RetryAfter, o.Delay, o.NextAfter
 			if n := p.Len(); len(each) >= n {
 				copy(each, e.ext.out[:n])
 			}

@@ -449,8 +449,10 @@ func (b *Batched) execSQL(ctx context.Context, conn *pgxpool.Conn, all []*call) 
 		if !ord.Valid || int(ord.Int32) >= len(c.out) || ord.Int32 < 0 {
 			return fmt.Errorf("pgstore: rl_decide_batch returned limit %v of %d", ord, len(c.out))
 		}
-		c.out[ord.Int32] = core.Decision{Allowed: allowed.Bool, Limit: lim.Int64, Remaining: remaining.Int64,
+		d := core.Decision{Allowed: allowed.Bool, Limit: lim.Int64, Remaining: remaining.Int64,
 			ResetAfter: resetAfter.Int64, RetryAfter: retry.Int64, Delay: delay.Int64}
+		d.NextAfter = core.DeriveNextAfter(c.limits[ord.Int32], d) // the PL/pgSQL port does not report it
+		c.out[ord.Int32] = d
 		if deciding.Bool {
 			c.index = int(ord.Int32)
 		}

@@ -15,7 +15,11 @@
 //     and the new states are written back: two round trips.
 //
 // Both produce identical decisions and rows (the conformance vectors and the
-// differential tests hold the SQL port equal to the core).
+// differential tests hold the SQL port equal to the core), except
+// core.Decision.NextAfter, which the PL/pgSQL port does not compute: the SQL
+// path derives it from the other fields (core.DeriveNextAfter), exact for
+// the fixed window, to the µs for the buckets and GCRA, and a bound that is
+// never early for the sliding algorithms.
 //
 // Batched (NewBatched) is the same store with concurrent decisions
 // coalesced: while its statements run, arrivals queue, and the next

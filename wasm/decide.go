@@ -202,6 +202,7 @@ func getDecision(w []byte, d *core.Decision) {
 		ResetAfter: int64(le.Uint64(h[oResetAfter:])),
 		RetryAfter: int64(le.Uint64(h[oRetryAfter:])),
 		Delay:      int64(le.Uint64(h[oDelay:])),
+		NextAfter:  int64(le.Uint64(h[oNextAfter:])),
 	}
 }
 

@@ -63,6 +63,7 @@ const (
 	oResetAfter     = 8 * abi.WResetAfter
 	oRetryAfter     = 8 * abi.WRetryAfter
 	oDelay          = 8 * abi.WDelay
+	oNextAfter      = 8 * abi.WNextAfter
 	oLog            = 8 * abi.WLog
 
 	statusTooManyLimits = abi.StatusTooManyLimits

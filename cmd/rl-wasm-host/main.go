@@ -51,6 +51,14 @@ func run(args []string) int {
 	rlsMetadata := fs.Bool("rls-response-metadata", false, "the rate limit service sets each response's dynamic_metadata (the domain, the descriptors, and the configured metadata of those that passed), as envoyproxy/ratelimit with RESPONSE_DYNAMIC_METADATA=true")
 	rlsCheck := fs.String("rls-check-config", "", "check a rate limit service configuration (a file or a directory, as -rls-config) and exit: 0 valid and portable to envoyproxy/ratelimit, 1 valid but using rl's extensions (listed), 2 invalid (every mistake listed)")
 	hashToken := fs.Bool("hash-token", false, "read an API token on stdin, print the sha256 to put in api_tokens, and exit")
+	checkCfg := fs.String("check-config", "", "check a configuration file and print it in canonical form (every default written out), then exit: 0 valid, 2 invalid (every mistake listed)")
+	explain := fs.String("explain", "", "explain how the proxy would answer a request under -config, deciding nothing, and exit: 'METHOD URL' (e.g. 'GET https://api.example.com/v1/search'); see -H and -peer")
+	var explainHeader []string
+	fs.Func("H", "with -explain: a request header field 'Name: value' (repeatable)", func(v string) error {
+		explainHeader = append(explainHeader, v)
+		return nil
+	})
+	explainPeer := fs.String("peer", "127.0.0.1", "with -explain: the client's address, as key_by: ip reads it")
 	fs.StringVar(&rc.Decider, "decider", "wasm", "decision core: wasm (the embedded WebAssembly module hosted by wazero) or native")
 	fs.IntVar(&rc.WasmInstances, "wasm-instances", 0, "most WebAssembly instances (0: 2 × GOMAXPROCS)")
 	fs.StringVar(&rc.Store, "store", "memory", "state store: memory or postgres")
@@ -109,6 +117,20 @@ func run(args []string) int {
 	}
 	if *rlsCheck != "" {
 		return checkRLSConfig(*rlsCheck, os.Stdout, os.Stderr)
+	}
+	if *checkCfg != "" {
+		return checkConfig(*checkCfg, os.Stdout, os.Stderr)
+	}
+	if *explain != "" {
+		if rc.ConfigPath == "" {
+			fmt.Fprintln(os.Stderr, "rl-wasm-host: -explain needs -config (the rules to explain the request under)")
+			return 2
+		}
+		return explainRequest(rc.ConfigPath, *explain, explainHeader, *explainPeer, os.Stdout, os.Stderr)
+	}
+	if len(explainHeader) > 0 {
+		fmt.Fprintln(os.Stderr, "rl-wasm-host: -H is for -explain")
+		return 2
 	}
 	if rc.ConfigPath == "" {
 		fmt.Fprintln(os.Stderr, "rl-wasm-host: -config is required (try -config cmd/rl-wasm-host/sample.yaml)")

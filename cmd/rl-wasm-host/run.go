@@ -180,6 +180,14 @@ func Run(ctx context.Context, rc RunConfig, reload <-chan os.Signal) error {
 	svcRef.Lock()
 	svcRef.s = svc
 	svcRef.Unlock()
+	if pool, ok := decider.(*wasm.Pool); ok {
+		if err := svc.MonitorPool(func() service.PoolStats {
+			st := pool.Stats()
+			return service.PoolStats{Instances: st.Instances, Idle: st.Idle, Started: st.Started, Discarded: st.Discarded}
+		}); err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+	}
 	// The API listener was checked against the configuration at start; a
 	// reload must not make it unsafe (removing api_tokens from a
 	// decision API other hosts reach).

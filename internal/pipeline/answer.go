@@ -1,24 +1,116 @@
 package pipeline
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/rlcore/rl/core"
 )
 
-// Verdict is what a decision says about a request, in the units of the
-// answer's fields: the deciding limit (on a denial the one that denied).
-type Verdict struct {
+// LimitState is one limit of a decided policy, in the units of the
+// answer's fields.
+type LimitState struct {
+	Name string
+	// Allowed: this limit admitted the cost (when the request was denied
+	// by another, it was not charged).
 	Allowed bool
 	// Never: denied, and no retry passes (the cost exceeds the limit).
-	Never     bool
-	Name      string
-	Limit     int64
-	Remaining int64
-	// Window, ResetAfter and RetryAfter are in µs; RetryAfter is 0 when
-	// allowed.
-	Window, ResetAfter, RetryAfter int64
+	Never            bool
+	Limit, Remaining int64
+	// Window, ResetAfter, RetryAfter and NextAfter are in µs; RetryAfter
+	// is 0 when allowed, NextAfter 0 when nothing is missing
+	// (core.Decision.NextAfter).
+	Window, ResetAfter, RetryAfter, NextAfter int64
 }
+
+// Verdict is what a decision says about a request: every limit of its
+// policy and which one decided.
+type Verdict struct {
+	Allowed bool
+	// Limits are every limit of the policy, in the policy's order.
+	Limits []LimitState
+	// Deciding indexes Limits: when denied, the denying limit with the
+	// latest retry; when allowed, the one with the fewest remaining, the
+	// closest to exhaustion (core.TakeAll's index).
+	Deciding int
+}
+
+// FromCore is the verdict of core's decisions ds of the limits ls, named
+// names, deciding the index core.TakeAll returned: a front end deciding
+// with core itself (the filter) reads its answer through it.
+func FromCore(names []string, ls []core.Limit, ds []core.Decision, deciding int) Verdict {
+	v := Verdict{Allowed: ds[deciding].Allowed, Deciding: deciding, Limits: make([]LimitState, len(ds))}
+	for i := range ds {
+		d := &ds[i]
+		v.Limits[i] = LimitState{Name: names[i], Allowed: d.Allowed, Never: d.RetryAfter == core.Never,
+			Limit: d.Limit, Remaining: d.Remaining, Window: ls[i].Window, ResetAfter: d.ResetAfter,
+			RetryAfter: max(0, d.RetryAfter), NextAfter: d.NextAfter}
+	}
+	return v
+}
+
+// Decider returns the deciding limit.
+func (v *Verdict) Decider() *LimitState { return &v.Limits[v.Deciding] }
+
+// Violated returns the names of the limits that denied, the deciding one
+// first, then the others in the policy's order: the problem details'
+// "violated-policies".
+func (v *Verdict) Violated() []string {
+	var out []string
+	for _, i := range v.order() {
+		if !v.Limits[i].Allowed {
+			out = append(out, v.Limits[i].Name)
+		}
+	}
+	return out
+}
+
+// order is the order of the RateLimit field's items: the policy's when
+// allowed; when denied, the deciding limit, then the other denying limits,
+// then the rest, each in the policy's order.
+func (v *Verdict) order() []int {
+	out := make([]int, 0, len(v.Limits))
+	if v.Allowed {
+		for i := range v.Limits {
+			out = append(out, i)
+		}
+		return out
+	}
+	out = append(out, v.Deciding)
+	for _, denying := range []bool{true, false} {
+		for i := range v.Limits {
+			if i != v.Deciding && v.Limits[i].Allowed != denying {
+				out = append(out, i)
+			}
+		}
+	}
+	return out
+}
+
+// Fields are a rule's choices of what the RateLimit fields say beyond the
+// limits: the zero value lists every limit, in requests, without a
+// partition key.
+type Fields struct {
+	// Closest lists only the deciding limit in the RateLimit field, the
+	// one closest to exhaustion (on a denial, the one that denied), as
+	// the draft allows; RateLimit-Policy still lists every limit, as it
+	// should stay the same from response to response.
+	Closest bool
+	// QuotaUnit is the "qu" parameter of every policy: "" for requests,
+	// the draft's default, left out, or another unit of QuotaUnits
+	// ("content-bytes") when a rule's cost counts something else.
+	QuotaUnit string
+	// PartitionKey is the "pk" parameter's bytes (PartitionKey), nil for
+	// none.
+	PartitionKey []byte
+}
+
+// MaxFields is the most fields AppendFields appends.
+const MaxFields = 6
 
 // The names of the answer's fields, as AppendFields writes them.
 const (
@@ -31,33 +123,82 @@ const (
 )
 
 // AppendFields appends the rate-limit header fields of a decided request
-// to dst:
+// to dst, as draft-ietf-httpapi-ratelimit-headers-11 defines the first two
+// (Structured Fields lists, RFC 9651), for a burst and a daily limit with
+// Fields{QuotaUnit: "content-bytes", PartitionKey: ...}:
 //
-//	RateLimit-Policy: "minute";q=100;w=60          (draft-ietf-httpapi-ratelimit-headers-11)
-//	RateLimit: "minute";r=42;t=17
-//	X-RateLimit-Limit: 100
-//	X-RateLimit-Remaining: 42
-//	X-RateLimit-Reset: 17                          (seconds from now, not an epoch)
-//	Retry-After: 17                                (a denial a retry can pass)
+//	RateLimit-Policy: "burst";q=10;qu="content-bytes";w=1;pk=:3q2+7w==:, "daily";q=1000;qu="content-bytes";w=86400;pk=:3q2+7w==:
+//	RateLimit: "burst";r=9;t=1;pk=:3q2+7w==:, "daily";r=999;t=86399;pk=:3q2+7w==:
+//	X-RateLimit-Limit: 10                          (the deciding limit's, as before the draft)
+//	X-RateLimit-Remaining: 9
+//	X-RateLimit-Reset: 1                           (seconds until it is whole again, not an epoch)
+//	Retry-After: 1                                 (a denial a retry can pass)
 //
-// Durations are whole seconds rounded up, so Retry-After is never earlier
-// than the moment a retry passes; w and Retry-After are at least 1. Spans
-// beyond the largest time.Duration (about 292 years) give its whole
+// RateLimit-Policy lists every limit in the policy's order: q the quota
+// (capacity, burst), w the window in seconds. RateLimit lists every limit
+// too (only the deciding one with Fields.Closest), the deciding limit
+// first on a denial, then the other denying ones: r the remaining quota, t
+// the seconds until more quota is made available (NextAfter; left out when
+// nothing is missing, as nothing will be). The X-RateLimit-* fields and
+// Retry-After describe the deciding limit, as they always have.
+//
+// Durations are whole seconds rounded up, so neither t nor Retry-After is
+// ever earlier than the moment it names; w and Retry-After are at least 1.
+// Spans beyond the largest time.Duration (about 292 years) give its whole
 // seconds, 9223372037, never a wrapped or negative value.
-func AppendFields(dst [][2]string, v Verdict) [][2]string {
-	name := sfString(v.Name)
-	q := strconv.FormatInt(v.Limit, 10)
-	rem := strconv.FormatInt(v.Remaining, 10)
-	reset := strconv.FormatInt(CeilSeconds(v.ResetAfter), 10)
+func AppendFields(dst [][2]string, v *Verdict, f *Fields) [][2]string {
+	var pk string
+	if f.PartitionKey != nil {
+		pk = ";pk=" + sfBytes(f.PartitionKey)
+	}
+	var qu string
+	if f.QuotaUnit != "" && f.QuotaUnit != "requests" {
+		qu = ";qu=" + sfString(f.QuotaUnit)
+	}
+	var policy, current strings.Builder
+	for i := range v.Limits {
+		l := &v.Limits[i]
+		if i > 0 {
+			policy.WriteString(", ")
+		}
+		policy.WriteString(sfString(l.Name))
+		policy.WriteString(";q=")
+		policy.WriteString(strconv.FormatInt(l.Limit, 10))
+		policy.WriteString(qu)
+		policy.WriteString(";w=")
+		policy.WriteString(strconv.FormatInt(max(1, CeilSeconds(l.Window)), 10))
+		policy.WriteString(pk)
+	}
+	order := v.order()
+	if f.Closest {
+		order = order[:0]
+		order = append(order, v.Deciding)
+	}
+	for n, i := range order {
+		l := &v.Limits[i]
+		if n > 0 {
+			current.WriteString(", ")
+		}
+		current.WriteString(sfString(l.Name))
+		current.WriteString(";r=")
+		current.WriteString(strconv.FormatInt(l.Remaining, 10))
+		if l.NextAfter > 0 {
+			current.WriteString(";t=")
+			current.WriteString(strconv.FormatInt(CeilSeconds(l.NextAfter), 10))
+		}
+		current.WriteString(pk)
+	}
+	d := v.Decider()
+	rem := strconv.FormatInt(d.Remaining, 10)
 	dst = append(dst,
-		[2]string{FieldPolicy, name + ";q=" + q + ";w=" + strconv.FormatInt(max(1, CeilSeconds(v.Window)), 10)},
-		[2]string{FieldRateLimit, name + ";r=" + rem + ";t=" + reset},
-		[2]string{FieldLimit, q},
+		[2]string{FieldPolicy, policy.String()},
+		[2]string{FieldRateLimit, current.String()},
+		[2]string{FieldLimit, strconv.FormatInt(d.Limit, 10)},
 		[2]string{FieldRemaining, rem},
-		[2]string{FieldReset, reset},
+		[2]string{FieldReset, strconv.FormatInt(CeilSeconds(d.ResetAfter), 10)},
 	)
-	if !v.Allowed && !v.Never {
-		dst = append(dst, [2]string{FieldRetryAfter, strconv.FormatInt(max(1, CeilSeconds(v.RetryAfter)), 10)})
+	if !v.Allowed && !d.Never {
+		dst = append(dst, [2]string{FieldRetryAfter, strconv.FormatInt(max(1, CeilSeconds(d.RetryAfter)), 10)})
 	}
 	return dst
 }
@@ -75,6 +216,28 @@ func DeniedBody(never bool) string {
 		return "Rate limit exceeded: the request's cost exceeds the limit\n"
 	}
 	return "Rate limit exceeded\n"
+}
+
+// PartitionKeyBytes is the length of a partition key: 128 bits.
+const PartitionKeyBytes = 16
+
+// MinPartitionKeySecret is the shortest secret PartitionKey is keyed with:
+// 128 bits.
+const MinPartitionKeySecret = 16
+
+// PartitionKey is the "pk" parameter of a request's RateLimit fields: the
+// first 16 bytes of HMAC-SHA256(secret, rule + NUL + key), key as the rule
+// keys the request (before the rule's name is added; an API key is
+// already its digest). Quota is kept per rule and key, and so is this: a
+// client sees one pk per quota it draws on and can tell its quotas apart,
+// while without the secret nobody can compute or reverse it, not even from
+// a guessable key such as an IP address.
+func PartitionKey(secret []byte, rule, key string) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(rule))
+	m.Write([]byte{0})
+	m.Write([]byte(key))
+	return m.Sum(nil)[:PartitionKeyBytes]
 }
 
 // sfString encodes s as a Structured Field String (RFC 9651): quoted, with
@@ -97,4 +260,10 @@ func sfString(s string) string {
 	}
 	b.WriteByte('"')
 	return b.String()
+}
+
+// sfBytes encodes b as a Structured Field Byte Sequence (RFC 9651):
+// base64 with padding between colons.
+func sfBytes(b []byte) string {
+	return ":" + base64.StdEncoding.EncodeToString(b) + ":"
 }

@@ -11,7 +11,8 @@
 //     (Key, ruleconfig.KeyBy);
 //   - the cost, with a rule's min_cost (ParseCost);
 //   - the rule a request matches (Matcher, CompareMatchers);
-//   - the answer's fields (AppendFields, DeniedBody).
+//   - the answer's fields (Verdict, AppendFields, PartitionKey, DeniedBody):
+//     the RateLimit fields listing every limit of the policy.
 //
 // It imports only the standard library, core and ruleconfig (never
 // net/http), so that the filter, built for wasip1, uses it too. Each front

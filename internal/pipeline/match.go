@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"cmp"
+	"slices"
 	"strings"
 )
 
@@ -108,4 +109,42 @@ func specificity(host string) int {
 		return 1
 	}
 	return 2
+}
+
+// Explain reports whether t is the rule's, as Matches does, and why: one
+// sentence for each of the path, the host and the method, the first that
+// fails last. It is for people (rl-wasm-host's explain); Matches decides.
+func (m *Matcher) Explain(t *Target) (ok bool, why []string) {
+	switch {
+	case !pathMatches(m.Endpoint, t.Path):
+		return false, []string{"path " + quote(t.Path) + " is not endpoint " + quote(m.Endpoint) + " nor below it"}
+	case t.Path == m.Endpoint:
+		why = append(why, "path "+quote(t.Path)+" is endpoint "+quote(m.Endpoint))
+	default:
+		why = append(why, "path "+quote(t.Path)+" is below endpoint "+quote(m.Endpoint))
+	}
+	switch h := m.Host; {
+	case h == "":
+		why = append(why, "the rule matches every host")
+	case strings.HasPrefix(h, "*."):
+		if !strings.HasSuffix(t.Host, h[1:]) {
+			return false, append(why, "host "+quote(t.Host)+" is not a subdomain of "+quote(h[2:]))
+		}
+		why = append(why, "host "+quote(t.Host)+" is a subdomain of "+quote(h[2:]))
+	case t.Host != h:
+		return false, append(why, "host "+quote(t.Host)+" is not "+quote(h))
+	default:
+		why = append(why, "host "+quote(t.Host)+" is the rule's")
+	}
+	switch {
+	case len(m.Methods) == 0:
+		why = append(why, "the rule matches every method")
+	case !MatchMethod(m.Methods, t.Method):
+		return false, append(why, "method "+quote(t.Method)+" is not one of "+strings.Join(m.Methods, ", "))
+	case upperASCII(t.Method) == "HEAD" && !slices.Contains(m.Methods, "HEAD"):
+		why = append(why, "method HEAD is limited as GET, one of "+strings.Join(m.Methods, ", "))
+	default:
+		why = append(why, "method "+quote(upperASCII(t.Method))+" is one of "+strings.Join(m.Methods, ", "))
+	}
+	return true, why
 }

@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"errors"
-	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -183,21 +182,6 @@ func TestIPKey(t *testing.T) {
 	require.False(t, ok)
 }
 
-func TestAppendFields(t *testing.T) {
-	got := AppendFields(nil, Verdict{Name: `q"uo\te` + "\x01", Limit: 100, Remaining: 0, Window: 60_000_000, ResetAfter: 16_000_001, RetryAfter: 1})
-	require.Equal(t, [][2]string{
-		{"RateLimit-Policy", `"q\"uo\\te_";q=100;w=60`},
-		{"RateLimit", `"q\"uo\\te_";r=0;t=17`},
-		{"X-RateLimit-Limit", "100"},
-		{"X-RateLimit-Remaining", "0"},
-		{"X-RateLimit-Reset", "17"},
-		{"Retry-After", "1"},
-	}, got)
-	got = AppendFields(nil, Verdict{Never: true, Name: "big", Limit: 3, Remaining: 3, Window: 1, ResetAfter: math.MaxInt64})
-	require.Len(t, got, 5, "no Retry-After when no retry passes")
-	require.Equal(t, "9223372037", got[4][1])
-}
-
 func TestMatcher(t *testing.T) {
 	m, err := NewMatcher("/v1/pay", "*.Example.com", []string{"GET"})
 	require.NoError(t, err)
@@ -216,4 +200,32 @@ func TestMatcher(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, c.want, m.Matches(&tg), "%+v", c)
 	}
+}
+
+// Explain agrees with Matches and says which part decided.
+func TestMatcherExplain(t *testing.T) {
+	m, err := NewMatcher("/v1/pay", "*.Example.com", []string{"GET"})
+	require.NoError(t, err)
+	for _, c := range []struct {
+		method, host, path string
+		last               string
+	}{
+		{"GET", "a.example.com", "/v1/pay", `method "GET" is one of GET`},
+		{"HEAD", "a.example.com", "/v1/pay/x", `method HEAD is limited as GET, one of GET`},
+		{"get", "a.example.com", "/V1/PAY", `method "GET" is one of GET`},
+		{"GET", "example.com", "/v1/pay", `host "example.com" is not a subdomain of "example.com"`},
+		{"GET", "a.example.com", "/v1/payments", `path "/v1/payments" is not endpoint "/v1/pay" nor below it`},
+		{"POST", "a.example.com", "/v1/pay", `method "POST" is not one of GET`},
+	} {
+		tg, _, err := Prepare(&Request{Method: c.method, Host: c.host, Path: c.path})
+		require.NoError(t, err)
+		ok, why := m.Explain(&tg)
+		require.Equal(t, m.Matches(&tg), ok, "%+v", c)
+		require.Equal(t, c.last, why[len(why)-1], "%+v", c)
+	}
+	any, err := NewMatcher("/", "", nil)
+	require.NoError(t, err)
+	ok, why := any.Explain(&Target{Method: "PUT", Host: "x", Path: "/a"})
+	require.True(t, ok)
+	require.Equal(t, []string{`path "/a" is below endpoint "/"`, "the rule matches every host", "the rule matches every method"}, why)
 }

@@ -94,6 +94,10 @@ func (m *metrics) register(r func(...prometheus.Collector) error) error {
 			return err
 		}
 	}
+	// Exported, at 0, before the first reload.
+	for _, r := range []string{"success", "failure"} {
+		m.reloads.WithLabelValues(r)
+	}
 	return nil
 }
 

@@ -1,12 +1,14 @@
 package rls
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -523,6 +525,10 @@ func (s *Server) respond(items []item, denied, overloaded bool) *rlsv3.RateLimit
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	deciding := -1
+	var (
+		listed     []rl.LimitResult // the RateLimit fields' limits
+		listedItem []int            // the item of each
+	)
 	// Quotas deny together: the one that readmits first speaks for them.
 	// A quota without room in a request that passes denies nothing.
 	quotaRep := -1
@@ -576,6 +582,19 @@ func (s *Server) respond(items []item, denied, overloaded bool) *rlsv3.RateLimit
 		if l.Shadow || it.same >= 0 || l.Quota && src.out == outDenied && i != quotaRep {
 			continue
 		}
+		// One item of the RateLimit fields per enforced descriptor, named
+		// by its limit's name or its descriptor (configuration, never a
+		// request's values).
+		lr := src.res.LimitResult
+		lr.Name = cmp.Or(l.Name, it.n.path)
+		if rem != src.res.Remaining {
+			// Checked, not charged: r is what it has; when more comes
+			// back is not known (the check decided a state with the
+			// cost taken), so t is left out.
+			lr.Remaining, lr.NextAfter = rem, 0
+		}
+		listed = append(listed, lr)
+		listedItem = append(listedItem, i)
 		// The header fields describe the deciding descriptor: when denied,
 		// the denying one with the latest retry; else the one with the
 		// fewest remaining.
@@ -592,21 +611,26 @@ func (s *Server) respond(items []item, denied, overloaded bool) *rlsv3.RateLimit
 	case overloaded:
 		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{{Key: "retry-after", Value: "1"}}
 	case deciding >= 0:
-		resp.ResponseHeadersToAdd = headerValues(items[deciding].res)
+		res := items[deciding].res
+		res.Index = slices.Index(listedItem, deciding)
+		res.LimitResult = listed[res.Index]
+		resp.ResponseHeadersToAdd = headerValues(res, listed)
 	}
 	return resp
 }
 
-// headerNames are the fields httplimit.SetHeaders writes, in the order
+// headerNames are the fields httplimit.SetFields writes, in the order
 // they are sent.
 var headerNames = []string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"}
 
 // headerValues are the draft-11 RateLimit and RateLimit-Policy fields, the
 // X-RateLimit-* fields and, on a denial a retry can pass, Retry-After, as
-// httplimit.SetHeaders writes them for the HTTP service.
-func headerValues(r rl.Result) []*corev3.HeaderValue {
+// httplimit.SetFields writes them for the HTTP service: every enforced
+// descriptor's limit (each) listed, the deciding one (r) first on a
+// denial and in the X-RateLimit-* fields.
+func headerValues(r rl.Result, each []rl.LimitResult) []*corev3.HeaderValue {
 	h := make(http.Header, len(headerNames))
-	httplimit.SetHeaders(h, r)
+	httplimit.SetFields(h, "", r, each, httplimit.Fields{})
 	out := make([]*corev3.HeaderValue, 0, len(headerNames))
 	for _, k := range headerNames {
 		if v := h.Get(k); v != "" {

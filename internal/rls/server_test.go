@@ -85,9 +85,12 @@ func TestHeaders(t *testing.T) {
 	r := e.call(t, "d", d("k", "a"), d("j", "b"))
 	e.call(t, "d", d("j", "b"))
 	r = e.call(t, "d", d("k", "a"), d("j", "b"))
+	// Every enforced descriptor is one item of both fields, named by its
+	// descriptor in the configuration; X-RateLimit-* is the one with the
+	// fewest remaining.
 	require.Equal(t, map[string]string{
-		"ratelimit-policy":      `"fixed_window_1m";q=10;w=60`,
-		"ratelimit":             `"fixed_window_1m";r=7;t=43`,
+		"ratelimit-policy":      `"k";q=10;w=60, "j";q=10;w=60`,
+		"ratelimit":             `"k";r=8;t=43, "j";r=7;t=43`,
 		"x-ratelimit-limit":     "10",
 		"x-ratelimit-remaining": "7",
 		"x-ratelimit-reset":     "43",
@@ -98,7 +101,11 @@ func TestHeaders(t *testing.T) {
 	r = e.call(t, "d", d("k", "a"), d("j", "b"))
 	require.Equal(t, OVER, r.OverallCode)
 	require.Equal(t, "43", hdr(r)["retry-after"])
-	require.Equal(t, `"fixed_window_1m";r=0;t=43`, hdr(r)["ratelimit"])
+	// The denying one first; k, checked and not charged, says what it has
+	// and not when more comes back (its check decided a state with the
+	// cost taken).
+	require.Equal(t, `"j";r=0;t=43, "k";r=8`, hdr(r)["ratelimit"])
+	require.Equal(t, `"k";q=10;w=60, "j";q=10;w=60`, hdr(r)["ratelimit-policy"])
 	require.Equal(t, []rlsv3.RateLimitResponse_Code{OK, OVER}, []rlsv3.RateLimitResponse_Code{r.Statuses[0].Code, r.Statuses[1].Code})
 	require.Equal(t, uint32(8), r.Statuses[0].LimitRemaining, "k was not charged")
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -350,6 +351,11 @@ type Rule struct {
 	MinCost    Int         `json:"min_cost"`
 	CostHeader String      `json:"cost_header"`
 	FailOpen   Bool        `json:"fail_open"`
+	// The RateLimit fields' options: every limit or the closest one, the
+	// quota unit, a partition key.
+	RateLimitFields String `json:"ratelimit_fields"`
+	QuotaUnit       String `json:"quota_unit"`
+	PartitionKey    Bool   `json:"partition_key"`
 }
 
 // Locator is how messages name the rule at index i: "rules[2]", followed
@@ -404,13 +410,36 @@ type Spec struct {
 	// read from (pipeline.ParseCost); front ends compare it ignoring case.
 	CostHeader string
 	FailOpen   bool
+	// Closest makes the RateLimit field list only the limit closest to
+	// exhaustion ("ratelimit_fields: closest"); by default it lists every
+	// limit ("all").
+	Closest bool
+	// QuotaUnit is the RateLimit-Policy field's "qu": "requests" (the
+	// default) or another of QuotaUnits, when the cost counts something
+	// else.
+	QuotaUnit string
+	// PartitionKey sends the "pk" parameter, a keyed hash of the request's
+	// key (pipeline.PartitionKey): it needs the front end's secret.
+	PartitionKey bool
 }
+
+// RateLimitFieldsChoices are the values of a rule's "ratelimit_fields":
+// every limit in the RateLimit field, or only the closest to exhaustion.
+func RateLimitFieldsChoices() []string { return []string{"all", "closest"} }
+
+// QuotaUnits are the quota units a rule's "quota_unit" may name, from the
+// draft's RateLimit Quota Units registry: "requests" (the default) and
+// "content-bytes" (a cost counting bytes, e.g. from a header the client or
+// a gateway sets to the body's size). The registry's third,
+// "concurrent-requests", is not offered: no algorithm here limits
+// concurrency.
+func QuotaUnits() []string { return []string{"requests", "content-bytes"} }
 
 // Check validates the rule (c.Rule locating it) and returns it validated;
 // ok is false if it has a problem.
 func (r *Rule) Check(c *Checker, o Options) (s Spec, ok bool) {
 	before := len(c.Problems)
-	s = Spec{KeyBy: DefaultKeyBy, Cost: 1, MinCost: 1}
+	s = Spec{KeyBy: DefaultKeyBy, Cost: 1, MinCost: 1, QuotaUnit: "requests"}
 	if !c.Object("", "an object (a rule)", &r.Fields) {
 		return s, false
 	}
@@ -505,6 +534,22 @@ func (r *Rule) Check(c *Checker, o Options) (s Spec, ok bool) {
 	}
 	if v, ok := c.Bool("fail_open", r.FailOpen); ok {
 		s.FailOpen = v
+	}
+	if v, ok := c.String("ratelimit_fields", r.RateLimitFields); ok {
+		if !slices.Contains(RateLimitFieldsChoices(), v) {
+			c.Fail("ratelimit_fields", "%q: want %s (the RateLimit field lists every limit, or only the one closest to exhaustion)",
+				Clip(v, 32), strings.Join(RateLimitFieldsChoices(), " or "))
+		}
+		s.Closest = v == "closest"
+	}
+	if v, ok := c.String("quota_unit", r.QuotaUnit); ok {
+		if !slices.Contains(QuotaUnits(), v) {
+			c.Fail("quota_unit", "%q: want one of %s", Clip(v, 32), strings.Join(QuotaUnits(), ", "))
+		}
+		s.QuotaUnit = v
+	}
+	if v, ok := c.Bool("partition_key", r.PartitionKey); ok {
+		s.PartitionKey = v
 	}
 	return s, len(c.Problems) == before
 }

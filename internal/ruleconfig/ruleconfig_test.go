@@ -68,13 +68,15 @@ func TestDecodeTyped(t *testing.T) {
 	  {"endpoint": "/v1/pay", "strategy": "token_bucket", "key_by": "api_key", "limit": 1000, "window": "10s", "rate": 5, "extra": true},
 	  {"name": "search", "host": "API.example.com", "methods": "get", "cost": 2, "cost_header": "X-Cost", "fail_open": true,
 	   "limits": [{"name": "burst", "algorithm": "gcra", "limit": 10, "window": "1s"}, {"strategy": "fixed", "limit": 1000, "window": "1d"}],
+	   "ratelimit_fields": "closest", "quota_unit": "content-bytes", "partition_key": true,
 	   "nested": {"deep": "x"}}]}`, Options{})
 	require.Empty(t, ps)
 	require.Equal(t, []Spec{{
-		Name: "/v1/pay", Endpoint: "/v1/pay", KeyBy: KeyBy{KeyAPIKey, BearerHeader}, Cost: 1, MinCost: 1,
+		Name: "/v1/pay", Endpoint: "/v1/pay", KeyBy: KeyBy{KeyAPIKey, BearerHeader}, Cost: 1, MinCost: 1, QuotaUnit: "requests",
 		Limits: []NamedLimit{{"default", core.Limit{Algorithm: core.TokenBucket, Limit: 1000, Window: 10_000_000, Rate: 5}}},
 	}, {
 		Name: "search", Endpoint: "/", Host: "api.example.com", Methods: []string{"GET"}, KeyBy: DefaultKeyBy, Cost: 2, MinCost: 1, CostHeader: "X-Cost", FailOpen: true,
+		Closest: true, QuotaUnit: "content-bytes", PartitionKey: true,
 		Limits: []NamedLimit{
 			{"burst", core.Limit{Algorithm: core.GCRA, Limit: 10, Window: 1_000_000}},
 			{"fixed_window_1d", core.Limit{Algorithm: core.FixedWindow, Limit: 1000, Window: 86_400_000_000}},
@@ -99,10 +101,10 @@ func TestUnknownFields(t *testing.T) {
 	  "limits2": [], "x": null}, {"name": "b", "limits": [{"strategy": "fixed", "limit": 1, "window": "1s", "brust": 1}]}]}`, Options{})
 	require.Equal(t, []string{
 		`colour: unknown field (want one of rules, size)`,
-		`rules[0] "a": burst: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, min_cost, cost_header, fail_open, extra, nested)`,
-		`rules[0] "a": Limit: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, min_cost, cost_header, fail_open, extra, nested)`,
-		`rules[0] "a": limits2: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, min_cost, cost_header, fail_open, extra, nested)`,
-		`rules[0] "a": x: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, min_cost, cost_header, fail_open, extra, nested)`,
+		`rules[0] "a": burst: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, min_cost, cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, extra, nested)`,
+		`rules[0] "a": Limit: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, min_cost, cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, extra, nested)`,
+		`rules[0] "a": limits2: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, min_cost, cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, extra, nested)`,
+		`rules[0] "a": x: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, min_cost, cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, extra, nested)`,
 		`rules[0] "a": nested.deeper: unknown field (want one of deep)`,
 		`rules[1] "b": limits[0].brust: unknown field (want one of name, strategy, algorithm, limit, window, rate)`,
 	}, texts(ps))
@@ -113,6 +115,7 @@ func TestUnknownFields(t *testing.T) {
 func TestKindsNameTheField(t *testing.T) {
 	_, ps := parse(t, `{"size": "3", "rules": [{"name": 5, "endpoint": "/a", "strategy": "fixed", "limit": 1.5, "window": 10,
 	  "rate": null, "methods": {"a": 1}, "key_by": ["ip"], "cost": "2", "cost_header": false, "fail_open": "yes", "extra": 1,
+	  "ratelimit_fields": true, "quota_unit": 7, "partition_key": "on",
 	  "nested": {"deep": 1}},
 	  {"name": "b", "limits": {"strategy": "fixed"}}, 7, {"name": "c", "limits": [3, {"name": "x", "strategy": "fixed", "limit": 99999999999999999999, "window": "1s"}]},
 	  {"name": "d", "strategy": "fixed", "limit": 1, "window": "1s", "nested": "deep"}]}`, Options{})
@@ -126,6 +129,9 @@ func TestKindsNameTheField(t *testing.T) {
 		`rules[0] "/a": cost: want an integer, got the string "2"`,
 		`rules[0] "/a": cost_header: want a string, got the boolean false`,
 		`rules[0] "/a": fail_open: want true or false, got the string "yes"`,
+		`rules[0] "/a": ratelimit_fields: want a string, got the boolean true`,
+		`rules[0] "/a": quota_unit: want a string, got the number 7`,
+		`rules[0] "/a": partition_key: want true or false, got the string "on"`,
 		`rules[0] "/a": extra: want true or false, got the number 1`,
 		`rules[0] "/a": nested.deep: want a string, got the number 1`,
 		`rules[1] "b": limits: want a list of limits, got an object`,
@@ -378,4 +384,19 @@ func TestDuplicateKeyOutside(t *testing.T) {
 			t.Errorf("DuplicateKeyOutside(%s, %q) = %q, want found=%v", c.doc, c.skip, got, c.found)
 		}
 	}
+}
+
+// The RateLimit fields' options take the values of one list each, named in
+// the message.
+func TestRateLimitFieldOptions(t *testing.T) {
+	specs, ps := parse(t, `[{"name": "a", "strategy": "fixed", "limit": 1, "window": "1s", "ratelimit_fields": "all", "quota_unit": "requests"}]`, Options{})
+	require.Empty(t, ps)
+	require.False(t, specs[0].Closest)
+	require.Equal(t, "requests", specs[0].QuotaUnit)
+	_, ps = parse(t, `[{"name": "a", "strategy": "fixed", "limit": 1, "window": "1s", "ratelimit_fields": "nearest",
+	  "quota_unit": "concurrent-requests"}]`, Options{})
+	require.Equal(t, []string{
+		`rules[0] "a": ratelimit_fields: "nearest": want all or closest (the RateLimit field lists every limit, or only the one closest to exhaustion)`,
+		`rules[0] "a": quota_unit: "concurrent-requests": want one of requests, content-bytes`,
+	}, texts(ps))
 }

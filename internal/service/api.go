@@ -37,6 +37,10 @@ type DecisionRequest struct {
 	// FailOpen is the store-failure policy of inline limits (a rule has
 	// its own); default false.
 	FailOpen *bool `json:"fail_open,omitempty"`
+	// Explain adds "explain" to the answer of a check or peek: the rule
+	// and why, the key and cost as used, every limit's evaluation and
+	// the fields sent (ExplainJSON).
+	Explain bool `json:"explain,omitempty"`
 }
 
 // LimitJSON is one limit's result in a response. Durations are given in
@@ -56,6 +60,10 @@ type LimitJSON struct {
 	Never        bool  `json:"never"`
 	// DelayMS is the LeakyBucket shaping delay of an admitted call.
 	DelayMS int64 `json:"delay_ms"`
+	// NextAfterMS and NextAfter are the time until more quota is made
+	// available (the RateLimit field's t): 0 when nothing is missing.
+	NextAfterMS int64 `json:"next_after_ms"`
+	NextAfter   int64 `json:"next_after"`
 }
 
 // DecisionJSON is the response of check and peek and one result of a
@@ -87,8 +95,12 @@ type DecisionJSON struct {
 	RetryAfter   int64  `json:"retry_after"`
 	Never        bool   `json:"never"`
 	DelayMS      int64  `json:"delay_ms"`
+	NextAfterMS  int64  `json:"next_after_ms"`
+	NextAfter    int64  `json:"next_after"`
 	// Limits holds every limit's result, in the rule's order.
 	Limits []LimitJSON `json:"limits"`
+	// Explain is present when the request asked for it.
+	Explain *ExplainJSON `json:"explain,omitempty"`
 }
 
 // ErrorJSON is the body of every error response.
@@ -186,7 +198,7 @@ func (s *Service) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 	case errors.As(err, &te):
 		s.apiError(w, http.StatusBadRequest, "invalid_json", fmt.Sprintf("field %q: want %s, got %s", te.Field, jsonTypeName(te.Type.String()), jsonValueKind(te.Value)))
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		s.apiError(w, http.StatusBadRequest, "unknown_field", strings.TrimPrefix(err.Error(), "json: ")+" (want rule, limits, key, cost, fail_open)")
+		s.apiError(w, http.StatusBadRequest, "unknown_field", strings.TrimPrefix(err.Error(), "json: ")+" (want rule, limits, key, cost, fail_open, explain)")
 	case errors.Is(err, io.EOF):
 		s.apiError(w, http.StatusBadRequest, "invalid_json", "empty body: want a JSON object")
 	default:
@@ -221,6 +233,7 @@ func (s *Service) resolve(rs *ruleSet, req *DecisionRequest, prefix string, op a
 			return bad("invalid_limits", "fail_open: a rule's fail_open is set in the configuration")
 		}
 		t, cost = ru.target(), ru.spec.Cost
+		t.rule = ru
 		minCost = ru.spec.MinCost
 	case req.Limits != nil:
 		if !rs.cfg.InlineLimits {
@@ -332,7 +345,7 @@ func (s *Service) apiDecide(peek bool) http.HandlerFunc {
 			s.clientError(w, err)
 			return
 		}
-		t.m.record(out)
+		t.m.record(out, &res)
 		if out == outFailClosed {
 			s.failClosed(w, err)
 			return
@@ -340,10 +353,13 @@ func (s *Service) apiDecide(peek bool) http.HandlerFunc {
 		d := decisionJSON(t.name, req.Key, cost, peek, res, out, each)
 		status := http.StatusOK
 		if out != outFailOpen {
-			httplimit.SetHeaders(w.Header(), res)
+			httplimit.SetFields(w.Header(), req.Key, res, each, t.fields)
 			if !res.Allowed {
 				status = http.StatusTooManyRequests
 			}
+		}
+		if req.Explain {
+			d.Explain = explainDecision(&t, t.rule, &req, cost, peek, res, out, each, w.Header())
 		}
 		writeDecision(w, status, &d)
 	}
@@ -363,7 +379,7 @@ func decisionJSON(rule, key string, cost int64, peek bool, res rl.Result, out st
 	l := limitJSON(&res.LimitResult)
 	d.LimitName, d.Limit, d.Remaining, d.WindowMS = l.Name, l.Limit, l.Remaining, l.WindowMS
 	d.ResetAfterMS, d.ResetAfter, d.RetryAfterMS, d.RetryAfter = l.ResetAfterMS, l.ResetAfter, l.RetryAfterMS, l.RetryAfter
-	d.Never, d.DelayMS = l.Never, l.DelayMS
+	d.Never, d.DelayMS, d.NextAfterMS, d.NextAfter = l.Never, l.DelayMS, l.NextAfterMS, l.NextAfter
 	d.Limits = make([]LimitJSON, len(each))
 	for i := range each {
 		d.Limits[i] = limitJSON(&each[i])
@@ -375,7 +391,8 @@ func limitJSON(l *rl.LimitResult) LimitJSON {
 	j := LimitJSON{Name: l.Name, Allowed: l.Allowed, Limit: l.Limit, Remaining: l.Remaining,
 		WindowMS: ceilDiv(l.Window, time.Millisecond), ResetAfterMS: ceilDiv(l.ResetAfter, time.Millisecond),
 		ResetAfter: ceilDiv(l.ResetAfter, time.Second), RetryAfterMS: ceilDiv(l.RetryAfter, time.Millisecond),
-		RetryAfter: ceilDiv(l.RetryAfter, time.Second), Never: l.Never, DelayMS: ceilDiv(l.Delay, time.Millisecond)}
+		RetryAfter: ceilDiv(l.RetryAfter, time.Second), Never: l.Never, DelayMS: ceilDiv(l.Delay, time.Millisecond),
+		NextAfterMS: ceilDiv(l.NextAfter, time.Millisecond), NextAfter: ceilDiv(l.NextAfter, time.Second)}
 	if l.Never {
 		j.RetryAfterMS, j.RetryAfter = -1, -1
 	}
@@ -439,18 +456,23 @@ func (s *Service) apiReset(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"reset": true, "rule": t.name, "key": req.Key})
 }
 
-// RuleJSON describes a rule in GET /v1/ratelimit/rules.
+// RuleJSON describes a rule in GET /v1/ratelimit/rules and in explain: the
+// configuration's fields in canonical form.
 type RuleJSON struct {
-	Name       string          `json:"name"`
-	Endpoint   string          `json:"endpoint,omitempty"`
-	Host       string          `json:"host,omitempty"`
-	Methods    []string        `json:"methods,omitempty"`
-	KeyBy      string          `json:"key_by"`
-	Cost       int64           `json:"cost"`
-	CostHeader string          `json:"cost_header,omitempty"`
-	FailOpen   bool            `json:"fail_open"`
-	Shape      bool            `json:"shape,omitempty"`
-	Limits     []LimitSpecJSON `json:"limits"`
+	Name            string          `json:"name"`
+	Endpoint        string          `json:"endpoint,omitempty"`
+	Host            string          `json:"host,omitempty"`
+	Methods         []string        `json:"methods,omitempty"`
+	KeyBy           string          `json:"key_by"`
+	Cost            int64           `json:"cost"`
+	MinCost         int64           `json:"min_cost"`
+	CostHeader      string          `json:"cost_header,omitempty"`
+	FailOpen        bool            `json:"fail_open"`
+	Shape           bool            `json:"shape,omitempty"`
+	RateLimitFields string          `json:"ratelimit_fields"`
+	QuotaUnit       string          `json:"quota_unit"`
+	PartitionKey    bool            `json:"partition_key,omitempty"`
+	Limits          []LimitSpecJSON `json:"limits"`
 }
 
 // LimitSpecJSON is a configured limit in canonical form.
@@ -475,12 +497,7 @@ func (s *Service) apiRules(w http.ResponseWriter, r *http.Request) {
 		Rules        []RuleJSON `json:"rules"`
 	}{rs.cfg.Path, rs.loaded.UTC(), redact.String(rs.cfg.Upstream), rs.cfg.InlineLimits, []RuleJSON{}}
 	for _, spec := range rs.cfg.Rules {
-		rj := RuleJSON{Name: spec.Name, Endpoint: spec.Endpoint, Host: spec.Host, Methods: spec.Methods, KeyBy: spec.KeyBy.String(),
-			Cost: spec.Cost, CostHeader: spec.CostHeader, FailOpen: spec.FailOpen, Shape: spec.Shape}
-		for _, l := range rs.byName[spec.Name].policy.Limits() {
-			rj.Limits = append(rj.Limits, LimitSpecJSON{Name: l.Name, Strategy: l.Algorithm.String(), Limit: l.Limit, Window: rl.FormatWindow(l.Window), Rate: l.Rate})
-		}
-		out.Rules = append(out.Rules, rj)
+		out.Rules = append(out.Rules, *describeRule(rs.byName[spec.Name]))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -529,7 +546,7 @@ func (d *DecisionJSON) appendJSON(b []byte) []byte {
 	}
 	b = append(b, `,"limit_name":`...)
 	b = appendString(b, d.LimitName)
-	b = appendLimitFields(b, d.Limit, d.Remaining, d.WindowMS, d.ResetAfterMS, d.ResetAfter, d.RetryAfterMS, d.RetryAfter, d.Never, d.DelayMS)
+	b = appendLimitFields(b, d.Limit, d.Remaining, d.WindowMS, d.ResetAfterMS, d.ResetAfter, d.RetryAfterMS, d.RetryAfter, d.Never, d.DelayMS, d.NextAfterMS, d.NextAfter)
 	b = append(b, `,"limits":[`...)
 	for i := range d.Limits {
 		l := &d.Limits[i]
@@ -540,13 +557,24 @@ func (d *DecisionJSON) appendJSON(b []byte) []byte {
 		b = appendString(b, l.Name)
 		b = append(b, `,"allowed":`...)
 		b = strconv.AppendBool(b, l.Allowed)
-		b = appendLimitFields(b, l.Limit, l.Remaining, l.WindowMS, l.ResetAfterMS, l.ResetAfter, l.RetryAfterMS, l.RetryAfter, l.Never, l.DelayMS)
+		b = appendLimitFields(b, l.Limit, l.Remaining, l.WindowMS, l.ResetAfterMS, l.ResetAfter, l.RetryAfterMS, l.RetryAfter, l.Never, l.DelayMS, l.NextAfterMS, l.NextAfter)
 		b = append(b, '}')
 	}
-	return append(b, "]}\n"...)
+	b = append(b, ']')
+	if d.Explain != nil {
+		// Rare and nested: encoding/json, as the rest would encode it.
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(d.Explain); err == nil {
+			b = append(b, `,"explain":`...)
+			b = append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
+		}
+	}
+	return append(b, "}\n"...)
 }
 
-func appendLimitFields(b []byte, limit, remaining, windowMS, resetMS, reset, retryMS, retry int64, never bool, delayMS int64) []byte {
+func appendLimitFields(b []byte, limit, remaining, windowMS, resetMS, reset, retryMS, retry int64, never bool, delayMS, nextMS, next int64) []byte {
 	b = append(b, `,"limit":`...)
 	b = strconv.AppendInt(b, limit, 10)
 	b = append(b, `,"remaining":`...)
@@ -564,7 +592,11 @@ func appendLimitFields(b []byte, limit, remaining, windowMS, resetMS, reset, ret
 	b = append(b, `,"never":`...)
 	b = strconv.AppendBool(b, never)
 	b = append(b, `,"delay_ms":`...)
-	return strconv.AppendInt(b, delayMS, 10)
+	b = strconv.AppendInt(b, delayMS, 10)
+	b = append(b, `,"next_after_ms":`...)
+	b = strconv.AppendInt(b, nextMS, 10)
+	b = append(b, `,"next_after":`...)
+	return strconv.AppendInt(b, next, 10)
 }
 
 // appendString appends s as a JSON string. Keys and names are printable

@@ -169,15 +169,19 @@ rules:
 		"allowed": false, "rule": "plan", "key": "k", "cost": 1, "peek": false, "taken": false, "fail_open": false,
 		"limit_name": "daily", "limit": 3, "remaining": 0, "window_ms": 86400000,
 		"reset_after_ms": 86390000, "reset_after": 86390, "retry_after_ms": 86390000, "retry_after": 86390,
-		"never": false, "delay_ms": 0,
+		"never": false, "delay_ms": 0, "next_after_ms": 86390000, "next_after": 86390,
 		"limits": [
 			{"name": "burst"},
 			{"name": "daily", "allowed": false, "limit": 3, "remaining": 0, "window_ms": 86400000, "reset_after_ms": 86390000,
-			 "reset_after": 86390, "retry_after_ms": 86390000, "retry_after": 86390, "never": false, "delay_ms": 0}
+			 "reset_after": 86390, "retry_after_ms": 86390000, "retry_after": 86390, "never": false, "delay_ms": 0,
+			 "next_after_ms": 86390000, "next_after": 86390}
 		]}`, burstNameOnly(t, r.body))
 	require.True(t, r.decision(t).Limits[0].Allowed, "the burst limit alone would pass")
-	require.Equal(t, `"daily";q=3;w=86400`, r.h.Get("RateLimit-Policy"))
-	require.Equal(t, `"daily";r=0;t=86390`, r.h.Get("RateLimit"))
+	// Both limits in both fields, the denying one first in RateLimit; the
+	// burst, not charged, has 7 tokens left and gets the next back in a
+	// tenth of a second.
+	require.Equal(t, `"burst";q=10;w=1, "daily";q=3;w=86400`, r.h.Get("RateLimit-Policy"))
+	require.Equal(t, `"daily";r=0;t=86390, "burst";r=7;t=1`, r.h.Get("RateLimit"))
 	require.Equal(t, "3", r.h.Get("X-RateLimit-Limit"))
 	require.Equal(t, "86390", r.h.Get("Retry-After"))
 }
@@ -498,6 +502,9 @@ func TestFastEncoderMatchesEncodingJSON(t *testing.T) {
 		{Allowed: true, Rule: "/v1/pay", Key: `we"ird\key`, Cost: 3, Taken: true, LimitName: "burst", Limit: 10, Remaining: 7,
 			WindowMS: 1000, ResetAfterMS: 300, ResetAfter: 1, Limits: []LimitJSON{{Name: "burst", Allowed: true, Limit: 10}, {Name: "daily", RetryAfterMS: -1, RetryAfter: -1, Never: true}}},
 		{Key: "ctl\x01\x7f\xff é\u2028", Error: "boom", FailOpen: true, Limits: []LimitJSON{}},
+		{Rule: "r", NextAfterMS: 100, NextAfter: 1, Limits: []LimitJSON{{Name: "a", NextAfterMS: 5}}, Explain: &ExplainJSON{
+			Rule: &ExplainRuleJSON{Name: "r", Why: []string{"<named>"}}, Limits: []ExplainLimitJSON{{Mode: "enforced"}},
+			Fields: [][2]string{{"RateLimit", `"a";r=1`}}, Decision: "x"}},
 	} {
 		var want bytes.Buffer
 		enc := json.NewEncoder(&want)

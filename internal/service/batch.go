@@ -84,6 +84,10 @@ func (s *Service) apiBatch(w http.ResponseWriter, r *http.Request) {
 		if req.Peek {
 			op = opPeek
 		}
+		if req.Items[i].Explain {
+			s.apiError(w, http.StatusBadRequest, "invalid_batch", fmt.Sprintf("items[%d].explain: explain is for check and peek, not batches", i))
+			return
+		}
 		t, cost, err := s.resolve(rs, &req.Items[i], fmt.Sprintf("items[%d].", i), op, roleOf(r))
 		if err != nil {
 			s.clientError(w, err)
@@ -166,7 +170,7 @@ func (s *Service) apiBatch(w http.ResponseWriter, r *http.Request) {
 		if out == "" {
 			out = outDenied
 		}
-		it.t.m.record(out)
+		it.t.m.record(out, &it.res)
 	}
 	status := http.StatusOK
 	switch {
@@ -180,7 +184,7 @@ func (s *Service) apiBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	resp.Deciding = deciding
 	if it := &items[deciding]; it.out == outAllowed || it.out == outDenied {
-		httplimit.SetHeaders(w.Header(), it.res)
+		httplimit.SetFields(w.Header(), it.key, it.res, it.each, it.t.fields)
 	}
 	writeJSON(w, status, resp)
 }

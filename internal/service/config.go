@@ -49,6 +49,18 @@ type Config struct {
 	// clients by (fields "ipv4_prefix", 1 to 32, and "ipv6_prefix", 1 to
 	// 128). 0 means 32 and 64: one key per IPv4 address and per IPv6 /64.
 	IPv4Prefix, IPv6Prefix int
+	// PartitionKeySecret keys the partition keys of the rules with
+	// partition_key: true (pipeline.PartitionKey): the value of the
+	// environment variable that the field "partition_key_secret_env"
+	// names, read when the configuration is loaded, at least 16 bytes.
+	// Never logged or shown.
+	PartitionKeySecret []byte
+	// PartitionKeySecretEnv is the name of that variable ("" for none).
+	PartitionKeySecretEnv string
+	// ProblemDetails chooses the body of the proxy's 429s and 503s (field
+	// "problem_details": auto, json or text; default auto): RFC 9457
+	// problem details when the client accepts JSON, always, or never.
+	ProblemDetails pipeline.ProblemMode
 	// Rules in file order.
 	Rules []RuleSpec
 }
@@ -86,6 +98,12 @@ type RuleSpec struct {
 	// Shape makes the proxy hold an admitted request for its LeakyBucket
 	// delay before forwarding it.
 	Shape bool
+	// Closest, QuotaUnit and PartitionKey choose what the RateLimit fields
+	// say (fields "ratelimit_fields", "quota_unit", "partition_key"; see
+	// ruleconfig.Spec).
+	Closest      bool
+	QuotaUnit    string
+	PartitionKey bool
 }
 
 // Role is what a decision-API caller may do.
@@ -214,6 +232,8 @@ type fileJSON struct {
 	UpstreamTimeout ruleconfig.String                  `json:"upstream_timeout"`
 	IPv4Prefix      ruleconfig.Int                     `json:"ipv4_prefix"`
 	IPv6Prefix      ruleconfig.Int                     `json:"ipv6_prefix"`
+	PKSecretEnv     ruleconfig.String                  `json:"partition_key_secret_env"`
+	ProblemDetails  ruleconfig.String                  `json:"problem_details"`
 	Rules           ruleconfig.List[ruleJSON]          `json:"rules"`
 }
 
@@ -311,8 +331,35 @@ func (f *fileJSON) Validate(path string) (*Config, []Problem) {
 	case len(f.Rules.Items) == 0:
 		c.Fail("rules", "empty: want at least one rule (a service without rules limits nothing)")
 	}
+	if v, ok := c.String("problem_details", f.ProblemDetails); ok {
+		if m, ok := pipeline.ParseProblemMode(v); ok {
+			cfg.ProblemDetails = m
+		} else {
+			c.Fail("problem_details", "%q: want %s (problem details when the client accepts JSON, always, or plain text always)",
+				ruleconfig.Clip(v, 32), strings.Join(pipeline.ProblemModes(), ", "))
+		}
+	}
+	if name, ok := c.String("partition_key_secret_env", f.PKSecretEnv); ok {
+		cfg.PartitionKeySecretEnv = name
+		v := os.Getenv(name)
+		switch {
+		case !ruleconfig.IsToken(name) || strings.Contains(name, "="):
+			c.Fail("partition_key_secret_env", "%q is not the name of an environment variable", ruleconfig.Clip(name, 64))
+		case len(v) < pipeline.MinPartitionKeySecret:
+			// Never the value: it is a secret.
+			c.Fail("partition_key_secret_env", "the environment variable %s holds %d bytes; want a secret of at least %d (e.g. openssl rand -hex 32)",
+				name, len(v), pipeline.MinPartitionKeySecret)
+		default:
+			cfg.PartitionKeySecret = []byte(v)
+		}
+	}
 	cfg.Rules = ruleconfig.CheckRules(c, f.Rules.Items, func(r *ruleJSON) (RuleSpec, string, bool) {
 		s, ok := r.check(c)
+		if s.PartitionKey && !f.PKSecretEnv.Set {
+			c.Fail("partition_key", "needs a secret to key the hash: set partition_key_secret_env to the name of an environment variable holding at least %d random bytes",
+				pipeline.MinPartitionKeySecret)
+			ok = false
+		}
 		return s, s.Name, ok
 	})
 	return cfg, c.Problems
@@ -390,6 +437,7 @@ func (r *ruleJSON) check(c *ruleconfig.Checker) (RuleSpec, bool) {
 	spec := RuleSpec{
 		Name: s.Name, Endpoint: s.Endpoint, Host: s.Host, Methods: s.Methods,
 		KeyBy: s.KeyBy, Cost: s.Cost, MinCost: s.MinCost, CostHeader: s.CostHeader, FailOpen: s.FailOpen,
+		Closest: s.Closest, QuotaUnit: s.QuotaUnit, PartitionKey: s.PartitionKey,
 	}
 	spec.Limits = rlLimits(s.Limits)
 	if !r.Fields.Set || r.Got != "" {

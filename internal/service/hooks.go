@@ -25,6 +25,13 @@ func (s *Service) Store() store.Store { return s.store }
 // Clock returns the Service's decision clock.
 func (s *Service) Clock() rl.Clock { return s.clock }
 
+// MonitorPool exports the WebAssembly pool's instances in /metrics
+// (rl_wasm_instances{state}, rl_wasm_instances_started_total,
+// rl_wasm_instances_discarded_total), read from stats at each scrape.
+func (s *Service) MonitorPool(stats func() PoolStats) error {
+	return s.Register(poolCollectors(stats)...)
+}
+
 // Logger returns the Service's logger.
 func (s *Service) Logger() *slog.Logger { return s.log }
 

@@ -17,21 +17,77 @@ const (
 )
 
 // metrics are the service's Prometheus metrics, on a registry of its own.
+//
+// Label values come from the configuration (rule and limit names) or from
+// fixed lists (outcomes, reasons, sources, operations), never from a
+// request (SECURITY.md): a key, a path or a header value as a label would
+// leak it to whoever reads /metrics and let clients grow the series
+// without bound. The vectors with a fixed list create every series
+// up front, so each is exported, at 0, from the start.
 type metrics struct {
 	reg            *prometheus.Registry
 	decisions      *prometheus.CounterVec
 	failOpen       *prometheus.CounterVec
 	storeErrors    *prometheus.CounterVec
 	latency        *prometheus.HistogramVec
-	rejected       *prometheus.CounterVec
+	rejected       *fixedCounters
 	reloads        *prometheus.CounterVec
 	configOK       prometheus.Gauge
 	rules          prometheus.Gauge
 	failover       *prometheus.CounterVec
 	failoverActive prometheus.Gauge
-	overload       *prometheus.CounterVec
+	overload       *fixedCounters
 	apiLatency     prometheus.Observer
 	proxyLatency   prometheus.Observer
+	limitDenials   *prometheus.CounterVec
+	storeLatency   [2][2]prometheus.Observer // [op][result]
+}
+
+// RejectReasons are the values of rl_rejected_requests_total's "reason"
+// label: the decision API's error codes and the proxy's refusals. A reason
+// not listed is counted as "other".
+func RejectReasons() []string {
+	return []string{"invalid_json", "body_too_large", "unknown_field", "unknown_rule", "invalid_key", "invalid_cost",
+		"invalid_limits", "inline_disabled", "invalid_batch", "method_not_allowed", "not_found", "unauthorized",
+		"forbidden", "missing_key", "invalid_path", "invalid_host", "upstream_timeout", "other"}
+}
+
+// OverloadReasons are the values of rl_overload_rejected_total's "reason"
+// label.
+func OverloadReasons() []string { return []string{"in_flight", "key_in_flight", "store_busy", "other"} }
+
+// StoreOps and StoreResults are the values of rl_store_duration_seconds's
+// "op" and "result" labels.
+func StoreOps() []string     { return []string{"decide", "reset"} }
+func StoreResults() []string { return []string{"ok", "error"} }
+
+// InlineLimitLabel is the "limit" label of a denial by inline limits,
+// whose names are the request's.
+const InlineLimitLabel = "_inline"
+
+// fixedCounters is a counter vector of one label whose values are a fixed
+// list, every series created up front; a value off the list counts as
+// "other" (the list's last).
+type fixedCounters struct {
+	byValue map[string]prometheus.Counter
+	other   prometheus.Counter
+}
+
+func newFixedCounters(vec *prometheus.CounterVec, values []string) *fixedCounters {
+	f := &fixedCounters{byValue: make(map[string]prometheus.Counter, len(values))}
+	for _, v := range values {
+		f.byValue[v] = vec.WithLabelValues(v)
+	}
+	f.other = f.byValue[values[len(values)-1]]
+	return f
+}
+
+// WithLabelValues returns the counter of v, or of "other".
+func (f *fixedCounters) WithLabelValues(v string) prometheus.Counter {
+	if c, ok := f.byValue[v]; ok {
+		return c
+	}
+	return f.other
 }
 
 func newMetrics() *metrics {
@@ -53,9 +109,9 @@ func newMetrics() *metrics {
 		Help:    "Time to decide one request (key extraction, store round trip, decision), by source (api, proxy).",
 		Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 	}, []string{"source"})
-	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
+	rejected := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rl_rejected_requests_total",
-		Help: "Requests answered 4xx before any decision, by reason (invalid_json, body_too_large, unknown_rule, invalid_key, missing_key, invalid_cost, invalid_limits, ...).",
+		Help: "Requests answered 4xx before any decision, by reason (invalid_json, body_too_large, unknown_rule, invalid_key, missing_key, invalid_cost, invalid_limits, ...), and proxied requests the upstream did not answer in time (upstream_timeout).",
 	}, []string{"reason"})
 	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rl_config_reloads_total",
@@ -77,13 +133,28 @@ func newMetrics() *metrics {
 		Name: "rl_failover_active",
 		Help: "1 while decisions are served by the in-memory failover store instead of PostgreSQL.",
 	})
-	m.overload = prometheus.NewCounterVec(prometheus.CounterOpts{
+	overload := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rl_overload_rejected_total",
-		Help: "Requests answered 503 with Retry-After because of load, never admitted nor forwarded, by reason: in_flight (Options.MaxInFlight), key_in_flight (MaxInFlightPerKey), store_busy (every database connection in use past the queue timeout).",
+		Help: "Requests answered 503 with Retry-After because of load, never admitted nor forwarded, by reason: in_flight (Options.MaxInFlight), key_in_flight (MaxInFlightPerKey), store_busy (every database connection in use past the queue timeout, or a full memory store).",
 	}, []string{"reason"})
-	m.reg.MustRegister(m.decisions, m.failOpen, m.storeErrors, m.latency, m.rejected, m.reloads, m.configOK,
-		m.rules, m.failover, m.failoverActive, m.overload,
+	m.limitDenials = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rl_limit_denials_total",
+		Help: "Denials by the rule and the limit that denied (the deciding one, with the latest retry), as configured; inline limits count under rule \"inline\", limit \"" + InlineLimitLabel + "\" (their names are the request's).",
+	}, []string{"rule", "limit"})
+	storeLatency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "rl_store_duration_seconds",
+		Help:    "Time the store took for one call, by op (decide, reset) and result (ok, error): the memory store's lock and decision, or PostgreSQL's round trip (with the pool's wait), for every front end.",
+		Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+	}, []string{"op", "result"})
+	m.reg.MustRegister(m.decisions, m.failOpen, m.storeErrors, m.latency, rejected, m.reloads, m.configOK,
+		m.rules, m.failover, m.failoverActive, overload, m.limitDenials, storeLatency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.rejected, m.overload = newFixedCounters(rejected, RejectReasons()), newFixedCounters(overload, OverloadReasons())
+	for i, op := range StoreOps() {
+		for j, res := range StoreResults() {
+			m.storeLatency[i][j] = storeLatency.WithLabelValues(op, res)
+		}
+	}
 	m.apiLatency = m.latency.WithLabelValues("api")
 	m.proxyLatency = m.latency.WithLabelValues("proxy")
 	for _, r := range []string{"success", "failure"} {
@@ -104,15 +175,71 @@ func (m *metrics) handler() http.Handler {
 type ruleMetrics struct {
 	allowed, denied, failOpen, failClosed prometheus.Counter
 	failOpenTotal, storeErrors            prometheus.Counter
+	// deniedBy are the denials by each limit of the rule, in its order;
+	// inline limits have one, InlineLimitLabel.
+	deniedBy []prometheus.Counter
 }
 
-func (m *metrics) forRule(name string) *ruleMetrics {
-	return &ruleMetrics{
+// forRule returns the counters of the rule name with the limits limits
+// (nil: inline limits).
+func (m *metrics) forRule(name string, limits []string) *ruleMetrics {
+	rm := &ruleMetrics{
 		allowed:       m.decisions.WithLabelValues(name, outAllowed),
 		denied:        m.decisions.WithLabelValues(name, outDenied),
 		failOpen:      m.decisions.WithLabelValues(name, outFailOpen),
 		failClosed:    m.decisions.WithLabelValues(name, outFailClosed),
 		failOpenTotal: m.failOpen.WithLabelValues(name),
 		storeErrors:   m.storeErrors.WithLabelValues(name),
+	}
+	if limits == nil {
+		limits = []string{InlineLimitLabel}
+	}
+	for _, l := range limits {
+		rm.deniedBy = append(rm.deniedBy, m.limitDenials.WithLabelValues(name, l))
+	}
+	return rm
+}
+
+// deniedByLimit counts a denial by limit i of the rule (any index for
+// inline limits).
+func (rm *ruleMetrics) deniedByLimit(i int) {
+	if i < 0 || i >= len(rm.deniedBy) {
+		i = 0
+	}
+	rm.deniedBy[i].Inc()
+}
+
+// observeStore records a store call of op (0 decide, 1 reset) that took d
+// seconds and failed or not.
+func (m *metrics) observeStore(op int, seconds float64, failed bool) {
+	res := 0
+	if failed {
+		res = 1
+	}
+	m.storeLatency[op][res].Observe(seconds)
+}
+
+// PoolStats is a WebAssembly pool's state, as wasm.Pool.Stats reports it.
+type PoolStats struct {
+	// Instances are live instances, busy or idle; Idle those waiting for
+	// a call.
+	Instances, Idle int
+	// Started and Discarded count the instances started and those
+	// discarded after a trap, since the pool began.
+	Started, Discarded uint64
+}
+
+// poolCollectors are the WebAssembly pool's metrics, read from stats at
+// each scrape.
+func poolCollectors(stats func() PoolStats) []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rl_wasm_instances", Help: "Live WebAssembly instances of the decision core, busy or idle.",
+			ConstLabels: prometheus.Labels{"state": "busy"}}, func() float64 { s := stats(); return float64(s.Instances - s.Idle) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rl_wasm_instances", Help: "Live WebAssembly instances of the decision core, busy or idle.",
+			ConstLabels: prometheus.Labels{"state": "idle"}}, func() float64 { return float64(stats().Idle) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "rl_wasm_instances_started_total",
+			Help: "WebAssembly instances started (the pool grows on demand up to -wasm-instances)."}, func() float64 { return float64(stats().Started) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "rl_wasm_instances_discarded_total",
+			Help: "WebAssembly instances discarded after a trap (each one a bug: alert on any)."}, func() float64 { return float64(stats().Discarded) }),
 	}
 }

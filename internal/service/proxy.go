@@ -68,6 +68,11 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 		Cost:     ru.cost,
 		Wait:     ru.spec.Shape,
 		FailOpen: t.failOpen,
+		// The rule's policy, which ruleLimiter decides anyway, named so
+		// that the middleware knows how many limits the fields list.
+		Policy:   func(*http.Request) *rl.Policy { return ru.policy },
+		Fields:   ru.fields,
+		Problems: httplimit.Problems(rs.cfg.ProblemDetails),
 		OnDecision: func(r *http.Request, d httplimit.Decision) {
 			switch d.Outcome {
 			case httplimit.OutcomeMissingKey, httplimit.OutcomeInvalidCost:
@@ -78,7 +83,7 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 			case httplimit.OutcomeAllowed:
 				t.m.allowed.Inc()
 			case httplimit.OutcomeDenied:
-				t.m.denied.Inc()
+				t.m.record(outDenied, &d.Result)
 			case httplimit.OutcomeFailOpen:
 				t.m.failOpen.Inc()
 			case httplimit.OutcomeFailClosed, httplimit.OutcomeOverloaded, httplimit.OutcomeError:
@@ -107,7 +112,7 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 				}
 				http.Error(w, msg, http.StatusBadRequest)
 			default:
-				httplimit.WriteRefused(w, d)
+				httplimit.WriteRefusedFor(w, r, d, httplimit.Problems(rs.cfg.ProblemDetails))
 			}
 		},
 	})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rlcore/rl"
+	"github.com/rlcore/rl/httplimit"
 	"github.com/rlcore/rl/internal/pipeline"
 )
 
@@ -24,7 +25,8 @@ type rule struct {
 	lim    *rl.Limiter
 	ip     pipeline.IPKey
 	m      *ruleMetrics
-	proxy  http.Handler // decides and forwards a matched request (ruleProxy)
+	fields httplimit.Fields // what its RateLimit fields say
+	proxy  http.Handler     // decides and forwards a matched request (ruleProxy)
 	// match selects the rule's proxied requests.
 	match pipeline.Matcher
 }
@@ -63,7 +65,15 @@ func (s *Service) build(cfg *Config) (*ruleSet, error) {
 			return nil, fmt.Errorf("rule %q: %w", spec.Name, err)
 		}
 		ip := pipeline.IPKey{TrustedProxies: cfg.TrustedProxies, IPv4Prefix: cfg.IPv4Prefix, IPv6Prefix: cfg.IPv6Prefix}
-		r := &rule{spec: spec, policy: p, lim: lim, ip: ip, m: s.metrics.forRule(spec.Name)}
+		names := make([]string, p.Len())
+		for i, l := range p.Limits() {
+			names[i] = l.Name
+		}
+		r := &rule{spec: spec, policy: p, lim: lim, ip: ip, m: s.metrics.forRule(spec.Name, names),
+			fields: httplimit.Fields{Closest: spec.Closest, QuotaUnit: spec.QuotaUnit}}
+		if spec.PartitionKey {
+			r.fields.PartitionKey = httplimit.PartitionKeyFunc(cfg.PartitionKeySecret, spec.Name)
+		}
 		rs.byName[spec.Name] = r
 		if spec.Proxied() {
 			if r.match, err = pipeline.NewMatcher(spec.Endpoint, spec.Host, spec.Methods); err != nil {
@@ -77,7 +87,7 @@ func (s *Service) build(cfg *Config) (*ruleSet, error) {
 	if err != nil {
 		return nil, err
 	}
-	rs.inline, rs.inlineM = inline, s.metrics.forRule(InlineNamespace)
+	rs.inline, rs.inlineM = inline, s.metrics.forRule(InlineNamespace, nil)
 	switch cfg.Upstream {
 	case "":
 	case "demo":

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/httplimit"
 	"github.com/rlcore/rl/internal/outage"
 	"github.com/rlcore/rl/internal/pipeline"
 	"github.com/rlcore/rl/internal/redact"
@@ -114,9 +115,10 @@ func New(cfg *Config, opts Options) (*Service, error) {
 	if cfg == nil {
 		return nil, errors.New("service: nil Config")
 	}
-	s := &Service{store: opts.Store, clock: opts.Clock, log: opts.Logger,
+	s := &Service{clock: opts.Clock, log: opts.Logger,
 		maxBody: opts.MaxBodyBytes, proxyBody: opts.ProxyMaxBodyBytes, maxBatch: opts.MaxBatch,
 		maxKey: opts.MaxKeyLength, ready: opts.Ready, transport: opts.Transport, metrics: newMetrics()}
+	s.store = &timedStore{Store: opts.Store, m: s.metrics}
 	if s.clock == nil {
 		s.clock = rl.CoarseClock
 	}
@@ -383,7 +385,8 @@ func (s *Service) overloaded(w http.ResponseWriter, r *http.Request, reason stri
 		s.apiError(w, http.StatusServiceUnavailable, "overloaded", "too many requests in flight; retry later")
 		return
 	}
-	http.Error(w, "Rate limiter overloaded; retry later", http.StatusServiceUnavailable)
+	httplimit.WriteRefusedFor(w, r, httplimit.Decision{Outcome: httplimit.OutcomeOverloaded},
+		httplimit.Problems(s.rules.Load().cfg.ProblemDetails))
 }
 
 func (s *Service) serveReady(w http.ResponseWriter, r *http.Request) {
@@ -412,10 +415,12 @@ type target struct {
 	policy   *rl.Policy
 	failOpen bool
 	m        *ruleMetrics
+	fields   httplimit.Fields // the rule's; inline limits have the default
+	rule     *rule            // the rule, for explain; nil for inline limits
 }
 
 func (ru *rule) target() target {
-	return target{name: ru.spec.Name, lim: ru.lim, policy: ru.policy, failOpen: ru.spec.FailOpen, m: ru.m}
+	return target{name: ru.spec.Name, lim: ru.lim, policy: ru.policy, failOpen: ru.spec.FailOpen, m: ru.m, fields: ru.fields}
 }
 
 // errOverloaded is a decision refused because too many are in flight on
@@ -513,12 +518,17 @@ func (s *Service) failure(t *target, begun outage.Token, err error) (string, err
 	return outFailClosed, outage.Classified(class, err)
 }
 
-func (m *ruleMetrics) record(outcome string) {
+// record counts a decision's outcome and, for a denial a limit decided
+// (res, not nil, denied), the limit that denied.
+func (m *ruleMetrics) record(outcome string, res *rl.Result) {
 	switch outcome {
 	case outAllowed:
 		m.allowed.Inc()
 	case outDenied:
 		m.denied.Inc()
+		if res != nil && !res.Allowed {
+			m.deniedByLimit(res.Index)
+		}
 	case outFailOpen:
 		m.failOpen.Inc()
 	case outFailClosed:

@@ -62,6 +62,7 @@ const (
 	wResetAfter     = abi.WResetAfter
 	wRetryAfter     = abi.WRetryAfter
 	wDelay          = abi.WDelay
+	wNextAfter      = abi.WNextAfter
 )
 
 // ABI-level status codes (core.Error values are 1..10).
@@ -168,6 +169,7 @@ func storeDecision(w *[slotWords]int64, d *core.Decision) {
 	w[wResetAfter] = d.ResetAfter
 	w[wRetryAfter] = d.RetryAfter
 	w[wDelay] = d.Delay
+	w[wNextAfter] = d.NextAfter
 }
 
 // storeState writes a new state into slot words w. Its log entries are

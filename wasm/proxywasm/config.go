@@ -32,6 +32,12 @@ type config struct {
 	// at most Slots × KeysPerSlot live keys.
 	Slots       int
 	KeysPerSlot int
+	// PartitionKeySecret keys the partition keys of the rules with
+	// partition_key: true (pipeline.PartitionKey); a secret, never logged.
+	PartitionKeySecret []byte
+	// ProblemDetails chooses the body of the filter's 429s and 503s
+	// ("problem_details": auto, json or text; default auto).
+	ProblemDetails pipeline.ProblemMode
 	// proxied are the rules that match requests, most specific first.
 	proxied []*rule
 }
@@ -63,6 +69,11 @@ type rule struct {
 	// maxLog is the largest sliding-log limit among Limits (0 if none): the
 	// log capacity a decision needs.
 	maxLog int
+	// fields are the rule's choices for its RateLimit fields (only the
+	// closest limit, the quota unit); PartitionKey adds a partition key,
+	// keyed by config.PartitionKeySecret.
+	fields       pipeline.Fields
+	PartitionKey bool
 }
 
 // globalSpec is a rule's global mode: an HTTP callout to rl-wasm-host's
@@ -132,6 +143,8 @@ type fileJSON struct {
 	Rules       ruleconfig.List[ruleJSON] `json:"rules"`
 	Slots       ruleconfig.Int            `json:"slots"`
 	KeysPerSlot ruleconfig.Int            `json:"keys_per_slot"`
+	PKSecret    ruleconfig.String         `json:"partition_key_secret"`
+	Problems    ruleconfig.String         `json:"problem_details"`
 }
 
 // ruleJSON is a rule as written: the shared fields and the filter's own.
@@ -180,8 +193,29 @@ func (f *fileJSON) Validate() (*config, []Problem) {
 	case len(f.Rules.Items) == 0:
 		c.Fail("rules", "no rules")
 	}
+	if v, ok := c.String("problem_details", f.Problems); ok {
+		if m, ok := pipeline.ParseProblemMode(v); ok {
+			cfg.ProblemDetails = m
+		} else {
+			c.Fail("problem_details", "%q: want %s", ruleconfig.Clip(v, 32), strings.Join(pipeline.ProblemModes(), ", "))
+		}
+	}
+	if t := f.PKSecret; t.Set {
+		switch {
+		case t.Got != "":
+			c.Fail("partition_key_secret", "want a string") // never echo a secret
+		case len(t.V) < pipeline.MinPartitionKeySecret:
+			c.Fail("partition_key_secret", "%d bytes; want at least %d (the value is not shown)", len(t.V), pipeline.MinPartitionKeySecret)
+		default:
+			cfg.PartitionKeySecret = []byte(t.V)
+		}
+	}
 	cfg.Rules = ruleconfig.CheckRules(c, f.Rules.Items, func(r *ruleJSON) (*rule, string, bool) {
 		ru, ok := r.check(c)
+		if ru.PartitionKey && !f.PKSecret.Set {
+			c.Fail("partition_key", "needs a secret to key the hash: set partition_key_secret (at least %d random bytes)", pipeline.MinPartitionKeySecret)
+			ok = false
+		}
 		return ru, ru.Name, ok
 	})
 	return cfg, c.Problems
@@ -198,6 +232,7 @@ func (r *ruleJSON) check(c *ruleconfig.Checker) (*rule, bool) {
 	ru := &rule{
 		Name: s.Name, Endpoint: s.Endpoint, Host: s.Host, Methods: s.Methods,
 		KeyBy: s.KeyBy, Cost: s.Cost, MinCost: s.MinCost, CostHeader: s.CostHeader, FailOpen: s.FailOpen,
+		fields: pipeline.Fields{Closest: s.Closest, QuotaUnit: s.QuotaUnit}, PartitionKey: s.PartitionKey,
 	}
 	for _, l := range s.Limits {
 		ru.Limits = append(ru.Limits, l.Limit)

@@ -95,6 +95,10 @@ type httpContext struct {
 	// headers are the rate-limit fields to add to the upstream's response
 	// (nil: none, the request was not decided or was answered locally).
 	headers [][2]string
+	// problem: the filter's 429 or 503 to this request is RFC 9457
+	// problem details (the configuration's problem_details and the
+	// request's Accept field), else plain text.
+	problem bool
 }
 
 func sourceAddress() string {
@@ -117,6 +121,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		return h.reply(500, nil, "Rate limiter error\n")
 	}
 	req := newRequest(hs, sourceAddress())
+	h.problem = cfg.ProblemDetails.Wants(req.Header("accept"))
 	r, err := cfg.match(req)
 	if err != nil {
 		return h.reply(400, nil, "Bad request: "+err.Error()+"\n")
@@ -142,28 +147,27 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		return h.failed(r, begun, err)
 	}
 	h.p.outage.Success()
-	d := ds[idx]
-	return h.decided(pipeline.Verdict{
-		Allowed:    d.Allowed,
-		Never:      d.RetryAfter == core.Never,
-		Name:       r.LimitNames[idx],
-		Limit:      d.Limit,
-		Remaining:  d.Remaining,
-		Window:     r.Limits[idx].Window,
-		ResetAfter: d.ResetAfter,
-		RetryAfter: d.RetryAfter,
-	})
+	v := pipeline.FromCore(r.LimitNames, r.Limits, ds, idx)
+	return h.decided(r, key, &v)
 }
 
 // decided continues an admitted request (its response gets the rate-limit
-// fields) or answers a denied one 429.
-func (h *httpContext) decided(v pipeline.Verdict) types.Action {
-	hs := pipeline.AppendFields(nil, v)
+// fields: every limit of the rule, with the rule's choices) or answers a
+// denied one 429.
+func (h *httpContext) decided(r *rule, key string, v *pipeline.Verdict) types.Action {
+	f := r.fields
+	if r.PartitionKey {
+		f.PartitionKey = pipeline.PartitionKey(h.p.cfg.PartitionKeySecret, r.Name, key)
+	}
+	hs := pipeline.AppendFields(nil, v, &f)
 	if v.Allowed {
 		h.headers = hs
 		return types.ActionContinue
 	}
-	return h.reply(429, hs, pipeline.DeniedBody(v.Never))
+	if h.problem {
+		return h.replyProblem(hs, pipeline.QuotaExceeded(v))
+	}
+	return h.reply(429, hs, pipeline.DeniedBody(v.Decider().Never))
 }
 
 // failed answers a request whose decision failed (begun at begun) by the
@@ -198,8 +202,21 @@ func (h *httpContext) failed(r *rule, begun outage.Token, err error) types.Actio
 	var hs [][2]string
 	if status == 503 {
 		hs = [][2]string{{"retry-after", "1"}}
+		if h.problem {
+			return h.replyProblem(hs, pipeline.ReducedCapacity(body))
+		}
 	}
 	return h.reply(uint32(status), hs, body+"\n")
+}
+
+// replyProblem answers the request locally with problem details.
+func (h *httpContext) replyProblem(hs [][2]string, p pipeline.Problem) types.Action {
+	hs = append(hs, [2]string{"content-type", pipeline.ProblemContentType}, [2]string{"x-content-type-options", "nosniff"})
+	h.headers = nil
+	if err := proxywasm.SendHttpResponse(uint32(p.Status), hs, p.JSON(), -1); err != nil {
+		proxywasm.LogErrorf("rl-filter: sending the local response: %v", err)
+	}
+	return types.ActionPause
 }
 
 // reply answers the request locally.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -272,7 +273,7 @@ func TestFilterGlobal(t *testing.T) {
 	}
 	// Admitted: the request resumes, its response gets the fields.
 	host.CallOnHttpCallResponse(c.CalloutID, [][2]string{{":status", "200"}}, nil,
-		[]byte(`{"allowed":true,"rule":"inline","key":"k","cost":1,"limit_name":"burst","limit":10,"remaining":9,"window_ms":1000,"reset_after_ms":200,"reset_after":1,"retry_after_ms":0,"retry_after":0,"never":false,"delay_ms":0,"limits":[]}`))
+		[]byte(`{"allowed":true,"rule":"inline","key":"k","cost":1,"limit_name":"burst","limit":10,"remaining":9,"window_ms":1000,"reset_after_ms":200,"reset_after":1,"retry_after_ms":0,"retry_after":0,"never":false,"delay_ms":0,"next_after_ms":100,"next_after":1,"limits":[]}`))
 	if act := host.GetCurrentHttpStreamAction(id); act != types.ActionContinue {
 		t.Fatalf("after 200: %v", act)
 	}
@@ -343,15 +344,23 @@ func FuzzParseGlobal(f *testing.F) {
 	f.Add("200", []byte(`{"allowed":true,"limit_name":"default","limit":10,"remaining":9,"window_ms":1000,"reset_after_ms":100,"retry_after_ms":0}`))
 	f.Add("429", []byte(`{"allowed":false,"limit_name":"d","limit":1,"remaining":0,"window_ms":1,"reset_after_ms":1,"retry_after_ms":-1,"never":true}`))
 	f.Add("200", []byte(`{"allowed":true,"fail_open":true}`))
+	f.Add("429", []byte(`{"allowed":false,"limit_name":"b","limit":10,"remaining":0,"window_ms":1000,"reset_after_ms":1000,"retry_after_ms":100,"next_after_ms":100,`+
+		`"limits":[{"name":"b","allowed":false,"limit":10,"remaining":0,"window_ms":1000,"reset_after_ms":1000,"retry_after_ms":100,"next_after_ms":100},`+
+		`{"name":"d","allowed":true,"limit":1000,"remaining":990,"window_ms":86400000,"reset_after_ms":5000,"retry_after_ms":0,"next_after_ms":5000}]}`))
 	f.Fuzz(func(t *testing.T, status string, body []byte) {
 		v, err := parseGlobal(status, body)
 		if err != nil {
 			return
 		}
-		if v.Limit < 1 || v.Remaining < 0 || v.Window < 1 || v.ResetAfter < 0 || v.RetryAfter < 0 || v.Allowed != (status == "200") {
+		if len(v.Limits) == 0 || v.Deciding < 0 || v.Deciding >= len(v.Limits) || v.Allowed != (status == "200") {
 			t.Fatalf("%s %s: %+v", status, body, v)
 		}
-		for _, kv := range pipeline.AppendFields(nil, v) {
+		for _, l := range v.Limits {
+			if l.Limit < 1 || l.Remaining < 0 || l.Window < 1 || l.ResetAfter < 0 || l.RetryAfter < 0 || l.NextAfter < 0 {
+				t.Fatalf("%s %s: %+v", status, body, v)
+			}
+		}
+		for _, kv := range pipeline.AppendFields(nil, &v, &pipeline.Fields{PartitionKey: []byte{1, 2}}) {
 			if strings.ContainsAny(kv[1], "\r\n\x00") {
 				t.Fatalf("header %q", kv)
 			}
@@ -413,5 +422,119 @@ func TestFilterAttacks(t *testing.T) {
 	}
 	if got != 2 {
 		t.Errorf("decoy bearers: %d of 10 through a limit of 2", got)
+	}
+}
+
+// TestFilterFields: every limit of a rule in both RateLimit fields (t the
+// time until more quota comes back), the denying limit first on a 429, and
+// a rule's options (only the closest limit, a quota unit, a partition key
+// keyed by the plugin's secret): the fields rl-wasm-host writes, from the
+// same code (internal/pipeline).
+func TestFilterFields(t *testing.T) {
+	secret := "0123456789abcdef-secret"
+	host := emulate(t, `{"slots":16,"partition_key_secret":"`+secret+`","rules":[
+		{"name":"search","endpoint":"/s","key_by":"header:X-User","limits":[
+			{"name":"burst","strategy":"token","limit":2,"window":"1s"},{"name":"daily","strategy":"fixed","limit":1000,"window":"1d"}]},
+		{"name":"bytes","endpoint":"/b","key_by":"header:X-User","cost_header":"X-Size","quota_unit":"content-bytes",
+		 "ratelimit_fields":"closest","partition_key":true,"limits":[
+			{"name":"second","strategy":"token","limit":1000,"window":"1s"},{"name":"day","strategy":"fixed","limit":100000,"window":"1d"}]}]}`)
+	_, local, resp := roundTrip(host, get("/s", [2]string{"x-user", "u"}))
+	if local != nil {
+		t.Fatalf("%+v", local)
+	}
+	// A quarter second into the day: 86399.75 s to its end, rounded up.
+	if got := headerValue(resp, "ratelimit-policy"); got != `"burst";q=2;w=1, "daily";q=1000;w=86400` {
+		t.Errorf("RateLimit-Policy %q", got)
+	}
+	if got := headerValue(resp, "ratelimit"); got != `"burst";r=1;t=1, "daily";r=999;t=86400` {
+		t.Errorf("RateLimit %q", got)
+	}
+	roundTrip(host, get("/s", [2]string{"x-user", "u"}))
+	_, local, _ = roundTrip(host, get("/s", [2]string{"x-user", "u"}))
+	if local == nil || local.StatusCode != 429 {
+		t.Fatalf("%+v", local)
+	}
+	if got := headerValue(local.Headers, "ratelimit"); got != `"burst";r=0;t=1, "daily";r=998;t=86400` {
+		t.Errorf("429 RateLimit %q", got)
+	}
+	pk := ";pk=:" + base64.StdEncoding.EncodeToString(pipeline.PartitionKey([]byte(secret), "bytes", "u")) + ":"
+	_, local, resp = roundTrip(host, get("/b", [2]string{"x-user", "u"}, [2]string{"x-size", "600"}))
+	if local != nil {
+		t.Fatalf("%+v", local)
+	}
+	if got, want := headerValue(resp, "ratelimit-policy"), `"second";q=1000;qu="content-bytes";w=1`+pk+`, "day";q=100000;qu="content-bytes";w=86400`+pk; got != want {
+		t.Errorf("RateLimit-Policy %q, want %q", got, want)
+	}
+	if got, want := headerValue(resp, "ratelimit"), `"second";r=400;t=1`+pk; got != want {
+		t.Errorf("RateLimit %q, want %q", got, want)
+	}
+}
+
+// partition_key needs the plugin's secret, at least 16 bytes, never shown.
+func TestFilterPartitionKeySecret(t *testing.T) {
+	rule := `"rules":[{"name":"a","strategy":"fixed","limit":1,"window":"1s","partition_key":true}]`
+	_, err := parseConfig([]byte(`{` + rule + `}`))
+	if err == nil || !strings.Contains(err.Error(), `partition_key: needs a secret to key the hash: set partition_key_secret`) {
+		t.Errorf("%v", err)
+	}
+	_, err = parseConfig([]byte(`{"partition_key_secret":"short-secret",` + rule + `}`))
+	if err == nil || !strings.Contains(err.Error(), "partition_key_secret: 12 bytes; want at least 16") || strings.Contains(err.Error(), "short-secret") {
+		t.Errorf("%v", err)
+	}
+}
+
+// TestFilterProblems: the filter's 429 is RFC 9457 problem details
+// (quota-exceeded, the denying limits in violated-policies) when the
+// request accepts JSON, plain text otherwise, and always or never as
+// problem_details says; its 503 (no room for a new key here, so no
+// decision) is temporary-reduced-capacity.
+func TestFilterProblems(t *testing.T) {
+	host := emulate(t, `{"slots":1,"keys_per_slot":1,"rules":[{"name":"r","key_by":"header:k","limits":[
+		{"name":"second","strategy":"fixed","limit":1,"window":"1s"},{"name":"minute","strategy":"fixed","limit":1,"window":"1m"}]}]}`)
+	roundTrip(host, get("/", [2]string{"k", "a"}))
+	_, local, _ := roundTrip(host, get("/", [2]string{"k", "a"}, [2]string{"accept", "application/json"}))
+	if local == nil || local.StatusCode != 429 || headerValue(local.Headers, "content-type") != "application/problem+json" {
+		t.Fatalf("%+v", local)
+	}
+	var p pipeline.Problem
+	if err := json.Unmarshal(local.Data, &p); err != nil || p.Type != pipeline.ProblemQuotaExceeded || p.Status != 429 ||
+		strings.Join(p.ViolatedPolicies, ",") != "minute,second" {
+		t.Errorf("%s: %+v %v", local.Data, p, err)
+	}
+	if headerValue(local.Headers, "retry-after") == "" || headerValue(local.Headers, "ratelimit") == "" {
+		t.Errorf("fields missing: %q", local.Headers)
+	}
+	_, local, _ = roundTrip(host, get("/", [2]string{"k", "a"}, [2]string{"accept", "*/*"}))
+	if local == nil || string(local.Data) != "Rate limit exceeded\n" {
+		t.Errorf("*/*: %+v", local)
+	}
+	_, local, _ = roundTrip(host, get("/", [2]string{"k", "b"}, [2]string{"accept", "application/problem+json"}))
+	if local == nil || local.StatusCode != 503 || headerValue(local.Headers, "content-type") != "application/problem+json" {
+		t.Fatalf("503: %+v", local)
+	}
+	var p503 pipeline.Problem
+	if err := json.Unmarshal(local.Data, &p503); err != nil || p503.Type != pipeline.ProblemReducedCapacity || p503.Status != 503 || len(p503.ViolatedPolicies) != 0 {
+		t.Errorf("%s: %+v %v", local.Data, p503, err)
+	}
+}
+
+func TestFilterProblemModes(t *testing.T) {
+	for mode, wantJSON := range map[string]bool{"json": true, "text": false} {
+		t.Run(mode, func(t *testing.T) {
+			host := emulate(t, `{"problem_details":"`+mode+`","rules":[{"name":"r","strategy":"fixed","limit":1,"window":"1s","key_by":"global"}]}`)
+			roundTrip(host, get("/"))
+			accept := [2]string{"accept", "text/plain"}
+			if !wantJSON {
+				accept[1] = "application/json"
+			}
+			_, local, _ := roundTrip(host, get("/", accept))
+			if got := headerValue(local.Headers, "content-type") == "application/problem+json"; got != wantJSON {
+				t.Errorf("%s: %+v", mode, local)
+			}
+		})
+	}
+	if _, err := parseConfig([]byte(`{"problem_details":"xml","rules":[{"strategy":"fixed","limit":1,"window":"1s"}]}`)); err == nil ||
+		!strings.Contains(err.Error(), `problem_details: "xml": want auto, json, text`) {
+		t.Errorf("%v", err)
 	}
 }

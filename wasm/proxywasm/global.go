@@ -51,15 +51,39 @@ type inlineLimit struct {
 
 // checkResponse is the part of rl-wasm-host's DecisionJSON the filter reads.
 type checkResponse struct {
+	Allowed   bool   `json:"allowed"`
+	FailOpen  bool   `json:"fail_open"`
+	LimitName string `json:"limit_name"`
+	checkLimit
+	// Limits are every limit's (an older rl-wasm-host sends none: the
+	// deciding limit's fields above serve alone).
+	Limits []checkLimit `json:"limits"`
+}
+
+// checkLimit is one limit's result in rl-wasm-host's DecisionJSON.
+type checkLimit struct {
+	Name         string `json:"name"`
 	Allowed      bool   `json:"allowed"`
-	FailOpen     bool   `json:"fail_open"`
-	LimitName    string `json:"limit_name"`
 	Limit        int64  `json:"limit"`
 	Remaining    int64  `json:"remaining"`
 	WindowMS     int64  `json:"window_ms"`
 	ResetAfterMS int64  `json:"reset_after_ms"`
 	RetryAfterMS int64  `json:"retry_after_ms"`
 	Never        bool   `json:"never"`
+	NextAfterMS  int64  `json:"next_after_ms"`
+}
+
+// state checks l's ranges and returns it in the answer's units, named
+// name.
+func (l *checkLimit) state(name string) (pipeline.LimitState, error) {
+	const maxMS = core.MaxWindow / 1000
+	if l.Limit < 1 || l.Remaining < 0 || l.WindowMS < 1 || l.ResetAfterMS < 0 || l.RetryAfterMS < -1 || l.NextAfterMS < 0 ||
+		l.Limit > core.MaxLimit || l.WindowMS > maxMS || l.ResetAfterMS > maxMS || l.RetryAfterMS > maxMS || l.NextAfterMS > maxMS {
+		return pipeline.LimitState{}, errors.New("answered a decision out of range: limit " + strconv.FormatInt(l.Limit, 10))
+	}
+	return pipeline.LimitState{Name: name, Allowed: l.Allowed, Never: l.Never, Limit: l.Limit, Remaining: l.Remaining,
+		Window: l.WindowMS * 1000, ResetAfter: l.ResetAfterMS * 1000, RetryAfter: max(0, l.RetryAfterMS) * 1000,
+		NextAfter: l.NextAfterMS * 1000}, nil
 }
 
 // globalKey is the key sent to rl-wasm-host: "<rule>:<key>", or, when that
@@ -118,7 +142,7 @@ func (h *httpContext) askGlobal(r *rule, key string, cost int64) types.Action {
 	}
 	begun := h.p.outage.Begin()
 	_, err := proxywasm.DispatchHttpCall(g.Cluster, hs, checkBody(r, key, cost), nil, g.TimeoutMS,
-		func(numHeaders, bodySize, _ int) { h.onGlobal(r, begun, numHeaders, bodySize) })
+		func(numHeaders, bodySize, _ int) { h.onGlobal(r, begun, key, numHeaders, bodySize) })
 	if err != nil {
 		return h.failed(r, begun, fmt.Errorf("calling cluster %q: %w: %w", g.Cluster, rlstore.ErrUnavailable, err))
 	}
@@ -126,7 +150,7 @@ func (h *httpContext) askGlobal(r *rule, key string, cost int64) types.Action {
 }
 
 // onGlobal handles the callout's answer and resumes or answers the request.
-func (h *httpContext) onGlobal(r *rule, begun outage.Token, numHeaders, bodySize int) {
+func (h *httpContext) onGlobal(r *rule, begun outage.Token, key string, numHeaders, bodySize int) {
 	v, err := readGlobal(numHeaders, bodySize)
 	var act types.Action
 	switch {
@@ -136,7 +160,7 @@ func (h *httpContext) onGlobal(r *rule, begun outage.Token, numHeaders, bodySize
 		act = h.failed(r, begun, fmt.Errorf("cluster %q: %w", r.Global.Cluster, err))
 	default:
 		h.p.outage.Success()
-		act = h.decided(v)
+		act = h.decided(r, key, &v)
 	}
 	if act == types.ActionContinue {
 		if err := proxywasm.ResumeHttpRequest(); err != nil {
@@ -232,19 +256,28 @@ func parseGlobal(status string, body []byte) (pipeline.Verdict, error) {
 	if cr.FailOpen {
 		return pipeline.Verdict{}, errServiceFailOpen
 	}
-	if cr.Limit < 1 || cr.Remaining < 0 || cr.WindowMS < 1 || cr.ResetAfterMS < 0 || cr.RetryAfterMS < -1 ||
-		cr.Limit > core.MaxLimit || cr.WindowMS > core.MaxWindow/1000 || cr.ResetAfterMS > core.MaxWindow/1000 || cr.RetryAfterMS > core.MaxWindow/1000 {
-		return pipeline.Verdict{}, errors.New("answered a decision out of range: limit " + strconv.FormatInt(cr.Limit, 10))
+	// The deciding limit is the one named limit_name; an answer without
+	// the list (or naming none of it) gives that limit alone.
+	v := pipeline.Verdict{Allowed: cr.Allowed, Deciding: -1}
+	if len(cr.Limits) <= maxLimits {
+		for i := range cr.Limits {
+			l, err := cr.Limits[i].state(cr.Limits[i].Name)
+			if err != nil {
+				return pipeline.Verdict{}, err
+			}
+			if l.Name == cr.LimitName && v.Deciding < 0 {
+				v.Deciding = i
+			}
+			v.Limits = append(v.Limits, l)
+		}
 	}
-	v := pipeline.Verdict{
-		Allowed:    cr.Allowed,
-		Never:      cr.Never,
-		Name:       cr.LimitName,
-		Limit:      cr.Limit,
-		Remaining:  cr.Remaining,
-		Window:     cr.WindowMS * 1000,
-		ResetAfter: cr.ResetAfterMS * 1000,
-		RetryAfter: max(0, cr.RetryAfterMS) * 1000,
+	if v.Deciding < 0 {
+		cr.checkLimit.Allowed = cr.Allowed
+		l, err := cr.checkLimit.state(cr.LimitName)
+		if err != nil {
+			return pipeline.Verdict{}, err
+		}
+		v.Limits, v.Deciding = []pipeline.LimitState{l}, 0
 	}
 	return v, nil
 }

@@ -45,8 +45,10 @@ const (
 	WResetAfter     = 14
 	WRetryAfter     = 15
 	WDelay          = 16
-	// word 17 is reserved (0)
-	WLog = SlotHeadWords
+	// WNextAfter was reserved (0) until the module reported it; a
+	// version-1 host may ignore it.
+	WNextAfter = 17
+	WLog       = SlotHeadWords
 )
 
 // Status codes beyond core.Error's values.
