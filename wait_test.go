@@ -58,7 +58,10 @@ func TestWaitSleepsAndRetries(t *testing.T) {
 }
 
 func TestWaitErrors(t *testing.T) {
-	p := rl.MustPolicy(rl.Limit{Algorithm: core.FixedWindow, Limit: 3, Window: time.Hour})
+	// A token bucket, not a fixed window: a window aligned to the epoch
+	// ends within the 10 s deadline below when the test runs in the last
+	// 10 s of an hour (it did, once). Empty, it refills one unit in 20 min.
+	p := rl.MustPolicy(rl.Limit{Algorithm: core.TokenBucket, Limit: 3, Window: time.Hour})
 	l, cs := newRealLimiter(t, p)
 	ctx := context.Background()
 
@@ -67,7 +70,7 @@ func TestWaitErrors(t *testing.T) {
 
 	_, err = l.WaitN(ctx, "k", 3)
 	require.NoError(t, err)
-	// Exhausted for up to an hour: a 10 s deadline cannot be met, so Wait
+	// Exhausted for 20 minutes: a 10 s deadline cannot be met, so Wait
 	// returns ErrWaitDeadline, not the context's error after sleeping.
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
