@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlcore/rl/core"
-	"github.com/rlcore/rl/internal/difftest"
+	"github.com/rlcore/rl/internal/testkit/difftest"
 	"github.com/rlcore/rl/tests/vectors/vectorstest"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/rlcore/rl/core"
-	"github.com/rlcore/rl/internal/difftest"
+	"github.com/rlcore/rl/internal/testkit/difftest"
 	"github.com/rlcore/rl/tests/vectors/vectorstest"
 )
 
@@ -196,7 +196,7 @@ func stateEqual(a, b core.State) bool {
 }
 
 // TestInvariantsRandom checks the invariants on random valid sequences
-// (package internal/difftest): every algorithm, limits and windows from 1 to
+// (package internal/testkit/difftest): every algorithm, limits and windows from 1 to
 // their bounds, times from 0 to MaxTime, a clock that steps back.
 func TestInvariantsRandom(t *testing.T) {
 	n := 10000

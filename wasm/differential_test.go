@@ -4,11 +4,11 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/rlcore/rl/internal/difftest"
+	"github.com/rlcore/rl/internal/testkit/difftest"
 	"github.com/rlcore/rl/tests/vectors/vectorstest"
 )
 
-// The differential tests run the same sequences (package internal/difftest)
+// The differential tests run the same sequences (package internal/testkit/difftest)
 // through the native core and the module and require identical decisions,
 // indexes, errors and states, down to the nil-ness, length, capacity,
 // contents and backing array of every sliding log (difftest.Runner.Exact).

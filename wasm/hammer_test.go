@@ -3,7 +3,7 @@ package wasm_test
 import (
 	"testing"
 
-	"github.com/rlcore/rl/internal/difftest"
+	"github.com/rlcore/rl/internal/testkit/difftest"
 	"github.com/rlcore/rl/tests/vectors/vectorstest"
 	"github.com/rlcore/rl/wasm"
 )

@@ -20,7 +20,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rlcore/rl/internal/pgtest"
+	"github.com/rlcore/rl/internal/testkit/pgtest"
 )
 
 // The end-to-end tests build the real binary and run it.

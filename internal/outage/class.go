@@ -12,7 +12,7 @@ import (
 // Class is what a failed decision means. It is the one failure rule: the
 // middleware (package httplimit), the service's proxy and decision API
 // (internal/service), its gRPC RateLimitService (internal/rls) and the
-// proxy-wasm filter (wasm/proxywasm) classify every error with Classify and
+// proxy-wasm filter (proxywasm) classify every error with Classify and
 // answer by the class, each in its protocol:
 //
 //	class     meaning                                       HTTP                          gRPC (RLS)

@@ -1,7 +1,7 @@
 // Package pipeline is the request pipeline every front end runs before a
 // decision, written once so that the proxy (internal/service), the
 // decision API, the Envoy rate limit service (internal/rls) and the
-// proxy-wasm filter (wasm/proxywasm) cannot drift apart:
+// proxy-wasm filter (proxywasm) cannot drift apart:
 //
 //   - the canonical path and host of a request (CanonicalPath, MatchPath,
 //     CanonicalHost), refusing what cannot be cleaned;

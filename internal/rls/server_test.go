@@ -19,7 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/rlcore/rl/core"
-	"github.com/rlcore/rl/internal/pgtest"
+	"github.com/rlcore/rl/internal/testkit/pgtest"
 	"github.com/rlcore/rl/memstore"
 	"github.com/rlcore/rl/pgstore"
 	"github.com/rlcore/rl/sql/migrations"

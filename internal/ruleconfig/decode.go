@@ -1,6 +1,6 @@
 // Package ruleconfig holds the rule shape shared by rl-wasm-host's
 // configuration file (internal/service) and the proxy-wasm filter's plugin
-// configuration (wasm/proxywasm): typed structs for rules and limits, their
+// configuration (proxywasm): typed structs for rules and limits, their
 // JSON decoding, and their validation with per-field messages. The typed
 // decoding serves other formats too (internal/rls reads
 // envoyproxy/ratelimit's files through it with structs of its own).

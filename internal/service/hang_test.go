@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlcore/rl/internal/outage"
-	"github.com/rlcore/rl/internal/pgtest"
+	"github.com/rlcore/rl/internal/testkit/pgtest"
 )
 
 // hangProxy forwards TCP to a target and can freeze: bytes stop flowing

@@ -20,8 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlcore/rl/failover"
-	"github.com/rlcore/rl/internal/pgtest"
-	"github.com/rlcore/rl/internal/tcpproxy"
+	"github.com/rlcore/rl/internal/testkit/pgtest"
+	"github.com/rlcore/rl/internal/testkit/tcpproxy"
 	"github.com/rlcore/rl/memstore"
 	"github.com/rlcore/rl/pgstore"
 	"github.com/rlcore/rl/sql/migrations"

@@ -6,7 +6,7 @@
 // is compared with the core is the port's decision function itself, bit for
 // bit, without the row locking of rl.rl_allow around it (the stores' tests
 // and the SQL concurrency tests cover that). It is the adapter the
-// differential tests (package internal/difftest) run beside the native core
+// differential tests (package internal/testkit/difftest) run beside the native core
 // and the WebAssembly module.
 //
 // Two things are the Go memory's, not the port's. A sliding log is a SQL

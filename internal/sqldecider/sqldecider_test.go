@@ -9,7 +9,7 @@ import (
 	"github.com/rlcore/rl/core"
 )
 
-// The decisions themselves are tested against the core by internal/difftest
+// The decisions themselves are tested against the core by internal/testkit/difftest
 // and sql/migrations; this is the mapping of the functions' errors.
 func TestMapError(t *testing.T) {
 	other := errors.New("connection refused")

@@ -3,8 +3,8 @@ package migrations_test
 import (
 	"testing"
 
-	"github.com/rlcore/rl/internal/difftest"
 	"github.com/rlcore/rl/internal/sqldecider"
+	"github.com/rlcore/rl/internal/testkit/difftest"
 	"github.com/rlcore/rl/tests/vectors/vectorstest"
 )
 
@@ -16,7 +16,7 @@ func sqlRunner() difftest.Runner {
 	}}
 }
 
-// TestDifferential runs random sequences (package internal/difftest)
+// TestDifferential runs random sequences (package internal/testkit/difftest)
 // through the Go core and through rl.decide / rl.decide_all and requires
 // identical decisions, errors and states at every step. A failure prints
 // the sequence and how to replay it (RL_DIFF_SEED, RL_DIFF_N).

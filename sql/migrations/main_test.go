@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/rlcore/rl/internal/pgtest"
+	"github.com/rlcore/rl/internal/testkit/pgtest"
 	"github.com/rlcore/rl/sql/migrations"
 )
 

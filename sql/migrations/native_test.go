@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rlcore/rl/internal/difftest"
 	"github.com/rlcore/rl/internal/sqldecider"
+	"github.com/rlcore/rl/internal/testkit/difftest"
 	"github.com/rlcore/rl/sql/migrations"
 	"github.com/rlcore/rl/tests/vectors/vectorstest"
 )

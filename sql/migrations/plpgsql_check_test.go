@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/rlcore/rl/internal/pgtest"
+	"github.com/rlcore/rl/internal/testkit/pgtest"
 	"github.com/rlcore/rl/sql/migrations"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rlcore/rl/internal/pgtest"
+	"github.com/rlcore/rl/internal/testkit/pgtest"
 	"github.com/rlcore/rl/sql/migrations"
 )
 

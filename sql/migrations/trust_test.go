@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlcore/rl/core"
-	"github.com/rlcore/rl/internal/pgtest"
+	"github.com/rlcore/rl/internal/testkit/pgtest"
 	"github.com/rlcore/rl/pgstore"
 	"github.com/rlcore/rl/sql/migrations"
 	"github.com/rlcore/rl/store"

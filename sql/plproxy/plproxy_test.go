@@ -19,8 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlcore/rl/core"
-	"github.com/rlcore/rl/internal/pgtest"
-	"github.com/rlcore/rl/internal/tcpproxy"
+	"github.com/rlcore/rl/internal/testkit/pgtest"
+	"github.com/rlcore/rl/internal/testkit/tcpproxy"
 	"github.com/rlcore/rl/sql/plproxy"
 	"github.com/rlcore/rl/sql/plproxy/plproxytest"
 	"github.com/rlcore/rl/tests/vectors/vectorstest"

@@ -2,7 +2,7 @@
 // decision every front end must reach for them, run against the service's
 // proxy and decision API and the Envoy rate limit service (this package's
 // tests) and the proxy-wasm filter through its test host
-// (wasm/proxywasm/internal/pwhost). It is what keeps the front ends from
+// (proxywasm/internal/pwhost). It is what keeps the front ends from
 // drifting apart, as tests/vectors does for the decision function: a
 // request rule lives once, in internal/pipeline, and this table holds
 // every front end to it.

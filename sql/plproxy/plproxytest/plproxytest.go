@@ -4,7 +4,7 @@
 // test ends. The shards commit with synchronous_commit = off (each call
 // through the router commits on its shard; the tests are about decisions,
 // not crash durability). The server needs the PL/Proxy extension (Debian package
-// postgresql-15-plproxy; .ci/run installs it). Like internal/pgtest, an
+// postgresql-15-plproxy; .ci/run installs it). Like internal/testkit/pgtest, an
 // unreachable server or a missing extension fails the test, never skips it.
 //
 // The router logs in to the shards as a login role of its own (ShardLogin),
@@ -26,7 +26,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/rlcore/rl/internal/pgtest"
+	"github.com/rlcore/rl/internal/testkit/pgtest"
 	"github.com/rlcore/rl/sql/migrations"
 	"github.com/rlcore/rl/sql/plproxy"
 )

@@ -19,7 +19,7 @@
 // carry the draft-11 RateLimit and RateLimit-Policy fields. See README.md for
 // the configuration reference and Envoy and Istio examples.
 //
-// Build it with wasm/proxywasm/build.sh, never by hand: the committed
+// Build it with proxywasm/build.sh, never by hand: the committed
 // rl-filter.wasm must be reproducible byte for byte. The package also builds
 // natively, where the SDK's host emulator (proxytest) runs its tests.
 package main

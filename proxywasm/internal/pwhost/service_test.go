@@ -25,7 +25,7 @@ func startRLWasmHost(t *testing.T, config string) string {
 	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "rl-wasm-host")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../../../cmd/rl-wasm-host").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/rl-wasm-host").CombinedOutput(); err != nil {
 		t.Fatalf("building rl-wasm-host: %v\n%s", err, out)
 	}
 	cfg := filepath.Join(dir, "rules.json")

@@ -16,7 +16,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 )
 
-// filterWasm is the committed, built filter (wasm/proxywasm/build.sh).
+// filterWasm is the committed, built filter (proxywasm/build.sh).
 const filterWasm = "../../rl-filter.wasm"
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
