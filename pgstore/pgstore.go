@@ -322,11 +322,7 @@ func (s *Store) decideGo(ctx context.Context, conn *pgxpool.Conn, req *store.Req
 	open := true
 	defer func() {
 		if open { // undo the transaction, removing rows lock_states created
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			if _, err := pc.Exec(rctx, "ROLLBACK"); err != nil {
-				pc.Close(rctx) // never hand a connection in a transaction back to the pool
-			}
+			rollback(ctx, pc)
 		}
 	}()
 	b := &pgx.Batch{}
