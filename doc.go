@@ -35,6 +35,9 @@
 //	            (decision API, proxy, Envoy's gRPC rate limit service) and
 //	            rl_allow() in SQL and triggers
 //
+// No package imports one of a layer above its own; tests/layers holds every
+// import of the module to that (and says which import breaks which rule).
+//
 // The decider is chosen with the store (memstore.Config.Decider,
 // pgstore.Config.Mode and Decider), once, not per call. A Policy is checked
 // and compiled once, by NewPolicy (core.Compile for each limit, a
