@@ -9,7 +9,8 @@
 //     ignored);
 //   - the key, from exactly one place a rule's typed key source names
 //     (Key, ruleconfig.KeyBy);
-//   - the cost, with a rule's min_cost (ParseCost);
+//   - the cost, with a rule's min_cost (ParseCost), and its range for any
+//     front end (CheckCost: the gRPC service's hits_addend);
 //   - the rule a request matches (Matcher, CompareMatchers);
 //   - the answer's fields (Verdict, AppendFields, PartitionKey, DeniedBody):
 //     the RateLimit fields listing every limit of the policy.

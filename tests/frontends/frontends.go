@@ -41,7 +41,9 @@ const (
 	// INVALID_ARGUMENT), nothing decided.
 	Refuse
 	// Block: not admitted, denied or refused (each front end its way,
-	// never forwarded).
+	// never forwarded). Over gRPC only OVER_LIMIT blocks: Envoy's rate
+	// limit filter lets a request through when the call fails
+	// (failure_mode_deny: false, its default), INVALID_ARGUMENT included.
 	Block
 )
 
@@ -170,4 +172,11 @@ var Cases = []Case{
 		}},
 	{ID: 10, Name: "a missing key is refused", Rule: Rule{Limit: 1},
 		Steps: []Step{{Want: Refuse, Only: notGRPC}}},
+	{ID: 11, Name: "a cost above 2^40 is never admitted, and over gRPC is OVER_LIMIT, not an error Envoy would admit", Rule: Rule{Limit: 1},
+		Steps: steps(exhaust("big", 1), []Step{
+			{Key: "big", Cost: "1099511627777", Want: Block},
+			{Key: "big2", Cost: "1099511627777", Want: Block},
+			{Key: "big2", Cost: "18446744073709551615", Want: Block},
+			{Key: "big2", Want: Admit},
+		})},
 }
