@@ -26,6 +26,7 @@ import (
 	"github.com/rlcore/rl/httplimit"
 	"github.com/rlcore/rl/internal/outage"
 	"github.com/rlcore/rl/internal/pipeline"
+	"github.com/rlcore/rl/internal/ruleconfig"
 	"github.com/rlcore/rl/internal/service"
 )
 
@@ -113,8 +114,10 @@ func New(svc *service.Service, cfg *Config, opts Options) (*Server, error) {
 
 // KeyPrefix is the base key of a domain's state: a descriptor of domain d
 // is kept under "rls:" + d (in PostgreSQL the row key is
-// "rls:<domain>:<descriptor key>").
-const KeyPrefix = "rls:"
+// "rls:<domain>:<descriptor key>"). No rule of the service is named "rls"
+// and no domain holds ':' (ruleconfig's Store keys), so no rule's key and
+// no other domain's reaches a domain's state.
+const KeyPrefix = ruleconfig.RLSNamespace + ":"
 
 // SetConfig swaps in cfg: calls in flight finish under the old one. A
 // Config belongs to one Server (its limits take that Server's counters).

@@ -11,12 +11,13 @@ import (
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/httplimit"
 	"github.com/rlcore/rl/internal/pipeline"
+	"github.com/rlcore/rl/internal/ruleconfig"
 )
 
 // InlineNamespace is the base key of decisions on inline limits (limits
 // given in a decision-API request rather than by a rule's name); a rule's
-// base key is its name.
-const InlineNamespace = "inline"
+// base key is its name. ruleconfig's Store keys say why no two meet.
+const InlineNamespace = ruleconfig.InlineNamespace
 
 // rule is a RuleSpec ready to decide.
 type rule struct {
