@@ -30,15 +30,15 @@ func (s *recStore) Decide(ctx context.Context, req store.Request, ds []core.Deci
 	return s.Store.Decide(ctx, req, ds)
 }
 
-// Review: httplimit's key functions are a second copy of pipeline.Key with
-// other rules. pipeline.Key (the service, the filter, the gRPC front) keeps
-// an API key as "sha256:<digest>" so secrets never reach a store (PostgreSQL
-// rows and logs) and refuses a key field given twice or listed in
-// Connection; httplimit.APIKey() hands the raw bearer token to the store,
-// to OnDecision (Decision.Key) and, for a token the limiter refuses, to
-// OnError (*rl.KeyError carries the key's first 64 bytes); httplimit.Header
-// and Query take the first of duplicates.
-func TestReviewHTTPLimitKeysAreACopy(t *testing.T) {
+// TestKeyFuncsFollowThePipeline: httplimit's key functions are
+// pipeline.Key, the rule of every front end, not a copy with other rules.
+// The copy handed the raw bearer token to the store as the key (PostgreSQL
+// rows), to OnDecision (Decision.Key) and, for a token the limiter
+// refused, to OnError (*rl.KeyError carries the key's first 64 bytes);
+// pipeline.Key keeps "sha256:<digest>". The copy's Header and Query took
+// the first of duplicate values (a decoy beside the real one) where
+// pipeline.Key refuses them.
+func TestKeyFuncsFollowThePipeline(t *testing.T) {
 	const secret = "sk_live_0123456789abcdef"
 	p := rl.MustPolicy(rl.Limit{Algorithm: core.TokenBucket, Limit: 10, Window: time.Second})
 	rs := &recStore{Store: memstore.New(&memstore.Config{})}
@@ -51,6 +51,7 @@ func TestReviewHTTPLimitKeysAreACopy(t *testing.T) {
 		OnDecision: func(_ *http.Request, d httplimit.Decision) { logged = append(logged, d.Key) }}, nil)
 	get(h, func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+secret) })
 	get(h, func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+secret+" x") })
+	require.NotEmpty(t, rs.keys)
 	for _, k := range rs.keys {
 		assert.NotContains(t, k, secret, "the bearer token reached the store as its key (pipeline.Key stores sha256:<digest>)")
 	}
@@ -67,4 +68,13 @@ func TestReviewHTTPLimitKeysAreACopy(t *testing.T) {
 	assert.Error(t, err, "X-User given twice: pipeline.Key answers 400, httplimit keys on the first")
 	_, err = httplimit.Query("k")(r)
 	assert.Error(t, err, "k given twice: pipeline.Key answers 400, httplimit keys on the first")
+	assert.ErrorIs(t, err, httplimit.ErrNoKey)
+
+	// A key field the Connection field lists never reaches the
+	// application behind a proxy: a decoy.
+	r, _ = http.NewRequest("GET", "/", nil)
+	r.Header.Set("X-User", "u")
+	r.Header.Set("Connection", "X-User")
+	_, err = httplimit.Header("X-User")(r)
+	assert.ErrorIs(t, err, httplimit.ErrNoKey)
 }
