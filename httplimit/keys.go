@@ -84,8 +84,10 @@ func ClientIPKey(cfg IPKeyConfig) (KeyFunc, error) {
 }
 
 // Header keys by the value of a request header, by the rule rl-wasm-host's
-// key_by: header follows (pipeline.Key): the field must be given once and
-// not be listed in Connection; else the request has no key (ErrNoKey). Such a key is only as trustworthy as
+// key_by: header follows (pipeline.Key): the field must be given once, in
+// one spelling ('-' and '_' alike: X_User is X-User to CGI-style
+// upstreams), and not be listed in Connection; else the request has no key
+// (ErrNoKey). Such a key is only as trustworthy as
 // whatever sets the header: a client may send any value, and a fresh value
 // is a fresh quota, so a header a client controls bounds nothing. Key by a
 // header only when a component you trust in front of this one (an
@@ -111,8 +113,8 @@ func APIKey() KeyFunc { return APIKeyHeader(ruleconfig.BearerHeader) }
 
 // APIKeyHeader keys by an API key in the header field name: the token of
 // "Bearer <key>" for Authorization, else the field's whole value, kept as
-// its digest as APIKey's is. The field must be given once and not be
-// listed in Connection.
+// its digest as APIKey's is. The field must be given once, in one spelling
+// ('-' and '_' alike), and not be listed in Connection.
 func APIKeyHeader(name string) KeyFunc {
 	if strings.EqualFold(name, ruleconfig.BearerHeader) {
 		name = ruleconfig.BearerHeader

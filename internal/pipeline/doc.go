@@ -8,7 +8,8 @@
 //   - method matching (MatchMethod: HEAD is limited as GET, case is
 //     ignored);
 //   - the key, from exactly one place a rule's typed key source names
-//     (Key, ruleconfig.KeyBy);
+//     (Key, ruleconfig.KeyBy), a header in any spelling of '-' and '_'
+//     (SameField, FieldSpellings);
 //   - the cost, with a rule's min_cost (ParseCost), and its range for any
 //     front end (CheckCost: the gRPC service's hits_addend);
 //   - the rule a request matches (Matcher, CompareMatchers);

@@ -179,4 +179,11 @@ var Cases = []Case{
 			{Key: "big2", Cost: "18446744073709551615", Want: Block},
 			{Key: "big2", Want: Admit},
 		})},
+	{ID: 12, Name: "X_API_Key and X-API-Key are one field (HTTP_X_API_KEY to CGI upstreams): both at once is refused", Rule: Rule{Limit: 1, KeyBy: "api_key:X-API-Key"},
+		Steps: []Step{
+			{Header: [][2]string{{"X_API_Key", "real"}}, Want: Admit, Only: http},
+			{Header: [][2]string{{"X_API_Key", "real"}, {"X-API-Key", "decoy1"}}, Want: Refuse, Only: http},
+			{Header: [][2]string{{"X-API_Key", "decoy2"}, {"x_api_key", "real"}}, Want: Refuse, Only: http},
+			{Header: [][2]string{{"X-API-Key", "real"}}, Want: Deny, Only: http},
+		}},
 }
