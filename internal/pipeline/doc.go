@@ -14,7 +14,9 @@
 //     front end (CheckCost: the gRPC service's hits_addend);
 //   - the rule a request matches (Matcher, CompareMatchers);
 //   - the answer's fields (Verdict, AppendFields, PartitionKey, DeniedBody):
-//     the RateLimit fields listing every limit of the policy.
+//     the RateLimit fields listing every limit of the policy;
+//   - what a proxying front end forwards: the canonical path (Prepare) and
+//     no path-override field (PathOverrideFields, IsPathOverride).
 //
 // It imports only the standard library, core and ruleconfig (never
 // net/http), so that the filter, built for wasip1, uses it too. Each front

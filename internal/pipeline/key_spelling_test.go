@@ -68,3 +68,17 @@ func TestFieldSpellings(t *testing.T) {
 	_, err = ruleconfig.ParseKeyBy("query:"+strings.Repeat("a-", ruleconfig.MaxFieldSeparators+1)+"a", false)
 	require.NoError(t, err, "a query parameter is read as written")
 }
+
+// TestIsPathOverride: the fields front ends drop before forwarding, in
+// every spelling an upstream may read them in.
+func TestIsPathOverride(t *testing.T) {
+	for _, f := range PathOverrideFields() {
+		for _, s := range FieldSpellings(f) {
+			require.True(t, IsPathOverride(s), s)
+			require.True(t, IsPathOverride(strings.ToLower(s)), s)
+		}
+	}
+	for _, f := range []string{"X-Original-Host", "X-Forwarded-For", "X-Original-URLs", ""} {
+		require.False(t, IsPathOverride(f), f)
+	}
+}
