@@ -41,7 +41,10 @@ type Config struct {
 	// Peek, Reset). It may be nil if every call passes its own.
 	Policy *Policy
 	// BaseKey prefixes every key, keeping limiters that share a store
-	// apart.
+	// apart. pgstore keeps a key as BaseKey + ":" + key, so limiters
+	// sharing a PostgreSQL store stay apart only while no BaseKey is
+	// another one followed by ":" (keep ":" out of them): base key "a" with
+	// key "b:c" is base key "a:b" with key "c" there.
 	BaseKey string
 	// Clock is the time source. Default: CoarseClock.
 	Clock Clock

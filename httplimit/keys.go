@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/rlcore/rl/internal/pipeline"
+	"github.com/rlcore/rl/internal/ruleconfig"
 )
 
 // KeyFunc returns the rate-limit key of a request. An error means the
@@ -82,19 +83,18 @@ func ClientIPKey(cfg IPKeyConfig) (KeyFunc, error) {
 	}, nil
 }
 
-// Header keys by the value of a request header. Such a key is only as
-// trustworthy as whatever sets the header: a client may send any value, and
-// a fresh value is a fresh quota, so a header a client controls bounds
-// nothing. Key by a header only when a component you trust in front of this
-// one (an authenticating gateway) sets it and drops the client's own; else
-// key by ClientIP or by an API key you verify.
+// Header keys by the value of a request header, by the rule rl-wasm-host's
+// key_by: header follows (pipeline.Key): the field must be given once, in
+// one spelling ('-' and '_' alike: X_User is X-User to CGI-style
+// upstreams), and not be listed in Connection; else the request has no key
+// (ErrNoKey). Such a key is only as trustworthy as
+// whatever sets the header: a client may send any value, and a fresh value
+// is a fresh quota, so a header a client controls bounds nothing. Key by a
+// header only when a component you trust in front of this one (an
+// authenticating gateway) sets it and drops the client's own; else key by
+// ClientIP or by an API key you verify.
 func Header(name string) KeyFunc {
-	return func(r *http.Request) (string, error) {
-		if v := r.Header.Get(name); v != "" {
-			return v, nil
-		}
-		return "", ErrNoKey
-	}
+	return sourceKey(ruleconfig.KeyBy{Kind: ruleconfig.KeyHeader, Name: name})
 }
 
 // APIKey keys by an API key: the token of "Authorization: Bearer <key>",
@@ -105,47 +105,43 @@ func Header(name string) KeyFunc {
 // APIKeyHeader("X-API-Key") when that is X-API-Key. A request with two
 // Authorization fields, or one its Connection field lists (a proxy would
 // drop it before the application), has no key (ErrNoKey).
-func APIKey() KeyFunc { return APIKeyHeader("Authorization") }
+//
+// The key is the token's digest, "sha256:" and 32 hex digits
+// (pipeline.APIKeyDigest, as rl-wasm-host keeps it), never the token: it
+// reaches the store (PostgreSQL's rows), Decision.Key and errors.
+func APIKey() KeyFunc { return APIKeyHeader(ruleconfig.BearerHeader) }
 
 // APIKeyHeader keys by an API key in the header field name: the token of
-// "Bearer <key>" for Authorization, else the field's whole value. The
-// field must be given once and not be listed in Connection.
+// "Bearer <key>" for Authorization, else the field's whole value, kept as
+// its digest as APIKey's is. The field must be given once, in one spelling
+// ('-' and '_' alike), and not be listed in Connection.
 func APIKeyHeader(name string) KeyFunc {
-	bearer := strings.EqualFold(name, "Authorization")
-	return func(r *http.Request) (string, error) {
-		vs := r.Header.Values(name)
-		if len(vs) != 1 {
-			return "", ErrNoKey
-		}
-		for _, c := range r.Header.Values("Connection") {
-			for _, f := range strings.Split(c, ",") {
-				if strings.EqualFold(strings.TrimSpace(f), name) {
-					return "", ErrNoKey
-				}
-			}
-		}
-		v := vs[0]
-		if bearer {
-			scheme, tok, _ := strings.Cut(v, " ")
-			if !strings.EqualFold(scheme, "Bearer") {
-				return "", ErrNoKey
-			}
-			v = tok
-		}
-		if v = strings.TrimSpace(v); v == "" {
-			return "", ErrNoKey
-		}
-		return v, nil
+	if strings.EqualFold(name, ruleconfig.BearerHeader) {
+		name = ruleconfig.BearerHeader
 	}
+	return sourceKey(ruleconfig.KeyBy{Kind: ruleconfig.KeyAPIKey, Name: name})
 }
 
-// Query keys by a URL query parameter. As with Header, the client chooses
-// the value: use it only for a parameter whose value is checked elsewhere.
+// Query keys by a URL query parameter, given once. As with Header, the
+// client chooses the value: use it only for a parameter whose value is
+// checked elsewhere.
 func Query(name string) KeyFunc {
+	return sourceKey(ruleconfig.KeyBy{Kind: ruleconfig.KeyQuery, Name: name})
+}
+
+// sourceKey reads the key source by with pipeline.Key, the rule every front
+// end follows; a request without a usable key is ErrNoKey, saying why.
+func sourceKey(by ruleconfig.KeyBy) KeyFunc {
 	return func(r *http.Request) (string, error) {
-		if v := r.URL.Query().Get(name); v != "" {
-			return v, nil
+		req := &pipeline.Request{Query: r.URL.RawQuery, Header: func(n string) []string { return r.Header.Values(n) }}
+		k, err := pipeline.Key(by, pipeline.IPKey{}, req, "")
+		if err != nil {
+			var ke *pipeline.KeyError
+			if errors.As(err, &ke) {
+				return "", fmt.Errorf("%w: %s", ErrNoKey, ke.Reason)
+			}
+			return "", ErrNoKey
 		}
-		return "", ErrNoKey
+		return k, nil
 	}
 }

@@ -23,7 +23,9 @@
 // keys IPv4 clients per address and IPv6 clients per /64 (IPKeyConfig
 // changes both), while Header, Query and APIKey key by whatever the client
 // sends, which bounds nothing unless a component you trust sets or verifies
-// that value.
+// that value. They read a request by rl-wasm-host's key rule
+// (internal/pipeline's Key): one place, given once, never a fallback; an
+// API key kept as its digest.
 package httplimit
 
 import (

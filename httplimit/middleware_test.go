@@ -18,6 +18,7 @@ import (
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/httplimit"
+	"github.com/rlcore/rl/internal/pipeline"
 	"github.com/rlcore/rl/store"
 )
 
@@ -165,7 +166,7 @@ func TestKeys(t *testing.T) {
 	r.Header.Set("Authorization", "Bearer tok123")
 	r.Header.Set("X-Tenant", "acme")
 	got, _ := httplimit.APIKey()(r)
-	require.Equal(t, "tok123", got)
+	require.Equal(t, pipeline.APIKeyDigest("tok123"), got, "the token's digest, never the token")
 	got, _ = httplimit.Header("X-Tenant")(r)
 	require.Equal(t, "acme", got)
 	got, _ = httplimit.Query("k")(r)

@@ -126,6 +126,10 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	if err != nil {
 		return h.reply(400, nil, "Bad request: "+err.Error()+"\n")
 	}
+	if err := forward(hs, req); err != nil {
+		proxywasm.LogErrorf("rl-filter: rewriting the request headers: %v", err)
+		return h.reply(500, nil, "Rate limiter error\n")
+	}
 	if r == nil {
 		return types.ActionContinue
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/outage"
 	"github.com/rlcore/rl/internal/pipeline"
-	"github.com/rlcore/rl/internal/ruleconfig"
 	rlstore "github.com/rlcore/rl/store"
 )
 
@@ -178,14 +177,11 @@ const maxGlobalBody = 64 << 10
 // a failure for the one failure rule (outage.Classify):
 //
 //   - no answer (a timeout, a reset) is a timeout (rlstore.ErrUnavailable and
-//     context.DeadlineExceeded: an outage only as the Detector counts them),
-//     and so is 504;
-//   - 502 or 503 without rl-wasm-host's JSON (Envoy found no healthy host)
-//     is the service unreachable (rlstore.ErrUnavailable): an outage;
-//   - rl-wasm-host's own refusals keep their meaning: "overloaded" is load
-//     (rlstore.ErrBusy), "internal" Internal, any other (its store failing
-//     on a rule it does not open, a request it refuses) Failed;
-//   - anything else, or an answer that does not parse, is Failed.
+//     context.DeadlineExceeded: an outage only as the Detector counts them);
+//   - a 200 that is not a decision is Failed;
+//   - any other answer that is not a decision goes to outage.ClassifyHTTP,
+//     the one mapping of statuses, Envoy's x-envoy-overloaded and
+//     rl-wasm-host's error codes to failures (globalRefusal).
 func readGlobal(numHeaders, bodySize int) (pipeline.Verdict, error) {
 	if numHeaders == 0 {
 		return pipeline.Verdict{}, fmt.Errorf("no answer (timeout, reset or no healthy host): %w: %w", rlstore.ErrUnavailable, context.DeadlineExceeded)
@@ -194,10 +190,13 @@ func readGlobal(numHeaders, bodySize int) (pipeline.Verdict, error) {
 	if err != nil {
 		return pipeline.Verdict{}, fmt.Errorf("%w: %w", rlstore.ErrUnavailable, err)
 	}
-	status := ""
+	status, overloaded := "", false
 	for _, kv := range hs {
-		if kv[0] == ":status" {
+		switch kv[0] {
+		case ":status":
 			status = kv[1]
+		case outage.OverloadedField:
+			overloaded = true
 		}
 	}
 	var body []byte
@@ -206,42 +205,37 @@ func readGlobal(numHeaders, bodySize int) (pipeline.Verdict, error) {
 			return pipeline.Verdict{}, fmt.Errorf("%w: %w", rlstore.ErrUnavailable, err)
 		}
 	}
-	if status != "200" && status != "429" {
-		return pipeline.Verdict{}, globalRefusal(status, body)
+	if (status == "200" || status == "429") && body != nil {
+		v, err := parseGlobal(status, body)
+		if err == nil || errors.Is(err, errServiceFailOpen) {
+			return v, err
+		}
+		if status == "200" {
+			return pipeline.Verdict{}, outage.Classified(outage.Failed, err)
+		}
 	}
-	if body == nil {
+	if status == "200" {
 		return pipeline.Verdict{}, outage.Classified(outage.Failed, fmt.Errorf("answered a body of %d bytes", bodySize))
 	}
-	v, err := parseGlobal(status, body)
-	if err != nil && !errors.Is(err, errServiceFailOpen) {
-		err = outage.Classified(outage.Failed, err)
-	}
-	return v, err
+	return pipeline.Verdict{}, globalRefusal(status, overloaded, body)
 }
 
-// globalRefusal is the failure of an answer other than 200 and 429.
-func globalRefusal(status string, body []byte) error {
+// globalRefusal is the failure of an answer that is not a decision:
+// outage.ClassifyHTTP of its status, whether Envoy marked it
+// x-envoy-overloaded, and rl-wasm-host's error code if the body is its
+// JSON error.
+func globalRefusal(status string, overloaded bool, body []byte) error {
 	var e struct {
 		Code string `json:"code"`
 	}
-	err := fmt.Errorf("answered status %q", ruleconfig.Clip(status, 16))
-	if json.Unmarshal(body, &e) != nil || e.Code == "" {
-		switch status {
-		case "504":
-			return fmt.Errorf("%w: %w: %w", err, rlstore.ErrUnavailable, context.DeadlineExceeded)
-		case "502", "503":
-			return fmt.Errorf("%w: %w", err, rlstore.ErrUnavailable)
-		}
-		return outage.Classified(outage.Failed, err)
+	if json.Unmarshal(body, &e) != nil {
+		e.Code = ""
 	}
-	err = fmt.Errorf("%w (%s)", err, ruleconfig.Clip(e.Code, 32))
-	switch e.Code {
-	case "overloaded":
-		return fmt.Errorf("%w: %w", err, rlstore.ErrBusy)
-	case "internal":
-		return outage.Classified(outage.Internal, err)
+	n, err := strconv.Atoi(status)
+	if err != nil || n < 100 || n > 999 {
+		n = 0
 	}
-	return outage.Classified(outage.Failed, err)
+	return outage.ClassifyHTTP(n, overloaded, e.Code)
 }
 
 // parseGlobal turns rl-wasm-host's answer into a verdict.

@@ -1,17 +1,21 @@
 package main
 
 import (
+	"errors"
 	"slices"
 	"strings"
+
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/rlcore/rl/internal/pipeline"
 )
 
 // The filter's request rules are the pipeline's (internal/pipeline), the
 // ones rl-wasm-host's proxy, decision API and gRPC service follow: this file
-// only reads proxy-wasm's request form into it. Envoy forwards the path as
-// it came (unless the connection manager normalizes it); the filter matches
-// and keys on the canonical form.
+// only reads proxy-wasm's request form into it. The filter matches and keys
+// on the canonical form of the path and, as rl-wasm-host's proxy does,
+// forwards that form, without path-override fields (forward).
 
 // sortRules orders the rules most specific first (pipeline.CompareMatchers).
 func (c *config) sortRules() {
@@ -22,8 +26,12 @@ func (c *config) sortRules() {
 // request is what the filter reads of a request to match and key it.
 type request struct {
 	pipeline.Request
-	// target is the request in the forms rules match, set by match.
-	target pipeline.Target
+	// raw is the :path as sent, query included.
+	raw string
+	// target is the request in the forms rules match, and canonical its
+	// path in the form forwarded, set by match.
+	target    pipeline.Target
+	canonical string
 }
 
 // newRequest reads a request's pseudo-headers and headers (all pairs, as
@@ -37,6 +45,7 @@ func newRequest(hs [][2]string, source string) *request {
 		case ":authority":
 			req.Host = kv[1]
 		case ":path":
+			req.raw = kv[1]
 			req.Path, req.Query, _ = strings.Cut(kv[1], "?")
 			req.Path, _, _ = strings.Cut(req.Path, "#")
 			req.Query, _, _ = strings.Cut(req.Query, "#")
@@ -57,17 +66,38 @@ func newRequest(hs [][2]string, source string) *request {
 // match returns the most specific rule matching req, or nil; an error for a
 // path or host that cannot be matched safely (the filter answers 400).
 func (c *config) match(req *request) (*rule, error) {
-	t, _, err := pipeline.Prepare(&req.Request)
+	t, canonical, err := pipeline.Prepare(&req.Request)
 	if err != nil {
 		return nil, err
 	}
-	req.target = t
+	req.target, req.canonical = t, canonical
 	for _, r := range c.proxied {
 		if r.match.Matches(&t) {
 			return r, nil
 		}
 	}
 	return nil, nil
+}
+
+// forward makes the request, matched or not, what rl-wasm-host's proxy
+// would forward: no path-override field (pipeline.IsPathOverride: IIS,
+// Symfony and Zend serve X-Original-URL's path instead of the matched one)
+// and the path in the canonical form it was matched on, the rest of the
+// :path (the query) as sent. hs are the request's headers as read.
+func forward(hs [][2]string, req *request) error {
+	var removed []string
+	for _, kv := range hs {
+		if pipeline.IsPathOverride(kv[0]) && !slices.Contains(removed, kv[0]) {
+			if err := proxywasm.RemoveHttpRequestHeader(kv[0]); err != nil && !errors.Is(err, types.ErrorStatusNotFound) {
+				return err
+			}
+			removed = append(removed, kv[0])
+		}
+	}
+	if req.canonical == req.Path {
+		return nil
+	}
+	return proxywasm.ReplaceHttpRequestHeader(":path", req.canonical+req.raw[len(req.Path):])
 }
 
 // key returns the request's key under r (before the rule's name is added).

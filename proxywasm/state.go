@@ -100,6 +100,11 @@ var (
 	// errRetry: the attempt read slots that changed before it could
 	// write; the decision starts over.
 	errRetry = errors.New("rl-filter: retry")
+	// errUnreadable: a slot value this filter cannot parse (another
+	// encoding, a foreign write): a corrupt stored state (core.ErrState),
+	// refused as Internal by the one failure rule, as every store's, never
+	// read as empty (which would give every key in it a fresh quota).
+	errUnreadable = fmt.Errorf("rl-filter: a shared-data slot holds a value this filter cannot read: %w", core.ErrState)
 )
 
 const (
@@ -295,7 +300,11 @@ func (s *store) read(v *view) error {
 		if err != nil {
 			return err
 		}
-		v.cas, v.sl = cas, parseSlot(val, v.sl.recs[:0])
+		sl, ok := parseSlot(val, v.sl.recs[:0])
+		if !ok {
+			return fmt.Errorf("%w (%s)", errUnreadable, v.key)
+		}
+		v.cas, v.sl = cas, sl
 		return nil
 	}
 	return errContention
@@ -387,23 +396,19 @@ func (s *store) attempt(r *rule, p *place, now, cost int64, ds []core.Decision) 
 }
 
 // decide decides cost at now on the states of record i of sl (fresh states
-// if i < 0, or if they do not fit r) into s.states. expiry is 0 when
-// nothing was taken (a denial, cost 0): the state read is the state, no
-// write.
+// if i < 0, or if they were written under other limits) into s.states.
+// expiry is 0 when nothing was taken (a denial, cost 0): the state read is
+// the state, no write. A state core refuses (core.ErrState: a foreign
+// writer or a bug) is an error, Internal by the one failure rule (refused,
+// never admitted), as in every store: never a fresh start.
 func (s *store) decide(r *rule, sl *slot, i int, now, cost int64, ds []core.Decision) (idx int, expiry int64, err error) {
 	states := s.states[:len(r.Limits)]
 	if i < 0 || !sl.loadStates(i, r, states, s.logs) {
 		resetStates(r, states, s.logs)
 	}
 	idx, err = core.TakeAll(r.Limits, states, now, cost, ds)
-	if err == core.ErrState {
-		// A state no core would write (a foreign writer or a bug):
-		// start the key afresh rather than fail it forever.
-		resetStates(r, states, s.logs)
-		idx, err = core.TakeAll(r.Limits, states, now, cost, ds)
-	}
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, fmt.Errorf("rl-filter: rule %q: the key's stored state: %w", r.Name, err)
 	}
 	if !ds[idx].Allowed || cost == 0 {
 		return idx, 0, nil
@@ -684,22 +689,22 @@ func (r *record) forward() bool { return r.alt >= 0 }
 
 func (sl *slot) word(off int) int64 { return int64(binary.LittleEndian.Uint64(sl.w[off:])) }
 
-// parseSlot parses a slot value, appending its records to recs. A value
-// it cannot parse (another encoding, a torn or foreign write) reads as an
-// empty slot, which the next write replaces.
-func parseSlot(v []byte, recs []record) slot {
+// parseSlot parses a slot value, appending its records to recs; ok is
+// false for a value it cannot parse (another encoding, a foreign write),
+// which the store refuses (errUnreadable).
+func parseSlot(v []byte, recs []record) (_ slot, ok bool) {
 	sl := slot{w: v, recs: recs}
 	if len(v) < 16 || len(v)%8 != 0 || binary.LittleEndian.Uint64(v) != slotMagic {
-		return slot{recs: recs}
+		return slot{recs: recs}, false
 	}
 	n := sl.word(8)
 	if n < 0 || n > maxRecords {
-		return slot{recs: recs}
+		return slot{recs: recs}, false
 	}
 	off := 16
 	for range n {
 		if off+headerWords*8 > len(v) {
-			return slot{recs: recs}
+			return slot{recs: recs}, false
 		}
 		e := record{off: off, d: [2]int64{sl.word(off), sl.word(off + 8)}, gen: sl.word(off + 16), alt: -1}
 		kind := sl.word(off + 24)
@@ -707,22 +712,22 @@ func parseSlot(v []byte, recs []record) slot {
 		switch {
 		case kind < 0:
 			if kind < -alternates || e.gen == 0 {
-				return slot{recs: recs}
+				return slot{recs: recs}, false
 			}
 			e.alt = int(-1 - kind)
 		case kind > maxLimits || p+8 > len(v):
-			return slot{recs: recs}
+			return slot{recs: recs}, false
 		default:
 			e.states = int(kind)
 			e.expiry = sl.word(p)
 			p += 8
 			for range e.states {
 				if p+stateWords*8 > len(v) {
-					return slot{recs: recs}
+					return slot{recs: recs}, false
 				}
 				ln := sl.word(p + 32)
 				if ln < 0 || ln > core.MaxLogLimit || p+stateWords*8+int(ln)*8 > len(v) {
-					return slot{recs: recs}
+					return slot{recs: recs}, false
 				}
 				p += stateWords*8 + int(ln)*8
 			}
@@ -732,9 +737,9 @@ func parseSlot(v []byte, recs []record) slot {
 		off = p
 	}
 	if off != len(v) {
-		return slot{recs: recs}
+		return slot{recs: recs}, false
 	}
-	return sl
+	return sl, true
 }
 
 // homeRecord returns the index of the record of the key with digest d in

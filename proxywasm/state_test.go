@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/outage"
 )
 
 // memData is shared data as Envoy's proxy-wasm host keeps it: one cas
@@ -199,7 +200,7 @@ func TestStoreSlotReuse(t *testing.T) {
 		}
 	}
 	val, _, _ := sd.get(s.slotKeys[r][0])
-	if sl := parseSlot(val, nil); len(sl.recs) != 3 {
+	if sl := mustParse(t, val); len(sl.recs) != 3 {
 		t.Fatalf("%d records, want 3 (the expired ones dropped)", len(sl.recs))
 	}
 	if len(sd.m) != 1 {
@@ -207,37 +208,47 @@ func TestStoreSlotReuse(t *testing.T) {
 	}
 }
 
-// TestStoreBadValues: a slot value the store cannot parse, or a corrupt
-// state in it, is replaced, never a permanent failure.
+// mustParse parses a slot value the store wrote.
+func mustParse(t testing.TB, v []byte) slot {
+	t.Helper()
+	sl, ok := parseSlot(v, nil)
+	if !ok {
+		t.Fatalf("the store wrote a slot value it cannot read: %x", v)
+	}
+	return sl
+}
+
+// TestStoreBadValues: a slot value the store cannot parse, or a state in
+// it that core refuses, is a corrupt stored state (core.ErrState): every
+// take on it fails, Internal by the one failure rule (refused, never
+// admitted), and the value is left as it is. It used to read as an empty
+// slot (a fresh quota for every key in it) and a corrupt state as a fresh
+// one; anything that writes the vm_id's shared data could reset any key.
 func TestStoreBadValues(t *testing.T) {
 	cfg := mustConfig(t, `{"slots":1,"rules":[{"name":"r","strategy":"fixed","limit":2,"window":"1s"}]}`)
 	r := cfg.Rules[0]
 	ds := make([]core.Decision, 1)
 	for name, val := range map[string][]byte{
-		"garbage":     []byte("not a slot"),
-		"other magic": binary.LittleEndian.AppendUint64(make([]byte, 8), 0),
-		"truncated":   binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, slotMagic), 1),
+		"garbage":       []byte("not a slot"),
+		"other magic":   binary.LittleEndian.AppendUint64(make([]byte, 8), 0),
+		"truncated":     binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, slotMagic), 1),
+		"corrupt state": appendState((&slot{}).appendKept(nil, t0, nil, 1), digest("k"), 0, t0+1e6, []core.State{{Algorithm: core.FixedWindow, T: -5, X: 1}}),
 	} {
 		t.Run(name, func(t *testing.T) {
 			sd := newMemData()
 			sd.set("rl/v2/r/0", val, 0)
 			s := newStore(cfg, sd)
-			for i, want := range []bool{true, true, false} {
-				if _, err := s.take(r, "k", t0, 1, ds); err != nil || ds[0].Allowed != want {
-					t.Fatalf("take %d: %v %+v", i, err, ds[0])
+			for i := range 3 {
+				_, err := s.take(r, "k", t0, 1, ds)
+				if !errors.Is(err, core.ErrState) || (*outage.Detector)(nil).Classify(0, err) != outage.Internal {
+					t.Fatalf("take %d: %v %+v, want a corrupt state (Internal)", i, err, ds[0])
 				}
+			}
+			if got, _, _ := sd.get("rl/v2/r/0"); string(got) != string(val) {
+				t.Fatalf("the value was replaced: %x", got)
 			}
 		})
 	}
-	t.Run("corrupt state", func(t *testing.T) {
-		sd := newMemData()
-		s := newStore(cfg, sd)
-		b := appendState((&slot{}).appendKept(nil, t0, nil, 1), digest("k"), 0, t0+1e6, []core.State{{Algorithm: core.FixedWindow, T: -5, X: 1}})
-		sd.set("rl/v2/r/0", b, 0)
-		if _, err := s.take(r, "k", t0, 1, ds); err != nil || !ds[0].Allowed || ds[0].Remaining != 1 {
-			t.Fatalf("%v %+v, want admitted afresh", err, ds[0])
-		}
-	})
 	t.Run("missing slot", func(t *testing.T) {
 		s := newStore(cfg, newMemData()) // createSlots not called
 		if _, err := s.take(r, "k", t0, 1, ds); err != nil || !ds[0].Allowed {
@@ -299,7 +310,7 @@ func FuzzParseSlot(f *testing.F) {
 	cfg := mustConfig(f, `{"slots":1,"rules":[{"name":"r","limits":[{"strategy":"log","limit":3,"window":"1s"}]}]}`)
 	r := cfg.Rules[0]
 	f.Fuzz(func(t *testing.T, v []byte) {
-		sl := parseSlot(v, nil)
+		sl, _ := parseSlot(v, nil)
 		for _, e := range sl.recs {
 			if e.off < 16 || e.end > len(v) || e.off >= e.end || e.states < 0 || e.states > maxLimits || e.alt >= alternates {
 				t.Fatalf("record %+v of %d bytes", e, len(v))
@@ -309,11 +320,19 @@ func FuzzParseSlot(f *testing.F) {
 		sd.set("rl/v2/r/0", v, 0)
 		s := newStore(cfg, sd)
 		ds := make([]core.Decision, 1)
-		if _, err := s.take(r, "k", t0, 1, ds); err != nil && !errors.Is(err, errFull) {
+		_, err := s.take(r, "k", t0, 1, ds)
+		switch {
+		case errors.Is(err, errFull):
+		case errors.Is(err, core.ErrState):
+			if out, _, _ := sd.get("rl/v2/r/0"); string(out) != string(v) {
+				t.Fatalf("a corrupt slot was written: %x", out)
+			}
+		case err != nil:
 			t.Fatalf("take: %v", err)
-		}
-		if out, _, _ := sd.get("rl/v2/r/0"); len(parseSlot(out, nil).recs) == 0 && ds[0].Allowed {
-			t.Fatalf("an admission wrote a slot that does not parse: %x", out)
+		default:
+			if out, _, _ := sd.get("rl/v2/r/0"); ds[0].Allowed {
+				mustParse(t, out)
+			}
 		}
 	})
 }
@@ -411,7 +430,7 @@ func records(t *testing.T, s *store, r *rule, key string) (states, forwards int)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, e := range parseSlot(val, nil).recs {
+		for _, e := range mustParse(t, val).recs {
 			if e.d != d {
 				continue
 			}
@@ -579,7 +598,7 @@ func TestStoreDeadForward(t *testing.T) {
 			t.Fatalf("second %d: %d states, %d forwards", i, st, fw)
 		}
 		val, _, _ := s.sd.get(s.slotKeys[r][0])
-		sl := parseSlot(val, nil)
+		sl := mustParse(t, val)
 		if _, homes := sl.count(now); homes > maxHomeRecords(1) {
 			t.Fatalf("second %d: %d home records", i, homes)
 		}

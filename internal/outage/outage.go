@@ -1,7 +1,9 @@
 // Package outage tells an outage of a store, which fail-open policies may
 // answer by admitting, from load, which they must never admit. It is the
-// one rule the middleware (package httplimit) and the service
-// (internal/service, and its RLS front end) follow.
+// one rule the middleware (package httplimit), the service
+// (internal/service, and its RLS front end) and the proxy-wasm filter
+// follow: Classify for errors, ClassifyHTTP for an HTTP answer of the
+// decision API that carries no decision.
 package outage
 
 import (

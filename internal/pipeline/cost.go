@@ -21,10 +21,22 @@ func (e *CostError) Error() string {
 	return fmt.Sprintf("cost %s is not an integer between %d and %d", quote(e.Value), e.Min, core.MaxCost)
 }
 
+// CheckCost is the one rule for a cost's range, whatever carried it: an
+// integer in [min, core.MaxCost], else a *CostError. ParseCost applies it
+// to a cost header; the gRPC service to a descriptor's hits_addend (which
+// it answers OVER_LIMIT when refused: a gRPC error would be Envoy's
+// failure_mode_deny, admitted by default).
+func CheckCost(n, min int64) error {
+	if n < min || n > core.MaxCost {
+		return &CostError{Value: strconv.FormatInt(n, 10), Min: min}
+	}
+	return nil
+}
+
 // ParseCost returns a request's cost from the values of its cost header:
 // def when there is none, else the one value, which must be 1 to 19 ASCII
-// digits (no sign, space, fraction or exponent) making an integer in
-// [min, core.MaxCost]. Every spelling of zero ("0", "00", "-0", "+0",
+// digits (no sign, space, fraction or exponent) making an integer that
+// CheckCost accepts. Every spelling of zero ("0", "00", "-0", "+0",
 // " 0 ") is refused alike while min is at least 1, which ruleconfig
 // guarantees: a request is never free.
 func ParseCost(values []string, def, min int64) (int64, error) {
@@ -45,7 +57,7 @@ func ParseCost(values []string, def, min int64) (int64, error) {
 		}
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < min || n > core.MaxCost {
+	if err != nil || CheckCost(n, min) != nil {
 		return 0, &CostError{Value: clip(v), Min: min}
 	}
 	return n, nil

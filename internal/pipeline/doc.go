@@ -8,11 +8,15 @@
 //   - method matching (MatchMethod: HEAD is limited as GET, case is
 //     ignored);
 //   - the key, from exactly one place a rule's typed key source names
-//     (Key, ruleconfig.KeyBy);
-//   - the cost, with a rule's min_cost (ParseCost);
+//     (Key, ruleconfig.KeyBy), a header in any spelling of '-' and '_'
+//     (SameField, FieldSpellings);
+//   - the cost, with a rule's min_cost (ParseCost), and its range for any
+//     front end (CheckCost: the gRPC service's hits_addend);
 //   - the rule a request matches (Matcher, CompareMatchers);
 //   - the answer's fields (Verdict, AppendFields, PartitionKey, DeniedBody):
-//     the RateLimit fields listing every limit of the policy.
+//     the RateLimit fields listing every limit of the policy;
+//   - what a proxying front end forwards: the canonical path (Prepare) and
+//     no path-override field (PathOverrideFields, IsPathOverride).
 //
 // It imports only the standard library, core and ruleconfig (never
 // net/http), so that the filter, built for wasip1, uses it too. Each front

@@ -150,7 +150,10 @@ func parseAddr(s string) (netip.Addr, bool) {
 // value: which one an upstream reads is its own business), or, for a
 // header, listed in the request's Connection field (a proxy drops such a
 // field before the upstream: a decoy credential the upstream never sees).
-// Nothing falls back to another place.
+// A header is one field in every spelling that differs only in '-' and
+// '_' (SameField): CGI-style upstreams (PHP, WSGI, Rack) read X-API-Key and
+// X_API_Key both as HTTP_X_API_KEY, so a value in each is a field given
+// twice. Nothing falls back to another place.
 func Key(by ruleconfig.KeyBy, ip IPKey, r *Request, match string) (string, error) {
 	fail := func(reason string) (string, error) { return "", &KeyError{By: by, Reason: reason} }
 	switch by.Kind {
@@ -212,23 +215,95 @@ func (r *Request) header(name string) []string {
 	return r.Header(name)
 }
 
-// one returns the one non-empty value of header name, or why there is none.
+// one returns the one non-empty value of header name, in any of its
+// spellings (FieldSpellings), or why there is none.
 func (r *Request) one(name string) (string, string) {
-	vs := r.header(name)
+	names := FieldSpellings(name)
+	if names == nil {
+		return "", fmt.Sprintf("the field's name has more than %d '-' or '_'", ruleconfig.MaxFieldSeparators)
+	}
+	var vs []string
+	spelled := 0
+	for _, n := range names {
+		if v := r.header(n); len(v) > 0 {
+			vs = append(vs, v...)
+			spelled++
+		}
+	}
 	switch {
 	case len(vs) == 0 || len(vs) == 1 && vs[0] == "":
 		return "", "absent"
+	case spelled > 1:
+		return "", "given in two spellings ('-' and '_' are one to CGI-style upstreams)"
 	case len(vs) > 1:
 		return "", "given more than once"
 	}
 	for _, c := range r.header("connection") {
 		for _, f := range strings.Split(c, ",") {
-			if strings.EqualFold(strings.TrimSpace(f), name) {
+			if SameField(strings.TrimSpace(f), name) {
 				return "", "listed in Connection (the upstream would not see it)"
 			}
 		}
 	}
 	return vs[0], ""
+}
+
+// SameField reports whether two header field names are one field to some
+// upstream: equal ignoring ASCII case and treating '-' and '_' alike (PHP,
+// WSGI and Rack turn both into '_': X-API-Key and X_API_Key are
+// HTTP_X_API_KEY).
+func SameField(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := foldField(a[i]), foldField(b[i])
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+func foldField(c byte) byte {
+	switch {
+	case c == '_':
+		return '-'
+	case 'A' <= c && c <= 'Z':
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// FieldSpellings returns every spelling of a header field name that
+// SameField takes for it, name itself first: each '-' and '_' either way,
+// 2^n names for n of them (case is left to Request.Header, which ignores
+// it). nil when n is above ruleconfig.MaxFieldSeparators.
+func FieldSpellings(name string) []string {
+	var seps []int
+	for i := 0; i < len(name); i++ {
+		if name[i] == '-' || name[i] == '_' {
+			seps = append(seps, i)
+		}
+	}
+	if len(seps) > ruleconfig.MaxFieldSeparators {
+		return nil
+	}
+	out := make([]string, 0, 1<<len(seps))
+	b := []byte(name)
+	for m := 0; m < 1<<len(seps); m++ {
+		for j, i := range seps {
+			if m&(1<<j) == 0 {
+				b[i] = name[i]
+			} else if name[i] == '-' {
+				b[i] = '_'
+			} else {
+				b[i] = '-'
+			}
+		}
+		out = append(out, string(b))
+	}
+	return out
 }
 
 // APIKeyDigest is the key under which rules with key_by: api_key keep an

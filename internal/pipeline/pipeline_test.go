@@ -2,12 +2,14 @@ package pipeline
 
 import (
 	"errors"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/ruleconfig"
 )
 
@@ -104,6 +106,19 @@ func TestParseCost(t *testing.T) {
 	require.EqualValues(t, 7, n)
 	_, err = ParseCost([]string{"2"}, 5, 5)
 	require.Error(t, err, "below min_cost")
+	_, err = ParseCost([]string{"1099511627777"}, 1, 1)
+	require.Error(t, err, "above MaxCost")
+}
+
+// TestCheckCost: the one range of a cost, whatever carried it (a header, a
+// descriptor's hits_addend).
+func TestCheckCost(t *testing.T) {
+	require.NoError(t, CheckCost(0, 0))
+	require.NoError(t, CheckCost(core.MaxCost, 1))
+	for _, c := range [][2]int64{{0, 1}, {-1, 0}, {core.MaxCost + 1, 0}, {math.MaxInt64, 1}, {4, 5}} {
+		var ce *CostError
+		require.True(t, errors.As(CheckCost(c[0], c[1]), &ce), "%d (min %d)", c[0], c[1])
+	}
 }
 
 func headers(kv ...string) func(string) []string {

@@ -365,8 +365,9 @@ func (f *domainJSON) Validate(file string) (*Domain, []service.Problem) {
 	return d, c.Problems
 }
 
-// checkDomain accepts 1 to 64 bytes of printable ASCII without spaces: the
-// domain is part of every key the store holds.
+// checkDomain accepts 1 to 64 bytes of printable ASCII without spaces or
+// ':' (ruleconfig.CheckBaseName): the domain is part of every key the store
+// holds.
 func checkDomain(s string) error {
 	if s == "" || len(s) > 64 {
 		return fmt.Errorf("want 1 to 64 bytes, got %d", len(s))
@@ -376,7 +377,7 @@ func checkDomain(s string) error {
 			return fmt.Errorf("%q: byte %d is not printable ASCII (or is a space)", s, i)
 		}
 	}
-	return nil
+	return ruleconfig.CheckBaseName(s)
 }
 
 // descriptors checks a descriptor list into parent's children, at depth

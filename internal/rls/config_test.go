@@ -18,6 +18,7 @@ func TestConfigErrors(t *testing.T) {
 		{"no domain", `descriptors: []`, `domain: missing`},
 		{"unknown top field", `{domain: d, rules: []}`, `rules: unknown field`},
 		{"domain with space", `domain: "a b"`, `domain: "a b": byte 1`},
+		{"domain with a colon", `domain: "a:b"`, `domain: "a:b": byte 1 is ":"`}, // "rls:a:b:<key>" is also domain "a"'s key "b:<key>"
 		{"no key", `{domain: d, descriptors: [{value: v}]}`, `domain "d": descriptors[0].key: missing`},
 		{"empty key", `{domain: d, descriptors: [{key: ""}]}`, `descriptors[0].key: empty`},
 		{"unknown descriptor field", `{domain: d, descriptors: [{key: k, limit: 3}]}`, `descriptors[0].limit: unknown field`},

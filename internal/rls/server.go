@@ -25,6 +25,8 @@ import (
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/httplimit"
 	"github.com/rlcore/rl/internal/outage"
+	"github.com/rlcore/rl/internal/pipeline"
+	"github.com/rlcore/rl/internal/ruleconfig"
 	"github.com/rlcore/rl/internal/service"
 )
 
@@ -112,8 +114,10 @@ func New(svc *service.Service, cfg *Config, opts Options) (*Server, error) {
 
 // KeyPrefix is the base key of a domain's state: a descriptor of domain d
 // is kept under "rls:" + d (in PostgreSQL the row key is
-// "rls:<domain>:<descriptor key>").
-const KeyPrefix = "rls:"
+// "rls:<domain>:<descriptor key>"). No rule of the service is named "rls"
+// and no domain holds ':' (ruleconfig's Store keys), so no rule's key and
+// no other domain's reaches a domain's state.
+const KeyPrefix = ruleconfig.RLSNamespace + ":"
 
 // SetConfig swaps in cfg: calls in flight finish under the old one. A
 // Config belongs to one Server (its limits take that Server's counters).
@@ -147,6 +151,9 @@ type item struct {
 	// check: hits_addend 0 given on the descriptor: a peek of one unit,
 	// OVER_LIMIT when one more would be denied, charging nothing.
 	check bool
+	// badCost: the cost is out of range (pipeline.CheckCost): the
+	// descriptor never passes (denyAll), whatever its state.
+	badCost bool
 	// same is the index of an earlier descriptor with the same limit and
 	// key, whose decision (costs summed) this one shares; -1 when none.
 	same     int
@@ -245,7 +252,11 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 
 // parseDescriptor checks descriptor i and sets its cost: the descriptor's
 // hits_addend when given (0: a check, a peek of one unit charging nothing),
-// else the request's, 0 meaning 1.
+// else the request's, 0 meaning 1. A cost the one cost rule refuses
+// (pipeline.CheckCost: above core.MaxCost) is no error: Envoy takes
+// hits_addend from request headers, and its failure_mode_deny (false by
+// default) admits a request whose call failed. The descriptor is answered
+// OVER_LIMIT instead, like a limit no request passes.
 func (s *Server) parseDescriptor(i int, d *commonv3.RateLimitDescriptor, hits uint32, it *item) error {
 	n := len(d.GetEntries())
 	switch {
@@ -264,8 +275,8 @@ func (s *Server) parseDescriptor(i int, d *commonv3.RateLimitDescriptor, hits ui
 	} else {
 		it.cost = int64(max(1, hits))
 	}
-	if it.cost > core.MaxCost {
-		return status.Errorf(codes.InvalidArgument, "descriptors[%d].hits_addend: %d is above %d", i, it.cost, core.MaxCost)
+	if pipeline.CheckCost(it.cost, 0) != nil {
+		it.cost, it.badCost = core.MaxCost, true
 	}
 	return nil
 }
@@ -307,8 +318,8 @@ func (s *Server) prepare(items []item, descs []*commonv3.RateLimitDescriptor, ns
 				it.same = j
 				o.cost += it.cost
 				o.check = o.check && it.check
-				if o.cost > core.MaxCost {
-					o.cost = core.MaxCost
+				if o.badCost = o.badCost || it.badCost; pipeline.CheckCost(o.cost, 0) != nil {
+					o.cost, o.badCost = core.MaxCost, true
 				}
 				break
 			}
@@ -335,7 +346,7 @@ func (s *Server) decideAll(ctx context.Context, ds *domainSet, items []item) (de
 	denyAlls := false
 	for i := range items {
 		if items[i].enforced() {
-			if items[i].n.limit.RequestsPerUnit == 0 {
+			if items[i].n.limit.RequestsPerUnit == 0 || items[i].badCost {
 				denyAlls = true
 				s.denyAll(&items[i])
 				continue
@@ -396,7 +407,7 @@ func (s *Server) decideAll(ctx context.Context, ds *domainSet, items []item) (de
 		if l == nil || l.Unlimited || it.same >= 0 || it.enforced() {
 			continue
 		}
-		if l.RequestsPerUnit == 0 {
+		if l.RequestsPerUnit == 0 || it.badCost {
 			s.denyAll(it)
 			continue
 		}
@@ -498,12 +509,13 @@ func (s *Server) decide(ctx context.Context, ds *domainSet, it *item, peek bool)
 	return errOverload
 }
 
-// denyAll decides a limit of requests_per_unit 0: denied, no retry passes,
-// nothing stored.
+// denyAll decides a descriptor no request passes, a limit of
+// requests_per_unit 0 or a cost out of range (badCost): denied, no retry
+// passes, nothing stored.
 func (s *Server) denyAll(it *item) {
 	l := it.n.limit
 	it.decided, it.out = true, outDenied
-	it.res = rl.Result{LimitResult: rl.LimitResult{Name: "deny_all", Window: l.window, Never: true,
+	it.res = rl.Result{LimitResult: rl.LimitResult{Name: "deny_all", Limit: int64(l.RequestsPerUnit), Window: l.window, Never: true,
 		ResetAfter: untilWindowEnd(s.svc.Clock()(), l.window)}}
 }
 

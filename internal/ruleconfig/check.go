@@ -446,6 +446,8 @@ func (r *Rule) Check(c *Checker, o Options) (s Spec, ok bool) {
 	if v, ok := c.String("name", r.Name); ok {
 		if err := CheckName(v); err != nil {
 			c.Fail("name", "%v", err)
+		} else if err := CheckBaseName(v); err != nil {
+			c.Fail("name", "%v", err)
 		}
 		s.Name = v
 	}
@@ -482,6 +484,8 @@ func (r *Rule) Check(c *Checker, o Options) (s Spec, ok bool) {
 		if s.Endpoint == "" {
 			c.Fail("name", "missing: a rule needs a name or an endpoint")
 		} else if err := CheckName(s.Endpoint); err != nil {
+			c.Fail("name", "missing, and the endpoint cannot serve as one (%v)", err)
+		} else if err := CheckBaseName(s.Endpoint); err != nil {
 			c.Fail("name", "missing, and the endpoint cannot serve as one (%v)", err)
 		} else {
 			s.Name = s.Endpoint

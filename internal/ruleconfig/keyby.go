@@ -127,9 +127,19 @@ func keyByWant(path bool) string {
 	return strings.Join(forms[:len(forms)-1], ", ") + " or " + forms[len(forms)-1]
 }
 
+// MaxFieldSeparators bounds the '-' and '_' in the name of a key's header
+// field: front ends read the field in every spelling that differs only in
+// them (pipeline.FieldSpellings, 2^n names), since CGI-style upstreams
+// read X-API-Key and X_API_Key as one.
+const MaxFieldSeparators = 8
+
 // ParseKeyBy parses a rule's key_by; path allows key_by: path.
 func ParseKeyBy(s string, path bool) (KeyBy, error) {
 	kind, name, hasName := strings.Cut(s, ":")
+	if n := strings.Count(name, "-") + strings.Count(name, "_"); hasName && kind != KeyQuery.String() && n > MaxFieldSeparators {
+		return KeyBy{}, fmt.Errorf("%q: the header name has %d '-' or '_', more than %d (each is read both ways: X_API_Key is X-API-Key to CGI-style upstreams)",
+			Clip(s, 64), n, MaxFieldSeparators)
+	}
 	for _, k := range keyKinds {
 		if k.name != kind || k.kind == KeyPath && !path {
 			continue

@@ -259,6 +259,26 @@ func TestCheckHost(t *testing.T) {
 	}
 }
 
+// TestRuleNamesHoldNoColon: a rule's name starts its stored keys
+// ("<name>:<key>"), for every front end (the filter's global mode sends
+// "<rule>:<key>" to one rl-wasm-host rule): a ':' in it, given or taken
+// from the endpoint, is refused, so no rule's keys reach another's.
+func TestRuleNamesHoldNoColon(t *testing.T) {
+	for _, o := range []Options{{}, {Proxied: true}} {
+		_, ps := parse(t, `[{"name":"a:admin","strategy":"fixed","limit":1,"window":"1s"},{"endpoint":"/x:y","strategy":"fixed","limit":1,"window":"1s"}]`, o)
+		require.Len(t, ps, 2)
+		for _, p := range ps {
+			require.Equal(t, "name", p.Field)
+			require.Contains(t, p.Message, `is ":"`)
+		}
+		specs, ps := parse(t, `[{"name":"a","limits":[{"name":"per:second","strategy":"fixed","limit":1,"window":"1s"}]}]`, o)
+		require.Empty(t, ps, "a limit's name keeps its ':' (it names a state within the key)")
+		require.Equal(t, "a", specs[0].Name)
+	}
+	require.NoError(t, CheckBaseName("rls"))
+	require.Error(t, CheckBaseName(":"))
+}
+
 func TestParseDuration(t *testing.T) {
 	for s, want := range map[string]time.Duration{"1d": 24 * time.Hour, "7d": 7 * 24 * time.Hour, "10s": 10 * time.Second, "1h30m": 90 * time.Minute, "250ms": 250 * time.Millisecond, "1500ns": 1500} {
 		d, err := ParseDuration(s)

@@ -443,8 +443,9 @@ func (r *ruleJSON) check(c *ruleconfig.Checker) (RuleSpec, bool) {
 	if !r.Fields.Set || r.Got != "" {
 		return spec, false
 	}
-	if r.Name.OK() && s.Name == InlineNamespace {
-		c.Fail("name", "%q is reserved for the decision API's inline limits", s.Name)
+	if r.Name.OK() && slices.Contains(ruleconfig.ReservedNames(), s.Name) {
+		c.Fail("name", "%q is reserved: it is a namespace of stored keys (%q: the decision API's inline limits; %q: the gRPC rate limit service's domains)",
+			s.Name, ruleconfig.InlineNamespace, ruleconfig.RLSNamespace)
 	}
 	if e, ok := r.Endpoint.V, r.Endpoint.OK(); ok && strings.HasPrefix(e, "/") && !strings.ContainsAny(e, "?#") {
 		if cp, err := pipeline.CanonicalPath(e); err != nil {

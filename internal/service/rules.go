@@ -11,12 +11,13 @@ import (
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/httplimit"
 	"github.com/rlcore/rl/internal/pipeline"
+	"github.com/rlcore/rl/internal/ruleconfig"
 )
 
 // InlineNamespace is the base key of decisions on inline limits (limits
 // given in a decision-API request rather than by a rule's name); a rule's
-// base key is its name.
-const InlineNamespace = "inline"
+// base key is its name. ruleconfig's Store keys say why no two meet.
+const InlineNamespace = ruleconfig.InlineNamespace
 
 // rule is a RuleSpec ready to decide.
 type rule struct {
@@ -155,10 +156,6 @@ func dropLegacyRateLimitFields(resp *http.Response) error {
 	return nil
 }
 
-// pathOverrideFields are request header fields some upstreams take as the
-// request's path; the proxy never forwards them.
-var pathOverrideFields = []string{"X-Original-Url", "X-Rewrite-Url"}
-
 // reverseProxy forwards to u over rt. Hop-by-hop header fields, those the
 // standard names and those the upstream's (or the client's) Connection
 // field lists, are dropped by httputil.ReverseProxy in both directions.
@@ -174,8 +171,10 @@ func (s *Service) reverseProxy(u *url.URL, rt *headerTimeout, modify func(*http.
 			// Some upstreams (IIS URL Rewrite, Symfony, Zend) serve the
 			// path these name instead of the request's: the upstream
 			// must see the path that was matched.
-			for _, f := range pathOverrideFields {
-				delete(pr.Out.Header, f)
+			for f := range pr.Out.Header {
+				if pipeline.IsPathOverride(f) {
+					delete(pr.Out.Header, f)
+				}
 			}
 		},
 		Transport:    rt,

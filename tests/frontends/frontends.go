@@ -14,6 +14,8 @@
 // skipped step must not change the state (it is refused everywhere else).
 package frontends
 
+import "strings"
+
 // Front names a front end.
 type Front string
 
@@ -41,7 +43,9 @@ const (
 	// INVALID_ARGUMENT), nothing decided.
 	Refuse
 	// Block: not admitted, denied or refused (each front end its way,
-	// never forwarded).
+	// never forwarded). Over gRPC only OVER_LIMIT blocks: Envoy's rate
+	// limit filter lets a request through when the call fails
+	// (failure_mode_deny: false, its default), INVALID_ARGUMENT included.
 	Block
 )
 
@@ -75,6 +79,31 @@ type Step struct {
 	Want   Want
 	// Only, if set, are the front ends that can express the step.
 	Only []Front
+	// Forwarded, if set, is the path and query an admitted step reaches
+	// the upstream with (proxy and filter).
+	Forwarded string
+	// Dropped are header fields an admitted step must not reach the
+	// upstream with, in any case and any spelling of '-' and '_' (proxy
+	// and filter).
+	Dropped []string
+}
+
+// CheckForwarded says what is wrong with the request an admitted step
+// reached the upstream with (target: its path and query; names: its
+// header field names), "" if nothing.
+func (s Step) CheckForwarded(target string, names []string) string {
+	if s.Forwarded != "" && target != s.Forwarded {
+		return "forwarded " + target + ", want " + s.Forwarded
+	}
+	fold := func(n string) string { return strings.ToLower(strings.ReplaceAll(n, "_", "-")) }
+	for _, d := range s.Dropped {
+		for _, n := range names {
+			if fold(n) == fold(d) {
+				return "forwarded " + n + " (" + d + " must be dropped)"
+			}
+		}
+	}
+	return ""
 }
 
 // Case is a rule and its steps.
@@ -170,4 +199,28 @@ var Cases = []Case{
 		}},
 	{ID: 10, Name: "a missing key is refused", Rule: Rule{Limit: 1},
 		Steps: []Step{{Want: Refuse, Only: notGRPC}}},
+	{ID: 11, Name: "a cost above 2^40 is never admitted, and over gRPC is OVER_LIMIT, not an error Envoy would admit", Rule: Rule{Limit: 1},
+		Steps: steps(exhaust("big", 1), []Step{
+			{Key: "big", Cost: "1099511627777", Want: Block},
+			{Key: "big2", Cost: "1099511627777", Want: Block},
+			{Key: "big2", Cost: "18446744073709551615", Want: Block},
+			{Key: "big2", Want: Admit},
+		})},
+	{ID: 12, Name: "X_API_Key and X-API-Key are one field (HTTP_X_API_KEY to CGI upstreams): both at once is refused", Rule: Rule{Limit: 1, KeyBy: "api_key:X-API-Key"},
+		Steps: []Step{
+			{Header: [][2]string{{"X_API_Key", "real"}}, Want: Admit, Only: http},
+			{Header: [][2]string{{"X_API_Key", "real"}, {"X-API-Key", "decoy1"}}, Want: Refuse, Only: http},
+			{Header: [][2]string{{"X-API_Key", "decoy2"}, {"x_api_key", "real"}}, Want: Refuse, Only: http},
+			{Header: [][2]string{{"X-API-Key", "real"}}, Want: Deny, Only: http},
+		}},
+	{ID: 13, Name: "the upstream gets the path that was matched: canonical, without path-override fields", Rule: Rule{Limit: 1, Endpoint: "/admin"},
+		Steps: []Step{
+			{Key: "o", Path: "/public", Header: [][2]string{{"X-Original-URL", "/admin"}, {"X-Rewrite-URL", "/admin"}}, Want: Admit, Only: http,
+				Forwarded: "/public", Dropped: []string{"X-Original-URL", "X-Rewrite-URL"}},
+			{Key: "o", Path: "/public?a=1", Header: [][2]string{{"X_Original_URL", "/admin"}, {"x-rewrite_url", "/admin"}}, Want: Admit, Only: http,
+				Forwarded: "/public?a=1", Dropped: []string{"X-Original-URL", "X-Rewrite-URL"}},
+			{Key: "o", Path: "/x/../Admin//a;p?q=%2e", Want: Admit, Only: http, Forwarded: "/Admin/a;p?q=%2e"},
+			{Key: "o", Path: "/%61dmin", Want: Deny, Only: http},
+			{Key: "o", Path: "/pub%6cic/./b", Want: Admit, Only: http, Forwarded: "/public/b"},
+		}},
 }

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -26,8 +27,12 @@ import (
 
 const t0 = int64(1_700_000_000_000_000)
 
-// serviceYAML is the case's rule in rl-wasm-host's configuration.
-func serviceYAML(c frontends.Case) string {
+// serviceYAML is the case's rule in rl-wasm-host's configuration, with
+// the built-in demo upstream.
+func serviceYAML(c frontends.Case) string { return serviceYAMLTo(c, "demo") }
+
+// serviceYAMLTo is serviceYAML with the upstream given.
+func serviceYAMLTo(c frontends.Case, upstream string) string {
 	r := c.Rule
 	rule := map[string]any{"name": "r", "endpoint": cmpOr(r.Endpoint, "/"), "strategy": "fixed", "limit": r.Limit,
 		"window": "1h", "key_by": cmpOr(r.KeyBy, "header:X-User"), "cost_header": "X-Cost"}
@@ -37,7 +42,7 @@ func serviceYAML(c frontends.Case) string {
 	if len(r.Methods) > 0 {
 		rule["methods"] = r.Methods
 	}
-	b, _ := json.Marshal(map[string]any{"upstream": "demo", "rules": []any{rule}})
+	b, _ := json.Marshal(map[string]any{"upstream": upstream, "rules": []any{rule}})
 	return string(b)
 }
 
@@ -50,7 +55,12 @@ func cmpOr(s, def string) string {
 
 func newService(t *testing.T, c frontends.Case) *service.Service {
 	t.Helper()
-	cfg, err := service.ParseConfig("case.json", "json", []byte(serviceYAML(c)))
+	return newServiceTo(t, c, "demo")
+}
+
+func newServiceTo(t *testing.T, c frontends.Case, upstream string) *service.Service {
+	t.Helper()
+	cfg, err := service.ParseConfig("case.json", "json", []byte(serviceYAMLTo(c, upstream)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,10 +106,25 @@ func fromStatus(code int) frontends.Want {
 	return 0
 }
 
-// TestProxy runs the table through rl-wasm-host's reverse proxy.
+// TestProxy runs the table through rl-wasm-host's reverse proxy, to an
+// upstream that records what it was sent.
 func TestProxy(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		target string
+		names  []string
+	)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		target, names = r.RequestURI, nil
+		for n := range r.Header {
+			names = append(names, n)
+		}
+	}))
+	t.Cleanup(up.Close)
 	for _, c := range frontends.Cases {
-		svc := newService(t, c)
+		svc := newServiceTo(t, c, up.URL)
 		srv := httptest.NewServer(svc.ProxyHandler())
 		t.Cleanup(srv.Close)
 		for i, s := range c.Steps {
@@ -108,6 +133,13 @@ func TestProxy(t *testing.T) {
 			}
 			code, body := rawRequest(t, srv.Listener.Addr().String(), s)
 			check(t, frontends.Proxy, c, i, s, fromStatus(code), strconv.Itoa(code)+" "+body)
+			if code == 200 {
+				mu.Lock()
+				if p := s.CheckForwarded(target, names); p != "" {
+					t.Errorf("proxy: case %d %q step %d (%+v): %s", c.ID, c.Name, i, s, p)
+				}
+				mu.Unlock()
+			}
 		}
 	}
 }
@@ -191,6 +223,8 @@ func TestGRPC(t *testing.T) {
 			resp, err := srv.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{desc}})
 			var got frontends.Want
 			switch {
+			case status.Code(err) == codes.InvalidArgument && s.Want == frontends.Block:
+				got = frontends.Admit // by Envoy's default failure_mode_deny: false
 			case status.Code(err) == codes.InvalidArgument:
 				got = frontends.Refuse
 			case err != nil:

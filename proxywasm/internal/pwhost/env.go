@@ -2,6 +2,7 @@ package pwhost
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	"github.com/tetratelabs/wazero/api"
@@ -18,6 +19,7 @@ var EnvFunctions = map[string]int{
 	"proxy_get_header_map_value":     5,
 	"proxy_get_header_map_pairs":     3,
 	"proxy_replace_header_map_value": 5,
+	"proxy_remove_header_map_value":  3,
 	"proxy_get_property":             4,
 	"proxy_send_local_response":      8,
 	"proxy_continue_stream":          1,
@@ -134,6 +136,19 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 			}
 		}
 		*hs = append(*hs, [2]string{key, string(v)})
+		return StatusOK
+	})
+	def("proxy_remove_header_map_value", func(vm *VM, m api.Module, a []uint64) uint32 {
+		hs := headers(vm, u(a[0]))
+		if hs == nil {
+			return StatusBadArgument
+		}
+		k, ok := vm.read(m, u(a[1]), u(a[2]))
+		if !ok {
+			return StatusInvalidMemoryAccess
+		}
+		key := strings.ToLower(string(k))
+		*hs = slices.DeleteFunc(*hs, func(kv [2]string) bool { return kv[0] == key })
 		return StatusOK
 	})
 	def("proxy_get_property", func(vm *VM, m api.Module, a []uint64) uint32 {

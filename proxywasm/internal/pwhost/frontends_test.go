@@ -69,6 +69,19 @@ func TestFrontends(t *testing.T) {
 			if !ok {
 				t.Errorf("filter: case %d %q step %d (%+v): %v, want %v (%s)", c.ID, c.Name, i, s, got, s.Want, detail)
 			}
+			if got == frontends.Admit {
+				var path string
+				var names []string
+				for _, kv := range st.RequestHeaders {
+					if kv[0] == ":path" {
+						path = kv[1]
+					}
+					names = append(names, kv[0])
+				}
+				if p := s.CheckForwarded(path, names); p != "" {
+					t.Errorf("filter: case %d %q step %d (%+v): %s", c.ID, c.Name, i, s, p)
+				}
+			}
 		}
 	}
 }

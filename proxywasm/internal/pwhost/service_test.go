@@ -174,7 +174,7 @@ func TestGlobalWithRLWasmHost(t *testing.T) {
 	if err := vm.Respond(s, s.Callouts[0], forward(s.Callouts[0]), nil); err != nil {
 		t.Fatal(err)
 	}
-	if s.Local == nil || s.Local.Status != 503 || !strings.Contains(vm.Logs[len(vm.Logs)-1], `answered status "401"`) {
+	if s.Local == nil || s.Local.Status != 503 || !strings.Contains(vm.Logs[len(vm.Logs)-1], `answered status 401`) {
 		t.Errorf("anonymous: %+v; last log %q", s.Local, vm.Logs[len(vm.Logs)-1])
 	}
 	for _, l := range vm.Logs {
