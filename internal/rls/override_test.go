@@ -2,6 +2,8 @@ package rls
 
 import (
 	"errors"
+	"os"
+	"strings"
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -112,4 +114,63 @@ func TestOverrideOrderRefused(t *testing.T) {
 		_, err := ParseDomain("x.yaml", []byte("{domain: d, descriptors: "+ok+"}"))
 		require.NoError(t, err, ok)
 	}
+}
+
+// readmeYAML returns the i-th YAML block after heading in the file at path.
+func readmeYAML(t *testing.T, path, heading string, i int) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	_, after, ok := strings.Cut(string(b), heading)
+	require.True(t, ok, heading)
+	var yaml string
+	for range i + 1 {
+		_, after, ok = strings.Cut(after, "```yaml\n")
+		require.True(t, ok)
+		yaml, after, ok = strings.Cut(after, "```")
+		require.True(t, ok)
+	}
+	return yaml
+}
+
+// TestOverridesReadmeExample: the examples of README.md's "Per-key
+// overrides" (the gRPC form) and of cmd/rl-wasm-host/README.md's
+// "Per-value overrides" load and decide as the text says, and a reload
+// adding an override of the generic limit's unit carries a value's usage.
+func TestOverridesReadmeExample(t *testing.T) {
+	// The project README's shorter example (its second YAML block there).
+	e := newEnv(t, readmeYAML(t, "../../README.md", "### Per-key overrides\n", 1), envOpts{})
+	for v, want := range map[string]int{"tenant-a:u1": 50, "tenant-b:ops": 200, "tenant-b:u1": 10} {
+		require.Equal(t, want, e.admitted(t, want+5, "api", d("user", v)), v)
+	}
+
+	yaml := readmeYAML(t, "../../cmd/rl-wasm-host/README.md", "#### Per-value overrides\n", 0)
+	e = newEnv(t, yaml, envOpts{})
+	limitOf := func(desc ...string) uint32 {
+		return e.call(t, "api", d(desc...)).Statuses[0].CurrentLimit.RequestsPerUnit
+	}
+	for _, c := range []struct {
+		desc []string
+		want uint32
+	}{
+		{[]string{"api_key", "k-1"}, 100},
+		{[]string{"api_key", "tenant-a:u1"}, 1000},
+		{[]string{"api_key", "tenant-a:batch-3"}, 5000},
+		{[]string{"api_key", "k-premium"}, 10000},
+		{[]string{"tenant", "acme", "user", "bob"}, 50},
+		{[]string{"tenant", "acme", "user", "admin-1"}, 500},
+	} {
+		require.Equal(t, c.want, limitOf(c.desc...), "%v", c.desc)
+	}
+
+	// k-2 spends 60 of the generic 100; an override of the same unit added
+	// by a reload decides the next request on that usage.
+	require.Equal(t, 60, e.admitted(t, 60, "api", d("api_key", "k-2")))
+	more := strings.Replace(yaml, "descriptors:\n", "descriptors:\n  - {key: api_key, value: k-2, rate_limit: {unit: minute, requests_per_unit: 200}}\n", 1)
+	dom, err := ParseDomain("api.yaml", []byte(more))
+	require.NoError(t, err)
+	require.NoError(t, e.srv.SetConfig(&Config{Path: "api.yaml", Domains: map[string]*Domain{"api": dom}}))
+	st := e.call(t, "api", d("api_key", "k-2")).Statuses[0]
+	require.Equal(t, uint32(200), st.CurrentLimit.RequestsPerUnit)
+	require.Equal(t, uint32(200-61), st.LimitRemaining)
 }

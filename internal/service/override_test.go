@@ -35,9 +35,14 @@ rules:
 // named (the same in every answer).
 func admits(t *testing.T, e *env, key string) (int, string) {
 	t.Helper()
+	return admitsRule(t, e, key, "r")
+}
+
+func admitsRule(t *testing.T, e *env, key, rule string) (int, string) {
+	t.Helper()
 	n, label := 0, "?"
-	for range 10 {
-		r := e.post(t, "check", `{"rule":"r","key":"`+key+`"}`)
+	for range 1000 {
+		r := e.post(t, "check", `{"rule":"`+rule+`","key":"`+key+`"}`)
 		d := r.decision(t)
 		if label != "?" {
 			require.Equal(t, label, d.Override, key)
@@ -280,4 +285,61 @@ func TestOverrideExplain(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, string(b), string(b2))
 	require.Equal(t, e.svc.Config().Rules[0].Overrides, again.Rules[0].Overrides)
+}
+
+// readmeYAML returns the i-th YAML block after heading in the file at path.
+func readmeYAML(t *testing.T, path, heading string, i int) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	_, after, ok := strings.Cut(string(b), heading)
+	require.True(t, ok, heading)
+	var yaml string
+	for range i + 1 {
+		_, after, ok = strings.Cut(after, "```yaml\n")
+		require.True(t, ok)
+		yaml, after, ok = strings.Cut(after, "```")
+		require.True(t, ok)
+	}
+	return yaml
+}
+
+// TestOverrideReadmeExample: the examples of README.md's and
+// cmd/rl-wasm-host/README.md's "Per-key overrides" load and decide as the
+// text says.
+func TestOverrideReadmeExample(t *testing.T) {
+	// The project README's shorter example loads, and decides by its
+	// overrides.
+	e := newEnv(t, readmeYAML(t, "../../README.md", "### Per-key overrides\n", 0), nil)
+	for key, want := range map[string]int{"tenant-a:u1": 50, "tenant-b:ops": 200, "tenant-b:u1": 10} {
+		n, _ := admitsRule(t, e, key, "api")
+		require.Equal(t, want, n, key)
+	}
+
+	e = newEnv(t, readmeYAML(t, "../../cmd/rl-wasm-host/README.md", "### Per-key overrides\n", 0), nil)
+	full := e.svc.Config()
+	for key, want := range map[string]string{
+		"tenant-a:u42": "key_prefix:tenant-a:", "tenant-a:": "key_prefix:tenant-a:", "tenant-a:batch-7": "key_prefix:tenant-a:batch-",
+		"tenant-b:ops": "key:tenant-b:ops", "tenant-b:u1": "", "tenant-ab": "",
+	} {
+		r := e.post(t, "peek", `{"rule":"api","key":"`+key+`"}`)
+		require.Equal(t, want, r.decision(t).Override, key)
+	}
+	r := e.post(t, "peek", `{"rule":"pay","key":"`+pipeline.APIKeyDigest("123456")+`"}`)
+	require.Equal(t, "key:"+pipeline.APIKeyDigest("123456"), r.decision(t).Override)
+
+	// A key of tenant A that spent 900 of daily under the rule has 19,100
+	// left once the override is added.
+	plain := *full
+	plain.Rules = append([]RuleSpec(nil), full.Rules...)
+	plain.Rules[0].Overrides = nil
+	require.NoError(t, e.svc.SetConfig(&plain))
+	for range 90 {
+		require.Equal(t, 200, e.post(t, "check", `{"rule":"api","key":"tenant-a:u42","cost":10}`).code)
+		e.now.Add(1_000_000)
+	}
+	require.NoError(t, e.svc.SetConfig(full))
+	d := e.post(t, "peek", `{"rule":"api","key":"tenant-a:u42","cost":0}`).decision(t)
+	require.Equal(t, "daily", d.Limits[1].Name)
+	require.Equal(t, int64(19_100), d.Limits[1].Remaining)
 }
