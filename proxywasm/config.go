@@ -74,6 +74,13 @@ type rule struct {
 	// keyed by config.PartitionKeySecret.
 	fields       pipeline.Fields
 	PartitionKey bool
+	// overrides replace Limits for the keys they select (override.go),
+	// overrideIndex finds a key's.
+	overrides     []*ruleOverride
+	overrideIndex pipeline.Overrides
+	// base is the rule this one is an override of (nil: a configured
+	// rule).
+	base *rule
 }
 
 // globalSpec is a rule's global mode: an HTTP callout to rl-wasm-host's
@@ -251,6 +258,7 @@ func (r *ruleJSON) check(c *ruleconfig.Checker) (*rule, bool) {
 	if r.Global.Set {
 		ru.Global = r.Global.check(c)
 	}
+	ru.addOverrides(s.Overrides)
 	return ru, len(c.Problems) == before
 }
 

@@ -141,12 +141,13 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	if err != nil {
 		return h.reply(400, nil, "Bad request: "+err.Error()+"\n")
 	}
+	r, record := r.forKey(key) // the rule, or its override for the key
 	if r.Global != nil {
 		return h.askGlobal(r, key, cost)
 	}
 	ds := h.p.ds[:len(r.Limits)]
 	begun := h.p.outage.Begin()
-	idx, err := h.p.store.take(r, key, clock(), cost, ds)
+	idx, err := h.p.store.take(r, record, clock(), cost, ds)
 	if err != nil {
 		return h.failed(r, begun, err)
 	}
@@ -190,8 +191,8 @@ func (h *httpContext) failed(r *rule, begun outage.Token, err error) types.Actio
 	}
 	if errors.Is(err, errFull) {
 		p.noRoom.Increment(1)
-		if !p.noRoomLogged[r] {
-			p.noRoomLogged[r] = true
+		if !p.noRoomLogged[r.root()] {
+			p.noRoomLogged[r.root()] = true
 			proxywasm.LogWarnf("rl-filter: rule %q: no decision (%v, %v); %s; further requests of this rule without room are counted in metric %s, not logged",
 				r.Name, class, err, verb, noRoomMetric)
 		}

@@ -156,17 +156,26 @@ func newStore(cfg *config, sd sharedData) *store {
 			keys[i] = prefix + strconv.Itoa(i)
 		}
 		s.slotKeys[r] = keys
-		n := 0
-		for _, l := range r.Limits {
-			if l.Algorithm == core.SlidingLog {
-				n += int(l.Limit)
-			}
+		logs = max(logs, logCapacity(r))
+		for _, o := range r.overrides { // an override decides on its rule's slots
+			s.slotKeys[o.r] = keys
+			logs = max(logs, logCapacity(o.r))
 		}
-		logs = max(logs, n)
 	}
 	s.states = make([]core.State, maxLimits)
 	s.logs = make([]int64, logs)
 	return s
+}
+
+// logCapacity is the log storage a decision under r's limits needs.
+func logCapacity(r *rule) int {
+	n := 0
+	for _, l := range r.Limits {
+		if l.Algorithm == core.SlidingLog {
+			n += int(l.Limit)
+		}
+	}
+	return n
 }
 
 func newGen() int64 {

@@ -455,7 +455,8 @@ func descriptors(c *ruleconfig.Checker, d *Domain, field, parentPath string, dep
 }
 
 // add puts n among parent's children, refusing a second descriptor of the
-// same key and value at one level.
+// same key and value at one level, and a wildcard value that an earlier
+// one of the same key hides (hidden).
 func add(c *ruleconfig.Checker, f string, parent *node, n *node) {
 	switch {
 	case n.value == "":
@@ -471,6 +472,11 @@ func add(c *ruleconfig.Checker, f string, parent *node, n *node) {
 		for _, o := range parent.wild {
 			if o.key == n.key && o.value == n.value {
 				c.Fail(f, "a second descriptor with key %q and value %q at this level", n.key, n.value)
+				return
+			}
+			if hidden(o, n) {
+				c.Fail(f+".value", "%q is never matched: the wildcard value %q before it (key %q, this level) matches every value it does, and the first wildcard in file order that matches decides; list the more specific first",
+					ruleconfig.Clip(n.value, 64), ruleconfig.Clip(o.value, 64), ruleconfig.Clip(n.key, 32))
 				return
 			}
 		}
@@ -635,6 +641,24 @@ func (d *Domain) match(entries []*entry) *node {
 		cur = next
 	}
 	return nil
+}
+
+// hidden reports whether the wildcard node n, listed after the wildcard
+// node o at one level, can never be matched: o has n's key and matches
+// every value n matches, and match tries wildcards in file order. Read as
+// text, n's value (its "*"s included) matches o's pattern exactly when it
+// does: o's literal parts hold no "*", so they can only match n's literal
+// bytes, and o's "*"s take n's "*"s with whatever they stand for. So
+// "tenant-*" hides "tenant-a:*" (a longer prefix must come first), "*"
+// hides everything after it, and "a*" and "*b", which each match values
+// the other does not, hide neither.
+//
+// The refusal keeps a file's decisions the same here and in
+// envoyproxy/ratelimit, which tries wildcards in file order too, while
+// making the most specific of two nested wildcards the one that decides:
+// with prefixes, the longest that matches.
+func hidden(o, n *node) bool {
+	return o.key == n.key && wildcardMatch(o.pattern, n.value)
 }
 
 // wildcardMatch reports whether v matches a wildcard value split at its

@@ -356,6 +356,8 @@ type Rule struct {
 	RateLimitFields String `json:"ratelimit_fields"`
 	QuotaUnit       String `json:"quota_unit"`
 	PartitionKey    Bool   `json:"partition_key"`
+	// Overrides replace the limits for some keys (Override).
+	Overrides List[Override] `json:"overrides"`
 }
 
 // Locator is how messages name the rule at index i: "rules[2]", followed
@@ -421,6 +423,10 @@ type Spec struct {
 	// PartitionKey sends the "pk" parameter, a keyed hash of the request's
 	// key (pipeline.PartitionKey): it needs the front end's secret.
 	PartitionKey bool
+	// Overrides replace Limits for the keys they select, in file order
+	// (pipeline.Overrides finds a key's: an exact key before a prefix, a
+	// longer prefix before a shorter one); no kind and value twice.
+	Overrides []OverrideSpec
 }
 
 // RateLimitFieldsChoices are the values of a rule's "ratelimit_fields":
@@ -554,6 +560,9 @@ func (r *Rule) Check(c *Checker, o Options) (s Spec, ok bool) {
 	}
 	if v, ok := c.Bool("partition_key", r.PartitionKey); ok {
 		s.PartitionKey = v
+	}
+	if r.Overrides.Set {
+		s.Overrides = checkOverrides(c, s.KeyBy, r.Overrides)
 	}
 	return s, len(c.Problems) == before
 }

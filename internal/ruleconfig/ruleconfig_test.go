@@ -101,10 +101,10 @@ func TestUnknownFields(t *testing.T) {
 	  "limits2": [], "x": null}, {"name": "b", "limits": [{"strategy": "fixed", "limit": 1, "window": "1s", "brust": 1}]}]}`, Options{})
 	require.Equal(t, []string{
 		`colour: unknown field (want one of rules, size)`,
-		`rules[0] "a": burst: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, min_cost, cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, extra, nested)`,
-		`rules[0] "a": Limit: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, min_cost, cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, extra, nested)`,
-		`rules[0] "a": limits2: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, min_cost, cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, extra, nested)`,
-		`rules[0] "a": x: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, min_cost, cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, extra, nested)`,
+		`rules[0] "a": burst: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, min_cost, cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, extra, nested)`,
+		`rules[0] "a": Limit: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, min_cost, cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, extra, nested)`,
+		`rules[0] "a": limits2: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, min_cost, cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, extra, nested)`,
+		`rules[0] "a": x: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, min_cost, cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, extra, nested)`,
 		`rules[0] "a": nested.deeper: unknown field (want one of deep)`,
 		`rules[1] "b": limits[0].brust: unknown field (want one of name, strategy, algorithm, limit, window, rate)`,
 	}, texts(ps))

@@ -84,6 +84,10 @@ type DecisionJSON struct {
 	FailOpen bool `json:"fail_open"`
 	// Error is set on a batch item the store failed for (fail closed).
 	Error string `json:"error,omitempty"`
+	// Override names the rule's override that decided the key
+	// ("key:<key>", "key_prefix:<prefix>"); absent when the rule's own
+	// limits did (or inline limits).
+	Override string `json:"override,omitempty"`
 	// LimitName names the deciding limit; the fields after it are its.
 	LimitName    string `json:"limit_name"`
 	Limit        int64  `json:"limit"`
@@ -256,6 +260,7 @@ func (s *Service) resolve(rs *ruleSet, req *DecisionRequest, prefix string, op a
 	if err := s.checkKey(t.name, req.Key); err != nil {
 		return bad("invalid_key", "key: %v", err)
 	}
+	t.forKey(req.Key)
 	if req.Cost != nil {
 		if op == opReset {
 			return bad("invalid_cost", "cost: a reset has no cost")
@@ -351,6 +356,7 @@ func (s *Service) apiDecide(peek bool) http.HandlerFunc {
 			return
 		}
 		d := decisionJSON(t.name, req.Key, cost, peek, res, out, each)
+		d.Override = t.overrideLabel()
 		status := http.StatusOK
 		if out != outFailOpen {
 			httplimit.SetFields(w.Header(), req.Key, res, each, t.fields)
@@ -443,7 +449,14 @@ func (s *Service) apiReset(w http.ResponseWriter, r *http.Request) {
 		s.clientError(w, err)
 		return
 	}
-	if err := t.lim.ResetPolicy(r.Context(), req.Key, t.policy); err != nil {
+	err = t.lim.ResetPolicy(r.Context(), req.Key, t.policy)
+	if err == nil && t.override != nil {
+		// The rule's limits too: the key's state is kept per limit name,
+		// and a name of the rule's that the override lacks would come back
+		// into use when the override stops applying.
+		err = t.lim.ResetPolicy(r.Context(), req.Key, t.rule.policy)
+	}
+	if err != nil {
 		if errors.Is(err, rl.ErrStore) {
 			t.m.storeErrors.Inc()
 			s.log.Warn("reset failed", "rule", t.name, "err", err)
@@ -453,7 +466,11 @@ func (s *Service) apiReset(w http.ResponseWriter, r *http.Request) {
 		s.clientError(w, &errClient{"invalid_key", err})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"reset": true, "rule": t.name, "key": req.Key})
+	answer := map[string]any{"reset": true, "rule": t.name, "key": req.Key}
+	if t.override != nil {
+		answer["override"] = t.override.label
+	}
+	writeJSON(w, http.StatusOK, answer)
 }
 
 // RuleJSON describes a rule in GET /v1/ratelimit/rules and in explain: the
@@ -473,6 +490,8 @@ type RuleJSON struct {
 	QuotaUnit       string          `json:"quota_unit"`
 	PartitionKey    bool            `json:"partition_key,omitempty"`
 	Limits          []LimitSpecJSON `json:"limits"`
+	// Overrides are the rule's per-key overrides, in file order.
+	Overrides []OverrideJSON `json:"overrides,omitempty"`
 }
 
 // LimitSpecJSON is a configured limit in canonical form.
@@ -543,6 +562,10 @@ func (d *DecisionJSON) appendJSON(b []byte) []byte {
 	if d.Error != "" {
 		b = append(b, `,"error":`...)
 		b = appendString(b, d.Error)
+	}
+	if d.Override != "" {
+		b = append(b, `,"override":`...)
+		b = appendString(b, d.Override)
 	}
 	b = append(b, `,"limit_name":`...)
 	b = appendString(b, d.LimitName)

@@ -126,6 +126,7 @@ func (s *Service) apiBatch(w http.ResponseWriter, r *http.Request) {
 	for i := range items {
 		it := &items[i]
 		d := decisionJSON(it.t.name, it.key, it.cost, req.Peek, it.res, it.out, it.each)
+		d.Override = it.t.overrideLabel()
 		d.Taken = it.taken
 		switch it.out {
 		case outFailClosed:

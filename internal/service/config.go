@@ -104,6 +104,9 @@ type RuleSpec struct {
 	Closest      bool
 	QuotaUnit    string
 	PartitionKey bool
+	// Overrides replace Limits for the keys they select (field
+	// "overrides"; see OverrideSpec), in file order.
+	Overrides []OverrideSpec
 }
 
 // Role is what a decision-API caller may do.
@@ -440,6 +443,7 @@ func (r *ruleJSON) check(c *ruleconfig.Checker) (RuleSpec, bool) {
 		Closest: s.Closest, QuotaUnit: s.QuotaUnit, PartitionKey: s.PartitionKey,
 	}
 	spec.Limits = rlLimits(s.Limits)
+	spec.Overrides = overrideSpecs(s.Overrides)
 	if !r.Fields.Set || r.Got != "" {
 		return spec, false
 	}

@@ -24,6 +24,10 @@ type ExplainJSON struct {
 	Rule *ExplainRuleJSON `json:"rule"`
 	// Key is the key as the rule derives it.
 	Key *ExplainKeyJSON `json:"key,omitempty"`
+	// Override says which of the rule's overrides decides the key and
+	// why, or that none does (a rule with overrides only); Limits are
+	// then the override's.
+	Override *ExplainOverrideJSON `json:"override,omitempty"`
 	// Cost is the request's cost and where it came from.
 	Cost *ExplainCostJSON `json:"cost,omitempty"`
 	// Limits are every limit of the rule, in its order, each with its
@@ -164,7 +168,14 @@ func (s *Service) ExplainRequest(r *pipeline.Request) ExplainJSON {
 			ex.Cost.Source = "the rule's cost (no " + h + " header)"
 		}
 	}
-	ex.Limits = explainLimits(ru.policy, nil, -1)
+	policy := ru.policy
+	if ex.Key.Error == "" {
+		ex.Override = explainOverride(ru, key)
+		if ov := ru.overrideFor(key); ov != nil {
+			policy = ov.policy
+		}
+	}
+	ex.Limits = explainLimits(policy, nil, -1)
 	switch {
 	case ex.Key.Error != "" || ex.Cost.Error != "":
 		ex.Decision = "not decided: the proxy answers 400"
@@ -187,6 +198,7 @@ func explainDecision(t *target, ru *rule, req *DecisionRequest, cost int64, peek
 		ex.Rule.Why = []string{"the request's inline \"limits\" (an admin's)"}
 	}
 	ex.Key = &ExplainKeyJSON{Source: "request", Key: req.Key, Stored: t.name + ":" + req.Key, PartitionKey: partitionKey(t.fields, req.Key)}
+	ex.Override = explainOverride(ru, req.Key)
 	ex.Cost = &ExplainCostJSON{Cost: cost, Source: "the request's \"cost\""}
 	if req.Cost == nil {
 		ex.Cost.Source = "the rule's cost (the request gave none)"
@@ -250,6 +262,7 @@ func describeRule(ru *rule) *RuleJSON {
 	for _, l := range ru.policy.Limits() {
 		rj.Limits = append(rj.Limits, limitSpec(l))
 	}
+	rj.Overrides = describeOverrides(spec.Overrides)
 	return rj
 }
 

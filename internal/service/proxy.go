@@ -68,9 +68,10 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 		Cost:     ru.cost,
 		Wait:     ru.spec.Shape,
 		FailOpen: t.failOpen,
-		// The rule's policy, which ruleLimiter decides anyway, named so
-		// that the middleware knows how many limits the fields list.
-		Policy:   func(*http.Request) *rl.Policy { return ru.policy },
+		// The rule's policy, which ruleLimiter decides anyway (or a key's
+		// override, there), named so that the middleware knows how many
+		// limits the fields may list: the most of any.
+		Policy:   func(*http.Request) *rl.Policy { return ru.widest },
 		Fields:   ru.fields,
 		Problems: httplimit.Problems(rs.cfg.ProblemDetails),
 		OnDecision: func(r *http.Request, d httplimit.Decision) {
@@ -83,7 +84,11 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 			case httplimit.OutcomeAllowed:
 				t.m.allowed.Inc()
 			case httplimit.OutcomeDenied:
-				t.m.record(outDenied, &d.Result)
+				m := t.m
+				if ov := ru.overrideFor(d.Key); ov != nil {
+					m = ov.m // d.Result.Index is among the override's limits
+				}
+				m.record(outDenied, &d.Result)
 			case httplimit.OutcomeFailOpen:
 				t.m.failOpen.Inc()
 			case httplimit.OutcomeFailClosed, httplimit.OutcomeOverloaded, httplimit.OutcomeError:
@@ -143,11 +148,20 @@ type ruleLimiter struct {
 }
 
 func (l *ruleLimiter) Do(ctx context.Context, req rl.Request) (rl.Result, error) {
-	res, begun, err := l.s.do(ctx, &l.t, req)
+	t := &l.t
+	if ov := t.rule.overrideFor(req.Key); ov != nil {
+		tk := *t
+		tk.use(ov)
+		t = &tk
+	}
+	// The middleware's policy is the widest of the rule's and its
+	// overrides' (it sizes req.Each); the key's own decides.
+	req.Policy = t.policy
+	res, begun, err := l.s.do(ctx, t, req)
 	if err == nil {
 		return res, nil
 	}
-	out, ferr := l.s.failure(&l.t, begun, err)
+	out, ferr := l.s.failure(t, begun, err)
 	switch out {
 	case outFailOpen:
 		return res, outage.Classified(outage.Outage, err)

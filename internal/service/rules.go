@@ -30,6 +30,9 @@ type rule struct {
 	proxy  http.Handler     // decides and forwards a matched request (ruleProxy)
 	// match selects the rule's proxied requests.
 	match pipeline.Matcher
+	// overrides replace policy for some keys (buildOverrides).
+	overrides ruleOverrides
+	widest    *rl.Policy
 }
 
 // ruleSet is everything a configuration load produces; requests read it
@@ -74,6 +77,9 @@ func (s *Service) build(cfg *Config) (*ruleSet, error) {
 			fields: httplimit.Fields{Closest: spec.Closest, QuotaUnit: spec.QuotaUnit}}
 		if spec.PartitionKey {
 			r.fields.PartitionKey = httplimit.PartitionKeyFunc(cfg.PartitionKeySecret, spec.Name)
+		}
+		if err := s.buildOverrides(r); err != nil {
+			return nil, fmt.Errorf("rule %q: %w", spec.Name, err)
 		}
 		rs.byName[spec.Name] = r
 		if spec.Proxied() {

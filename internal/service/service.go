@@ -416,11 +416,14 @@ type target struct {
 	failOpen bool
 	m        *ruleMetrics
 	fields   httplimit.Fields // the rule's; inline limits have the default
-	rule     *rule            // the rule, for explain; nil for inline limits
+	rule     *rule            // the rule; nil for inline limits
+	// override, if set, is the rule's override deciding the key (forKey):
+	// policy and m are its.
+	override *override
 }
 
 func (ru *rule) target() target {
-	return target{name: ru.spec.Name, lim: ru.lim, policy: ru.policy, failOpen: ru.spec.FailOpen, m: ru.m, fields: ru.fields}
+	return target{name: ru.spec.Name, lim: ru.lim, policy: ru.policy, failOpen: ru.spec.FailOpen, m: ru.m, fields: ru.fields, rule: ru}
 }
 
 // errOverloaded is a decision refused because too many are in flight on

@@ -14,7 +14,11 @@
 // skipped step must not change the state (it is refused everywhere else).
 package frontends
 
-import "strings"
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
 
 // Front names a front end.
 type Front string
@@ -63,6 +67,55 @@ type Rule struct {
 	Methods  []string // default none
 	Limit    int64
 	KeyBy    string // default "header:X-User"
+	// Overrides replace Limit for some keys: the rule's "overrides" in
+	// the service and the filter; over gRPC, descriptors of the key
+	// "user" with the override's key as their value, or its prefix and
+	// "*" (envoyproxy/ratelimit's wildcard), listed longest first.
+	Overrides []Override
+}
+
+// Override is one of a rule's overrides: a fixed window of Limit per hour
+// for one key (Key) or every key starting with KeyPrefix.
+type Override struct {
+	Key, KeyPrefix string
+	Limit          int64
+}
+
+// OverridesJSON is the rule's "overrides" field in the configuration of
+// the service and the filter (nil for none), in the case's order.
+func (r Rule) OverridesJSON() []any {
+	var out []any
+	for _, o := range r.Overrides {
+		m := map[string]any{"strategy": "fixed", "limit": o.Limit, "window": "1h"}
+		if o.Key != "" {
+			m["key"] = o.Key
+		} else {
+			m["key_prefix"] = o.KeyPrefix
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// Descriptors is the rule as envoyproxy/ratelimit's descriptors of one
+// domain (YAML, the list under "descriptors:"): the key "user" alone with
+// the rule's limit, and one descriptor of that key per override, its key
+// as the value or its prefix followed by the wildcard "*". Wildcards are
+// listed longest first: at one level the first that matches decides (and
+// rl refuses one that an earlier one would always hide).
+func (r Rule) Descriptors() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "  - key: user\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", r.Limit)
+	os := slices.Clone(r.Overrides)
+	slices.SortStableFunc(os, func(a, b Override) int { return len(b.KeyPrefix) - len(a.KeyPrefix) })
+	for _, o := range os {
+		v := o.Key
+		if v == "" {
+			v = o.KeyPrefix + "*"
+		}
+		fmt.Fprintf(&b, "  - key: user\n    value: %q\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", v, o.Limit)
+	}
+	return b.String()
 }
 
 // Step is one request and the decision it must reach.
@@ -223,4 +276,13 @@ var Cases = []Case{
 			{Key: "o", Path: "/%61dmin", Want: Deny, Only: http},
 			{Key: "o", Path: "/pub%6cic/./b", Want: Admit, Only: http, Forwarded: "/public/b"},
 		}},
+	{ID: 14, Name: "per-key overrides, most specific first: an exact key, then the longest prefix (issue 22, item 4)",
+		Rule: Rule{Limit: 1, Overrides: []Override{{KeyPrefix: "t-", Limit: 2}, {KeyPrefix: "t-a:", Limit: 3}, {Key: "t-a:vip", Limit: 4}}},
+		Steps: steps(
+			exhaust("t-a:vip", 4), []Step{{Key: "t-a:vip", Want: Deny}},
+			exhaust("t-a:x", 3), []Step{{Key: "t-a:x", Want: Deny}},
+			exhaust("t-a:", 3), []Step{{Key: "t-a:", Want: Deny}},
+			exhaust("t-a", 2), []Step{{Key: "t-a", Want: Deny}},
+			exhaust("u", 1), []Step{{Key: "u", Want: Deny}},
+		)},
 }

@@ -42,6 +42,9 @@ func serviceYAMLTo(c frontends.Case, upstream string) string {
 	if len(r.Methods) > 0 {
 		rule["methods"] = r.Methods
 	}
+	if os := r.OverridesJSON(); os != nil {
+		rule["overrides"] = os
+	}
 	b, _ := json.Marshal(map[string]any{"upstream": upstream, "rules": []any{rule}})
 	return string(b)
 }
@@ -200,7 +203,7 @@ func TestAPI(t *testing.T) {
 func TestGRPC(t *testing.T) {
 	for _, c := range frontends.Cases {
 		svc := newService(t, c)
-		d, err := rls.ParseDomain("d.yaml", fmt.Appendf(nil, "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", c.Rule.Limit))
+		d, err := rls.ParseDomain("d.yaml", []byte("domain: d\ndescriptors:\n"+c.Rule.Descriptors()))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -25,6 +25,9 @@ func TestFrontends(t *testing.T) {
 		if len(r.Methods) > 0 {
 			rule["methods"] = r.Methods
 		}
+		if os := r.OverridesJSON(); os != nil {
+			rule["overrides"] = os
+		}
 		conf, _ := json.Marshal(map[string]any{"slots": 64, "rules": []any{rule}})
 		// Each case starts on fresh shared data: a host of its own.
 		hc := h
