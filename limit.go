@@ -140,6 +140,9 @@ func (p *Policy) Limits() []Limit { return append([]Limit(nil), p.src...) }
 // Len returns the number of limits.
 func (p *Policy) Len() int { return len(p.src) }
 
+// Shadowed reports whether the policy has a shadow limit (Limit.Shadow).
+func (p *Policy) Shadowed() bool { return p.sp.Shadowed() }
+
 // Store returns the compiled policy that p's calls hand their store, for a
 // caller that drives a store.Store directly with p's limits.
 func (p *Policy) Store() *store.Policy { return p.sp }

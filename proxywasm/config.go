@@ -9,6 +9,7 @@ import (
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/pipeline"
 	"github.com/rlcore/rl/internal/ruleconfig"
+	rlstore "github.com/rlcore/rl/store"
 )
 
 // Defaults and bounds of the plugin configuration.
@@ -51,9 +52,14 @@ type rule struct {
 	// match selects the rule's requests (Endpoint, Host and Methods in
 	// the forms requests are matched in).
 	match pipeline.Matcher
-	// Limits and their names, decided together, all or nothing.
+	// Limits and their names, decided together, all or nothing, except
+	// the shadow limits (Shadow), which never deny.
 	Limits     []core.Limit
 	LimitNames []string
+	Shadow     []bool
+	// policy is the limits compiled (shadow flags included), once: a
+	// decision on shared data is policy.Decide.
+	policy *rlstore.Policy
 	// KeyBy is where a request's key is read (pipeline.Key).
 	KeyBy ruleconfig.KeyBy
 	// Cost is the cost of a request without a cost header, MinCost the
@@ -234,12 +240,27 @@ func (r *ruleJSON) check(c *ruleconfig.Checker) (*rule, bool) {
 		KeyBy: s.KeyBy, Cost: s.Cost, MinCost: s.MinCost, CostHeader: s.CostHeader, FailOpen: s.FailOpen,
 		fields: pipeline.Fields{Closest: s.Closest, QuotaUnit: s.QuotaUnit}, PartitionKey: s.PartitionKey,
 	}
+	var shadows []string
 	for _, l := range s.Limits {
 		ru.Limits = append(ru.Limits, l.Limit)
 		ru.LimitNames = append(ru.LimitNames, l.Name)
+		ru.Shadow = append(ru.Shadow, l.Shadow)
+		if l.Shadow {
+			shadows = append(shadows, l.Name)
+		}
 		if l.Algorithm == core.SlidingLog {
 			ru.maxLog = max(ru.maxLog, int(l.Limit.Limit))
 		}
+	}
+	if len(s.Limits) > 0 && len(c.Problems) == before {
+		p, err := rlstore.NewPolicy(ru.LimitNames, ru.Limits)
+		if err == nil && shadows != nil {
+			p, err = p.WithShadow(shadows...)
+		}
+		if err != nil { // not reached: Check validated the limits
+			c.Fail("limits", "%v", err)
+		}
+		ru.policy = p
 	}
 	if strings.HasPrefix(s.Endpoint, "/") && !strings.ContainsAny(s.Endpoint, "?#") {
 		if m, err := pipeline.NewMatcher(s.Endpoint, s.Host, s.Methods); err != nil {

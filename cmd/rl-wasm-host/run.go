@@ -151,6 +151,7 @@ func Run(ctx context.Context, rc RunConfig, reload <-chan os.Signal) error {
 	}
 	var st store.Store
 	var ready func(context.Context) error
+	var noShadow error
 	perKey := rc.MaxInFlightPerKey
 	switch rc.Store {
 	case "", "memory":
@@ -164,7 +165,7 @@ func Run(ctx context.Context, rc RunConfig, reload <-chan os.Signal) error {
 			return err
 		}
 		closers = append(closers, h.close)
-		st, ready = h.store, h.ready
+		st, ready, noShadow = h.store, h.ready, h.noShadow
 		if perKey == 0 {
 			perKey = max(1, int(h.maxConns)/2)
 		}
@@ -173,7 +174,8 @@ func Run(ctx context.Context, rc RunConfig, reload <-chan os.Signal) error {
 	}
 
 	svc, err := service.New(cfg, service.Options{Store: st, Logger: log, MaxBodyBytes: rc.MaxBodyBytes,
-		ProxyMaxBodyBytes: rc.ProxyMaxBodyBytes, Ready: ready, MaxInFlight: rc.MaxInFlight, MaxInFlightPerKey: max(perKey, 0)})
+		ProxyMaxBodyBytes: rc.ProxyMaxBodyBytes, Ready: ready, MaxInFlight: rc.MaxInFlight, MaxInFlightPerKey: max(perKey, 0),
+		ShadowUnsupported: noShadow})
 	if err != nil {
 		return err
 	}
@@ -381,4 +383,7 @@ type storeHandle struct {
 	store    store.Store
 	ready    func(context.Context) error
 	close    func()
+	// noShadow is why the store cannot decide shadow limits (nil: it
+	// can): pgstore's ModeSQL.
+	noShadow error
 }
