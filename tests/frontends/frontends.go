@@ -59,6 +59,13 @@ type Rule struct {
 	Methods  []string // default none
 	Limit    int64
 	KeyBy    string // default "header:X-User"
+	// Shadow, if not 0, adds the shadow limit "candidate", a fixed window
+	// of Shadow per hour, beside the enforced one (the service's and the
+	// filter's shadow: true, the gRPC service's shadow_limits); with
+	// Limit 0 it is the rule's only limit (over gRPC, the descriptor's
+	// limit in shadow_mode). It never denies, is in no rate-limit field,
+	// and every front end counts its would-denies (Case.WouldDeny).
+	Shadow int64
 }
 
 // Step is one request and the decision it must reach.
@@ -84,6 +91,9 @@ type Case struct {
 	Rule Rule
 	// Steps run in order on one state.
 	Steps []Step
+	// WouldDeny is how many admitted requests the rule's shadow limit
+	// would have denied: what each front end counts after the steps.
+	WouldDeny int
 }
 
 // http is the front ends that read HTTP requests.
@@ -170,4 +180,16 @@ var Cases = []Case{
 		}},
 	{ID: 10, Name: "a missing key is refused", Rule: Rule{Limit: 1},
 		Steps: []Step{{Want: Refuse, Only: notGRPC}}},
+	{ID: 11, Name: "a shadow limit never denies; it counts the admitted requests it would deny (issue 22)", Rule: Rule{Limit: 3, Shadow: 1},
+		Steps: steps(exhaust("s", 3), []Step{{Key: "s", Want: Deny}, {Key: "t", Want: Admit}}), WouldDeny: 2},
+	{ID: 12, Name: "a shadow limit is charged only a cost it admits (issue 22)", Rule: Rule{Limit: 5, Shadow: 2},
+		Steps: []Step{
+			{Key: "c", Cost: "3", Want: Admit}, // above the shadow limit: a would-deny, not charged
+			{Key: "c", Cost: "2", Want: Admit}, // charged: the shadow limit is exhausted
+			{Key: "c", Cost: "1", Want: Deny},  // denied by the enforced limit: nothing charged, no would-deny
+			{Key: "d", Cost: "2", Want: Admit},
+			{Key: "d", Cost: "1", Want: Admit}, // a would-deny
+		}, WouldDeny: 2},
+	{ID: 13, Name: "a rule of only a shadow limit admits everything (issue 22)", Rule: Rule{Shadow: 1},
+		Steps: exhaust("o", 4), WouldDeny: 3},
 }
