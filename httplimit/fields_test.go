@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -118,4 +119,36 @@ func TestProblems(t *testing.T) {
 		"title":"Request cannot be satisfied due to temporary server capacity constraints","status":503,
 		"detail":"Rate limiter unavailable"}`, w.Body.String())
 	require.Equal(t, "Rate limiter unavailable\n", get(h, nil).Body.String())
+}
+
+// TestShadowLimitsNotInTheFields: a shadow limit never denies and is in no
+// field, even once it would deny; a policy of shadow limits alone admits
+// every request and sends no field.
+func TestShadowLimitsNotInTheFields(t *testing.T) {
+	p := rl.MustPolicy(
+		rl.Limit{Name: "minute", Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute},
+		rl.Limit{Name: "candidate", Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute, Shadow: true},
+	)
+	h, _ := setup(t, httplimit.Config{}, p)
+	for i := range 3 {
+		w := get(h, nil)
+		require.Equal(t, 200, w.Code, "request %d", i)
+		require.Equal(t, `"minute";q=3;w=60`, w.Header().Get("RateLimit-Policy"))
+		require.Equal(t, fmt.Sprintf(`"minute";r=%d;t=50`, 2-i), w.Header().Get("RateLimit"))
+		require.Equal(t, "3", w.Header().Get("X-RateLimit-Limit"))
+	}
+	w := get(h, func(r *http.Request) { r.Header.Set("Accept", "application/json") })
+	require.Equal(t, 429, w.Code)
+	require.Equal(t, `"minute";r=0;t=50`, w.Header().Get("RateLimit"))
+	require.NotContains(t, w.Body.String(), "candidate", "a shadow limit is never a violated policy")
+
+	only := rl.MustPolicy(rl.Limit{Name: "candidate", Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute, Shadow: true})
+	h, _ = setup(t, httplimit.Config{}, only)
+	for i := range 3 {
+		w := get(h, nil)
+		require.Equal(t, 200, w.Code, "request %d", i)
+		for _, f := range []string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"} {
+			require.Empty(t, w.Header().Values(f), "request %d: %s", i, f)
+		}
+	}
 }

@@ -56,7 +56,10 @@ func PartitionKeyFunc(secret []byte, scope string) func(key string) []byte {
 // it alone). r is the remaining quota and t the seconds until more is made
 // available (rl.LimitResult.NextAfter: left out when nothing is missing).
 // The X-RateLimit-* fields and Retry-After describe the deciding limit
-// (res). Durations are rounded up to whole seconds; w is at least 1. The
+// (res). Shadow limits (rl.Limit.Shadow) are left out of every field: they
+// never deny, so a client has nothing to wait for; a policy of only shadow
+// limits gets no fields. Durations are rounded up to whole seconds; w is
+// at least 1. The
 // largest Duration (about 292 years, what rl.Result saturates at) gives
 // its whole seconds, 9223372037, never a wrapped or negative value.
 func SetFields(h http.Header, key string, res rl.Result, each []rl.LimitResult, f Fields) {
@@ -111,7 +114,7 @@ func trimResults(each []rl.LimitResult) []rl.LimitResult {
 }
 
 func limitState(r *rl.LimitResult) pipeline.LimitState {
-	return pipeline.LimitState{Name: r.Name, Allowed: r.Allowed, Never: r.Never, Limit: r.Limit, Remaining: r.Remaining,
+	return pipeline.LimitState{Name: r.Name, Allowed: r.Allowed, Never: r.Never, Shadow: r.Shadow, Limit: r.Limit, Remaining: r.Remaining,
 		Window: ceilMicros(r.Window), ResetAfter: ceilMicros(r.ResetAfter), RetryAfter: ceilMicros(r.RetryAfter),
 		NextAfter: ceilMicros(r.NextAfter)}
 }

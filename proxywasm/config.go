@@ -9,6 +9,7 @@ import (
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/pipeline"
 	"github.com/rlcore/rl/internal/ruleconfig"
+	rlstore "github.com/rlcore/rl/store"
 )
 
 // Defaults and bounds of the plugin configuration.
@@ -51,9 +52,14 @@ type rule struct {
 	// match selects the rule's requests (Endpoint, Host and Methods in
 	// the forms requests are matched in).
 	match pipeline.Matcher
-	// Limits and their names, decided together, all or nothing.
+	// Limits and their names, decided together, all or nothing, except
+	// the shadow limits (Shadow), which never deny.
 	Limits     []core.Limit
 	LimitNames []string
+	Shadow     []bool
+	// policy is the limits compiled (shadow flags included), once: a
+	// decision on shared data is policy.Decide.
+	policy *rlstore.Policy
 	// KeyBy is where a request's key is read (pipeline.Key).
 	KeyBy ruleconfig.KeyBy
 	// Cost is the cost of a request without a cost header, MinCost the
@@ -244,9 +250,17 @@ func (r *ruleJSON) check(c *ruleconfig.Checker) (*rule, bool) {
 	for _, l := range s.Limits {
 		ru.Limits = append(ru.Limits, l.Limit)
 		ru.LimitNames = append(ru.LimitNames, l.Name)
+		ru.Shadow = append(ru.Shadow, l.Shadow)
 		if l.Algorithm == core.SlidingLog {
 			ru.maxLog = max(ru.maxLog, int(l.Limit.Limit))
 		}
+	}
+	if len(s.Limits) > 0 && len(c.Problems) == before {
+		p, err := newPolicy(ru.LimitNames, ru.Limits, ru.Shadow)
+		if err != nil { // not reached: Check validated the limits
+			c.Fail("limits", "%v", err)
+		}
+		ru.policy = p
 	}
 	if strings.HasPrefix(s.Endpoint, "/") && !strings.ContainsAny(s.Endpoint, "?#") {
 		if m, err := pipeline.NewMatcher(s.Endpoint, s.Host, s.Methods); err != nil {
@@ -258,7 +272,7 @@ func (r *ruleJSON) check(c *ruleconfig.Checker) (*rule, bool) {
 	if r.Global.Set {
 		ru.Global = r.Global.check(c)
 	}
-	ru.addOverrides(s.Overrides)
+	ru.addOverrides(c, s.Overrides)
 	return ru, len(c.Problems) == before
 }
 
@@ -318,4 +332,23 @@ func (gj *globalJSON) check(c *ruleconfig.Checker) *globalSpec {
 		g.Rule = s
 	}
 	return g
+}
+
+// newPolicy compiles a rule's limits named names, shadow marking its
+// shadow limits, into the policy its decisions on shared data use.
+func newPolicy(names []string, ls []core.Limit, shadow []bool) (*rlstore.Policy, error) {
+	p, err := rlstore.NewPolicy(names, ls)
+	if err != nil {
+		return nil, err
+	}
+	var shadows []string
+	for i, s := range shadow {
+		if s {
+			shadows = append(shadows, names[i])
+		}
+	}
+	if shadows == nil {
+		return p, nil
+	}
+	return p.WithShadow(shadows...)
 }

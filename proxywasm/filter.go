@@ -51,6 +51,41 @@ type pluginContext struct {
 	// loggedAt is when a failure was last logged (µs): at most one a
 	// second.
 	loggedAt int64
+	// shadowDenied are, for each rule, a counter per shadow limit (nil
+	// for an enforced one) of the requests admitted that it would have
+	// denied (shadowMetric).
+	shadowDenied map[*rule][]proxywasm.MetricCounter
+}
+
+// shadowMetric is the name of the counter of a rule's shadow limit: the
+// requests the rule admitted that the shadow limit would have denied.
+// Envoy shows it as wasmcustom.rl_filter.shadow_denied.<rule>.<limit>.
+func shadowMetric(rule, limit string) string { return "rl_filter.shadow_denied." + rule + "." + limit }
+
+// defineShadowMetrics defines the counters of every shadow limit of cfg.
+func (p *pluginContext) defineShadowMetrics(cfg *config) {
+	p.shadowDenied = map[*rule][]proxywasm.MetricCounter{}
+	for _, r := range cfg.Rules {
+		for i, shadow := range r.Shadow {
+			if !shadow {
+				continue
+			}
+			if p.shadowDenied[r] == nil {
+				p.shadowDenied[r] = make([]proxywasm.MetricCounter, len(r.Shadow))
+			}
+			p.shadowDenied[r][i] = proxywasm.DefineCounterMetric(shadowMetric(r.Name, r.LimitNames[i]))
+		}
+	}
+}
+
+// countShadow counts the would-denies of r's shadow limits in v.
+func (p *pluginContext) countShadow(r *rule, v *pipeline.Verdict) {
+	cs := p.shadowDenied[r]
+	for i := range cs {
+		if r.Shadow[i] && i < len(v.Limits) && v.WouldDeny(i) {
+			cs[i].Increment(1)
+		}
+	}
 }
 
 // noRoomMetric is the counter of requests refused (or, fail_open, let
@@ -79,6 +114,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	}
 	p.cfg, p.store, p.ds = cfg, st, make([]core.Decision, maxLimits)
 	p.noRoom, p.noRoomLogged = proxywasm.DefineCounterMetric(noRoomMetric), map[*rule]bool{}
+	p.defineShadowMetrics(cfg)
 	proxywasm.LogInfof("rl-filter: %d rules, %d slots × %d keys per rule", len(cfg.Rules), cfg.Slots, cfg.KeysPerSlot)
 	return types.OnPluginStartStatusOK
 }
@@ -152,7 +188,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		return h.failed(r, begun, err)
 	}
 	h.p.outage.Success()
-	v := pipeline.FromCore(r.LimitNames, r.Limits, ds, idx)
+	v := pipeline.FromCore(r.LimitNames, r.Limits, r.Shadow, ds, idx)
 	return h.decided(r, key, &v)
 }
 
@@ -160,6 +196,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 // fields: every limit of the rule, with the rule's choices) or answers a
 // denied one 429.
 func (h *httpContext) decided(r *rule, key string, v *pipeline.Verdict) types.Action {
+	h.p.countShadow(r, v)
 	f := r.fields
 	if r.PartitionKey {
 		f.PartitionKey = pipeline.PartitionKey(h.p.cfg.PartitionKeySecret, r.Name, key)

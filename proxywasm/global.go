@@ -22,7 +22,7 @@ import (
 //	POST /v1/ratelimit/check
 //	Authorization: Bearer <global.token>        (if set)
 //	{"rule": "<global.rule>", "key": "<rule>:<key>", "cost": n}
-//	{"limits": [{"name", "strategy", "limit", "window", "rate"}...], "key": "<rule>:<key>", "cost": n, "fail_open": b}
+//	{"limits": [{"name", "strategy", "limit", "window", "rate", "shadow"}...], "key": "<rule>:<key>", "cost": n, "fail_open": b}
 //
 // 200 admits, 429 denies (the body's deciding limit gives the header
 // fields); anything else, a timeout or a failed call is a failure, answered
@@ -46,6 +46,7 @@ type inlineLimit struct {
 	Limit    int64  `json:"limit"`
 	Window   string `json:"window"`
 	Rate     int64  `json:"rate,omitempty"`
+	Shadow   bool   `json:"shadow,omitempty"`
 }
 
 // checkResponse is the part of rl-wasm-host's DecisionJSON the filter reads.
@@ -63,6 +64,7 @@ type checkResponse struct {
 type checkLimit struct {
 	Name         string `json:"name"`
 	Allowed      bool   `json:"allowed"`
+	Shadow       bool   `json:"shadow"`
 	Limit        int64  `json:"limit"`
 	Remaining    int64  `json:"remaining"`
 	WindowMS     int64  `json:"window_ms"`
@@ -80,7 +82,7 @@ func (l *checkLimit) state(name string) (pipeline.LimitState, error) {
 		l.Limit > core.MaxLimit || l.WindowMS > maxMS || l.ResetAfterMS > maxMS || l.RetryAfterMS > maxMS || l.NextAfterMS > maxMS {
 		return pipeline.LimitState{}, errors.New("answered a decision out of range: limit " + strconv.FormatInt(l.Limit, 10))
 	}
-	return pipeline.LimitState{Name: name, Allowed: l.Allowed, Never: l.Never, Limit: l.Limit, Remaining: l.Remaining,
+	return pipeline.LimitState{Name: name, Allowed: l.Allowed, Never: l.Never, Shadow: l.Shadow, Limit: l.Limit, Remaining: l.Remaining,
 		Window: l.WindowMS * 1000, ResetAfter: l.ResetAfterMS * 1000, RetryAfter: max(0, l.RetryAfterMS) * 1000,
 		NextAfter: l.NextAfterMS * 1000}, nil
 }
@@ -114,6 +116,7 @@ func checkBody(r *rule, key string, cost int64) []byte {
 		for i, l := range r.Limits {
 			req.Limits = append(req.Limits, inlineLimit{
 				Name: r.LimitNames[i], Strategy: l.Algorithm.String(), Limit: l.Limit, Window: core.FormatWindow(l.Window), Rate: l.Rate,
+				Shadow: r.Shadow[i],
 			})
 		}
 		fo := r.FailOpen
@@ -264,6 +267,9 @@ func parseGlobal(status string, body []byte) (pipeline.Verdict, error) {
 			}
 			v.Limits = append(v.Limits, l)
 		}
+	}
+	if v.Deciding >= 0 && v.Limits[v.Deciding].Shadow {
+		v.Allowed = true // only shadow limits: they never deny
 	}
 	if v.Deciding < 0 {
 		cr.checkLimit.Allowed = cr.Allowed

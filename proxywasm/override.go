@@ -41,18 +41,25 @@ type ruleOverride struct {
 }
 
 // addOverrides compiles the rule's validated overrides (after the rest of
-// the rule: a derived rule copies it).
-func (ru *rule) addOverrides(os []ruleconfig.OverrideSpec) {
+// the rule: a derived rule copies it), reporting to c what cannot be.
+func (ru *rule) addOverrides(c *ruleconfig.Checker, os []ruleconfig.OverrideSpec) {
 	for _, o := range os {
 		d := *ru
-		d.base, d.overrides, d.Limits, d.LimitNames, d.maxLog = ru, nil, nil, nil, 0
+		d.base, d.overrides, d.Limits, d.LimitNames, d.Shadow, d.maxLog = ru, nil, nil, nil, nil, 0
 		for _, l := range o.Limits {
 			d.Limits = append(d.Limits, l.Limit)
 			d.LimitNames = append(d.LimitNames, l.Name)
+			d.Shadow = append(d.Shadow, l.Shadow)
 			if l.Algorithm == core.SlidingLog {
 				d.maxLog = max(d.maxLog, int(l.Limit.Limit))
 			}
 		}
+		p, err := newPolicy(d.LimitNames, d.Limits, d.Shadow)
+		if err != nil { // not reached: Check validated the override
+			c.Fail("overrides", "%s: %v", o.Label(), err)
+			continue
+		}
+		d.policy = p
 		ov := &ruleOverride{label: o.Label(), r: &d}
 		if !slices.Equal(d.LimitNames, ru.LimitNames) {
 			ov.record = "\x00" + strings.Join(d.LimitNames, "\x00") // names hold no NUL (ruleconfig.CheckName)

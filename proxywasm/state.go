@@ -335,9 +335,10 @@ func retry(err error) error {
 	return err
 }
 
-// take decides cost for key under r at now with core.TakeAll, on the key's
-// state in shared data, writing the new state with compare-and-swap. It
-// returns core.TakeAll's index and fills ds (len(r.Limits)). Errors are
+// take decides cost for key under r at now with r.policy.Decide (core.TakeAll
+// of the enforced limits, then the shadow ones), on the key's state in
+// shared data, writing the new state with compare-and-swap. It returns the
+// deciding index and fills ds (len(r.Limits)). Errors are
 // failures (shared data, no room, contention, a core error), never
 // denials.
 func (s *store) take(r *rule, key string, now, cost int64, ds []core.Decision) (int, error) {
@@ -415,11 +416,13 @@ func (s *store) decide(r *rule, sl *slot, i int, now, cost int64, ds []core.Deci
 	if i < 0 || !sl.loadStates(i, r, states, s.logs) {
 		resetStates(r, states, s.logs)
 	}
-	idx, err = core.TakeAll(r.Limits, states, now, cost, ds)
+	// The enforced limits all or nothing and the shadow ones (if any) in
+	// this one step, written by one compare-and-swap.
+	idx, err = r.policy.Decide(nil, rlstore.Take, states, now, cost, ds)
 	if err != nil {
 		return 0, 0, fmt.Errorf("rl-filter: rule %q: the key's stored state: %w", r.Name, err)
 	}
-	if !ds[idx].Allowed || cost == 0 {
+	if !r.policy.Deciding(ds, idx).Allowed || cost == 0 {
 		return idx, 0, nil
 	}
 	expiry = now

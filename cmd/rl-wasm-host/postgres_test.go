@@ -13,6 +13,7 @@ import (
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/testkit/pgtest"
 	"github.com/rlcore/rl/internal/testkit/tcpproxy"
+	"github.com/rlcore/rl/pgstore"
 	"github.com/rlcore/rl/store"
 )
 
@@ -77,4 +78,25 @@ func TestOpenPostgres(t *testing.T) {
 		defer mu.Unlock()
 		return len(events) == 2 && events[1] == "primary"
 	}, 15*time.Second, 50*time.Millisecond)
+}
+
+// TestOpenPostgresShadow: -pg-decide sql says it cannot decide shadow
+// limits (the service then refuses a configuration with one); go can.
+func TestOpenPostgresShadow(t *testing.T) {
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	dbURL := pgtest.NewDatabase(t)
+	for _, c := range []struct {
+		decide string
+		want   error
+	}{{"sql", pgstore.ErrShadowSQL}, {"", pgstore.ErrShadowSQL}, {"go", nil}} {
+		h, err := openPostgres(ctx, PostgresConfig{URL: dbURL, Migrate: true, Decide: c.decide}, core.Native{}, nil, log, storeHooks{})
+		require.NoError(t, err)
+		if c.want == nil {
+			require.NoError(t, h.noShadow, "-pg-decide %q", c.decide)
+		} else {
+			require.ErrorIs(t, h.noShadow, c.want, "-pg-decide %q", c.decide)
+		}
+		h.close()
+	}
 }

@@ -108,7 +108,7 @@ func TestRLSCheckConfig(t *testing.T) {
 	}{
 		{"portable", erl, 0, []string{"example.yaml: valid (1 domain); portable: uses no rl extension"}},
 		{"extensions", ext, 1, []string{
-			"ext: valid (2 domains); not portable: envoyproxy/ratelimit refuses rl's extensions (algorithm, fail_open, unit_multiplier), used 3 time(s):",
+			"ext: valid (2 domains); not portable: envoyproxy/ratelimit refuses rl's extensions (algorithm, fail_open, shadow_limits, unit_multiplier), used 3 time(s):",
 			`  ` + filepath.Join(ext, "a.yaml") + `: domain "a": descriptors[0].rate_limit.algorithm`,
 			`  ` + filepath.Join(ext, "a.yaml") + `: domain "a": descriptors[0].rate_limit.fail_open`,
 			`  ` + filepath.Join(ext, "b.yaml") + `: domain "b": descriptors[0].descriptors[0].rate_limit.unit_multiplier`,

@@ -133,6 +133,9 @@ type host struct {
 	store  store.Store
 	ready  func(context.Context) error // nil: ready while serving
 	perKey int                         // MaxInFlightPerKey; negative: no bound
+	// noShadow is why the store cannot decide shadow limits (nil: it
+	// can): pgstore's ModeSQL.
+	noShadow error
 
 	// newService
 	svcRef serviceRef
@@ -249,7 +252,7 @@ func (h *host) openStore(ctx context.Context) error {
 			return err
 		}
 		h.closers = append(h.closers, pg.close)
-		h.store, h.ready = pg.store, pg.ready
+		h.store, h.ready, h.noShadow = pg.store, pg.ready, pg.noShadow
 		if h.perKey == 0 {
 			h.perKey = max(1, int(pg.maxConns)/2)
 		}
@@ -266,7 +269,8 @@ func (h *host) openStore(ctx context.Context) error {
 // would cut short.
 func (h *host) newService() error {
 	svc, err := service.New(h.cfg, service.Options{Store: h.store, Logger: h.log, MaxBodyBytes: h.rc.MaxBodyBytes,
-		ProxyMaxBodyBytes: h.rc.ProxyMaxBodyBytes, Ready: h.ready, MaxInFlight: h.rc.MaxInFlight, MaxInFlightPerKey: max(h.perKey, 0)})
+		ProxyMaxBodyBytes: h.rc.ProxyMaxBodyBytes, Ready: h.ready, MaxInFlight: h.rc.MaxInFlight, MaxInFlightPerKey: max(h.perKey, 0),
+		ShadowUnsupported: h.noShadow})
 	if err != nil {
 		return err
 	}
@@ -503,4 +507,7 @@ type storeHandle struct {
 	store    store.Store
 	ready    func(context.Context) error
 	close    func()
+	// noShadow is why the store cannot decide shadow limits (nil: it
+	// can): pgstore's ModeSQL.
+	noShadow error
 }

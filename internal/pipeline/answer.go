@@ -19,7 +19,10 @@ type LimitState struct {
 	// by another, it was not charged).
 	Allowed bool
 	// Never: denied, and no retry passes (the cost exceeds the limit).
-	Never            bool
+	Never bool
+	// Shadow: a shadow limit (rl.Limit.Shadow), which never denies (its
+	// Allowed false is a would-deny). The answer's fields leave it out.
+	Shadow           bool
 	Limit, Remaining int64
 	// Window, ResetAfter, RetryAfter and NextAfter are in µs; RetryAfter
 	// is 0 when allowed, NextAfter 0 when nothing is missing
@@ -35,22 +38,36 @@ type Verdict struct {
 	Limits []LimitState
 	// Deciding indexes Limits: when denied, the denying limit with the
 	// latest retry; when allowed, the one with the fewest remaining, the
-	// closest to exhaustion (core.TakeAll's index).
+	// closest to exhaustion (core.TakeAll's index). It is an enforced
+	// limit unless the policy has only shadow limits.
 	Deciding int
 }
 
 // FromCore is the verdict of core's decisions ds of the limits ls, named
-// names, deciding the index core.TakeAll returned: a front end deciding
-// with core itself (the filter) reads its answer through it.
-func FromCore(names []string, ls []core.Limit, ds []core.Decision, deciding int) Verdict {
+// names, whose shadow limits shadow marks (nil: none), deciding the index
+// store.Policy.Decide returned: a front end deciding with core itself (the
+// filter) reads its answer through it. A policy of only shadow limits
+// admits.
+func FromCore(names []string, ls []core.Limit, shadow []bool, ds []core.Decision, deciding int) Verdict {
 	v := Verdict{Allowed: ds[deciding].Allowed, Deciding: deciding, Limits: make([]LimitState, len(ds))}
 	for i := range ds {
 		d := &ds[i]
 		v.Limits[i] = LimitState{Name: names[i], Allowed: d.Allowed, Never: d.RetryAfter == core.Never,
-			Limit: d.Limit, Remaining: d.Remaining, Window: ls[i].Window, ResetAfter: d.ResetAfter,
-			RetryAfter: max(0, d.RetryAfter), NextAfter: d.NextAfter}
+			Shadow: shadow != nil && shadow[i], Limit: d.Limit, Remaining: d.Remaining, Window: ls[i].Window,
+			ResetAfter: d.ResetAfter, RetryAfter: max(0, d.RetryAfter), NextAfter: d.NextAfter}
+	}
+	if v.Limits[deciding].Shadow {
+		v.Allowed = true // nothing enforced: a shadow limit never denies
 	}
 	return v
+}
+
+// WouldDeny reports whether limit i is a shadow limit that would have
+// denied a request the enforced limits admitted: what enforcing it would
+// have denied in addition, the would-deny front ends count.
+func (v *Verdict) WouldDeny(i int) bool {
+	l := &v.Limits[i]
+	return v.Allowed && l.Shadow && !l.Allowed
 }
 
 // Decider returns the deciding limit.
@@ -69,21 +86,24 @@ func (v *Verdict) Violated() []string {
 	return out
 }
 
-// order is the order of the RateLimit field's items: the policy's when
-// allowed; when denied, the deciding limit, then the other denying limits,
-// then the rest, each in the policy's order.
+// order is the order of the RateLimit field's items, the enforced limits
+// only (a shadow limit is never listed): the policy's when allowed; when
+// denied, the deciding limit, then the other denying limits, then the
+// rest, each in the policy's order.
 func (v *Verdict) order() []int {
 	out := make([]int, 0, len(v.Limits))
 	if v.Allowed {
 		for i := range v.Limits {
-			out = append(out, i)
+			if !v.Limits[i].Shadow {
+				out = append(out, i)
+			}
 		}
 		return out
 	}
 	out = append(out, v.Deciding)
 	for _, denying := range []bool{true, false} {
 		for i := range v.Limits {
-			if i != v.Deciding && v.Limits[i].Allowed != denying {
+			if i != v.Deciding && !v.Limits[i].Shadow && v.Limits[i].Allowed != denying {
 				out = append(out, i)
 			}
 		}
@@ -134,6 +154,10 @@ const (
 //	X-RateLimit-Reset: 1                           (seconds until it is whole again, not an epoch)
 //	Retry-After: 1                                 (a denial a retry can pass)
 //
+// Shadow limits are never listed, in any field: they deny nothing, and a
+// client must not wait for one. A policy of only shadow limits gets no
+// fields at all.
+//
 // RateLimit-Policy lists every limit in the policy's order: q the quota
 // (capacity, burst), w the window in seconds. RateLimit lists every limit
 // too (only the deciding one with Fields.Closest), the deciding limit
@@ -147,6 +171,9 @@ const (
 // Spans beyond the largest time.Duration (about 292 years) give its whole
 // seconds, 9223372037, never a wrapped or negative value.
 func AppendFields(dst [][2]string, v *Verdict, f *Fields) [][2]string {
+	if v.Limits[v.Deciding].Shadow {
+		return dst // only shadow limits: nothing enforced to describe
+	}
 	var pk string
 	if f.PartitionKey != nil {
 		pk = ";pk=" + sfBytes(f.PartitionKey)
@@ -158,7 +185,10 @@ func AppendFields(dst [][2]string, v *Verdict, f *Fields) [][2]string {
 	var policy, current strings.Builder
 	for i := range v.Limits {
 		l := &v.Limits[i]
-		if i > 0 {
+		if l.Shadow {
+			continue
+		}
+		if policy.Len() > 0 {
 			policy.WriteString(", ")
 		}
 		policy.WriteString(sfString(l.Name))

@@ -125,13 +125,13 @@ func TestAppendFieldsFromCore(t *testing.T) {
 	day := int64(1767225600) * sec
 	i, err := core.TakeAll(ls, ss, day+3600*sec, 10, ds) // the burst spent
 	require.NoError(t, err)
-	v := FromCore(names, ls, ds, i)
+	v := FromCore(names, ls, nil, ds, i)
 	f := AppendFields(nil, &v, &Fields{})
 	require.Equal(t, `"burst";q=10;w=1, "daily";q=1000;w=86400`, f[0][1])
 	require.Equal(t, `"burst";r=0;t=1, "daily";r=990;t=82800`, f[1][1])
 	i, err = core.TakeAll(ls, ss, day+3600*sec+sec/20, 1, ds) // denied by the burst
 	require.NoError(t, err)
-	v = FromCore(names, ls, ds, i)
+	v = FromCore(names, ls, nil, ds, i)
 	require.False(t, v.Allowed)
 	require.Equal(t, []string{"burst"}, v.Violated())
 	f = AppendFields(nil, &v, &Fields{})
@@ -263,4 +263,42 @@ func (p *sfParser) bare() error {
 	}
 	_, err := strconv.ParseInt(p.s[start:p.i], 10, 64)
 	return err
+}
+
+// TestAppendFieldsShadow: a shadow limit is in no field, whatever it
+// would have decided; a policy of only shadow limits gets no field and is
+// admitted; Violated never names a shadow limit.
+func TestAppendFieldsShadow(t *testing.T) {
+	ls := []core.Limit{{Algorithm: core.TokenBucket, Limit: 10, Window: sec}, {Algorithm: core.FixedWindow, Limit: 2, Window: 60 * sec}}
+	names := []string{"burst", "candidate"}
+	shadow := []bool{false, true}
+	ds := []core.Decision{
+		{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: sec, NextAfter: sec / 10},
+		{Allowed: false, Limit: 2, Remaining: 0, ResetAfter: 30 * sec, RetryAfter: 30 * sec, NextAfter: 30 * sec},
+	}
+	v := FromCore(names, ls, shadow, ds, 0)
+	require.True(t, v.Allowed)
+	require.True(t, v.WouldDeny(1))
+	require.False(t, v.WouldDeny(0))
+	f := AppendFields(nil, &v, &Fields{})
+	require.Equal(t, [][2]string{{FieldPolicy, `"burst";q=10;w=1`}, {FieldRateLimit, `"burst";r=7;t=1`},
+		{FieldLimit, "10"}, {FieldRemaining, "7"}, {FieldReset, "1"}}, f)
+
+	// Denied by the enforced limit: the candidate is neither listed nor
+	// violated, even denying.
+	ds[0] = core.Decision{Allowed: false, Limit: 10, Remaining: 0, ResetAfter: sec, RetryAfter: sec / 10, NextAfter: sec / 10}
+	v = FromCore(names, ls, shadow, ds, 0)
+	require.False(t, v.Allowed)
+	require.False(t, v.WouldDeny(1), "a would-deny is counted only on an admitted request")
+	require.Equal(t, []string{"burst"}, v.Violated())
+	f = AppendFields(nil, &v, &Fields{Closest: true})
+	require.Equal(t, `"burst";q=10;w=1`, f[0][1])
+	require.Equal(t, `"burst";r=0;t=1`, f[1][1])
+	require.Equal(t, [2]string{FieldRetryAfter, "1"}, f[len(f)-1])
+
+	// Only shadow limits: admitted, no field at all.
+	v = FromCore(names[1:], ls[1:], shadow[1:], ds[1:], 0)
+	require.True(t, v.Allowed)
+	require.True(t, v.WouldDeny(0))
+	require.Empty(t, AppendFields(nil, &v, &Fields{}))
 }

@@ -102,6 +102,10 @@ type Limit struct {
 	// Limit is the limit decided: Algorithm (extension "algorithm",
 	// default fixed_window), RequestsPerUnit per window.
 	Limit rl.Limit
+	// ShadowLimits (extension "shadow_limits") are candidates decided with
+	// Limit on the descriptor's key, in the same atomic step: shadow
+	// limits (rl.Limit.Shadow), each named, which never deny.
+	ShadowLimits []rl.Limit
 
 	policy  *rl.Policy
 	current *rlsv3.RateLimitResponse_RateLimit
@@ -293,6 +297,18 @@ type rateLimitJSON struct {
 	UnitMultiplier  ruleconfig.Int               `json:"unit_multiplier"`
 	Algorithm       ruleconfig.String            `json:"algorithm"`
 	FailOpen        ruleconfig.Bool              `json:"fail_open"`
+	ShadowLimits    ruleconfig.List[shadowJSON]  `json:"shadow_limits"`
+}
+
+// shadowJSON is one of a rate_limit's shadow_limits as written: a name and
+// the fields of a rate of its own.
+type shadowJSON struct {
+	ruleconfig.Fields
+	Name            ruleconfig.String `json:"name"`
+	Unit            ruleconfig.String `json:"unit"`
+	RequestsPerUnit ruleconfig.Int    `json:"requests_per_unit"`
+	UnitMultiplier  ruleconfig.Int    `json:"unit_multiplier"`
+	Algorithm       ruleconfig.String `json:"algorithm"`
 }
 
 // extensions reports which of rl's own fields r sets: the fields
@@ -303,6 +319,7 @@ func (r *rateLimitJSON) extensions() map[string]bool {
 		"unit_multiplier": r.UnitMultiplier.Set,
 		"algorithm":       r.Algorithm.Set,
 		"fail_open":       r.FailOpen.Set,
+		"shadow_limits":   r.ShadowLimits.Set,
 	}
 }
 
@@ -532,7 +549,7 @@ func (r *rateLimitJSON) check(c *ruleconfig.Checker, f string) *Limit {
 		for _, k := range []struct {
 			name string
 			set  bool
-		}{{"unit", r.Unit.Set}, {"unit_multiplier", r.UnitMultiplier.Set}, {"algorithm", r.Algorithm.Set}} {
+		}{{"unit", r.Unit.Set}, {"unit_multiplier", r.UnitMultiplier.Set}, {"algorithm", r.Algorithm.Set}, {"shadow_limits", r.ShadowLimits.Set}} {
 			if k.set {
 				c.Fail(f+"."+k.name, "must be absent when unlimited is true")
 			}
@@ -542,9 +559,45 @@ func (r *rateLimitJSON) check(c *ruleconfig.Checker, f string) *Limit {
 		}
 		return l
 	}
-	if !r.Unit.Set {
+	if !l.rate(c, f, r.Unit, r.RequestsPerUnit, r.UnitMultiplier, r.Algorithm) || len(c.Problems) != before {
+		return nil
+	}
+	l.current = &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}
+	if l.UnitMultiplier != 1 {
+		l.current.UnitMultiplier = wrapperspb.UInt32(l.UnitMultiplier)
+	}
+	if l.RequestsPerUnit == 0 {
+		if r.ShadowLimits.Set {
+			c.Fail(f+".shadow_limits", "must be absent when requests_per_unit is 0 (a limit that denies everything keeps no state to decide them on)")
+			return nil
+		}
+		return l // denies everything; no state
+	}
+	l.Limit.Name = rl.DefaultLimitName(l.Limit, 2)
+	if !checkPolicy(c, f, l.Limit, l.window) {
+		return nil
+	}
+	if !l.shadowLimits(c, f+".shadow_limits", r.ShadowLimits) {
+		return nil
+	}
+	pol, err := rl.NewPolicy(append([]rl.Limit{l.Limit}, l.ShadowLimits...)...)
+	if err != nil { // not reached: each limit was checked
+		c.Fail(f, "%v", err)
+		return nil
+	}
+	l.policy = pol
+	return l
+}
+
+// rate reads a rate at f (unit, requests_per_unit, unit_multiplier,
+// algorithm) into l: its Unit, RequestsPerUnit, UnitMultiplier, window
+// and Limit's Algorithm, Window and Limit. It reports whether they are
+// valid.
+func (l *Limit) rate(c *ruleconfig.Checker, f string, unit ruleconfig.String, rpu, mult ruleconfig.Int, alg ruleconfig.String) bool {
+	before := len(c.Problems)
+	if !unit.Set {
 		c.Fail(f+".unit", "missing (second, minute, hour, day, week, month or year)")
-	} else if s, ok := c.String(f+".unit", r.Unit); ok {
+	} else if s, ok := c.String(f+".unit", unit); ok {
 		u, known := rlsv3.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(s)]
 		if !known || u == 0 {
 			c.Fail(f+".unit", "unknown unit %q (want second, minute, hour, day, week, month or year)", ruleconfig.Clip(s, 32))
@@ -552,23 +605,23 @@ func (r *rateLimitJSON) check(c *ruleconfig.Checker, f string) *Limit {
 			l.Unit = rlsv3.RateLimitResponse_RateLimit_Unit(u)
 		}
 	}
-	if !r.RequestsPerUnit.Set {
+	if !rpu.Set {
 		c.Fail(f+".requests_per_unit", "missing")
-	} else if n, ok := c.Int(f+".requests_per_unit", r.RequestsPerUnit); ok {
+	} else if n, ok := c.Int(f+".requests_per_unit", rpu); ok {
 		if n < 0 || n > math.MaxUint32 {
 			c.Fail(f+".requests_per_unit", "%d is outside [0, %d]", n, uint32(math.MaxUint32))
 		} else {
 			l.RequestsPerUnit = uint32(n)
 		}
 	}
-	if n, ok := c.Int(f+".unit_multiplier", r.UnitMultiplier); ok {
+	if n, ok := c.Int(f+".unit_multiplier", mult); ok {
 		if n < 1 || n > math.MaxUint32 {
 			c.Fail(f+".unit_multiplier", "%d is outside [1, %d]", n, uint32(math.MaxUint32))
 		} else {
 			l.UnitMultiplier = uint32(n)
 		}
 	}
-	if s, ok := c.String(f+".algorithm", r.Algorithm); ok {
+	if s, ok := c.String(f+".algorithm", alg); ok {
 		a, err := core.ParseAlgorithm(s)
 		if err != nil {
 			c.Fail(f+".algorithm", "unknown algorithm %q (want one of %s)", ruleconfig.Clip(s, 32), ruleconfig.Strategies)
@@ -576,37 +629,82 @@ func (r *rateLimitJSON) check(c *ruleconfig.Checker, f string) *Limit {
 		l.Limit.Algorithm = a
 	}
 	if len(c.Problems) != before {
-		return nil
+		return false
 	}
 	secs := unitSeconds[l.Unit]
 	if int64(l.UnitMultiplier) > core.MaxWindow/1e6/secs {
 		c.Fail(f+".unit_multiplier", "%d %ss is longer than the longest window, %s", l.UnitMultiplier, strings.ToLower(l.Unit.String()),
 			time.Duration(core.MaxWindow)*time.Microsecond)
-		return nil
+		return false
 	}
 	l.window = time.Duration(secs*int64(l.UnitMultiplier)) * time.Second
 	l.Limit.Window = l.window
 	l.Limit.Limit = int64(l.RequestsPerUnit)
-	l.current = &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}
-	if l.UnitMultiplier != 1 {
-		l.current.UnitMultiplier = wrapperspb.UInt32(l.UnitMultiplier)
+	return true
+}
+
+// checkPolicy reports, at f's requests_per_unit, a limit rl.NewPolicy
+// refuses.
+func checkPolicy(c *ruleconfig.Checker, f string, lim rl.Limit, window time.Duration) bool {
+	_, err := rl.NewPolicy(lim)
+	switch {
+	case err == nil:
+		return true
+	case lim.Algorithm == core.SlidingLog && lim.Limit > core.MaxLogLimit:
+		c.Fail(f+".requests_per_unit", "%d is above %d, the most a sliding_log holds", lim.Limit, core.MaxLogLimit)
+	default:
+		c.Fail(f+".requests_per_unit", "%d per %s with %s: %v", lim.Limit, rl.FormatWindow(window), lim.Algorithm, err)
 	}
-	if l.RequestsPerUnit == 0 {
-		return l // denies everything; no state
+	return false
+}
+
+// shadowLimits reads the rate_limit's shadow_limits at f into
+// l.ShadowLimits: each named (1 to 64 printable bytes, unique, not the
+// name of the enforced limit's state), a rate of its own above 0 requests.
+func (l *Limit) shadowLimits(c *ruleconfig.Checker, f string, sl ruleconfig.List[shadowJSON]) bool {
+	if !sl.Set {
+		return true
 	}
-	l.Limit.Name = rl.DefaultLimitName(l.Limit, 2)
-	pol, err := rl.NewPolicy(l.Limit)
-	if err != nil {
-		field := "requests_per_unit"
-		if l.Limit.Algorithm == core.SlidingLog && l.Limit.Limit > core.MaxLogLimit {
-			c.Fail(f+"."+field, "%d is above %d, the most a sliding_log holds", l.Limit.Limit, core.MaxLogLimit)
-		} else {
-			c.Fail(f+"."+field, "%d per %s with %s: %v", l.Limit.Limit, rl.FormatWindow(l.window), l.Limit.Algorithm, err)
+	before := len(c.Problems)
+	if !c.Want(f, "a list of {name, unit, requests_per_unit}", sl.Got) {
+		return false
+	}
+	if len(sl.Items) == 0 || len(sl.Items) >= rl.MaxLimits {
+		c.Fail(f, "%d shadow limits, want 1 to %d", len(sl.Items), rl.MaxLimits-1)
+		return false
+	}
+	names := map[string]bool{l.Limit.Name: true}
+	for i := range sl.Items {
+		s := &sl.Items[i]
+		sf := fmt.Sprintf("%s[%d]", f, i)
+		if !c.Object(sf, "a mapping {name, unit, requests_per_unit, unit_multiplier, algorithm}", &s.Fields) {
+			continue
 		}
-		return nil
+		sh := Limit{UnitMultiplier: 1, Limit: rl.Limit{Algorithm: core.FixedWindow, Shadow: true}}
+		if !s.Name.Set {
+			c.Fail(sf+".name", "missing (a shadow limit's state is kept under its name)")
+		} else if name, ok := c.String(sf+".name", s.Name); ok {
+			switch err := ruleconfig.CheckName(name); {
+			case err != nil:
+				c.Fail(sf+".name", "%v", err)
+			case names[name]:
+				c.Fail(sf+".name", "%q is the name of another limit of this descriptor (the rate_limit's own state is %q)", name, l.Limit.Name)
+			}
+			names[name] = true
+			sh.Limit.Name = name
+		}
+		if !sh.rate(c, sf, s.Unit, s.RequestsPerUnit, s.UnitMultiplier, s.Algorithm) {
+			continue
+		}
+		if sh.RequestsPerUnit == 0 {
+			c.Fail(sf+".requests_per_unit", "must be above 0 (a shadow limit of 0 would deny everything, which says nothing)")
+			continue
+		}
+		if checkPolicy(c, sf, sh.Limit, sh.window) {
+			l.ShadowLimits = append(l.ShadowLimits, sh.Limit)
+		}
 	}
-	l.policy = pol
-	return l
+	return len(c.Problems) == before
 }
 
 // match finds the limit of a request's descriptor as envoyproxy/ratelimit

@@ -13,8 +13,12 @@
 // metadata, and detailed_metric and value_to_metric (accepted; metrics
 // never carry request values). rl's extensions, all in rate_limit
 // (ExtensionFields): unit_multiplier, algorithm (any of the core's; default
-// fixed_window, as envoyproxy/ratelimit counts) and fail_open; a file
-// without them loads in both services (Domain.Extensions). Matching is
+// fixed_window, as envoyproxy/ratelimit counts), fail_open and
+// shadow_limits (named candidates decided on the descriptor's key with its
+// rate_limit in one step, never denying: rl.Limit.Shadow; reported in the
+// response's dynamic_metadata "shadowLimits" and counted in
+// rl_rls_shadow_denials_total); a file without them loads in both services
+// (Domain.Extensions). Matching is
 // envoyproxy/ratelimit's: at each depth key and value, else the first
 // wildcard value that matches, else key alone; a limit applies only at the
 // request descriptor's last entry. Each distinct descriptor (its entries'

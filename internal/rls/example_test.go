@@ -30,5 +30,5 @@ descriptors:
 	}
 	// Output:
 	// domain "messaging": descriptors[0].descriptors[0].rate_limit.unit: unknown unit "fortnight" (want second, minute, hour, day, week, month or year)
-	// domain "messaging": descriptors[1].rate_limit.burst: unknown field (want one of unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, fail_open)
+	// domain "messaging": descriptors[1].rate_limit.burst: unknown field (want one of unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, fail_open, shadow_limits)
 }

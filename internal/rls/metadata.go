@@ -51,6 +51,40 @@ func responseMetadata(req *rlsv3.RateLimitRequest, items []item, statuses []*rls
 	return out
 }
 
+// shadowMetadata is the outcome of every shadow limit (the shadow_limits
+// extension) of the request's decided descriptors, for the response's
+// dynamic_metadata field "shadowLimits": one {"descriptor": index in the
+// request, "limit": name, "allowed": whether it admits (false: a
+// would-deny), "charged": whether it was charged, "remaining"} per shadow
+// limit, in request order (a descriptor given twice is reported at its
+// first); nil when there is none. It is sent whether or not
+// Options.ResponseMetadata is set: a configuration without shadow_limits
+// (every portable one) never has any.
+func shadowMetadata(items []item) *structpb.Value {
+	var out []*structpb.Value
+	for i := range items {
+		it := &items[i]
+		l := it.limit()
+		if l == nil || it.same >= 0 || !it.decided || it.each == nil {
+			continue
+		}
+		for j, sl := range l.ShadowLimits {
+			r := &it.each[1+j]
+			out = append(out, structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+				"descriptor": structpb.NewNumberValue(float64(i)),
+				"limit":      structpb.NewStringValue(sl.Name),
+				"allowed":    structpb.NewBoolValue(r.Allowed),
+				"charged":    structpb.NewBoolValue(it.taken && r.Allowed),
+				"remaining":  structpb.NewNumberValue(float64(r.Remaining)),
+			}}))
+		}
+	}
+	if out == nil {
+		return nil
+	}
+	return structpb.NewListValue(&structpb.ListValue{Values: out})
+}
+
 // mergeStruct adds src's fields to dst: a field dst lacks is copied (never
 // shared: the configuration's Struct stays as loaded); two mappings are
 // merged; any other field dst has is kept.

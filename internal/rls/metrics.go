@@ -30,6 +30,7 @@ type metrics struct {
 	storeErrors *prometheus.CounterVec
 	reloads     *prometheus.CounterVec
 	latency     prometheus.Histogram
+	shadow      *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -58,6 +59,10 @@ func newMetrics() *metrics {
 			Name: "rl_rls_config_reloads_total",
 			Help: "Reloads of the rate limit service configuration (SIGHUP) by result: success, or failure (the old configuration stays in force).",
 		}, []string{"result"}),
+		shadow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rl_rls_shadow_denials_total",
+			Help: "Would-denies of rl's shadow_limits (an extension of rate_limit), by domain, descriptor (the configuration's keys and values) and limit (the shadow limit's name): descriptors admitted and charged that the shadow limit would have denied (it was not charged for them).",
+		}, []string{"domain", "descriptor", "limit"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "rl_rls_duration_seconds",
 			Help:    "Time to answer one ShouldRateLimit call (matching, store round trips, decisions).",
@@ -88,6 +93,7 @@ func (m *metrics) register(r func(...prometheus.Collector) error) error {
 		{m.partial, func(c prometheus.Collector) { m.partial = c.(*prometheus.CounterVec) }},
 		{m.storeErrors, func(c prometheus.Collector) { m.storeErrors = c.(*prometheus.CounterVec) }},
 		{m.reloads, func(c prometheus.Collector) { m.reloads = c.(*prometheus.CounterVec) }},
+		{m.shadow, func(c prometheus.Collector) { m.shadow = c.(*prometheus.CounterVec) }},
 		{m.latency, func(c prometheus.Collector) { m.latency = c.(prometheus.Histogram) }},
 	} {
 		if err := reg(x.c, x.set); err != nil {
@@ -123,10 +129,17 @@ func (m *metrics) forDomain(name string) *domainMetrics {
 // descMetrics are one configured limit's counters.
 type descMetrics struct {
 	allowed, denied, shadowDenied, failOpen, failClosed, overloaded, unlimited prometheus.Counter
+	// wouldDeny counts each of the limit's shadow_limits' would-denies,
+	// in their order.
+	wouldDeny []prometheus.Counter
 }
 
-func (m *metrics) forDescriptor(domain, path string) *descMetrics {
+func (m *metrics) forDescriptor(domain, path string, l *Limit) *descMetrics {
 	c := func(out string) prometheus.Counter { return m.descriptors.WithLabelValues(domain, path, out) }
-	return &descMetrics{allowed: c(outAllowed), denied: c(outDenied), shadowDenied: c(outShadowDenied),
+	dm := &descMetrics{allowed: c(outAllowed), denied: c(outDenied), shadowDenied: c(outShadowDenied),
 		failOpen: c(outFailOpen), failClosed: c(outFailClosed), overloaded: c(outOverloaded), unlimited: c(outUnlimited)}
+	for _, s := range l.ShadowLimits {
+		dm.wouldDeny = append(dm.wouldDeny, m.shadow.WithLabelValues(domain, path, s.Name))
+	}
+	return dm
 }

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
@@ -130,11 +131,18 @@ func (s *Server) SetConfig(cfg *Config) error {
 			return fmt.Errorf("rls: domain %q: %w", name, err)
 		}
 		rs.domains[name] = &domainSet{d: d, ns: KeyPrefix + name, lim: lim, m: s.m.forDomain(name)}
+		var shadowErr error
 		d.limits(func(path string, l *Limit) {
 			if l.m == nil { // set once: a Config in force may be set again
-				l.m = s.m.forDescriptor(name, path)
+				l.m = s.m.forDescriptor(name, path, l)
+			}
+			if no := s.svc.ShadowUnsupported(); no != nil && len(l.ShadowLimits) > 0 && shadowErr == nil {
+				shadowErr = fmt.Errorf("rls: domain %q: descriptor %q has shadow_limits, which this store cannot decide: %w", name, path, no)
 			}
 		})
+		if shadowErr != nil {
+			return shadowErr
+		}
 	}
 	s.set.Store(rs)
 	return nil
@@ -162,6 +170,9 @@ type item struct {
 	taken    bool
 	res      rl.Result
 	out      string
+	// each holds every limit's result of a limit with shadow_limits (the
+	// rate_limit's, then each shadow limit's); nil otherwise.
+	each []rl.LimitResult
 }
 
 func (it *item) limit() *Limit {
@@ -234,6 +245,12 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	resp := s.respond(items, denied, overloaded)
 	if s.respMeta {
 		resp.DynamicMetadata = responseMetadata(req, items, resp.Statuses)
+	}
+	if sh := shadowMetadata(items); sh != nil {
+		if resp.DynamicMetadata == nil {
+			resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+		}
+		resp.DynamicMetadata.Fields["shadowLimits"] = sh
 	}
 	s.count(items, denied, overloaded)
 	if denied {
@@ -475,11 +492,15 @@ func (s *Server) decide(ctx context.Context, ds *domainSet, it *item, peek bool)
 		// from a request header, so a client could send 0).
 		cost, peek = 1, true
 	}
+	var each []rl.LimitResult
+	if len(l.ShadowLimits) > 0 {
+		each = make([]rl.LimitResult, l.policy.Len())
+	}
 	begun := s.svc.BeginDecision()
-	res, err := ds.lim.Do(ctx, rl.Request{Key: it.key, Cost: cost, Policy: l.policy, Peek: peek})
+	res, err := ds.lim.Do(ctx, rl.Request{Key: it.key, Cost: cost, Policy: l.policy, Peek: peek, Each: each})
 	if err == nil {
 		s.svc.DecisionSucceeded()
-		it.res, it.decided = res, true
+		it.res, it.decided, it.each = res, true, each
 		it.taken = !peek && res.Allowed
 		if res.Allowed {
 			it.out = outAllowed
@@ -702,6 +723,15 @@ func (s *Server) count(items []item, denied, overloaded bool) {
 			l.m.denied.Inc()
 		case src.out == outAllowed:
 			l.m.allowed.Inc()
+		}
+		if it.same < 0 && it.taken {
+			// Charged: each shadow limit that would have denied it
+			// (the results after the rate_limit's own).
+			for j, c := range l.m.wouldDeny {
+				if r := &it.each[1+j]; !r.Allowed {
+					c.Inc()
+				}
+			}
 		}
 	}
 }

@@ -140,11 +140,14 @@ type LimitFields struct {
 	Limit     Int    `json:"limit"`
 	Window    String `json:"window"`
 	Rate      Int    `json:"rate"`
+	// Shadow makes the limit a shadow limit (rl.Limit.Shadow): decided
+	// with the others in one step, counted, never denying.
+	Shadow Bool `json:"shadow"`
 }
 
 // Given reports whether any of the fields is given.
 func (l *LimitFields) Given() bool {
-	return l.Strategy.Set || l.Algorithm.Set || l.Limit.Set || l.Window.Set || l.Rate.Set
+	return l.Strategy.Set || l.Algorithm.Set || l.Limit.Set || l.Window.Set || l.Rate.Set || l.Shadow.Set
 }
 
 // Limit is one limit of a rule's "limits" list, or of a decision-API
@@ -164,9 +167,9 @@ func (l *Limit) UnmarshalJSON(b []byte) error {
 }
 
 // MarshalJSON writes the limit in its JSON shape ({"name", "strategy",
-// "limit", "window", "rate"}), so that a decision-API request holding
-// limits marshals back to what it was decoded from. A field left out or of
-// the wrong kind is left out.
+// "limit", "window", "rate", "shadow"}), so that a decision-API request
+// holding limits marshals back to what it was decoded from. A field left
+// out or of the wrong kind is left out.
 func (l Limit) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		Name      *string `json:"name,omitempty"`
@@ -175,7 +178,8 @@ func (l Limit) MarshalJSON() ([]byte, error) {
 		Limit     *int64  `json:"limit,omitempty"`
 		Window    *string `json:"window,omitempty"`
 		Rate      *int64  `json:"rate,omitempty"`
-	}{given(l.Name), given(l.Strategy), given(l.Algorithm), given(l.Limit), given(l.Window), given(l.Rate)})
+		Shadow    *bool   `json:"shadow,omitempty"`
+	}{given(l.Name), given(l.Strategy), given(l.Algorithm), given(l.Limit), given(l.Window), given(l.Rate), given(l.Shadow)})
 }
 
 // given points to v's value if it is OK, else is nil.
@@ -190,6 +194,8 @@ func given[T string | int64 | bool](v Value[T]) *T {
 type NamedLimit struct {
 	Name string
 	core.Limit
+	// Shadow: a shadow limit (the limit's "shadow": true).
+	Shadow bool
 }
 
 // Strategies lists the strategy names core.ParseAlgorithm accepts, for
@@ -249,6 +255,7 @@ func (l *LimitFields) check(c *Checker, prefix string) (core.Limit, bool) {
 	if n, ok := c.Int(prefix+"rate", l.Rate); ok {
 		lim.Rate = n
 	}
+	c.Bool(prefix+"shadow", l.Shadow) // its kind; the callers read it
 	if len(c.Problems) != before {
 		return lim, false
 	}
@@ -294,7 +301,7 @@ func CheckLimits(c *Checker, field string, ls []Limit) (out []NamedLimit, ok boo
 			c.Fail(f+".name", "%q names two limits of the rule", name)
 		}
 		names[name] = true
-		out = append(out, NamedLimit{Name: name, Limit: lim})
+		out = append(out, NamedLimit{Name: name, Limit: lim, Shadow: l.Shadow.V})
 	}
 	return out, len(c.Problems) == before
 }
@@ -506,7 +513,7 @@ func (r *Rule) Check(c *Checker, o Options) (s Spec, ok bool) {
 			s.Limits, _ = CheckLimits(c, "limits", r.Limits.Items)
 		}
 	} else if lim, ok := r.LimitFields.check(c, ""); ok {
-		s.Limits = []NamedLimit{{Name: "default", Limit: lim}}
+		s.Limits = []NamedLimit{{Name: "default", Limit: lim, Shadow: r.LimitFields.Shadow.V}}
 	}
 
 	if v, ok := c.String("key_by", r.KeyBy); ok {

@@ -27,19 +27,19 @@ func TestOverridesDecode(t *testing.T) {
 		    {"key_prefix": "tenant-a:", "strategy": "fixed", "limit": 50, "window": "1s"}]`,
 			[]OverrideSpec{
 				{Kind: OverrideKey, Value: "k1", Limits: []NamedLimit{
-					{"burst", core.Limit{Algorithm: core.TokenBucket, Limit: 100, Window: 1_000_000}},
-					{"fixed_window_1d", core.Limit{Algorithm: core.FixedWindow, Limit: 1000, Window: 86_400_000_000}}}},
-				{Kind: OverrideKeyPrefix, Value: "tenant-a:", Limits: []NamedLimit{{"default", core.Limit{Algorithm: core.FixedWindow, Limit: 50, Window: 1_000_000}}}},
+					{"burst", core.Limit{Algorithm: core.TokenBucket, Limit: 100, Window: 1_000_000}, false},
+					{"fixed_window_1d", core.Limit{Algorithm: core.FixedWindow, Limit: 1000, Window: 86_400_000_000}, false}}},
+				{Kind: OverrideKeyPrefix, Value: "tenant-a:", Limits: []NamedLimit{{"default", core.Limit{Algorithm: core.FixedWindow, Limit: 50, Window: 1_000_000}, false}}},
 			}},
 		{"the same text as a key and as a prefix", `"strategy": "fixed", "limit": 1, "window": "1s", "overrides": [
 		    {"key_prefix": "a", "strategy": "fixed", "limit": 2, "window": "1s"}, {"key": "a", "strategy": "fixed", "limit": 3, "window": "1s"}]`,
 			[]OverrideSpec{
-				{Kind: OverrideKeyPrefix, Value: "a", Limits: []NamedLimit{{"default", core.Limit{Algorithm: core.FixedWindow, Limit: 2, Window: 1_000_000}}}},
-				{Kind: OverrideKey, Value: "a", Limits: []NamedLimit{{"default", core.Limit{Algorithm: core.FixedWindow, Limit: 3, Window: 1_000_000}}}},
+				{Kind: OverrideKeyPrefix, Value: "a", Limits: []NamedLimit{{"default", core.Limit{Algorithm: core.FixedWindow, Limit: 2, Window: 1_000_000}, false}}},
+				{Kind: OverrideKey, Value: "a", Limits: []NamedLimit{{"default", core.Limit{Algorithm: core.FixedWindow, Limit: 3, Window: 1_000_000}, false}}},
 			}},
 		{"an API key's digest, in either case", `"key_by": "api_key", "strategy": "fixed", "limit": 1, "window": "1s", "overrides": [
 		    {"key": "` + strings.ToUpper(digest) + `", "strategy": "gcra", "limit": 9, "window": "1m"}]`,
-			[]OverrideSpec{{Kind: OverrideKey, Value: digest, Limits: []NamedLimit{{"default", core.Limit{Algorithm: core.GCRA, Limit: 9, Window: 60_000_000}}}}}},
+			[]OverrideSpec{{Kind: OverrideKey, Value: digest, Limits: []NamedLimit{{"default", core.Limit{Algorithm: core.GCRA, Limit: 9, Window: 60_000_000}, false}}}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			specs, ps := parse(t, `[{"name": "r", `+c.rule+`}]`, Options{})
@@ -62,7 +62,7 @@ func TestOverridesValidation(t *testing.T) {
 		{"not a list", `"overrides": {"key": "a"}`, []string{`overrides: want a list of overrides {key or key_prefix, limits}, got an object`}},
 		{"not an object", `"overrides": ["a"]`, []string{`overrides[0]: want an object {key or key_prefix, limits}, got the string "a"`}},
 		{"unknown field", `"overrides": [{"key": "a", "limit": 2, "window": "1s", "strategy": "fixed", "burst": 3}]`,
-			[]string{`overrides[0].burst: unknown field (want one of key, key_prefix, strategy, algorithm, limit, window, rate, limits)`}},
+			[]string{`overrides[0].burst: unknown field (want one of key, key_prefix, strategy, algorithm, limit, window, rate, shadow, limits)`}},
 		{"repeated field", `"overrides": [{"key": "a", "key": "b", ` + lim + `}]`, []string{`JSON: line 1: key "key" given twice in one object`}},
 		{"neither key nor prefix", `"overrides": [{` + lim + `}]`,
 			[]string{`overrides[0].key: missing: give key (one key) or key_prefix (every key starting with it)`}},

@@ -73,13 +73,13 @@ func TestDecodeTyped(t *testing.T) {
 	require.Empty(t, ps)
 	require.Equal(t, []Spec{{
 		Name: "/v1/pay", Endpoint: "/v1/pay", KeyBy: KeyBy{KeyAPIKey, BearerHeader}, Cost: 1, MinCost: 1, QuotaUnit: "requests",
-		Limits: []NamedLimit{{"default", core.Limit{Algorithm: core.TokenBucket, Limit: 1000, Window: 10_000_000, Rate: 5}}},
+		Limits: []NamedLimit{{Name: "default", Limit: core.Limit{Algorithm: core.TokenBucket, Limit: 1000, Window: 10_000_000, Rate: 5}}},
 	}, {
 		Name: "search", Endpoint: "/", Host: "api.example.com", Methods: []string{"GET"}, KeyBy: DefaultKeyBy, Cost: 2, MinCost: 1, CostHeader: "X-Cost", FailOpen: true,
 		Closest: true, QuotaUnit: "content-bytes", PartitionKey: true,
 		Limits: []NamedLimit{
-			{"burst", core.Limit{Algorithm: core.GCRA, Limit: 10, Window: 1_000_000}},
-			{"fixed_window_1d", core.Limit{Algorithm: core.FixedWindow, Limit: 1000, Window: 86_400_000_000}},
+			{Name: "burst", Limit: core.Limit{Algorithm: core.GCRA, Limit: 10, Window: 1_000_000}},
+			{Name: "fixed_window_1d", Limit: core.Limit{Algorithm: core.FixedWindow, Limit: 1000, Window: 86_400_000_000}},
 		},
 	}}, specs)
 
@@ -101,12 +101,12 @@ func TestUnknownFields(t *testing.T) {
 	  "limits2": [], "x": null}, {"name": "b", "limits": [{"strategy": "fixed", "limit": 1, "window": "1s", "brust": 1}]}]}`, Options{})
 	require.Equal(t, []string{
 		`colour: unknown field (want one of rules, size)`,
-		`rules[0] "a": burst: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, min_cost, cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, extra, nested)`,
-		`rules[0] "a": Limit: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, min_cost, cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, extra, nested)`,
-		`rules[0] "a": limits2: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, min_cost, cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, extra, nested)`,
-		`rules[0] "a": x: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, limits, key_by, cost, min_cost, cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, extra, nested)`,
+		`rules[0] "a": burst: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, shadow, limits, key_by, cost, min_cost, cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, extra, nested)`,
+		`rules[0] "a": Limit: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, shadow, limits, key_by, cost, min_cost, cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, extra, nested)`,
+		`rules[0] "a": limits2: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, shadow, limits, key_by, cost, min_cost, cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, extra, nested)`,
+		`rules[0] "a": x: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, shadow, limits, key_by, cost, min_cost, cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, extra, nested)`,
 		`rules[0] "a": nested.deeper: unknown field (want one of deep)`,
-		`rules[1] "b": limits[0].brust: unknown field (want one of name, strategy, algorithm, limit, window, rate)`,
+		`rules[1] "b": limits[0].brust: unknown field (want one of name, strategy, algorithm, limit, window, rate, shadow)`,
 	}, texts(ps))
 }
 
@@ -217,11 +217,11 @@ func TestLimitThroughEncodingJSON(t *testing.T) {
 	out, ok := CheckLimits(c, "items[1].limits", req.Limits)
 	require.False(t, ok)
 	require.Equal(t, []string{
-		`items[1].limits[0].burst: unknown field (want one of name, strategy, algorithm, limit, window, rate)`,
+		`items[1].limits[0].burst: unknown field (want one of name, strategy, algorithm, limit, window, rate, shadow)`,
 		`items[1].limits[0].limit: want an integer, got the string "1"`,
 		`items[1].limits[1]: want an object {name, strategy, limit, window, rate}, got the number 3`,
 	}, texts(c.Problems))
-	require.Equal(t, []NamedLimit{{"gcra_1m", core.Limit{Algorithm: core.GCRA, Limit: 2, Window: 60_000_000}}}, out)
+	require.Equal(t, []NamedLimit{{Name: "gcra_1m", Limit: core.Limit{Algorithm: core.GCRA, Limit: 2, Window: 60_000_000}}}, out)
 }
 
 func TestIntegers(t *testing.T) {
@@ -355,7 +355,7 @@ func TestLimitRepeatedKey(t *testing.T) {
 	_, ok := CheckLimits(c, "limits", ls)
 	require.False(t, ok)
 	require.Equal(t, []string{`limits[0].window: given twice in one object`, `limits[0].x: given twice in one object`,
-		`limits[0].x: unknown field (want one of name, strategy, algorithm, limit, window, rate)`}, texts(c.Problems))
+		`limits[0].x: unknown field (want one of name, strategy, algorithm, limit, window, rate, shadow)`}, texts(c.Problems))
 }
 
 // AppendJSON writes a YAML tree as JSON: floats apart from integers, keys
@@ -419,4 +419,21 @@ func TestRateLimitFieldOptions(t *testing.T) {
 		`rules[0] "a": ratelimit_fields: "nearest": want all or closest (the RateLimit field lists every limit, or only the one closest to exhaustion)`,
 		`rules[0] "a": quota_unit: "concurrent-requests": want one of requests, content-bytes`,
 	}, texts(ps))
+}
+
+// TestShadowLimits: a limit of a list, or the shorthand's, says shadow:
+// true; anything but a boolean is refused.
+func TestShadowLimits(t *testing.T) {
+	specs, ps := parse(t, `{"rules": [
+	  {"endpoint": "/a", "strategy": "fixed", "limit": 10, "window": "1m", "shadow": true},
+	  {"endpoint": "/b", "limits": [{"name": "now", "strategy": "fixed", "limit": 10, "window": "1m"},
+	                                {"name": "candidate", "strategy": "gcra", "limit": 5, "window": "1m", "shadow": true}]}]}`, Options{})
+	require.Empty(t, ps)
+	require.Equal(t, []NamedLimit{{Name: "default", Limit: core.Limit{Algorithm: core.FixedWindow, Limit: 10, Window: 60_000_000}, Shadow: true}}, specs[0].Limits)
+	require.Equal(t, []NamedLimit{
+		{Name: "now", Limit: core.Limit{Algorithm: core.FixedWindow, Limit: 10, Window: 60_000_000}},
+		{Name: "candidate", Limit: core.Limit{Algorithm: core.GCRA, Limit: 5, Window: 60_000_000}, Shadow: true},
+	}, specs[1].Limits)
+	_, ps = parse(t, `{"rules": [{"endpoint": "/a", "limits": [{"strategy": "fixed", "limit": 10, "window": "1m", "shadow": "yes"}]}]}`, Options{})
+	require.Equal(t, []string{`rules[0] "/a": limits[0].shadow: want true or false, got the string "yes"`}, texts(ps))
 }

@@ -46,13 +46,18 @@ type DecisionRequest struct {
 // LimitJSON is one limit's result in a response. Durations are given in
 // milliseconds and in seconds, both rounded up so they are never early.
 type LimitJSON struct {
-	Name         string `json:"name"`
-	Allowed      bool   `json:"allowed"`
-	Limit        int64  `json:"limit"`
-	Remaining    int64  `json:"remaining"`
-	WindowMS     int64  `json:"window_ms"`
-	ResetAfterMS int64  `json:"reset_after_ms"`
-	ResetAfter   int64  `json:"reset_after"`
+	Name    string `json:"name"`
+	Allowed bool   `json:"allowed"`
+	// Shadow marks a shadow limit ("shadow": true in the rule), which
+	// never denies: Allowed false is a would-deny (not charged; when the
+	// request was denied by the enforced limits, a peek). Left out for an
+	// enforced limit.
+	Shadow       bool  `json:"shadow,omitempty"`
+	Limit        int64 `json:"limit"`
+	Remaining    int64 `json:"remaining"`
+	WindowMS     int64 `json:"window_ms"`
+	ResetAfterMS int64 `json:"reset_after_ms"`
+	ResetAfter   int64 `json:"reset_after"`
 	// RetryAfterMS and RetryAfter are 0 when allowed and -1 when the cost
 	// exceeds the limit (no retry can pass; Never is true).
 	RetryAfterMS int64 `json:"retry_after_ms"`
@@ -69,7 +74,8 @@ type LimitJSON struct {
 // DecisionJSON is the response of check and peek and one result of a
 // batch: the deciding limit's fields at the top level (on a denial the limit
 // that denied, with the latest retry; when admitted the one with the fewest
-// remaining), and every limit's result in Limits.
+// remaining; an enforced limit, unless the rule has only shadow limits),
+// and every limit's result in Limits, shadow limits' included.
 type DecisionJSON struct {
 	Allowed bool   `json:"allowed"`
 	Rule    string `json:"rule"`
@@ -250,6 +256,9 @@ func (s *Service) resolve(rs *ruleSet, req *DecisionRequest, prefix string, op a
 		if err != nil {
 			return target{}, 0, err
 		}
+		if p.Shadowed() && s.noShadow != nil {
+			return bad("invalid_limits", "limits: a shadow limit, which this store cannot decide (%v)", s.noShadow)
+		}
 		t = target{name: InlineNamespace, lim: rs.inline, policy: p, m: rs.inlineM}
 		if req.FailOpen != nil {
 			t.failOpen = *req.FailOpen
@@ -394,7 +403,7 @@ func decisionJSON(rule, key string, cost int64, peek bool, res rl.Result, out st
 }
 
 func limitJSON(l *rl.LimitResult) LimitJSON {
-	j := LimitJSON{Name: l.Name, Allowed: l.Allowed, Limit: l.Limit, Remaining: l.Remaining,
+	j := LimitJSON{Name: l.Name, Allowed: l.Allowed, Shadow: l.Shadow, Limit: l.Limit, Remaining: l.Remaining,
 		WindowMS: ceilDiv(l.Window, time.Millisecond), ResetAfterMS: ceilDiv(l.ResetAfter, time.Millisecond),
 		ResetAfter: ceilDiv(l.ResetAfter, time.Second), RetryAfterMS: ceilDiv(l.RetryAfter, time.Millisecond),
 		RetryAfter: ceilDiv(l.RetryAfter, time.Second), Never: l.Never, DelayMS: ceilDiv(l.Delay, time.Millisecond),
@@ -501,6 +510,7 @@ type LimitSpecJSON struct {
 	Limit    int64  `json:"limit"`
 	Window   string `json:"window"`
 	Rate     int64  `json:"rate,omitempty"`
+	Shadow   bool   `json:"shadow,omitempty"`
 }
 
 func (s *Service) apiRules(w http.ResponseWriter, r *http.Request) {
@@ -580,6 +590,9 @@ func (d *DecisionJSON) appendJSON(b []byte) []byte {
 		b = appendString(b, l.Name)
 		b = append(b, `,"allowed":`...)
 		b = strconv.AppendBool(b, l.Allowed)
+		if l.Shadow {
+			b = append(b, `,"shadow":true`...)
+		}
 		b = appendLimitFields(b, l.Limit, l.Remaining, l.WindowMS, l.ResetAfterMS, l.ResetAfter, l.RetryAfterMS, l.RetryAfter, l.Never, l.DelayMS, l.NextAfterMS, l.NextAfter)
 		b = append(b, '}')
 	}

@@ -428,7 +428,8 @@ func checkTokens(c *ruleconfig.Checker, ts []tokenJSON) []APIToken {
 func rlLimits(ls []ruleconfig.NamedLimit) []rl.Limit {
 	var out []rl.Limit
 	for _, l := range ls {
-		out = append(out, rl.Limit{Name: l.Name, Algorithm: l.Algorithm, Limit: l.Limit.Limit, Window: time.Duration(l.Window) * time.Microsecond, Rate: l.Rate})
+		out = append(out, rl.Limit{Name: l.Name, Algorithm: l.Algorithm, Limit: l.Limit.Limit, Window: time.Duration(l.Window) * time.Microsecond, Rate: l.Rate,
+			Shadow: l.Shadow})
 	}
 	return out
 }

@@ -102,9 +102,14 @@ type ExplainCostJSON struct {
 // ExplainLimitJSON is one limit and, for a decision, its evaluation.
 type ExplainLimitJSON struct {
 	LimitSpecJSON
-	// Mode is how the limit takes part: "enforced" (it can deny; every
-	// limit of a rule today).
+	// Mode is how the limit takes part: "enforced" (it can deny) or
+	// "shadow" (decided in the same step, never denies).
 	Mode string `json:"mode"`
+	// Outcome says what a shadow limit did, in words (a decision only):
+	// "admits: charged", "would deny: not charged (the request was
+	// admitted; ...)", "peeked: would admit (the request was denied by an
+	// enforced limit; nothing charged)", ...
+	Outcome string `json:"outcome,omitempty"`
 	// Deciding marks the limit the answer's X-RateLimit-* fields and
 	// Retry-After describe.
 	Deciding bool `json:"deciding,omitempty"`
@@ -208,6 +213,11 @@ func explainDecision(t *target, ru *rule, req *DecisionRequest, cost int64, peek
 		deciding = res.Index
 	}
 	ex.Limits = explainLimits(t.policy, each, deciding)
+	for i := range ex.Limits {
+		if e := &ex.Limits[i]; e.Result != nil && e.Mode == "shadow" {
+			e.Outcome = shadowOutcome(e.Result.Allowed, peek, res.Allowed)
+		}
+	}
 	for _, f := range []string{pipeline.FieldPolicy, pipeline.FieldRateLimit, pipeline.FieldLimit, pipeline.FieldRemaining,
 		pipeline.FieldReset, pipeline.FieldRetryAfter} {
 		if v := h.Get(f); v != "" {
@@ -221,6 +231,8 @@ func explainDecision(t *target, ru *rule, req *DecisionRequest, cost int64, peek
 		ex.Decision = "peeked, nothing taken: a check would be admitted"
 	case peek:
 		ex.Decision = "peeked, nothing taken: a check would be denied"
+	case res.Allowed && t.policy.Shadowed():
+		ex.Decision = "admitted, cost taken from every enforced limit and from each shadow limit that admits it"
 	case res.Allowed:
 		ex.Decision = "admitted, cost taken from every limit"
 	default:
@@ -235,6 +247,9 @@ func explainLimits(p *rl.Policy, each []rl.LimitResult, deciding int) []ExplainL
 	out := []ExplainLimitJSON{}
 	for i, l := range p.Limits() {
 		e := ExplainLimitJSON{LimitSpecJSON: limitSpec(l), Mode: "enforced", Deciding: i == deciding}
+		if l.Shadow {
+			e.Mode = "shadow"
+		}
 		if i < len(each) && each[i].Name != "" {
 			j := limitJSON(&each[i])
 			e.Result = &j
@@ -242,6 +257,24 @@ func explainLimits(p *rl.Policy, each []rl.LimitResult, deciding int) []ExplainL
 		out = append(out, e)
 	}
 	return out
+}
+
+// shadowOutcome says what a shadow limit that admits or not did in a
+// decision (a peek or not) that the enforced limits admitted or not.
+func shadowOutcome(admits, peek, admitted bool) string {
+	switch {
+	case peek && admits:
+		return "peeked: would admit"
+	case peek:
+		return "peeked: would deny"
+	case !admitted && admits:
+		return "peeked: would admit (the request was denied by an enforced limit; nothing charged)"
+	case !admitted:
+		return "peeked: would deny (the request was denied by an enforced limit; nothing charged)"
+	case admits:
+		return "admits: charged"
+	}
+	return "would deny: not charged (the request was admitted; counted in rl_shadow_denials_total)"
 }
 
 // partitionKey is the pk the fields f send for key, as written there; ""
@@ -268,7 +301,7 @@ func describeRule(ru *rule) *RuleJSON {
 
 // limitSpec is l in canonical form.
 func limitSpec(l rl.Limit) LimitSpecJSON {
-	return LimitSpecJSON{Name: l.Name, Strategy: l.Algorithm.String(), Limit: l.Limit, Window: rl.FormatWindow(l.Window), Rate: l.Rate}
+	return LimitSpecJSON{Name: l.Name, Strategy: l.Algorithm.String(), Limit: l.Limit, Window: rl.FormatWindow(l.Window), Rate: l.Rate, Shadow: l.Shadow}
 }
 
 // ratelimitFields is the ratelimit_fields value of closest.

@@ -3,6 +3,8 @@ package service
 import (
 	"net/http"
 
+	"github.com/rlcore/rl"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -40,6 +42,7 @@ type metrics struct {
 	apiLatency     prometheus.Observer
 	proxyLatency   prometheus.Observer
 	limitDenials   *prometheus.CounterVec
+	shadowDenials  *prometheus.CounterVec
 	storeLatency   [2][2]prometheus.Observer // [op][result]
 }
 
@@ -141,13 +144,17 @@ func newMetrics() *metrics {
 		Name: "rl_limit_denials_total",
 		Help: "Denials by the rule and the limit that denied (the deciding one, with the latest retry), as configured; inline limits count under rule \"inline\", limit \"" + InlineLimitLabel + "\" (their names are the request's).",
 	}, []string{"rule", "limit"})
+	m.shadowDenials = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rl_shadow_denials_total",
+		Help: "Would-denies of shadow limits (\"shadow\": true): requests admitted that the shadow limit, by rule and limit as configured, would have denied (it was not charged for them); inline limits count under rule \"inline\", limit \"" + InlineLimitLabel + "\".",
+	}, []string{"rule", "limit"})
 	storeLatency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "rl_store_duration_seconds",
 		Help:    "Time the store took for one call, by op (decide, reset) and result (ok, error): the memory store's lock and decision, or PostgreSQL's round trip (with the pool's wait), for every front end.",
 		Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 	}, []string{"op", "result"})
 	m.reg.MustRegister(m.decisions, m.failOpen, m.storeErrors, m.latency, rejected, m.reloads, m.configOK,
-		m.rules, m.failover, m.failoverActive, overload, m.limitDenials, storeLatency,
+		m.rules, m.failover, m.failoverActive, overload, m.limitDenials, m.shadowDenials, storeLatency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.rejected, m.overload = newFixedCounters(rejected, RejectReasons()), newFixedCounters(overload, OverloadReasons())
 	for i, op := range StoreOps() {
@@ -178,11 +185,16 @@ type ruleMetrics struct {
 	// deniedBy are the denials by each limit of the rule, in its order;
 	// inline limits have one, InlineLimitLabel.
 	deniedBy []prometheus.Counter
+	// shadowDenied are the would-denies of each shadow limit of the rule,
+	// in its order (nil for an enforced limit); inline limits have one,
+	// InlineLimitLabel, created up front so that the metric is always
+	// exported.
+	shadowDenied []prometheus.Counter
 }
 
 // forRule returns the counters of the rule name with the limits limits
 // (nil: inline limits).
-func (m *metrics) forRule(name string, limits []string) *ruleMetrics {
+func (m *metrics) forRule(name string, limits []rl.Limit) *ruleMetrics {
 	rm := &ruleMetrics{
 		allowed:       m.decisions.WithLabelValues(name, outAllowed),
 		denied:        m.decisions.WithLabelValues(name, outDenied),
@@ -192,12 +204,34 @@ func (m *metrics) forRule(name string, limits []string) *ruleMetrics {
 		storeErrors:   m.storeErrors.WithLabelValues(name),
 	}
 	if limits == nil {
-		limits = []string{InlineLimitLabel}
+		limits = []rl.Limit{{Name: InlineLimitLabel, Shadow: true}}
 	}
 	for _, l := range limits {
-		rm.deniedBy = append(rm.deniedBy, m.limitDenials.WithLabelValues(name, l))
+		rm.deniedBy = append(rm.deniedBy, m.limitDenials.WithLabelValues(name, l.Name))
+		var c prometheus.Counter
+		if l.Shadow {
+			c = m.shadowDenials.WithLabelValues(name, l.Name)
+		}
+		rm.shadowDenied = append(rm.shadowDenied, c)
 	}
 	return rm
+}
+
+// wouldDeny counts the would-denies of a decision admitted by the enforced
+// limits: each shadow limit of each (the policy's results) that would
+// have denied it (any index for inline limits).
+func (rm *ruleMetrics) wouldDeny(each []rl.LimitResult) {
+	for i := range each {
+		if l := &each[i]; l.Shadow && !l.Allowed {
+			j := i
+			if j >= len(rm.shadowDenied) || rm.shadowDenied[j] == nil {
+				j = 0 // inline limits: one counter
+			}
+			if c := rm.shadowDenied[j]; c != nil {
+				c.Inc()
+			}
+		}
+	}
 }
 
 // deniedByLimit counts a denial by limit i of the rule (any index for

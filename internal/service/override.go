@@ -79,11 +79,7 @@ func (s *Service) buildOverrides(ru *rule) error {
 		if err != nil { // not reached: ParseConfig validated the limits
 			return fmt.Errorf("override %s: %w", o.Label(), err)
 		}
-		names := make([]string, p.Len())
-		for j, l := range p.Limits() {
-			names[j] = l.Name
-		}
-		ru.overrides.list = append(ru.overrides.list, &override{spec: o, label: o.Label(), policy: p, m: s.metrics.forRule(ru.spec.Name, names)})
+		ru.overrides.list = append(ru.overrides.list, &override{spec: o, label: o.Label(), policy: p, m: s.metrics.forRule(ru.spec.Name, p.Limits())})
 		if p.Len() > ru.widest.Len() {
 			ru.widest = p
 		}

@@ -64,16 +64,15 @@ func (s *Service) build(cfg *Config) (*ruleSet, error) {
 		if err != nil { // not reached: ParseConfig validated the limits
 			return nil, fmt.Errorf("rule %q: %w", spec.Name, err)
 		}
+		if p.Shadowed() && s.noShadow != nil {
+			return nil, fmt.Errorf("rule %q has a shadow limit, which this store cannot decide: %w", spec.Name, s.noShadow)
+		}
 		lim, err := newLim(spec.Name, p)
 		if err != nil {
 			return nil, fmt.Errorf("rule %q: %w", spec.Name, err)
 		}
 		ip := pipeline.IPKey{TrustedProxies: cfg.TrustedProxies, IPv4Prefix: cfg.IPv4Prefix, IPv6Prefix: cfg.IPv6Prefix}
-		names := make([]string, p.Len())
-		for i, l := range p.Limits() {
-			names[i] = l.Name
-		}
-		r := &rule{spec: spec, policy: p, lim: lim, ip: ip, m: s.metrics.forRule(spec.Name, names),
+		r := &rule{spec: spec, policy: p, lim: lim, ip: ip, m: s.metrics.forRule(spec.Name, p.Limits()),
 			fields: httplimit.Fields{Closest: spec.Closest, QuotaUnit: spec.QuotaUnit}}
 		if spec.PartitionKey {
 			r.fields.PartitionKey = httplimit.PartitionKeyFunc(cfg.PartitionKeySecret, spec.Name)

@@ -51,6 +51,12 @@ type Options struct {
 	// rl_overload_rejected_total{reason="in_flight"}. Default 4096;
 	// negative: no bound.
 	MaxInFlight int
+	// ShadowUnsupported, if set, says that Store cannot decide shadow
+	// limits (pgstore's ModeSQL: pgstore.ErrShadowSQL): a configuration
+	// with a shadow limit is then refused, by New and by every reload,
+	// naming the rule and wrapping it, and inline shadow limits are
+	// answered 400 (invalid_limits), rather than every decision failing.
+	ShadowUnsupported error
 	// MaxInFlightPerKey bounds the decisions on one key (of one rule)
 	// waiting for the store at once; beyond it they are answered 503 like
 	// MaxInFlight's, so one hot key cannot take every connection of a
@@ -88,6 +94,7 @@ type Service struct {
 	inFlight    atomic.Int64
 	outage      outage.Detector // shared by the decision API, the proxy and the RLS front end
 	perKey      *keyGate        // nil: no per-key bound
+	noShadow    error           // Options.ShadowUnsupported
 }
 
 // throttle logs at most one store failure a second, counting the others
@@ -117,7 +124,8 @@ func New(cfg *Config, opts Options) (*Service, error) {
 	}
 	s := &Service{clock: opts.Clock, log: opts.Logger,
 		maxBody: opts.MaxBodyBytes, proxyBody: opts.ProxyMaxBodyBytes, maxBatch: opts.MaxBatch,
-		maxKey: opts.MaxKeyLength, ready: opts.Ready, transport: opts.Transport, metrics: newMetrics()}
+		maxKey: opts.MaxKeyLength, ready: opts.Ready, transport: opts.Transport, metrics: newMetrics(),
+		noShadow: opts.ShadowUnsupported}
 	s.store = &timedStore{Store: opts.Store, m: s.metrics}
 	if s.clock == nil {
 		s.clock = rl.CoarseClock
@@ -222,6 +230,11 @@ func (s *Service) Reload(path string) error {
 
 // Config returns the configuration in force.
 func (s *Service) Config() *Config { return s.rules.Load().cfg }
+
+// ShadowUnsupported returns Options.ShadowUnsupported: nil when the store
+// decides shadow limits, else why it cannot (for front ends with
+// configurations of their own, the rate limit service).
+func (s *Service) ShadowUnsupported() error { return s.noShadow }
 
 // SetDraining makes /readyz answer 503 so load balancers stop sending new
 // requests, and runs the OnDrain functions (once); the service keeps
@@ -477,6 +490,9 @@ func (s *Service) do(ctx context.Context, t *target, req rl.Request) (rl.Result,
 	res, err := t.lim.Do(ctx, req)
 	if err == nil {
 		s.outage.Success()
+		if res.Allowed && !req.Peek && t.policy.Shadowed() {
+			t.m.wouldDeny(req.Each) // a peek would deny nothing
+		}
 	}
 	return res, begun, err
 }

@@ -67,6 +67,14 @@ type Rule struct {
 	Methods  []string // default none
 	Limit    int64
 	KeyBy    string // default "header:X-User"
+	// Shadow, if not 0, adds the shadow limit "candidate", a fixed window
+	// of Shadow per hour, beside the enforced one (the service's and the
+	// filter's shadow: true, the gRPC service's shadow_limits); with
+	// Limit 0 it is the rule's only limit (over gRPC, the descriptor's
+	// limit in shadow_mode). It never denies, is in no rate-limit field,
+	// and every front end counts its would-denies (Case.WouldDeny).
+	Shadow int64
+
 	// Overrides replace Limit for some keys: the rule's "overrides" in
 	// the service and the filter; over gRPC, descriptors of the key
 	// "user" with the override's key as their value, or its prefix and
@@ -166,6 +174,9 @@ type Case struct {
 	Rule Rule
 	// Steps run in order on one state.
 	Steps []Step
+	// WouldDeny is how many admitted requests the rule's shadow limit
+	// would have denied: what each front end counts after the steps.
+	WouldDeny int
 }
 
 // http is the front ends that read HTTP requests.
@@ -285,4 +296,16 @@ var Cases = []Case{
 			exhaust("t-a", 2), []Step{{Key: "t-a", Want: Deny}},
 			exhaust("u", 1), []Step{{Key: "u", Want: Deny}},
 		)},
+	{ID: 15, Name: "a shadow limit never denies; it counts the admitted requests it would deny (issue 22)", Rule: Rule{Limit: 3, Shadow: 1},
+		Steps: steps(exhaust("s", 3), []Step{{Key: "s", Want: Deny}, {Key: "t", Want: Admit}}), WouldDeny: 2},
+	{ID: 16, Name: "a shadow limit is charged only a cost it admits (issue 22)", Rule: Rule{Limit: 5, Shadow: 2},
+		Steps: []Step{
+			{Key: "c", Cost: "3", Want: Admit}, // above the shadow limit: a would-deny, not charged
+			{Key: "c", Cost: "2", Want: Admit}, // charged: the shadow limit is exhausted
+			{Key: "c", Cost: "1", Want: Deny},  // denied by the enforced limit: nothing charged, no would-deny
+			{Key: "d", Cost: "2", Want: Admit},
+			{Key: "d", Cost: "1", Want: Admit}, // a would-deny
+		}, WouldDeny: 2},
+	{ID: 17, Name: "a rule of only a shadow limit admits everything (issue 22)", Rule: Rule{Shadow: 1},
+		Steps: exhaust("o", 4), WouldDeny: 3},
 }

@@ -34,8 +34,10 @@ func serviceYAML(c frontends.Case) string { return serviceYAMLTo(c, "demo") }
 // serviceYAMLTo is serviceYAML with the upstream given.
 func serviceYAMLTo(c frontends.Case, upstream string) string {
 	r := c.Rule
-	rule := map[string]any{"name": "r", "endpoint": cmpOr(r.Endpoint, "/"), "strategy": "fixed", "limit": r.Limit,
-		"window": "1h", "key_by": cmpOr(r.KeyBy, "header:X-User"), "cost_header": "X-Cost"}
+	rule := map[string]any{"name": "r", "endpoint": cmpOr(r.Endpoint, "/"), "key_by": cmpOr(r.KeyBy, "header:X-User"), "cost_header": "X-Cost"}
+	for k, v := range ruleLimits(r) {
+		rule[k] = v
+	}
 	if r.Host != "" {
 		rule["host"] = r.Host
 	}
@@ -47,6 +49,82 @@ func serviceYAMLTo(c frontends.Case, upstream string) string {
 	}
 	b, _ := json.Marshal(map[string]any{"upstream": upstream, "rules": []any{rule}})
 	return string(b)
+}
+
+// ruleLimits are the rule's limit fields in the service's and the
+// filter's shape: the shorthand, or with a shadow limit a list.
+func ruleLimits(r frontends.Rule) map[string]any {
+	if r.Shadow == 0 {
+		return map[string]any{"strategy": "fixed", "limit": r.Limit, "window": "1h"}
+	}
+	shadow := map[string]any{"name": "candidate", "strategy": "fixed", "limit": r.Shadow, "window": "1h", "shadow": true}
+	if r.Limit == 0 {
+		return map[string]any{"limits": []any{shadow}}
+	}
+	return map[string]any{"limits": []any{map[string]any{"name": "default", "strategy": "fixed", "limit": r.Limit, "window": "1h"}, shadow}}
+}
+
+// rlsDomain is the case's rule in the rate limit service's configuration:
+// the descriptor user, its shadow limit as shadow_limits, or, alone, the
+// descriptor's limit in shadow_mode.
+func rlsDomain(r frontends.Rule) []byte {
+	switch {
+	case r.Shadow == 0:
+		return []byte("domain: d\ndescriptors:\n" + r.Descriptors())
+	case r.Limit == 0:
+		return fmt.Appendf(nil, "domain: d\ndescriptors:\n  - key: user\n    shadow_mode: true\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", r.Shadow)
+	}
+	return fmt.Appendf(nil, "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: %d, shadow_limits: [{name: candidate, unit: hour, requests_per_unit: %d}]}\n",
+		r.Limit, r.Shadow)
+}
+
+// checkShadowFields fails t when a rate-limit field of a case with a
+// shadow limit names it, or, for a rule of only a shadow limit, when there
+// is any.
+func checkShadowFields(t *testing.T, f frontends.Front, c frontends.Case, i int, get func(string) string) {
+	t.Helper()
+	if c.Rule.Shadow == 0 {
+		return
+	}
+	for _, n := range fieldNames {
+		v := get(n)
+		if strings.Contains(v, "candidate") || c.Rule.Limit == 0 && v != "" {
+			t.Errorf("%s: case %d step %d: %s: %q: a shadow limit is in no field", f, c.ID, i, n, v)
+		}
+	}
+}
+
+// metricValue is the value of the sample line of /metrics starting with
+// series (its name and labels), 0 if there is none.
+func metricValue(t *testing.T, svc *service.Service, series string) float64 {
+	t.Helper()
+	w := httptest.NewRecorder()
+	svc.APIHandler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+	for _, line := range strings.Split(w.Body.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	return 0
+}
+
+// checkWouldDeny fails t unless the front end counted the case's
+// would-denies (n).
+func checkWouldDeny(t *testing.T, f frontends.Front, c frontends.Case, n float64) {
+	t.Helper()
+	if n != float64(c.WouldDeny) {
+		t.Errorf("%s: case %d %q: %v would-denies counted, want %d", f, c.ID, c.Name, n, c.WouldDeny)
+	}
+}
+
+// serviceWouldDeny is the would-denies the proxy or the decision API
+// counted.
+func serviceWouldDeny(t *testing.T, svc *service.Service) float64 {
+	return metricValue(t, svc, `rl_shadow_denials_total{limit="candidate",rule="r"}`)
 }
 
 func cmpOr(s, def string) string {
@@ -134,7 +212,7 @@ func TestProxy(t *testing.T) {
 			if !can(s, frontends.Proxy) {
 				continue
 			}
-			code, body := rawRequest(t, srv.Listener.Addr().String(), s)
+			code, h, body := rawRequest(t, srv.Listener.Addr().String(), s)
 			check(t, frontends.Proxy, c, i, s, fromStatus(code), strconv.Itoa(code)+" "+body)
 			if code == 200 {
 				mu.Lock()
@@ -143,13 +221,15 @@ func TestProxy(t *testing.T) {
 				}
 				mu.Unlock()
 			}
+			checkShadowFields(t, frontends.Proxy, c, i, h.Get)
 		}
+		checkWouldDeny(t, frontends.Proxy, c, serviceWouldDeny(t, svc))
 	}
 }
 
 // rawRequest sends s as written (methods, hosts and paths a client library
-// would clean up) and returns the status and body.
-func rawRequest(t *testing.T, addr string, s frontends.Step) (int, string) {
+// would clean up) and returns the status, header and body.
+func rawRequest(t *testing.T, addr string, s frontends.Step) (int, http.Header, string) {
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n", cmpOr(s.Method, "GET"), cmpOr(s.Path, "/"), cmpOr(s.Host, "api.example.com"))
@@ -167,7 +247,7 @@ func rawRequest(t *testing.T, addr string, s frontends.Step) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.code, resp.body
+	return resp.code, resp.header, resp.body
 }
 
 // TestAPI runs the table through the decision API: the key and cost as the
@@ -193,7 +273,9 @@ func TestAPI(t *testing.T) {
 			rb, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			check(t, frontends.API, c, i, s, fromStatus(resp.StatusCode), body+" → "+strconv.Itoa(resp.StatusCode)+" "+string(rb))
+			checkShadowFields(t, frontends.API, c, i, resp.Header.Get)
 		}
+		checkWouldDeny(t, frontends.API, c, serviceWouldDeny(t, svc))
 	}
 }
 
@@ -203,7 +285,7 @@ func TestAPI(t *testing.T) {
 func TestGRPC(t *testing.T) {
 	for _, c := range frontends.Cases {
 		svc := newService(t, c)
-		d, err := rls.ParseDomain("d.yaml", []byte("domain: d\ndescriptors:\n"+c.Rule.Descriptors()))
+		d, err := rls.ParseDomain("d.yaml", rlsDomain(c.Rule))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -238,6 +320,18 @@ func TestGRPC(t *testing.T) {
 				got = frontends.Deny
 			}
 			check(t, frontends.GRPC, c, i, s, got, fmt.Sprint(resp, err))
+			h := http.Header{}
+			for _, kv := range resp.GetResponseHeadersToAdd() {
+				h.Add(kv.Key, kv.Value)
+			}
+			checkShadowFields(t, frontends.GRPC, c, i, h.Get)
 		}
+		// shadow_limits' would-denies, or shadow_mode's when the
+		// shadow limit is the descriptor's only one.
+		n := metricValue(t, svc, `rl_rls_shadow_denials_total{descriptor="user",domain="d",limit="candidate"}`)
+		if c.Rule.Limit == 0 {
+			n = metricValue(t, svc, `rl_rls_descriptor_decisions_total{descriptor="user",domain="d",outcome="shadow_denied"}`)
+		}
+		checkWouldDeny(t, frontends.GRPC, c, n)
 	}
 }

@@ -9,8 +9,9 @@ import (
 )
 
 type rawResp struct {
-	code int
-	body string
+	code   int
+	header http.Header
+	body   string
 }
 
 // roundTripRaw writes req on a new connection and reads one response.
@@ -34,5 +35,5 @@ func roundTripRaw(addr, req string, head bool) (rawResp, error) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return rawResp{resp.StatusCode, string(b)}, nil
+	return rawResp{resp.StatusCode, resp.Header, string(b)}, nil
 }

@@ -17,8 +17,10 @@ func TestFrontends(t *testing.T) {
 	h := newHost(t)
 	for _, c := range frontends.Cases {
 		r := c.Rule
-		rule := map[string]any{"name": "r", "endpoint": or(r.Endpoint, "/"), "strategy": "fixed", "limit": r.Limit,
-			"window": "1h", "key_by": or(r.KeyBy, "header:X-User"), "cost_header": "X-Cost"}
+		rule := map[string]any{"name": "r", "endpoint": or(r.Endpoint, "/"), "key_by": or(r.KeyBy, "header:X-User"), "cost_header": "X-Cost"}
+		for k, v := range ruleLimits(r) {
+			rule[k] = v
+		}
 		if r.Host != "" {
 			rule["host"] = r.Host
 		}
@@ -85,8 +87,38 @@ func TestFrontends(t *testing.T) {
 					t.Errorf("filter: case %d %q step %d (%+v): %s", c.ID, c.Name, i, s, p)
 				}
 			}
+			fields := st.ResponseHeaders
+			if st.Local != nil {
+				fields = st.Local.Headers
+			}
+			for _, kv := range fields {
+				field := strings.HasPrefix(kv[0], "ratelimit") || strings.HasPrefix(kv[0], "x-ratelimit") || kv[0] == "retry-after"
+				if r.Shadow != 0 && field {
+					if strings.Contains(kv[1], "candidate") || r.Limit == 0 {
+						t.Errorf("filter: case %d step %d: %s: %q: a shadow limit is in no field", c.ID, i, kv[0], kv[1])
+					}
+				}
+			}
+		}
+		if r.Shadow != 0 {
+			if n, _ := hc.Metric("rl_filter.shadow_denied.r.candidate"); n != int64(c.WouldDeny) {
+				t.Errorf("filter: case %d %q: %d would-denies counted, want %d", c.ID, c.Name, n, c.WouldDeny)
+			}
 		}
 	}
+}
+
+// ruleLimits are the rule's limit fields (tests/frontends' runners write
+// the same).
+func ruleLimits(r frontends.Rule) map[string]any {
+	if r.Shadow == 0 {
+		return map[string]any{"strategy": "fixed", "limit": r.Limit, "window": "1h"}
+	}
+	shadow := map[string]any{"name": "candidate", "strategy": "fixed", "limit": r.Shadow, "window": "1h", "shadow": true}
+	if r.Limit == 0 {
+		return map[string]any{"limits": []any{shadow}}
+	}
+	return map[string]any{"limits": []any{map[string]any{"name": "default", "strategy": "fixed", "limit": r.Limit, "window": "1h"}, shadow}}
 }
 
 func or(s, def string) string {
