@@ -42,7 +42,10 @@ type Options struct {
 	MaxKeyLength int
 	// Ready, if set, is part of /readyz: the store's health check.
 	Ready func(ctx context.Context) error
-	// Transport carries proxied requests. Default: NewTransport().
+	// Transport carries proxied requests. Default: NewTransport(), whose
+	// direct path bounds the wait for the response header itself; any
+	// other RoundTripper is bounded by a context canceled when
+	// upstream_timeout passes.
 	Transport http.RoundTripper
 	// MaxInFlight bounds the proxied and decision-API requests being
 	// served at once. Beyond it a request is answered 503 with
@@ -57,24 +60,6 @@ type Options struct {
 	// so a bound may occasionally cover two keys. 0: no bound (the default;
 	// the command sets half the PostgreSQL pool).
 	MaxInFlightPerKey int
-}
-
-// NewTransport returns the default transport of proxied requests: a clone
-// of http.DefaultTransport that keeps up to 512 idle connections to the
-// upstream (one per request in flight, so that a busy proxy reuses its
-// connections instead of opening and closing them; the default keeps 2),
-// and that never asks the upstream for gzip on its own: a request is
-// forwarded with the Accept-Encoding its client sent. (A transport that
-// adds "Accept-Encoding: gzip" makes the upstream compress a response that
-// the transport then decompresses and the proxy streams chunked, without
-// its length, to a client that never asked for gzip.)
-func NewTransport() *http.Transport {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConns = 1024
-	t.MaxIdleConnsPerHost = 512
-	t.IdleConnTimeout = 90 * time.Second
-	t.DisableCompression = true
-	return t
 }
 
 // Service is the rate-limiting HTTP service: the decision API, the reverse
