@@ -17,7 +17,7 @@
 #                   -store postgres), envoyproxy/ratelimit v1.4.0 on Redis
 #                   (pool 64), with the same configuration file
 #
-#   bench/service/run.sh                   # ROUNDS=3 DURATION=5s, about 6 minutes
+#   bench/service/run.sh                   # ROUNDS=3 DURATION=5s, about 8 minutes
 #   ROUNDS=5 DURATION=10s OUT=/tmp/svc bench/service/run.sh
 #   PPROF=1 bench/service/run.sh           # also a 5 s CPU profile of the proxy under wrk -c64
 #
@@ -47,6 +47,7 @@ UP=127.0.0.1:18090
 RL=127.0.0.1:18091 RL_API=127.0.0.1:18092 RL_GRPC=127.0.0.1:18093 RL_PPROF=127.0.0.1:18094
 NGINX=127.0.0.1:18095
 PG_PROXY=127.0.0.1:18096 PG_API=127.0.0.1:18097 PG_GRPC=127.0.0.1:18098
+PGGO_PROXY=127.0.0.1:18102 PGGO_API=127.0.0.1:18103 PGGO_GRPC=127.0.0.1:18104
 ERL_GRPC=18099 ERL_HTTP=18100 ERL_DEBUG=18101 REDIS_PORT=16379 # inside the namespace
 
 log() { echo "[$(date +%T)] $*" >&2; }
@@ -131,6 +132,14 @@ psql -q "$PGBASE/postgres" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CRE
 	-store postgres -database-url "$PGBASE/$DB" -migrate -log-level warn 2>"$OUT/rl-pg.log" &
 PG_PID=$!
 pids+=("$PG_PID")
+wait_tcp "$PG_GRPC" # migrated: the second one starts on the schema
+# The same with -pg-decide go: rows locked, the WASM core decides in the
+# service (needs the owner or rl_admin: here the superuser).
+"$OUT/rl-wasm-host" -config "$OUT/rules.yaml" -listen "$PGGO_PROXY" -api-listen "$PGGO_API" \
+	-grpc-listen "$PGGO_GRPC" -rls-config "$OUT/erl/runtime/ratelimit/config/bench.yaml" \
+	-store postgres -database-url "$PGBASE/$DB" -pg-decide go -log-level warn 2>"$OUT/rl-pg-go.log" &
+PGGO_PID=$!
+pids+=("$PGGO_PID")
 
 mkdir -p "$OUT/nginx/logs" "$OUT/nginx/tmp"
 cat >"$OUT/nginx/nginx.conf" <<EOF
@@ -198,7 +207,7 @@ pids+=($!)
 wait_tcp "$UP"
 wait_tcp "$RL"
 wait_tcp "$RL_GRPC"
-wait_tcp "$PG_GRPC"
+wait_tcp "$PGGO_GRPC"
 wait_tcp "$NGINX"
 wait_tcp "127.0.0.1:$ERL_GRPC" "${NS[@]}"
 ERL_PID=$(pgrep -f "$OUT/erl/service_cmd" | head -1)
@@ -289,6 +298,7 @@ for u in "http://$RL/" "http://$NGINX/"; do wrk -t2 -c64 -d"$WARMUP" "$u" >/dev/
 wrk -t2 -c64 -d"$WARMUP" -s "$OUT/api.lua" "http://$RL_API" >/dev/null
 "$OUT/rlsload" -addr "$RL_GRPC" -d "$WARMUP" -warmup 0 >/dev/null
 "$OUT/rlsload" -addr "$PG_GRPC" -d "$WARMUP" -warmup 0 >/dev/null
+"$OUT/rlsload" -addr "$PGGO_GRPC" -d "$WARMUP" -warmup 0 >/dev/null
 "${NS[@]}" "$OUT/rlsload" -addr "127.0.0.1:$ERL_GRPC" -api v2 -d "$WARMUP" -warmup 0 >/dev/null
 
 if [ "${PPROF:-0}" = 1 ]; then
@@ -306,11 +316,19 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	wrk_phase "proxy rl c8" "$r" "http://$RL/" 8 "$RL_PID" "$UP_PID"
 	wrk_phase "proxy nginx c8" "$r" "http://$NGINX/" 8 "$(nginx_pids)" "$UP_PID"
 	wrk_phase "api rl c64" "$r" "http://$RL_API" 64 "$RL_PID" "" -s "$OUT/api.lua"
+	# References: the upstream alone (the latency of a bare net/http
+	# handler under the same load), and behind nginx at fewer connections
+	# (the upstream's CPU per request at a rate nearer rl's).
+	wrk_phase "upstream alone c64" "$r" "http://$UP/" 64 "$UP_PID" ""
+	wrk_phase "proxy nginx c4" "$r" "http://$NGINX/" 4 "$(nginx_pids)" "$UP_PID"
+	wrk_phase "proxy nginx c2" "$r" "http://$NGINX/" 2 "$(nginx_pids)" "$UP_PID"
 	rls_phase "grpc rl-memory conns1" "$r" "$RL_PID" "" -- -addr "$RL_GRPC" -conns 1 -callers 64
 	rls_phase "grpc rl-memory conns64" "$r" "$RL_PID" "" -- -addr "$RL_GRPC" -conns 64 -callers 64
 	rls_phase "grpc rl-postgres conns1" "$r" "$PG_PID" "$(pg_pids)" -- -addr "$PG_GRPC" -conns 1 -callers 64
+	rls_phase "grpc rl-postgres-go conns1" "$r" "$PGGO_PID" "$(pg_pids)" -- -addr "$PGGO_GRPC" -conns 1 -callers 64
 	rls_phase "grpc erl-redis conns1" "$r" "$ERL_PID" "$REDIS_PID" "${NS[@]}" -- -addr "127.0.0.1:$ERL_GRPC" -api v2 -conns 1 -callers 64
 	rls_phase "grpc rl-postgres conns64" "$r" "$PG_PID" "$(pg_pids)" -- -addr "$PG_GRPC" -conns 64 -callers 64
+	rls_phase "grpc rl-postgres-go conns64" "$r" "$PGGO_PID" "$(pg_pids)" -- -addr "$PGGO_GRPC" -conns 64 -callers 64
 	rls_phase "grpc erl-redis conns64" "$r" "$ERL_PID" "$REDIS_PID" "${NS[@]}" -- -addr "127.0.0.1:$ERL_GRPC" -api v2 -conns 64 -callers 64
 done
 

@@ -123,6 +123,14 @@ func main() {
 	target("gRPC, memory: 64 connections ≥ 0.8× 1 connection", ratio("grpc rl-memory conns64", "grpc rl-memory conns1", rate), atLeast(0.8))
 	target("gRPC, PostgreSQL ≥ 1.0× envoyproxy/ratelimit + Redis, 64 callers on 1 connection", ratio("grpc rl-postgres conns1", "grpc erl-redis conns1", rate), atLeast(1))
 	target("gRPC, PostgreSQL ≥ 1.0× envoyproxy/ratelimit + Redis, 64 callers on 64 connections", ratio("grpc rl-postgres conns64", "grpc erl-redis conns64", rate), atLeast(1))
+	target("the same, -pg-decide go, 64 callers on 1 connection", ratio("grpc rl-postgres-go conns1", "grpc erl-redis conns1", rate), atLeast(1))
+	target("the same, -pg-decide go, 64 callers on 64 connections", ratio("grpc rl-postgres-go conns64", "grpc erl-redis conns64", rate), atLeast(1))
+	fmt.Println()
+	fmt.Println("References: a bare net/http handler (the upstream alone) at 64 connections has p99/p50",
+		fmtRange(each("upstream alone c64", func(r row) float64 { return r.p99 / r.p50 })), "(the floor of a Go server's tail under this load);",
+		"the upstream's CPU per request behind nginx at 4 and 2 connections is",
+		fmtRange(each("proxy nginx c4", backend)), "µs and", fmtRange(each("proxy nginx c2", backend)), "µs, at",
+		rateRange(each("proxy nginx c4", rate)), "and", rateRange(each("proxy nginx c2", rate)), "req/s (its cost per request grows as its rate falls).")
 	fmt.Println()
 	fmt.Println("Also: nginx / rl-wasm-host proxy CPU per request,",
 		fmtRange(ratio("proxy nginx c64", "proxy rl c64", func(r row) float64 { return r.cpu })), "at 64 connections;",
@@ -134,6 +142,13 @@ func fmtRange(v []float64) string {
 		return "not measured"
 	}
 	return fmt.Sprintf("%.2f (%.2f–%.2f)", median(v), slices.Min(v), slices.Max(v))
+}
+
+func rateRange(v []float64) string {
+	if len(v) == 0 {
+		return "not measured"
+	}
+	return fmt.Sprintf("%s (%s–%s)", thousands(median(v)), thousands(slices.Min(v)), thousands(slices.Max(v)))
 }
 
 func median(v []float64) float64 {
