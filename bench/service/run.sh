@@ -24,7 +24,8 @@
 # Missing tools are installed with apt-get (nginx-light, wrk, redis-server,
 # iproute2) when run as root. PostgreSQL must be running (DATABASE_URL's
 # server, default postgres://postgres@127.0.0.1:5432; the database
-# rl_bench_service is dropped and created anew). envoyproxy/ratelimit
+# rl_bench_service is dropped and created anew; rl-wasm-host connects
+# without TLS, as envoyproxy/ratelimit to its Redis). envoyproxy/ratelimit
 # v1.4.0 binds every interface and has no setting for it, so it runs with
 # its Redis in a network namespace of their own that has only a loopback
 # interface (unshare); its load client runs there too.
@@ -129,7 +130,7 @@ pids+=("$RL_PID")
 psql -q "$PGBASE/postgres" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB" >/dev/null
 "$OUT/rl-wasm-host" -config "$OUT/rules.yaml" -listen "$PG_PROXY" -api-listen "$PG_API" \
 	-grpc-listen "$PG_GRPC" -rls-config "$OUT/erl/runtime/ratelimit/config/bench.yaml" \
-	-store postgres -database-url "$PGBASE/$DB" -migrate -log-level warn 2>"$OUT/rl-pg.log" &
+	-store postgres -database-url "$PGBASE/$DB?sslmode=disable" -migrate -log-level warn 2>"$OUT/rl-pg.log" &
 PG_PID=$!
 pids+=("$PG_PID")
 wait_tcp "$PG_GRPC" # migrated: the second one starts on the schema
@@ -137,7 +138,7 @@ wait_tcp "$PG_GRPC" # migrated: the second one starts on the schema
 # service (needs the owner or rl_admin: here the superuser).
 "$OUT/rl-wasm-host" -config "$OUT/rules.yaml" -listen "$PGGO_PROXY" -api-listen "$PGGO_API" \
 	-grpc-listen "$PGGO_GRPC" -rls-config "$OUT/erl/runtime/ratelimit/config/bench.yaml" \
-	-store postgres -database-url "$PGBASE/$DB" -pg-decide go -log-level warn 2>"$OUT/rl-pg-go.log" &
+	-store postgres -database-url "$PGBASE/$DB?sslmode=disable" -pg-decide go -log-level warn 2>"$OUT/rl-pg-go.log" &
 PGGO_PID=$!
 pids+=("$PGGO_PID")
 
