@@ -152,3 +152,24 @@ func TestShadowLimitsNotInTheFields(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyFieldPerPolicy: a middleware deciding by a policy per request
+// sends each request its own policy's RateLimit-Policy (computed once per
+// policy, never another's), whichever came before.
+func TestPolicyFieldPerPolicy(t *testing.T) {
+	minute := rl.MustPolicy(rl.Limit{Name: "minute", Algorithm: core.FixedWindow, Limit: 5, Window: time.Minute})
+	h, _ := setup(t, httplimit.Config{Policy: func(r *http.Request) *rl.Policy {
+		if r.Header.Get("X-Plan") == "minute" {
+			return minute
+		}
+		return burstDaily
+	}}, burstDaily)
+	plan := func(p string) func(*http.Request) { return func(r *http.Request) { r.Header.Set("X-Plan", p) } }
+	for range 3 {
+		w := get(h, plan("minute"))
+		require.Equal(t, []string{`"minute";q=5;w=60`}, w.Header()["Ratelimit-Policy"])
+		w = get(h, nil)
+		require.Equal(t, []string{`"burst";q=10;w=1, "daily";q=1000;w=86400`}, w.Header()["Ratelimit-Policy"])
+		require.Len(t, w.Header()["Ratelimit"], 1)
+	}
+}

@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/rlcore/rl"
@@ -252,6 +253,7 @@ type handler struct {
 	cfg    Config
 	next   http.Handler
 	outage *outage.Detector // nil without FailOpen
+	policy atomic.Pointer[policyField]
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -278,7 +280,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c.Policy != nil {
 		req.Policy = c.Policy(r)
 	}
-	req.Each = h.results(req.Policy)
+	policy := req.Policy
+	if l, ok := c.Limiter.(*rl.Limiter); ok && policy == nil {
+		policy = l.Policy()
+	}
+	req.Each = h.results(policy)
 	if c.Cost != nil {
 		if req.Cost, err = c.Cost(r); err != nil {
 			d := Decision{Outcome: OutcomeInvalidCost, Key: key, Err: err}
@@ -307,13 +313,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.report(r, &d, start)
 	switch d.Outcome {
 	case OutcomeAllowed:
-		SetFields(w.Header(), key, res, req.Each, c.Fields)
+		setFields(w.Header(), key, res, req.Each, c.Fields, policy, &h.policy)
 		if c.Wait && res.Delay > 0 && !wait(r.Context(), res.Delay) {
 			return // the client went away
 		}
 		h.next.ServeHTTP(w, r)
 	case OutcomeDenied:
-		SetFields(w.Header(), key, res, req.Each, c.Fields)
+		setFields(w.Header(), key, res, req.Each, c.Fields, policy, &h.policy)
 		if c.Denied != nil {
 			c.Denied.ServeHTTP(w, r)
 			return
@@ -326,16 +332,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// results returns the slice a decision under p (nil: the limiter's
-// policy) writes every limit's result to (rl.Request.Each), for the
-// RateLimit fields: as long as the policy when it is known, else
-// rl.MaxLimits long (SetFields drops the results no limit wrote).
+// results returns the slice a decision under p (nil: not known ahead)
+// writes every limit's result to (rl.Request.Each), for the RateLimit
+// fields: as long as the policy when it is known, else rl.MaxLimits long
+// (SetFields drops the results no limit wrote).
 func (h *handler) results(p *rl.Policy) []rl.LimitResult {
-	if p == nil {
-		if l, ok := h.cfg.Limiter.(*rl.Limiter); ok {
-			p = l.Policy()
-		}
-	}
 	if p != nil {
 		return make([]rl.LimitResult, p.Len())
 	}

@@ -83,6 +83,7 @@ func run(args []string) int {
 	fs.DurationVar(&rc.DrainDelay, "drain-delay", 0, "on shutdown, answer /readyz 503 this long before closing the listeners")
 	fs.Int64Var(&rc.MaxBodyBytes, "max-body", 64<<10, "largest decision-API request body in bytes")
 	fs.Int64Var(&rc.ProxyMaxBodyBytes, "proxy-max-body", 0, "largest proxied request body in bytes (0: no limit)")
+	fs.StringVar(&rc.PprofListen, "pprof-listen", "", "serve the Go profiler (net/http/pprof, /debug/pprof/) on this loopback address (off by default)")
 	fs.StringVar(&logFormat, "log-format", "json", "log format: json or text")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&showVersion, "version", false, "print the version and exit")

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"os"
 	"sync"
@@ -72,6 +73,10 @@ type RunConfig struct {
 	// OnListen, if set, hears each listener's role ("all", "proxy", "api")
 	// and bound address, once it is listening.
 	OnListen func(role, addr string)
+	// PprofListen, if set, serves the Go profiler (net/http/pprof, under
+	// /debug/pprof/) on a listener of its own: a loopback address only, as
+	// a profile shows the process's memory, keys included. Off by default.
+	PprofListen string
 	// Extensions are front ends served beside the HTTP listeners over the
 	// same Service (the command's Envoy rate limit service): started once
 	// the Service exists, reloaded after it, shut down with it.
@@ -191,7 +196,13 @@ func (h *host) loadConfig() error {
 	}
 	h.cfg = cfg
 	h.apiListen = cmp.Or(h.rc.APIListen, DefaultAPIListen)
-	return checkAPIListen(h.apiListen, len(cfg.APITokens) > 0)
+	if err := checkAPIListen(h.apiListen, len(cfg.APITokens) > 0); err != nil {
+		return err
+	}
+	if h.rc.PprofListen != "" && !isLoopback(h.rc.PprofListen) {
+		return fmt.Errorf("-pprof-listen %q is not a loopback address: a profile shows the process's memory (keys, tokens): listen on 127.0.0.1 or [::1]", h.rc.PprofListen)
+	}
+	return nil
 }
 
 // close runs the closers in reverse order.
@@ -312,6 +323,9 @@ func (h *host) listen() error {
 		if err == nil {
 			err = h.addServer("api", h.apiListen, h.svc.APIHandler())
 		}
+	}
+	if err == nil && h.rc.PprofListen != "" {
+		err = h.addServer("pprof", h.rc.PprofListen, pprofHandler())
 	}
 	if err != nil {
 		h.closeListeners()
@@ -477,17 +491,39 @@ func checkAPIListen(addr string, tokens bool) error {
 	if addr == "main" {
 		return errors.New("-api-listen main serves the decision API (reset, inline limits, everyone's usage) to every proxy client: configure api_tokens first")
 	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return fmt.Errorf("-api-listen %q: %w", addr, err)
 	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip, err := netip.ParseAddr(host); err == nil && ip.IsLoopback() {
+	if isLoopback(addr) {
 		return nil
 	}
 	return fmt.Errorf("-api-listen %q is not a loopback address, so other hosts could reset keys and read usage: configure api_tokens, or listen on 127.0.0.1 or [::1]", addr)
+}
+
+// isLoopback reports whether addr (host:port) is a loopback address or
+// localhost.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+// pprofHandler serves net/http/pprof's handlers under /debug/pprof/
+// (-pprof-listen).
+func pprofHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }
 
 func orDefault(d, def time.Duration) time.Duration {

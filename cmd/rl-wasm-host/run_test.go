@@ -159,3 +159,45 @@ func TestRunReleasesStartedExtensions(t *testing.T) {
 	_, err = net.Dial("tcp", first.ln.Addr().String())
 	require.Error(t, err, "its listener was released")
 }
+
+// TestPprofListen: -pprof-listen serves the profiler on a loopback address
+// of its own, and Run refuses any other address before serving anything.
+func TestPprofListen(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "main.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`rules: [{name: api, strategy: fixed, limit: 1, window: 1s}]`), 0o644))
+	err := Run(context.Background(), RunConfig{ConfigPath: path, Listen: "127.0.0.1:0", APIListen: "127.0.0.1:0",
+		PprofListen: "0.0.0.0:0", Decider: "native", Logger: slog.New(slog.DiscardHandler)}, nil)
+	require.ErrorContains(t, err, "-pprof-listen")
+
+	var mu sync.Mutex
+	addrs := map[string]string{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, RunConfig{ConfigPath: path, Listen: "127.0.0.1:0", APIListen: "127.0.0.1:0",
+			PprofListen: "127.0.0.1:0", Decider: "native", Logger: slog.New(slog.DiscardHandler),
+			OnListen: func(role, addr string) {
+				mu.Lock()
+				addrs[role] = addr
+				mu.Unlock()
+			}}, nil)
+	}()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return addrs["pprof"] != ""
+	}, 5*time.Second, 10*time.Millisecond)
+	resp, err := http.Get("http://" + addrs["pprof"] + "/debug/pprof/cmdline")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp, err = http.Get("http://" + addrs["api"] + "/debug/pprof/cmdline")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, "never on the API's listener")
+}

@@ -127,6 +127,11 @@ type Fields struct {
 	// PartitionKey is the "pk" parameter's bytes (PartitionKey), nil for
 	// none.
 	PartitionKey []byte
+	// Policy, when not empty, is the RateLimit-Policy value, as
+	// PolicyField gives it for the same limits and Fields: it is the same
+	// from response to response, so a caller deciding by one policy (and
+	// no partition key, which is the request's) computes it once.
+	Policy string
 }
 
 // MaxFields is the most fields AppendFields appends.
@@ -174,31 +179,15 @@ func AppendFields(dst [][2]string, v *Verdict, f *Fields) [][2]string {
 	if v.Limits[v.Deciding].Shadow {
 		return dst // only shadow limits: nothing enforced to describe
 	}
+	policy := f.Policy
+	if policy == "" {
+		policy = PolicyField(v, f)
+	}
 	var pk string
 	if f.PartitionKey != nil {
 		pk = ";pk=" + sfBytes(f.PartitionKey)
 	}
-	var qu string
-	if f.QuotaUnit != "" && f.QuotaUnit != "requests" {
-		qu = ";qu=" + sfString(f.QuotaUnit)
-	}
-	var policy, current strings.Builder
-	for i := range v.Limits {
-		l := &v.Limits[i]
-		if l.Shadow {
-			continue
-		}
-		if policy.Len() > 0 {
-			policy.WriteString(", ")
-		}
-		policy.WriteString(sfString(l.Name))
-		policy.WriteString(";q=")
-		policy.WriteString(strconv.FormatInt(l.Limit, 10))
-		policy.WriteString(qu)
-		policy.WriteString(";w=")
-		policy.WriteString(strconv.FormatInt(max(1, CeilSeconds(l.Window)), 10))
-		policy.WriteString(pk)
-	}
+	var current strings.Builder
 	order := v.order()
 	if f.Closest {
 		order = order[:0]
@@ -221,7 +210,7 @@ func AppendFields(dst [][2]string, v *Verdict, f *Fields) [][2]string {
 	d := v.Decider()
 	rem := strconv.FormatInt(d.Remaining, 10)
 	dst = append(dst,
-		[2]string{FieldPolicy, policy.String()},
+		[2]string{FieldPolicy, policy},
 		[2]string{FieldRateLimit, current.String()},
 		[2]string{FieldLimit, strconv.FormatInt(d.Limit, 10)},
 		[2]string{FieldRemaining, rem},
@@ -231,6 +220,38 @@ func AppendFields(dst [][2]string, v *Verdict, f *Fields) [][2]string {
 		dst = append(dst, [2]string{FieldRetryAfter, strconv.FormatInt(max(1, CeilSeconds(d.RetryAfter)), 10)})
 	}
 	return dst
+}
+
+// PolicyField is the RateLimit-Policy value of v's limits under f (f.Policy
+// aside): every enforced limit in the policy's order, "<name>";q=<limit>;w=<window
+// seconds>, with qu and pk as f says.
+func PolicyField(v *Verdict, f *Fields) string {
+	var pk string
+	if f.PartitionKey != nil {
+		pk = ";pk=" + sfBytes(f.PartitionKey)
+	}
+	var qu string
+	if f.QuotaUnit != "" && f.QuotaUnit != "requests" {
+		qu = ";qu=" + sfString(f.QuotaUnit)
+	}
+	var policy strings.Builder
+	for i := range v.Limits {
+		l := &v.Limits[i]
+		if l.Shadow { // in no field: a client never waits for one
+			continue
+		}
+		if policy.Len() > 0 {
+			policy.WriteString(", ")
+		}
+		policy.WriteString(sfString(l.Name))
+		policy.WriteString(";q=")
+		policy.WriteString(strconv.FormatInt(l.Limit, 10))
+		policy.WriteString(qu)
+		policy.WriteString(";w=")
+		policy.WriteString(strconv.FormatInt(max(1, CeilSeconds(l.Window)), 10))
+		policy.WriteString(pk)
+	}
+	return policy.String()
 }
 
 // CeilSeconds rounds µs up to whole seconds, 0 for a negative span,

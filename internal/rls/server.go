@@ -665,13 +665,23 @@ func headerValues(r rl.Result, each []rl.LimitResult) []*corev3.HeaderValue {
 	h := make(http.Header, len(headerNames))
 	httplimit.SetFields(h, "", r, each, httplimit.Fields{})
 	out := make([]*corev3.HeaderValue, 0, len(headerNames))
-	for _, k := range headerNames {
-		if v := h.Get(k); v != "" {
-			out = append(out, &corev3.HeaderValue{Key: strings.ToLower(k), Value: v})
+	for i, k := range canonicalHeaderNames {
+		if v := h[k]; len(v) > 0 && v[0] != "" {
+			out = append(out, &corev3.HeaderValue{Key: lowerHeaderNames[i], Value: v[0]})
 		}
 	}
 	return out
 }
+
+// canonicalHeaderNames and lowerHeaderNames are headerNames in canonical
+// form (http.Header's keys) and in lower case (HTTP/2's), once.
+var canonicalHeaderNames, lowerHeaderNames = func() (c, l []string) {
+	for _, k := range headerNames {
+		c = append(c, http.CanonicalHeaderKey(k))
+		l = append(l, strings.ToLower(k))
+	}
+	return c, l
+}()
 
 // laterRetry reports whether a's retry is later than b's (Never latest).
 func laterRetry(a, b *rl.Result) bool {

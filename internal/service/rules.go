@@ -6,6 +6,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/rlcore/rl"
@@ -161,6 +162,23 @@ func dropLegacyRateLimitFields(resp *http.Response) error {
 	return nil
 }
 
+// copyBuffers are the buffers the proxies copy response bodies through,
+// shared by every rule set.
+var copyBuffers httputil.BufferPool = &bufferPool{}
+
+// bufferPool is an httputil.BufferPool of 32 KiB buffers (ReverseProxy's
+// own size).
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return *v
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
+
 // reverseProxy forwards to u over rt. Hop-by-hop header fields, those the
 // standard names and those the upstream's (or the client's) Connection
 // field lists, are dropped by httputil.ReverseProxy in both directions.
@@ -185,6 +203,9 @@ func (s *Service) reverseProxy(u *url.URL, rt *headerTimeout, modify func(*http.
 		Transport:    rt,
 		ErrorLog:     slogErrorLog(s.log),
 		ErrorHandler: s.upstreamError(u, rt.d),
+		// Without a pool ReverseProxy allocates a 32 KiB buffer for every
+		// response it copies: most of the proxy's garbage.
+		BufferPool: copyBuffers,
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { rp.ServeHTTP(interimWriter{w}, r) })
 }

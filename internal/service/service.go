@@ -42,8 +42,10 @@ type Options struct {
 	MaxKeyLength int
 	// Ready, if set, is part of /readyz: the store's health check.
 	Ready func(ctx context.Context) error
-	// Transport carries proxied requests. Default: a clone of
-	// http.DefaultTransport keeping up to 512 idle connections per host.
+	// Transport carries proxied requests. Default: NewTransport(), whose
+	// direct path bounds the wait for the response header itself; any
+	// other RoundTripper is bounded by a context canceled when
+	// upstream_timeout passes.
 	Transport http.RoundTripper
 	// MaxInFlight bounds the proxied and decision-API requests being
 	// served at once. Beyond it a request is answered 503 with
@@ -152,11 +154,7 @@ func New(cfg *Config, opts Options) (*Service, error) {
 		s.perKey = newKeyGate(opts.MaxInFlightPerKey)
 	}
 	if s.transport == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConns = 1024
-		t.MaxIdleConnsPerHost = 512
-		t.IdleConnTimeout = 90 * time.Second
-		s.transport = t
+		s.transport = NewTransport()
 	}
 	rs, err := s.build(cfg)
 	if err != nil {

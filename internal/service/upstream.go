@@ -27,6 +27,9 @@ type headerTimeout struct {
 }
 
 func (t *headerTimeout) RoundTrip(req *http.Request) (*http.Response, error) {
+	if dt, ok := t.rt.(*Transport); ok && dt.direct(req) {
+		return dt.roundTrip(req, t.d)
+	}
 	ctx, cancel := context.WithCancelCause(req.Context())
 	timer := time.AfterFunc(t.d, func() { cancel(errUpstreamTimeout) })
 	resp, err := t.rt.RoundTrip(req.WithContext(ctx))
