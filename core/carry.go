@@ -34,9 +34,10 @@ func converts(from, to Algorithm) bool {
 //     log's entries at the anchor, a bucket's or GCRA's level there.
 //
 // The carried usage is clamped to the new limit, so a RetryAfter is never
-// longer than the new limit alone could give. A sliding log needs storage
-// for its carried entries: they are written into s.Log's backing array,
-// even to peek, and ErrLogCapacity reports too little.
+// longer than the new limit alone could give. A sliding log carried over
+// is kept as (T = anchor, X = entries) with the storage of s.Log: its
+// entries are written only by an admission, as any log's (a log's X is
+// otherwise always 0, so the form is never mistaken for a stored state).
 func (c *Compiled) carry(s, t *State) Error {
 	lim, w := c.l.Limit, c.l.Window
 	*t = State{}
@@ -115,14 +116,9 @@ func (c *Compiled) carry(s, t *State) Error {
 		if units == 0 {
 			return 0
 		}
-		if int64(cap(s.Log)) < units {
-			return ErrLogCapacity
-		}
-		log := s.Log[:units]
-		for i := range log {
-			log[i] = a
-		}
-		*t = State{Algorithm: SlidingLog, Log: log}
+		// The entries exist only as (a, units) until an admission writes
+		// them into the state's log storage (slidingLogCarried).
+		*t = State{Algorithm: SlidingLog, T: a, X: units, Log: s.Log[:0]}
 	}
 	t.L, t.W, t.R = lim, w, c.srate
 	return 0

@@ -71,6 +71,9 @@ func (c *Compiled) eval(s *State, now, cost int64, m mode, d *Decision, n *State
 	case SlidingWindow:
 		slidingWindow(c, s, exact, now, cost, d, n)
 	case SlidingLog:
+		if s.Algorithm == SlidingLog && s.X != 0 { // carried over, not yet written (see carry)
+			return slidingLogCarried(c, s, now, cost, m, d, n)
+		}
 		return slidingLog(c, s, now, cost, m, d, n)
 	case GCRA:
 		gcra(c, s, exact, now, cost, d, n)
@@ -265,6 +268,65 @@ func slidingLog(c *Compiled, s *State, now, cost int64, m mode, d *Decision, n *
 		d.ResetAfter = newest + w - now
 		if d.NextAfter == 0 { // not an admission: the log is as it was
 			d.NextAfter = logNext(log[i0:], ne, count, lim) + w - now
+		}
+	}
+	return 0
+}
+
+// slidingLogCarried decides a sliding log carried over from a state
+// written under other parameters (see carry): s.X entries at time s.T,
+// with s.Log's storage, as slidingLog decides a log of those entries.
+func slidingLogCarried(c *Compiled, s *State, now, cost int64, m mode, d *Decision, n *State) Error {
+	w, lim, a := c.l.Window, c.l.Limit, s.T
+	ne := max(now, a)
+	count := s.X
+	if a <= ne-w {
+		count = 0
+	}
+	live := count // carried entries still live, all at a
+	newest := ne
+	if count > 0 {
+		newest = a
+	}
+	// next returns the expiry time's base of the entry that brings k
+	// live units back to one more remaining: logNext on the entries.
+	next := func(k int64) int64 {
+		if j := max(0, k-lim); j < live {
+			return a
+		}
+		return ne
+	}
+	if cost == 0 || count+cost <= lim {
+		d.Allowed = true
+		if cost > 0 {
+			need := count + cost
+			if m != modePeek && int64(cap(s.Log)) < need {
+				*d = Decision{}
+				return ErrLogCapacity
+			}
+			d.NextAfter = next(need) + w - now
+			if m == modeTake {
+				log := s.Log[:need]
+				for i := range log {
+					log[i] = ne
+					if int64(i) < live {
+						log[i] = a
+					}
+				}
+				*n = State{Algorithm: SlidingLog, L: lim, W: w, Log: log}
+			}
+			count, newest = need, ne
+		}
+	} else if cost > lim {
+		d.RetryAfter = Never
+	} else {
+		d.RetryAfter = a + w - now // every live entry is at a
+	}
+	d.Remaining = max(0, lim-count)
+	if count > 0 {
+		d.ResetAfter = newest + w - now
+		if d.NextAfter == 0 {
+			d.NextAfter = next(count) + w - now
 		}
 	}
 	return 0

@@ -197,14 +197,24 @@ func (c *Compiled) settleLog(s *State, now, delta int64, m mode, n *State) Error
 		i0++
 	}
 	count := int64(len(log) - i0)
+	carried := int64(0) // entries carried over at s.T, not yet written (see carry)
+	if s.Algorithm == SlidingLog && s.X != 0 {
+		ne = max(now, s.T)
+		if s.T > ne-w {
+			carried = s.X
+		}
+		count = carried
+	}
 	keep := count + delta // live entries after the settle
 	if delta > 0 {
 		keep = max(count, min(keep, lim))
-		if int64(cap(log)) < keep {
-			return ErrLogCapacity
-		}
 	}
 	keep = max(0, keep)
+	if (delta > 0 || carried > 0) && int64(cap(log)) < keep {
+		// Entries are written: new ones, or carried ones for the first
+		// time.
+		return ErrLogCapacity
+	}
 	if m != modeTake || keep == 0 {
 		if keep > 0 {
 			*n = State{Algorithm: SlidingLog, Log: log}
@@ -212,8 +222,15 @@ func (c *Compiled) settleLog(s *State, now, delta int64, m mode, n *State) Error
 		return 0
 	}
 	old := min(keep, count) // live entries kept, the oldest first
-	copy(log[:old], log[i0:i0+int(old)])
-	log = log[:keep]
+	if carried > 0 {
+		log = log[:keep]
+		for i := range old {
+			log[i] = s.T
+		}
+	} else {
+		copy(log[:old], log[i0:i0+int(old)])
+		log = log[:keep]
+	}
 	for i := old; i < keep; i++ {
 		log[i] = ne
 	}
