@@ -83,12 +83,12 @@ type slot struct {
 // instance is one module instance with everything a call needs
 // preallocated.
 type instance struct {
-	mod                          api.Module
-	mem                          api.Memory
+	mod                                     api.Module
+	mem                                     api.Memory
 	take, peek, takeAll, peekAll, settleAll api.Function
-	buf                          uint32   // address of the module's buffer
-	stack                        []uint64 // parameters and result of a call
-	stderr                       *headWriter
+	buf                                     uint32   // address of the module's buffer
+	stack                                   []uint64 // parameters and result of a call
+	stderr                                  *headWriter
 }
 
 // process-wide in-memory compilation cache: the module is compiled once per
