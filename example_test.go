@@ -94,3 +94,31 @@ func ExampleLimiter_Reserve() {
 	// message 2: reserved=true, send after ~200ms
 	// message 3: reserved=true, send after ~400ms
 }
+
+// A shadow limit runs a candidate beside the enforced limit, on the same
+// key: it never denies, and its result says what it would have done.
+func ExampleLimit_shadow() {
+	policy := rl.MustPolicy(
+		rl.Limit{Name: "minute", Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute},
+		rl.Limit{Name: "candidate", Algorithm: core.FixedWindow, Limit: 2, Window: time.Minute, Shadow: true},
+	)
+	lim, err := rl.New(rl.Config{Policy: policy})
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close()
+
+	each := make([]rl.LimitResult, policy.Len())
+	for i := range 4 {
+		res, err := lim.Do(context.Background(), rl.Request{Key: "user:42", Cost: 1, Each: each})
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("request %d: allowed=%v by %s; candidate would deny: %v\n", i+1, res.Allowed, res.Name, !each[1].Allowed)
+	}
+	// Output:
+	// request 1: allowed=true by minute; candidate would deny: false
+	// request 2: allowed=true by minute; candidate would deny: false
+	// request 3: allowed=true by minute; candidate would deny: true
+	// request 4: allowed=false by minute; candidate would deny: true
+}

@@ -183,7 +183,8 @@ type Request struct {
 	Peek bool
 	// Each is a slice the caller provides (make([]rl.LimitResult,
 	// policy.Len()), reusable across calls): when at least as long as the
-	// policy it receives every limit's result, in the policy's order; a
+	// policy it receives every limit's result, in the policy's order (a
+	// shadow limit's with Shadow set, Allowed false for a would-deny); a
 	// shorter or nil slice receives nothing. (This costs one small
 	// allocation per call; without it a decision on a warm key allocates
 	// nothing.)
@@ -228,7 +229,7 @@ func (l *Limiter) decide(ctx context.Context, op store.Op, key string, cost int6
 		return storeError(key, err)
 	}
 	lim := &p.src[i]
-	r.Name, r.Window, r.Index = lim.Name, lim.Window, i
+	r.Name, r.Window, r.Index, r.Shadow = lim.Name, lim.Window, i, lim.Shadow
 	r.Allowed, r.Limit, r.Remaining = d.Allowed, d.Limit, d.Remaining
 	r.ResetAfter, r.Delay, r.RetryAfter = micros(d.ResetAfter), micros(d.Delay), micros(d.RetryAfter)
 	r.Never, r.NextAfter = d.RetryAfter == core.Never, micros(d.NextAfter)

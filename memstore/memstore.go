@@ -21,7 +21,9 @@
 // A request carries its compiled store.Policy; the entry records the ID of
 // the policy it was last decided under, so a call under the same policy
 // compares no limit names, and the native core decides with the policy's
-// compiled limits (core.TakeInto) on the state copied to the stack. The key
+// compiled limits (core.TakeInto) on the state copied to the stack. (A
+// policy with shadow limits is never compact: store.Policy.Decide decides
+// its enforced and shadow limits together, under the key's lock.) The key
 // is hashed once per call with keys drawn per store and compared once, by
 // length and bytes (a key of 4 to 16 bytes as the two words the hash read).
 // On many keys, where entries are not in the CPU's caches, those two lines
@@ -672,6 +674,9 @@ func (s *Store) decide(sh *shard, h uint64, req *store.Request, each []core.Deci
 			o := &e.ext.out[i]
 			d.Allowed, d.Limit, d.Remaining = o.Allowed, o.Limit, o.Remaining
 			d.ResetAfter, d.RetryAfter, d.Delay, d.NextAfter = o.ResetAfter, o.RetryAfter, o.Delay, o.NextAfter
+			if p.Shadowed() {
+				d = p.Deciding(e.ext.out, i)
+			}
 			if n := p.Len(); len(each) >= n {
 				copy(each, e.ext.out[:n])
 			}
@@ -690,12 +695,16 @@ func (s *Store) decideFresh(req *store.Request, each []core.Decision) (int, core
 		err error
 		out []core.Decision
 	)
-	if s.native {
+	switch {
+	case p.Shadowed():
+		out = make([]core.Decision, n)
+		i, err = p.Decide(s.shadowDecider(), store.Peek, make([]core.State, n), req.Now, req.Cost, out)
+	case s.native:
 		var ss [core.MaxLimits]core.State
 		var ds [core.MaxLimits]core.Decision
 		out = ds[:n]
 		i, err = core.PeekAllCompiled(p.Compiled(), ss[:n], req.Now, req.Cost, out)
-	} else { // through an interface: the slices escape
+	default: // through an interface: the slices escape
 		out = make([]core.Decision, n)
 		i, err = s.decider.PeekAll(p.Limits(), make([]core.State, n), req.Now, req.Cost, out)
 	}
@@ -705,7 +714,16 @@ func (s *Store) decideFresh(req *store.Request, each []core.Decision) (int, core
 	if len(each) >= n {
 		copy(each, out)
 	}
-	return i, out[i], nil
+	return i, p.Deciding(out, i), nil
+}
+
+// shadowDecider is the decider store.Policy.Decide takes: nil for the
+// native core (it then decides with the compiled limits).
+func (s *Store) shadowDecider() core.Decider {
+	if s.native {
+		return nil
+	}
+	return s.decider
 }
 
 // insert returns the entry of req's key, looked up again under the shard's
@@ -794,7 +812,7 @@ func round16(n int64) int64 { return (n + 15) &^ 15 }
 // compact reports whether a key created by p is a compact entry in a store
 // whose decider is native or not.
 func compact(p *store.Policy, native bool) bool {
-	return native && p.Len() == 1 && p.Limits()[0].Algorithm != core.SlidingLog && len(p.Names()[0]) <= math.MaxUint16
+	return native && p.Len() == 1 && !p.Shadowed() && p.Limits()[0].Algorithm != core.SlidingLog && len(p.Names()[0]) <= math.MaxUint16
 }
 
 // charge returns the bytes a key created by p is charged: all it can hold
@@ -891,10 +909,11 @@ func newEntry(req *store.Request, size int64, native bool) *entry {
 }
 
 // adopt reports whether compact e can be decided compact under p (a
-// policy other than e's, of one limit with e's name, not a sliding log),
+// policy other than e's, of one limit with e's name, not a sliding log nor
+// a shadow limit),
 // and makes p e's policy if so; e.mu is held.
 func (e *entry) adopt(p *store.Policy) bool {
-	if p.Len() != 1 || p.Limits()[0].Algorithm == core.SlidingLog || e.name() != p.Names()[0] {
+	if p.Len() != 1 || p.Shadowed() || p.Limits()[0].Algorithm == core.SlidingLog || e.name() != p.Names()[0] {
 		return false
 	}
 	e.pid = p.ID()
@@ -1041,21 +1060,32 @@ func (s *Store) decideEntry(e *entry, req *store.Request) (int, error) {
 		e.pid = 0
 	}
 	var (
-		idx int
-		err error
+		idx     int
+		err     error
+		allowed bool
 	)
-	if req.Op == store.Peek {
+	switch {
+	case p.Shadowed():
+		// The enforced limits and the shadow ones in one step, under
+		// e.mu; states change only when the call is admitted.
+		idx, err = p.Decide(s.shadowDecider(), req.Op, ss, req.Now, req.Cost, out)
+		if req.Op == store.Peek {
+			return idx, err
+		}
+		allowed = err == nil && p.Deciding(out, idx).Allowed
+	case req.Op == store.Peek:
 		if s.native {
 			return core.PeekAllCompiled(p.Compiled(), ss, req.Now, req.Cost, out)
 		}
 		return s.decider.PeekAll(ls, ss, req.Now, req.Cost, out)
-	}
-	if s.native {
+	case s.native:
 		idx, err = core.TakeAllCompiled(p.Compiled(), ss, req.Now, req.Cost, out)
-	} else {
+		allowed = err == nil && out[idx].Allowed
+	default:
 		idx, err = s.decider.TakeAll(ls, ss, req.Now, req.Cost, out)
+		allowed = err == nil && out[idx].Allowed
 	}
-	if err != nil || !out[idx].Allowed {
+	if !allowed {
 		if gather { // keep grown logs
 			for i := range n {
 				x.states[indexes[i]].Log = ss[i].Log

@@ -49,10 +49,12 @@ const (
 // one commit. Decisions, rows and errors are those of Store, as if the
 // requests of a batch had been decided one by one in arrival order:
 //
-//   - ModeSQL calls rl.rl_decide_batch (migration 0009): one statement.
+//   - ModeSQL calls rl.rl_decide_batch (migration 0009): one statement. It
+//     refuses a policy with shadow limits with ErrShadowSQL, at once.
 //   - ModeGo locks every row of the batch with rl.lock_states_batch, in one
-//     order, decides in Go with Config.Decider, and writes the
-//     new states back with one UPDATE ... FROM unnest: two round trips.
+//     order, decides in Go with Config.Decider (store.Policy.Decide: shadow
+//     limits too), and writes the new states back with one UPDATE ... FROM
+//     unnest: two round trips.
 //
 // An invalid request gets its own error; the rest of its batch is decided.
 // A failure of the statement (a connection cut, Config.Timeout) gives every
@@ -150,6 +152,9 @@ func (b *Batched) Decide(ctx context.Context, req store.Request, each []core.Dec
 	if req.Policy == nil {
 		return 0, core.Decision{}, core.ErrLimits
 	}
+	if b.s.cfg.Mode == ModeSQL && req.Policy.Shadowed() {
+		return 0, core.Decision{}, ErrShadowSQL
+	}
 	n := req.Policy.Len()
 	if err := ctx.Err(); err != nil {
 		return 0, core.Decision{}, fmt.Errorf("pgstore: waiting for a batch: %w", err)
@@ -185,7 +190,7 @@ func (b *Batched) Decide(ctx context.Context, req store.Request, each []core.Dec
 		if len(each) >= n {
 			copy(each, c.out)
 		}
-		return c.index, c.out[c.index], nil
+		return c.index, c.policy.Deciding(c.out, c.index), nil
 	}
 	for {
 		select {
@@ -714,20 +719,14 @@ func (b *Batched) decideCalls(calls []*call, valid []bool, states map[pairKey]*p
 		if b.s.cfg.RequestClock {
 			now = c.now
 		}
-		dec := b.s.cfg.Decider
-		var idx int
-		var err error
-		if c.op == store.Peek {
-			idx, err = dec.PeekAll(c.limits, scratch, now, c.cost, c.out)
-		} else {
-			idx, err = dec.TakeAll(c.limits, scratch, now, c.cost, c.out)
-		}
+		// The call's enforced and shadow limits in one step.
+		idx, err := c.policy.Decide(b.s.cfg.Decider, c.op, scratch, now, c.cost, c.out)
 		if err != nil {
 			c.err = err
 			continue
 		}
 		c.index = idx
-		if c.op == store.Take && c.out[idx].Allowed && c.cost > 0 {
+		if c.op == store.Take && c.policy.Deciding(c.out, idx).Allowed && c.cost > 0 {
 			for j, name := range c.names {
 				ps := states[pairKey{c.key, name}]
 				ps.st, ps.dirty, ps.exp = scratch[j], true, expiresAt(now, c.out[j].ResetAfter)

@@ -94,6 +94,9 @@ func TestConformance(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			cfg := storetest.Config{New: func(t *testing.T) store.Store { return newStore(t, pool, m.cfg) },
 				DerivedNextAfter: m.cfg.Mode == pgstore.ModeSQL}
+			if m.cfg.Mode == pgstore.ModeSQL {
+				cfg.ShadowRefused = pgstore.ErrShadowSQL
+			}
 			if m.cfg.Mode == pgstore.ModeGo {
 				cfg.WithDecider = func(t *testing.T, d core.Decider) store.Store {
 					c := m.cfg

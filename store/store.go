@@ -11,7 +11,9 @@
 // A request carries a Policy, the names and limits checked and compiled
 // once (NewPolicy), and the key; a store that decides with the native core
 // uses the compiled limits (core.TakeInto, core.TakeAllCompiled), any other
-// decider the limits themselves.
+// decider the limits themselves. A policy may hold shadow limits
+// (Policy.WithShadow): candidates decided in the same atomic step that
+// never deny, which Policy.Decide decides for every store.
 //
 // Backends: memstore (in process, the embedded default) and pgstore
 // (PostgreSQL through pgx). Every backend runs the shared suite in
@@ -66,10 +68,17 @@ type Clock func() int64
 //
 // Decide atomically reads the states of req's limits on req's key, applies
 // the store's decision function (core.TakeAll or PeekAll semantics: all or
-// nothing) and writes the new states back when admitted. It returns the
-// deciding limit's index and decision, and fills each with every limit's
-// decision when len(each) ≥ req.Policy.Len() (pass nil when only the
-// deciding one matters). A denial is a result, not an error. Errors are
+// nothing) and writes the new states back when admitted. A policy with
+// shadow limits is decided by Policy.Decide in that same step: the
+// enforced limits all or nothing, each shadow limit charged only when the
+// call is admitted and it would admit the cost itself, never denying. It
+// returns the deciding limit's index and decision (Policy.Deciding), and
+// fills each with every limit's decision, a shadow limit's own included,
+// when len(each) ≥ req.Policy.Len() (pass nil when only the deciding one
+// matters). A denial is a result, not an error. A store that cannot decide
+// shadow limits refuses a policy with some with an error of its own
+// (pgstore.ErrShadowSQL), never by deciding them as enforced or ignoring
+// them. Errors are
 // either a core.Error (the request was invalid) or a failure of the store
 // itself, which a store should make recognisable with errors.Is(err,
 // ErrUnavailable) when it is transient (the backend is down or timed out).
