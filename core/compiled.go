@@ -127,3 +127,8 @@ func PeekAllCompiled(cs []Compiled, ss []State, now, cost int64, ds []Decision) 
 	}
 	return all(nil, cs, len(cs), ss, now, cost, ds, modePeek)
 }
+
+// Params returns the parameters a state written by c records (State.L, W
+// and R), for a store that keeps them beside the state rather than in it:
+// a state with Algorithm set, written by c, has exactly these.
+func (c *Compiled) Params() (l, w, r int64) { return c.l.Limit, c.l.Window, c.srate }
