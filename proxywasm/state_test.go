@@ -236,7 +236,7 @@ func TestStoreBadValues(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			sd := newMemData()
-			sd.set("rl/v2/r/0", val, 0)
+			sd.set("rl/v3/r/0", val, 0)
 			s := newStore(cfg, sd)
 			for i := range 3 {
 				_, err := s.take(r, "k", t0, 1, ds)
@@ -244,7 +244,7 @@ func TestStoreBadValues(t *testing.T) {
 					t.Fatalf("take %d: %v %+v, want a corrupt state (Internal)", i, err, ds[0])
 				}
 			}
-			if got, _, _ := sd.get("rl/v2/r/0"); string(got) != string(val) {
+			if got, _, _ := sd.get("rl/v3/r/0"); string(got) != string(val) {
 				t.Fatalf("the value was replaced: %x", got)
 			}
 		})
@@ -317,20 +317,20 @@ func FuzzParseSlot(f *testing.F) {
 			}
 		}
 		sd := newMemData()
-		sd.set("rl/v2/r/0", v, 0)
+		sd.set("rl/v3/r/0", v, 0)
 		s := newStore(cfg, sd)
 		ds := make([]core.Decision, 1)
 		_, err := s.take(r, "k", t0, 1, ds)
 		switch {
 		case errors.Is(err, errFull):
 		case errors.Is(err, core.ErrState):
-			if out, _, _ := sd.get("rl/v2/r/0"); string(out) != string(v) {
+			if out, _, _ := sd.get("rl/v3/r/0"); string(out) != string(v) {
 				t.Fatalf("a corrupt slot was written: %x", out)
 			}
 		case err != nil:
 			t.Fatalf("take: %v", err)
 		default:
-			if out, _, _ := sd.get("rl/v2/r/0"); ds[0].Allowed {
+			if out, _, _ := sd.get("rl/v3/r/0"); ds[0].Allowed {
 				mustParse(t, out)
 			}
 		}
