@@ -342,10 +342,26 @@ func retry(err error) error {
 // failures (shared data, no room, contention, a core error), never
 // denials.
 func (s *store) take(r *rule, key string, now, cost int64, ds []core.Decision) (int, error) {
+	return s.run(r, key, rlstore.Take, now, cost, ds)
+}
+
+// settle corrects the usage of key under r by delta at now (r.policy.Decide
+// with rlstore.Settle: core.SettleAll of every limit, shadow ones
+// included), as take does a decision: the key's state in shared data,
+// written with compare-and-swap. It never denies: a positive delta may
+// leave the key in debt, a negative one refunds, never below nothing
+// used. A key without a state is refunded nothing, and no state is
+// written for it.
+func (s *store) settle(r *rule, key string, now, delta int64, ds []core.Decision) (int, error) {
+	return s.run(r, key, rlstore.Settle, now, delta, ds)
+}
+
+// run makes take's or settle's attempts on key's place.
+func (s *store) run(r *rule, key string, op rlstore.Op, now, cost int64, ds []core.Decision) (int, error) {
 	p := placeOf(digest(key), s.cfg.Slots)
 	for range maxAttempts {
 		s.nviews = 0
-		idx, err := s.attempt(r, &p, now, cost, ds)
+		idx, err := s.attempt(r, &p, op, now, cost, ds)
 		if !errors.Is(err, errRetry) {
 			return idx, err
 		}
@@ -353,9 +369,9 @@ func (s *store) take(r *rule, key string, now, cost int64, ds []core.Decision) (
 	return 0, errContention
 }
 
-// attempt is one try of take: errRetry when a slot it read changed before
+// attempt is one try of run: errRetry when a slot it read changed before
 // it could write.
-func (s *store) attempt(r *rule, p *place, now, cost int64, ds []core.Decision) (int, error) {
+func (s *store) attempt(r *rule, p *place, op rlstore.Op, now, cost int64, ds []core.Decision) (int, error) {
 	home, err := s.view(r, p.home)
 	if err != nil {
 		return 0, err
@@ -376,7 +392,7 @@ func (s *store) attempt(r *rule, p *place, now, cost int64, ds []core.Decision) 
 			s.drop = append(s.drop[:0], i)
 			return 0, retry(s.commit(home, home.sl.appendKept(s.out[:0], now, s.drop, 0)))
 		}
-		idx, expiry, err := s.decide(r, &alt.sl, j, now, cost, ds)
+		idx, expiry, err := s.decide(r, &alt.sl, j, op, now, cost, ds)
 		if err != nil || expiry == 0 {
 			return idx, err
 		}
@@ -387,7 +403,7 @@ func (s *store) attempt(r *rule, p *place, now, cost int64, ds []core.Decision) 
 		}
 		return idx, nil
 	}
-	idx, expiry, err := s.decide(r, &home.sl, i, now, cost, ds)
+	idx, expiry, err := s.decide(r, &home.sl, i, op, now, cost, ds)
 	if err != nil || expiry == 0 {
 		return idx, err
 	}
@@ -405,24 +421,28 @@ func (s *store) attempt(r *rule, p *place, now, cost int64, ds []core.Decision) 
 	return idx, nil
 }
 
-// decide decides cost at now on the states of record i of sl (fresh states
-// if i < 0, or if they were written under other limits) into s.states.
-// expiry is 0 when nothing was taken (a denial, cost 0): the state read is
-// the state, no write. A state core refuses (core.ErrState: a foreign
+// decide decides op (a take, or a settle of cost) at now on the states of
+// record i of sl (fresh states if i < 0, or if they were written under
+// other limits) into s.states. expiry is 0 when nothing was taken (a
+// denial, cost 0, a settle of 0 or a refund on no state): the state read
+// is the state, no write. A state core refuses (core.ErrState: a foreign
 // writer or a bug) is an error, Internal by the one failure rule (refused,
 // never admitted), as in every store: never a fresh start.
-func (s *store) decide(r *rule, sl *slot, i int, now, cost int64, ds []core.Decision) (idx int, expiry int64, err error) {
+func (s *store) decide(r *rule, sl *slot, i int, op rlstore.Op, now, cost int64, ds []core.Decision) (idx int, expiry int64, err error) {
 	states := s.states[:len(r.Limits)]
 	if i < 0 || !sl.loadStates(i, r, states, s.logs) {
 		resetStates(r, states, s.logs)
 	}
 	// The enforced limits all or nothing and the shadow ones (if any) in
 	// this one step, written by one compare-and-swap.
-	idx, err = r.policy.Decide(nil, rlstore.Take, states, now, cost, ds)
+	idx, err = r.policy.Decide(nil, op, states, now, cost, ds)
 	if err != nil {
 		return 0, 0, fmt.Errorf("rl-filter: rule %q: the key's stored state: %w", r.Name, err)
 	}
-	if !r.policy.Deciding(ds, idx).Allowed || cost == 0 {
+	switch {
+	case op == rlstore.Settle && (cost == 0 || cost < 0 && i < 0):
+		return idx, 0, nil
+	case op != rlstore.Settle && (!r.policy.Deciding(ds, idx).Allowed || cost == 0):
 		return idx, 0, nil
 	}
 	expiry = now
