@@ -63,9 +63,10 @@ func mustConfig(t testing.TB, js string) *config {
 
 const t0 = int64(1_767_225_600_000_000) // 2026-01-01T00:00:00Z in µs
 
-// TestStoreMatchesCore: a sequence of decisions on one key through shared
-// data equals core.TakeAll on a state kept in memory, for every algorithm,
-// several limits at once and sliding logs.
+// TestStoreMatchesCore: a sequence of decisions and settles on one key
+// through shared data equals core.TakeAll and core.SettleAll on a state
+// kept in memory, for every algorithm, several limits at once and sliding
+// logs.
 func TestStoreMatchesCore(t *testing.T) {
 	for _, js := range []string{
 		`[{"name":"f","strategy":"fixed","limit":5,"window":"1s"}]`,
@@ -97,8 +98,21 @@ func TestStoreMatchesCore(t *testing.T) {
 			for step := range 3000 {
 				now += rnd.Int64N(120_000) - 5_000 // sometimes backwards
 				cost := rnd.Int64N(3)
-				wi, werr := core.TakeAll(r.Limits, want, now, cost, wd)
-				gi, gerr := s.take(r, "k", now, cost, gd)
+				var wi, gi int
+				var werr, gerr error
+				for i, l := range r.Limits {
+					if l.Algorithm == core.SlidingLog && want[i].Log == nil { // a settle left nothing: no storage
+						want[i].Log = make([]int64, 0, l.Limit)
+					}
+				}
+				if rnd.IntN(5) == 0 { // a settle: debt or refund
+					cost = rnd.Int64N(11) - 4
+					wi, werr = core.SettleAll(r.Limits, want, now, cost, wd)
+					gi, gerr = s.settle(r, "k", now, cost, gd)
+				} else {
+					wi, werr = core.TakeAll(r.Limits, want, now, cost, wd)
+					gi, gerr = s.take(r, "k", now, cost, gd)
+				}
 				if werr != nil || gerr != nil || wi != gi {
 					t.Fatalf("step %d: index %d/%d, errors %v/%v", step, gi, wi, gerr, werr)
 				}
