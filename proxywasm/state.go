@@ -824,9 +824,9 @@ func (sl *slot) movable(i, n int, now int64, slots int) (place, bool) {
 }
 
 // loadStates decodes record i's states into states (log entries into
-// logs). It reports false, leaving states to be reset, when the record's
-// states do not fit r (the rule's limits changed in number, or a sliding
-// log is longer than its limit now allows).
+// logs, or, for a log written under other parameters than r's, storage of
+// its own). It reports false, leaving states to be reset, when the
+// record's states do not fit r (the rule's limits changed in number).
 func (sl *slot) loadStates(i int, r *rule, states []core.State, logs []int64) bool {
 	e := sl.recs[i]
 	if e.states != len(r.Limits) {
@@ -849,17 +849,26 @@ func (sl *slot) loadStates(i int, r *rule, states []core.State, logs []int64) bo
 		}
 		ln := int(sl.word(p + 56))
 		p += stateWords * 8
+		c := 0 // the log storage the limit needs
 		if l.Algorithm == core.SlidingLog {
-			c := int(l.Limit)
-			if ln > c {
-				return false
-			}
-			st.Log = logs[off : off+ln : off+c]
-			for k := range ln {
-				st.Log[k] = sl.word(p + 8*k)
-			}
-			off += c
+			c = int(l.Limit)
 		}
+		switch {
+		case ln <= c && c > 0:
+			st.Log = logs[off : off+ln : off+c]
+		case ln > 0:
+			// A log written under other parameters: more entries than
+			// the limit holds (a lowered limit), or read by another
+			// algorithm, which carries its usage over. Rare (after a
+			// change): storage of its own, all of its entries (core
+			// reads them all; the oldest may count again if the limit is
+			// raised back).
+			st.Log = make([]int64, ln, max(ln, c))
+		}
+		for k := range ln {
+			st.Log[k] = sl.word(p + 8*k)
+		}
+		off += c
 		p += ln * 8
 		states[j] = st
 	}
