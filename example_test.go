@@ -157,3 +157,30 @@ func ExampleLimiter_Settle() {
 	// used 1500 tokens: 0 left
 	// next request allowed=false, retry after 38.4s
 }
+
+// A changed limit takes effect at the next call, on the units the key has
+// used: state is kept per key and limit name, so a key moved from the free
+// policy to the paid one (a limit of the same name) carries its usage.
+func ExamplePolicy_carry() {
+	free := rl.MustPolicy(rl.Limit{Name: "day", Algorithm: core.GCRA, Limit: 100, Window: 24 * time.Hour})
+	paid := rl.MustPolicy(rl.Limit{Name: "day", Algorithm: core.GCRA, Limit: 1000, Window: 24 * time.Hour})
+	lim, err := rl.New(rl.Config{Clock: func() int64 { return 1_767_225_600_000_000 }})
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close()
+	ctx := context.Background()
+	res, _ := lim.Do(ctx, rl.Request{Key: "k", Cost: 100, Policy: free})
+	fmt.Println("free:", res.Allowed, res.Remaining)
+	res, _ = lim.Do(ctx, rl.Request{Key: "k", Cost: 1, Policy: free})
+	fmt.Println("free, exhausted:", res.Allowed, res.RetryAfter)
+	res, _ = lim.Do(ctx, rl.Request{Key: "k", Cost: 1, Policy: paid})
+	fmt.Println("paid, at once:", res.Allowed, res.Remaining)
+	res, _ = lim.Do(ctx, rl.Request{Key: "k", Cost: 1, Policy: free})
+	fmt.Println("back to free:", res.Allowed, res.RetryAfter) // the 101 used count as free's 100
+	// Output:
+	// free: true 0
+	// free, exhausted: false 14m24s
+	// paid, at once: true 899
+	// back to free: false 14m24s
+}
