@@ -548,21 +548,21 @@ func (s *Service) apiReset(w http.ResponseWriter, r *http.Request) {
 // RuleJSON describes a rule in GET /v1/ratelimit/rules and in explain: the
 // configuration's fields in canonical form.
 type RuleJSON struct {
-	Name            string          `json:"name"`
-	Endpoint        string          `json:"endpoint,omitempty"`
-	Host            string          `json:"host,omitempty"`
-	Methods         []string        `json:"methods,omitempty"`
-	KeyBy           string          `json:"key_by"`
-	Cost            int64           `json:"cost"`
-	MinCost         int64           `json:"min_cost"`
-	CostHeader      string          `json:"cost_header,omitempty"`
-	ResponseCost    string          `json:"response_cost_header,omitempty"`
-	FailOpen        bool            `json:"fail_open"`
-	Shape           bool            `json:"shape,omitempty"`
-	RateLimitFields string          `json:"ratelimit_fields"`
-	QuotaUnit       string          `json:"quota_unit"`
-	PartitionKey    bool            `json:"partition_key,omitempty"`
-	Limits          []LimitSpecJSON `json:"limits"`
+	Name               string          `json:"name"`
+	Endpoint           string          `json:"endpoint,omitempty"`
+	Host               string          `json:"host,omitempty"`
+	Methods            []string        `json:"methods,omitempty"`
+	KeyBy              string          `json:"key_by"`
+	Cost               int64           `json:"cost"`
+	MinCost            int64           `json:"min_cost"`
+	CostHeader         string          `json:"cost_header,omitempty"`
+	ResponseCostHeader string          `json:"response_cost_header,omitempty"`
+	FailOpen           bool            `json:"fail_open"`
+	Shape              bool            `json:"shape,omitempty"`
+	RateLimitFields    string          `json:"ratelimit_fields"`
+	QuotaUnit          string          `json:"quota_unit"`
+	PartitionKey       bool            `json:"partition_key,omitempty"`
+	Limits             []LimitSpecJSON `json:"limits"`
 	// Overrides are the rule's per-key overrides, in file order.
 	Overrides []OverrideJSON `json:"overrides,omitempty"`
 }
