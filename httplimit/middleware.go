@@ -40,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"time"
 
@@ -297,7 +298,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		h.report(r, &d, start)
 		if c.AllowMissingKey {
-			h.next.ServeHTTP(w, r)
+			h.serve(w, r)
 			return
 		}
 		h.refuse(w, r, d)
@@ -353,10 +354,23 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		WriteDeniedFor(w, r, res, req.Each, c.Problems)
 	case OutcomeFailOpen:
-		h.next.ServeHTTP(w, r)
+		h.serve(w, r)
 	default:
 		h.refuse(w, r, d)
 	}
+}
+
+// serve serves a request that was not decided (unkeyed, failed open):
+// nothing was taken, so nothing is settled, but the ResponseCost field is
+// kept from the client all the same.
+func (h *handler) serve(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.ResponseCost.Field == "" {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	cw := &costWriter{ResponseWriter: w, field: textproto.CanonicalMIMEHeaderKey(h.cfg.ResponseCost.Field)}
+	h.next.ServeHTTP(cw, r)
+	cw.finish()
 }
 
 // results returns the slice a decision under p (nil: the limiter's

@@ -244,6 +244,37 @@ func TestResponseCostFailures(t *testing.T) {
 	}
 }
 
+// A request served without a decision (the store down, FailOpen; no key,
+// AllowMissingKey) took nothing and settles nothing, but the field is
+// kept from the client all the same.
+func TestResponseCostUndecided(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  httplimit.Config
+		user string
+	}{
+		{"failed open", httplimit.Config{Limiter: failing{errDown}, FailOpen: true}, "u"},
+		{"unkeyed", httplimit.Config{Limiter: failing{errDown}, AllowMissingKey: true}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			settled := false
+			c.cfg.Key = httplimit.Header("X-User")
+			c.cfg.ResponseCost = httplimit.ResponseCost{Field: "X-Cost-Actual"}
+			c.cfg.OnSettle = func(*http.Request, httplimit.Settlement) { settled = true }
+			mw, err := httplimit.New(c.cfg)
+			require.NoError(t, err)
+			w := get(mw(costHandler("header", "5")), func(r *http.Request) {
+				if c.user != "" {
+					r.Header.Set("X-User", c.user)
+				}
+			})
+			require.Equal(t, 200, w.Code)
+			require.Empty(t, w.Header().Values("X-Cost-Actual"))
+			require.False(t, settled)
+		})
+	}
+}
+
 func TestResponseCostRefusedConfig(t *testing.T) {
 	lim, err := rl.New(rl.Config{Policy: rl.MustPolicy(rl.Limit{Algorithm: core.FixedWindow, Limit: 1, Window: time.Second})})
 	require.NoError(t, err)

@@ -247,6 +247,7 @@ func (h *httpContext) failed(r *rule, begun outage.Token, err error) types.Actio
 	}
 	h.settle = nil // nothing taken
 	if open {
+		h.expectNoSettle(r)
 		return types.ActionContinue
 	}
 	status, body := class.Refusal()

@@ -172,6 +172,7 @@ func (h *httpContext) onGlobal(r *rule, begun outage.Token, key string, cost int
 	switch {
 	case errors.Is(err, errServiceFailOpen):
 		act = types.ActionContinue // the service's store failed, fail_open: no decision, no fields
+		h.expectNoSettle(r)
 	case err != nil:
 		act = h.failed(r, begun, fmt.Errorf("cluster %q: %w", r.Global.Cluster, err))
 	default:

@@ -36,6 +36,10 @@ type pendingSettle struct {
 	estimate int64  // the cost taken
 	values   []string
 	done     bool
+	// untaken: the request was let through without a decision
+	// (fail_open): nothing to settle, but the field is removed all the
+	// same.
+	untaken bool
 }
 
 // settleMetric is the name of the counter of a rule's settles by result:
@@ -77,6 +81,14 @@ func (p *pluginContext) countSettle(r *rule, result int) {
 func (h *httpContext) expectSettle(r *rule, key, record string, cost int64) {
 	if r.ResponseCostHeader != "" {
 		h.settle = &pendingSettle{r: r, key: key, record: record, estimate: cost}
+	}
+}
+
+// expectNoSettle records that the request, let through by r without a
+// decision, has its response's cost field removed, settling nothing.
+func (h *httpContext) expectNoSettle(r *rule) {
+	if r.ResponseCostHeader != "" {
+		h.settle = &pendingSettle{r: r, untaken: true}
 	}
 }
 
@@ -141,8 +153,8 @@ func (h *httpContext) finishSettle() {
 		return
 	}
 	ps.done = true
-	if len(ps.values) == 0 {
-		return // the estimate stands
+	if len(ps.values) == 0 || ps.untaken {
+		return // the estimate stands, or nothing was taken
 	}
 	p, r := h.p, ps.r
 	actual, _, err := pipeline.ParseResponseCost(ps.values, r.MinCost)

@@ -167,3 +167,23 @@ func TestFilterResponseCostGlobal(t *testing.T) {
 		t.Errorf("%d callouts for a denied request", n)
 	}
 }
+
+// TestFilterResponseCostFailOpen: a request let through without a decision
+// (shared data failing, fail_open) took nothing and settles nothing, but
+// the field is removed from its response all the same.
+func TestFilterResponseCostFailOpen(t *testing.T) {
+	defer func(f func() sharedData) { newSharedData = f }(newSharedData)
+	sd := &breakable{memData: newMemData()}
+	newSharedData = func() sharedData { return sd }
+	host := emulate(t, `{"rules":[{"name":"r","strategy":"fixed","limit":5,"window":"1s","fail_open":true,"response_cost_header":"x-cost-actual"}]}`)
+	sd.broken = true
+	local, hs := respond(t, host, get("/"), [][2]string{{"x-cost-actual", "9"}}, true, nil)
+	if local != nil || headerValue(hs, "x-cost-actual") != "" {
+		t.Fatalf("%+v %q", local, hs)
+	}
+	for _, res := range settleResults {
+		if n, _ := host.GetCounterMetric(settleMetric("r", res)); n != 0 {
+			t.Errorf("%s: %d", res, n)
+		}
+	}
+}
