@@ -643,6 +643,13 @@ func TestStorePlacementExact(t *testing.T) {
 	sd := newMemData()
 	keys := randomKeys(3, 12) // 75% of 16
 	const vms, perVM = 8, 150
+	// The slots exist before the VMs decide, as when Envoy's workers have
+	// started: creation is the one unconditional write (README, "Creating
+	// slots"), and a VM creating a slot while another already decides on
+	// it is the start-up window this test is not about.
+	if err := newStore(cfg, sd).createSlots(); err != nil {
+		t.Fatal(err)
+	}
 	admitted := make([]int, len(keys))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
