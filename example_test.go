@@ -122,3 +122,65 @@ func ExampleLimit_shadow() {
 	// request 3: allowed=true by minute; candidate would deny: true
 	// request 4: allowed=false by minute; candidate would deny: true
 }
+
+// Settle charges the real cost of a call once it is known: here an LLM
+// endpoint limited to 1,000 tokens a minute takes an estimate of 100
+// tokens per request and settles the tokens the model actually used. A
+// response that used more puts the key in debt; the next request is
+// denied until the debt is paid off.
+func ExampleLimiter_Settle() {
+	policy := rl.MustPolicy(rl.Limit{Name: "tokens", Algorithm: core.TokenBucket, Limit: 1000, Window: time.Minute})
+	lim, err := rl.New(rl.Config{Policy: policy, Clock: func() int64 { return 1_767_225_600_000_000 }})
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close()
+
+	ctx := context.Background()
+	const estimate = 100
+	for _, used := range []int64{40, 1500} {
+		res, err := lim.AllowN(ctx, "user:42", estimate)
+		if err != nil || !res.Allowed {
+			fmt.Println("denied", res.RetryAfter, err)
+			continue
+		}
+		res, err = lim.Settle(ctx, "user:42", used-estimate)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("used %d tokens: %d left\n", used, res.Remaining)
+	}
+	res, _ := lim.AllowN(ctx, "user:42", estimate)
+	fmt.Printf("next request allowed=%v, retry after %v\n", res.Allowed, res.RetryAfter)
+	// Output:
+	// used 40 tokens: 960 left
+	// used 1500 tokens: 0 left
+	// next request allowed=false, retry after 38.4s
+}
+
+// A changed limit takes effect at the next call, on the units the key has
+// used: state is kept per key and limit name, so a key moved from the free
+// policy to the paid one (a limit of the same name) carries its usage.
+func ExamplePolicy_carry() {
+	free := rl.MustPolicy(rl.Limit{Name: "day", Algorithm: core.GCRA, Limit: 100, Window: 24 * time.Hour})
+	paid := rl.MustPolicy(rl.Limit{Name: "day", Algorithm: core.GCRA, Limit: 1000, Window: 24 * time.Hour})
+	lim, err := rl.New(rl.Config{Clock: func() int64 { return 1_767_225_600_000_000 }})
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close()
+	ctx := context.Background()
+	res, _ := lim.Do(ctx, rl.Request{Key: "k", Cost: 100, Policy: free})
+	fmt.Println("free:", res.Allowed, res.Remaining)
+	res, _ = lim.Do(ctx, rl.Request{Key: "k", Cost: 1, Policy: free})
+	fmt.Println("free, exhausted:", res.Allowed, res.RetryAfter)
+	res, _ = lim.Do(ctx, rl.Request{Key: "k", Cost: 1, Policy: paid})
+	fmt.Println("paid, at once:", res.Allowed, res.Remaining)
+	res, _ = lim.Do(ctx, rl.Request{Key: "k", Cost: 1, Policy: free})
+	fmt.Println("back to free:", res.Allowed, res.RetryAfter) // the 101 used count as free's 100
+	// Output:
+	// free: true 0
+	// free, exhausted: false 14m24s
+	// paid, at once: true 899
+	// back to free: false 14m24s
+}

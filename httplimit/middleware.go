@@ -19,6 +19,13 @@
 // observes every outcome (for metrics), and Denied and Refused write the
 // responses.
 //
+// A cost known only once the handler has run (the tokens a model
+// generated, the bytes sent) is settled: the request is charged an
+// estimate when it arrives, the handler writes the actual cost in a
+// response field (Config.ResponseCost), and the middleware settles the
+// difference on the same key after the handler returns, putting the key
+// in debt or refunding it.
+//
 // A limit bounds each key, so it is only as strong as the key: ClientIP
 // keys IPv4 clients per address and IPv6 clients per /64 (IPKeyConfig
 // changes both), while Header, Query and APIKey key by whatever the client
@@ -33,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -41,6 +49,7 @@ import (
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/outage"
 	"github.com/rlcore/rl/internal/pipeline"
+	"github.com/rlcore/rl/internal/ruleconfig"
 )
 
 // Limiter decides requests. *rl.Limiter is one; wrap one to add to every
@@ -88,7 +97,8 @@ type Config struct {
 	Fail func(r *http.Request, err error) Outcome
 	// OnError, if set, is called with every error: store failures (match
 	// rl.ErrStore), invalid keys (rl.ErrInvalidKey, ErrNoKey), invalid
-	// costs and others.
+	// costs, invalid response costs (ErrResponseCost) and failed settles
+	// (ResponseCost: from the goroutine that settled) and others.
 	OnError func(r *http.Request, err error)
 	// OnDecision, if set, is called once for every request, with its
 	// outcome, before the request is answered or served (and before a
@@ -122,6 +132,23 @@ type Config struct {
 	// accepts JSON (ProblemsAuto, the default), always (ProblemsJSON) or
 	// never (ProblemsText: plain text).
 	Problems Problems
+	// ResponseCost, if its Field is set, settles the cost of each
+	// admitted request against what its response reports: the request is
+	// charged its cost (Cost, the estimate) when it arrives and, once the
+	// handler has returned, the difference between the actual cost the
+	// handler wrote in that field (a header or a trailer) and the
+	// estimate is settled on the same key and policy, in one Limiter call
+	// (rl.Request.Settle) that never holds the response. A response
+	// without the field settles nothing; an invalid one settles nothing
+	// and is reported (ErrResponseCost). The field never reaches the
+	// client. Errors go to OnError; OnSettle sees each settle.
+	ResponseCost ResponseCost
+	// OnSettle, if set, is called once for every admitted request whose
+	// response carried the ResponseCost field, after its settle (from
+	// the goroutine that made it) or, when no store call was needed (an
+	// invalid field, a cost equal to the estimate), before the handler's
+	// ServeHTTP returns. It is the place for metrics.
+	OnSettle func(r *http.Request, s Settlement)
 }
 
 // Problems chooses between plain text and RFC 9457 problem details
@@ -237,6 +264,9 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 	if cfg.Fail != nil && cfg.FailOpen {
 		return nil, errors.New("httplimit: Config.Fail and Config.FailOpen are both set: Fail decides alone (return OutcomeFailOpen from it)")
 	}
+	if rc := cfg.ResponseCost; rc.Field != "" && !ruleconfig.IsToken(rc.Field) || rc.Min < 0 || rc.Min > core.MaxCost {
+		return nil, fmt.Errorf("httplimit: Config.ResponseCost: want a header name and a Min in [0, %d], got %q and %d", core.MaxCost, rc.Field, rc.Min)
+	}
 	// One detector for the middleware, shared by every handler it wraps:
 	// the store's health is the same for all of them. Only FailOpen
 	// without Fail reads it.
@@ -270,7 +300,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		h.report(r, &d, start)
 		if c.AllowMissingKey {
-			h.next.ServeHTTP(w, r)
+			h.serve(w, r)
 			return
 		}
 		h.refuse(w, r, d)
@@ -317,6 +347,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if c.Wait && res.Delay > 0 && !wait(r.Context(), res.Delay) {
 			return // the client went away
 		}
+		if c.ResponseCost.Field != "" {
+			h.serveAndSettle(w, r, &req)
+			return
+		}
 		h.next.ServeHTTP(w, r)
 	case OutcomeDenied:
 		setFields(w.Header(), key, res, req.Each, c.Fields, policy, &h.policy)
@@ -326,10 +360,23 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		WriteDeniedFor(w, r, res, req.Each, c.Problems)
 	case OutcomeFailOpen:
-		h.next.ServeHTTP(w, r)
+		h.serve(w, r)
 	default:
 		h.refuse(w, r, d)
 	}
+}
+
+// serve serves a request that was not decided (unkeyed, failed open):
+// nothing was taken, so nothing is settled, but the ResponseCost field is
+// kept from the client all the same.
+func (h *handler) serve(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.ResponseCost.Field == "" {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	cw := &costWriter{ResponseWriter: w, field: textproto.CanonicalMIMEHeaderKey(h.cfg.ResponseCost.Field)}
+	h.next.ServeHTTP(cw, r)
+	cw.finish()
 }
 
 // results returns the slice a decision under p (nil: not known ahead)

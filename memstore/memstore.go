@@ -208,7 +208,7 @@ type entry struct {
 
 	// Line 1: the decision.
 	mu      sync.Mutex
-	pid     uint64
+	pol     *store.Policy
 	expires int64 // µs: all states are fresh from then on
 	alg     core.Algorithm
 	dead    bool   // removed from its shard, under mu: look the key up again
@@ -599,22 +599,33 @@ func (s *Store) Decide(_ context.Context, req store.Request, each []core.Decisio
 	h, sh, e := s.lookup(req.Prefix, req.Key)
 	if e != nil {
 		e.mu.Lock()
-		if e.one && e.pid == p.ID() && !e.dead {
+		if e.one && e.pol == p && !e.dead {
 			var (
 				d   core.Decision
 				err error
 			)
 			st := core.State{Algorithm: e.alg, T: e.t, X: e.x, Y: e.y}
 			c := &p.Compiled()[0]
-			if req.Op == store.Take {
+			if st.Algorithm != 0 { // written by c: its parameters
+				st.L, st.W, st.R = c.Params()
+			}
+			switch req.Op {
+			case store.Take:
 				if err = c.TakeInto(&st, req.Now, req.Cost, &d); err == nil && d.Allowed {
 					e.alg, e.t, e.x, e.y = st.Algorithm, st.T, st.X, st.Y
 					if exp := req.Now + d.ResetAfter; exp > e.expires {
 						e.expires = exp
 					}
 				}
-			} else {
+			case store.Peek:
 				err = c.PeekInto(&st, req.Now, req.Cost, &d)
+			default:
+				if err = c.SettleInto(&st, req.Now, req.Cost, &d); err == nil {
+					e.alg, e.t, e.x, e.y = st.Algorithm, st.T, st.X, st.Y
+					if exp := req.Now + d.ResetAfter; exp > e.expires {
+						e.expires = exp
+					}
+				}
 			}
 			e.mu.Unlock()
 			if err != nil {
@@ -658,7 +669,7 @@ func (s *Store) decide(sh *shard, h uint64, req *store.Request, each []core.Deci
 			e.mu.Unlock()
 			continue
 		}
-		if e.one && (e.pid == p.ID() || e.adopt(p)) {
+		if e.one && (e.pol == p || e.adopt(p)) {
 			d, err := e.decideOne(req)
 			e.mu.Unlock()
 			if err == nil && len(each) != 0 {
@@ -870,7 +881,7 @@ func limitBytes(name string, l *core.Limit) int64 {
 // keeps, so that a key does not pin the request's buffers.
 func newEntry(req *store.Request, size int64, native bool) *entry {
 	p := req.Policy
-	e := &entry{charged: size, pid: p.ID()}
+	e := &entry{charged: size, pol: p}
 	lp, lk := len(req.Prefix), len(req.Key)
 	e.klen, e.plen = uint32(lp+lk), uint32(lp)
 	if lp+lk <= inlineText {
@@ -908,6 +919,18 @@ func newEntry(req *store.Request, size int64, native bool) *entry {
 	return e
 }
 
+// sameParams reports whether a state written by a reads under b exactly
+// as written: same algorithm and parameters.
+func sameParams(a, b *core.Compiled) bool {
+	la, lb := a.Limit(), b.Limit()
+	if la.Algorithm != lb.Algorithm {
+		return false
+	}
+	l1, w1, r1 := a.Params()
+	l2, w2, r2 := b.Params()
+	return l1 == l2 && w1 == w2 && r1 == r2
+}
+
 // adopt reports whether compact e can be decided compact under p (a
 // policy other than e's, of one limit with e's name, not a sliding log nor
 // a shadow limit),
@@ -916,7 +939,13 @@ func (e *entry) adopt(p *store.Policy) bool {
 	if p.Len() != 1 || p.Shadowed() || p.Limits()[0].Algorithm == core.SlidingLog || e.name() != p.Names()[0] {
 		return false
 	}
-	e.pid = p.ID()
+	if e.alg != 0 && !sameParams(&e.pol.Compiled()[0], &p.Compiled()[0]) {
+		// Its state records the old limit's parameters, which the
+		// compact form keeps only as e.pol: spill it, so that the core
+		// carries it over to the new limit.
+		return false
+	}
+	e.pol = p
 	return true
 }
 
@@ -927,14 +956,23 @@ func (e *entry) decideOne(req *store.Request) (core.Decision, error) {
 	var d core.Decision
 	st := core.State{Algorithm: e.alg, T: e.t, X: e.x, Y: e.y}
 	c := &req.Policy.Compiled()[0]
-	if req.Op == store.Peek {
+	if st.Algorithm != 0 {
+		st.L, st.W, st.R = c.Params()
+	}
+	switch req.Op {
+	case store.Peek:
 		if err := c.PeekInto(&st, req.Now, req.Cost, &d); err != nil {
 			return core.Decision{}, err
 		}
 		return d, nil
-	}
-	if err := c.TakeInto(&st, req.Now, req.Cost, &d); err != nil {
-		return core.Decision{}, err
+	case store.Settle:
+		if err := c.SettleInto(&st, req.Now, req.Cost, &d); err != nil {
+			return core.Decision{}, err
+		}
+	default:
+		if err := c.TakeInto(&st, req.Now, req.Cost, &d); err != nil {
+			return core.Decision{}, err
+		}
 	}
 	if d.Allowed {
 		e.alg, e.t, e.x, e.y = st.Algorithm, st.T, st.X, st.Y
@@ -962,7 +1000,11 @@ func (e *entry) spill() {
 	}
 	x := e.ext
 	x.names = []string{e.name()}
-	x.states = []core.State{{Algorithm: e.alg, T: e.t, X: e.x, Y: e.y}}
+	st := core.State{Algorithm: e.alg, T: e.t, X: e.x, Y: e.y}
+	if st.Algorithm != 0 { // written under e.pol's limit: its parameters
+		st.L, st.W, st.R = e.pol.Compiled()[0].Params()
+	}
+	x.states = []core.State{st}
 	x.out = make([]core.Decision, 1)
 	e.one, e.alg, e.t, e.x, e.y = false, 0, 0, 0, 0
 }
@@ -1011,7 +1053,7 @@ func (s *Store) decideEntry(e *entry, req *store.Request) (int, error) {
 		e.spill()
 	}
 	x := e.ext
-	same := e.pid == p.ID()
+	same := e.pol == p
 	if !same {
 		same = e.sameNames(p.Names())
 		if extra := e.growth(req, same); extra > 0 {
@@ -1055,9 +1097,9 @@ func (s *Store) decideEntry(e *entry, req *store.Request) (int, error) {
 	// From here on e's states have p's names in p's order (same) and the
 	// logs p needs: p's next request needs neither check.
 	if same {
-		e.pid = p.ID()
+		e.pol = p
 	} else {
-		e.pid = 0
+		e.pol = nil
 	}
 	var (
 		idx     int
@@ -1078,6 +1120,9 @@ func (s *Store) decideEntry(e *entry, req *store.Request) (int, error) {
 			return core.PeekAllCompiled(p.Compiled(), ss, req.Now, req.Cost, out)
 		}
 		return s.decider.PeekAll(ls, ss, req.Now, req.Cost, out)
+	case req.Op == store.Settle:
+		idx, err = p.Decide(s.shadowDecider(), store.Settle, ss, req.Now, req.Cost, out)
+		allowed = err == nil
 	case s.native:
 		idx, err = core.TakeAllCompiled(p.Compiled(), ss, req.Now, req.Cost, out)
 		allowed = err == nil && out[idx].Allowed

@@ -22,6 +22,7 @@ const (
 	defaultTimeoutMS   = 100
 	maxTimeoutMS       = 60_000
 	defaultCheckPath   = "/v1/ratelimit/check"
+	defaultSettlePath  = "/v1/ratelimit/settle"
 )
 
 // config is a validated plugin configuration.
@@ -66,6 +67,11 @@ type rule struct {
 	// least one may ask for (pipeline.ParseCost).
 	Cost, MinCost int64
 	CostHeader    string
+	// ResponseCostHeader, if set, names the upstream's response field
+	// (header or trailer; lower case, as proxy-wasm gives names)
+	// carrying an admitted request's actual cost, settled against the
+	// cost taken (settle.go) and removed from the response.
+	ResponseCostHeader string
 	// FailOpen admits requests when no decision can be had (shared data
 	// failed or full, the global service failed or timed out).
 	FailOpen bool
@@ -95,7 +101,10 @@ type globalSpec struct {
 	Cluster   string // Envoy cluster running rl-wasm-host
 	Authority string // :authority of the callout; default the cluster name
 	Path      string // default /v1/ratelimit/check
-	TimeoutMS uint32 // default 100
+	// SettlePath is where a rule with response_cost_header sends its
+	// settles; default /v1/ratelimit/settle.
+	SettlePath string
+	TimeoutMS  uint32 // default 100
 	// Rule names a rule of rl-wasm-host's configuration; "" sends this
 	// rule's limits inline.
 	Rule string
@@ -110,7 +119,7 @@ func (g globalSpec) String() string {
 	if g.Token != "" {
 		t = " token=<redacted>"
 	}
-	return fmt.Sprintf("{cluster=%s authority=%s path=%s timeout=%dms rule=%s%s}", g.Cluster, g.Authority, g.Path, g.TimeoutMS, g.Rule, t)
+	return fmt.Sprintf("{cluster=%s authority=%s path=%s settle_path=%s timeout=%dms rule=%s%s}", g.Cluster, g.Authority, g.Path, g.SettlePath, g.TimeoutMS, g.Rule, t)
 }
 
 // Problem is one mistake in the configuration: the rule, the field's path
@@ -169,12 +178,13 @@ type ruleJSON struct {
 // globalJSON is a rule's global mode as written.
 type globalJSON struct {
 	ruleconfig.Fields
-	Cluster   ruleconfig.String `json:"cluster"`
-	Authority ruleconfig.String `json:"authority"`
-	Path      ruleconfig.String `json:"path"`
-	Timeout   ruleconfig.String `json:"timeout"`
-	Rule      ruleconfig.String `json:"rule"`
-	Token     ruleconfig.String `json:"token"`
+	Cluster    ruleconfig.String `json:"cluster"`
+	Authority  ruleconfig.String `json:"authority"`
+	Path       ruleconfig.String `json:"path"`
+	SettlePath ruleconfig.String `json:"settle_path"`
+	Timeout    ruleconfig.String `json:"timeout"`
+	Rule       ruleconfig.String `json:"rule"`
+	Token      ruleconfig.String `json:"token"`
 }
 
 // Validate checks the configuration and returns it (its rules not yet
@@ -245,7 +255,8 @@ func (r *ruleJSON) check(c *ruleconfig.Checker) (*rule, bool) {
 	ru := &rule{
 		Name: s.Name, Endpoint: s.Endpoint, Host: s.Host, Methods: s.Methods,
 		KeyBy: s.KeyBy, Cost: s.Cost, MinCost: s.MinCost, CostHeader: s.CostHeader, FailOpen: s.FailOpen,
-		fields: pipeline.Fields{Closest: s.Closest, QuotaUnit: s.QuotaUnit}, PartitionKey: s.PartitionKey,
+		ResponseCostHeader: strings.ToLower(s.ResponseCostHeader),
+		fields:             pipeline.Fields{Closest: s.Closest, QuotaUnit: s.QuotaUnit}, PartitionKey: s.PartitionKey,
 	}
 	for _, l := range s.Limits {
 		ru.Limits = append(ru.Limits, l.Limit)
@@ -281,7 +292,7 @@ func (gj *globalJSON) check(c *ruleconfig.Checker) *globalSpec {
 	if !c.Object("global", "an object {\"cluster\": ..., \"timeout\": ...}", &gj.Fields) {
 		return nil
 	}
-	g := &globalSpec{Path: defaultCheckPath, TimeoutMS: defaultTimeoutMS}
+	g := &globalSpec{Path: defaultCheckPath, SettlePath: defaultSettlePath, TimeoutMS: defaultTimeoutMS}
 	if !gj.Cluster.Set {
 		c.Fail("global.cluster", "missing: name the Envoy cluster that runs rl-wasm-host")
 	} else if s, ok := c.String("global.cluster", gj.Cluster); ok {
@@ -302,6 +313,12 @@ func (gj *globalJSON) check(c *ruleconfig.Checker) *globalSpec {
 			c.Fail("global.path", "want a path starting with \"/\", got %q", ruleconfig.Clip(s, 64))
 		}
 		g.Path = s
+	}
+	if s, ok := c.String("global.settle_path", gj.SettlePath); ok {
+		if !strings.HasPrefix(s, "/") || strings.ContainsAny(s, " \t\r\n") {
+			c.Fail("global.settle_path", "want a path starting with \"/\", got %q", ruleconfig.Clip(s, 64))
+		}
+		g.SettlePath = s
 	}
 	if s, ok := c.String("global.timeout", gj.Timeout); ok {
 		d, err := time.ParseDuration(s)

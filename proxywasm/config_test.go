@@ -16,9 +16,9 @@ func TestParseConfig(t *testing.T) {
 	    {"endpoint":"/v1/pay","strategy":"token_bucket","key_by":"api_key","limit":100,"window":"10s","fail_open":false},
 	    {"name":"search","endpoint":"/v1/search","host":"API.example.com","methods":["get","POST"],
 	     "limits":[{"name":"burst","strategy":"gcra","limit":10,"window":"1s"},{"strategy":"fixed","limit":1000,"window":"1d"}],
-	     "key_by":"header:X-User","cost":2,"cost_header":"X-Cost","fail_open":true},
+	     "key_by":"header:X-User","cost":2,"cost_header":"X-Cost","fail_open":true,"response_cost_header":"X-Cost-Actual"},
 	    {"name":"log","strategy":"log","limit":5,"window":"1m","key_by":"query:k",
-	     "global":{"cluster":"rl","timeout":"250ms","rule":"login","token":"t0k3n"}}
+	     "global":{"cluster":"rl","timeout":"250ms","rule":"login","token":"t0k3n","settle_path":"/rl/settle"}}
 	  ]}`))
 	if err != nil {
 		t.Fatal(err)
@@ -32,13 +32,13 @@ func TestParseConfig(t *testing.T) {
 		t.Errorf("pay: %+v", pay)
 	}
 	if search.Host != "api.example.com" || strings.Join(search.Methods, ",") != "GET,POST" || search.KeyBy.String() != "header:X-User" ||
-		search.CostHeader != "X-Cost" || search.Cost != 2 || !search.FailOpen ||
+		search.CostHeader != "X-Cost" || search.Cost != 2 || !search.FailOpen || search.ResponseCostHeader != "x-cost-actual" ||
 		strings.Join(search.LimitNames, ",") != "burst,fixed_window_1d" ||
 		search.Limits[1] != (core.Limit{Algorithm: core.FixedWindow, Limit: 1000, Window: 86_400_000_000}) {
 		t.Errorf("search: %+v", search)
 	}
 	if lg.Endpoint != "/" || lg.maxLog != 5 || lg.Global == nil ||
-		*lg.Global != (globalSpec{Cluster: "rl", Authority: "rl", Path: "/v1/ratelimit/check", TimeoutMS: 250, Rule: "login", Token: "t0k3n"}) {
+		*lg.Global != (globalSpec{Cluster: "rl", Authority: "rl", Path: "/v1/ratelimit/check", SettlePath: "/rl/settle", TimeoutMS: 250, Rule: "login", Token: "t0k3n"}) {
 		t.Errorf("log: %+v %+v", lg, lg.Global)
 	}
 	// Most specific first: the longest endpoint.
@@ -96,16 +96,18 @@ func TestParseConfigErrors(t *testing.T) {
 			[]string{`rules[0] "r": limits: give either limits or strategy/limit/window/rate, not both`}},
 		{"duplicate limit names", `[{"name":"r","limits":[{"strategy":"fixed","limit":1,"window":"1s"},{"strategy":"fixed","limit":2,"window":"1s"}]}]`,
 			[]string{`rules[0] "r": limits[1].name: "fixed_window_1s" names two limits of the rule`}},
-		{"rule fields", `[{"name":"r","strategy":"fixed","limit":1,"window":"1s","key_by":"cookie","cost":-1,"cost_header":"x y","fail_open":"yes","methods":["GE T"],"host":"a/b","endpoint":"v1","shape":true}]`,
+		{"rule fields", `[{"name":"r","strategy":"fixed","limit":1,"window":"1s","key_by":"cookie","cost":-1,"cost_header":"x y","fail_open":"yes","methods":["GE T"],"host":"a/b","endpoint":"v1","shape":true,"response_cost_header":""}]`,
 			[]string{`rules[0] "r": shape: not supported by the filter`, `rules[0] "r": endpoint: want a path starting with "/"`,
 				`rules[0] "r": host: "a/b": want a host name`, `rules[0] "r": methods[0]: "GE T" is not an HTTP method`,
 				`rules[0] "r": key_by: "cookie": want ip, api_key`, `rules[0] "r": cost: -1 is outside`,
-				`rules[0] "r": cost_header: "x y" is not a header name`, `rules[0] "r": fail_open: want true or false`}},
+				`rules[0] "r": cost_header: "x y" is not a header name`, `rules[0] "r": response_cost_header: "" is not a header name`,
+				`rules[0] "r": fail_open: want true or false`}},
 		{"duplicate names", `[{"endpoint":"/a","strategy":"fixed","limit":1,"window":"1s"},{"endpoint":"/a","strategy":"fixed","limit":1,"window":"1s"}]`,
 			[]string{`rules[1] "/a": name: "/a" is also the name of rules[0]`}},
-		{"global", `[{"name":"g","strategy":"fixed","limit":1,"window":"1s","global":{"timeout":"0s","path":"x","clutser":"rl"}}]`,
+		{"global", `[{"name":"g","strategy":"fixed","limit":1,"window":"1s","global":{"timeout":"0s","path":"x","clutser":"rl","settle_path":"settle"}}]`,
 			[]string{`rules[0] "g": global.clutser: unknown field`, `rules[0] "g": global.cluster: missing`,
-				`rules[0] "g": global.path: want a path starting with "/"`, `rules[0] "g": global.timeout: 0s is outside [1ms, 1m0s]`}},
+				`rules[0] "g": global.path: want a path starting with "/"`, `rules[0] "g": global.settle_path: want a path starting with "/"`,
+				`rules[0] "g": global.timeout: 0s is outside [1ms, 1m0s]`}},
 		{"global token", `[{"name":"g","strategy":"fixed","limit":1,"window":"1s","global":{"cluster":"rl","token":"se cret"}}]`,
 			[]string{`rules[0] "g": global.token: want 1 to 4096 bytes of printable ASCII without spaces (the value is not shown)`}},
 		{"global token type", `[{"name":"g","strategy":"fixed","limit":1,"window":"1s","global":{"cluster":"rl","token":12345}}]`,

@@ -55,6 +55,9 @@ type pluginContext struct {
 	// for an enforced one) of the requests admitted that it would have
 	// denied (shadowMetric).
 	shadowDenied map[*rule][]proxywasm.MetricCounter
+	// settles are, for each rule with response_cost_header, its settle
+	// counters by result (settleMetric).
+	settles map[*rule]*[len(settleResults)]proxywasm.MetricCounter
 }
 
 // shadowMetric is the name of the counter of a rule's shadow limit: the
@@ -115,6 +118,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	p.cfg, p.store, p.ds = cfg, st, make([]core.Decision, maxLimits)
 	p.noRoom, p.noRoomLogged = proxywasm.DefineCounterMetric(noRoomMetric), map[*rule]bool{}
 	p.defineShadowMetrics(cfg)
+	p.defineSettleMetrics(cfg)
 	proxywasm.LogInfof("rl-filter: %d rules, %d slots × %d keys per rule", len(cfg.Rules), cfg.Slots, cfg.KeysPerSlot)
 	return types.OnPluginStartStatusOK
 }
@@ -135,6 +139,8 @@ type httpContext struct {
 	// problem details (the configuration's problem_details and the
 	// request's Accept field), else plain text.
 	problem bool
+	// settle, if set, settles the cost the response reports (settle.go).
+	settle *pendingSettle
 }
 
 func sourceAddress() string {
@@ -181,6 +187,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	if r.Global != nil {
 		return h.askGlobal(r, key, cost)
 	}
+	h.expectSettle(r, key, record, cost) // if admitted
 	ds := h.p.ds[:len(r.Limits)]
 	begun := h.p.outage.Begin()
 	idx, err := h.p.store.take(r, record, clock(), cost, ds)
@@ -193,8 +200,8 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 }
 
 // decided continues an admitted request (its response gets the rate-limit
-// fields: every limit of the rule, with the rule's choices) or answers a
-// denied one 429.
+// fields: every limit of the rule, with the rule's choices, and its cost
+// is settled if the rule says so) or answers a denied one 429.
 func (h *httpContext) decided(r *rule, key string, v *pipeline.Verdict) types.Action {
 	h.p.countShadow(r, v)
 	f := r.fields
@@ -206,6 +213,7 @@ func (h *httpContext) decided(r *rule, key string, v *pipeline.Verdict) types.Ac
 		h.headers = hs
 		return types.ActionContinue
 	}
+	h.settle = nil // nothing taken
 	if h.problem {
 		return h.replyProblem(hs, pipeline.QuotaExceeded(v))
 	}
@@ -237,7 +245,9 @@ func (h *httpContext) failed(r *rule, begun outage.Token, err error) types.Actio
 		p.loggedAt = now
 		proxywasm.LogWarnf("rl-filter: rule %q: no decision (%v, %v); %s", r.Name, class, err, verb)
 	}
+	h.settle = nil // nothing taken
 	if open {
+		h.expectNoSettle(r)
 		return types.ActionContinue
 	}
 	status, body := class.Refusal()
@@ -274,8 +284,16 @@ func (h *httpContext) reply(status uint32, hs [][2]string, body string) types.Ac
 // OnHttpResponseHeaders adds the rate-limit fields of an admitted request
 // to the upstream's response: the upstream's own X-RateLimit-* fields are
 // replaced (they would contradict ours), its RateLimit and RateLimit-Policy
-// fields kept beside ours, one list as draft-11 allows.
-func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
+// fields kept beside ours, one list as draft-11 allows. For a rule with
+// response_cost_header it takes the field out (settle.go), settling at
+// once when the headers end the response.
+func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
+	if ps := h.settle; ps != nil && !ps.done {
+		ps.collect(false)
+		if endOfStream {
+			h.finishSettle()
+		}
+	}
 	for _, kv := range h.headers {
 		v := kv[1]
 		if kv[0] == "RateLimit" || kv[0] == "RateLimit-Policy" {

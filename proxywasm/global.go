@@ -36,7 +36,8 @@ type checkRequest struct {
 	Rule     string        `json:"rule,omitempty"`
 	Limits   []inlineLimit `json:"limits,omitempty"`
 	Key      string        `json:"key"`
-	Cost     int64         `json:"cost"`
+	Cost     int64         `json:"cost,omitempty"` // a check's: at least 1
+	Delta    *int64        `json:"delta,omitempty"`
 	FailOpen *bool         `json:"fail_open,omitempty"`
 }
 
@@ -109,7 +110,18 @@ func globalKey(r *rule, key string) string {
 
 // checkBody returns the callout's body.
 func checkBody(r *rule, key string, cost int64) []byte {
-	req := checkRequest{Key: globalKey(r, key), Cost: cost}
+	return decisionBody(r, checkRequest{Key: globalKey(r, key), Cost: cost}, true)
+}
+
+// settleBody returns the body of a settle's callout: the check's, with
+// delta instead of a cost.
+func settleBody(r *rule, key string, delta int64) []byte {
+	return decisionBody(r, checkRequest{Key: globalKey(r, key), Delta: &delta}, false)
+}
+
+// decisionBody completes req with r's rule name or inline limits (and,
+// for a check, their fail policy) and encodes it.
+func decisionBody(r *rule, req checkRequest, check bool) []byte {
 	if r.Global.Rule != "" {
 		req.Rule = r.Global.Rule
 	} else {
@@ -119,8 +131,10 @@ func checkBody(r *rule, key string, cost int64) []byte {
 				Shadow: r.Shadow[i],
 			})
 		}
-		fo := r.FailOpen
-		req.FailOpen = &fo
+		if check {
+			fo := r.FailOpen
+			req.FailOpen = &fo
+		}
 	}
 	b, err := json.Marshal(req)
 	if err != nil { // not reached: plain fields
@@ -144,7 +158,7 @@ func (h *httpContext) askGlobal(r *rule, key string, cost int64) types.Action {
 	}
 	begun := h.p.outage.Begin()
 	_, err := proxywasm.DispatchHttpCall(g.Cluster, hs, checkBody(r, key, cost), nil, g.TimeoutMS,
-		func(numHeaders, bodySize, _ int) { h.onGlobal(r, begun, key, numHeaders, bodySize) })
+		func(numHeaders, bodySize, _ int) { h.onGlobal(r, begun, key, cost, numHeaders, bodySize) })
 	if err != nil {
 		return h.failed(r, begun, fmt.Errorf("calling cluster %q: %w: %w", g.Cluster, rlstore.ErrUnavailable, err))
 	}
@@ -152,16 +166,20 @@ func (h *httpContext) askGlobal(r *rule, key string, cost int64) types.Action {
 }
 
 // onGlobal handles the callout's answer and resumes or answers the request.
-func (h *httpContext) onGlobal(r *rule, begun outage.Token, key string, numHeaders, bodySize int) {
+func (h *httpContext) onGlobal(r *rule, begun outage.Token, key string, cost int64, numHeaders, bodySize int) {
 	v, err := readGlobal(numHeaders, bodySize)
 	var act types.Action
 	switch {
 	case errors.Is(err, errServiceFailOpen):
 		act = types.ActionContinue // the service's store failed, fail_open: no decision, no fields
+		h.expectNoSettle(r)
 	case err != nil:
 		act = h.failed(r, begun, fmt.Errorf("cluster %q: %w", r.Global.Cluster, err))
 	default:
 		h.p.outage.Success()
+		if v.Allowed {
+			h.expectSettle(r, key, key, cost)
+		}
 		act = h.decided(r, key, &v)
 	}
 	if act == types.ActionContinue {

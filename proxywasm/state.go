@@ -20,7 +20,7 @@ import (
 // time, and nothing is ever deleted. So a rule gets a fixed number of
 // slots, shared-data keys
 //
-//	rl/v2/<rule name>/<slot number>
+//	rl/v3/<rule name>/<slot number>
 //
 // each holding up to KeysPerSlot states (and small forward records, below).
 //
@@ -73,7 +73,7 @@ import (
 //	per record: digest (2 words), generation (0 for a state at home), kind
 //	  kind >= 0: a state record of kind states: expiry (µs), the states
 //	  kind < 0: a forward to the alternate -1-kind
-//	per state: algorithm, T, X, Y, log length, log entries
+//	per state: algorithm, T, X, Y, L, W, R, log length, log entries
 //
 // The state words are core.State's, the fields the WASM ABI's slots and
 // the SQL rows hold: the project's one state encoding.
@@ -108,15 +108,15 @@ var (
 )
 
 const (
-	slotMagic   = 0x0002_6c72 // "rl", encoding 2
-	slotPrefix  = "rl/v2/"
+	slotMagic   = 0x0003_6c72 // "rl", encoding 3 (2 had no L, W, R)
+	slotPrefix  = "rl/v3/"
 	maxAttempts = 1000
 	// alternates is the number of a key's slots besides its home.
 	alternates = 3
 	// searchBudget bounds the slots a search for room reads.
 	searchBudget = 64
 	headerWords  = 4 // digest (2), generation, kind
-	stateWords   = 5 // algorithm, T, X, Y, log length
+	stateWords   = 8 // algorithm, T, X, Y, L, W, R, log length
 	// maxRecords bounds the records a value may claim (a parse check).
 	maxRecords = 4096
 )
@@ -342,10 +342,26 @@ func retry(err error) error {
 // failures (shared data, no room, contention, a core error), never
 // denials.
 func (s *store) take(r *rule, key string, now, cost int64, ds []core.Decision) (int, error) {
+	return s.run(r, key, rlstore.Take, now, cost, ds)
+}
+
+// settle corrects the usage of key under r by delta at now (r.policy.Decide
+// with rlstore.Settle: core.SettleAll of every limit, shadow ones
+// included), as take does a decision: the key's state in shared data,
+// written with compare-and-swap. It never denies: a positive delta may
+// leave the key in debt, a negative one refunds, never below nothing
+// used. A key without a state is refunded nothing, and no state is
+// written for it.
+func (s *store) settle(r *rule, key string, now, delta int64, ds []core.Decision) (int, error) {
+	return s.run(r, key, rlstore.Settle, now, delta, ds)
+}
+
+// run makes take's or settle's attempts on key's place.
+func (s *store) run(r *rule, key string, op rlstore.Op, now, cost int64, ds []core.Decision) (int, error) {
 	p := placeOf(digest(key), s.cfg.Slots)
 	for range maxAttempts {
 		s.nviews = 0
-		idx, err := s.attempt(r, &p, now, cost, ds)
+		idx, err := s.attempt(r, &p, op, now, cost, ds)
 		if !errors.Is(err, errRetry) {
 			return idx, err
 		}
@@ -353,9 +369,9 @@ func (s *store) take(r *rule, key string, now, cost int64, ds []core.Decision) (
 	return 0, errContention
 }
 
-// attempt is one try of take: errRetry when a slot it read changed before
+// attempt is one try of run: errRetry when a slot it read changed before
 // it could write.
-func (s *store) attempt(r *rule, p *place, now, cost int64, ds []core.Decision) (int, error) {
+func (s *store) attempt(r *rule, p *place, op rlstore.Op, now, cost int64, ds []core.Decision) (int, error) {
 	home, err := s.view(r, p.home)
 	if err != nil {
 		return 0, err
@@ -376,7 +392,7 @@ func (s *store) attempt(r *rule, p *place, now, cost int64, ds []core.Decision) 
 			s.drop = append(s.drop[:0], i)
 			return 0, retry(s.commit(home, home.sl.appendKept(s.out[:0], now, s.drop, 0)))
 		}
-		idx, expiry, err := s.decide(r, &alt.sl, j, now, cost, ds)
+		idx, expiry, err := s.decide(r, &alt.sl, j, op, now, cost, ds)
 		if err != nil || expiry == 0 {
 			return idx, err
 		}
@@ -387,7 +403,7 @@ func (s *store) attempt(r *rule, p *place, now, cost int64, ds []core.Decision) 
 		}
 		return idx, nil
 	}
-	idx, expiry, err := s.decide(r, &home.sl, i, now, cost, ds)
+	idx, expiry, err := s.decide(r, &home.sl, i, op, now, cost, ds)
 	if err != nil || expiry == 0 {
 		return idx, err
 	}
@@ -405,24 +421,28 @@ func (s *store) attempt(r *rule, p *place, now, cost int64, ds []core.Decision) 
 	return idx, nil
 }
 
-// decide decides cost at now on the states of record i of sl (fresh states
-// if i < 0, or if they were written under other limits) into s.states.
-// expiry is 0 when nothing was taken (a denial, cost 0): the state read is
-// the state, no write. A state core refuses (core.ErrState: a foreign
+// decide decides op (a take, or a settle of cost) at now on the states of
+// record i of sl (fresh states if i < 0, or if they were written under
+// other limits) into s.states. expiry is 0 when nothing was taken (a
+// denial, cost 0, a settle of 0 or a refund on no state): the state read
+// is the state, no write. A state core refuses (core.ErrState: a foreign
 // writer or a bug) is an error, Internal by the one failure rule (refused,
 // never admitted), as in every store: never a fresh start.
-func (s *store) decide(r *rule, sl *slot, i int, now, cost int64, ds []core.Decision) (idx int, expiry int64, err error) {
+func (s *store) decide(r *rule, sl *slot, i int, op rlstore.Op, now, cost int64, ds []core.Decision) (idx int, expiry int64, err error) {
 	states := s.states[:len(r.Limits)]
 	if i < 0 || !sl.loadStates(i, r, states, s.logs) {
 		resetStates(r, states, s.logs)
 	}
 	// The enforced limits all or nothing and the shadow ones (if any) in
 	// this one step, written by one compare-and-swap.
-	idx, err = r.policy.Decide(nil, rlstore.Take, states, now, cost, ds)
+	idx, err = r.policy.Decide(nil, op, states, now, cost, ds)
 	if err != nil {
 		return 0, 0, fmt.Errorf("rl-filter: rule %q: the key's stored state: %w", r.Name, err)
 	}
-	if !r.policy.Deciding(ds, idx).Allowed || cost == 0 {
+	switch {
+	case op == rlstore.Settle && (cost == 0 || cost < 0 && i < 0):
+		return idx, 0, nil
+	case op != rlstore.Settle && (!r.policy.Deciding(ds, idx).Allowed || cost == 0):
 		return idx, 0, nil
 	}
 	expiry = now
@@ -737,7 +757,7 @@ func parseSlot(v []byte, recs []record) (_ slot, ok bool) {
 				if p+stateWords*8 > len(v) {
 					return slot{recs: recs}, false
 				}
-				ln := sl.word(p + 32)
+				ln := sl.word(p + 56)
 				if ln < 0 || ln > core.MaxLogLimit || p+stateWords*8+int(ln)*8 > len(v) {
 					return slot{recs: recs}, false
 				}
@@ -804,9 +824,9 @@ func (sl *slot) movable(i, n int, now int64, slots int) (place, bool) {
 }
 
 // loadStates decodes record i's states into states (log entries into
-// logs). It reports false, leaving states to be reset, when the record's
-// states do not fit r (the rule's limits changed in number, or a sliding
-// log is longer than its limit now allows).
+// logs, or, for a log written under other parameters than r's, storage of
+// its own). It reports false, leaving states to be reset, when the
+// record's states do not fit r (the rule's limits changed in number).
 func (sl *slot) loadStates(i int, r *rule, states []core.State, logs []int64) bool {
 	e := sl.recs[i]
 	if e.states != len(r.Limits) {
@@ -820,23 +840,35 @@ func (sl *slot) loadStates(i int, r *rule, states []core.State, logs []int64) bo
 			T:         sl.word(p + 8),
 			X:         sl.word(p + 16),
 			Y:         sl.word(p + 24),
+			L:         sl.word(p + 32),
+			W:         sl.word(p + 40),
+			R:         sl.word(p + 48),
 		}
 		if a := sl.word(p); a != int64(int32(a)) {
 			st.Algorithm = -1 // read as corrupt by core
 		}
-		ln := int(sl.word(p + 32))
+		ln := int(sl.word(p + 56))
 		p += stateWords * 8
+		c := 0 // the log storage the limit needs
 		if l.Algorithm == core.SlidingLog {
-			c := int(l.Limit)
-			if ln > c {
-				return false
-			}
-			st.Log = logs[off : off+ln : off+c]
-			for k := range ln {
-				st.Log[k] = sl.word(p + 8*k)
-			}
-			off += c
+			c = int(l.Limit)
 		}
+		switch {
+		case ln <= c && c > 0:
+			st.Log = logs[off : off+ln : off+c]
+		case ln > 0:
+			// A log written under other parameters: more entries than
+			// the limit holds (a lowered limit), or read by another
+			// algorithm, which carries its usage over. Rare (after a
+			// change): storage of its own, all of its entries (core
+			// reads them all; the oldest may count again if the limit is
+			// raised back).
+			st.Log = make([]int64, ln, max(ln, c))
+		}
+		for k := range ln {
+			st.Log[k] = sl.word(p + 8*k)
+		}
+		off += c
 		p += ln * 8
 		states[j] = st
 	}
@@ -874,7 +906,8 @@ func put(b []byte, v int64) []byte { return binary.LittleEndian.AppendUint64(b, 
 func appendState(b []byte, d [2]int64, gen, expiry int64, states []core.State) []byte {
 	b = put(put(put(put(put(b, d[0]), d[1]), gen), int64(len(states))), expiry)
 	for _, st := range states {
-		b = put(put(put(put(put(b, int64(st.Algorithm)), st.T), st.X), st.Y), int64(len(st.Log)))
+		b = put(put(put(put(b, int64(st.Algorithm)), st.T), st.X), st.Y)
+		b = put(put(put(put(b, st.L), st.W), st.R), int64(len(st.Log)))
 		for _, t := range st.Log {
 			b = put(b, t)
 		}

@@ -24,7 +24,7 @@ func TestCorruptStateIsInternal(t *testing.T) {
 	sd := newMemData()
 	s := newStore(cfg, sd)
 	b := appendState((&slot{}).appendKept(nil, t0, nil, 1), digest("k"), 0, t0+1e6, []core.State{{Algorithm: core.FixedWindow, T: -5, X: 1}})
-	sd.set("rl/v2/r/0", b, 0)
+	sd.set("rl/v3/r/0", b, 0)
 	_, err := s.take(r, "k", t0, 1, ds)
 	if c := (*outage.Detector)(nil).Classify(0, err); err == nil || c != outage.Internal {
 		t.Fatalf("corrupt state: err %v (class %v), allowed %v; want an Internal failure, never a fresh admission", err, c, ds[0].Allowed)
@@ -34,11 +34,11 @@ func TestCorruptStateIsInternal(t *testing.T) {
 	host := emulate(t, `{"slots":1,"rules":[{"name":"r","strategy":"fixed","limit":2,"window":"1s","key_by":"header:x-user","fail_open":true}]}`)
 	b = appendState((&slot{}).appendKept(nil, t0, nil, 1), digest("k"), 0, t0+1e9, []core.State{{Algorithm: core.FixedWindow, T: -5, X: 1}})
 	for _, v := range [][]byte{b, []byte("not a slot")} {
-		_, cas, err := proxywasm.GetSharedData("rl/v2/r/0")
+		_, cas, err := proxywasm.GetSharedData("rl/v3/r/0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := proxywasm.SetSharedData("rl/v2/r/0", v, cas); err != nil {
+		if err := proxywasm.SetSharedData("rl/v3/r/0", v, cas); err != nil {
 			t.Fatal(err)
 		}
 		id := host.InitializeHttpContext()

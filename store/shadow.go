@@ -95,7 +95,7 @@ func (p *Policy) Shadowed() bool { return p.sh != nil }
 // given a new one). On an error, the index of the limit at fault, and ss
 // unchanged: every check is made before any state is written.
 func (p *Policy) Decide(dec core.Decider, op Op, ss []core.State, now, cost int64, ds []core.Decision) (int, error) {
-	if p.sh == nil {
+	if p.sh == nil || op == Settle { // a settle corrects every limit alike
 		return decideAll(dec, op, p.limits, p.compiled, ss, now, cost, ds)
 	}
 	return p.decideShadow(dec, op, ss, now, cost, ds)
@@ -107,10 +107,14 @@ func decideAll(dec core.Decider, op Op, ls []core.Limit, cs []core.Compiled, ss 
 	switch {
 	case dec == nil && op == Take:
 		return core.TakeAllCompiled(cs, ss, now, cost, ds)
+	case dec == nil && op == Settle:
+		return core.SettleAllCompiled(cs, ss, now, cost, ds)
 	case dec == nil:
 		return core.PeekAllCompiled(cs, ss, now, cost, ds)
 	case op == Take:
 		return dec.TakeAll(ls, ss, now, cost, ds)
+	case op == Settle:
+		return dec.SettleAll(ls, ss, now, cost, ds)
 	}
 	return dec.PeekAll(ls, ss, now, cost, ds)
 }

@@ -35,6 +35,12 @@ const (
 	Take Op = iota
 	// Peek decides and changes nothing.
 	Peek
+	// Settle corrects the units every limit has used by the request's
+	// Cost, which may be negative (core.SettleAll): the cost of a call
+	// known only after it, settled against its estimate. It never denies;
+	// the states are written back, a debt above a limit included. Shadow
+	// limits are settled too.
+	Settle
 )
 
 // Request is one decision on one key under a Policy. It is passed by value
@@ -54,7 +60,9 @@ type Request struct {
 	// Now is the time of the decision in µs since the Unix epoch. A store
 	// with a clock of its own (a database server's) may be configured to
 	// use that instead.
-	Now  int64
+	Now int64
+	// Cost is the units a Take or Peek asks for, or the correction of a
+	// Settle (negative: a refund).
 	Cost int64
 }
 

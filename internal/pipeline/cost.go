@@ -40,11 +40,37 @@ func CheckCost(n, min int64) error {
 // " 0 ") is refused alike while min is at least 1, which ruleconfig
 // guarantees: a request is never free.
 func ParseCost(values []string, def, min int64) (int64, error) {
-	switch len(values) {
-	case 0:
+	if len(values) == 0 {
 		return def, nil
-	case 1:
-	default:
+	}
+	return parseCost(values, min)
+}
+
+// ParseResponseCost returns the actual cost of a request as its upstream
+// reported it, from the values of the rule's response_cost_header (the
+// response's header fields and trailers of that name together): ok is
+// false when there is none, and the estimate taken stands. Otherwise the
+// one value must be 1 to 19 ASCII digits making an integer in [0,
+// core.MaxCost], else a *CostError (Min 0): a value given twice (as a
+// header and as a trailer too), signed, fractional or too large settles
+// nothing. A cost of 0 is a cost (nothing was used), but an actual cost
+// below min counts as min: a request is never free, whatever its response
+// says. The correction to settle is the actual cost less the estimate.
+func ParseResponseCost(values []string, min int64) (actual int64, ok bool, err error) {
+	if len(values) == 0 {
+		return 0, false, nil
+	}
+	n, err := parseCost(values, 0)
+	if err != nil {
+		return 0, false, err
+	}
+	return max(n, min), true, nil
+}
+
+// parseCost is the one value of values, 1 to 19 ASCII digits making an
+// integer that CheckCost accepts with min, else a *CostError.
+func parseCost(values []string, min int64) (int64, error) {
+	if len(values) != 1 {
 		return 0, &CostError{Value: clip(strings.Join(values, ", ")), Min: min}
 	}
 	v := values[0]

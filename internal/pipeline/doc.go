@@ -11,7 +11,9 @@
 //     (Key, ruleconfig.KeyBy), a header in any spelling of '-' and '_'
 //     (SameField, FieldSpellings);
 //   - the cost, with a rule's min_cost (ParseCost), and its range for any
-//     front end (CheckCost: the gRPC service's hits_addend);
+//     front end (CheckCost: the gRPC service's hits_addend); the actual
+//     cost an upstream's response reports, settled against the estimate
+//     (ParseResponseCost, the rule's response_cost_header);
 //   - the rule a request matches (Matcher, CompareMatchers);
 //   - the answer's fields (Verdict, AppendFields, PartitionKey, DeniedBody):
 //     the RateLimit fields listing every limit of the policy;

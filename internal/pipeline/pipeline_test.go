@@ -110,6 +110,38 @@ func TestParseCost(t *testing.T) {
 	require.Error(t, err, "above MaxCost")
 }
 
+// TestParseResponseCost: an upstream's actual cost is one run of digits
+// in [0, MaxCost], raised to min_cost; none leaves the estimate, anything
+// else settles nothing.
+func TestParseResponseCost(t *testing.T) {
+	for _, c := range []struct {
+		values []string
+		min    int64
+		want   int64
+		ok     bool
+	}{
+		{nil, 1, 0, false},
+		{[]string{"7"}, 1, 7, true},
+		{[]string{"0"}, 1, 1, true},  // never free
+		{[]string{"00"}, 0, 0, true}, // httplimit's default: 0 is a cost
+		{[]string{"3"}, 5, 5, true},
+		{[]string{"1099511627776"}, 1, core.MaxCost, true},
+	} {
+		n, ok, err := ParseResponseCost(c.values, c.min)
+		require.NoError(t, err, "%q", c.values)
+		require.Equal(t, c.ok, ok, "%q", c.values)
+		require.Equal(t, c.want, n, "%q", c.values)
+	}
+	for _, vs := range [][]string{{"-1"}, {"+1"}, {" 1"}, {"1.5"}, {"1e3"}, {""}, {"lots"}, {"1099511627777"},
+		{"99999999999999999999"}, {"1", "1"}} {
+		n, ok, err := ParseResponseCost(vs, 1)
+		var ce *CostError
+		require.True(t, errors.As(err, &ce), "%q: %v", vs, err)
+		require.False(t, ok)
+		require.Zero(t, n)
+	}
+}
+
 // TestCheckCost: the one range of a cost, whatever carried it (a header, a
 // descriptor's hits_addend).
 func TestCheckCost(t *testing.T) {

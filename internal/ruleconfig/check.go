@@ -357,7 +357,11 @@ type Rule struct {
 	Cost       Int         `json:"cost"`
 	MinCost    Int         `json:"min_cost"`
 	CostHeader String      `json:"cost_header"`
-	FailOpen   Bool        `json:"fail_open"`
+	// ResponseCostHeader names the upstream's response field (or
+	// trailer) carrying the request's actual cost, settled against
+	// the estimate taken (pipeline.ParseResponseCost).
+	ResponseCostHeader String `json:"response_cost_header"`
+	FailOpen           Bool   `json:"fail_open"`
 	// The RateLimit fields' options: every limit or the closest one, the
 	// quota unit, a partition key.
 	RateLimitFields String `json:"ratelimit_fields"`
@@ -418,7 +422,13 @@ type Spec struct {
 	// CostHeader, if set, names the header field a request's cost is
 	// read from (pipeline.ParseCost); front ends compare it ignoring case.
 	CostHeader string
-	FailOpen   bool
+	// ResponseCostHeader, if set, names the response header field or
+	// trailer in which the upstream reports a request's actual cost:
+	// front ends settle the difference from the cost taken when the
+	// request arrived (pipeline.ParseResponseCost) and remove the field
+	// from the response the client receives. Compared ignoring case.
+	ResponseCostHeader string
+	FailOpen           bool
 	// Closest makes the RateLimit field list only the limit closest to
 	// exhaustion ("ratelimit_fields: closest"); by default it lists every
 	// limit ("all").
@@ -548,6 +558,12 @@ func (r *Rule) Check(c *Checker, o Options) (s Spec, ok bool) {
 			c.Fail("cost_header", "%q is not a header name", Clip(v, 64))
 		}
 		s.CostHeader = v
+	}
+	if v, ok := c.String("response_cost_header", r.ResponseCostHeader); ok {
+		if !IsToken(v) {
+			c.Fail("response_cost_header", "%q is not a header name", Clip(v, 64))
+		}
+		s.ResponseCostHeader = v
 	}
 	if v, ok := c.Bool("fail_open", r.FailOpen); ok {
 		s.FailOpen = v

@@ -67,6 +67,7 @@ func TestDecodeTyped(t *testing.T) {
 	specs, ps := parse(t, `{"size": 3, "rules": [
 	  {"endpoint": "/v1/pay", "strategy": "token_bucket", "key_by": "api_key", "limit": 1000, "window": "10s", "rate": 5, "extra": true},
 	  {"name": "search", "host": "API.example.com", "methods": "get", "cost": 2, "cost_header": "X-Cost", "fail_open": true,
+	   "response_cost_header": "X-Cost-Actual",
 	   "limits": [{"name": "burst", "algorithm": "gcra", "limit": 10, "window": "1s"}, {"strategy": "fixed", "limit": 1000, "window": "1d"}],
 	   "ratelimit_fields": "closest", "quota_unit": "content-bytes", "partition_key": true,
 	   "nested": {"deep": "x"}}]}`, Options{})
@@ -76,7 +77,7 @@ func TestDecodeTyped(t *testing.T) {
 		Limits: []NamedLimit{{Name: "default", Limit: core.Limit{Algorithm: core.TokenBucket, Limit: 1000, Window: 10_000_000, Rate: 5}}},
 	}, {
 		Name: "search", Endpoint: "/", Host: "api.example.com", Methods: []string{"GET"}, KeyBy: DefaultKeyBy, Cost: 2, MinCost: 1, CostHeader: "X-Cost", FailOpen: true,
-		Closest: true, QuotaUnit: "content-bytes", PartitionKey: true,
+		ResponseCostHeader: "X-Cost-Actual", Closest: true, QuotaUnit: "content-bytes", PartitionKey: true,
 		Limits: []NamedLimit{
 			{Name: "burst", Limit: core.Limit{Algorithm: core.GCRA, Limit: 10, Window: 1_000_000}},
 			{Name: "fixed_window_1d", Limit: core.Limit{Algorithm: core.FixedWindow, Limit: 1000, Window: 86_400_000_000}},
@@ -101,10 +102,10 @@ func TestUnknownFields(t *testing.T) {
 	  "limits2": [], "x": null}, {"name": "b", "limits": [{"strategy": "fixed", "limit": 1, "window": "1s", "brust": 1}]}]}`, Options{})
 	require.Equal(t, []string{
 		`colour: unknown field (want one of rules, size)`,
-		`rules[0] "a": burst: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, shadow, limits, key_by, cost, min_cost, cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, extra, nested)`,
-		`rules[0] "a": Limit: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, shadow, limits, key_by, cost, min_cost, cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, extra, nested)`,
-		`rules[0] "a": limits2: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, shadow, limits, key_by, cost, min_cost, cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, extra, nested)`,
-		`rules[0] "a": x: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, shadow, limits, key_by, cost, min_cost, cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, extra, nested)`,
+		`rules[0] "a": burst: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, shadow, limits, key_by, cost, min_cost, cost_header, response_cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, extra, nested)`,
+		`rules[0] "a": Limit: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, shadow, limits, key_by, cost, min_cost, cost_header, response_cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, extra, nested)`,
+		`rules[0] "a": limits2: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, shadow, limits, key_by, cost, min_cost, cost_header, response_cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, extra, nested)`,
+		`rules[0] "a": x: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, shadow, limits, key_by, cost, min_cost, cost_header, response_cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, extra, nested)`,
 		`rules[0] "a": nested.deeper: unknown field (want one of deep)`,
 		`rules[1] "b": limits[0].brust: unknown field (want one of name, strategy, algorithm, limit, window, rate, shadow)`,
 	}, texts(ps))
@@ -150,7 +151,7 @@ func TestSeveralProblemsAtOnce(t *testing.T) {
 	_, ps := parse(t, `[
 	  {"name": "a", "strategy": "tokn", "limit": 0, "window": "1 day"},
 	  {"endpoint": "v1", "host": "https://x", "methods": ["GE T"], "strategy": "fixed", "limit": 10, "window": "1m", "rate": 5,
-	   "key_by": "cookie", "cost": 0, "cost_header": "x y"},
+	   "key_by": "cookie", "cost": 0, "cost_header": "x y", "response_cost_header": "x:y"},
 	  {"name": "c", "strategy": "fixed", "limit": 1, "window": "1s", "limits": [{"strategy": "fixed", "limit": 1, "window": "1s"}]},
 	  {"name": "d", "limits": [{"strategy": "log", "limit": 5000, "window": "1s"}, {"strategy": "fixed", "limit": 1, "window": "1s"},
 	   {"strategy": "fixed", "limit": 2, "window": "1s"}, {"name": "a b", "algorithm": "gcra", "strategy": "gcra", "limit": 1, "window": "1500ns"}]},
@@ -168,6 +169,7 @@ func TestSeveralProblemsAtOnce(t *testing.T) {
 		`rules[1] "v1": key_by: "cookie": want ip, api_key, api_key:<header>, header:<name>, query:<name> or global`,
 		`rules[1] "v1": cost: 0 is outside [1, 1099511627776] (a decision costs at least 1; cost 0 is a peek)`,
 		`rules[1] "v1": cost_header: "x y" is not a header name`,
+		`rules[1] "v1": response_cost_header: "x:y" is not a header name`,
 		`rules[2] "c": limits: give either limits or strategy/limit/window/rate, not both`,
 		`rules[3] "d": limits[0].limit: 5000 is outside [1, 4096] for sliding_log`,
 		`rules[3] "d": limits[2].name: "fixed_window_1s" names two limits of the rule`,

@@ -32,8 +32,12 @@ type DecisionRequest struct {
 	// Key is the key to decide; required.
 	Key string `json:"key"`
 	// Cost is the units to take; default the rule's cost (1 unless the
-	// rule says otherwise), 1 for inline limits.
+	// rule says otherwise), 1 for inline limits. A settle has none.
 	Cost *int64 `json:"cost,omitempty"`
+	// Delta is a settle's correction of the key's usage, required there
+	// and nowhere else: the actual cost of a call less the estimate its
+	// check took, in [-2^40, 2^40] (negative: a refund).
+	Delta *int64 `json:"delta,omitempty"`
 	// FailOpen is the store-failure policy of inline limits (a rule has
 	// its own); default false.
 	FailOpen *bool `json:"fail_open,omitempty"`
@@ -81,7 +85,10 @@ type DecisionJSON struct {
 	Rule    string `json:"rule"`
 	Key     string `json:"key"`
 	Cost    int64  `json:"cost"`
-	Peek    bool   `json:"peek"`
+	// Delta is a settle's correction, present only in a settle's answer
+	// (whose cost is 0 and taken false).
+	Delta *int64 `json:"delta,omitempty"`
+	Peek  bool   `json:"peek"`
 	// Taken reports that the cost was consumed (allowed, not a peek, not
 	// fail-open, and in an atomic batch, the batch went through).
 	Taken bool `json:"taken"`
@@ -205,10 +212,12 @@ func (s *Service) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 		s.apiError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body larger than %d bytes", mbe.Limit))
 	case errors.As(err, &te) && (te.Field == "cost" || strings.HasSuffix(te.Field, ".cost")):
 		s.apiError(w, http.StatusBadRequest, "invalid_cost", fmt.Sprintf("%s: want an integer between 0 and %d, got %s", te.Field, core.MaxCost, jsonValueKind(te.Value)))
+	case errors.As(err, &te) && (te.Field == "delta" || strings.HasSuffix(te.Field, ".delta")):
+		s.apiError(w, http.StatusBadRequest, "invalid_cost", fmt.Sprintf("%s: want an integer between %d and %d, got %s", te.Field, -core.MaxCost, core.MaxCost, jsonValueKind(te.Value)))
 	case errors.As(err, &te):
 		s.apiError(w, http.StatusBadRequest, "invalid_json", fmt.Sprintf("field %q: want %s, got %s", te.Field, jsonTypeName(te.Type.String()), jsonValueKind(te.Value)))
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		s.apiError(w, http.StatusBadRequest, "unknown_field", strings.TrimPrefix(err.Error(), "json: ")+" (want rule, limits, key, cost, fail_open, explain)")
+		s.apiError(w, http.StatusBadRequest, "unknown_field", strings.TrimPrefix(err.Error(), "json: ")+" (want rule, limits, key, cost, delta, fail_open, explain)")
 	case errors.Is(err, io.EOF):
 		s.apiError(w, http.StatusBadRequest, "invalid_json", "empty body: want a JSON object")
 	default:
@@ -270,6 +279,19 @@ func (s *Service) resolve(rs *ruleSet, req *DecisionRequest, prefix string, op a
 		return bad("invalid_key", "key: %v", err)
 	}
 	t.forKey(req.Key)
+	switch {
+	case op == opSettle && req.Cost != nil:
+		return bad("invalid_cost", "cost: a settle has no cost; give delta, the actual cost less the estimate taken")
+	case op == opSettle && req.Delta == nil:
+		return bad("invalid_cost", "delta: missing (the actual cost less the estimate taken; negative refunds)")
+	case op == opSettle:
+		if d := *req.Delta; d < -core.MaxCost || d > core.MaxCost {
+			return bad("invalid_cost", "delta: %d is outside [%d, %d]", d, -core.MaxCost, core.MaxCost)
+		}
+		return t, *req.Delta, nil
+	case req.Delta != nil:
+		return bad("invalid_cost", "delta: only a settle has a delta")
+	}
 	if req.Cost != nil {
 		if op == opReset {
 			return bad("invalid_cost", "cost: a reset has no cost")
@@ -292,6 +314,7 @@ const (
 	opCheck apiOp = iota
 	opPeek
 	opReset
+	opSettle
 )
 
 // inlinePolicy validates inline limits with the configuration's rules and
@@ -378,6 +401,46 @@ func (s *Service) apiDecide(peek bool) http.HandlerFunc {
 		}
 		writeDecision(w, status, &d)
 	}
+}
+
+// apiSettle corrects a key's usage by a delta (POST
+// /v1/ratelimit/settle): the actual cost of a call whose check took an
+// estimate, less that estimate. It never denies: the answer (200) is the
+// decision fields of the key after the correction, with "delta". A store
+// failure is refused by its class, whatever the fail policy (there is
+// nothing to admit): 503 for an outage or load, 500 for the rest.
+func (s *Service) apiSettle(w http.ResponseWriter, r *http.Request) {
+	var req DecisionRequest
+	if !s.readJSON(w, r, &req) {
+		return
+	}
+	rs := s.rules.Load()
+	t, delta, err := s.resolve(rs, &req, "", opSettle, roleOf(r))
+	if err != nil {
+		s.clientError(w, err)
+		return
+	}
+	each := make([]rl.LimitResult, t.limits())
+	res, begun, err := s.do(r.Context(), &t, rl.Request{Key: req.Key, Cost: delta, Policy: t.policy, Settle: true, Each: each})
+	if err != nil {
+		class := s.Classify(begun, err)
+		if class == outage.Invalid {
+			code := "invalid_key"
+			if errors.Is(err, core.ErrCost) { // a debt beyond what a state holds
+				code = "invalid_cost"
+			}
+			s.clientError(w, &errClient{code, err})
+			return
+		}
+		s.settled(&t, err)
+		s.failClosed(w, outage.Classified(class, err))
+		return
+	}
+	s.settled(&t, nil)
+	d := decisionJSON(t.name, req.Key, 0, false, res, outAllowed, each)
+	d.Taken, d.Delta, d.Override = false, &delta, t.overrideLabel()
+	httplimit.SetFields(w.Header(), req.Key, res, each, t.fields)
+	writeDecision(w, http.StatusOK, &d)
 }
 
 // limits is the number of limits the target decides.
@@ -485,20 +548,21 @@ func (s *Service) apiReset(w http.ResponseWriter, r *http.Request) {
 // RuleJSON describes a rule in GET /v1/ratelimit/rules and in explain: the
 // configuration's fields in canonical form.
 type RuleJSON struct {
-	Name            string          `json:"name"`
-	Endpoint        string          `json:"endpoint,omitempty"`
-	Host            string          `json:"host,omitempty"`
-	Methods         []string        `json:"methods,omitempty"`
-	KeyBy           string          `json:"key_by"`
-	Cost            int64           `json:"cost"`
-	MinCost         int64           `json:"min_cost"`
-	CostHeader      string          `json:"cost_header,omitempty"`
-	FailOpen        bool            `json:"fail_open"`
-	Shape           bool            `json:"shape,omitempty"`
-	RateLimitFields string          `json:"ratelimit_fields"`
-	QuotaUnit       string          `json:"quota_unit"`
-	PartitionKey    bool            `json:"partition_key,omitempty"`
-	Limits          []LimitSpecJSON `json:"limits"`
+	Name               string          `json:"name"`
+	Endpoint           string          `json:"endpoint,omitempty"`
+	Host               string          `json:"host,omitempty"`
+	Methods            []string        `json:"methods,omitempty"`
+	KeyBy              string          `json:"key_by"`
+	Cost               int64           `json:"cost"`
+	MinCost            int64           `json:"min_cost"`
+	CostHeader         string          `json:"cost_header,omitempty"`
+	ResponseCostHeader string          `json:"response_cost_header,omitempty"`
+	FailOpen           bool            `json:"fail_open"`
+	Shape              bool            `json:"shape,omitempty"`
+	RateLimitFields    string          `json:"ratelimit_fields"`
+	QuotaUnit          string          `json:"quota_unit"`
+	PartitionKey       bool            `json:"partition_key,omitempty"`
+	Limits             []LimitSpecJSON `json:"limits"`
 	// Overrides are the rule's per-key overrides, in file order.
 	Overrides []OverrideJSON `json:"overrides,omitempty"`
 }
@@ -563,6 +627,10 @@ func (d *DecisionJSON) appendJSON(b []byte) []byte {
 	b = appendString(b, d.Key)
 	b = append(b, `,"cost":`...)
 	b = strconv.AppendInt(b, d.Cost, 10)
+	if d.Delta != nil {
+		b = append(b, `,"delta":`...)
+		b = strconv.AppendInt(b, *d.Delta, 10)
+	}
 	b = append(b, `,"peek":`...)
 	b = strconv.AppendBool(b, d.Peek)
 	b = append(b, `,"taken":`...)

@@ -503,6 +503,7 @@ func TestFastEncoderMatchesEncodingJSON(t *testing.T) {
 			WindowMS: 1000, ResetAfterMS: 300, ResetAfter: 1, Limits: []LimitJSON{{Name: "burst", Allowed: true, Limit: 10}, {Name: "daily", RetryAfterMS: -1, RetryAfter: -1, Never: true}}},
 		{Key: "ctl\x01\x7f\xff é\u2028", Error: "boom", FailOpen: true, Limits: []LimitJSON{}},
 		{Rule: "r", Key: "tenant-a:1", Override: "key_prefix:tenant-a:", Error: "boom", Limits: []LimitJSON{}},
+		{Allowed: true, Rule: "r", Key: "k", Delta: new(int64(-3)), Limits: []LimitJSON{}},
 		{Rule: "r", NextAfterMS: 100, NextAfter: 1, Limits: []LimitJSON{{Name: "a", NextAfterMS: 5}}, Explain: &ExplainJSON{
 			Rule: &ExplainRuleJSON{Name: "r", Why: []string{"<named>"}}, Limits: []ExplainLimitJSON{{Mode: "enforced"}},
 			Fields: [][2]string{{"RateLimit", `"a";r=1`}}, Decision: "x"}},

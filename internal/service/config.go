@@ -92,6 +92,12 @@ type RuleSpec struct {
 	// CostHeader, if set, names a request header carrying the cost (lower
 	// case).
 	CostHeader string
+	// ResponseCostHeader, if set, names the upstream's response header
+	// field or trailer carrying a proxied request's actual cost: the
+	// proxy settles the difference from the cost taken (at least
+	// MinCost) after the response and removes the field from what the
+	// client receives.
+	ResponseCostHeader string
 	// FailOpen admits requests when the store fails; otherwise they are
 	// answered 503.
 	FailOpen bool
@@ -440,8 +446,8 @@ func (r *ruleJSON) check(c *ruleconfig.Checker) (RuleSpec, bool) {
 	s, _ := r.Check(c, ruleconfig.Options{})
 	spec := RuleSpec{
 		Name: s.Name, Endpoint: s.Endpoint, Host: s.Host, Methods: s.Methods,
-		KeyBy: s.KeyBy, Cost: s.Cost, MinCost: s.MinCost, CostHeader: s.CostHeader, FailOpen: s.FailOpen,
-		Closest: s.Closest, QuotaUnit: s.QuotaUnit, PartitionKey: s.PartitionKey,
+		KeyBy: s.KeyBy, Cost: s.Cost, MinCost: s.MinCost, CostHeader: s.CostHeader, ResponseCostHeader: s.ResponseCostHeader,
+		FailOpen: s.FailOpen, Closest: s.Closest, QuotaUnit: s.QuotaUnit, PartitionKey: s.PartitionKey,
 	}
 	spec.Limits = rlLimits(s.Limits)
 	spec.Overrides = overrideSpecs(s.Overrides)

@@ -290,7 +290,8 @@ func partitionKey(f httplimit.Fields, key string) string {
 func describeRule(ru *rule) *RuleJSON {
 	spec := &ru.spec
 	rj := &RuleJSON{Name: spec.Name, Endpoint: spec.Endpoint, Host: spec.Host, Methods: spec.Methods, KeyBy: spec.KeyBy.String(),
-		Cost: spec.Cost, MinCost: spec.MinCost, CostHeader: spec.CostHeader, FailOpen: spec.FailOpen, Shape: spec.Shape,
+		Cost: spec.Cost, MinCost: spec.MinCost, CostHeader: spec.CostHeader, ResponseCostHeader: spec.ResponseCostHeader,
+		FailOpen: spec.FailOpen, Shape: spec.Shape,
 		RateLimitFields: ratelimitFields(spec.Closest), QuotaUnit: spec.QuotaUnit, PartitionKey: spec.PartitionKey}
 	for _, l := range ru.policy.Limits() {
 		rj.Limits = append(rj.Limits, limitSpec(l))

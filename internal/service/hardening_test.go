@@ -122,6 +122,8 @@ func TestAPIAuthOnSharedListener(t *testing.T) {
 
 	check := `{"rule":"r","key":"k"}`
 	inline := `{"limits":[{"strategy":"fixed","limit":1,"window":"1m"}],"key":"k"}`
+	settle := `{"rule":"r","key":"k","delta":-1}`
+	inlineSettle := `{"limits":[{"strategy":"fixed","limit":1,"window":"1m"}],"key":"k","delta":1}`
 	for _, c := range []struct {
 		name, method, op, body, token string
 		want                          int
@@ -141,6 +143,10 @@ func TestAPIAuthOnSharedListener(t *testing.T) {
 		{"admin reset", "POST", "reset", check, tokAdmin, 200, ""},
 		{"admin inline", "POST", "check", inline, tokAdmin, 200, ""},
 		{"admin rules", "GET", "rules", "", tokAdmin, 200, ""},
+		{"no token settle", "POST", "settle", settle, "", 401, "unauthorized"},
+		{"check token settles", "POST", "settle", settle, tokCheck, 200, ""},
+		{"check token inline settle", "POST", "settle", inlineSettle, tokCheck, 403, "forbidden"},
+		{"admin inline settle", "POST", "settle", inlineSettle, tokAdmin, 200, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var hdr []string

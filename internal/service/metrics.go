@@ -43,6 +43,7 @@ type metrics struct {
 	proxyLatency   prometheus.Observer
 	limitDenials   *prometheus.CounterVec
 	shadowDenials  *prometheus.CounterVec
+	settles        *prometheus.CounterVec
 	storeLatency   [2][2]prometheus.Observer // [op][result]
 }
 
@@ -63,6 +64,11 @@ func OverloadReasons() []string { return []string{"in_flight", "key_in_flight", 
 // "op" and "result" labels.
 func StoreOps() []string     { return []string{"decide", "reset"} }
 func StoreResults() []string { return []string{"ok", "error"} }
+
+// SettleResults are the values of rl_settles_total's "result" label: the
+// actual cost settled against the estimate, a response cost that is not
+// one (nothing settled), or a settle the store failed.
+func SettleResults() []string { return []string{"settled", "invalid", "failed"} }
 
 // InlineLimitLabel is the "limit" label of a denial by inline limits,
 // whose names are the request's.
@@ -148,13 +154,17 @@ func newMetrics() *metrics {
 		Name: "rl_shadow_denials_total",
 		Help: "Would-denies of shadow limits (\"shadow\": true): requests admitted that the shadow limit, by rule and limit as configured, would have denied (it was not charged for them); inline limits count under rule \"inline\", limit \"" + InlineLimitLabel + "\".",
 	}, []string{"rule", "limit"})
+	m.settles = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rl_settles_total",
+		Help: "Costs settled after the response, by rule and result: settled (the actual cost from the rule's response_cost_header, or a decision-API settle, corrected the estimate; a cost equal to it needs no store call), invalid (a response cost that is not one; nothing settled), failed (the store failed the settle). Inline limits count under rule \"inline\".",
+	}, []string{"rule", "result"})
 	storeLatency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "rl_store_duration_seconds",
 		Help:    "Time the store took for one call, by op (decide, reset) and result (ok, error): the memory store's lock and decision, or PostgreSQL's round trip (with the pool's wait), for every front end.",
 		Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 	}, []string{"op", "result"})
 	m.reg.MustRegister(m.decisions, m.failOpen, m.storeErrors, m.latency, rejected, m.reloads, m.configOK,
-		m.rules, m.failover, m.failoverActive, overload, m.limitDenials, m.shadowDenials, storeLatency,
+		m.rules, m.failover, m.failoverActive, overload, m.limitDenials, m.shadowDenials, m.settles, storeLatency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.rejected, m.overload = newFixedCounters(rejected, RejectReasons()), newFixedCounters(overload, OverloadReasons())
 	for i, op := range StoreOps() {
@@ -185,6 +195,9 @@ type ruleMetrics struct {
 	// deniedBy are the denials by each limit of the rule, in its order;
 	// inline limits have one, InlineLimitLabel.
 	deniedBy []prometheus.Counter
+	// settled, settleInvalid and settleFailed count the rule's settles by
+	// result (SettleResults).
+	settled, settleInvalid, settleFailed prometheus.Counter
 	// shadowDenied are the would-denies of each shadow limit of the rule,
 	// in its order (nil for an enforced limit); inline limits have one,
 	// InlineLimitLabel, created up front so that the metric is always
@@ -202,6 +215,9 @@ func (m *metrics) forRule(name string, limits []rl.Limit) *ruleMetrics {
 		failClosed:    m.decisions.WithLabelValues(name, outFailClosed),
 		failOpenTotal: m.failOpen.WithLabelValues(name),
 		storeErrors:   m.storeErrors.WithLabelValues(name),
+		settled:       m.settles.WithLabelValues(name, "settled"),
+		settleInvalid: m.settles.WithLabelValues(name, "invalid"),
+		settleFailed:  m.settles.WithLabelValues(name, "failed"),
 	}
 	if limits == nil {
 		limits = []rl.Limit{{Name: InlineLimitLabel, Shadow: true}}

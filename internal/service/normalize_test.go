@@ -31,6 +31,7 @@ rules:
     methods: [get, post]
     key_by: header:X-User
     cost_header: X-Size
+    response_cost_header: X-Size-Actual
     min_cost: 2
     quota_unit: content-bytes
     ratelimit_fields: closest
@@ -64,7 +65,7 @@ rules:
 	require.Equal(t, "1m30s", n.UpstreamTimeout)
 	require.Equal(t, []TokenSpecJSON{{Name: "gw", Role: "check", SHA256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}}, n.APITokens)
 	require.Equal(t, RuleJSON{Name: "s", Endpoint: "/", Host: "*.example.com", Methods: []string{"GET", "POST"}, KeyBy: "header:X-User",
-		Cost: 2, MinCost: 2, CostHeader: "X-Size", RateLimitFields: "closest", QuotaUnit: "content-bytes", PartitionKey: true,
+		Cost: 2, MinCost: 2, CostHeader: "X-Size", ResponseCostHeader: "X-Size-Actual", RateLimitFields: "closest", QuotaUnit: "content-bytes", PartitionKey: true,
 		Limits: []LimitSpecJSON{{Name: "sliding_window_1m", Strategy: "sliding_window", Limit: 10, Window: "1m"},
 			{Name: "day", Strategy: "sliding_log", Limit: 100, Window: "1d"}}}, n.Rules[1])
 	n, err = mustParse(t, "rules: [{name: a, strategy: fixed, limit: 1, window: 1s}]").Normalized()

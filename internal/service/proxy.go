@@ -74,6 +74,13 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 		Policy:   func(*http.Request) *rl.Policy { return ru.widest },
 		Fields:   ru.fields,
 		Problems: httplimit.Problems(rs.cfg.ProblemDetails),
+		// The upstream's response_cost_header: the actual cost (at
+		// least min_cost), settled against the cost taken, the field
+		// kept from the client.
+		ResponseCost: httplimit.ResponseCost{Field: ru.spec.ResponseCostHeader, Min: ru.spec.MinCost},
+		OnSettle: func(r *http.Request, st httplimit.Settlement) {
+			s.settled(&t, st.Err)
+		},
 		OnDecision: func(r *http.Request, d httplimit.Decision) {
 			switch d.Outcome {
 			case httplimit.OutcomeMissingKey, httplimit.OutcomeInvalidCost:
@@ -158,6 +165,9 @@ func (l *ruleLimiter) Do(ctx context.Context, req rl.Request) (rl.Result, error)
 	// overrides' (it sizes req.Each); the key's own decides.
 	req.Policy = t.policy
 	res, begun, err := l.s.do(ctx, t, req)
+	if req.Settle {
+		return res, err // counted and logged by the middleware's OnSettle (Service.settled)
+	}
 	if err == nil {
 		return res, nil
 	}

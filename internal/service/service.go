@@ -336,6 +336,7 @@ func (s *Service) apiEndpoints() []apiEndpoint {
 		{"check", http.MethodPost, post, s.apiDecide(false)},
 		{"peek", http.MethodPost, post, s.apiDecide(true)},
 		{"reset", http.MethodPost, post, s.apiReset},
+		{"settle", http.MethodPost, post, s.apiSettle},
 		{"batch", http.MethodPost, post, s.apiBatch},
 		{"rules", http.MethodGet, "GET", s.apiRules},
 	}
@@ -488,7 +489,7 @@ func (s *Service) do(ctx context.Context, t *target, req rl.Request) (rl.Result,
 	res, err := t.lim.Do(ctx, req)
 	if err == nil {
 		s.outage.Success()
-		if res.Allowed && !req.Peek && t.policy.Shadowed() {
+		if res.Allowed && !req.Peek && !req.Settle && t.policy.Shadowed() {
 			t.m.wouldDeny(req.Each) // a peek would deny nothing
 		}
 	}
@@ -533,6 +534,27 @@ func (s *Service) failure(t *target, begun outage.Token, err error) (string, err
 	}
 	s.storeErr.log(s.log, "store failed; refusing (fail closed)", t.name, err)
 	return outFailClosed, outage.Classified(class, err)
+}
+
+// settled counts a settle on t (the proxy's from a response's
+// response_cost_header, or the decision API's) by its error: none, an
+// invalid response cost (httplimit.ErrResponseCost), or a failure, which
+// is a store error too (unless the per-key bound refused it); both logged,
+// at most one line a second.
+func (s *Service) settled(t *target, err error) {
+	switch {
+	case err == nil:
+		t.m.settled.Inc()
+	case errors.Is(err, httplimit.ErrResponseCost):
+		t.m.settleInvalid.Inc()
+		s.storeErr.log(s.log, "invalid response cost; nothing settled (the estimate stands)", t.name, err)
+	default:
+		t.m.settleFailed.Inc()
+		if !errors.Is(err, errOverloaded) { // the per-key bound is counted by EnterKey
+			t.m.storeErrors.Inc()
+		}
+		s.storeErr.log(s.log, "settle failed; the estimate stands", t.name, err)
+	}
 }
 
 // record counts a decision's outcome and, for a denial a limit decided

@@ -67,6 +67,8 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("Exactness", func(t *testing.T) { exactness(t, cfg, prefix) })
 	t.Run("AllOrNothingRace", func(t *testing.T) { allOrNothingRace(t, cfg, prefix) })
 	t.Run("Shadow", func(t *testing.T) { shadow(t, cfg, prefix) })
+	t.Run("CarryAndSettle", func(t *testing.T) { carryAndSettle(t, cfg, prefix) })
+	t.Run("SettleRace", func(t *testing.T) { settleRace(t, cfg, prefix) })
 	if cfg.WithDecider != nil {
 		t.Run("UsesItsDecider", func(t *testing.T) { usesItsDecider(t, cfg, prefix) })
 	}
@@ -78,7 +80,7 @@ const spyCost = 7777
 
 // spyDecider is the native core, except that it counts its calls and
 // refuses spyCost.
-type spyDecider struct{ takes, peeks atomic.Int64 }
+type spyDecider struct{ takes, peeks, settles atomic.Int64 }
 
 func (d *spyDecider) TakeAll(ls []core.Limit, ss []core.State, now, cost int64, ds []core.Decision) (int, error) {
 	d.takes.Add(1)
@@ -94,6 +96,14 @@ func (d *spyDecider) PeekAll(ls []core.Limit, ss []core.State, now, cost int64, 
 		return 0, core.ErrCost
 	}
 	return core.PeekAll(ls, ss, now, cost, ds)
+}
+
+func (d *spyDecider) SettleAll(ls []core.Limit, ss []core.State, now, delta int64, ds []core.Decision) (int, error) {
+	d.settles.Add(1)
+	if delta == spyCost {
+		return 0, core.ErrCost
+	}
+	return core.SettleAll(ls, ss, now, delta, ds)
 }
 
 // usesItsDecider: every path of the store goes through its decider, whose
@@ -121,13 +131,18 @@ func usesItsDecider(t *testing.T, cfg Config, prefix string) {
 		{"take with a shadow limit", req(prefix, "spy", store.Take, t0, 1, withShadow(t, p2, "b")), false},
 		{"peek with a shadow limit", req(prefix, "spy", store.Peek, t0, 1, withShadow(t, p2, "b")), true},
 		{"take of only a shadow limit", req(prefix, "spy", store.Take, t0, 1, withShadow(t, p2, "a", "b")), false},
+		{"settle of one limit", req(prefix, "spy", store.Settle, t0, 1, p1), false},
+		{"settle of several limits", req(prefix, "spy", store.Settle, t0, -1, p2), false},
 	} {
 		if cfg.ShadowRefused != nil && c.req.Policy.Shadowed() {
 			continue
 		}
 		counter := &d.takes
-		if c.peek {
+		switch {
+		case c.peek:
 			counter = &d.peeks
+		case c.req.Op == store.Settle:
+			counter = &d.settles
 		}
 		before := counter.Load()
 		_, got, err := s.Decide(ctx, c.req, nil)

@@ -12,6 +12,8 @@
 // A front end that cannot express a step (a method or host on the decision
 // API, a text cost on gRPC, whose hits_addend is an integer) skips it; a
 // skipped step must not change the state (it is refused everywhere else).
+// A case with a response cost (Step.ResponseCost) is not run over gRPC,
+// whose protocol has no settle.
 package frontends
 
 import (
@@ -60,7 +62,9 @@ func (w Want) String() string {
 // Rule is the case's one rule: "r", a fixed window of Limit per hour, keyed
 // by the header X-User (the decision API's "key", the descriptor entry
 // "user" over gRPC), its cost read from X-Cost (the API's "cost", the
-// descriptor's hits_addend).
+// descriptor's hits_addend), and the actual cost of an admitted request
+// from the upstream's X-Cost-Actual (response_cost_header; the decision
+// API's settle).
 type Rule struct {
 	Endpoint string   // default "/"
 	Host     string   // default none
@@ -147,6 +151,21 @@ type Step struct {
 	// upstream with, in any case and any spelling of '-' and '_' (proxy
 	// and filter).
 	Dropped []string
+	// ResponseCost, if set, is the actual cost the upstream reports for
+	// an admitted step, as written, in X-Cost-Actual: a header, or a
+	// trailer after the body when Trailer is set. The proxy and the
+	// filter settle it against the step's cost once the response is done,
+	// never letting the client see the field; over the decision API the
+	// runner settles max(actual, min_cost 1) − cost when the value is one
+	// ParseResponseCost accepts (nothing otherwise). The next step sees
+	// the settle.
+	ResponseCost string
+	Trailer      bool
+}
+
+// Settles reports whether the case has a step with a response cost.
+func (c *Case) Settles() bool {
+	return slices.ContainsFunc(c.Steps, func(s Step) bool { return s.ResponseCost != "" })
 }
 
 // CheckForwarded says what is wrong with the request an admitted step
@@ -308,4 +327,24 @@ var Cases = []Case{
 		}, WouldDeny: 2},
 	{ID: 17, Name: "a rule of only a shadow limit admits everything (issue 22)", Rule: Rule{Shadow: 1},
 		Steps: exhaust("o", 4), WouldDeny: 3},
+	{ID: 18, Name: "a cost settled at the response: a debt denies, a refund gives back, an invalid cost settles nothing (issue 22, item 3)",
+		Rule: Rule{Limit: 5},
+		Steps: []Step{
+			{Key: "s", ResponseCost: "4", Want: Admit}, // 4 used
+			{Key: "s", Want: Admit},
+			{Key: "s", Want: Deny},
+			{Key: "r", Cost: "5", ResponseCost: "2", Trailer: true, Want: Admit}, // 2 used
+			{Key: "r", Cost: "3", Want: Admit},
+			{Key: "r", Want: Deny},
+			{Key: "d", ResponseCost: "9", Trailer: true, Want: Admit}, // in debt: 9 used of 5
+			{Key: "d", Want: Deny},
+			{Key: "z", Cost: "3", ResponseCost: "0", Want: Admit}, // settled as min_cost: 1 used
+			{Key: "z", Cost: "4", Want: Admit},
+			{Key: "z", Want: Deny},
+			{Key: "i", Cost: "2", ResponseCost: "-1", Want: Admit}, // invalid: the estimate stands
+			{Key: "i", Cost: "3", Want: Admit},
+			{Key: "i", Want: Deny},
+			{Key: "t", Cost: "2", ResponseCost: "1099511627777", Trailer: true, Want: Admit},
+			{Key: "t", Cost: "4", Want: Deny},
+		}},
 }

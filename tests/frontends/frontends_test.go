@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/rlcore/rl/internal/pipeline"
 	"github.com/rlcore/rl/internal/rls"
 	"github.com/rlcore/rl/internal/service"
 	"github.com/rlcore/rl/memstore"
@@ -34,7 +36,8 @@ func serviceYAML(c frontends.Case) string { return serviceYAMLTo(c, "demo") }
 // serviceYAMLTo is serviceYAML with the upstream given.
 func serviceYAMLTo(c frontends.Case, upstream string) string {
 	r := c.Rule
-	rule := map[string]any{"name": "r", "endpoint": cmpOr(r.Endpoint, "/"), "key_by": cmpOr(r.KeyBy, "header:X-User"), "cost_header": "X-Cost"}
+	rule := map[string]any{"name": "r", "endpoint": cmpOr(r.Endpoint, "/"), "key_by": cmpOr(r.KeyBy, "header:X-User"), "cost_header": "X-Cost",
+		"response_cost_header": "X-Cost-Actual"}
 	for k, v := range ruleLimits(r) {
 		rule[k] = v
 	}
@@ -188,7 +191,8 @@ func fromStatus(code int) frontends.Want {
 }
 
 // TestProxy runs the table through rl-wasm-host's reverse proxy, to an
-// upstream that records what it was sent.
+// upstream that records what it was sent and reports a step's response
+// cost (asked in X-Reply-Cost, as a trailer with X-Reply-Trailer).
 func TestProxy(t *testing.T) {
 	var (
 		mu     sync.Mutex
@@ -197,10 +201,19 @@ func TestProxy(t *testing.T) {
 	)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		defer mu.Unlock()
 		target, names = r.RequestURI, nil
 		for n := range r.Header {
 			names = append(names, n)
+		}
+		mu.Unlock()
+		cost, trailer := r.Header.Get("X-Reply-Cost"), r.Header.Get("X-Reply-Trailer") != ""
+		switch {
+		case cost != "" && trailer:
+			w.Header().Set("Trailer", "X-Cost-Actual")
+			w.Write([]byte("body"))
+			w.Header().Set("X-Cost-Actual", cost)
+		case cost != "":
+			w.Header().Set("X-Cost-Actual", cost)
 		}
 	}))
 	t.Cleanup(up.Close)
@@ -208,12 +221,18 @@ func TestProxy(t *testing.T) {
 		svc := newServiceTo(t, c, up.URL)
 		srv := httptest.NewServer(svc.ProxyHandler())
 		t.Cleanup(srv.Close)
+		settles := 0.0
 		for i, s := range c.Steps {
 			if !can(s, frontends.Proxy) {
 				continue
 			}
 			code, h, body := rawRequest(t, srv.Listener.Addr().String(), s)
 			check(t, frontends.Proxy, c, i, s, fromStatus(code), strconv.Itoa(code)+" "+body)
+			if s.ResponseCost != "" && code == 200 {
+				// The settle lands after the response: wait for it.
+				settles++
+				waitSettles(t, svc, settles)
+			}
 			if code == 200 {
 				mu.Lock()
 				if p := s.CheckForwarded(target, names); p != "" {
@@ -227,8 +246,25 @@ func TestProxy(t *testing.T) {
 	}
 }
 
+// waitSettles waits until the service has counted n settles of rule r
+// (settled or invalid): the proxy settles after the response.
+func waitSettles(t *testing.T, svc *service.Service, n float64) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		got := metricValue(t, svc, `rl_settles_total{result="settled",rule="r"}`) + metricValue(t, svc, `rl_settles_total{result="invalid",rule="r"}`)
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v settles counted, want %v", got, n)
+		}
+	}
+}
+
 // rawRequest sends s as written (methods, hosts and paths a client library
-// would clean up) and returns the status, header and body.
+// would clean up) and returns the status, header and body. A step with a
+// response cost asks the upstream for it; the response, trailers
+// included, must not carry it.
 func rawRequest(t *testing.T, addr string, s frontends.Step) (int, http.Header, string) {
 	t.Helper()
 	var b strings.Builder
@@ -242,10 +278,19 @@ func rawRequest(t *testing.T, addr string, s frontends.Step) (int, http.Header, 
 	for _, kv := range s.Header {
 		fmt.Fprintf(&b, "%s: %s\r\n", kv[0], kv[1])
 	}
+	if s.ResponseCost != "" {
+		fmt.Fprintf(&b, "X-Reply-Cost: %s\r\n", s.ResponseCost)
+		if s.Trailer {
+			b.WriteString("X-Reply-Trailer: 1\r\n")
+		}
+	}
 	b.WriteString("\r\n")
 	resp, err := roundTripRaw(addr, b.String(), s.Method == "HEAD" || s.Method == "head")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if v := append(resp.header.Values("X-Cost-Actual"), resp.trailer.Values("X-Cost-Actual")...); len(v) > 0 {
+		t.Errorf("proxy: step %+v: the client got X-Cost-Actual %q", s, v)
 	}
 	return resp.code, resp.header, resp.body
 }
@@ -274,16 +319,50 @@ func TestAPI(t *testing.T) {
 			resp.Body.Close()
 			check(t, frontends.API, c, i, s, fromStatus(resp.StatusCode), body+" → "+strconv.Itoa(resp.StatusCode)+" "+string(rb))
 			checkShadowFields(t, frontends.API, c, i, resp.Header.Get)
+			if s.ResponseCost != "" && resp.StatusCode == 200 {
+				settleAPI(t, srv.URL, s)
+			}
 		}
 		checkWouldDeny(t, frontends.API, c, serviceWouldDeny(t, svc))
 	}
 }
 
+// settleAPI settles what a step's response cost says over the decision
+// API, as a client that learns the actual cost does: the actual cost (at
+// least min_cost, 1) less the step's cost, when the response cost is one
+// (pipeline.ParseResponseCost); nothing otherwise.
+func settleAPI(t *testing.T, base string, s frontends.Step) {
+	t.Helper()
+	actual, ok, err := pipeline.ParseResponseCost([]string{s.ResponseCost}, 1)
+	if err != nil || !ok {
+		return
+	}
+	estimate, err := strconv.ParseInt(cmpOr(s.Cost, "1"), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := fmt.Sprintf(`{"rule":"r","key":%q,"delta":%d}`, s.Key, actual-estimate)
+	resp, err := http.Post(base+service.APIPrefix+"settle", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("api: settle %s: %d %s", body, resp.StatusCode, rb)
+	}
+}
+
 // TestGRPC runs the table through the Envoy rate limit service: the key as
 // the descriptor entry user=<key>, the cost as the descriptor's
-// hits_addend.
+// hits_addend. Envoy's protocol has no settle: cases with a response cost
+// are not run (cmd/rl-wasm-host/README.md, settling with the rate limit
+// service).
 func TestGRPC(t *testing.T) {
 	for _, c := range frontends.Cases {
+		if c.Settles() {
+			continue
+		}
 		svc := newService(t, c)
 		d, err := rls.ParseDomain("d.yaml", rlsDomain(c.Rule))
 		if err != nil {

@@ -9,9 +9,10 @@ import (
 )
 
 type rawResp struct {
-	code   int
-	header http.Header
-	body   string
+	code    int
+	header  http.Header
+	body    string
+	trailer http.Header
 }
 
 // roundTripRaw writes req on a new connection and reads one response.
@@ -35,5 +36,5 @@ func roundTripRaw(addr, req string, head bool) (rawResp, error) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return rawResp{resp.StatusCode, resp.Header, string(b)}, nil
+	return rawResp{resp.StatusCode, resp.Header, string(b), resp.Trailer}, nil
 }

@@ -91,6 +91,8 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 			return &vm.active.RequestHeaders
 		case typ == mapResponseHeaders:
 			return &vm.active.ResponseHeaders
+		case typ == mapResponseTrailers:
+			return &vm.active.ResponseTrailers
 		}
 		return nil
 	}

@@ -17,7 +17,8 @@ func TestFrontends(t *testing.T) {
 	h := newHost(t)
 	for _, c := range frontends.Cases {
 		r := c.Rule
-		rule := map[string]any{"name": "r", "endpoint": or(r.Endpoint, "/"), "key_by": or(r.KeyBy, "header:X-User"), "cost_header": "X-Cost"}
+		rule := map[string]any{"name": "r", "endpoint": or(r.Endpoint, "/"), "key_by": or(r.KeyBy, "header:X-User"), "cost_header": "X-Cost",
+			"response_cost_header": "X-Cost-Actual"}
 		for k, v := range ruleLimits(r) {
 			rule[k] = v
 		}
@@ -54,9 +55,24 @@ func TestFrontends(t *testing.T) {
 			for _, kv := range s.Header {
 				hs = append(hs, [2]string{strings.ToLower(kv[0]), kv[1]})
 			}
-			st, err := vm.Request(hs, map[string]string{"source.address": "192.0.2.9:1000"}, [][2]string{{":status", "200"}})
+			// The upstream's response: its actual cost, if the step has
+			// one, in a header or a trailer.
+			up := Response{Headers: [][2]string{{":status", "200"}}}
+			switch {
+			case s.ResponseCost != "" && s.Trailer:
+				up.Headers = append(up.Headers, [2]string{"trailer", "x-cost-actual"})
+				up.Trailers = [][2]string{{"x-cost-actual", s.ResponseCost}}
+			case s.ResponseCost != "":
+				up.Headers = append(up.Headers, [2]string{"x-cost-actual", s.ResponseCost})
+			}
+			st, err := vm.Exchange(hs, map[string]string{"source.address": "192.0.2.9:1000"}, up)
 			if err != nil {
 				t.Fatal(err)
+			}
+			for _, kv := range append(st.ResponseHeaders, st.ResponseTrailers...) {
+				if kv[0] == "x-cost-actual" || kv[0] == "trailer" {
+					t.Errorf("filter: case %d step %d: the client got %s: %s", c.ID, i, kv[0], kv[1])
+				}
 			}
 			got, detail := frontends.Admit, "forwarded"
 			if st.Local != nil {

@@ -42,6 +42,7 @@ const (
 const (
 	mapRequestHeaders          = 0
 	mapResponseHeaders         = 2
+	mapResponseTrailers        = 3
 	mapHTTPCallResponseHeaders = 6
 	bufHTTPCallResponseBody    = 4
 	bufVMConfiguration         = 6
@@ -155,7 +156,7 @@ type VM struct {
 	ctx context.Context
 
 	malloc, onContextCreate, onVMStart, onConfigure, onRequestHeaders,
-	onResponseHeaders, onHTTPCallResponse, onDone, onDelete api.Function
+	onResponseHeaders, onResponseTrailers, onHTTPCallResponse, onLog, onDone, onDelete api.Function
 
 	rootID       uint32
 	nextID       uint32
@@ -178,6 +179,9 @@ type Stream struct {
 	ID              uint32
 	RequestHeaders  [][2]string // lower-case names, as Envoy gives them
 	ResponseHeaders [][2]string
+	// ResponseTrailers are the upstream's trailers as the filter left
+	// them (nil: the response had none).
+	ResponseTrailers [][2]string
 	// Properties by path ("source.address").
 	Properties map[string]string
 	// Action is what the last request callback returned; Resumed is set by
@@ -212,6 +216,13 @@ type CalloutResponse struct {
 	Body    []byte
 }
 
+// Response is the upstream's response to a stream the filter lets
+// through: its header fields and, if not nil, its trailers (sent after a
+// body, which the host does not model).
+type Response struct {
+	Headers, Trailers [][2]string
+}
+
 // NewVM instantiates the module (running _initialize), creates the root
 // context and starts the VM and the plugin with pluginConfig, as Envoy does
 // for each worker.
@@ -238,7 +249,9 @@ func (h *Host) NewVM(ctx context.Context, pluginConfig []byte) (*VM, error) {
 		"proxy_on_configure":          &vm.onConfigure,
 		"proxy_on_request_headers":    &vm.onRequestHeaders,
 		"proxy_on_response_headers":   &vm.onResponseHeaders,
+		"proxy_on_response_trailers":  &vm.onResponseTrailers,
 		"proxy_on_http_call_response": &vm.onHTTPCallResponse,
+		"proxy_on_log":                &vm.onLog,
 		"proxy_on_done":               &vm.onDone,
 		"proxy_on_delete":             &vm.onDelete,
 	} {
@@ -272,9 +285,15 @@ func (vm *VM) call(f api.Function, args ...uint64) (uint32, error) {
 
 // Request runs a request through the VM: a new stream context, its request
 // headers (end of stream), and, if the filter lets it through at once, the
-// upstream's response headers; then the stream is finished (done, delete)
-// unless a callout is pending. It returns the stream.
+// upstream's response headers; then the stream is finished (log, done,
+// delete) unless a callout is pending. It returns the stream.
 func (vm *VM) Request(reqHeaders [][2]string, properties map[string]string, upstream [][2]string) (*Stream, error) {
+	return vm.Exchange(reqHeaders, properties, Response{Headers: upstream})
+}
+
+// Exchange is Request with the upstream's whole response: its headers
+// (not ending the stream: a body follows) and its trailers, if any.
+func (vm *VM) Exchange(reqHeaders [][2]string, properties map[string]string, upstream Response) (*Stream, error) {
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
 	s := &Stream{ID: vm.nextID, RequestHeaders: lower(reqHeaders), Properties: properties}
@@ -296,18 +315,28 @@ func (vm *VM) Request(reqHeaders [][2]string, properties map[string]string, upst
 	return s, vm.finish(s, upstream)
 }
 
-// finish sends the upstream's response headers through a stream that was
-// let through, then ends the stream.
-func (vm *VM) finish(s *Stream, upstream [][2]string) error {
+// finish sends the upstream's response, headers then trailers, through a
+// stream that was let through, then ends the stream: proxy_on_log (the
+// SDK's OnHttpStreamDone), done, delete.
+func (vm *VM) finish(s *Stream, upstream Response) error {
+	vm.active = s
+	defer func() { vm.active = nil }()
 	if s.Local == nil && (s.Action == ActionContinue || s.Resumed) {
-		s.ResponseHeaders = lower(upstream)
-		vm.active = s
-		_, err := vm.call(vm.onResponseHeaders, uint64(s.ID), uint64(len(s.ResponseHeaders)), 0)
-		vm.active = nil
-		if err != nil {
+		s.ResponseHeaders = lower(upstream.Headers)
+		if _, err := vm.call(vm.onResponseHeaders, uint64(s.ID), uint64(len(s.ResponseHeaders)), 0); err != nil {
 			return err
 		}
+		if upstream.Trailers != nil {
+			s.ResponseTrailers = lower(upstream.Trailers)
+			if _, err := vm.call(vm.onResponseTrailers, uint64(s.ID), uint64(len(s.ResponseTrailers))); err != nil {
+				return err
+			}
+		}
 	}
+	if _, err := vm.call(vm.onLog, uint64(s.ID)); err != nil {
+		return err
+	}
+	vm.active = nil
 	if _, err := vm.call(vm.onDone, uint64(s.ID)); err != nil {
 		return err
 	}
@@ -321,6 +350,12 @@ func (vm *VM) finish(s *Stream, upstream [][2]string) error {
 // Respond delivers the answer to a stream's callout (proxy_on_http_call_response)
 // and then finishes the stream like Request.
 func (vm *VM) Respond(s *Stream, c *Callout, resp CalloutResponse, upstream [][2]string) error {
+	return vm.RespondWith(s, c, resp, Response{Headers: upstream})
+}
+
+// RespondWith is Respond with the upstream's whole response, as Exchange
+// takes it.
+func (vm *VM) RespondWith(s *Stream, c *Callout, resp CalloutResponse, upstream Response) error {
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
 	if vm.calls[c.ID] != s {
@@ -335,6 +370,23 @@ func (vm *VM) Respond(s *Stream, c *Callout, resp CalloutResponse, upstream [][2
 		return err
 	}
 	return vm.finish(s, upstream)
+}
+
+// Answer delivers the answer to a callout whose stream is finished (a
+// settle sent when the stream was done): the guest's callback finds its
+// stream gone.
+func (vm *VM) Answer(c *Callout, resp CalloutResponse) error {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	if _, ok := vm.calls[c.ID]; !ok {
+		return fmt.Errorf("pwhost: no pending callout %d", c.ID)
+	}
+	delete(vm.calls, c.ID)
+	resp.Headers = lower(resp.Headers)
+	vm.callResp = &resp
+	_, err := vm.call(vm.onHTTPCallResponse, uint64(vm.rootID), uint64(c.ID), uint64(len(resp.Headers)), uint64(len(resp.Body)), 0)
+	vm.callResp, vm.active = nil, nil
+	return err
 }
 
 func lower(hs [][2]string) [][2]string {

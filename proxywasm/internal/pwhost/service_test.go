@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -19,15 +20,28 @@ import (
 	"time"
 )
 
-// startRLWasmHost builds and starts cmd/rl-wasm-host with a configuration
-// file, and returns its base URL.
-func startRLWasmHost(t *testing.T, config string) string {
-	t.Helper()
-	dir := t.TempDir()
+// buildRLWasmHost builds cmd/rl-wasm-host once for the package's tests.
+var buildRLWasmHost = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "pwhost-rl-wasm-host")
+	if err != nil {
+		return "", err
+	}
 	bin := filepath.Join(dir, "rl-wasm-host")
 	if out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/rl-wasm-host").CombinedOutput(); err != nil {
-		t.Fatalf("building rl-wasm-host: %v\n%s", err, out)
+		return "", fmt.Errorf("building rl-wasm-host: %v\n%s", err, out)
 	}
+	return bin, nil
+})
+
+// startRLWasmHost starts cmd/rl-wasm-host (built once) with a
+// configuration file, and returns its base URL.
+func startRLWasmHost(t *testing.T, config string) string {
+	t.Helper()
+	bin, err := buildRLWasmHost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
 	cfg := filepath.Join(dir, "rules.json")
 	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
@@ -91,37 +105,7 @@ func TestGlobalWithRLWasmHost(t *testing.T) {
 			vms = append(vms, vm)
 		}
 	}
-	client := &http.Client{Timeout: 10 * time.Second}
-	// forward plays Envoy's part of a callout: the HTTP request to the
-	// cluster, the answer back to the VM.
-	forward := func(c *Callout) CalloutResponse {
-		var method, path string
-		for _, kv := range c.Headers {
-			switch kv[0] {
-			case ":method":
-				method = kv[1]
-			case ":path":
-				path = kv[1]
-			}
-		}
-		req, err := http.NewRequest(method, base+path, bytes.NewReader(c.Body))
-		if err != nil {
-			t.Error(err)
-			return CalloutResponse{}
-		}
-		for _, kv := range c.Headers {
-			if !strings.HasPrefix(kv[0], ":") {
-				req.Header.Add(kv[0], kv[1])
-			}
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return CalloutResponse{} // no headers: the call failed
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return CalloutResponse{Headers: [][2]string{{":status", strconv.Itoa(resp.StatusCode)}}, Body: body}
-	}
+	forward := forwarder(t, base)
 	paths := map[string]int{"/login": 5, "/api/x": 4}
 	admitted := map[string]int{}
 	var mu sync.Mutex
@@ -181,5 +165,39 @@ func TestGlobalWithRLWasmHost(t *testing.T) {
 		if strings.Contains(l, "check-token") || strings.Contains(l, "admin-token") {
 			t.Errorf("a token reached the log: %q", l)
 		}
+	}
+}
+
+// forwarder plays Envoy's part of a callout to rl-wasm-host at base: the
+// HTTP request to the cluster, the answer for the VM.
+func forwarder(t *testing.T, base string) func(c *Callout) CalloutResponse {
+	client := &http.Client{Timeout: 10 * time.Second}
+	return func(c *Callout) CalloutResponse {
+		var method, path string
+		for _, kv := range c.Headers {
+			switch kv[0] {
+			case ":method":
+				method = kv[1]
+			case ":path":
+				path = kv[1]
+			}
+		}
+		req, err := http.NewRequest(method, base+path, bytes.NewReader(c.Body))
+		if err != nil {
+			t.Error(err)
+			return CalloutResponse{}
+		}
+		for _, kv := range c.Headers {
+			if !strings.HasPrefix(kv[0], ":") {
+				req.Header.Add(kv[0], kv[1])
+			}
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return CalloutResponse{} // no headers: the call failed
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return CalloutResponse{Headers: [][2]string{{":status", strconv.Itoa(resp.StatusCode)}}, Body: body}
 	}
 }

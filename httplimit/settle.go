@@ -1,0 +1,222 @@
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/textproto"
+	"strings"
+	"time"
+
+	"github.com/rlcore/rl"
+	"github.com/rlcore/rl/internal/pipeline"
+)
+
+// ResponseCost reads the actual cost of an admitted request from its
+// response (Config.ResponseCost), for costs known only once the handler
+// has run: the tokens a model generated, the bytes or rows sent. The
+// request is charged its estimate when it arrives (Config.Cost); once the
+// handler has returned, the middleware settles actual − estimate on the
+// same key and policy (rl.Request.Settle): a positive difference may put
+// the key in debt, denying its next requests until it is paid off, a
+// negative one refunds.
+type ResponseCost struct {
+	// Field names the response header field carrying the actual cost:
+	// set as a header before the response is written, or as a trailer
+	// after the body (declared in the Trailer field, or written with
+	// http.TrailerPrefix), as one run of decimal digits, 0 to 2^40. The
+	// field is removed from the response the client receives: it is the
+	// handler's message to the middleware. "" settles nothing.
+	Field string
+	// Min is the least a request costs: an actual cost below it settles
+	// as Min. Default 0.
+	Min int64
+}
+
+// Settlement describes the settle of one admitted request whose response
+// carried the ResponseCost field (Config.OnSettle).
+type Settlement struct {
+	// Key is the request's key.
+	Key string
+	// Estimate is the cost taken when the request was admitted, Actual
+	// the cost its response reported (at least ResponseCost.Min; 0 when
+	// the field was invalid). Actual − Estimate was settled.
+	Estimate, Actual int64
+	// Result describes the key after the correction (the Limiter's
+	// settle result: Allowed, its Remaining, ResetAfter and NextAfter);
+	// zero when no store call was made: Err is set, or Actual equals
+	// Estimate.
+	Result rl.Result
+	// Err is why nothing was settled: an invalid field (matching
+	// ErrResponseCost), or the Limiter's failure (rl.ErrStore, ...).
+	Err error
+	// Latency is the settle's store call, 0 without one.
+	Latency time.Duration
+}
+
+// ErrResponseCost is matched by the error of a response whose
+// ResponseCost field is not one integer in [0, 2^40] (given twice, as a
+// header and a trailer; signed; a fraction): nothing is settled, and the
+// estimate stands.
+var ErrResponseCost = errors.New("httplimit: invalid response cost")
+
+// serveAndSettle serves an admitted request through a writer that keeps
+// the ResponseCost field from the client, then settles the difference
+// between the cost its response reports and req.Cost, taken for it.
+//
+// The settle never holds the response: when the handler returns, the
+// response is complete but for what net/http writes after it (buffered
+// bytes, the last chunk, the trailers), so the store call runs in a
+// goroutine of its own, after the handler, with the request's context
+// values but not its cancellation (a client gone after being served has
+// still cost what it cost). A request that arrives before the settle lands
+// is decided without it. An invalid field is reported at once, without a
+// store call.
+func (h *handler) serveAndSettle(w http.ResponseWriter, r *http.Request, req *rl.Request) {
+	cw := &costWriter{ResponseWriter: w, field: textproto.CanonicalMIMEHeaderKey(h.cfg.ResponseCost.Field)}
+	h.next.ServeHTTP(cw, r)
+	values := cw.finish()
+	if len(values) == 0 {
+		return // the estimate stands
+	}
+	s := Settlement{Key: req.Key, Estimate: req.Cost}
+	actual, _, err := pipeline.ParseResponseCost(values, h.cfg.ResponseCost.Min)
+	if err != nil {
+		s.Err = fmt.Errorf("%w: %s: %w", ErrResponseCost, cw.field, err)
+		h.reportSettle(r, &s)
+		return
+	}
+	s.Actual = actual
+	if actual == req.Cost {
+		h.reportSettle(r, &s)
+		return
+	}
+	settle := rl.Request{Key: req.Key, Cost: actual - req.Cost, Policy: req.Policy, Settle: true}
+	ctx := context.WithoutCancel(r.Context())
+	go func() {
+		start := time.Now()
+		res, err := h.cfg.Limiter.Do(ctx, settle)
+		s.Latency = time.Since(start)
+		if err != nil {
+			s.Err = fmt.Errorf("httplimit: settling %d for key %q: %w", settle.Cost, req.Key, err)
+		} else {
+			s.Result = res
+		}
+		h.reportSettle(r, &s)
+	}()
+}
+
+// reportSettle tells OnError and OnSettle of s.
+func (h *handler) reportSettle(r *http.Request, s *Settlement) {
+	if s.Err != nil && h.cfg.OnError != nil {
+		h.cfg.OnError(r, s.Err)
+	}
+	if h.cfg.OnSettle != nil {
+		h.cfg.OnSettle(r, *s)
+	}
+}
+
+// costWriter keeps a response's cost field (field, canonical) from the
+// client and collects its values: a header's when the response header is
+// written (removed from the header map, and from the Trailer field's
+// announcements), a trailer's when the handler has returned (finish).
+// Interim (1xx) responses never carry it. It implements Flush (writing
+// the header first, as net/http does); other optional interfaces
+// (Hijacker, deadlines, full duplex) are reached through Unwrap with
+// http.ResponseController.
+type costWriter struct {
+	http.ResponseWriter
+	field  string
+	wrote  bool
+	values []string
+}
+
+func (w *costWriter) WriteHeader(code int) {
+	h := w.Header()
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		// An interim response is sent from the header map as it is, and
+		// the map is kept for the final one: send it without the field,
+		// then put the field back.
+		vs, ok := h[w.field]
+		delete(h, w.field)
+		w.ResponseWriter.WriteHeader(code)
+		if _, again := h[w.field]; ok && !again {
+			h[w.field] = vs
+		}
+		return
+	}
+	if !w.wrote {
+		w.wrote = true
+		w.values = append(w.values, h[w.field]...)
+		delete(h, w.field)
+		unannounce(h, w.field)
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *costWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush writes the header, if it is not written yet, and flushes.
+func (w *costWriter) Flush() {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap returns the writer it wraps, for http.ResponseController.
+func (w *costWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// finish collects and removes the field's values left in the header map
+// once the handler has returned: a header the handler set without writing
+// anything (net/http writes the header after the handler), a declared
+// trailer's, and one written with http.TrailerPrefix. It returns every
+// value the response carried.
+func (w *costWriter) finish() []string {
+	h := w.Header()
+	if !w.wrote {
+		unannounce(h, w.field)
+	}
+	w.values = append(w.values, h[w.field]...)
+	delete(h, w.field)
+	for k, vs := range h {
+		if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok && strings.EqualFold(name, w.field) {
+			w.values = append(w.values, vs...)
+			delete(h, k)
+		}
+	}
+	return w.values
+}
+
+// unannounce removes field from the trailers the Trailer field of h
+// announces (a list, in any case), and the Trailer field if it is left
+// empty.
+func unannounce(h http.Header, field string) {
+	vs, ok := h["Trailer"]
+	if !ok {
+		return
+	}
+	var kept []string
+	for _, v := range vs {
+		var names []string
+		for n := range strings.SplitSeq(v, ",") {
+			if n = textproto.TrimString(n); n != "" && !strings.EqualFold(n, field) {
+				names = append(names, n)
+			}
+		}
+		if len(names) > 0 {
+			kept = append(kept, strings.Join(names, ", "))
+		}
+	}
+	if len(kept) == 0 {
+		delete(h, "Trailer")
+		return
+	}
+	h["Trailer"] = kept
+}

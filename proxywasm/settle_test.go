@@ -1,0 +1,189 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/proxytest"
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// respond runs a request through the filter and, if it continues, the
+// upstream's response: headers (ending the stream without trailers and
+// body when end is set), then trailers if any, then the stream's end. It
+// returns the local response (nil if forwarded) and the response headers
+// as the client would get them.
+func respond(t *testing.T, host proxytest.HostEmulator, req [][2]string, resp [][2]string, end bool, trailers [][2]string) (*proxytest.LocalHttpResponse, [][2]string) {
+	t.Helper()
+	id := host.InitializeHttpContext()
+	if act := host.CallOnRequestHeaders(id, req, true); act != types.ActionContinue {
+		local := host.GetSentLocalResponse(id)
+		host.CompleteHttpContext(id)
+		return local, nil
+	}
+	host.CallOnResponseHeaders(id, append([][2]string{{":status", "200"}}, resp...), end)
+	hs := host.GetCurrentResponseHeaders(id)
+	if trailers != nil {
+		host.CallOnResponseTrailers(id, trailers)
+	}
+	host.CompleteHttpContext(id)
+	return nil, hs
+}
+
+// TestFilterResponseCost (issue 22, item 3): a rule with
+// response_cost_header settles, on shared data, the actual cost the
+// upstream reports against the cost taken: from the response headers
+// (settled at once when they end the response, else when the stream is
+// done) or its trailers; a debt denies the next request for exactly as
+// long as it takes to pay off, a refund gives units back, an actual cost
+// below min_cost settles as min_cost; no field leaves the estimate, an
+// invalid one settles nothing. The field is taken out of the response.
+func TestFilterResponseCost(t *testing.T) {
+	// A token bucket of 3, one token back a second; the clock stands
+	// still (emulate), so a debt's retry is exact.
+	host := emulate(t, `{"slots":16,"rules":[
+		{"name":"llm","endpoint":"/","strategy":"token","limit":3,"window":"1s","rate":1,"key_by":"header:X-User",
+		 "cost_header":"X-Cost","response_cost_header":"X-Cost-Actual"}]}`)
+	req := func(user, cost string) [][2]string {
+		return get("/chat", [2]string{"x-user", user}, [2]string{"x-cost", cost})
+	}
+	remaining := func(user string) string {
+		t.Helper()
+		// A request of cost 1 reads what is left (less itself).
+		local, hs := respond(t, host, req(user, "1"), nil, true, nil)
+		if local != nil {
+			return "denied, retry after " + headerValue(local.Headers, "retry-after")
+		}
+		return headerValue(hs, "x-ratelimit-remaining")
+	}
+	counter := func(result string) uint64 {
+		n, err := host.GetCounterMetric(settleMetric("llm", result))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, c := range []struct {
+		name     string
+		cost     string
+		resp     [][2]string // response headers besides :status
+		end      bool        // the headers end the response
+		trailers [][2]string
+		want     string // the user's remaining after, or its denial
+	}{
+		{"debt from a header ending the response", "1", [][2]string{{"x-cost-actual", "6"}}, true, nil, "denied, retry after 4"},
+		{"debt from a header, settled when the stream is done", "1", [][2]string{{"x-cost-actual", "6"}}, false, nil, "denied, retry after 4"},
+		{"debt from a trailer", "1", [][2]string{{"trailer", "x-cost-actual"}}, false, [][2]string{{"x-cost-actual", "6"}}, "denied, retry after 4"},
+		{"exactly the limit", "1", nil, false, [][2]string{{"x-other", "1"}, {"x-cost-actual", "3"}}, "denied, retry after 1"},
+		{"a refund", "3", [][2]string{{"x-cost-actual", "1"}}, true, nil, "1"},                   // 3 - 1 used, less the probe
+		{"a refund stops at min_cost", "3", [][2]string{{"x-cost-actual", "0"}}, true, nil, "1"}, // settled as 1
+		{"no field: the estimate stands", "2", nil, false, [][2]string{{"x-other", "1"}}, "0"},
+		{"an invalid field settles nothing", "2", [][2]string{{"x-cost-actual", "-1"}}, true, nil, "0"},
+		{"given twice, as a header and a trailer", "2", [][2]string{{"x-cost-actual", "1"}}, false, [][2]string{{"x-cost-actual", "1"}}, "0"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			user := c.name
+			local, hs := respond(t, host, req(user, c.cost), c.resp, c.end, c.trailers)
+			if local != nil {
+				t.Fatalf("denied: %+v", local)
+			}
+			if v := headerValues(hs, "x-cost-actual"); len(v) != 0 {
+				t.Errorf("the client got x-cost-actual %q", v)
+			}
+			if v := headerValue(hs, "trailer"); v != "" {
+				t.Errorf("the client got the field announced: trailer %q", v)
+			}
+			if got := remaining(user); got != c.want {
+				t.Errorf("after: %s, want %s", got, c.want)
+			}
+		})
+	}
+	if counter("settled") != 6 || counter("invalid") != 2 || counter("failed") != 0 {
+		t.Errorf("settles counted: %d settled, %d invalid, %d failed", counter("settled"), counter("invalid"), counter("failed"))
+	}
+	// A denied request is not settled, whatever its response says.
+	if local, _ := respond(t, host, req("debt from a header ending the response", "1"), [][2]string{{"x-cost-actual", "0"}}, true, nil); local == nil {
+		t.Fatal("admitted in debt")
+	}
+	if counter("settled") != 6 {
+		t.Errorf("a denied request settled")
+	}
+}
+
+// TestFilterResponseCostGlobal: in global mode the settle is a callout to
+// rl-wasm-host's settle path, sent when the cost is final and not waited
+// for: the rule's name and key as the check sent them (or its inline
+// limits), and delta.
+func TestFilterResponseCostGlobal(t *testing.T) {
+	host := emulate(t, `{"rules":[
+		{"name":"named","endpoint":"/n","strategy":"fixed","limit":5,"window":"1s","key_by":"header:x-user","response_cost_header":"x-used",
+		 "global":{"cluster":"rl","rule":"llm","token":"s3cret"}},
+		{"name":"inline","endpoint":"/i","strategy":"fixed","limit":5,"window":"1s","key_by":"header:x-user","response_cost_header":"x-used","cost":2,
+		 "global":{"cluster":"rl","settle_path":"/rl/settle"}}]}`)
+	for _, c := range []struct {
+		path, check, settlePath, settle string
+	}{
+		{"/n", `{"rule":"llm","key":"named:alice","cost":1}`, "/v1/ratelimit/settle", `{"rule":"llm","key":"named:alice","delta":6}`},
+		{"/i", `{"limits":[{"name":"default","strategy":"fixed_window","limit":5,"window":"1s"}],"key":"inline:alice","cost":2,"fail_open":false}`,
+			"/rl/settle", `{"limits":[{"name":"default","strategy":"fixed_window","limit":5,"window":"1s"}],"key":"inline:alice","delta":5}`},
+	} {
+		id := host.InitializeHttpContext()
+		if act := host.CallOnRequestHeaders(id, get(c.path, [2]string{"x-user", "alice"}), true); act != types.ActionPause {
+			t.Fatalf("%s: %v", c.path, act)
+		}
+		cs := host.GetCalloutAttributesFromContext(id)
+		if len(cs) != 1 || string(cs[0].Body) != c.check {
+			t.Fatalf("%s: check %+v", c.path, cs)
+		}
+		host.CallOnHttpCallResponse(cs[0].CalloutID, [][2]string{{":status", "200"}}, nil,
+			[]byte(`{"allowed":true,"limit_name":"default","limit":5,"remaining":4,"window_ms":1000,"limits":[]}`))
+		host.CallOnResponseHeaders(id, [][2]string{{":status", "200"}, {"x-used", "7"}}, true)
+		if v := headerValue(host.GetCurrentResponseHeaders(id), "x-used"); v != "" {
+			t.Errorf("%s: the client got x-used %q", c.path, v)
+		}
+		cs = host.GetCalloutAttributesFromContext(id)
+		if len(cs) != 2 {
+			t.Fatalf("%s: %d callouts, want the check and the settle", c.path, len(cs))
+		}
+		s := cs[1]
+		if headerValue(s.Headers, ":path") != c.settlePath || headerValue(s.Headers, ":method") != "POST" || string(s.Body) != c.settle {
+			t.Errorf("%s: settle %s %s", c.path, headerValue(s.Headers, ":path"), s.Body)
+		}
+		if c.path == "/n" && headerValue(s.Headers, "authorization") != "Bearer s3cret" {
+			t.Errorf("the settle lacks the check's token")
+		}
+		host.CompleteHttpContext(id)
+		if act := host.GetCurrentHttpStreamAction(id); act != types.ActionContinue {
+			t.Errorf("%s: %v: the settle held the response", c.path, act)
+		}
+	}
+	// A request the service denied settles nothing.
+	id := host.InitializeHttpContext()
+	host.CallOnRequestHeaders(id, get("/n", [2]string{"x-user", "bob"}), true)
+	cs := host.GetCalloutAttributesFromContext(id)
+	host.CallOnHttpCallResponse(cs[0].CalloutID, [][2]string{{":status", "429"}}, nil,
+		[]byte(`{"allowed":false,"limit_name":"default","limit":5,"remaining":0,"window_ms":1000,"retry_after_ms":500}`))
+	host.CompleteHttpContext(id)
+	if n := len(host.GetCalloutAttributesFromContext(id)); n != 1 {
+		t.Errorf("%d callouts for a denied request", n)
+	}
+}
+
+// TestFilterResponseCostFailOpen: a request let through without a decision
+// (shared data failing, fail_open) took nothing and settles nothing, but
+// the field is removed from its response all the same.
+func TestFilterResponseCostFailOpen(t *testing.T) {
+	defer func(f func() sharedData) { newSharedData = f }(newSharedData)
+	sd := &breakable{memData: newMemData()}
+	newSharedData = func() sharedData { return sd }
+	host := emulate(t, `{"rules":[{"name":"r","strategy":"fixed","limit":5,"window":"1s","fail_open":true,"response_cost_header":"x-cost-actual"}]}`)
+	sd.broken = true
+	local, hs := respond(t, host, get("/"), [][2]string{{"x-cost-actual", "9"}}, true, nil)
+	if local != nil || headerValue(hs, "x-cost-actual") != "" {
+		t.Fatalf("%+v %q", local, hs)
+	}
+	for _, res := range settleResults {
+		if n, _ := host.GetCounterMetric(settleMetric("r", res)); n != 0 {
+			t.Errorf("%s: %d", res, n)
+		}
+	}
+}
