@@ -153,21 +153,7 @@ func (c *Compiled) settleFixed(s *State, now, delta int64, n *State) Error {
 }
 
 func (c *Compiled) settleSliding(s *State, exact bool, now, delta int64, n *State) Error {
-	w, lim := c.l.Window, c.l.Limit
-	start := c.wdiv.div(now, w) * w
-	var curr, prev int64
-	if s.Algorithm == SlidingWindow {
-		st := c.wdiv.div(s.T, w) * w
-		switch {
-		case st >= start:
-			start, curr, prev = st, s.X, s.Y
-		case st+w == start:
-			prev = s.X
-		}
-	}
-	if !exact {
-		curr, prev = min(curr, lim), min(prev, lim)
-	}
+	start, curr, prev := slidingCounts(c, s, exact, now)
 	curr += delta
 	if curr > MaxStateValue {
 		return ErrCost

@@ -144,12 +144,7 @@ func (b *builder) op(op string, now, cost int64, ls []vectors.Limit, ss []vector
 		} else {
 			st.Expect.Index, err = core.SettleAll(b.limits, b.states, now, cost, ds)
 		}
-		if err == nil {
-			for _, d := range ds {
-				st.Expect.Decisions = append(st.Expect.Decisions, vectors.Decision{Allowed: d.Allowed, Limit: d.Limit,
-					Remaining: d.Remaining, ResetAfter: d.ResetAfter, RetryAfter: d.RetryAfter, Delay: d.Delay})
-			}
-		}
+		st.Expect.Decisions = record(ds, err)
 	case "peek", "take":
 		ds := make([]core.Decision, len(b.limits))
 		if len(b.limits) == 1 {
@@ -169,12 +164,7 @@ func (b *builder) op(op string, now, cost int64, ls []vectors.Limit, ss []vector
 		} else {
 			st.Expect.Index, err = core.TakeAll(b.limits, b.states, now, cost, ds)
 		}
-		if err == nil {
-			for _, d := range ds {
-				st.Expect.Decisions = append(st.Expect.Decisions, vectors.Decision{Allowed: d.Allowed, Limit: d.Limit,
-					Remaining: d.Remaining, ResetAfter: d.ResetAfter, RetryAfter: d.RetryAfter, Delay: d.Delay})
-			}
-		}
+		st.Expect.Decisions = record(ds, err)
 	}
 	if err != nil {
 		var ce core.Error
@@ -188,6 +178,19 @@ func (b *builder) op(op string, now, cost int64, ls []vectors.Limit, ss []vector
 	}
 	b.c.Steps = append(b.c.Steps, st)
 	return b
+}
+
+// record returns the decisions a step expects: ds, or none on an error.
+func record(ds []core.Decision, err error) []vectors.Decision {
+	if err != nil {
+		return nil
+	}
+	out := make([]vectors.Decision, len(ds))
+	for i, d := range ds {
+		out[i] = vectors.Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining, ResetAfter: d.ResetAfter,
+			RetryAfter: d.RetryAfter, Delay: d.Delay}
+	}
+	return out
 }
 
 func errName(e core.Error) string {
