@@ -552,6 +552,10 @@ func settleCases() []*builder {
 		newCase("settle-gcra-huge", "a GCRA debt whose arrival time would not fit", []string{"settle", "error", "maxima"},
 			lim("default", core.GCRA, 1, core.MaxWindow, 1)).
 			settle(t0, core.MaxCost),
+		newCase("settle-sliding-huge", "a sliding window's debt is kept while its counts times Window stay within 2^61",
+			[]string{"settle", "error", "maxima"}, lim("default", core.SlidingWindow, 4, 1_000_000_000, 0)).
+			take(t0, 1).settle(t0+1, core.MaxUnits/1_000_000_000-1).take(t0+2, 1).settle(t0+3, 1).settle(t0+4, 2).
+			settle(t0+5, -core.MaxUnits/1_000_000_000).take(t0+6, 4),
 		newCase("settle-multi", "settling several limits at once: every one is charged", []string{"settle", "multi"},
 			lim("burst", core.TokenBucket, 5, sec, 0), lim("daily", core.FixedWindow, 8, day, 0)).
 			take(t0, 2).settle(t0+1, 5).take(t0+2, 1).settle(t0+3, -7).take(t0+4, 5),
