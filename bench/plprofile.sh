@@ -7,6 +7,7 @@
 #
 #   bash bench/plprofile.sh            # profile + CPU per call, 2000 calls each
 #   N=5000 bash bench/plprofile.sh
+#   RL_VERSION=14 bash bench/plprofile.sh   # another schema version (rl-migrate goto), to compare
 #
 # Every call runs as a transaction of its own, as a client's would (PL/pgSQL
 # sets up each expression and statement once per transaction, so a loop
@@ -36,6 +37,9 @@ fi
 psql "$URL" -qc "CREATE DATABASE $DB"
 trap 'psql "$URL" -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)"' EXIT
 GOFLAGS=-buildvcs=false go run ./cmd/rl-migrate -database "$DBURL" up
+if [ -n "${RL_VERSION:-}" ]; then
+	GOFLAGS=-buildvcs=false go run ./cmd/rl-migrate -database "$DBURL" goto "$RL_VERSION"
+fi
 psql "$DBURL" -q <<'SQL'
 CREATE EXTENSION plprofiler;
 CREATE TABLE bench_upsert (k text PRIMARY KEY, n bigint NOT NULL);
@@ -58,6 +62,8 @@ single="SELECT * FROM rl.rl_decide_multi('p-' || \$1, '{default}', '{4}', '{1073
 batch1="SELECT * FROM rl.rl_decide_batch(ARRAY['p-' || \$1], '{default}', '{4}', '{1073741824}', '{1000000}', '{0}')"
 k5="ARRAY['p-' || \$1, 'p-' || (\$1 + 1000), 'p-' || (\$1 + 2000), 'p-' || (\$1 + 3000), 'p-' || (\$1 + 4000)]"
 batch5="SELECT * FROM rl.rl_decide_batch($k5, array_fill('default'::text, ARRAY[5]), array_fill(4, ARRAY[5]), array_fill(1073741824::bigint, ARRAY[5]), array_fill(1000000::bigint, ARRAY[5]), array_fill(0::bigint, ARRAY[5]))"
+# five requests on one key (a hot key's batch)
+batch5one="SELECT * FROM rl.rl_decide_batch(array_fill('h-' || \$1, ARRAY[5]), array_fill('default'::text, ARRAY[5]), array_fill(4, ARRAY[5]), array_fill(1073741824::bigint, ARRAY[5]), array_fill(1000000::bigint, ARRAY[5]), array_fill(0::bigint, ARRAY[5]))"
 upsert="INSERT INTO bench_upsert SELECT 'k' || \$1, 1 ON CONFLICT (k) DO UPDATE SET n = bench_upsert.n + 1"
 allow="SELECT * FROM rl.rl_allow('a-' || \$1, 'token_bucket', 1073741824, '1 second')"
 multi2="SELECT * FROM rl.rl_decide_multi('m-' || \$1, '{a,b}', '{4,6}', '{1073741824,1073741824}', '{1000000,60000000}', '{0,0}', 1, NULL, true)"
@@ -71,11 +77,11 @@ rounds() { # rounds label-suffix statement-names...
 	done | psql "$DBURL" -q 2>&1 | sed -n 's/^NOTICE:  //p'
 }
 echo "== backend CPU per call, synchronous_commit = off (three rounds)"
-rounds "" upsert single allow multi2 batch1 batch5
+rounds "" upsert single allow multi2 batch1 batch5 batch5one
 # The native step (sql/native), when the server has it: rl._eval in C.
 if psql "$DBURL" -qAtc "CREATE EXTENSION rl_native" -c "SELECT rl_native.enable()" >/dev/null 2>&1; then
 	echo "== the same with rl_native enabled (rl._eval in C)"
-	rounds " (native)" upsert single allow multi2 batch1 batch5
+	rounds " (native)" upsert single allow multi2 batch1 batch5 batch5one
 	psql "$DBURL" -qAtc "SELECT rl_native.disable()" -c "DROP EXTENSION rl_native" >/dev/null
 else
 	echo "== rl_native is not installed (make -C sql/native install): no native rounds"

@@ -24,8 +24,8 @@ const nativeInstallHint = "install the native step first: bash .ci/install-nativ
 // rl._eval gives what the PL/pgSQL one gives for odd input (NULLs, logs
 // that are unsorted, hold NULLs, start at another index or have two
 // dimensions); enabled, it passes every vector, pure and through the table
-// functions, and the differential test against the Go core; disabled, the
-// catalog is as before.
+// functions, the differential test against the Go core and random batches
+// (rl_decide_batch) against it; disabled, the catalog is as before.
 func TestNative(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -64,6 +64,7 @@ func TestNative(t *testing.T) {
 	t.Run("vectors/pure/single", func(t *testing.T) { vectorstest.Run(t, d, false) })
 	t.Run("vectors/pure/all", func(t *testing.T) { vectorstest.Run(t, d, true) })
 	t.Run("vectors/table", func(t *testing.T) { runVectorsTable(t, pool) })
+	t.Run("batch", func(t *testing.T) { runBatchDifferential(t, pool, "native-bd", 20260104, 60) })
 	t.Run("differential", func(t *testing.T) {
 		r := difftest.Runner{Workers: 4, Deciders: []difftest.Decider{
 			{Name: "native", Decider: vectorstest.Native{}},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"testing"
 
@@ -20,10 +21,10 @@ import (
 // TestVectorsTable runs every vector case whose limits have distinct names
 // through the table functions: rl_allow_us / rl_peek_us for one limit,
 // rl_allow_multi / rl_peek_multi (and rl_decide_multi) for several, rl_reset
-// for reset, with
-// explicit now_us, after writing set_states into rows. After every step the
-// rows must hold expect.states (a missing row is a fresh state) and the
-// expires_at the last write set.
+// for reset, and again with every step a batch of one request
+// (rl_decide_batch), with explicit now_us, after writing set_states into
+// rows. After every step the rows must hold expect.states (a missing row is
+// a fresh state) and the expires_at the last write set.
 func TestVectorsTable(t *testing.T) {
 	t.Parallel()
 	runVectorsTable(t, db)
@@ -42,13 +43,16 @@ func runVectorsTable(t *testing.T, db *pgxpool.Pool) {
 				// Every case applies today; a future one with duplicate
 				// names could not map its states to rows.
 				require.True(t, distinctNames(c), "%s: duplicate limit names", c.ID)
-				if err := runTableCase(context.Background(), db, c, false); err != nil {
+				if err := runTableCase(context.Background(), db, c, viaFunctions); err != nil {
 					t.Errorf("%s: %v", c.ID, err)
 				}
 				if len(c.Limits) > 1 {
-					if err := runTableCase(context.Background(), db, c, true); err != nil {
+					if err := runTableCase(context.Background(), db, c, viaArrays); err != nil {
 						t.Errorf("%s (rl_decide_multi): %v", c.ID, err)
 					}
+				}
+				if err := runTableCase(context.Background(), db, c, viaBatch); err != nil {
+					t.Errorf("%s (rl_decide_batch): %v", c.ID, err)
 				}
 			}
 		})
@@ -125,8 +129,20 @@ func readRows(ctx context.Context, db *pgxpool.Pool, key string, ns []string) ([
 	return out, nil
 }
 
-func runTableCase(ctx context.Context, db *pgxpool.Pool, c vectors.Case, arrays bool) error {
+// tableVia is the way runTableCase calls the table functions.
+type tableVia int
+
+const (
+	viaFunctions tableVia = iota // rl_allow_us, rl_peek_us, rl_allow_multi, rl_peek_multi
+	viaArrays                    // rl_decide_multi for several limits
+	viaBatch                     // rl_decide_batch, one request per batch
+)
+
+func runTableCase(ctx context.Context, db *pgxpool.Pool, c vectors.Case, via tableVia) error {
 	key := "vec:" + c.ID
+	if via == viaBatch {
+		key = "vecb:" + c.ID
+	}
 	if _, err := db.Exec(ctx, `DELETE FROM rl.state WHERE key = $1`, key); err != nil {
 		return err
 	}
@@ -176,6 +192,13 @@ func runTableCase(ctx context.Context, db *pgxpool.Pool, c vectors.Case, arrays 
 		case st.Op == "reset":
 			_, err = db.Exec(ctx, `SELECT rl.rl_reset($1)`, key)
 			clear(expires)
+		case via == viaBatch:
+			ds, index, err = batchStep(ctx, db, key, limits, st)
+			if err == nil && st.Op == "take" && st.Cost > 0 && !slices.ContainsFunc(ds, func(d vectors.Decision) bool { return !d.Allowed }) {
+				for j, d := range ds {
+					expires[limits[j].Name] = expiresAt(st.Now, d.ResetAfter)
+				}
+			}
 		case len(limits) == 1:
 			fn := "rl.rl_allow_us"
 			if st.Op == "peek" {
@@ -216,7 +239,7 @@ func runTableCase(ctx context.Context, db *pgxpool.Pool, c vectors.Case, arrays 
 			b, _ := json.Marshal(js)
 			const cols = `SELECT ord, name, allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, deciding, now_us`
 			var rows pgx.Rows
-			if arrays {
+			if via == viaArrays {
 				var (
 					algs              []int32
 					lims, wins, rates []int64
@@ -305,6 +328,73 @@ func runTableCase(ctx context.Context, db *pgxpool.Pool, c vectors.Case, arrays 
 	}
 	return nil
 }
+
+// batchStep decides one vector step as a batch of one request
+// (rl_decide_batch), returning an error row as the *pgconn.PgError the
+// other functions raise (its message as DETAIL, which names the limit).
+func batchStep(ctx context.Context, db *pgxpool.Pool, key string, limits []vectors.Limit, st vectors.Step) ([]vectors.Decision, int, error) {
+	var (
+		ns                []string
+		algs              []int32
+		lims, wins, rates []int64
+	)
+	for _, l := range limits {
+		ns, algs = append(ns, l.Name), append(algs, l.Algorithm)
+		lims, wins, rates = append(lims, l.Limit), append(wins, l.Window), append(rates, l.Rate)
+	}
+	rows, err := db.Query(ctx, `SELECT req, ord, name, allowed, lim, remaining, reset_after_us, retry_after_us, delay_us,
+			deciding, now_us, error_code, error_message
+		FROM rl.rl_decide_batch(ARRAY[$1::text], $2, $3, $4, $5, $6, ARRAY[$7::bigint], ARRAY[$8::integer],
+			ARRAY[$9::bigint], ARRAY[$10::boolean])`,
+		key, ns, algs, lims, wins, rates, st.Cost, len(limits), st.Now, st.Op == "take")
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	var (
+		ds    []vectors.Decision
+		index = -1
+	)
+	for rows.Next() {
+		var (
+			req           int32
+			ord           *int32
+			name          *string
+			d             vectors.Decision
+			lim, rem, ra  *int64
+			rt, dl, now   *int64
+			deciding      bool
+			code, message *string
+		)
+		if err := rows.Scan(&req, &ord, &name, &d.Allowed, &lim, &rem, &ra, &rt, &dl, &deciding, &now, &code, &message); err != nil {
+			return nil, 0, err
+		}
+		if req != 0 {
+			return nil, 0, fmt.Errorf("row of request %d", req)
+		}
+		if code != nil {
+			if ord != nil || len(ds) > 0 {
+				return nil, 0, fmt.Errorf("error row %s after decisions", *code)
+			}
+			return nil, 0, &pgconn.PgError{Code: *code, Message: *message, Detail: limitIndexIn.FindString(*message)}
+		}
+		if ord == nil || int(*ord) != len(ds) || *name != limits[*ord].Name || now == nil || *now != st.Now {
+			return nil, 0, fmt.Errorf("row ord %v name %v now %v out of order", ord, name, now)
+		}
+		d.Limit, d.Remaining, d.ResetAfter, d.RetryAfter, d.Delay = *lim, *rem, *ra, *rt, *dl
+		if deciding {
+			if index >= 0 {
+				return nil, 0, fmt.Errorf("two deciding rows")
+			}
+			index = int(*ord)
+		}
+		ds = append(ds, d)
+	}
+	return ds, index, rows.Err()
+}
+
+// limitIndexIn finds "limit index N" in an error row's message.
+var limitIndexIn = regexp.MustCompile(`limit index \d+`)
 
 // expiryGrain is the grain of the stored expires_at (sql/README.md,
 // "Expiry"; migration 0013): 2^26 µs.
