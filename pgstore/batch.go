@@ -364,7 +364,7 @@ func single(calls []*call) *call {
 // batchSQL calls rl.rl_decide_batch; batchFastSQL also turns off
 // synchronous commit for its transaction.
 const (
-	batchCols    = "b.req, b.ord, b.allowed, b.lim, b.remaining, b.reset_after_us, b.retry_after_us, b.delay_us, b.deciding, b.error_code, b.error_message"
+	batchCols    = "b.req, b.ord, b.allowed, b.lim, b.remaining, b.reset_after_us, b.retry_after_us, b.delay_us, b.next_after_us, b.deciding, b.error_code, b.error_message"
 	batchSQL     = "SELECT " + batchCols + " FROM rl.rl_decide_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) b"
 	batchFastSQL = "SELECT " + batchCols + " FROM (SELECT set_config('synchronous_commit', 'off', true)) c, rl.rl_decide_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) b"
 )
@@ -432,10 +432,11 @@ func (b *Batched) execSQL(ctx context.Context, conn *pgxpool.Conn, all []*call) 
 		req, ord                                 pgtype.Int4
 		allowed, deciding                        pgtype.Bool
 		lim, remaining, resetAfter, retry, delay pgtype.Int8
+		next                                     pgtype.Int8
 		code, msg                                pgtype.Text
 	)
 	for rows.Next() {
-		if err := rows.Scan(&req, &ord, &allowed, &lim, &remaining, &resetAfter, &retry, &delay, &deciding, &code, &msg); err != nil {
+		if err := rows.Scan(&req, &ord, &allowed, &lim, &remaining, &resetAfter, &retry, &delay, &next, &deciding, &code, &msg); err != nil {
 			return err
 		}
 		if !req.Valid || int(req.Int32) >= nreq || req.Int32 < 0 {
@@ -449,10 +450,8 @@ func (b *Batched) execSQL(ctx context.Context, conn *pgxpool.Conn, all []*call) 
 		if !ord.Valid || int(ord.Int32) >= len(c.out) || ord.Int32 < 0 {
 			return fmt.Errorf("pgstore: rl_decide_batch returned limit %v of %d", ord, len(c.out))
 		}
-		d := core.Decision{Allowed: allowed.Bool, Limit: lim.Int64, Remaining: remaining.Int64,
-			ResetAfter: resetAfter.Int64, RetryAfter: retry.Int64, Delay: delay.Int64}
-		d.NextAfter = core.DeriveNextAfter(c.limits[ord.Int32], d) // the PL/pgSQL port does not report it
-		c.out[ord.Int32] = d
+		c.out[ord.Int32] = core.Decision{Allowed: allowed.Bool, Limit: lim.Int64, Remaining: remaining.Int64,
+			ResetAfter: resetAfter.Int64, RetryAfter: retry.Int64, Delay: delay.Int64, NextAfter: next.Int64}
 		if deciding.Bool {
 			c.index = int(ord.Int32)
 		}

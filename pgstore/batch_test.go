@@ -39,7 +39,7 @@ func TestBatchedConformance(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			cfg := storetest.Config{New: func(t *testing.T) store.Store {
 				return newBatched(t, pool, m.cfg, pgstore.BatchConfig{})
-			}, DerivedNextAfter: m.cfg.Mode == pgstore.ModeSQL}
+			}}
 			if m.cfg.Mode == pgstore.ModeGo {
 				cfg.WithDecider = func(t *testing.T, d core.Decider) store.Store {
 					c := m.cfg

@@ -14,12 +14,12 @@
 //     store's Config.Decider (native Go or the WebAssembly module) decides,
 //     and the new states are written back: two round trips.
 //
-// Both produce identical decisions and rows (the conformance vectors and the
-// differential tests hold the SQL port equal to the core), except
-// core.Decision.NextAfter, which the PL/pgSQL port does not compute: the SQL
-// path derives it from the other fields (core.DeriveNextAfter), exact for
-// the fixed window, to the µs for the buckets and GCRA, and a bound that is
-// never early for the sliding algorithms.
+// Both produce identical decisions, core.Decision.NextAfter included, and
+// identical rows (the conformance vectors and the differential tests hold the
+// SQL port equal to the core). The SQL path reads NextAfter from the
+// functions' next_after_us, which they return since migration 16: it needs
+// the schema at that version or later (migrations.Up, or ALTER EXTENSION rl
+// UPDATE; on a PL/Proxy router, the shards first, then rl-migrate router).
 //
 // Batched (NewBatched) is the same store with concurrent decisions
 // coalesced: while its statements run, arrivals queue, and the next

@@ -92,8 +92,7 @@ func TestConformance(t *testing.T) {
 	pool := pgtest.Pool(t, database(t))
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			cfg := storetest.Config{New: func(t *testing.T) store.Store { return newStore(t, pool, m.cfg) },
-				DerivedNextAfter: m.cfg.Mode == pgstore.ModeSQL}
+			cfg := storetest.Config{New: func(t *testing.T) store.Store { return newStore(t, pool, m.cfg) }}
 			if m.cfg.Mode == pgstore.ModeGo {
 				cfg.WithDecider = func(t *testing.T, d core.Decider) store.Store {
 					c := m.cfg
@@ -159,8 +158,7 @@ func TestExactness(t *testing.T) {
 // TestInterleaved decides one key in turn through the SQL path, the Go
 // transaction path with the native core, the same with the WebAssembly
 // core, and rl_allow() called directly, and compares every decision with
-// the pure core's sequence (NextAfter, which SQL does not report, as the
-// SQL path derives it).
+// the pure core's sequence, NextAfter included.
 func TestInterleaved(t *testing.T) {
 	pool := pgtest.Pool(t, database(t))
 	sqlStore := newStore(t, pool, pgstore.Config{Mode: pgstore.ModeSQL, RequestClock: true})
@@ -189,17 +187,11 @@ func TestInterleaved(t *testing.T) {
 					_, got, err = s.Decide(context.Background(), store.Request{Key: key, Policy: store.MustPolicy([]string{"default"}, lim), Now: now, Cost: cost}, nil)
 				case 3:
 					err = pool.QueryRow(context.Background(),
-						"SELECT allowed, lim, remaining, reset_after_us, retry_after_us, delay_us FROM rl.rl_allow_us($1, $2, $3, $4, $5, 0, 'default', $6)",
+						"SELECT allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, next_after_us FROM rl.rl_allow_us($1, $2, $3, $4, $5, 0, 'default', $6)",
 						key, alg.String(), lim.Limit, lim.Window, cost, now).
-						Scan(&got.Allowed, &got.Limit, &got.Remaining, &got.ResetAfter, &got.RetryAfter, &got.Delay)
+						Scan(&got.Allowed, &got.Limit, &got.Remaining, &got.ResetAfter, &got.RetryAfter, &got.Delay, &got.NextAfter)
 				}
 				require.NoError(t, err, "step %d", i)
-				switch via {
-				case 0: // the PL/pgSQL port does not report NextAfter: the store derives it
-					want.NextAfter = core.DeriveNextAfter(lim, want)
-				case 3:
-					want.NextAfter = 0
-				}
 				require.Equal(t, want, got, "step %d via %s (now %d cost %d)", i, []string{"sql", "go", "wasm", "rl_allow"}[via], now, cost)
 			}
 			// And the stored row is the core's state.

@@ -46,12 +46,12 @@ var (
 // New returns a Decider querying through pool, which the caller owns.
 func New(pool *pgxpool.Pool) *Decider { return &Decider{pool: pool} }
 
-const decideSQL = `SELECT allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, algorithm, t, x, y, log
+const decideSQL = `SELECT allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, next_after_us, algorithm, t, x, y, log
 FROM rl.decide($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
 
 // decideAllSQL builds the arrays of composites rl.decide_all takes from
 // arrays of their fields; the logs are one flat array cut by offsets.
-const decideAllSQL = `SELECT ord, allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, idx, algorithm, t, x, y, log
+const decideAllSQL = `SELECT ord, allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, next_after_us, idx, algorithm, t, x, y, log
 FROM rl.decide_all(
 	ARRAY(SELECT ROW(a, l, w, r)::rl.limit_spec
 	      FROM unnest($1::integer[], $2::bigint[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS u(a, l, w, r, i)
@@ -95,7 +95,7 @@ func (d *Decider) decide(l core.Limit, s core.State, now, cost int64, op string)
 	)
 	err := d.pool.QueryRow(context.Background(), decideSQL, int32(l.Algorithm), l.Limit, l.Window, l.Rate,
 		int32(s.Algorithm), s.T, s.X, s.Y, log, now, cost, op).
-		Scan(&dec.Allowed, &dec.Limit, &dec.Remaining, &dec.ResetAfter, &dec.RetryAfter, &dec.Delay,
+		Scan(&dec.Allowed, &dec.Limit, &dec.Remaining, &dec.ResetAfter, &dec.RetryAfter, &dec.Delay, &dec.NextAfter,
 			&n.Algorithm, &n.T, &n.X, &n.Y, &nl)
 	if err != nil {
 		_, err = mapError(err)
@@ -157,7 +157,7 @@ func (d *Decider) all(ls []core.Limit, ss []core.State, now, cost int64, ds []co
 			ix  int32
 		)
 		if err := rows.Scan(&ord, &dec.Allowed, &dec.Limit, &dec.Remaining, &dec.ResetAfter, &dec.RetryAfter,
-			&dec.Delay, &ix, &r.st.Algorithm, &r.st.T, &r.st.X, &r.st.Y, &r.log); err != nil {
+			&dec.Delay, &dec.NextAfter, &ix, &r.st.Algorithm, &r.st.T, &r.st.X, &r.st.Y, &r.log); err != nil {
 			return 0, fmt.Errorf("sqldecider: %w", err)
 		}
 		if ord < 0 || int(ord) >= n {

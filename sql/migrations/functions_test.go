@@ -19,13 +19,13 @@ func TestAllowExample(t *testing.T) {
 	ctx := context.Background()
 	key := uniqueKey("user")
 	type dec struct {
-		allowed                                  bool
-		lim, remaining, reset, retry, delay, now int64
+		allowed                                        bool
+		lim, remaining, reset, retry, delay, now, next int64
 	}
 	call := func() dec {
 		var d dec
 		require.NoError(t, db.QueryRow(ctx, `SELECT * FROM rl.rl_allow($1, 'token_bucket', 100, '1 minute')`, key).
-			Scan(&d.allowed, &d.lim, &d.remaining, &d.reset, &d.retry, &d.delay, &d.now))
+			Scan(&d.allowed, &d.lim, &d.remaining, &d.reset, &d.retry, &d.delay, &d.now, &d.next))
 		return d
 	}
 	before := time.Now().UnixMicro()
@@ -35,6 +35,7 @@ func TestAllowExample(t *testing.T) {
 	require.Equal(t, int64(99), d.remaining)
 	require.Equal(t, int64(600000), d.reset, "one token comes back in 60s/100")
 	require.Zero(t, d.retry)
+	require.Equal(t, int64(600000), d.next, "the next token too")
 	require.InDelta(t, before, d.now, float64(10*time.Second/time.Microsecond), "database clock")
 	var stored int64
 	require.NoError(t, db.QueryRow(ctx, `SELECT expires_at FROM rl.state WHERE key = $1`, key).Scan(&stored))

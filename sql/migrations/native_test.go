@@ -68,7 +68,7 @@ func TestNative(t *testing.T) {
 	t.Run("differential", func(t *testing.T) {
 		r := difftest.Runner{Workers: 4, Deciders: []difftest.Decider{
 			{Name: "native", Decider: vectorstest.Native{}},
-			{Name: "sql+c", Decider: d, NoNextAfter: true},
+			{Name: "sql+c", Decider: d},
 		}}
 		n := 1500
 		if testing.Short() || raceEnabled {

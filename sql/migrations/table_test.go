@@ -207,10 +207,10 @@ func runTableCase(ctx context.Context, db *pgxpool.Pool, c vectors.Case, via tab
 			l := limits[0]
 			var d vectors.Decision
 			var now int64
-			err = db.QueryRow(ctx, `SELECT allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, now_us
+			err = db.QueryRow(ctx, `SELECT allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, now_us, next_after_us
 				FROM `+fn+`($1, $2, $3, $4, $5, $6, $7, $8)`,
 				key, algName(l.Algorithm), l.Limit, l.Window, st.Cost, l.Rate, l.Name, st.Now).
-				Scan(&d.Allowed, &d.Limit, &d.Remaining, &d.ResetAfter, &d.RetryAfter, &d.Delay, &now)
+				Scan(&d.Allowed, &d.Limit, &d.Remaining, &d.ResetAfter, &d.RetryAfter, &d.Delay, &now, &d.NextAfter)
 			if err == nil {
 				if now != st.Now {
 					return fail("now_us %d, want %d", now, st.Now)
@@ -237,7 +237,7 @@ func runTableCase(ctx context.Context, db *pgxpool.Pool, c vectors.Case, via tab
 				js = append(js, jl{l.Name, l.Algorithm, l.Limit, l.Window, l.Rate})
 			}
 			b, _ := json.Marshal(js)
-			const cols = `SELECT ord, name, allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, deciding, now_us`
+			const cols = `SELECT ord, name, allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, deciding, now_us, next_after_us`
 			var rows pgx.Rows
 			if via == viaArrays {
 				var (
@@ -263,7 +263,7 @@ func runTableCase(ctx context.Context, db *pgxpool.Pool, c vectors.Case, via tab
 						now      int64
 					)
 					if err = rows.Scan(&ord, &name, &d.Allowed, &d.Limit, &d.Remaining, &d.ResetAfter, &d.RetryAfter,
-						&d.Delay, &deciding, &now); err != nil {
+						&d.Delay, &deciding, &now, &d.NextAfter); err != nil {
 						break
 					}
 					if ord != len(ds) || name != limits[ord].Name || now != st.Now {
@@ -343,7 +343,7 @@ func batchStep(ctx context.Context, db *pgxpool.Pool, key string, limits []vecto
 		lims, wins, rates = append(lims, l.Limit), append(wins, l.Window), append(rates, l.Rate)
 	}
 	rows, err := db.Query(ctx, `SELECT req, ord, name, allowed, lim, remaining, reset_after_us, retry_after_us, delay_us,
-			deciding, now_us, error_code, error_message
+			deciding, now_us, error_code, error_message, next_after_us
 		FROM rl.rl_decide_batch(ARRAY[$1::text], $2, $3, $4, $5, $6, ARRAY[$7::bigint], ARRAY[$8::integer],
 			ARRAY[$9::bigint], ARRAY[$10::boolean])`,
 		key, ns, algs, lims, wins, rates, st.Cost, len(limits), st.Now, st.Op == "take")
@@ -363,10 +363,11 @@ func batchStep(ctx context.Context, db *pgxpool.Pool, key string, limits []vecto
 			d             vectors.Decision
 			lim, rem, ra  *int64
 			rt, dl, now   *int64
+			na            *int64
 			deciding      bool
 			code, message *string
 		)
-		if err := rows.Scan(&req, &ord, &name, &d.Allowed, &lim, &rem, &ra, &rt, &dl, &deciding, &now, &code, &message); err != nil {
+		if err := rows.Scan(&req, &ord, &name, &d.Allowed, &lim, &rem, &ra, &rt, &dl, &deciding, &now, &code, &message, &na); err != nil {
 			return nil, 0, err
 		}
 		if req != 0 {
@@ -381,7 +382,7 @@ func batchStep(ctx context.Context, db *pgxpool.Pool, key string, limits []vecto
 		if ord == nil || int(*ord) != len(ds) || *name != limits[*ord].Name || now == nil || *now != st.Now {
 			return nil, 0, fmt.Errorf("row ord %v name %v now %v out of order", ord, name, now)
 		}
-		d.Limit, d.Remaining, d.ResetAfter, d.RetryAfter, d.Delay = *lim, *rem, *ra, *rt, *dl
+		d.Limit, d.Remaining, d.ResetAfter, d.RetryAfter, d.Delay, d.NextAfter = *lim, *rem, *ra, *rt, *dl, *na
 		if deciding {
 			if index >= 0 {
 				return nil, 0, fmt.Errorf("two deciding rows")

@@ -15,7 +15,9 @@
  * rl._fixed_window, rl._sliding_window, rl._sliding_retry, rl._sliding_log,
  * rl._bucket, rl._gcra), themselves a port of core/decide.go, with the same
  * results for every input, NULLs and errors included: on an error only err
- * is set, as there. The conformance vectors and the differential test
+ * is set, as there. It fills rl._eval_result by its attributes' names, so
+ * that one build serves schema rl before migration 16 (no next_after) and
+ * after it. The conformance vectors and the differential test
  * against the Go core hold it to that (sql/migrations, TestNative).
  * Integers only; every bound that keeps the arithmetic within 64 bits is
  * checked before any arithmetic, as in the core.
@@ -42,18 +44,33 @@ PG_MODULE_MAGIC;
 #define MAX_TIME		INT64CONST(253402300799999999)
 #define MAX_STATE		((int64) 1 << 62)
 
-/* The fields of rl._eval_result, in order. */
+/* The fields of rl._eval_result; next_after since migration 16. */
 enum
 {
 	F_ERR, F_ALLOWED, F_LIM, F_REMAINING, F_RESET_AFTER, F_RETRY_AFTER, F_DELAY,
-	F_ALGORITHM, F_T, F_X, F_Y, F_LOG, N_FIELDS
+	F_ALGORITHM, F_T, F_X, F_Y, F_LOG, F_NEXT_AFTER, N_FIELDS
 };
+
+static const char *const field_names[N_FIELDS] = {
+	"err", "allowed", "lim", "remaining", "reset_after", "retry_after", "delay",
+	"algorithm", "t", "x", "y", "log", "next_after"
+};
+
+/*
+ * The result type as this call site has it: its descriptor, and the field
+ * of each attribute (-1: a dropped attribute, NULL).
+ */
+typedef struct
+{
+	TupleDesc	desc;
+	int			field[FLEXIBLE_ARRAY_MEMBER];
+} result_type;
 
 /* One decision: rl._eval_result without the log. */
 typedef struct
 {
 	bool		allowed;
-	int64		remaining, reset_after, retry_after, delay;
+	int64		remaining, reset_after, retry_after, delay, next_after;
 	int32		algorithm;
 	int64		t, x, y;
 } result;
@@ -190,7 +207,10 @@ fixed_window(int64 lim, int64 w, int32 s_alg, int64 s_t, int64 s_x, int64 now, i
 		r->retry_after = e - now;
 	r->remaining = max64(0, lim - cnt);
 	if (cnt > 0)
+	{
 		r->reset_after = e - now;
+		r->next_after = e - now;
+	}
 }
 
 /* rl._sliding_retry */
@@ -268,6 +288,23 @@ sliding_window(int64 lim, int64 w, int32 s_alg, int64 s_t, int64 s_x, int64 s_y,
 		r->reset_after = start + 2 * w - now;
 	else if (prev > 0)
 		r->reset_after = start + w - now;
+	if (r->remaining < lim)
+		r->next_after = sliding_retry(w, lim, start, curr, prev, r->remaining + 1) - now;
+}
+
+/*
+ * core's logNext: the time of the admission whose expiry brings a sliding
+ * log of n live units (the entries log[i0 .. n_log), then units admitted at
+ * ne) back to one more remaining unit than it has.
+ */
+static int64
+log_next(const int64 *log, int i0, int n_log, int64 ne, int64 n, int64 lim)
+{
+	int64		j = max64(0, n - lim);
+
+	if (j < n_log - i0)
+		return log[i0 + j];
+	return ne;
 }
 
 /*
@@ -305,6 +342,7 @@ sliding_log(int64 lim, int64 w, const int64 *log, int n_log, int64 now, int64 co
 		r->allowed = true;
 		if (cost > 0)
 		{
+			r->next_after = log_next(log, i0, n_log, ne, cnt + cost, lim) + w - now;
 			if (take)
 			{
 				r->algorithm = 3;
@@ -326,7 +364,11 @@ sliding_log(int64 lim, int64 w, const int64 *log, int n_log, int64 now, int64 co
 		r->retry_after = log[i0 + (cnt + cost - lim) - 1] + w - now;
 	r->remaining = max64(0, lim - cnt);
 	if (cnt > 0)
+	{
 		r->reset_after = newest + w - now;
+		if (r->next_after == 0)	/* not an admission: the log is as it was */
+			r->next_after = log_next(log, i0, n_log, ne, cnt, lim) + w - now;
+	}
 }
 
 /* rl._bucket: token bucket (4) and leaky bucket (5). */
@@ -382,7 +424,10 @@ bucket(int32 alg, int64 lim, int64 w, int64 rate, int32 s_alg, int64 s_t, int64 
 		r->retry_after = ceil_div(lvl + cost * w - capacity, rate) + ne - now;
 	r->remaining = (capacity - lvl) / w;
 	if (lvl > 0)
+	{
 		r->reset_after = ceil_div(lvl, rate) + ne - now;
+		r->next_after = ceil_div(lvl - capacity + (r->remaining + 1) * w, rate) + ne - now;
+	}
 }
 
 /* rl._gcra */
@@ -450,6 +495,10 @@ gcra(int64 lim, int64 w, int64 rate, int32 s_alg, int64 s_t, int64 s_x, int64 s_
 		r->remaining = (capacity - lvl) / w;
 	if (r->reset_after == 0 && (is_full || lvl > 0))
 		r->reset_after = s_t + ceil_div(s_x, rate) - now;
+	if (is_full)
+		r->next_after = s_t + ceil_div_signed(s_x + w - capacity, rate) - now;
+	else if (lvl > 0)
+		r->next_after = ceil_div(lvl - capacity + (r->remaining + 1) * w, rate);
 }
 
 static Datum
@@ -465,6 +514,66 @@ int8_array(const int64 *e, int n)
 	return PointerGetDatum(construct_array(d, n, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 }
 
+/*
+ * result_type_of prepares the result type of rl_eval's call site: every
+ * field of rl._eval_result but next_after must be there, by name.
+ */
+static result_type *
+result_type_of(FunctionCallInfo fcinfo)
+{
+	TupleDesc	d;
+	result_type *rt;
+	MemoryContext old;
+	bool		seen[N_FIELDS] = {false};
+
+	if (get_call_result_type(fcinfo, NULL, &d) != TYPEFUNC_COMPOSITE)
+		ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
+						errmsg("rl_native: rl_eval must return rl._eval_result")));
+	old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+	rt = palloc(offsetof(result_type, field) + sizeof(int) * Max(d->natts, 1));
+	rt->desc = BlessTupleDesc(CreateTupleDescCopy(d));
+	MemoryContextSwitchTo(old);
+	for (int i = 0; i < d->natts; i++)
+	{
+		Form_pg_attribute a = TupleDescAttr(d, i);
+
+		rt->field[i] = -1;
+		if (a->attisdropped)
+			continue;
+		for (int f = 0; f < N_FIELDS; f++)
+			if (strcmp(NameStr(a->attname), field_names[f]) == 0)
+				rt->field[i] = f;
+		if (rt->field[i] < 0 || seen[rt->field[i]])
+			ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
+							errmsg("rl_native: rl_eval must return rl._eval_result, not a type with %s",
+								   NameStr(a->attname))));
+		seen[rt->field[i]] = true;
+	}
+	for (int f = 0; f < F_NEXT_AFTER; f++)
+		if (!seen[f])
+			ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
+							errmsg("rl_native: rl_eval must return rl._eval_result, which has %s", field_names[f])));
+	return rt;
+}
+
+/* result_datum forms the result from the fields' values. */
+static Datum
+result_datum(result_type *rt, Datum *values, bool *nulls)
+{
+	int			n = rt->desc->natts;
+	Datum	   *v = palloc(sizeof(Datum) * Max(n, 1));
+	bool	   *isnull = palloc(sizeof(bool) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+	{
+		int			f = rt->field[i];
+
+		v[i] = f < 0 ? (Datum) 0 : values[f];
+		isnull[i] = f < 0 ? true : nulls[f];
+	}
+	return HeapTupleGetDatum(heap_form_tuple(rt->desc, v, isnull));
+}
+
 PG_FUNCTION_INFO_V1(rl_eval);
 
 /*
@@ -475,7 +584,7 @@ PG_FUNCTION_INFO_V1(rl_eval);
 Datum
 rl_eval(PG_FUNCTION_ARGS)
 {
-	TupleDesc	desc = (TupleDesc) fcinfo->flinfo->fn_extra;
+	result_type *rt = (result_type *) fcinfo->flinfo->fn_extra;
 	Datum		values[N_FIELDS];
 	bool		nulls[N_FIELDS];
 	int32		p_alg = 0,
@@ -498,18 +607,10 @@ rl_eval(PG_FUNCTION_ARGS)
 	int			err;
 	result		r;
 
-	if (desc == NULL)
+	if (rt == NULL)
 	{
-		TupleDesc	d;
-		MemoryContext old;
-
-		if (get_call_result_type(fcinfo, NULL, &d) != TYPEFUNC_COMPOSITE || d->natts != N_FIELDS)
-			ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
-							errmsg("rl_native: rl_eval must return rl._eval_result")));
-		old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
-		desc = BlessTupleDesc(CreateTupleDescCopy(d));
-		MemoryContextSwitchTo(old);
-		fcinfo->flinfo->fn_extra = desc;
+		rt = result_type_of(fcinfo);
+		fcinfo->flinfo->fn_extra = rt;
 	}
 
 	/* Arguments, each NULL replaced as rl._eval replaces it. */
@@ -576,7 +677,7 @@ rl_eval(PG_FUNCTION_ARGS)
 	}
 	values[F_ERR] = Int32GetDatum(err);
 	if (err != 0)
-		PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, values, nulls)));
+		PG_RETURN_DATUM(result_datum(rt, values, nulls));
 
 	/* n = *s: a call that admits nothing returns the state unchanged. */
 	memset(&r, 0, sizeof(r));
@@ -645,5 +746,6 @@ rl_eval(PG_FUNCTION_ARGS)
 	values[F_T] = Int64GetDatum(r.t);
 	values[F_X] = Int64GetDatum(r.x);
 	values[F_Y] = Int64GetDatum(r.y);
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, values, nulls)));
+	values[F_NEXT_AFTER] = Int64GetDatum(r.next_after);
+	PG_RETURN_DATUM(result_datum(rt, values, nulls));
 }

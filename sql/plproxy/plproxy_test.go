@@ -375,15 +375,15 @@ func (r *routerCore) do(take, single bool, ls []core.Limit, ss []core.State, now
 		}
 		d := &ds[0]
 		var at int64
-		err = r.router.QueryRow(ctx, "SELECT allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, now_us FROM "+fn+"($1, $2, $3, $4, $5, $6, $7, $8)",
+		err = r.router.QueryRow(ctx, "SELECT allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, next_after_us, now_us FROM "+fn+"($1, $2, $3, $4, $5, $6, $7, $8)",
 			key, alg, ls[0].Limit, ls[0].Window, cost, ls[0].Rate, names[0], now).
-			Scan(&d.Allowed, &d.Limit, &d.Remaining, &d.ResetAfter, &d.RetryAfter, &d.Delay, &at)
+			Scan(&d.Allowed, &d.Limit, &d.Remaining, &d.ResetAfter, &d.RetryAfter, &d.Delay, &d.NextAfter, &at)
 		if err == nil && at != now {
 			return 0, fmt.Errorf("now_us %d, want %d", at, now)
 		}
 	} else {
 		var rows pgx.Rows
-		rows, err = r.router.Query(ctx, "SELECT ord, allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, deciding FROM rl.rl_decide_multi($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+		rows, err = r.router.Query(ctx, "SELECT ord, allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, next_after_us, deciding FROM rl.rl_decide_multi($1, $2, $3, $4, $5, $6, $7, $8, $9)",
 			key, names, algs, lims, wins, rates, cost, now, take)
 		if err == nil {
 			for rows.Next() {
@@ -392,7 +392,7 @@ func (r *routerCore) do(take, single bool, ls []core.Limit, ss []core.State, now
 					d        core.Decision
 					deciding bool
 				)
-				if err = rows.Scan(&ord, &d.Allowed, &d.Limit, &d.Remaining, &d.ResetAfter, &d.RetryAfter, &d.Delay, &deciding); err != nil {
+				if err = rows.Scan(&ord, &d.Allowed, &d.Limit, &d.Remaining, &d.ResetAfter, &d.RetryAfter, &d.Delay, &d.NextAfter, &deciding); err != nil {
 					break
 				}
 				ds[ord] = d

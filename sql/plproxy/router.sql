@@ -54,8 +54,11 @@ CREATE SCHEMA IF NOT EXISTS rl;
 COMMENT ON SCHEMA rl IS 'rate limiting: PL/Proxy router to the shards of the SQL/MED server rl_shards (github.com/rlcore/rl, sql/plproxy)';
 
 -- The result types, identical to the shards' (PL/Proxy maps result columns
--- by name).
+-- by name). next_after_us is the shards' since their migration 16: added to
+-- the types of a router made before it (migrate the shards first).
 DO $do$
+DECLARE
+    t regtype;
 BEGIN
     IF to_regtype('rl.decision') IS NULL THEN
         CREATE TYPE rl.decision AS (
@@ -65,7 +68,8 @@ BEGIN
             reset_after_us bigint,
             retry_after_us bigint,
             delay_us       bigint,
-            now_us         bigint
+            now_us         bigint,
+            next_after_us  bigint
         );
     END IF;
     IF to_regtype('rl.multi_decision') IS NULL THEN
@@ -79,7 +83,8 @@ BEGIN
             retry_after_us bigint,
             delay_us       bigint,
             deciding       boolean,
-            now_us         bigint
+            now_us         bigint,
+            next_after_us  bigint
         );
     END IF;
     IF to_regtype('rl.batch_decision') IS NULL THEN
@@ -96,9 +101,16 @@ BEGIN
             deciding       boolean,
             now_us         bigint,
             error_code     text,
-            error_message  text
+            error_message  text,
+            next_after_us  bigint
         );
     END IF;
+    FOREACH t IN ARRAY ARRAY['rl.decision', 'rl.multi_decision', 'rl.batch_decision']::regtype[] LOOP
+        IF NOT EXISTS (SELECT FROM pg_attribute a JOIN pg_type y ON y.typrelid = a.attrelid
+                        WHERE y.oid = t AND a.attname = 'next_after_us' AND NOT a.attisdropped) THEN
+            EXECUTE format('ALTER TYPE %s ADD ATTRIBUTE next_after_us bigint', t);
+        END IF;
+    END LOOP;
 END
 $do$;
 
@@ -373,7 +385,7 @@ AS $fn$
     SPLIT reqs, keys, costs, counts, nows, takes, specs;
     RUN ON hashtext(coalesce(keys, ''));
     SELECT ($1)[b.req + 1] AS req, b.ord, b.name, b.allowed, b.lim, b.remaining, b.reset_after_us,
-           b.retry_after_us, b.delay_us, b.deciding, b.now_us, b.error_code, b.error_message
+           b.retry_after_us, b.delay_us, b.deciding, b.now_us, b.error_code, b.error_message, b.next_after_us
       FROM (SELECT coalesce(array_agg(l.v ->> 0 ORDER BY p.i, l.j), '{}') AS f_names,
                    coalesce(array_agg((l.v ->> 1)::integer ORDER BY p.i, l.j), '{}') AS f_algs,
                    coalesce(array_agg((l.v ->> 2)::bigint ORDER BY p.i, l.j), '{}') AS f_lims,
@@ -600,7 +612,7 @@ BEGIN
     END LOOP;
     IF cardinality(reqs) = 0 THEN
         RETURN QUERY
-            SELECT (ROW((u.q - 1)::integer, NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, false, NULL, '42501', u.m)::rl.batch_decision).*
+            SELECT (ROW((u.q - 1)::integer, NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, false, NULL, '42501', u.m, NULL)::rl.batch_decision).*
               FROM unnest(refused) WITH ORDINALITY AS u(m, q)
              ORDER BY u.q;
         RETURN;
@@ -609,7 +621,7 @@ BEGIN
         SELECT b.*
           FROM (SELECT p.* FROM rl._proxy_rl_decide_batch(reqs, ks, cs, ns, nows, tks, specs) p
                 UNION ALL
-                SELECT (ROW((u.q - 1)::integer, NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, false, NULL, '42501', u.m)::rl.batch_decision).*
+                SELECT (ROW((u.q - 1)::integer, NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, false, NULL, '42501', u.m, NULL)::rl.batch_decision).*
                   FROM unnest(refused) WITH ORDINALITY AS u(m, q)
                  WHERE u.m IS NOT NULL) b
          ORDER BY b.req, b.ord NULLS FIRST;

@@ -31,7 +31,7 @@ const O = {
   limitAlgorithm: 0, limit: 8, window: 16, rate: 24,
   stateAlgorithm: 32, t: 40, x: 48, y: 56, logLen: 64, logCap: 72,
   decided: 80, allowed: 88, decLimit: 96, remaining: 104, resetAfter: 112,
-  retryAfter: 120, delay: 128, log: SLOT_HEAD_BYTES,
+  retryAfter: 120, delay: 128, nextAfter: 136, log: SLOT_HEAD_BYTES,
 };
 
 class RL {
@@ -85,6 +85,7 @@ class RL {
       reset_after: v.getBigInt64(s + O.resetAfter, true),
       retry_after: v.getBigInt64(s + O.retryAfter, true),
       delay: v.getBigInt64(s + O.delay, true),
+      next_after: v.getBigInt64(s + O.nextAfter, true),
     };
   }
 
@@ -222,7 +223,7 @@ function runCase(rl, c, mismatch) {
     if (status !== wantStatus) return mismatch(`${where}: status ${status}, want ${wantStatus} (${e.error ?? "ok"})`);
     if (BigInt(index) !== e.index) return mismatch(`${where}: index ${index}, want ${e.index}`);
     if (status === 0 && st.op !== "reset") {
-      const fields = ["allowed", "limit", "remaining", "reset_after", "retry_after", "delay"];
+      const fields = ["allowed", "limit", "remaining", "reset_after", "retry_after", "delay", "next_after"];
       decisions.forEach((d, j) => {
         const w = e.decisions[j];
         if (d === null || fields.some((k) => d[k] !== w[k])) {
@@ -244,7 +245,7 @@ const files = readdirSync(vectorsDir).filter((f) => f.endsWith(".json")).sort();
 let cases = 0, steps = 0, failures = 0;
 for (const name of files) {
   const f = parseJSON(readFileSync(join(vectorsDir, name), "utf8"));
-  if (f.schema !== "rl-vectors/v1") throw new Error(`${name}: schema ${f.schema}`);
+  if (f.schema !== "rl-vectors/v2") throw new Error(`${name}: schema ${f.schema}`);
   for (const c of f.cases) {
     cases++;
     steps += c.steps.length;

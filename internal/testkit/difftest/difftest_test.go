@@ -67,7 +67,7 @@ func TestNativeWASMSQL(t *testing.T) {
 	r := difftest.Runner{Workers: 4, Deciders: []difftest.Decider{
 		{Name: "native", Decider: vectorstest.Native{}},
 		{Name: "wasm", Decider: pool},
-		{Name: "sql", Decider: sqldecider.New(db), NoNextAfter: true},
+		{Name: "sql", Decider: sqldecider.New(db)},
 	}}
 	n := 400
 	if testing.Short() {

@@ -134,8 +134,7 @@ func (b *builder) op(op string, now, cost int64, ls []vectors.Limit, ss []vector
 		}
 		if err == nil {
 			for _, d := range ds {
-				st.Expect.Decisions = append(st.Expect.Decisions, vectors.Decision{Allowed: d.Allowed, Limit: d.Limit,
-					Remaining: d.Remaining, ResetAfter: d.ResetAfter, RetryAfter: d.RetryAfter, Delay: d.Delay})
+				st.Expect.Decisions = append(st.Expect.Decisions, vectorstest.FromDecision(d))
 			}
 		}
 	}
