@@ -246,7 +246,8 @@ func requireCode(t *testing.T, err error, code string) {
 
 // TestApply: the router schema never goes into a database with rl.state;
 // the partition count cannot change under the keys; apply again is
-// harmless; only the owner of the router's functions is mapped (URLs
+// harmless, and gives the result types of a router made before the shards'
+// migration 16 their next_after_us; only the owner of the router's functions is mapped (URLs
 // without a user keep its mapping, or take over an earlier version's PUBLIC
 // one, which goes); the server option default_user is refused.
 func TestApply(t *testing.T) {
@@ -267,6 +268,19 @@ func TestApply(t *testing.T) {
 	var d bool
 	require.NoError(t, conn.QueryRow(ctx, "SELECT allowed FROM rl.rl_allow('k', 'gcra', 1, '1 second')").Scan(&d))
 	require.True(t, d)
+	// A router made before the shards' migration 16: its result types end
+	// at error_message and now_us.
+	_, err = conn.Exec(ctx, `ALTER TYPE rl.decision DROP ATTRIBUTE next_after_us;
+		ALTER TYPE rl.multi_decision DROP ATTRIBUTE next_after_us;
+		ALTER TYPE rl.batch_decision DROP ATTRIBUTE next_after_us`)
+	require.NoError(t, err)
+	require.NoError(t, plproxy.Apply(ctx, c.Router, plproxy.Config{Shards: c.Shards, Partitions: 4}))
+	var next int64
+	require.NoError(t, conn.QueryRow(ctx, "SELECT next_after_us FROM rl.rl_allow('k2', 'gcra', 1, '1 second')").Scan(&next))
+	require.Equal(t, int64(1_000_000), next, "one unit of a burst of 1 a second")
+	require.NoError(t, conn.QueryRow(ctx, `SELECT next_after_us FROM rl.rl_decide_batch('{k3}', '{default}', '{6}', '{1}',
+		'{1000000}', '{0}')`).Scan(&next))
+	require.Equal(t, int64(1_000_000), next)
 	// URLs without a user keep the mapping that names one: the owner's.
 	var bare []string
 	for _, s := range c.Shards {
