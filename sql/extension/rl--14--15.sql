@@ -16,7 +16,7 @@
 -- sql/migrations/0015_eval_once.up.sql
 -- ====================================
 
--- 0015 (after 0014): rl._eval once per decision.
+-- 0015 (after 0014): rl._eval once per decision on one limit.
 --
 -- * A take on one limit (rl_allow, rl_allow_us, rl_decide_multi and through
 --   it rl_allow_multi and pgstore's SQL path) stays one UPDATE of the row,
@@ -33,19 +33,9 @@
 --   for the decision. A denial, a missing row, a tenant, a malformed call or
 --   an error still update nothing and go 0011's way.
 --
--- * rl_decide_batch decides in one statement instead of a PL/pgSQL loop
---   over the requests: the rows are locked as before (rl._lock_batch, in
---   (key, name) bytewise order, creating missing ones), then one recursive
---   statement decides the requests in rounds (round n: the n-th request
---   using each row, against the row as round n-1 left it; the requests of a
---   round share no row and are decided at once, each all or nothing across
---   its limits), writes every changed row, deletes the rows created for
---   requests that wrote nothing, and returns the rows in input order. The
---   rounds hold when every request's limits are at the same occurrence on
---   their rows: always, when each key's requests in one batch name the same
---   limits (one policy per key, or one limit each). A batch where a key's
---   requests share some limits but not all, or with a NULL parameter, is
---   decided by 0009's loop, as before. The results are the loop's.
+-- * rl_decide_batch keeps its loop over the requests: one statement
+--   deciding a batch (in rounds, a recursive query) was tried and measured
+--   slower than the loop (BENCHMARKS.md, "Migrations 15 and 16").
 --
 -- bench/plprofile.sh measures the CPU of a call (RL_VERSION=14 for the
 -- version before); TestEvalOnce counts the calls of rl._eval.
@@ -91,20 +81,19 @@ BEGIN
                            ELSE (SELECT ev.err = 0 AND ev.allowed
                                    FROM rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, s.algorithm, s.t, s.x, s.y, s.log, e.now, $5, false) AS ev)
                       END
-            RETURNING e.now, e.r, s.algorithm, s.t, s.x, s.y, s.log)
-    SELECT true, (d.r).lim, (d.r).remaining, (d.r).reset_after, 0::bigint,
-           CASE WHEN d.same THEN (d.r).delay
-                WHEN rl._alg($2) = 5 AND d.x - $5 * rl._interval_us($4) > 0
-                THEN rl._ceil_div(d.x - $5 * rl._interval_us($4), CASE WHEN $6 = 0 THEN $3 ELSE $6 END) + d.t - d.now
-                ELSE 0 END, d.now
+            RETURNING e.now, s.t, s.x,
+                      (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log) AS same,
+                      CASE WHEN (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log)
+                           THEN e.r
+                           ELSE rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, s.algorithm, s.t, s.x, s.y, s.log, e.now, 0, false)
+                      END AS r)
+    SELECT true, (u.r).lim, (u.r).remaining, (u.r).reset_after, 0::bigint,
+           CASE WHEN u.same THEN (u.r).delay
+                WHEN rl._alg($2) = 5 AND u.x - $5 * rl._interval_us($4) > 0
+                THEN rl._ceil_div(u.x - $5 * rl._interval_us($4), CASE WHEN $6 = 0 THEN $3 ELSE $6 END) + u.t - u.now
+                ELSE 0 END, u.now
       INTO res
-      FROM (SELECT u.now, u.t, u.x, w.same,
-                   CASE WHEN w.same THEN u.r
-                        ELSE rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, u.algorithm, u.t, u.x, u.y, u.log, u.now, 0, false) END AS r
-              FROM u,
-                   LATERAL (SELECT (u.r).err = 0 AND (u.r).allowed
-                                   AND (u.algorithm, u.t, u.x, u.y, u.log) = ((u.r).algorithm, (u.r).t, (u.r).x, (u.r).y, (u.r).log) AS same) w
-            OFFSET 0) d;
+      FROM u;
     IF FOUND THEN
         RETURN res;
     END IF;
@@ -160,20 +149,19 @@ BEGIN
                            ELSE (SELECT ev.err = 0 AND ev.allowed
                                    FROM rl._eval(rl._alg($2), $3, $4, $6, s.algorithm, s.t, s.x, s.y, s.log, e.now, $5, false) AS ev)
                       END
-            RETURNING e.now, e.r, s.algorithm, s.t, s.x, s.y, s.log)
-    SELECT true, (d.r).lim, (d.r).remaining, (d.r).reset_after, 0::bigint,
-           CASE WHEN d.same THEN (d.r).delay
-                WHEN rl._alg($2) = 5 AND d.x - $5 * $4 > 0
-                THEN rl._ceil_div(d.x - $5 * $4, CASE WHEN $6 = 0 THEN $3 ELSE $6 END) + d.t - d.now
-                ELSE 0 END, d.now
+            RETURNING e.now, s.t, s.x,
+                      (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log) AS same,
+                      CASE WHEN (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log)
+                           THEN e.r
+                           ELSE rl._eval(rl._alg($2), $3, $4, $6, s.algorithm, s.t, s.x, s.y, s.log, e.now, 0, false)
+                      END AS r)
+    SELECT true, (u.r).lim, (u.r).remaining, (u.r).reset_after, 0::bigint,
+           CASE WHEN u.same THEN (u.r).delay
+                WHEN rl._alg($2) = 5 AND u.x - $5 * $4 > 0
+                THEN rl._ceil_div(u.x - $5 * $4, CASE WHEN $6 = 0 THEN $3 ELSE $6 END) + u.t - u.now
+                ELSE 0 END, u.now
       INTO res
-      FROM (SELECT u.now, u.t, u.x, w.same,
-                   CASE WHEN w.same THEN u.r
-                        ELSE rl._eval(rl._alg($2), $3, $4, $6, u.algorithm, u.t, u.x, u.y, u.log, u.now, 0, false) END AS r
-              FROM u,
-                   LATERAL (SELECT (u.r).err = 0 AND (u.r).allowed
-                                   AND (u.algorithm, u.t, u.x, u.y, u.log) = ((u.r).algorithm, (u.r).t, (u.r).x, (u.r).y, (u.r).log) AS same) w
-            OFFSET 0) d;
+      FROM u;
     IF FOUND THEN
         RETURN res;
     END IF;
@@ -248,19 +236,18 @@ BEGIN
                                ELSE (SELECT ev.err = 0 AND ev.allowed
                                        FROM rl._eval(p_algs[1], p_lims[1], p_wins[1], p_rates[1], s.algorithm, s.t, s.x, s.y, s.log, e.now, p_cost, false) AS ev)
                           END
-                RETURNING e.now, e.r, s.algorithm, s.t, s.x, s.y, s.log)
-        SELECT 0, p_names[1], true, (d.r).lim, (d.r).remaining, (d.r).reset_after, 0::bigint,
-               CASE WHEN d.same THEN (d.r).delay
-                    WHEN p_algs[1] = 5 AND d.x - p_cost * p_wins[1] > 0
-                    THEN rl._ceil_div(d.x - p_cost * p_wins[1], CASE WHEN p_rates[1] = 0 THEN p_lims[1] ELSE p_rates[1] END) + d.t - d.now
-                    ELSE 0 END, true, d.now
-          FROM (SELECT u.now, u.t, u.x, w.same,
-                       CASE WHEN w.same THEN u.r
-                            ELSE rl._eval(p_algs[1], p_lims[1], p_wins[1], p_rates[1], u.algorithm, u.t, u.x, u.y, u.log, u.now, 0, false) END AS r
-                  FROM u,
-                       LATERAL (SELECT (u.r).err = 0 AND (u.r).allowed
-                                       AND (u.algorithm, u.t, u.x, u.y, u.log) = ((u.r).algorithm, (u.r).t, (u.r).x, (u.r).y, (u.r).log) AS same) w
-                OFFSET 0) d;
+                RETURNING e.now, s.t, s.x,
+                          (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log) AS same,
+                          CASE WHEN (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log)
+                               THEN e.r
+                               ELSE rl._eval(p_algs[1], p_lims[1], p_wins[1], p_rates[1], s.algorithm, s.t, s.x, s.y, s.log, e.now, 0, false)
+                          END AS r)
+        SELECT 0, p_names[1], true, (u.r).lim, (u.r).remaining, (u.r).reset_after, 0::bigint,
+               CASE WHEN u.same THEN (u.r).delay
+                    WHEN p_algs[1] = 5 AND u.x - p_cost * p_wins[1] > 0
+                    THEN rl._ceil_div(u.x - p_cost * p_wins[1], CASE WHEN p_rates[1] = 0 THEN p_lims[1] ELSE p_rates[1] END) + u.t - u.now
+                    ELSE 0 END, true, u.now
+          FROM u;
         IF FOUND THEN
             RETURN;
         END IF;
@@ -350,430 +337,5 @@ BEGIN
         RETURN;
     END IF;
     RETURN QUERY SELECT * FROM rl._take_many($1, $2, $3, $4, $5, $6, $7, v_now, p_take);
-END
-$function$;
-
-CREATE OR REPLACE FUNCTION rl.rl_decide_batch(keys text[], names text[], algorithms integer[], lims bigint[], windows_us bigint[], rates bigint[], costs bigint[] DEFAULT NULL::bigint[], limit_counts integer[] DEFAULT NULL::integer[], now_us bigint[] DEFAULT NULL::bigint[], take boolean[] DEFAULT NULL::boolean[])
- RETURNS SETOF rl.batch_decision
- LANGUAGE plpgsql
- SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
- SET plan_cache_mode TO 'force_generic_plan'
- SET enable_seqscan TO 'off'
- SET enable_hashjoin TO 'off'
- SET enable_mergejoin TO 'off'
-AS $function$
-DECLARE
-    p_keys   ALIAS FOR $1;
-    p_names  ALIAS FOR $2;
-    p_algs   ALIAS FOR $3;
-    p_lims   ALIAS FOR $4;
-    p_wins   ALIAS FOR $5;
-    p_rates  ALIAS FOR $6;
-    p_costs  ALIAS FOR $7;
-    p_counts ALIAS FOR $8;
-    p_nows   ALIAS FOR $9;
-    p_takes  ALIAS FOR $10;
-    nreq     integer := coalesce(cardinality(p_keys), 0);
-    nlim     integer := coalesce(cardinality(p_names), 0);
-    firsts   integer[];
-    cnts     integer[];
-    ecode    text[];
-    emsg     text[];
-    nows     bigint[];
-    takes    boolean[];
-    limkey   text[];
-    limtake  boolean[];
-    limreq   integer[];
-    occs     integer[];
-    nxt      integer[];
-    firstj   integer[];
-    ptake    boolean[];
-    lw       rl.state_words[];
-    lc       boolean[];
-    sk       text[];
-    sn       text[];
-    sw       rl.state_words[];
-    sc       boolean[];
-    sexp     bigint[];
-    dirty    boolean[];
-    slot     integer[];
-    v_now    bigint;
-    who      name;
-    trusted  boolean;
-    pfx      text[];
-    k        text;
-    f        integer;
-    c        integer;
-    j        integer;
-    tk       boolean;
-    p_cost   bigint;
-    p_now    bigint;
-    st       rl.state_words;
-    r        rl._eval_result;
-    rs       rl._eval_result[];
-    ss       rl.state_words[];
-    best     integer;
-    bad      integer;
-    total    bigint;
-    any_dirty boolean := false;
-BEGIN
-    -- The shape of the call: an error here fails the whole call (RL010).
-    IF (nreq > 0 AND (array_ndims(p_keys) <> 1 OR array_lower(p_keys, 1) <> 1))
-            OR (nlim > 0 AND (array_ndims(p_names) <> 1 OR array_lower(p_names, 1) <> 1))
-            OR coalesce(cardinality(p_algs), 0) <> nlim OR coalesce(cardinality(p_lims), 0) <> nlim
-            OR coalesce(cardinality(p_wins), 0) <> nlim OR coalesce(cardinality(p_rates), 0) <> nlim
-            OR (nlim > 0 AND (array_lower(p_algs, 1) <> 1 OR array_lower(p_lims, 1) <> 1
-                              OR array_lower(p_wins, 1) <> 1 OR array_lower(p_rates, 1) <> 1))
-            OR (p_costs IS NOT NULL AND (cardinality(p_costs) <> nreq OR (nreq > 0 AND array_lower(p_costs, 1) <> 1)))
-            OR (p_nows IS NOT NULL AND (cardinality(p_nows) <> nreq OR (nreq > 0 AND array_lower(p_nows, 1) <> 1)))
-            OR (p_takes IS NOT NULL AND (cardinality(p_takes) <> nreq OR (nreq > 0 AND array_lower(p_takes, 1) <> 1))) THEN
-        PERFORM rl._raise(10, 'rl_decide_batch: keys, costs, now_us and take need one element per request, '
-                              'names, algorithms, lims, windows_us and rates one per limit');
-    END IF;
-    IF p_counts IS NULL THEN
-        IF nlim <> nreq THEN
-            PERFORM rl._raise(10, 'rl_decide_batch: without limit_counts, each request has one limit');
-        END IF;
-    ELSE
-        SELECT sum(u.c), count(*) FILTER (WHERE u.c IS NULL OR u.c < 0) INTO total, bad FROM unnest(p_counts) AS u(c);
-        IF cardinality(p_counts) <> nreq OR (nreq > 0 AND array_lower(p_counts, 1) <> 1)
-                OR bad > 0 OR coalesce(total, 0) <> nlim THEN
-            PERFORM rl._raise(10, 'rl_decide_batch: limit_counts needs one count (0 or more) per request, adding up to the number of limits');
-        END IF;
-    END IF;
-    IF nreq = 0 THEN
-        RETURN;
-    END IF;
-
-    -- Time and tenants, once per call (0007's rules).
-    v_now := rl._request_now(NULL);
-    IF EXISTS (SELECT FROM rl.tenants) THEN
-        who := rl._caller();
-        trusted := rl._trusted(who);
-        IF NOT trusted THEN
-            SELECT array_agg(t.key_prefix ORDER BY t.key_prefix COLLATE "C") INTO pfx
-              FROM rl.tenants t WHERE pg_has_role(who, t.role, 'MEMBER');
-        END IF;
-    END IF;
-
-    -- Each request: check it, or give it its error; note each limit's key
-    -- and whether a take uses it. The common call (one valid limit per
-    -- request, no tenant restriction, no request times, no peeks) needs no
-    -- loop: each statement in one costs per request.
-    IF p_counts IS NULL AND pfx IS NULL AND p_nows IS NULL AND p_takes IS NULL
-            AND (SELECT bool_and(octet_length(u.k) BETWEEN 1 AND 256 AND octet_length(u.n) BETWEEN 1 AND 256)
-                   FROM unnest(p_keys, p_names) AS u(k, n)) THEN
-        limkey := p_keys;
-        limtake := array_fill(true, ARRAY[nlim]);
-        firsts := ARRAY(SELECT generate_series(1, nreq));
-        limreq := firsts;
-        cnts := array_fill(1, ARRAY[nreq]);
-        nows := array_fill(v_now, ARRAY[nreq]);
-        takes := limtake;
-        ecode := array_fill(NULL::text, ARRAY[nreq]);
-        nreq := -nreq; -- skip the loop below
-    ELSE
-        limkey := array_fill(NULL::text, ARRAY[nlim]);
-        limtake := array_fill(false, ARRAY[nlim]);
-        limreq := array_fill(NULL::integer, ARRAY[nlim]);
-    END IF;
-    j := 1;
-    FOR q IN 1 .. nreq LOOP
-        c := CASE WHEN p_counts IS NULL THEN 1 ELSE p_counts[q] END;
-        firsts[q] := j;
-        cnts[q] := c;
-        j := j + c;
-        k := p_keys[q];
-        IF (octet_length(k) BETWEEN 1 AND 256) IS NOT TRUE THEN
-            ecode[q] := 'RL011';
-            emsg[q] := 'ratelimit: invalid key: it must be 1 to 256 bytes';
-            CONTINUE;
-        END IF;
-        IF pfx IS NOT NULL AND NOT EXISTS (SELECT FROM unnest(pfx) AS u(p) WHERE starts_with(k, u.p)) THEN
-            ecode[q] := '42501';
-            emsg[q] := format('ratelimit: role %s may not use key %s', quote_ident(who), quote_literal(k));
-            CONTINUE;
-        END IF;
-        IF c = 0 THEN
-            ecode[q] := 'RL010';
-            emsg[q] := rl._error_message(10);
-            CONTINUE;
-        END IF;
-        FOR i IN firsts[q] .. firsts[q] + c - 1 LOOP
-            IF (octet_length(p_names[i]) BETWEEN 1 AND 256) IS NOT TRUE THEN
-                ecode[q] := 'RL011';
-                emsg[q] := 'ratelimit: invalid limit name: it must be 1 to 256 bytes';
-                EXIT;
-            END IF;
-            IF i > firsts[q] AND p_names[i] = ANY (p_names[firsts[q] : i - 1]) THEN
-                ecode[q] := 'RL010';
-                emsg[q] := rl._error_message(10);
-                EXIT;
-            END IF;
-        END LOOP;
-        CONTINUE WHEN ecode[q] IS NOT NULL;
-        -- rl._request_now, with the caller's trust looked up once.
-        IF p_nows IS NULL OR p_nows[q] IS NULL THEN
-            nows[q] := v_now;
-        ELSE
-            IF trusted IS NULL THEN
-                trusted := rl._trusted(rl._caller());
-            END IF;
-            nows[q] := CASE WHEN trusted THEN p_nows[q] ELSE v_now END;
-        END IF;
-        takes[q] := p_takes IS NULL OR coalesce(p_takes[q], true);
-        FOR i IN firsts[q] .. firsts[q] + c - 1 LOOP
-            limkey[i] := k;
-            limtake[i] := takes[q];
-            limreq[i] := q;
-        END LOOP;
-    END LOOP;
-
-    nreq := abs(nreq);
-    -- The distinct rows of the valid requests in (key, name) bytewise
-    -- order, whether a take uses them, and each limit's row (slot); for the
-    -- statement below, each limit's occurrence on its row (1 for the first
-    -- request using the row), the limit of the next occurrence on its row,
-    -- and each row's first.
-    SELECT array_agg(x.r ORDER BY x.j), array_agg(x.o ORDER BY x.j), array_agg(x.nj ORDER BY x.j),
-           coalesce(array_agg(x.j ORDER BY x.r) FILTER (WHERE x.o = 1 AND x.k IS NOT NULL), '{}'),
-           coalesce(array_agg(x.k ORDER BY x.r) FILTER (WHERE x.o = 1 AND x.k IS NOT NULL), '{}'),
-           coalesce(array_agg(x.n ORDER BY x.r) FILTER (WHERE x.o = 1 AND x.k IS NOT NULL), '{}'),
-           coalesce(array_agg(x.t ORDER BY x.r) FILTER (WHERE x.o = 1 AND x.k IS NOT NULL), '{}')
-      INTO slot, occs, nxt, firstj, sk, sn, ptake
-      FROM (SELECT l.j, l.k, l.n,
-                   dense_rank() OVER (ORDER BY l.k COLLATE "C", l.n COLLATE "C") AS r,
-                   row_number() OVER (PARTITION BY l.k, l.n ORDER BY l.j) AS o,
-                   lead(l.j) OVER (PARTITION BY l.k, l.n ORDER BY l.j) AS nj,
-                   bool_or(l.t) OVER (PARTITION BY l.k, l.n) AS t
-              FROM unnest(limkey, p_names, limtake) WITH ORDINALITY AS l(k, n, t, j)) x;
-    -- Lock the rows the takes use, in that order; read the rows only peeked
-    -- at.
-    IF false = ANY (ptake) THEN
-        SELECT l.states, l.created INTO lw, lc
-          FROM rl._lock_batch(ARRAY(SELECT u.k FROM unnest(sk, ptake) WITH ORDINALITY AS u(k, t, o) WHERE u.t ORDER BY u.o),
-                              ARRAY(SELECT u.n FROM unnest(sn, ptake) WITH ORDINALITY AS u(n, t, o) WHERE u.t ORDER BY u.o)) l;
-        SELECT array_agg(CASE WHEN u.t THEN lw[u.lo]
-                              ELSE coalesce((SELECT ROW(s.algorithm, s.t, s.x, s.y, s.log)::rl.state_words FROM rl.state s
-                                              WHERE s.key = u.k AND s.name = u.n),
-                                            ROW(0, 0, 0, 0, '{}')::rl.state_words) END ORDER BY u.o),
-               array_agg(u.t AND lc[u.lo] ORDER BY u.o)
-          INTO sw, sc
-          FROM (SELECT v.k, v.n, v.t, v.o, count(*) FILTER (WHERE v.t) OVER (ORDER BY v.o) AS lo
-                  FROM unnest(sk, sn, ptake) WITH ORDINALITY AS v(k, n, t, o)) u;
-    ELSE
-        SELECT l.states, l.created INTO sw, sc FROM rl._lock_batch(sk, sn) l;
-    END IF;
-    -- 0015: the decisions in one statement, when every request's limits
-    -- are at the same occurrence on their rows (the n-th request using a
-    -- row uses all its rows for the n-th time: always so when each key's
-    -- requests in the batch name the same limits, or one limit each) and no
-    -- parameter is NULL. The requests are decided in rounds: round n
-    -- decides the n-th occurrence of every row, against the row as round
-    -- n-1 left it, every request of a round at once (they share no row),
-    -- each all or nothing across its limits (the window over its limits).
-    -- Then every written row is updated, the rows created for requests
-    -- that wrote nothing deleted, and the rows returned in input order:
-    -- what the loop below gives, rl._eval once per limit (and once more for
-    -- a limit that would have admitted a denied request's cost: its
-    -- decision for cost 0).
-    IF array_position(p_algs, NULL) IS NULL AND array_position(p_lims, NULL) IS NULL
-            AND array_position(p_wins, NULL) IS NULL AND array_position(p_rates, NULL) IS NULL
-            AND (p_costs IS NULL OR array_position(p_costs, NULL) IS NULL)
-            AND (p_counts IS NULL
-                 OR NOT EXISTS (SELECT FROM unnest(limreq, occs) AS u(q, o) WHERE u.q IS NOT NULL
-                                 GROUP BY u.q HAVING min(u.o) <> max(u.o))) THEN
-        RETURN QUERY
-        WITH RECURSIVE
-            -- One row per row of the batch (round 0: its state as locked),
-            -- then one per limit, round by round: the limit's decision, the
-            -- row's state before and after it, the expires_at of the row's
-            -- latest write and whether it was written.
-            d (j, q, ord, now, cost, slot, r, ok, err_ord, best, ia, it, ix, iy, ilog, oa, ot, ox, oy, olog, exp,
-               dirty) AS (
-                SELECT NULL::integer, NULL::integer, NULL::integer, NULL::bigint, NULL::bigint, g.s,
-                       NULL::rl._eval_result, NULL::boolean, NULL::integer, NULL::integer,
-                       NULL::integer, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint[],
-                       (sw[g.s]).algorithm, (sw[g.s]).t, (sw[g.s]).x, (sw[g.s]).y, (sw[g.s]).log,
-                       NULL::bigint, false
-                  FROM generate_series(1, cardinality(sk)) AS g(s)
-                UNION ALL
-                SELECT n.j, n.q, n.ord, n.now, n.cost, d.slot, e.r,
-                       bool_and((e.r).err = 0 AND (e.r).allowed) OVER w,
-                       min(n.ord) FILTER (WHERE (e.r).err <> 0) OVER w,
-                       -- The deciding limit (core.TakeAll): denied, the
-                       -- latest retry-after (never latest); admitted, the
-                       -- fewest remaining; the first of equals.
-                       first_value(n.ord) OVER (w ORDER BY (e.r).allowed,
-                                                           CASE WHEN NOT (e.r).allowed THEN (e.r).retry_after = -1 END DESC NULLS LAST,
-                                                           CASE WHEN NOT (e.r).allowed THEN (e.r).retry_after END DESC NULLS LAST,
-                                                           CASE WHEN (e.r).allowed THEN (e.r).remaining END,
-                                                           n.ord),
-                       d.oa, d.ot, d.ox, d.oy, d.olog,
-                       CASE WHEN n.write AND bool_and((e.r).err = 0 AND (e.r).allowed) OVER w THEN (e.r).algorithm ELSE d.oa END,
-                       CASE WHEN n.write AND bool_and((e.r).err = 0 AND (e.r).allowed) OVER w THEN (e.r).t ELSE d.ot END,
-                       CASE WHEN n.write AND bool_and((e.r).err = 0 AND (e.r).allowed) OVER w THEN (e.r).x ELSE d.ox END,
-                       CASE WHEN n.write AND bool_and((e.r).err = 0 AND (e.r).allowed) OVER w THEN (e.r).y ELSE d.oy END,
-                       CASE WHEN n.write AND bool_and((e.r).err = 0 AND (e.r).allowed) OVER w THEN (e.r).log ELSE d.olog END,
-                       CASE WHEN n.write AND bool_and((e.r).err = 0 AND (e.r).allowed) OVER w
-                            THEN rl._expires_at(n.now, (e.r).reset_after) ELSE d.exp END,
-                       d.dirty OR (n.write AND bool_and((e.r).err = 0 AND (e.r).allowed) OVER w)
-                  FROM d
-                 CROSS JOIN LATERAL (
-                       SELECT x.j, limreq[x.j] AS q, x.j - firsts[limreq[x.j]] AS ord,
-                              nows[limreq[x.j]] AS now,
-                              CASE WHEN p_costs IS NULL THEN 1::bigint ELSE p_costs[limreq[x.j]] END AS cost,
-                              takes[limreq[x.j]] AS tk,
-                              takes[limreq[x.j]] AND (p_costs IS NULL OR p_costs[limreq[x.j]] > 0) AS write
-                         FROM (SELECT CASE WHEN d.j IS NULL THEN firstj[d.slot] ELSE nxt[d.j] END AS j) x
-                        WHERE x.j IS NOT NULL) n
-                 CROSS JOIN LATERAL (
-                       SELECT rl._eval(p_algs[n.j], p_lims[n.j], p_wins[n.j], p_rates[n.j], d.oa, d.ot, d.ox, d.oy,
-                                       d.olog, n.now, n.cost, n.tk) AS r
-                       OFFSET 0) e
-                WINDOW w AS (PARTITION BY n.q)),
-            -- Each row as the batch leaves it: its last occurrence.
-            f AS MATERIALIZED (
-                SELECT d.slot, d.oa, d.ot, d.ox, d.oy, d.olog, d.exp, d.dirty
-                  FROM d
-                 WHERE d.j IS NOT NULL AND nxt[d.j] IS NULL),
-            u AS (UPDATE rl.state s
-                     SET algorithm = f.oa, t = f.ot, x = f.ox, y = f.oy, log = f.olog, expires_at = f.exp
-                    FROM f
-                   WHERE f.dirty AND s.key = sk[f.slot] AND s.name = sn[f.slot]),
-            x AS (DELETE FROM rl.state s
-                   USING f
-                   WHERE sc[f.slot] AND NOT f.dirty AND s.key = sk[f.slot] AND s.name = sn[f.slot])
-        SELECT o.*
-          FROM (SELECT (g.q - 1)::integer AS req, NULL::integer AS ord, NULL::text AS name, false AS allowed,
-                       NULL::bigint AS lim, NULL::bigint AS remaining, NULL::bigint AS reset_after_us,
-                       NULL::bigint AS retry_after_us, NULL::bigint AS delay_us, false AS deciding,
-                       NULL::bigint AS now_us, ecode[g.q] AS error_code, emsg[g.q] AS error_message
-                  FROM generate_series(1, nreq) AS g(q)
-                 WHERE ecode[g.q] IS NOT NULL
-                UNION ALL
-                -- A request whose limit fails: its error, for the first such
-                -- limit.
-                SELECT d.q - 1, NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, false, d.now,
-                       'RL0' || lpad((d.r).err::text, 2, '0'),
-                       rl._explain((d.r).err, p_algs[d.j], p_lims[d.j], p_wins[d.j], p_rates[d.j], d.now, d.cost,
-                                   d.ia, d.it, d.ix, d.iy, d.ilog)
-                       || format(' (limit index %s, name %L)', d.ord, p_names[d.j])
-                  FROM d
-                 WHERE d.ord = d.err_ord
-                UNION ALL
-                SELECT d.q - 1, d.ord, p_names[d.j], (v.r).allowed, (v.r).lim, (v.r).remaining, (v.r).reset_after,
-                       (v.r).retry_after, (v.r).delay, d.ord = d.best, d.now, NULL, NULL
-                  FROM d
-                 CROSS JOIN LATERAL (
-                       -- Nothing was taken from a denied request's limits: one
-                       -- that would have admitted the cost reports its state
-                       -- as it is.
-                       SELECT CASE WHEN NOT d.ok AND cnts[d.q] > 1 AND d.cost > 0 AND (d.r).allowed
-                                   THEN rl._eval(p_algs[d.j], p_lims[d.j], p_wins[d.j], p_rates[d.j], d.ia, d.it,
-                                                 d.ix, d.iy, d.ilog, d.now, 0, false)
-                                   ELSE d.r END AS r
-                       OFFSET 0) v
-                 WHERE d.j IS NOT NULL AND d.err_ord IS NULL) o
-         ORDER BY o.req, o.ord NULLS FIRST;
-        RETURN;
-    END IF;
-
-    -- Otherwise (a NULL parameter, or a key whose requests in this batch
-    -- share some of their limits but not all): one request after the other.
-    sexp := array_fill(NULL::bigint, ARRAY[cardinality(sk)]);
-    dirty := array_fill(false, ARRAY[cardinality(sk)]);
-
-    -- Decide, in input order.
-    FOR q IN 1 .. nreq LOOP
-        IF ecode[q] IS NOT NULL THEN
-            RETURN NEXT ROW(q - 1, NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, false, NULL,
-                            ecode[q], emsg[q])::rl.batch_decision;
-            CONTINUE;
-        END IF;
-        f := firsts[q];
-        c := cnts[q];
-        tk := takes[q];
-        p_now := nows[q];
-        p_cost := CASE WHEN p_costs IS NULL THEN 1 ELSE p_costs[q] END;
-        IF c = 1 THEN
-            -- One limit: core.TakeAll is core.Take, decided in one pass (as
-            -- rl._all decides it).
-            st := sw[slot[f]];
-            r := rl._eval(p_algs[f], p_lims[f], p_wins[f], p_rates[f], st.algorithm, st.t, st.x, st.y, st.log,
-                          p_now, p_cost, tk);
-            IF r.err <> 0 THEN
-                RETURN NEXT ROW(q - 1, NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, false, p_now,
-                                'RL0' || lpad(r.err::text, 2, '0'),
-                                rl._explain(r.err, p_algs[f], p_lims[f], p_wins[f], p_rates[f], p_now, p_cost,
-                                            st.algorithm, st.t, st.x, st.y, st.log)
-                                || format(' (limit index 0, name %L)', p_names[f]))::rl.batch_decision;
-                CONTINUE;
-            END IF;
-            IF tk AND r.allowed AND p_cost > 0 THEN
-                sw[slot[f]] := ROW(r.algorithm, r.t, r.x, r.y, r.log)::rl.state_words;
-                sexp[slot[f]] := rl._expires_at(p_now, r.reset_after);
-                dirty[slot[f]] := true;
-                any_dirty := true;
-            END IF;
-            RETURN NEXT ROW(q - 1, 0, p_names[f], r.allowed, r.lim, r.remaining, r.reset_after, r.retry_after,
-                            r.delay, true, p_now, NULL, NULL)::rl.batch_decision;
-            CONTINUE;
-        END IF;
-        -- Several limits: core.TakeAll / core.PeekAll (rl._all). Its checks
-        -- first, in its order, so that an invalid request gets its error
-        -- here instead of rl._all raising it for the whole call.
-        ss := ARRAY(SELECT sw[slot[i]] FROM generate_series(f, f + c - 1) AS i ORDER BY i);
-        bad := 0;
-        FOR i IN 1 .. c LOOP
-            st := ss[i];
-            j := f + i - 1;
-            bad := coalesce(nullif(rl._limit_error(p_algs[j], p_lims[j], p_wins[j], p_rates[j]), 0),
-                            nullif(rl._call_error(p_now, p_cost), 0),
-                            rl._state_error(coalesce(st.algorithm, 0), coalesce(st.t, 0), coalesce(st.x, 0),
-                                            coalesce(st.y, 0), coalesce(st.log, '{}')));
-            IF bad <> 0 THEN
-                RETURN NEXT ROW(q - 1, NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, false, p_now,
-                                'RL0' || lpad(bad::text, 2, '0'),
-                                rl._explain(bad, p_algs[j], p_lims[j], p_wins[j], p_rates[j], p_now, p_cost,
-                                            st.algorithm, st.t, st.x, st.y, st.log)
-                                || format(' (limit index %s, name %L)', i - 1, p_names[j]))::rl.batch_decision;
-                EXIT;
-            END IF;
-        END LOOP;
-        CONTINUE WHEN bad <> 0;
-        SELECT a.rs, a.best INTO rs, best
-          FROM rl._all(p_algs[f : f + c - 1], p_lims[f : f + c - 1], p_wins[f : f + c - 1], p_rates[f : f + c - 1],
-                       ss, p_now, p_cost, tk, p_names[f : f + c - 1]) a;
-        IF tk AND p_cost > 0 AND (rs[best]).allowed THEN
-            FOR i IN 1 .. c LOOP
-                r := rs[i];
-                sw[slot[f + i - 1]] := ROW(r.algorithm, r.t, r.x, r.y, r.log)::rl.state_words;
-                sexp[slot[f + i - 1]] := rl._expires_at(p_now, r.reset_after);
-                dirty[slot[f + i - 1]] := true;
-            END LOOP;
-            any_dirty := true;
-        END IF;
-        FOR i IN 1 .. c LOOP
-            r := rs[i];
-            RETURN NEXT ROW(q - 1, i - 1, p_names[f + i - 1], r.allowed, r.lim, r.remaining, r.reset_after,
-                            r.retry_after, r.delay, i = best, p_now, NULL, NULL)::rl.batch_decision;
-        END LOOP;
-    END LOOP;
-
-    -- Write the new states back in one statement; delete the rows created
-    -- for requests that wrote nothing.
-    IF any_dirty THEN
-        UPDATE rl.state s
-           SET algorithm = u.algorithm, t = u.t, x = u.x, y = u.y, log = u.log, expires_at = u.e
-          FROM unnest(sk, sn, sexp, dirty, sw) AS u(k, n, e, d, algorithm, t, x, y, log)
-         WHERE u.d AND s.key = u.k AND s.name = u.n;
-    END IF;
-    IF true = ANY (sc) THEN
-        DELETE FROM rl.state s
-         USING unnest(sk, sn, sc, dirty) AS u(k, n, c, d)
-         WHERE u.c AND NOT u.d AND s.key = u.k AND s.name = u.n;
-    END IF;
 END
 $function$;

@@ -599,20 +599,19 @@ BEGIN
                            ELSE (SELECT ev.err = 0 AND ev.allowed
                                    FROM rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, s.algorithm, s.t, s.x, s.y, s.log, e.now, $5, false) AS ev)
                       END
-            RETURNING e.now, e.r, s.algorithm, s.t, s.x, s.y, s.log)
-    SELECT true, (d.r).lim, (d.r).remaining, (d.r).reset_after, 0::bigint,
-           CASE WHEN d.same THEN (d.r).delay
-                WHEN rl._alg($2) = 5 AND d.x - $5 * rl._interval_us($4) > 0
-                THEN rl._ceil_div(d.x - $5 * rl._interval_us($4), CASE WHEN $6 = 0 THEN $3 ELSE $6 END) + d.t - d.now
-                ELSE 0 END, d.now, (d.r).next_after
+            RETURNING e.now, s.t, s.x,
+                      (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log) AS same,
+                      CASE WHEN (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log)
+                           THEN e.r
+                           ELSE rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, s.algorithm, s.t, s.x, s.y, s.log, e.now, 0, false)
+                      END AS r)
+    SELECT true, (u.r).lim, (u.r).remaining, (u.r).reset_after, 0::bigint,
+           CASE WHEN u.same THEN (u.r).delay
+                WHEN rl._alg($2) = 5 AND u.x - $5 * rl._interval_us($4) > 0
+                THEN rl._ceil_div(u.x - $5 * rl._interval_us($4), CASE WHEN $6 = 0 THEN $3 ELSE $6 END) + u.t - u.now
+                ELSE 0 END, u.now, (u.r).next_after
       INTO res
-      FROM (SELECT u.now, u.t, u.x, w.same,
-                   CASE WHEN w.same THEN u.r
-                        ELSE rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, u.algorithm, u.t, u.x, u.y, u.log, u.now, 0, false) END AS r
-              FROM u,
-                   LATERAL (SELECT (u.r).err = 0 AND (u.r).allowed
-                                   AND (u.algorithm, u.t, u.x, u.y, u.log) = ((u.r).algorithm, (u.r).t, (u.r).x, (u.r).y, (u.r).log) AS same) w
-            OFFSET 0) d;
+      FROM u;
     IF FOUND THEN
         RETURN res;
     END IF;
@@ -668,20 +667,19 @@ BEGIN
                            ELSE (SELECT ev.err = 0 AND ev.allowed
                                    FROM rl._eval(rl._alg($2), $3, $4, $6, s.algorithm, s.t, s.x, s.y, s.log, e.now, $5, false) AS ev)
                       END
-            RETURNING e.now, e.r, s.algorithm, s.t, s.x, s.y, s.log)
-    SELECT true, (d.r).lim, (d.r).remaining, (d.r).reset_after, 0::bigint,
-           CASE WHEN d.same THEN (d.r).delay
-                WHEN rl._alg($2) = 5 AND d.x - $5 * $4 > 0
-                THEN rl._ceil_div(d.x - $5 * $4, CASE WHEN $6 = 0 THEN $3 ELSE $6 END) + d.t - d.now
-                ELSE 0 END, d.now, (d.r).next_after
+            RETURNING e.now, s.t, s.x,
+                      (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log) AS same,
+                      CASE WHEN (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log)
+                           THEN e.r
+                           ELSE rl._eval(rl._alg($2), $3, $4, $6, s.algorithm, s.t, s.x, s.y, s.log, e.now, 0, false)
+                      END AS r)
+    SELECT true, (u.r).lim, (u.r).remaining, (u.r).reset_after, 0::bigint,
+           CASE WHEN u.same THEN (u.r).delay
+                WHEN rl._alg($2) = 5 AND u.x - $5 * $4 > 0
+                THEN rl._ceil_div(u.x - $5 * $4, CASE WHEN $6 = 0 THEN $3 ELSE $6 END) + u.t - u.now
+                ELSE 0 END, u.now, (u.r).next_after
       INTO res
-      FROM (SELECT u.now, u.t, u.x, w.same,
-                   CASE WHEN w.same THEN u.r
-                        ELSE rl._eval(rl._alg($2), $3, $4, $6, u.algorithm, u.t, u.x, u.y, u.log, u.now, 0, false) END AS r
-              FROM u,
-                   LATERAL (SELECT (u.r).err = 0 AND (u.r).allowed
-                                   AND (u.algorithm, u.t, u.x, u.y, u.log) = ((u.r).algorithm, (u.r).t, (u.r).x, (u.r).y, (u.r).log) AS same) w
-            OFFSET 0) d;
+      FROM u;
     IF FOUND THEN
         RETURN res;
     END IF;
@@ -833,19 +831,18 @@ BEGIN
                                ELSE (SELECT ev.err = 0 AND ev.allowed
                                        FROM rl._eval(p_algs[1], p_lims[1], p_wins[1], p_rates[1], s.algorithm, s.t, s.x, s.y, s.log, e.now, p_cost, false) AS ev)
                           END
-                RETURNING e.now, e.r, s.algorithm, s.t, s.x, s.y, s.log)
-        SELECT 0, p_names[1], true, (d.r).lim, (d.r).remaining, (d.r).reset_after, 0::bigint,
-               CASE WHEN d.same THEN (d.r).delay
-                    WHEN p_algs[1] = 5 AND d.x - p_cost * p_wins[1] > 0
-                    THEN rl._ceil_div(d.x - p_cost * p_wins[1], CASE WHEN p_rates[1] = 0 THEN p_lims[1] ELSE p_rates[1] END) + d.t - d.now
-                    ELSE 0 END, true, d.now, (d.r).next_after
-          FROM (SELECT u.now, u.t, u.x, w.same,
-                       CASE WHEN w.same THEN u.r
-                            ELSE rl._eval(p_algs[1], p_lims[1], p_wins[1], p_rates[1], u.algorithm, u.t, u.x, u.y, u.log, u.now, 0, false) END AS r
-                  FROM u,
-                       LATERAL (SELECT (u.r).err = 0 AND (u.r).allowed
-                                       AND (u.algorithm, u.t, u.x, u.y, u.log) = ((u.r).algorithm, (u.r).t, (u.r).x, (u.r).y, (u.r).log) AS same) w
-                OFFSET 0) d;
+                RETURNING e.now, s.t, s.x,
+                          (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log) AS same,
+                          CASE WHEN (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log)
+                               THEN e.r
+                               ELSE rl._eval(p_algs[1], p_lims[1], p_wins[1], p_rates[1], s.algorithm, s.t, s.x, s.y, s.log, e.now, 0, false)
+                          END AS r)
+        SELECT 0, p_names[1], true, (u.r).lim, (u.r).remaining, (u.r).reset_after, 0::bigint,
+               CASE WHEN u.same THEN (u.r).delay
+                    WHEN p_algs[1] = 5 AND u.x - p_cost * p_wins[1] > 0
+                    THEN rl._ceil_div(u.x - p_cost * p_wins[1], CASE WHEN p_rates[1] = 0 THEN p_lims[1] ELSE p_rates[1] END) + u.t - u.now
+                    ELSE 0 END, true, u.now, (u.r).next_after
+          FROM u;
         IF FOUND THEN
             RETURN;
         END IF;
@@ -969,10 +966,6 @@ DECLARE
     takes    boolean[];
     limkey   text[];
     limtake  boolean[];
-    limreq   integer[];
-    occs     integer[];
-    nxt      integer[];
-    firstj   integer[];
     ptake    boolean[];
     lw       rl.state_words[];
     lc       boolean[];
@@ -1052,7 +1045,6 @@ BEGIN
         limkey := p_keys;
         limtake := array_fill(true, ARRAY[nlim]);
         firsts := ARRAY(SELECT generate_series(1, nreq));
-        limreq := firsts;
         cnts := array_fill(1, ARRAY[nreq]);
         nows := array_fill(v_now, ARRAY[nreq]);
         takes := limtake;
@@ -1061,7 +1053,6 @@ BEGIN
     ELSE
         limkey := array_fill(NULL::text, ARRAY[nlim]);
         limtake := array_fill(false, ARRAY[nlim]);
-        limreq := array_fill(NULL::integer, ARRAY[nlim]);
     END IF;
     j := 1;
     FOR q IN 1 .. nreq LOOP
@@ -1111,26 +1102,20 @@ BEGIN
         FOR i IN firsts[q] .. firsts[q] + c - 1 LOOP
             limkey[i] := k;
             limtake[i] := takes[q];
-            limreq[i] := q;
         END LOOP;
     END LOOP;
 
     nreq := abs(nreq);
     -- The distinct rows of the valid requests in (key, name) bytewise
-    -- order, whether a take uses them, and each limit's row (slot); for the
-    -- statement below, each limit's occurrence on its row (1 for the first
-    -- request using the row), the limit of the next occurrence on its row,
-    -- and each row's first.
-    SELECT array_agg(x.r ORDER BY x.j), array_agg(x.o ORDER BY x.j), array_agg(x.nj ORDER BY x.j),
-           coalesce(array_agg(x.j ORDER BY x.r) FILTER (WHERE x.o = 1 AND x.k IS NOT NULL), '{}'),
-           coalesce(array_agg(x.k ORDER BY x.r) FILTER (WHERE x.o = 1 AND x.k IS NOT NULL), '{}'),
-           coalesce(array_agg(x.n ORDER BY x.r) FILTER (WHERE x.o = 1 AND x.k IS NOT NULL), '{}'),
-           coalesce(array_agg(x.t ORDER BY x.r) FILTER (WHERE x.o = 1 AND x.k IS NOT NULL), '{}')
-      INTO slot, occs, nxt, firstj, sk, sn, ptake
+    -- order, whether a take uses them, and each limit's row (slot).
+    SELECT array_agg(x.r ORDER BY x.j),
+           coalesce(array_agg(x.k ORDER BY x.r) FILTER (WHERE x.first AND x.k IS NOT NULL), '{}'),
+           coalesce(array_agg(x.n ORDER BY x.r) FILTER (WHERE x.first AND x.k IS NOT NULL), '{}'),
+           coalesce(array_agg(x.t ORDER BY x.r) FILTER (WHERE x.first AND x.k IS NOT NULL), '{}')
+      INTO slot, sk, sn, ptake
       FROM (SELECT l.j, l.k, l.n,
                    dense_rank() OVER (ORDER BY l.k COLLATE "C", l.n COLLATE "C") AS r,
-                   row_number() OVER (PARTITION BY l.k, l.n ORDER BY l.j) AS o,
-                   lead(l.j) OVER (PARTITION BY l.k, l.n ORDER BY l.j) AS nj,
+                   row_number() OVER (PARTITION BY l.k, l.n ORDER BY l.j) = 1 AS first,
                    bool_or(l.t) OVER (PARTITION BY l.k, l.n) AS t
               FROM unnest(limkey, p_names, limtake) WITH ORDINALITY AS l(k, n, t, j)) x;
     -- Lock the rows the takes use, in that order; read the rows only peeked
@@ -1150,124 +1135,6 @@ BEGIN
     ELSE
         SELECT l.states, l.created INTO sw, sc FROM rl._lock_batch(sk, sn) l;
     END IF;
-    -- 0015: the decisions in one statement, when every request's limits
-    -- are at the same occurrence on their rows (the n-th request using a
-    -- row uses all its rows for the n-th time: always so when each key's
-    -- requests in the batch name the same limits, or one limit each) and no
-    -- parameter is NULL. The requests are decided in rounds: round n
-    -- decides the n-th occurrence of every row, against the row as round
-    -- n-1 left it, every request of a round at once (they share no row),
-    -- each all or nothing across its limits (the window over its limits).
-    -- Then every written row is updated, the rows created for requests
-    -- that wrote nothing deleted, and the rows returned in input order:
-    -- what the loop below gives, rl._eval once per limit (and once more for
-    -- a limit that would have admitted a denied request's cost: its
-    -- decision for cost 0).
-    IF array_position(p_algs, NULL) IS NULL AND array_position(p_lims, NULL) IS NULL
-            AND array_position(p_wins, NULL) IS NULL AND array_position(p_rates, NULL) IS NULL
-            AND (p_costs IS NULL OR array_position(p_costs, NULL) IS NULL)
-            AND (p_counts IS NULL
-                 OR NOT EXISTS (SELECT FROM unnest(limreq, occs) AS u(q, o) WHERE u.q IS NOT NULL
-                                 GROUP BY u.q HAVING min(u.o) <> max(u.o))) THEN
-        RETURN QUERY
-        WITH RECURSIVE
-            -- One row per row of the batch (round 0: its state as locked),
-            -- then one per limit, round by round: the limit's decision, the
-            -- row's state before and after it, the expires_at of the row's
-            -- latest write and whether it was written.
-            d (j, q, ord, now, cost, slot, r, ok, err_ord, best, ia, it, ix, iy, ilog, oa, ot, ox, oy, olog, exp,
-               dirty) AS (
-                SELECT NULL::integer, NULL::integer, NULL::integer, NULL::bigint, NULL::bigint, g.s,
-                       NULL::rl._eval_result, NULL::boolean, NULL::integer, NULL::integer,
-                       NULL::integer, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint[],
-                       (sw[g.s]).algorithm, (sw[g.s]).t, (sw[g.s]).x, (sw[g.s]).y, (sw[g.s]).log,
-                       NULL::bigint, false
-                  FROM generate_series(1, cardinality(sk)) AS g(s)
-                UNION ALL
-                SELECT n.j, n.q, n.ord, n.now, n.cost, d.slot, e.r,
-                       bool_and((e.r).err = 0 AND (e.r).allowed) OVER w,
-                       min(n.ord) FILTER (WHERE (e.r).err <> 0) OVER w,
-                       -- The deciding limit (core.TakeAll): denied, the
-                       -- latest retry-after (never latest); admitted, the
-                       -- fewest remaining; the first of equals.
-                       first_value(n.ord) OVER (w ORDER BY (e.r).allowed,
-                                                           CASE WHEN NOT (e.r).allowed THEN (e.r).retry_after = -1 END DESC NULLS LAST,
-                                                           CASE WHEN NOT (e.r).allowed THEN (e.r).retry_after END DESC NULLS LAST,
-                                                           CASE WHEN (e.r).allowed THEN (e.r).remaining END,
-                                                           n.ord),
-                       d.oa, d.ot, d.ox, d.oy, d.olog,
-                       CASE WHEN n.write AND bool_and((e.r).err = 0 AND (e.r).allowed) OVER w THEN (e.r).algorithm ELSE d.oa END,
-                       CASE WHEN n.write AND bool_and((e.r).err = 0 AND (e.r).allowed) OVER w THEN (e.r).t ELSE d.ot END,
-                       CASE WHEN n.write AND bool_and((e.r).err = 0 AND (e.r).allowed) OVER w THEN (e.r).x ELSE d.ox END,
-                       CASE WHEN n.write AND bool_and((e.r).err = 0 AND (e.r).allowed) OVER w THEN (e.r).y ELSE d.oy END,
-                       CASE WHEN n.write AND bool_and((e.r).err = 0 AND (e.r).allowed) OVER w THEN (e.r).log ELSE d.olog END,
-                       CASE WHEN n.write AND bool_and((e.r).err = 0 AND (e.r).allowed) OVER w
-                            THEN rl._expires_at(n.now, (e.r).reset_after) ELSE d.exp END,
-                       d.dirty OR (n.write AND bool_and((e.r).err = 0 AND (e.r).allowed) OVER w)
-                  FROM d
-                 CROSS JOIN LATERAL (
-                       SELECT x.j, limreq[x.j] AS q, x.j - firsts[limreq[x.j]] AS ord,
-                              nows[limreq[x.j]] AS now,
-                              CASE WHEN p_costs IS NULL THEN 1::bigint ELSE p_costs[limreq[x.j]] END AS cost,
-                              takes[limreq[x.j]] AS tk,
-                              takes[limreq[x.j]] AND (p_costs IS NULL OR p_costs[limreq[x.j]] > 0) AS write
-                         FROM (SELECT CASE WHEN d.j IS NULL THEN firstj[d.slot] ELSE nxt[d.j] END AS j) x
-                        WHERE x.j IS NOT NULL) n
-                 CROSS JOIN LATERAL (
-                       SELECT rl._eval(p_algs[n.j], p_lims[n.j], p_wins[n.j], p_rates[n.j], d.oa, d.ot, d.ox, d.oy,
-                                       d.olog, n.now, n.cost, n.tk) AS r
-                       OFFSET 0) e
-                WINDOW w AS (PARTITION BY n.q)),
-            -- Each row as the batch leaves it: its last occurrence.
-            f AS MATERIALIZED (
-                SELECT d.slot, d.oa, d.ot, d.ox, d.oy, d.olog, d.exp, d.dirty
-                  FROM d
-                 WHERE d.j IS NOT NULL AND nxt[d.j] IS NULL),
-            u AS (UPDATE rl.state s
-                     SET algorithm = f.oa, t = f.ot, x = f.ox, y = f.oy, log = f.olog, expires_at = f.exp
-                    FROM f
-                   WHERE f.dirty AND s.key = sk[f.slot] AND s.name = sn[f.slot]),
-            x AS (DELETE FROM rl.state s
-                   USING f
-                   WHERE sc[f.slot] AND NOT f.dirty AND s.key = sk[f.slot] AND s.name = sn[f.slot])
-        SELECT o.*
-          FROM (SELECT (g.q - 1)::integer AS req, NULL::integer AS ord, NULL::text AS name, false AS allowed,
-                       NULL::bigint AS lim, NULL::bigint AS remaining, NULL::bigint AS reset_after_us,
-                       NULL::bigint AS retry_after_us, NULL::bigint AS delay_us, false AS deciding,
-                       NULL::bigint AS now_us, ecode[g.q] AS error_code, emsg[g.q] AS error_message,
-                       NULL::bigint AS next_after_us
-                  FROM generate_series(1, nreq) AS g(q)
-                 WHERE ecode[g.q] IS NOT NULL
-                UNION ALL
-                -- A request whose limit fails: its error, for the first such
-                -- limit.
-                SELECT d.q - 1, NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, false, d.now,
-                       'RL0' || lpad((d.r).err::text, 2, '0'),
-                       rl._explain((d.r).err, p_algs[d.j], p_lims[d.j], p_wins[d.j], p_rates[d.j], d.now, d.cost,
-                                   d.ia, d.it, d.ix, d.iy, d.ilog)
-                       || format(' (limit index %s, name %L)', d.ord, p_names[d.j]), NULL
-                  FROM d
-                 WHERE d.ord = d.err_ord
-                UNION ALL
-                SELECT d.q - 1, d.ord, p_names[d.j], (v.r).allowed, (v.r).lim, (v.r).remaining, (v.r).reset_after,
-                       (v.r).retry_after, (v.r).delay, d.ord = d.best, d.now, NULL, NULL, (v.r).next_after
-                  FROM d
-                 CROSS JOIN LATERAL (
-                       -- Nothing was taken from a denied request's limits: one
-                       -- that would have admitted the cost reports its state
-                       -- as it is.
-                       SELECT CASE WHEN NOT d.ok AND cnts[d.q] > 1 AND d.cost > 0 AND (d.r).allowed
-                                   THEN rl._eval(p_algs[d.j], p_lims[d.j], p_wins[d.j], p_rates[d.j], d.ia, d.it,
-                                                 d.ix, d.iy, d.ilog, d.now, 0, false)
-                                   ELSE d.r END AS r
-                       OFFSET 0) v
-                 WHERE d.j IS NOT NULL AND d.err_ord IS NULL) o
-         ORDER BY o.req, o.ord NULLS FIRST;
-        RETURN;
-    END IF;
-
-    -- Otherwise (a NULL parameter, or a key whose requests in this batch
-    -- share some of their limits but not all): one request after the other.
     sexp := array_fill(NULL::bigint, ARRAY[cardinality(sk)]);
     dirty := array_fill(false, ARRAY[cardinality(sk)]);
 

@@ -15,12 +15,11 @@ import (
 
 // TestDecideBatchDifferential: random batches through rl_decide_batch, each
 // against the core deciding the same requests one after the other on the
-// states the earlier ones left: several requests on one key in a batch,
-// keys whose requests name the same limits (decided in rounds by one
-// statement) or overlapping ones (decided one by one), peeks, costs of 0,
-// above the limit and invalid, invalid keys, repeated names and limits with
-// an invalid window, given request times or the database clock. Every row
-// and, after each batch, every state row must be the core's.
+// states the earlier ones left: several requests on one key in a batch, with
+// the same limits or overlapping ones, peeks, costs of 0, above the limit
+// and invalid, invalid keys, repeated names and limits with an invalid
+// window, given request times or the database clock. Every row and, after
+// each batch, every state row must be the core's.
 func TestDecideBatchDifferential(t *testing.T) {
 	t.Parallel()
 	n := 100

@@ -12,7 +12,7 @@ import (
 
 // TestEvalOnce: the common calls evaluate the algorithm step (rl._eval)
 // once per decision (migration 0015; 0014's take on one limit evaluated it
-// three times, rl_decide_batch once per limit in a loop), counted by
+// three times), counted by
 // PostgreSQL's function statistics (track_functions) within a transaction:
 // a take and a peek on an existing row through every single-call function,
 // and batches of several keys and of one key.
