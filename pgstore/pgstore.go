@@ -14,6 +14,11 @@
 //     store's Config.Decider (native Go or the WebAssembly module) decides,
 //     and the new states are written back: two round trips.
 //
+// ModeGo decides shadow limits (store.Policy.WithShadow) with the enforced
+// ones in its transaction; ModeSQL cannot yet (the SQL functions take no
+// shadow flags), so it refuses a policy with shadow limits with
+// ErrShadowSQL rather than decide them as enforced limits or drop them.
+//
 // Both produce identical decisions, core.Decision.NextAfter included, and
 // identical rows (the conformance vectors and the differential tests hold the
 // SQL port equal to the core). The SQL path reads NextAfter from the
@@ -117,6 +122,16 @@ type Config struct {
 	// OnExpireError hears errors of the background expiry.
 	OnExpireError func(error)
 }
+
+// ErrShadowSQL is the error of a decision of a policy with shadow limits
+// (store.Policy.WithShadow) by ModeSQL, in Store and Batched alike: the
+// PL/pgSQL functions (rl_decide_multi, rl_decide_batch) take no shadow
+// flags yet, so ModeSQL cannot decide a shadow limit in its one statement,
+// and it never decides one as an enforced limit nor leaves it out. Nothing
+// is charged. Use ModeGo for policies with shadow limits. It is a
+// configuration mistake, not an outage: it does not match
+// store.ErrUnavailable.
+var ErrShadowSQL = errors.New("pgstore: ModeSQL cannot decide shadow limits (the SQL functions take no shadow flags yet): use ModeGo")
 
 // Store is the PostgreSQL store.Store. The pool belongs to the caller.
 type Store struct {
@@ -263,6 +278,9 @@ func (s *Store) Decide(ctx context.Context, req store.Request, each []core.Decis
 	if req.Policy == nil {
 		return 0, core.Decision{}, core.ErrLimits
 	}
+	if s.cfg.Mode == ModeSQL && req.Policy.Shadowed() {
+		return 0, core.Decision{}, ErrShadowSQL
+	}
 	conn, err := s.acquire(ctx)
 	if err != nil {
 		return 0, core.Decision{}, err
@@ -283,7 +301,7 @@ func (s *Store) Decide(ctx context.Context, req store.Request, each []core.Decis
 	if len(each) >= len(out) {
 		copy(each, out)
 	}
-	return i, out[i], nil
+	return i, req.Policy.Deciding(out, i), nil
 }
 
 // nowSQL is the server clock in µs since the Unix epoch, as the SQL
@@ -311,7 +329,7 @@ func (s *Store) decideGo(ctx context.Context, conn *pgxpool.Conn, req *store.Req
 		if err := scanStates(rows, pos, states, &now, s.cfg.RequestClock); err != nil {
 			return 0, err
 		}
-		return s.cfg.Decider.PeekAll(limits, states, now, req.Cost, out)
+		return req.Policy.Decide(s.cfg.Decider, store.Peek, states, now, req.Cost, out)
 	}
 	pc := conn.Conn()
 	// Two round trips: BEGIN and the lock in one pipelined batch, then the
@@ -322,11 +340,7 @@ func (s *Store) decideGo(ctx context.Context, conn *pgxpool.Conn, req *store.Req
 	open := true
 	defer func() {
 		if open { // undo the transaction, removing rows lock_states created
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			if _, err := pc.Exec(rctx, "ROLLBACK"); err != nil {
-				pc.Close(rctx) // never hand a connection in a transaction back to the pool
-			}
+			rollback(ctx, pc)
 		}
 	}()
 	b := &pgx.Batch{}
@@ -357,8 +371,10 @@ func (s *Store) decideGo(ctx context.Context, conn *pgxpool.Conn, req *store.Req
 			states[i].Log = slices.Grow(states[i].Log, int(l.Limit)-len(states[i].Log))
 		}
 	}
-	i, err := s.cfg.Decider.TakeAll(limits, states, now, req.Cost, out)
-	if err != nil || !out[i].Allowed || req.Cost == 0 {
+	// The enforced limits and the shadow ones (if any) in this one
+	// transaction, on the rows it locked.
+	i, err := req.Policy.Decide(s.cfg.Decider, store.Take, states, now, req.Cost, out)
+	if err != nil || !req.Policy.Deciding(out, i).Allowed || req.Cost == 0 {
 		return i, err // the deferred rollback writes nothing
 	}
 	algs := make([]int32, n)
