@@ -92,7 +92,7 @@ func TestConformance(t *testing.T) {
 	pool := pgtest.Pool(t, database(t))
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			cfg := storetest.Config{New: func(t *testing.T) store.Store { return newStore(t, pool, m.cfg) },}
+			cfg := storetest.Config{New: func(t *testing.T) store.Store { return newStore(t, pool, m.cfg) }}
 			if m.cfg.Mode == pgstore.ModeSQL {
 				cfg.ShadowRefused = pgstore.ErrShadowSQL
 			}

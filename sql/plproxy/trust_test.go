@@ -322,7 +322,7 @@ func TestRouterTrust(t *testing.T) {
 		granted, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err)
 		require.Empty(t, granted, "PL/Proxy functions executable by rl_app or rl_admin")
-		require.Equal(t, int64(10), count(t, r.router, "SELECT count(*) FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE l.lanname = 'plproxy'"))
+		require.Equal(t, int64(14), count(t, r.router, "SELECT count(*) FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE l.lanname = 'plproxy'"))
 		_, err = r.connect(t, "app_plain").Exec(ctx, "SELECT rl._proxy_rl_allow('k', 'gcra', 1, '1 hour', 1, 0, 'default', 1)")
 		requireCode(t, err, "42501")
 	})
