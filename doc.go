@@ -5,7 +5,11 @@
 // A Limiter decides keys against a Policy (one or more limits, all or
 // nothing) over a store.Store: the in-memory memstore (the default) or
 // PostgreSQL through pgstore. Time comes from Config.Clock, microseconds
-// since the Unix epoch.
+// since the Unix epoch. A limit may be a shadow limit (Limit.Shadow): a
+// candidate decided in the same atomic step as the enforced limits, charged
+// only when the call is admitted and it would admit the cost, that never
+// denies and reports its would-denies in the per-limit results
+// (Request.Each).
 //
 //	lim, err := rl.New(rl.Config{
 //		Policy: rl.MustPolicy(rl.Limit{Algorithm: core.TokenBucket, Limit: 10, Window: time.Second}),
@@ -34,6 +38,9 @@
 //	            net/http middleware (httplimit); the rl-wasm-host command
 //	            (decision API, proxy, Envoy's gRPC rate limit service) and
 //	            rl_allow() in SQL and triggers
+//
+// No package imports one of a layer above its own; tests/layers holds every
+// import of the module to that (and says which import breaks which rule).
 //
 // The decider is chosen with the store (memstore.Config.Decider,
 // pgstore.Config.Mode and Decider), once, not per call. A Policy is checked

@@ -94,3 +94,66 @@ func ExampleLimiter_Reserve() {
 	// message 2: reserved=true, send after ~200ms
 	// message 3: reserved=true, send after ~400ms
 }
+
+// A shadow limit runs a candidate beside the enforced limit, on the same
+// key: it never denies, and its result says what it would have done.
+func ExampleLimit_shadow() {
+	policy := rl.MustPolicy(
+		rl.Limit{Name: "minute", Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute},
+		rl.Limit{Name: "candidate", Algorithm: core.FixedWindow, Limit: 2, Window: time.Minute, Shadow: true},
+	)
+	lim, err := rl.New(rl.Config{Policy: policy})
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close()
+
+	each := make([]rl.LimitResult, policy.Len())
+	for i := range 4 {
+		res, err := lim.Do(context.Background(), rl.Request{Key: "user:42", Cost: 1, Each: each})
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("request %d: allowed=%v by %s; candidate would deny: %v\n", i+1, res.Allowed, res.Name, !each[1].Allowed)
+	}
+	// Output:
+	// request 1: allowed=true by minute; candidate would deny: false
+	// request 2: allowed=true by minute; candidate would deny: false
+	// request 3: allowed=true by minute; candidate would deny: true
+	// request 4: allowed=false by minute; candidate would deny: true
+}
+
+// Settle charges the real cost of a call once it is known: here an LLM
+// endpoint limited to 1,000 tokens a minute takes an estimate of 100
+// tokens per request and settles the tokens the model actually used. A
+// response that used more puts the key in debt; the next request is
+// denied until the debt is paid off.
+func ExampleLimiter_Settle() {
+	policy := rl.MustPolicy(rl.Limit{Name: "tokens", Algorithm: core.TokenBucket, Limit: 1000, Window: time.Minute})
+	lim, err := rl.New(rl.Config{Policy: policy, Clock: func() int64 { return 1_767_225_600_000_000 }})
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close()
+
+	ctx := context.Background()
+	const estimate = 100
+	for _, used := range []int64{40, 1500} {
+		res, err := lim.AllowN(ctx, "user:42", estimate)
+		if err != nil || !res.Allowed {
+			fmt.Println("denied", res.RetryAfter, err)
+			continue
+		}
+		res, err = lim.Settle(ctx, "user:42", used-estimate)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("used %d tokens: %d left\n", used, res.Remaining)
+	}
+	res, _ := lim.AllowN(ctx, "user:42", estimate)
+	fmt.Printf("next request allowed=%v, retry after %v\n", res.Allowed, res.RetryAfter)
+	// Output:
+	// used 40 tokens: 960 left
+	// used 1500 tokens: 0 left
+	// next request allowed=false, retry after 38.4s
+}

@@ -32,6 +32,20 @@ type Limit struct {
 	// Rate is the units restored per Window (TokenBucket, LeakyBucket,
 	// GCRA); 0 means Limit. Must be 0 for the window algorithms.
 	Rate int64
+	// Shadow makes the limit a shadow limit: a candidate decided with the
+	// policy's enforced limits, on the same key and in the same atomic
+	// step of the store, that never denies. Its state evolves as if it
+	// were enforced on its own: it is charged exactly when the call is
+	// admitted (by the enforced limits) and it would admit the cost
+	// itself; when it would deny, its result says so (a would-deny:
+	// LimitResult.Allowed false) and it is not charged; when the enforced
+	// limits deny, nothing is charged anywhere and its result is a peek of
+	// the cost. A policy of only shadow limits admits every call. Its
+	// state is kept under its name like any limit's, so clearing Shadow
+	// later enforces it with the count it has. pgstore's ModeSQL cannot
+	// decide shadow limits yet (pgstore.ErrShadowSQL); the other stores
+	// can.
+	Shadow bool
 }
 
 func (l Limit) core() core.Limit {
@@ -39,8 +53,9 @@ func (l Limit) core() core.Limit {
 }
 
 // Policy is a validated, immutable set of limits decided together, all or
-// nothing. Build policies once and choose one per call: a free plan and a
-// paid plan are two policies over one Limiter. NewPolicy compiles the
+// nothing (its shadow limits aside: see Limit.Shadow). Build policies once
+// and choose one per call: a free plan and a paid plan are two policies
+// over one Limiter. NewPolicy compiles the
 // limits (core.Compile) into the store.Policy every call of the policy
 // hands its store, so no call checks or copies them again.
 type Policy struct {
@@ -59,6 +74,7 @@ func NewPolicy(limits ...Limit) (*Policy, error) {
 	}
 	p := &Policy{src: make([]Limit, len(limits))}
 	cls, names := make([]core.Limit, len(limits)), make([]string, len(limits))
+	var shadows []string
 	seen := make(map[string]bool, len(limits))
 	for i, l := range limits {
 		if l.Name == "" {
@@ -73,8 +89,14 @@ func NewPolicy(limits ...Limit) (*Policy, error) {
 			return nil, fmt.Errorf("%w: limit %q: %w", ErrPolicy, l.Name, err)
 		}
 		p.src[i], cls[i], names[i] = l, c, l.Name
+		if l.Shadow {
+			shadows = append(shadows, l.Name)
+		}
 	}
 	sp, err := store.NewPolicy(names, cls)
+	if err == nil && shadows != nil {
+		sp, err = sp.WithShadow(shadows...)
+	}
 	if err != nil { // not reached: the limits were checked above
 		return nil, fmt.Errorf("%w: %w", ErrPolicy, err)
 	}
@@ -127,8 +149,19 @@ type LimitResult struct {
 	// Name and Window identify the limit.
 	Name   string
 	Window time.Duration
-	// Allowed reports whether this limit admitted the cost.
+	// Allowed reports whether this limit admitted the cost. For a shadow
+	// limit, whether it would have: false is a would-deny (the call was
+	// not denied for it).
 	Allowed bool
+	// Shadow reports that the limit is a shadow limit (Limit.Shadow): it
+	// never denies. When the call was admitted, it was charged exactly
+	// when Allowed; when the call was denied, its result is a peek and
+	// nothing was charged. In a Result, Shadow is set only for a policy of
+	// shadow limits alone, whose calls are all admitted: the Result is
+	// then the shadow limit closest to exhaustion with Allowed set and no
+	// RetryAfter, whatever it would have decided (its own result, in
+	// Request.Each, says).
+	Shadow bool
 	// Limit is the limit's quota, capacity or burst.
 	Limit int64
 	// Remaining is how many units would still pass now, never negative.
@@ -151,7 +184,9 @@ type LimitResult struct {
 
 // Result is the outcome of a decision: the deciding limit's LimitResult
 // (when denied, the denying limit with the latest RetryAfter; when allowed,
-// the one with the fewest Remaining) and its index in the policy.
+// the one with the fewest Remaining) and its index in the policy. The
+// deciding limit is always an enforced one, except in a policy of only
+// shadow limits (see LimitResult.Shadow).
 type Result struct {
 	LimitResult
 	Index int
@@ -166,6 +201,7 @@ type Result struct {
 func fromCore(l *Limit, d *core.Decision, r *LimitResult) {
 	r.Name = l.Name
 	r.Window = l.Window
+	r.Shadow = l.Shadow
 	r.Allowed = d.Allowed
 	r.Limit = d.Limit
 	r.Remaining = d.Remaining

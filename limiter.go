@@ -151,6 +151,25 @@ func (l *Limiter) Peek(ctx context.Context, key string, cost int64) (Result, err
 	return r, err
 }
 
+// Settle corrects the units key has used under the default policy by
+// delta, when the real cost of a call is known only after it (the tokens
+// a model generated, the bytes a response sent): take an estimate with
+// AllowN when the call arrives, then settle actual − estimate when it
+// ends. A positive delta is charged even beyond the limit: the key is in
+// debt, and its calls are denied until the debt is paid off as the
+// algorithm restores units. A negative one refunds, never below nothing
+// used; pass actual − estimate with actual ≥ 0 and it never gives back
+// more than the call was charged. Settle never denies: the Result
+// describes the key after the correction (Allowed, with its Remaining and
+// NextAfter). Concurrent settles and decisions on one key stay exact: each
+// is one atomic step of the store. delta must be within ±core.MaxCost.
+// Every limit of the policy is settled, shadow limits included.
+func (l *Limiter) Settle(ctx context.Context, key string, delta int64) (Result, error) {
+	var r Result
+	err := l.decide(ctx, store.Settle, key, delta, nil, nil, &r)
+	return r, err
+}
+
 // Reset forgets key's state under the default policy's limits.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	return l.ResetPolicy(ctx, key, nil)
@@ -181,9 +200,14 @@ type Request struct {
 	Policy *Policy
 	// Peek decides without changing anything.
 	Peek bool
+	// Settle corrects the key's usage by Cost, which may be negative,
+	// instead of deciding (see Limiter.Settle). Peek and Settle are
+	// exclusive.
+	Settle bool
 	// Each is a slice the caller provides (make([]rl.LimitResult,
 	// policy.Len()), reusable across calls): when at least as long as the
-	// policy it receives every limit's result, in the policy's order; a
+	// policy it receives every limit's result, in the policy's order (a
+	// shadow limit's with Shadow set, Allowed false for a would-deny); a
 	// shorter or nil slice receives nothing. (This costs one small
 	// allocation per call; without it a decision on a warm key allocates
 	// nothing.)
@@ -193,8 +217,13 @@ type Request struct {
 // Do decides req.
 func (l *Limiter) Do(ctx context.Context, req Request) (Result, error) {
 	op := store.Take
-	if req.Peek {
+	switch {
+	case req.Peek && req.Settle:
+		return Result{}, errors.New("rl: a request is a peek or a settle, not both")
+	case req.Peek:
 		op = store.Peek
+	case req.Settle:
+		op = store.Settle
 	}
 	var r Result
 	err := l.decide(ctx, op, req.Key, req.Cost, req.Policy, req.Each, &r)
@@ -228,7 +257,7 @@ func (l *Limiter) decide(ctx context.Context, op store.Op, key string, cost int6
 		return storeError(key, err)
 	}
 	lim := &p.src[i]
-	r.Name, r.Window, r.Index = lim.Name, lim.Window, i
+	r.Name, r.Window, r.Index, r.Shadow = lim.Name, lim.Window, i, lim.Shadow
 	r.Allowed, r.Limit, r.Remaining = d.Allowed, d.Limit, d.Remaining
 	r.ResetAfter, r.Delay, r.RetryAfter = micros(d.ResetAfter), micros(d.Delay), micros(d.RetryAfter)
 	r.Never, r.NextAfter = d.RetryAfter == core.Never, micros(d.NextAfter)

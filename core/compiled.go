@@ -16,6 +16,7 @@ package core
 type Compiled struct {
 	l         Limit
 	rate      int64   // Rate, or Limit when Rate is 0 (TokenBucket, LeakyBucket, GCRA)
+	srate     int64   // the rate a state records (State.R): rate, or 0 for the window algorithms
 	capacity  int64   // Limit × Window (SlidingWindow, TokenBucket, LeakyBucket, GCRA)
 	ahead     int64   // capacity / rate: how far GCRA's arrival time can be ahead, whole µs
 	aheadFrac int64   // capacity % rate: its fraction, in 1/rate µs
@@ -43,12 +44,16 @@ func (c *Compiled) set(l *Limit) Error {
 	switch l.Algorithm {
 	case FixedWindow, SlidingLog:
 		// Neither is bound by MaxUnits: no capacity in units.
-		c.rate, c.capacity, c.ahead, c.aheadFrac = 0, 0, 0, 0
+		c.rate, c.srate, c.capacity, c.ahead, c.aheadFrac = 0, 0, 0, 0, 0
 		return 0
 	}
 	c.rate = l.Rate
 	if c.rate == 0 {
 		c.rate = l.Limit
+	}
+	c.srate = c.rate
+	if l.Algorithm == SlidingWindow {
+		c.srate = 0
 	}
 	c.capacity = l.Limit * l.Window // ≤ MaxUnits: checked
 	c.ahead, c.aheadFrac = 0, 0
@@ -122,3 +127,8 @@ func PeekAllCompiled(cs []Compiled, ss []State, now, cost int64, ds []Decision) 
 	}
 	return all(nil, cs, len(cs), ss, now, cost, ds, modePeek)
 }
+
+// Params returns the parameters a state written by c records (State.L, W
+// and R), for a store that keeps them beside the state rather than in it:
+// a state with Algorithm set, written by c, has exactly these.
+func (c *Compiled) Params() (l, w, r int64) { return c.l.Limit, c.l.Window, c.srate }

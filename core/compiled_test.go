@@ -58,6 +58,26 @@ func (compiled) PeekAll(ls []core.Limit, ss []core.State, now, cost int64, ds []
 	return core.PeekAll(ls, ss, now, cost, ds)
 }
 
+func (compiled) Settle(l core.Limit, s core.State, now, delta int64) (core.Decision, core.State, error) {
+	c, err := core.Compile(l)
+	if err != nil {
+		return core.Settle(l, s, now, delta)
+	}
+	var d core.Decision
+	n := s
+	if err := c.SettleInto(&n, now, delta, &d); err != nil {
+		return core.Decision{}, s, err
+	}
+	return d, n, nil
+}
+
+func (compiled) SettleAll(ls []core.Limit, ss []core.State, now, delta int64, ds []core.Decision) (int, error) {
+	if cs, ok := compileAll(ls); ok {
+		return core.SettleAllCompiled(cs, ss, now, delta, ds)
+	}
+	return core.SettleAll(ls, ss, now, delta, ds)
+}
+
 // into is compiled with the single-limit calls made through TakeInto and
 // PeekInto, on a state and decision held by the caller.
 type into struct{ compiled }

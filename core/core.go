@@ -161,8 +161,12 @@ type Limit struct {
 //	GCRA          T = theoretical arrival time, whole µs; X = its fraction, in 1/Rate µs (≤ MaxLimit)
 //	              Y = time of the admission that wrote it (≤ T; 0 in states written before it was kept)
 //
-// Unused words are zero. A state written by another algorithm (the limit's
-// configuration changed) is treated as fresh; a state written under other
+// Unused words are zero. A state that records the parameters that wrote it
+// (L, W, R) and meets a limit with other parameters or another algorithm
+// is carried over: the units it had used are read under the new limit
+// (see "Carrying usage" in the package documentation). A legacy state
+// (L, W, R zero) written by another algorithm is treated as fresh; a
+// legacy state written under other
 // parameters of the same algorithm is read under the new ones, clamped so it
 // never denies longer than a state written under the new parameters could:
 // one window (FixedWindow, SlidingLog), two windows (SlidingWindow, whose
@@ -174,6 +178,15 @@ type Limit struct {
 type State struct {
 	Algorithm Algorithm
 	T, X, Y   int64
+	// L, W and R are the parameters of the limit that wrote the state: its
+	// Limit, its Window and, for TokenBucket, LeakyBucket and GCRA, its
+	// effective rate (Rate, or Limit when Rate is 0; 0 for the window
+	// algorithms). They are what lets a state written under other
+	// parameters be carried over exactly (see Carrying usage in the
+	// package documentation). All three are 0 in a fresh state and in a
+	// state written before they were kept (a legacy state, read as
+	// described above).
+	L, W, R int64
 	// Log holds the SlidingLog entries. Take writes new entries into its
 	// backing array, which must have capacity for the Limit (see
 	// ErrLogCapacity); the other algorithms ignore it (and drop it from the
@@ -328,9 +341,12 @@ func checkState(l *Limit, s *State) Error {
 	if s.T < 0 || s.T > MaxStateValue || s.X < 0 || s.X > MaxStateValue || s.Y < 0 || s.Y > MaxStateValue {
 		return ErrState
 	}
+	if s.L|s.W|s.R != 0 && !paramsValid(s) {
+		return ErrState
+	}
 	switch s.Algorithm {
 	case 0:
-		if s.T != 0 || s.X != 0 || s.Y != 0 || len(s.Log) != 0 {
+		if s.T != 0 || s.X != 0 || s.Y != 0 || s.L|s.W|s.R != 0 || len(s.Log) != 0 {
 			return ErrState
 		}
 	case FixedWindow, TokenBucket, LeakyBucket:
@@ -360,6 +376,18 @@ func checkState(l *Limit, s *State) Error {
 		return ErrState
 	}
 	return 0
+}
+
+// paramsValid reports whether a state's recorded parameters (L, W, R) are
+// those of a valid limit of its algorithm, R being the effective rate.
+func paramsValid(s *State) bool {
+	l := Limit{Algorithm: s.Algorithm, Limit: s.L, Window: s.W, Rate: s.R}
+	if s.Algorithm.Windowed() {
+		// The window algorithms record no rate.
+	} else if s.R < 1 {
+		return false
+	}
+	return l.check() == 0
 }
 
 func checkCall(now, cost int64) Error {

@@ -56,10 +56,10 @@ func (c *Compiled) eval(s *State, now, cost int64, m mode, d *Decision, n *State
 	if err := checkCall(now, cost); err != 0 {
 		return err
 	}
-	if !simpleState(s) {
-		if err := checkState(&c.l, s); err != 0 {
-			return err
-		}
+	var carried State
+	s, exact, err := c.read(s, &carried)
+	if err != 0 {
+		return err
 	}
 	*d = Decision{Limit: c.l.Limit}
 	if m != modeTake {
@@ -69,15 +69,41 @@ func (c *Compiled) eval(s *State, now, cost int64, m mode, d *Decision, n *State
 	case FixedWindow:
 		fixedWindow(c, s, now, cost, d, n)
 	case SlidingWindow:
-		slidingWindow(c, s, now, cost, d, n)
+		slidingWindow(c, s, exact, now, cost, d, n)
 	case SlidingLog:
-		return slidingLog(&c.l, s, now, cost, m, d, n)
+		if s.Algorithm == SlidingLog && s.X != 0 { // carried over, not yet written (see carry)
+			return slidingLogCarried(c, s, now, cost, m, d, n)
+		}
+		return slidingLog(c, s, now, cost, m, d, n)
 	case GCRA:
-		gcra(c, s, now, cost, d, n)
+		gcra(c, s, exact, now, cost, d, n)
 	default:
-		bucket(c, s, now, cost, d, n)
+		bucket(c, s, exact, now, cost, d, n)
 	}
 	return 0
+}
+
+// read checks the state *s for deciding with c and returns the state to
+// decide on: s itself, or, for a state recorded under other parameters
+// that has to be converted, its carried-over form (see carry). exact
+// reports that s was written under exactly c's parameters, so it is read
+// as it is, unclamped (units above the limit are a debt from Settle).
+// A carried state is written to *t.
+func (c *Compiled) read(s, t *State) (*State, bool, Error) {
+	exact := s.Algorithm == c.l.Algorithm && s.W == c.l.Window && s.L == c.l.Limit && s.R == c.srate
+	if !exact || !simpleState(s) {
+		if err := checkState(&c.l, s); err != 0 {
+			return s, false, err
+		}
+	}
+	if !exact && s.W != 0 && converts(s.Algorithm, c.l.Algorithm) {
+		if err := c.carry(s, t); err != 0 {
+			return s, false, err
+		}
+		// The carried state is within the new limit: it reads as exact.
+		return t, true, 0
+	}
+	return s, exact, 0
 }
 
 func fixedWindow(c *Compiled, s *State, now, cost int64, d *Decision, n *State) {
@@ -95,7 +121,7 @@ func fixedWindow(c *Compiled, s *State, now, cost int64, d *Decision, n *State) 
 		if cost > 0 {
 			count += cost
 			if n != nil {
-				*n = State{Algorithm: FixedWindow, T: start, X: count}
+				*n = State{Algorithm: FixedWindow, T: start, X: count, L: lim, W: w}
 			}
 		}
 	} else if cost > lim {
@@ -111,7 +137,7 @@ func fixedWindow(c *Compiled, s *State, now, cost int64, d *Decision, n *State) 
 	}
 }
 
-func slidingWindow(c *Compiled, s *State, now, cost int64, d *Decision, n *State) {
+func slidingWindow(c *Compiled, s *State, exact bool, now, cost int64, d *Decision, n *State) {
 	w, lim := c.l.Window, c.l.Limit
 	start := c.wdiv.div(now, w) * w
 	var curr, prev int64
@@ -126,8 +152,11 @@ func slidingWindow(c *Compiled, s *State, now, cost int64, d *Decision, n *State
 			prev = s.X
 		}
 	}
-	// Counts above the limit only arise when the limit was lowered.
-	curr, prev = min(curr, lim), min(prev, lim)
+	if !exact {
+		// Counts above the limit of a state written under other
+		// parameters come from a lowered limit: they count as full.
+		curr, prev = min(curr, lim), min(prev, lim)
+	}
 	e := max(now, start) - start // elapsed in the current window, < w
 	// room: units (1/w of a request) left under the weighted count.
 	room := (lim-curr)*w - prev*(w-e)
@@ -137,7 +166,7 @@ func slidingWindow(c *Compiled, s *State, now, cost int64, d *Decision, n *State
 			curr += cost
 			room -= cost * w
 			if n != nil {
-				*n = State{Algorithm: SlidingWindow, T: start, X: curr, Y: prev}
+				*n = State{Algorithm: SlidingWindow, T: start, X: curr, Y: prev, L: lim, W: w}
 			}
 		}
 	} else if cost > lim {
@@ -181,8 +210,8 @@ func slidingRetry(w, lim, start, e, curr, prev, cost int64) int64 {
 	return start + w + max(0, w-k)
 }
 
-func slidingLog(l *Limit, s *State, now, cost int64, m mode, d *Decision, n *State) Error {
-	w, lim := l.Window, l.Limit
+func slidingLog(c *Compiled, s *State, now, cost int64, m mode, d *Decision, n *State) Error {
+	w, lim := c.l.Window, c.l.Limit
 	log := s.Log
 	if s.Algorithm != SlidingLog {
 		log = log[:0]
@@ -223,7 +252,7 @@ func slidingLog(l *Limit, s *State, now, cost int64, m mode, d *Decision, n *Sta
 				for i := count; i < need; i++ {
 					log[i] = ne
 				}
-				*n = State{Algorithm: SlidingLog, Log: log}
+				*n = State{Algorithm: SlidingLog, L: lim, W: w, Log: log}
 			}
 			count = need
 			newest = ne
@@ -239,6 +268,65 @@ func slidingLog(l *Limit, s *State, now, cost int64, m mode, d *Decision, n *Sta
 		d.ResetAfter = newest + w - now
 		if d.NextAfter == 0 { // not an admission: the log is as it was
 			d.NextAfter = logNext(log[i0:], ne, count, lim) + w - now
+		}
+	}
+	return 0
+}
+
+// slidingLogCarried decides a sliding log carried over from a state
+// written under other parameters (see carry): s.X entries at time s.T,
+// with s.Log's storage, as slidingLog decides a log of those entries.
+func slidingLogCarried(c *Compiled, s *State, now, cost int64, m mode, d *Decision, n *State) Error {
+	w, lim, a := c.l.Window, c.l.Limit, s.T
+	ne := max(now, a)
+	count := s.X
+	if a <= ne-w {
+		count = 0
+	}
+	live := count // carried entries still live, all at a
+	newest := ne
+	if count > 0 {
+		newest = a
+	}
+	// next returns the expiry time's base of the entry that brings k
+	// live units back to one more remaining: logNext on the entries.
+	next := func(k int64) int64 {
+		if j := max(0, k-lim); j < live {
+			return a
+		}
+		return ne
+	}
+	if cost == 0 || count+cost <= lim {
+		d.Allowed = true
+		if cost > 0 {
+			need := count + cost
+			if m != modePeek && int64(cap(s.Log)) < need {
+				*d = Decision{}
+				return ErrLogCapacity
+			}
+			d.NextAfter = next(need) + w - now
+			if m == modeTake {
+				log := s.Log[:need]
+				for i := range log {
+					log[i] = ne
+					if int64(i) < live {
+						log[i] = a
+					}
+				}
+				*n = State{Algorithm: SlidingLog, L: lim, W: w, Log: log}
+			}
+			count, newest = need, ne
+		}
+	} else if cost > lim {
+		d.RetryAfter = Never
+	} else {
+		d.RetryAfter = a + w - now // every live entry is at a
+	}
+	d.Remaining = max(0, lim-count)
+	if count > 0 {
+		d.ResetAfter = newest + w - now
+		if d.NextAfter == 0 {
+			d.NextAfter = next(count) + w - now
 		}
 	}
 	return 0
@@ -261,13 +349,16 @@ func logNext(live []int64, ne, n, lim int64) int64 {
 
 // bucket decides TokenBucket and LeakyBucket: a level in units of 1/Window
 // of a token that drains Rate units per µs, capacity Limit×Window.
-func bucket(c *Compiled, s *State, now, cost int64, d *Decision, n *State) {
+func bucket(c *Compiled, s *State, exact bool, now, cost int64, d *Decision, n *State) {
 	l := &c.l
 	w, lim, r := l.Window, l.Limit, c.rate
 	capacity := c.capacity
 	last, level := now, int64(0)
 	if s.Algorithm == l.Algorithm {
-		last, level = s.T, min(s.X, capacity)
+		last, level = s.T, s.X
+		if !exact { // a legacy state written under other parameters
+			level = min(level, capacity)
+		}
 	}
 	ne := max(now, last) // a clock that stepped back is read as the last update
 	if el := ne - last; el > 0 && level > 0 {
@@ -287,7 +378,7 @@ func bucket(c *Compiled, s *State, now, cost int64, d *Decision, n *State) {
 		if cost > 0 {
 			level += cost * w
 			if n != nil {
-				*n = State{Algorithm: l.Algorithm, T: ne, X: level}
+				*n = State{Algorithm: l.Algorithm, T: ne, X: level, L: lim, W: w, R: r}
 			}
 		}
 	} else if cost > lim {
@@ -295,7 +386,9 @@ func bucket(c *Compiled, s *State, now, cost int64, d *Decision, n *State) {
 	} else {
 		d.RetryAfter = c.rdiv.ceil(level+cost*w-capacity, r) + ne - now
 	}
-	d.Remaining = c.wdiv.div(capacity-level, w)
+	if level < capacity {
+		d.Remaining = c.wdiv.div(capacity-level, w)
+	}
 	if level > 0 {
 		d.ResetAfter = c.rdiv.ceil(level, r) + ne - now
 		d.NextAfter = c.rdiv.ceil(level-capacity+(d.Remaining+1)*w, r) + ne - now
@@ -310,13 +403,13 @@ func bucket(c *Compiled, s *State, now, cost int64, d *Decision, n *State) {
 // full refill from Y at most). Y = 0 (an admission at time 0, or a state
 // written before Y was kept) is not clamped. A clock that stepped back
 // makes the state look fuller.
-func gcra(c *Compiled, s *State, now, cost int64, d *Decision, n *State) {
+func gcra(c *Compiled, s *State, exact bool, now, cost int64, d *Decision, n *State) {
 	w, lim, r := c.l.Window, c.l.Limit, c.rate
 	capacity, ahead := c.capacity, c.ahead
 	st, sx := s.T, s.X
 	level, full := int64(0), false // full: level > capacity, too big to compute
 	if s.Algorithm == GCRA {
-		if y := s.Y; y > 0 {
+		if y := s.Y; y > 0 && !exact {
 			// checkState: st ≥ y. dt×r ≤ capacity when the first test fails.
 			if dt := st - y; dt > ahead || dt*r+sx > capacity {
 				st, sx = y+ahead, c.aheadFrac
@@ -338,7 +431,7 @@ func gcra(c *Compiled, s *State, now, cost int64, d *Decision, n *State) {
 			level += cost * w
 			if n != nil {
 				q := c.rdiv.div(level, r)
-				*n = State{Algorithm: GCRA, T: now + q, X: level - q*r, Y: now}
+				*n = State{Algorithm: GCRA, T: now + q, X: level - q*r, Y: now, L: lim, W: w, R: r}
 			}
 			d.ResetAfter = c.rdiv.ceil(level, r)
 		}

@@ -50,6 +50,54 @@
 // state. They are values of type Error and can be matched with errors.Is.
 // No input makes the package panic.
 //
+// # Carrying usage when a limit changes
+//
+// A limit's parameters (Limit, Window, Rate) or algorithm may change
+// between two decisions on one key: a configuration reload, a premium
+// tier, an operator raising a limit. The change takes effect at the next
+// decision, and what carries over is the units the key has used, never a
+// fraction of a window stretched or shrunk:
+//
+//   - Every state records the parameters that wrote it (State.L, W, R). A
+//     state read under exactly those is read as it is.
+//   - A fixed or sliding window, or a sliding log, read by the same
+//     algorithm under other parameters keeps its counts (a log its
+//     entries) in the new window that holds its start; counts above a
+//     lowered limit count as the limit.
+//   - Any other change converts the state at its own time, its anchor (a
+//     bucket's last update, GCRA's last admission, a window's start, a
+//     log's newest entry): between TokenBucket, LeakyBucket and GCRA the
+//     level is rescaled to the new Window exactly, rounded up; otherwise
+//     the units used are counted whole (a fraction counts as one) and
+//     placed at the anchor by the new algorithm. The usage carried is
+//     clamped to the new limit.
+//
+// So (a) when the usage carried is below the new limit, what is left is
+// admitted at once (a raised GCRA rate is not ignored until the old
+// arrival time passes); (b) counting the usage carried, the new limit is
+// never exceeded (lowering a limit never lets more through); (c) a
+// RetryAfter is exact and never longer than the new limit alone could
+// give. Because the conversion depends only on the state and the new
+// limit, not on when the next call comes, a RetryAfter given after a
+// change holds until the state is written again. A legacy state (L, W, R
+// zero, written before they were kept) is read as before: under other
+// parameters of its algorithm it is clamped to what the new ones allow,
+// and a legacy state of another algorithm is read as fresh.
+//
+// # Settling a cost known only later
+//
+// Settle (SettleAll, Compiled.SettleInto) corrects the units a key has
+// used by a delta at now: the real cost of a call (an LLM's tokens, the
+// bytes of a response) against the estimate taken when it arrived. A
+// positive delta is charged even beyond the limit, putting the key in
+// debt: later calls are denied until the debt is paid off as the
+// algorithm restores units (a bucket or GCRA drains it at its rate; a
+// window releases it when it ends or slides out; a sliding log holds at
+// most Limit entries, so its debt is bounded by one full window). A
+// negative delta refunds, the newest units first, never below nothing
+// used. A state in debt is read exactly under the parameters that wrote
+// it; under other parameters its usage is clamped like any other.
+//
 // # Clocks that step backwards
 //
 // A now earlier than the state's own times never refunds: the state is read

@@ -139,23 +139,39 @@ func TestParamsChangeClamped(t *testing.T) {
 }
 
 // TestGCRAYearToSecond is the case in the issue: a key limited to 1 per year,
-// switched to 10 per second, is free again within 0.1 s, not a year.
+// switched to 10 per second, is free again within 0.1 s, not a year. With
+// the parameters recorded in the state, the one unit used carries over: 9
+// of 10 are left at once and the 10th comes back 0.1 s after the old
+// admission. A legacy state (no recorded parameters) is clamped instead:
+// denied for 0.1 s from the old admission.
 func TestGCRAYearToSecond(t *testing.T) {
 	t.Parallel()
 	old := core.Limit{Algorithm: core.GCRA, Limit: 1, Window: year}
 	s := exhaust(t, old, t0)
 	nl := core.Limit{Algorithm: core.GCRA, Limit: 10, Window: sec}
-	d, err := core.Peek(nl, s, t0+1, 1)
+	d, err := core.Peek(nl, s, t0+1, 9)
+	if err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("want 9 of 10 left at once: %+v %v", d, err)
+	}
+	d, err = core.Peek(nl, s, t0+1, 10)
+	if err != nil || d.Allowed || d.RetryAfter != sec/10-1 {
+		t.Fatalf("want 10 denied for 0.1 s from the old admission, got %+v %v", d, err)
+	}
+	requireExact(t, nl, s, t0+1, 10, d, "gcra")
+
+	legacy := s
+	legacy.L, legacy.W, legacy.R = 0, 0, 0
+	d, err = core.Peek(nl, legacy, t0+1, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d.Allowed || d.RetryAfter != sec/10-1 {
-		t.Fatalf("want denied for 0.1 s from the old admission, got %+v", d)
+		t.Fatalf("legacy: want denied for 0.1 s from the old admission, got %+v", d)
 	}
-	requireExact(t, nl, s, t0+1, 1, d, "gcra")
-	d, _, err = core.Take(nl, s, t0+sec/10, 1)
+	requireExact(t, nl, legacy, t0+1, 1, d, "gcra")
+	d, _, err = core.Take(nl, legacy, t0+sec/10, 1)
 	if err != nil || !d.Allowed {
-		t.Fatalf("want admitted at 0.1 s: %+v %v", d, err)
+		t.Fatalf("legacy: want admitted at 0.1 s: %+v %v", d, err)
 	}
 }
 

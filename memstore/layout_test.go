@@ -27,7 +27,7 @@ func TestEntryLayout(t *testing.T) {
 		{"ext", unsafe.Offsetof(e.ext), unsafe.Sizeof(e.ext), 0},
 		{"text", unsafe.Offsetof(e.text), unsafe.Sizeof(e.text), 0},
 		{"mu", unsafe.Offsetof(e.mu), unsafe.Sizeof(e.mu), 1},
-		{"pid", unsafe.Offsetof(e.pid), unsafe.Sizeof(e.pid), 1},
+		{"pol", unsafe.Offsetof(e.pol), unsafe.Sizeof(e.pol), 1},
 		{"expires", unsafe.Offsetof(e.expires), unsafe.Sizeof(e.expires), 1},
 		{"alg", unsafe.Offsetof(e.alg), unsafe.Sizeof(e.alg), 1},
 		{"one", unsafe.Offsetof(e.one), unsafe.Sizeof(e.one), 1},

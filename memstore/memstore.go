@@ -21,7 +21,9 @@
 // A request carries its compiled store.Policy; the entry records the ID of
 // the policy it was last decided under, so a call under the same policy
 // compares no limit names, and the native core decides with the policy's
-// compiled limits (core.TakeInto) on the state copied to the stack. The key
+// compiled limits (core.TakeInto) on the state copied to the stack. (A
+// policy with shadow limits is never compact: store.Policy.Decide decides
+// its enforced and shadow limits together, under the key's lock.) The key
 // is hashed once per call with keys drawn per store and compared once, by
 // length and bytes (a key of 4 to 16 bytes as the two words the hash read).
 // On many keys, where entries are not in the CPU's caches, those two lines
@@ -206,7 +208,7 @@ type entry struct {
 
 	// Line 1: the decision.
 	mu      sync.Mutex
-	pid     uint64
+	pol     *store.Policy
 	expires int64 // µs: all states are fresh from then on
 	alg     core.Algorithm
 	dead    bool   // removed from its shard, under mu: look the key up again
@@ -597,22 +599,33 @@ func (s *Store) Decide(_ context.Context, req store.Request, each []core.Decisio
 	h, sh, e := s.lookup(req.Prefix, req.Key)
 	if e != nil {
 		e.mu.Lock()
-		if e.one && e.pid == p.ID() && !e.dead {
+		if e.one && e.pol == p && !e.dead {
 			var (
 				d   core.Decision
 				err error
 			)
 			st := core.State{Algorithm: e.alg, T: e.t, X: e.x, Y: e.y}
 			c := &p.Compiled()[0]
-			if req.Op == store.Take {
+			if st.Algorithm != 0 { // written by c: its parameters
+				st.L, st.W, st.R = c.Params()
+			}
+			switch req.Op {
+			case store.Take:
 				if err = c.TakeInto(&st, req.Now, req.Cost, &d); err == nil && d.Allowed {
 					e.alg, e.t, e.x, e.y = st.Algorithm, st.T, st.X, st.Y
 					if exp := req.Now + d.ResetAfter; exp > e.expires {
 						e.expires = exp
 					}
 				}
-			} else {
+			case store.Peek:
 				err = c.PeekInto(&st, req.Now, req.Cost, &d)
+			default:
+				if err = c.SettleInto(&st, req.Now, req.Cost, &d); err == nil {
+					e.alg, e.t, e.x, e.y = st.Algorithm, st.T, st.X, st.Y
+					if exp := req.Now + d.ResetAfter; exp > e.expires {
+						e.expires = exp
+					}
+				}
 			}
 			e.mu.Unlock()
 			if err != nil {
@@ -656,7 +669,7 @@ func (s *Store) decide(sh *shard, h uint64, req *store.Request, each []core.Deci
 			e.mu.Unlock()
 			continue
 		}
-		if e.one && (e.pid == p.ID() || e.adopt(p)) {
+		if e.one && (e.pol == p || e.adopt(p)) {
 			d, err := e.decideOne(req)
 			e.mu.Unlock()
 			if err == nil && len(each) != 0 {
@@ -672,6 +685,9 @@ func (s *Store) decide(sh *shard, h uint64, req *store.Request, each []core.Deci
 			o := &e.ext.out[i]
 			d.Allowed, d.Limit, d.Remaining = o.Allowed, o.Limit, o.Remaining
 			d.ResetAfter, d.RetryAfter, d.Delay, d.NextAfter = o.ResetAfter, o.RetryAfter, o.Delay, o.NextAfter
+			if p.Shadowed() {
+				d = p.Deciding(e.ext.out, i)
+			}
 			if n := p.Len(); len(each) >= n {
 				copy(each, e.ext.out[:n])
 			}
@@ -690,12 +706,16 @@ func (s *Store) decideFresh(req *store.Request, each []core.Decision) (int, core
 		err error
 		out []core.Decision
 	)
-	if s.native {
+	switch {
+	case p.Shadowed():
+		out = make([]core.Decision, n)
+		i, err = p.Decide(s.shadowDecider(), store.Peek, make([]core.State, n), req.Now, req.Cost, out)
+	case s.native:
 		var ss [core.MaxLimits]core.State
 		var ds [core.MaxLimits]core.Decision
 		out = ds[:n]
 		i, err = core.PeekAllCompiled(p.Compiled(), ss[:n], req.Now, req.Cost, out)
-	} else { // through an interface: the slices escape
+	default: // through an interface: the slices escape
 		out = make([]core.Decision, n)
 		i, err = s.decider.PeekAll(p.Limits(), make([]core.State, n), req.Now, req.Cost, out)
 	}
@@ -705,7 +725,16 @@ func (s *Store) decideFresh(req *store.Request, each []core.Decision) (int, core
 	if len(each) >= n {
 		copy(each, out)
 	}
-	return i, out[i], nil
+	return i, p.Deciding(out, i), nil
+}
+
+// shadowDecider is the decider store.Policy.Decide takes: nil for the
+// native core (it then decides with the compiled limits).
+func (s *Store) shadowDecider() core.Decider {
+	if s.native {
+		return nil
+	}
+	return s.decider
 }
 
 // insert returns the entry of req's key, looked up again under the shard's
@@ -794,7 +823,7 @@ func round16(n int64) int64 { return (n + 15) &^ 15 }
 // compact reports whether a key created by p is a compact entry in a store
 // whose decider is native or not.
 func compact(p *store.Policy, native bool) bool {
-	return native && p.Len() == 1 && p.Limits()[0].Algorithm != core.SlidingLog && len(p.Names()[0]) <= math.MaxUint16
+	return native && p.Len() == 1 && !p.Shadowed() && p.Limits()[0].Algorithm != core.SlidingLog && len(p.Names()[0]) <= math.MaxUint16
 }
 
 // charge returns the bytes a key created by p is charged: all it can hold
@@ -852,7 +881,7 @@ func limitBytes(name string, l *core.Limit) int64 {
 // keeps, so that a key does not pin the request's buffers.
 func newEntry(req *store.Request, size int64, native bool) *entry {
 	p := req.Policy
-	e := &entry{charged: size, pid: p.ID()}
+	e := &entry{charged: size, pol: p}
 	lp, lk := len(req.Prefix), len(req.Key)
 	e.klen, e.plen = uint32(lp+lk), uint32(lp)
 	if lp+lk <= inlineText {
@@ -890,14 +919,33 @@ func newEntry(req *store.Request, size int64, native bool) *entry {
 	return e
 }
 
-// adopt reports whether compact e can be decided compact under p (a
-// policy other than e's, of one limit with e's name, not a sliding log),
-// and makes p e's policy if so; e.mu is held.
-func (e *entry) adopt(p *store.Policy) bool {
-	if p.Len() != 1 || p.Limits()[0].Algorithm == core.SlidingLog || e.name() != p.Names()[0] {
+// sameParams reports whether a state written by a reads under b exactly
+// as written: same algorithm and parameters.
+func sameParams(a, b *core.Compiled) bool {
+	la, lb := a.Limit(), b.Limit()
+	if la.Algorithm != lb.Algorithm {
 		return false
 	}
-	e.pid = p.ID()
+	l1, w1, r1 := a.Params()
+	l2, w2, r2 := b.Params()
+	return l1 == l2 && w1 == w2 && r1 == r2
+}
+
+// adopt reports whether compact e can be decided compact under p (a
+// policy other than e's, of one limit with e's name, not a sliding log nor
+// a shadow limit),
+// and makes p e's policy if so; e.mu is held.
+func (e *entry) adopt(p *store.Policy) bool {
+	if p.Len() != 1 || p.Shadowed() || p.Limits()[0].Algorithm == core.SlidingLog || e.name() != p.Names()[0] {
+		return false
+	}
+	if e.alg != 0 && !sameParams(&e.pol.Compiled()[0], &p.Compiled()[0]) {
+		// Its state records the old limit's parameters, which the
+		// compact form keeps only as e.pol: spill it, so that the core
+		// carries it over to the new limit.
+		return false
+	}
+	e.pol = p
 	return true
 }
 
@@ -908,14 +956,23 @@ func (e *entry) decideOne(req *store.Request) (core.Decision, error) {
 	var d core.Decision
 	st := core.State{Algorithm: e.alg, T: e.t, X: e.x, Y: e.y}
 	c := &req.Policy.Compiled()[0]
-	if req.Op == store.Peek {
+	if st.Algorithm != 0 {
+		st.L, st.W, st.R = c.Params()
+	}
+	switch req.Op {
+	case store.Peek:
 		if err := c.PeekInto(&st, req.Now, req.Cost, &d); err != nil {
 			return core.Decision{}, err
 		}
 		return d, nil
-	}
-	if err := c.TakeInto(&st, req.Now, req.Cost, &d); err != nil {
-		return core.Decision{}, err
+	case store.Settle:
+		if err := c.SettleInto(&st, req.Now, req.Cost, &d); err != nil {
+			return core.Decision{}, err
+		}
+	default:
+		if err := c.TakeInto(&st, req.Now, req.Cost, &d); err != nil {
+			return core.Decision{}, err
+		}
 	}
 	if d.Allowed {
 		e.alg, e.t, e.x, e.y = st.Algorithm, st.T, st.X, st.Y
@@ -943,7 +1000,11 @@ func (e *entry) spill() {
 	}
 	x := e.ext
 	x.names = []string{e.name()}
-	x.states = []core.State{{Algorithm: e.alg, T: e.t, X: e.x, Y: e.y}}
+	st := core.State{Algorithm: e.alg, T: e.t, X: e.x, Y: e.y}
+	if st.Algorithm != 0 { // written under e.pol's limit: its parameters
+		st.L, st.W, st.R = e.pol.Compiled()[0].Params()
+	}
+	x.states = []core.State{st}
 	x.out = make([]core.Decision, 1)
 	e.one, e.alg, e.t, e.x, e.y = false, 0, 0, 0, 0
 }
@@ -992,7 +1053,7 @@ func (s *Store) decideEntry(e *entry, req *store.Request) (int, error) {
 		e.spill()
 	}
 	x := e.ext
-	same := e.pid == p.ID()
+	same := e.pol == p
 	if !same {
 		same = e.sameNames(p.Names())
 		if extra := e.growth(req, same); extra > 0 {
@@ -1036,26 +1097,40 @@ func (s *Store) decideEntry(e *entry, req *store.Request) (int, error) {
 	// From here on e's states have p's names in p's order (same) and the
 	// logs p needs: p's next request needs neither check.
 	if same {
-		e.pid = p.ID()
+		e.pol = p
 	} else {
-		e.pid = 0
+		e.pol = nil
 	}
 	var (
-		idx int
-		err error
+		idx     int
+		err     error
+		allowed bool
 	)
-	if req.Op == store.Peek {
+	switch {
+	case p.Shadowed():
+		// The enforced limits and the shadow ones in one step, under
+		// e.mu; states change only when the call is admitted.
+		idx, err = p.Decide(s.shadowDecider(), req.Op, ss, req.Now, req.Cost, out)
+		if req.Op == store.Peek {
+			return idx, err
+		}
+		allowed = err == nil && p.Deciding(out, idx).Allowed
+	case req.Op == store.Peek:
 		if s.native {
 			return core.PeekAllCompiled(p.Compiled(), ss, req.Now, req.Cost, out)
 		}
 		return s.decider.PeekAll(ls, ss, req.Now, req.Cost, out)
-	}
-	if s.native {
+	case req.Op == store.Settle:
+		idx, err = p.Decide(s.shadowDecider(), store.Settle, ss, req.Now, req.Cost, out)
+		allowed = err == nil
+	case s.native:
 		idx, err = core.TakeAllCompiled(p.Compiled(), ss, req.Now, req.Cost, out)
-	} else {
+		allowed = err == nil && out[idx].Allowed
+	default:
 		idx, err = s.decider.TakeAll(ls, ss, req.Now, req.Cost, out)
+		allowed = err == nil && out[idx].Allowed
 	}
-	if err != nil || !out[idx].Allowed {
+	if !allowed {
 		if gather { // keep grown logs
 			for i := range n {
 				x.states[indexes[i]].Log = ss[i].Log

@@ -49,10 +49,13 @@ const (
 // one commit. Decisions, rows and errors are those of Store, as if the
 // requests of a batch had been decided one by one in arrival order:
 //
-//   - ModeSQL calls rl.rl_decide_batch (migration 0009): one statement.
+//   - ModeSQL calls rl.rl_decide_batch (migration 0009; its settle flags,
+//     migration 17): one statement. It refuses a take or peek of a policy
+//     with shadow limits with ErrShadowSQL, at once.
 //   - ModeGo locks every row of the batch with rl.lock_states_batch, in one
-//     order, decides in Go with Config.Decider, and writes the
-//     new states back with one UPDATE ... FROM unnest: two round trips.
+//     order, decides in Go with Config.Decider (store.Policy.Decide: shadow
+//     limits too), and writes the new states back with one UPDATE ... FROM
+//     unnest: two round trips.
 //
 // An invalid request gets its own error; the rest of its batch is decided.
 // A failure of the statement (a connection cut, Config.Timeout) gives every
@@ -150,6 +153,9 @@ func (b *Batched) Decide(ctx context.Context, req store.Request, each []core.Dec
 	if req.Policy == nil {
 		return 0, core.Decision{}, core.ErrLimits
 	}
+	if b.s.cfg.Mode == ModeSQL && req.Policy.Shadowed() && req.Op != store.Settle {
+		return 0, core.Decision{}, ErrShadowSQL
+	}
 	n := req.Policy.Len()
 	if err := ctx.Err(); err != nil {
 		return 0, core.Decision{}, fmt.Errorf("pgstore: waiting for a batch: %w", err)
@@ -185,7 +191,7 @@ func (b *Batched) Decide(ctx context.Context, req store.Request, each []core.Dec
 		if len(each) >= n {
 			copy(each, c.out)
 		}
-		return c.index, c.out[c.index], nil
+		return c.index, c.policy.Deciding(c.out, c.index), nil
 	}
 	for {
 		select {
@@ -365,8 +371,8 @@ func single(calls []*call) *call {
 // synchronous commit for its transaction.
 const (
 	batchCols    = "b.req, b.ord, b.allowed, b.lim, b.remaining, b.reset_after_us, b.retry_after_us, b.delay_us, b.next_after_us, b.deciding, b.error_code, b.error_message"
-	batchSQL     = "SELECT " + batchCols + " FROM rl.rl_decide_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) b"
-	batchFastSQL = "SELECT " + batchCols + " FROM (SELECT set_config('synchronous_commit', 'off', true)) c, rl.rl_decide_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) b"
+	batchSQL     = "SELECT " + batchCols + " FROM rl.rl_decide_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) b"
+	batchFastSQL = "SELECT " + batchCols + " FROM (SELECT set_config('synchronous_commit', 'off', true)) c, rl.rl_decide_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) b"
 )
 
 // execSQL decides calls with rl.rl_decide_batch: one statement.
@@ -388,7 +394,7 @@ func (b *Batched) execSQL(ctx context.Context, conn *pgxpool.Conn, all []*call) 
 	keys := make([]string, nreq)
 	costs := make([]int64, nreq)
 	counts := make([]int32, nreq)
-	takes := make([]bool, nreq)
+	takes, settles := make([]bool, nreq), make([]bool, nreq)
 	var nows []int64
 	if b.s.cfg.RequestClock {
 		nows = make([]int64, nreq)
@@ -399,7 +405,8 @@ func (b *Batched) execSQL(ctx context.Context, conn *pgxpool.Conn, all []*call) 
 	write := false
 	for i, c := range calls {
 		keys[i], costs[i], counts[i], takes[i] = c.key, c.cost, int32(len(c.limits)), c.op == store.Take
-		write = write || takes[i]
+		settles[i] = c.op == store.Settle
+		write = write || takes[i] || settles[i]
 		if nows != nil {
 			nows[i] = c.now
 		}
@@ -416,14 +423,17 @@ func (b *Batched) execSQL(ctx context.Context, conn *pgxpool.Conn, all []*call) 
 	if nlim == nreq {
 		countsArg = nil // one limit each
 	}
-	var nowsArg, takesArg any
+	var nowsArg, takesArg, settlesArg any
 	if nows != nil {
 		nowsArg = nows
 	}
 	if slices.Contains(takes, false) {
 		takesArg = takes // NULL, all takes: the function's fast path
 	}
-	rows, err := conn.Query(ctx, q, keys, names, algs, lims, wins, rates, costs, countsArg, nowsArg, takesArg)
+	if slices.Contains(settles, true) {
+		settlesArg = settles // NULL: no settles
+	}
+	rows, err := conn.Query(ctx, q, keys, names, algs, lims, wins, rates, costs, countsArg, nowsArg, takesArg, settlesArg)
 	if err != nil {
 		return err
 	}
@@ -476,12 +486,54 @@ func invalidKey(what string) error {
 	return &pgconn.PgError{Severity: "ERROR", Code: "RL011", Message: "ratelimit: invalid " + what + ": it must be 1 to 256 bytes"}
 }
 
-// execGo decides calls in Go: lock every row of the batch in one order,
-// decide each call in arrival order, write the new states back.
+// rowPlan lists the rows of a Go batch by how the lock phase reads them:
+// the rows a take or a settle may write are locked (rl.lock_states_batch,
+// which creates the missing ones), the rows that are only peeked are read
+// without a lock. Each list is keys and names, index by index.
+type rowPlan struct {
+	lockKeys, lockNames []string
+	peekKeys, peekNames []string
+}
+
+// execGo decides calls in Go, phase by phase: validate the calls, plan the
+// rows they touch, lock those rows (one order, one transaction), decide
+// each call in arrival order, write the new states back and commit. The
+// phases share states, one entry per row, and valid; both are made here
+// and only passed down, never kept, so neither escapes to the heap (the
+// phases allocate what the one function did, no more).
 func (b *Batched) execGo(ctx context.Context, conn *pgxpool.Conn, calls []*call) error {
 	states := make(map[pairKey]*pairState)
-	var lockKeys, lockNames, peekKeys, peekNames []string
 	valid := make([]bool, len(calls))
+	b.validateCalls(ctx, calls, valid)
+	plan := planRows(calls, valid, states)
+	if len(plan.lockKeys) == 0 && len(plan.peekKeys) == 0 {
+		return nil
+	}
+	pc := conn.Conn()
+	open := true
+	defer func() {
+		if open {
+			rollback(ctx, pc)
+		}
+	}()
+	now, err := b.lockRows(ctx, pc, plan, states)
+	if err != nil {
+		return err
+	}
+	b.decideCalls(calls, valid, states, now)
+	if err := writeRows(ctx, pc, states); err != nil {
+		return err
+	}
+	open = false
+	return nil
+}
+
+// validateCalls is execGo's first phase: it sets valid[i] for each call
+// that is to be decided, and gives the others their error. A call whose
+// caller has left is neither valid nor given an error; a key or limit name
+// that is not 1 to 256 bytes gets the error the SQL functions raise
+// (invalidKey), a limit name twice in one policy core.ErrLimits.
+func (b *Batched) validateCalls(ctx context.Context, calls []*call, valid []bool) {
 	for i, c := range calls {
 		if c.left.Load() {
 			continue // its caller left before the statement: not decided
@@ -490,23 +542,36 @@ func (b *Batched) execGo(ctx context.Context, conn *pgxpool.Conn, calls []*call)
 			c.err = b.s.classify(ctx, invalidKey("key"))
 			continue
 		}
-		bad := false
-		for j, name := range c.names {
-			if len(name) < 1 || len(name) > 256 {
-				c.err = b.s.classify(ctx, invalidKey("limit name"))
-				bad = true
-				break
-			}
-			if slices.Contains(c.names[:j], name) {
-				c.err = core.ErrLimits
-				bad = true
-				break
-			}
+		valid[i] = b.validNames(ctx, c)
+	}
+}
+
+// validNames reports whether c's limit names are 1 to 256 bytes each and
+// distinct, setting c.err if not.
+func (b *Batched) validNames(ctx context.Context, c *call) bool {
+	for j, name := range c.names {
+		if len(name) < 1 || len(name) > 256 {
+			c.err = b.s.classify(ctx, invalidKey("limit name"))
+			return false
 		}
-		if bad {
+		if slices.Contains(c.names[:j], name) {
+			c.err = core.ErrLimits
+			return false
+		}
+	}
+	return true
+}
+
+// planRows is execGo's second phase: it gives every row the valid calls
+// touch an entry in states, and lists each row once, to lock if some take
+// or settle touches it and to peek otherwise. It leaves every entry's dirty flag
+// false, ready for the decide phase.
+func planRows(calls []*call, valid []bool, states map[pairKey]*pairState) rowPlan {
+	var plan rowPlan
+	for i, c := range calls {
+		if !valid[i] {
 			continue
 		}
-		valid[i] = true
 		for _, name := range c.names {
 			p := pairKey{c.key, name}
 			ps, ok := states[p]
@@ -514,9 +579,9 @@ func (b *Batched) execGo(ctx context.Context, conn *pgxpool.Conn, calls []*call)
 				ps = &pairState{}
 				states[p] = ps
 			}
-			if c.op == store.Take {
+			if c.op == store.Take || c.op == store.Settle {
 				if !ok || !ps.dirty { // dirty marks "to lock" until decided
-					lockKeys, lockNames = append(lockKeys, c.key), append(lockNames, name)
+					plan.lockKeys, plan.lockNames = append(plan.lockKeys, c.key), append(plan.lockNames, name)
 					ps.dirty = true
 				}
 			}
@@ -524,24 +589,20 @@ func (b *Batched) execGo(ctx context.Context, conn *pgxpool.Conn, calls []*call)
 	}
 	for p, ps := range states {
 		if !ps.dirty {
-			peekKeys, peekNames = append(peekKeys, p.key), append(peekNames, p.name)
+			plan.peekKeys, plan.peekNames = append(plan.peekKeys, p.key), append(plan.peekNames, p.name)
 		}
 		ps.dirty = false
 	}
-	if len(lockKeys) == 0 && len(peekKeys) == 0 {
-		return nil
-	}
-	pc := conn.Conn()
-	open := true
-	defer func() {
-		if open {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			if _, err := pc.Exec(rctx, "ROLLBACK"); err != nil {
-				pc.Close(rctx)
-			}
-		}
-	}()
+	return plan
+}
+
+// lockRows is execGo's third phase: in one pipelined round trip it begins
+// the transaction, sets its planner and durability settings, locks the
+// plan's rows to lock (creating the missing ones) and reads the rows to
+// peek, storing each row's state in states. It returns the server's clock
+// (microseconds), read with the rows. On error the transaction is left
+// for the caller to roll back.
+func (b *Batched) lockRows(ctx context.Context, pc *pgx.Conn, plan rowPlan, states map[pairKey]*pairState) (int64, error) {
 	bt := &pgx.Batch{}
 	bt.Queue("BEGIN")
 	// Generic plans for the transaction: the statements below join
@@ -551,23 +612,23 @@ func (b *Batched) execGo(ctx context.Context, conn *pgxpool.Conn, calls []*call)
 	// key, even if the plan is made while rl.state is small (as migration
 	// 0010 sets for rl.rl_decide_batch).
 	syncCommit := "NULL"
-	if b.s.cfg.Durability == DurabilityFast && len(lockKeys) > 0 {
+	if b.s.cfg.Durability == DurabilityFast && len(plan.lockKeys) > 0 {
 		syncCommit = "set_config('synchronous_commit', 'off', true)"
 	}
 	bt.Queue("SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true), " +
 		"set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true), " + syncCommit)
-	if len(lockKeys) > 0 {
-		bt.Queue("SELECT now_us, key, name, algorithm, t, x, y, log, created FROM rl.lock_states_batch($1, $2)", lockKeys, lockNames)
+	if len(plan.lockKeys) > 0 {
+		bt.Queue("SELECT now_us, key, name, algorithm, t, x, y, log, created, l, w, r FROM rl.lock_states_batch($1, $2)", plan.lockKeys, plan.lockNames)
 	}
-	if len(peekKeys) > 0 {
-		bt.Queue("SELECT "+nowSQL+", u.k, u.n, s.algorithm, s.t, s.x, s.y, s.log, false FROM unnest($1::text[], $2::text[]) AS u(k, n) LEFT JOIN rl.state s ON s.key = u.k AND s.name = u.n", peekKeys, peekNames)
+	if len(plan.peekKeys) > 0 {
+		bt.Queue("SELECT "+nowSQL+", u.k, u.n, s.algorithm, s.t, s.x, s.y, s.log, false, s.l, s.w, s.r FROM unnest($1::text[], $2::text[]) AS u(k, n) LEFT JOIN rl.state s ON s.key = u.k AND s.name = u.n", plan.peekKeys, plan.peekNames)
 	}
 	br := pc.SendBatch(ctx, bt)
 	queries := 0
-	if len(lockKeys) > 0 {
+	if len(plan.lockKeys) > 0 {
 		queries++
 	}
-	if len(peekKeys) > 0 {
+	if len(plan.peekKeys) > 0 {
 		queries++
 	}
 	var serverNow int64
@@ -576,7 +637,7 @@ func (b *Batched) execGo(ctx context.Context, conn *pgxpool.Conn, calls []*call)
 	for range bt.Len() - queries {
 		if _, err = br.Exec(); err != nil {
 			br.Close()
-			return err
+			return 0, err
 		}
 	}
 	for range queries {
@@ -585,43 +646,68 @@ func (b *Batched) execGo(ctx context.Context, conn *pgxpool.Conn, calls []*call)
 		if err != nil {
 			break
 		}
-		for rows.Next() {
-			var (
-				now     int64
-				key     string
-				name    string
-				alg     pgtype.Int4
-				t, x, y pgtype.Int8
-				log     []int64
-				created bool
-			)
-			if err = rows.Scan(&now, &key, &name, &alg, &t, &x, &y, &log, &created); err != nil {
-				break
-			}
-			if !haveNow {
-				serverNow, haveNow = now, true
-			}
-			if ps := states[pairKey{key, name}]; ps != nil {
-				ps.st = core.State{Algorithm: core.Algorithm(alg.Int32), T: t.Int64, X: x.Int64, Y: y.Int64, Log: log}
-				ps.created = created
-			}
-		}
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
-		}
-		if err != nil {
+		var now int64
+		var ok bool
+		if now, ok, err = readRows(rows, states); err != nil {
 			break
+		}
+		if ok && !haveNow {
+			serverNow, haveNow = now, true
 		}
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
+	return serverNow, nil
+}
 
-	// Decide in arrival order; an admitted take updates the batch's states.
+// readRows reads the rows of lockRows's queries (now_us, key, name,
+// algorithm, t, x, y, log, created, l, w, r) into their entries of states, and
+// closes rows. It returns the server's clock from the first row, and
+// whether there was one.
+func readRows(rows pgx.Rows, states map[pairKey]*pairState) (serverNow int64, haveNow bool, err error) {
+	for rows.Next() {
+		var (
+			now     int64
+			key     string
+			name    string
+			alg     pgtype.Int4
+			t, x, y pgtype.Int8
+			log     []int64
+			created bool
+			l, w, r pgtype.Int8
+		)
+		if err = rows.Scan(&now, &key, &name, &alg, &t, &x, &y, &log, &created, &l, &w, &r); err != nil {
+			break
+		}
+		if !haveNow {
+			serverNow, haveNow = now, true
+		}
+		if ps := states[pairKey{key, name}]; ps != nil {
+			ps.st = core.State{Algorithm: core.Algorithm(alg.Int32), T: t.Int64, X: x.Int64, Y: y.Int64,
+				L: l.Int64, W: w.Int64, R: r.Int64, Log: log}
+			ps.created = created
+		}
+	}
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	return serverNow, haveNow, err
+}
+
+// decideCalls is execGo's fourth phase: it decides each valid call in
+// arrival order, at serverNow unless Config.RequestClock gives each call
+// its own time, with Config.Decider over the batch's states. An admitted
+// take with a positive cost, or a settle of a delta other than 0, replaces
+// its rows' states (marking them dirty, with their expiry), so the next
+// call on the same key sees them. A call
+// whose caller has left since validation is not decided: nothing is
+// charged for it.
+func (b *Batched) decideCalls(calls []*call, valid []bool, states map[pairKey]*pairState, serverNow int64) {
 	var scratch []core.State
 	for i, c := range calls {
 		if !valid[i] || c.left.Load() {
@@ -640,20 +726,14 @@ func (b *Batched) execGo(ctx context.Context, conn *pgxpool.Conn, calls []*call)
 		if b.s.cfg.RequestClock {
 			now = c.now
 		}
-		dec := b.s.cfg.Decider
-		var idx int
-		var err error
-		if c.op == store.Peek {
-			idx, err = dec.PeekAll(c.limits, scratch, now, c.cost, c.out)
-		} else {
-			idx, err = dec.TakeAll(c.limits, scratch, now, c.cost, c.out)
-		}
+		// The call's enforced and shadow limits in one step.
+		idx, err := c.policy.Decide(b.s.cfg.Decider, c.op, scratch, now, c.cost, c.out)
 		if err != nil {
 			c.err = err
 			continue
 		}
 		c.index = idx
-		if c.op == store.Take && c.out[idx].Allowed && c.cost > 0 {
+		if c.op == store.Take && c.policy.Deciding(c.out, idx).Allowed && c.cost > 0 || c.op == store.Settle && c.cost != 0 {
 			for j, name := range c.names {
 				ps := states[pairKey{c.key, name}]
 				ps.st, ps.dirty, ps.exp = scratch[j], true, expiresAt(now, c.out[j].ResetAfter)
@@ -661,12 +741,18 @@ func (b *Batched) execGo(ctx context.Context, conn *pgxpool.Conn, calls []*call)
 			}
 		}
 	}
+}
 
-	// Write back, drop the fresh rows nobody wrote, commit.
+// writeRows is execGo's last phase: in one pipelined round trip it writes
+// the dirty rows' states back (one UPDATE ... FROM unnest), drops the rows
+// the lock phase created that no call wrote (rl.drop_fresh_states), and
+// commits. On error the transaction is left for the caller to roll back.
+func writeRows(ctx context.Context, pc *pgx.Conn, states map[pairKey]*pairState) error {
 	var (
 		wk, wn, logs, dk, dn []string
 		algs                 []int32
 		ts, xs, ys, exp      []int64
+		ls, ws, rs           []int64
 	)
 	for p, ps := range states {
 		switch {
@@ -674,21 +760,25 @@ func (b *Batched) execGo(ctx context.Context, conn *pgxpool.Conn, calls []*call)
 			wk, wn = append(wk, p.key), append(wn, p.name)
 			algs, ts, xs, ys = append(algs, int32(ps.st.Algorithm)), append(ts, ps.st.T), append(xs, ps.st.X), append(ys, ps.st.Y)
 			logs, exp = append(logs, logLiteral(ps.st.Log)), append(exp, ps.exp)
+			ls, ws, rs = append(ls, ps.st.L), append(ws, ps.st.W), append(rs, ps.st.R)
 		case ps.created:
 			dk, dn = append(dk, p.key), append(dn, p.name)
 		}
 	}
-	bt = &pgx.Batch{}
+	bt := &pgx.Batch{}
 	if len(wk) > 0 {
-		bt.Queue(`UPDATE rl.state s SET algorithm = u.algorithm, t = u.t, x = u.x, y = u.y, log = u.log::bigint[], expires_at = u.expires_at
-			FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bigint[]) AS u(key, name, algorithm, t, x, y, log, expires_at)
-			WHERE s.key = u.key AND s.name = u.name`, wk, wn, algs, ts, xs, ys, logs, exp)
+		bt.Queue(`UPDATE rl.state s SET algorithm = u.algorithm, t = u.t, x = u.x, y = u.y, log = u.log::bigint[],
+				l = u.l, w = u.w, r = u.r, expires_at = u.expires_at
+			FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bigint[],
+				$9::bigint[], $10::bigint[], $11::bigint[]) AS u(key, name, algorithm, t, x, y, log, expires_at, l, w, r)
+			WHERE s.key = u.key AND s.name = u.name`, wk, wn, algs, ts, xs, ys, logs, exp, ls, ws, rs)
 	}
 	if len(dk) > 0 {
 		bt.Queue("SELECT rl.drop_fresh_states($1, $2)", dk, dn)
 	}
 	bt.Queue("COMMIT")
-	br = pc.SendBatch(ctx, bt)
+	br := pc.SendBatch(ctx, bt)
+	var err error
 	for range bt.Len() {
 		if _, err = br.Exec(); err != nil {
 			break
@@ -697,9 +787,17 @@ func (b *Batched) execGo(ctx context.Context, conn *pgxpool.Conn, calls []*call)
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		return err
+	return err
+}
+
+// rollback ends pc's open transaction, undoing it (and removing the rows
+// rl.lock_states or rl.lock_states_batch created). It has 5 seconds even
+// if ctx has ended; if the ROLLBACK fails it closes pc, for a connection in
+// a transaction must never go back to the pool.
+func rollback(ctx context.Context, pc *pgx.Conn) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := pc.Exec(rctx, "ROLLBACK"); err != nil {
+		pc.Close(rctx)
 	}
-	open = false
-	return nil
 }

@@ -40,6 +40,9 @@ func TestBatchedConformance(t *testing.T) {
 			cfg := storetest.Config{New: func(t *testing.T) store.Store {
 				return newBatched(t, pool, m.cfg, pgstore.BatchConfig{})
 			}}
+			if m.cfg.Mode == pgstore.ModeSQL {
+				cfg.ShadowRefused = pgstore.ErrShadowSQL
+			}
 			if m.cfg.Mode == pgstore.ModeGo {
 				cfg.WithDecider = func(t *testing.T, d core.Decider) store.Store {
 					c := m.cfg
@@ -507,8 +510,8 @@ func TestDecideBatchSQL(t *testing.T) {
 }
 
 // refusingDecider is the native core, except that it counts its takes and
-// refuses cost 7777, which the core would accept.
-type refusingDecider struct{ takes atomic.Int64 }
+// settles and refuses cost 7777, which the core would accept.
+type refusingDecider struct{ takes, settles atomic.Int64 }
 
 func (d *refusingDecider) TakeAll(ls []core.Limit, ss []core.State, now, cost int64, ds []core.Decision) (int, error) {
 	d.takes.Add(1)
@@ -522,9 +525,18 @@ func (d *refusingDecider) PeekAll(ls []core.Limit, ss []core.State, now, cost in
 	return core.PeekAll(ls, ss, now, cost, ds)
 }
 
+func (d *refusingDecider) SettleAll(ls []core.Limit, ss []core.State, now, delta int64, ds []core.Decision) (int, error) {
+	d.settles.Add(1)
+	if delta == 7777 {
+		return 0, core.ErrCost
+	}
+	return core.SettleAll(ls, ss, now, delta, ds)
+}
+
 // TestBatchedGoPathUsesItsDecider: in batches of several requests (not only
 // the single-request statement the conformance suite reaches), the Go path
-// decides with the store's decider, and its answers are each request's own.
+// decides and settles with the store's decider, and its answers are each
+// request's own.
 func TestBatchedGoPathUsesItsDecider(t *testing.T) {
 	pool := pgtest.Pool(t, database(t))
 	d := &refusingDecider{}
@@ -538,11 +550,14 @@ func TestBatchedGoPathUsesItsDecider(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			cost := int64(1)
+			cost, op := int64(1), store.Take
 			if i%4 == 0 {
 				cost = 7777
 			}
-			_, got, err := s.Decide(context.Background(), store.Request{Key: prefix + fmt.Sprint(i), Policy: store.MustPolicy([]string{"default"}, lim...), Now: t0, Cost: cost}, nil)
+			if i%8 < 2 {
+				op = store.Settle
+			}
+			_, got, err := s.Decide(context.Background(), store.Request{Key: prefix + fmt.Sprint(i), Policy: store.MustPolicy([]string{"default"}, lim...), Op: op, Now: t0, Cost: cost}, nil)
 			if cost == 7777 {
 				assert.ErrorIs(t, err, core.ErrCost, "request %d", i)
 			} else if assert.NoError(t, err, "request %d", i) {
@@ -555,5 +570,70 @@ func TestBatchedGoPathUsesItsDecider(t *testing.T) {
 	after := s.Stats()
 	require.Equal(t, int64(n), after.Requests-before.Requests)
 	require.Less(t, after.Batches-before.Batches, int64(n), "no batch carried two decisions")
-	require.Equal(t, int64(n), d.takes.Load())
+	require.Equal(t, int64(n*3/4), d.takes.Load())
+	require.Equal(t, int64(n/4), d.settles.Load())
+}
+
+// TestBatchedShadowInOneBatch: calls of a policy with a shadow limit
+// queued into one Go-path batch are decided in arrival order as one by one:
+// the shadow limit charged only when its call is admitted and it admits
+// itself; ModeSQL refuses them at once with ErrShadowSQL.
+func TestBatchedShadowInOneBatch(t *testing.T) {
+	pool := pgtest.Pool(t, database(t))
+	sql := newBatched(t, pool, modes[0].cfg, pgstore.BatchConfig{})
+	sp := store.MustPolicy([]string{"default"}, core.Limit{Algorithm: core.FixedWindow, Limit: 3, Window: 60_000_000})
+	shadowed, err := sp.WithShadow("default")
+	require.NoError(t, err)
+	_, _, err = sql.Decide(context.Background(), store.Request{Key: "shadow-sql", Policy: shadowed, Now: t0, Cost: 1}, nil)
+	require.ErrorIs(t, err, pgstore.ErrShadowSQL)
+
+	s := newBatched(t, pool, modes[1].cfg, pgstore.BatchConfig{MaxInFlight: 1})
+	blocker := fmt.Sprintf("shadow-block-%d", time.Now().UnixNano())
+	key := fmt.Sprintf("shadow-batch-%d", time.Now().UnixNano())
+	release := hold(t, pool, blocker)
+	fw := core.Limit{Algorithm: core.FixedWindow, Limit: 3, Window: 3_600_000_000}
+	first := decideAsync(s, context.Background(), blocker, fw, 1)
+	require.Eventually(t, func() bool { return pgstore.QueueLen(s) == 0 && pgstore.InFlight(s) == 1 }, 10*time.Second, time.Millisecond)
+	names := []string{"enforced", "candidate"}
+	plain := store.MustPolicy(names, fw, core.Limit{Algorithm: core.SlidingLog, Limit: 2, Window: 3_600_000_000})
+	p, err := plain.WithShadow("candidate")
+	require.NoError(t, err)
+	type step struct {
+		p    *store.Policy
+		op   store.Op
+		cost int64
+		// want: the call's Allowed, the candidate's Allowed, each limit's
+		// Remaining
+		allowed, candidate bool
+		remaining          [2]int64
+	}
+	steps := []step{
+		{p, store.Take, 1, true, true, [2]int64{2, 1}},
+		{p, store.Take, 2, true, false, [2]int64{0, 1}}, // a would-deny: the candidate keeps its 1
+		{p, store.Take, 1, false, true, [2]int64{0, 0}}, // denied: the candidate peeked, not charged
+		{plain, store.Peek, 0, true, true, [2]int64{0, 1}},
+	}
+	chans := make([]chan result, len(steps))
+	eaches := make([][]core.Decision, len(steps))
+	for i, st := range steps {
+		ch := make(chan result, 1)
+		chans[i] = ch
+		eaches[i] = make([]core.Decision, 2)
+		go func() {
+			_, d, err := s.Decide(context.Background(), store.Request{Key: key, Policy: st.p, Op: st.op, Now: t0, Cost: st.cost}, eaches[i])
+			ch <- result{d, err}
+		}()
+		queueUp(t, s, i+1)
+	}
+	before := s.Stats()
+	release()
+	require.NoError(t, (<-first).err)
+	for i, st := range steps {
+		r := <-chans[i]
+		require.NoError(t, r.err, "step %d", i)
+		require.Equal(t, st.allowed, r.d.Allowed, "step %d", i)
+		require.Equal(t, st.candidate, eaches[i][1].Allowed, "step %d: the candidate", i)
+		require.Equal(t, st.remaining, [2]int64{eaches[i][0].Remaining, eaches[i][1].Remaining}, "step %d", i)
+	}
+	require.Equal(t, int64(1), s.Stats().Batches-before.Batches, "the queued requests went out in one statement")
 }

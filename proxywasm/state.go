@@ -20,7 +20,7 @@ import (
 // time, and nothing is ever deleted. So a rule gets a fixed number of
 // slots, shared-data keys
 //
-//	rl/v2/<rule name>/<slot number>
+//	rl/v3/<rule name>/<slot number>
 //
 // each holding up to KeysPerSlot states (and small forward records, below).
 //
@@ -73,7 +73,7 @@ import (
 //	per record: digest (2 words), generation (0 for a state at home), kind
 //	  kind >= 0: a state record of kind states: expiry (µs), the states
 //	  kind < 0: a forward to the alternate -1-kind
-//	per state: algorithm, T, X, Y, log length, log entries
+//	per state: algorithm, T, X, Y, L, W, R, log length, log entries
 //
 // The state words are core.State's, the fields the WASM ABI's slots and
 // the SQL rows hold: the project's one state encoding.
@@ -103,15 +103,15 @@ var (
 )
 
 const (
-	slotMagic   = 0x0002_6c72 // "rl", encoding 2
-	slotPrefix  = "rl/v2/"
+	slotMagic   = 0x0003_6c72 // "rl", encoding 3 (2 had no L, W, R)
+	slotPrefix  = "rl/v3/"
 	maxAttempts = 1000
 	// alternates is the number of a key's slots besides its home.
 	alternates = 3
 	// searchBudget bounds the slots a search for room reads.
 	searchBudget = 64
 	headerWords  = 4 // digest (2), generation, kind
-	stateWords   = 5 // algorithm, T, X, Y, log length
+	stateWords   = 8 // algorithm, T, X, Y, L, W, R, log length
 	// maxRecords bounds the records a value may claim (a parse check).
 	maxRecords = 4096
 )
@@ -720,7 +720,7 @@ func parseSlot(v []byte, recs []record) slot {
 				if p+stateWords*8 > len(v) {
 					return slot{recs: recs}
 				}
-				ln := sl.word(p + 32)
+				ln := sl.word(p + 56)
 				if ln < 0 || ln > core.MaxLogLimit || p+stateWords*8+int(ln)*8 > len(v) {
 					return slot{recs: recs}
 				}
@@ -803,11 +803,14 @@ func (sl *slot) loadStates(i int, r *rule, states []core.State, logs []int64) bo
 			T:         sl.word(p + 8),
 			X:         sl.word(p + 16),
 			Y:         sl.word(p + 24),
+			L:         sl.word(p + 32),
+			W:         sl.word(p + 40),
+			R:         sl.word(p + 48),
 		}
 		if a := sl.word(p); a != int64(int32(a)) {
 			st.Algorithm = -1 // read as corrupt by core
 		}
-		ln := int(sl.word(p + 32))
+		ln := int(sl.word(p + 56))
 		p += stateWords * 8
 		if l.Algorithm == core.SlidingLog {
 			c := int(l.Limit)
@@ -857,7 +860,8 @@ func put(b []byte, v int64) []byte { return binary.LittleEndian.AppendUint64(b, 
 func appendState(b []byte, d [2]int64, gen, expiry int64, states []core.State) []byte {
 	b = put(put(put(put(put(b, d[0]), d[1]), gen), int64(len(states))), expiry)
 	for _, st := range states {
-		b = put(put(put(put(put(b, int64(st.Algorithm)), st.T), st.X), st.Y), int64(len(st.Log)))
+		b = put(put(put(put(b, int64(st.Algorithm)), st.T), st.X), st.Y)
+		b = put(put(put(put(b, st.L), st.W), st.R), int64(len(st.Log)))
 		for _, t := range st.Log {
 			b = put(b, t)
 		}

@@ -220,7 +220,7 @@ func TestStoreBadValues(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			sd := newMemData()
-			sd.set("rl/v2/r/0", val, 0)
+			sd.set("rl/v3/r/0", val, 0)
 			s := newStore(cfg, sd)
 			for i, want := range []bool{true, true, false} {
 				if _, err := s.take(r, "k", t0, 1, ds); err != nil || ds[0].Allowed != want {
@@ -233,7 +233,7 @@ func TestStoreBadValues(t *testing.T) {
 		sd := newMemData()
 		s := newStore(cfg, sd)
 		b := appendState((&slot{}).appendKept(nil, t0, nil, 1), digest("k"), 0, t0+1e6, []core.State{{Algorithm: core.FixedWindow, T: -5, X: 1}})
-		sd.set("rl/v2/r/0", b, 0)
+		sd.set("rl/v3/r/0", b, 0)
 		if _, err := s.take(r, "k", t0, 1, ds); err != nil || !ds[0].Allowed || ds[0].Remaining != 1 {
 			t.Fatalf("%v %+v, want admitted afresh", err, ds[0])
 		}
@@ -306,13 +306,13 @@ func FuzzParseSlot(f *testing.F) {
 			}
 		}
 		sd := newMemData()
-		sd.set("rl/v2/r/0", v, 0)
+		sd.set("rl/v3/r/0", v, 0)
 		s := newStore(cfg, sd)
 		ds := make([]core.Decision, 1)
 		if _, err := s.take(r, "k", t0, 1, ds); err != nil && !errors.Is(err, errFull) {
 			t.Fatalf("take: %v", err)
 		}
-		if out, _, _ := sd.get("rl/v2/r/0"); len(parseSlot(out, nil).recs) == 0 && ds[0].Allowed {
+		if out, _, _ := sd.get("rl/v3/r/0"); len(parseSlot(out, nil).recs) == 0 && ds[0].Allowed {
 			t.Fatalf("an admission wrote a slot that does not parse: %x", out)
 		}
 	})

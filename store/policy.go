@@ -10,7 +10,9 @@ import (
 // Policy is a checked, immutable list of named limits decided together on
 // a key, all or nothing: what a Request carries in place of its limits.
 // Each limit is compiled once (core.Compile), so a store that decides with
-// the native core skips the limit's validation on every call.
+// the native core skips the limit's validation on every call. Some of the
+// limits may be shadow limits (WithShadow), decided beside the others and
+// never denying; see Decide.
 //
 // Build a Policy once and use it for many requests (rl.NewPolicy builds one
 // per rl.Policy); it is safe for concurrent use. A store may keep a
@@ -22,6 +24,8 @@ type Policy struct {
 	names    []string
 	limits   []core.Limit
 	compiled []core.Compiled
+	// sh is nil unless some limits are shadow limits (WithShadow).
+	sh *shadows
 }
 
 // policyIDs numbers the policies of the process; 0 is no policy.

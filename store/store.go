@@ -11,7 +11,9 @@
 // A request carries a Policy, the names and limits checked and compiled
 // once (NewPolicy), and the key; a store that decides with the native core
 // uses the compiled limits (core.TakeInto, core.TakeAllCompiled), any other
-// decider the limits themselves.
+// decider the limits themselves. A policy may hold shadow limits
+// (Policy.WithShadow): candidates decided in the same atomic step that
+// never deny, which Policy.Decide decides for every store.
 //
 // Backends: memstore (in process, the embedded default) and pgstore
 // (PostgreSQL through pgx). Every backend runs the shared suite in
@@ -33,6 +35,12 @@ const (
 	Take Op = iota
 	// Peek decides and changes nothing.
 	Peek
+	// Settle corrects the units every limit has used by the request's
+	// Cost, which may be negative (core.SettleAll): the cost of a call
+	// known only after it, settled against its estimate. It never denies;
+	// the states are written back, a debt above a limit included. Shadow
+	// limits are settled too.
+	Settle
 )
 
 // Request is one decision on one key under a Policy. It is passed by value
@@ -52,7 +60,9 @@ type Request struct {
 	// Now is the time of the decision in µs since the Unix epoch. A store
 	// with a clock of its own (a database server's) may be configured to
 	// use that instead.
-	Now  int64
+	Now int64
+	// Cost is the units a Take or Peek asks for, or the correction of a
+	// Settle (negative: a refund).
 	Cost int64
 }
 
@@ -66,10 +76,17 @@ type Clock func() int64
 //
 // Decide atomically reads the states of req's limits on req's key, applies
 // the store's decision function (core.TakeAll or PeekAll semantics: all or
-// nothing) and writes the new states back when admitted. It returns the
-// deciding limit's index and decision, and fills each with every limit's
-// decision when len(each) ≥ req.Policy.Len() (pass nil when only the
-// deciding one matters). A denial is a result, not an error. Errors are
+// nothing) and writes the new states back when admitted. A policy with
+// shadow limits is decided by Policy.Decide in that same step: the
+// enforced limits all or nothing, each shadow limit charged only when the
+// call is admitted and it would admit the cost itself, never denying. It
+// returns the deciding limit's index and decision (Policy.Deciding), and
+// fills each with every limit's decision, a shadow limit's own included,
+// when len(each) ≥ req.Policy.Len() (pass nil when only the deciding one
+// matters). A denial is a result, not an error. A store that cannot decide
+// shadow limits refuses a policy with some with an error of its own
+// (pgstore.ErrShadowSQL), never by deciding them as enforced or ignoring
+// them. Errors are
 // either a core.Error (the request was invalid) or a failure of the store
 // itself, which a store should make recognisable with errors.Is(err,
 // ErrUnavailable) when it is transient (the backend is down or timed out).

@@ -40,7 +40,7 @@ func TestABI(t *testing.T) {
 	}
 	// ABI.md, "Constants".
 	for name, want := range map[string]uint64{
-		"abi_version": 1, "rl_buffer_size": 526784, "rl_max_limits": 16, "rl_log_slots": 4097,
+		"abi_version": 2, "rl_buffer_size": 527168, "rl_max_limits": 16, "rl_log_slots": 4097,
 	} {
 		if got := call(name); uint32(got) != uint32(want) {
 			t.Fatalf("%s = %d, want %d", name, got, want)
@@ -51,7 +51,7 @@ func TestABI(t *testing.T) {
 		t.Fatalf("rl_buffer %d is not 8-byte aligned", buf)
 	}
 	mem := mod.ExportedMemory("memory")
-	const slotBytes = 144 + 8*4097
+	const slotBytes = 168 + 8*4097
 	word := func(off uint32) int64 {
 		v, ok := mem.ReadUint64Le(buf + off)
 		if !ok {
@@ -68,8 +68,11 @@ func TestABI(t *testing.T) {
 		for k, v := range st {
 			set(slot(i)+32+8*uint32(k), v)
 		}
+		for k := range 3 { // state.l, w, r: a legacy or fresh state
+			set(slot(i)+144+8*uint32(k), 0)
+		}
 		for k, v := range log {
-			set(slot(i)+144+8*uint32(k), v)
+			set(slot(i)+168+8*uint32(k), v)
 		}
 	}
 	const now = 1767225600000000
@@ -95,6 +98,9 @@ func TestABI(t *testing.T) {
 	if s := [5]int64{word(slot(0) + 32), word(slot(0) + 40), word(slot(0) + 48), word(slot(0) + 56), word(slot(0) + 64)}; s != [5]int64{4, now, 3_000_000, 0, 0} {
 		t.Fatalf("state words %v", s)
 	}
+	if p := [3]int64{word(slot(0) + 144), word(slot(0) + 152), word(slot(0) + 160)}; p != [3]int64{10, 1_000_000, 10} {
+		t.Fatalf("state parameter words %v", p)
+	}
 	// A peek writes no state.
 	put(0, tb, freshSt)
 	if st := status("rl_peek", now, 3); st != 0 || word(16) != 0 || word(slot(0)+80) != 1 || word(slot(0)+104) != 7 {
@@ -103,9 +109,9 @@ func TestABI(t *testing.T) {
 	// A sliding log: entries in place, log_len out.
 	put(0, [4]int64{3, 5, 1000, 0}, [6]int64{3, 0, 0, 0, 2, 4097}, now-2000, now-10)
 	if st := status("rl_take", now, 2); st != 0 || word(16) != 1 || word(slot(0)+64) != 3 ||
-		word(slot(0)+144) != now-10 || word(slot(0)+152) != now || word(slot(0)+160) != now {
+		word(slot(0)+168) != now-10 || word(slot(0)+176) != now || word(slot(0)+184) != now {
 		t.Fatalf("sliding log: status %d written %d len %d entries %d %d %d", st, word(16), word(slot(0)+64),
-			word(slot(0)+144), word(slot(0)+152), word(slot(0)+160))
+			word(slot(0)+168), word(slot(0)+176), word(slot(0)+184))
 	}
 	// Too little capacity: ErrLogCapacity.
 	put(0, [4]int64{3, 5, 1000, 0}, [6]int64{3, 0, 0, 0, 2, 3}, now-10, now-5)
@@ -161,7 +167,7 @@ func TestABI(t *testing.T) {
 		"abi_version": "->i32", "rl_buffer": "->i32", "rl_buffer_size": "->i32",
 		"rl_max_limits": "->i32", "rl_log_slots": "->i32", "_initialize": "->",
 		"rl_take": "i64i64->i32", "rl_peek": "i64i64->i32",
-		"rl_take_all": "i32i64i64->i32", "rl_peek_all": "i32i64i64->i32",
+		"rl_take_all": "i32i64i64->i32", "rl_peek_all": "i32i64i64->i32", "rl_settle_all": "i32i64i64->i32",
 	}
 	for name, want := range types {
 		f := mod.ExportedFunction(name)

@@ -89,7 +89,28 @@ func (p *Pool) Peek(l core.Limit, s core.State, now, cost int64) (core.Decision,
 	return d, err
 }
 
+// SettleAll is core.SettleAll run by the module: delta settled on every
+// limit of ls, each state of ss replaced. Its extra errors are TakeAll's.
+func (p *Pool) SettleAll(ls []core.Limit, ss []core.State, now, delta int64, ds []core.Decision) (int, error) {
+	return p.run(opSettle, ls, ss, now, delta, ds)
+}
+
+// The multi-limit exports.
+const (
+	opPeek = iota
+	opTake
+	opSettle
+)
+
 func (p *Pool) all(take bool, ls []core.Limit, ss []core.State, now, cost int64, ds []core.Decision) (int, error) {
+	op := opPeek
+	if take {
+		op = opTake
+	}
+	return p.run(op, ls, ss, now, cost, ds)
+}
+
+func (p *Pool) run(o int, ls []core.Limit, ss []core.State, now, cost int64, ds []core.Decision) (int, error) {
 	n := len(ls)
 	if len(ss) < n || len(ds) < n {
 		return 0, core.ErrLimits
@@ -108,8 +129,11 @@ func (p *Pool) all(take bool, ls []core.Limit, ss []core.State, now, cost int64,
 		putSlot(slotOf(b, i), &ls[i], &ss[i])
 	}
 	fn, op := in.peekAll, "rl_peek_all"
-	if take {
+	switch o {
+	case opTake:
 		fn, op = in.takeAll, "rl_take_all"
+	case opSettle:
+		fn, op = in.settleAll, "rl_settle_all"
 	}
 	in.stack[0], in.stack[1], in.stack[2] = uint64(n), uint64(now), uint64(cost)
 	if err := fn.CallWithStack(context.Background(), in.stack); err != nil {
@@ -167,6 +191,9 @@ func putSlot(w []byte, l *core.Limit, s *core.State) {
 	le.PutUint64(h[oStateT:], uint64(s.T))
 	le.PutUint64(h[oStateX:], uint64(s.X))
 	le.PutUint64(h[oStateY:], uint64(s.Y))
+	le.PutUint64(h[oStateL:], uint64(s.L))
+	le.PutUint64(h[oStateW:], uint64(s.W))
+	le.PutUint64(h[oStateR:], uint64(s.R))
 	// Lengths beyond core.MaxLogLimit all decide alike (a sliding-log state
 	// that long is corrupt, other algorithms ignore the entries), as do
 	// capacities: the ABI takes both clamped to logSlots.
@@ -231,6 +258,9 @@ func getState(w []byte, s *core.State) error {
 		T:         int64(le.Uint64(h[oStateT:])),
 		X:         int64(le.Uint64(h[oStateX:])),
 		Y:         int64(le.Uint64(h[oStateY:])),
+		L:         int64(le.Uint64(h[oStateL:])),
+		W:         int64(le.Uint64(h[oStateW:])),
+		R:         int64(le.Uint64(h[oStateR:])),
 		Log:       log,
 	}
 	return nil
@@ -246,4 +276,15 @@ func statusError(status uint32) error {
 		return fmt.Errorf("%w: status %d (bad log length or capacity)", errBadOutput, status)
 	}
 	return fmt.Errorf("%w: status %d", errBadOutput, status)
+}
+
+// Settle is core.Settle run by the module: one limit, through
+// rl_settle_all. Its extra errors are TakeAll's.
+func (p *Pool) Settle(l core.Limit, s core.State, now, delta int64) (core.Decision, core.State, error) {
+	ls, ss := [1]core.Limit{l}, [1]core.State{s}
+	var ds [1]core.Decision
+	if _, err := p.SettleAll(ls[:], ss[:], now, delta, ds[:]); err != nil {
+		return core.Decision{}, s, err
+	}
+	return ds[0], ss[0], nil
 }

@@ -19,7 +19,7 @@ type fake struct {
 }
 
 func defaultFake() fake {
-	return fake{abi: wasm.ABIVersion, bufferSize: 526784, trapCost: 666}
+	return fake{abi: wasm.ABIVersion, bufferSize: 527168, trapCost: 666}
 }
 
 // module assembles the WebAssembly binary.
@@ -55,6 +55,7 @@ func (f fake) module() []byte {
 		{"rl_peek", 2, callBody(1)},
 		{"rl_take_all", 3, callBody(2)},
 		{"rl_peek_all", 3, callBody(2)},
+		{"rl_settle_all", 3, callBody(2)},
 	}
 	vec := func(items ...[]byte) []byte {
 		return slices.Concat(append([][]byte{uleb(uint64(len(items)))}, items...)...)
@@ -75,7 +76,7 @@ func (f fake) module() []byte {
 	if f.omit != "memory" {
 		esec = append(esec, slices.Concat(str("memory"), []byte{2, 0}))
 	}
-	pages := (bufAddr + 526784 + 65535) / 65536
+	pages := (bufAddr + 527168 + 65535) / 65536
 	return slices.Concat(
 		[]byte("\x00asm\x01\x00\x00\x00"),
 		section(1, vec(types...)),

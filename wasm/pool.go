@@ -83,12 +83,12 @@ type slot struct {
 // instance is one module instance with everything a call needs
 // preallocated.
 type instance struct {
-	mod                          api.Module
-	mem                          api.Memory
-	take, peek, takeAll, peekAll api.Function
-	buf                          uint32   // address of the module's buffer
-	stack                        []uint64 // parameters and result of a call
-	stderr                       *headWriter
+	mod                                     api.Module
+	mem                                     api.Memory
+	take, peek, takeAll, peekAll, settleAll api.Function
+	buf                                     uint32   // address of the module's buffer
+	stack                                   []uint64 // parameters and result of a call
+	stderr                                  *headWriter
 }
 
 // process-wide in-memory compilation cache: the module is compiled once per
@@ -191,7 +191,7 @@ func (p *Pool) start(ctx context.Context, check bool) (*instance, error) {
 	for _, e := range [...]struct {
 		name string
 		f    *api.Function
-	}{{"rl_take", &in.take}, {"rl_peek", &in.peek}, {"rl_take_all", &in.takeAll}, {"rl_peek_all", &in.peekAll}} {
+	}{{"rl_take", &in.take}, {"rl_peek", &in.peek}, {"rl_take_all", &in.takeAll}, {"rl_peek_all", &in.peekAll}, {"rl_settle_all", &in.settleAll}} {
 		if *e.f = mod.ExportedFunction(e.name); *e.f == nil {
 			return fail(fmt.Errorf("%w: no %s export", ErrABIVersion, e.name))
 		}

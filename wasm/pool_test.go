@@ -33,12 +33,12 @@ func TestNewRejectsOtherModules(t *testing.T) {
 		mod  []byte
 		abi  bool // want ErrABIVersion
 	}{
-		{"abi_version 2", fake{abi: 2, bufferSize: 526784}.module(), true},
-		{"abi_version 0", fake{abi: 0, bufferSize: 526784}.module(), true},
-		{"no abi_version", fake{abi: 1, bufferSize: 526784, omit: "abi_version"}.module(), true},
-		{"no rl_take_all", fake{abi: 1, bufferSize: 526784, omit: "rl_take_all"}.module(), true},
-		{"no memory", fake{abi: 1, bufferSize: 526784, omit: "memory"}.module(), true},
-		{"smaller buffer", fake{abi: 1, bufferSize: 1000}.module(), true},
+		{"abi_version 1", fake{abi: 1, bufferSize: 527168}.module(), true},
+		{"abi_version 0", fake{abi: 0, bufferSize: 527168}.module(), true},
+		{"no abi_version", fake{abi: 2, bufferSize: 527168, omit: "abi_version"}.module(), true},
+		{"no rl_take_all", fake{abi: 2, bufferSize: 527168, omit: "rl_take_all"}.module(), true},
+		{"no memory", fake{abi: 2, bufferSize: 527168, omit: "memory"}.module(), true},
+		{"smaller buffer", fake{abi: 2, bufferSize: 1000}.module(), true},
 		{"not wasm", []byte("\x00asm garbage"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -54,6 +54,9 @@ const (
 	oStateT         = 8 * abi.WStateT
 	oStateX         = 8 * abi.WStateX
 	oStateY         = 8 * abi.WStateY
+	oStateL         = 8 * abi.WStateL
+	oStateW         = 8 * abi.WStateW
+	oStateR         = 8 * abi.WStateR
 	oStateLogLen    = 8 * abi.WStateLogLen
 	oStateLogCap    = 8 * abi.WStateLogCap
 	oDecided        = 8 * abi.WDecided

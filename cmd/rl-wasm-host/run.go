@@ -82,105 +82,197 @@ type RunConfig struct {
 // Each value on reload reloads the configuration file (the command sends
 // SIGHUP there). It returns a *service.ConfigError when the file is invalid at
 // start, and any other error that prevents serving.
+//
+// Run goes through the phases of a host in order: the configuration, the
+// decider, the store, the Service, the listeners (HTTP, then the
+// extensions); then it serves until the end and shuts down. What a phase
+// opened is closed, in reverse order, when Run returns.
 func Run(ctx context.Context, rc RunConfig, reload <-chan os.Signal) error {
-	log := rc.Logger
-	if log == nil {
-		log = slog.Default()
+	h := &host{rc: rc, log: cmp.Or(rc.Logger, slog.Default())}
+	if err := h.loadConfig(); err != nil {
+		return err
 	}
-	if rc.ConfigPath == "" {
+	defer h.close()
+	if err := h.openDecider(ctx); err != nil {
+		return err
+	}
+	if err := h.openStore(ctx); err != nil {
+		return err
+	}
+	if err := h.newService(); err != nil {
+		return err
+	}
+	if err := h.listen(); err != nil {
+		return err
+	}
+	if err := h.startExtensions(); err != nil {
+		return err
+	}
+	errc := h.serve()
+	err := h.wait(ctx, reload, errc)
+	h.shutdown()
+	return err
+}
+
+// host is one Run of the service: each phase of Run fills in what it
+// builds, for the phases after it.
+type host struct {
+	rc  RunConfig
+	log *slog.Logger
+
+	// loadConfig
+	cfg       *service.Config
+	apiListen string // rc.APIListen or its default
+	// closers run in reverse order when Run returns (close).
+	closers []func()
+
+	// openDecider
+	decider core.Decider
+
+	// openStore
+	store  store.Store
+	ready  func(context.Context) error // nil: ready while serving
+	perKey int                         // MaxInFlightPerKey; negative: no bound
+
+	// newService
+	svcRef serviceRef
+	svc    *service.Service
+
+	// listen
+	servers []server
+}
+
+// server is one HTTP listener of Run and its server.
+type server struct {
+	role string // "all", "proxy" or "api"
+	srv  *http.Server
+	ln   net.Listener
+}
+
+// serviceRef hands the Service to the stores' hooks, which are made before
+// it exists (the failover store reports to the service): events before set
+// are dropped.
+type serviceRef struct {
+	mu sync.Mutex
+	s  *service.Service
+}
+
+// set makes s the service that hears the events.
+func (r *serviceRef) set(s *service.Service) {
+	r.mu.Lock()
+	r.s = s
+	r.mu.Unlock()
+}
+
+// failoverEvent reports a switch of the failover store to the service, once
+// there is one.
+func (r *serviceRef) failoverEvent(to string) {
+	r.mu.Lock()
+	s := r.s
+	r.mu.Unlock()
+	if s != nil {
+		s.FailoverEvent(to)
+	}
+}
+
+// loadConfig is Run's first phase: it loads the configuration file and
+// refuses a decision API address that needs api_tokens the file does not
+// set (checkAPIListen).
+func (h *host) loadConfig() error {
+	if h.rc.ConfigPath == "" {
 		return errors.New("no configuration file (-config)")
 	}
-	cfg, err := service.LoadConfig(rc.ConfigPath)
+	cfg, err := service.LoadConfig(h.rc.ConfigPath)
 	if err != nil {
 		return err
 	}
-	apiListen := rc.APIListen
-	if apiListen == "" {
-		apiListen = DefaultAPIListen
-	}
-	if err := checkAPIListen(apiListen, len(cfg.APITokens) > 0); err != nil {
-		return err
-	}
-	var closers []func()
-	defer func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
-		}
-	}()
+	h.cfg = cfg
+	h.apiListen = cmp.Or(h.rc.APIListen, DefaultAPIListen)
+	return checkAPIListen(h.apiListen, len(cfg.APITokens) > 0)
+}
 
-	var decider core.Decider
-	switch rc.Decider {
+// close runs the closers in reverse order.
+func (h *host) close() {
+	for i := len(h.closers) - 1; i >= 0; i-- {
+		h.closers[i]()
+	}
+}
+
+// openDecider is Run's decider phase: the WebAssembly core hosted by
+// wazero (closed when Run returns) or the native core, as rc.Decider says.
+func (h *host) openDecider(ctx context.Context) error {
+	switch h.rc.Decider {
 	case "", "wasm":
-		pool, err := wasm.New(ctx, wasm.Config{MaxInstances: rc.WasmInstances})
+		pool, err := wasm.New(ctx, wasm.Config{MaxInstances: h.rc.WasmInstances})
 		if err != nil {
 			return fmt.Errorf("WebAssembly decider: %w", err)
 		}
-		closers = append(closers, func() {
+		h.closers = append(h.closers, func() {
 			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			pool.Close(cctx)
 		})
-		decider = pool
-		log.Info("decider: WebAssembly core hosted by wazero", "abi_version", wasm.ABIVersion)
+		h.decider = pool
+		h.log.Info("decider: WebAssembly core hosted by wazero", "abi_version", wasm.ABIVersion)
 	case "native":
-		decider = core.Native{}
-		log.Info("decider: native Go core")
+		h.decider = core.Native{}
+		h.log.Info("decider: native Go core")
 	default:
-		return fmt.Errorf("-decider %q: want wasm or native", rc.Decider)
+		return fmt.Errorf("-decider %q: want wasm or native", h.rc.Decider)
 	}
+	return nil
+}
 
-	// The failover store reports to the service, which exists only later.
-	var svcRef struct {
-		sync.Mutex
-		s *service.Service
-	}
-	hooks := storeHooks{failover: func(to string) {
-		svcRef.Lock()
-		s := svcRef.s
-		svcRef.Unlock()
-		if s != nil {
-			s.FailoverEvent(to)
-		}
-	}}
-	maxKeys := rc.MaxKeys
+// openStore is Run's store phase: the in-memory store or PostgreSQL (with
+// its options: batching, failover to memory), deciding with the decider,
+// closed when Run returns. It also settles the per-key in-flight bound,
+// which defaults to half the PostgreSQL pool.
+func (h *host) openStore(ctx context.Context) error {
+	maxKeys := h.rc.MaxKeys
 	switch {
 	case maxKeys == 0:
 		maxKeys = 1_000_000
 	case maxKeys < 0:
 		maxKeys = 0
 	}
-	var st store.Store
-	var ready func(context.Context) error
-	perKey := rc.MaxInFlightPerKey
-	switch rc.Store {
+	h.perKey = h.rc.MaxInFlightPerKey
+	switch h.rc.Store {
 	case "", "memory":
-		m := memstore.New(&memstore.Config{MaxKeys: maxKeys, MaxBytes: rc.MaxBytes, Clock: rl.CoarseClock, Decider: decider})
-		closers = append(closers, func() { m.Close() })
-		st = m
-		log.Info("store: in memory", "max_keys", maxKeys, "max_bytes", cmp.Or(rc.MaxBytes, memstore.DefaultMaxBytes))
+		m := memstore.New(&memstore.Config{MaxKeys: maxKeys, MaxBytes: h.rc.MaxBytes, Clock: rl.CoarseClock, Decider: h.decider})
+		h.closers = append(h.closers, func() { m.Close() })
+		h.store = m
+		h.log.Info("store: in memory", "max_keys", maxKeys, "max_bytes", cmp.Or(h.rc.MaxBytes, memstore.DefaultMaxBytes))
 	case "postgres":
-		h, err := openPostgres(ctx, rc.Postgres, decider, &memstore.Config{MaxKeys: maxKeys, MaxBytes: rc.MaxBytes, Decider: decider}, log, hooks)
+		mem := &memstore.Config{MaxKeys: maxKeys, MaxBytes: h.rc.MaxBytes, Decider: h.decider}
+		pg, err := openPostgres(ctx, h.rc.Postgres, h.decider, mem, h.log, storeHooks{failover: h.svcRef.failoverEvent})
 		if err != nil {
 			return err
 		}
-		closers = append(closers, h.close)
-		st, ready = h.store, h.ready
-		if perKey == 0 {
-			perKey = max(1, int(h.maxConns)/2)
+		h.closers = append(h.closers, pg.close)
+		h.store, h.ready = pg.store, pg.ready
+		if h.perKey == 0 {
+			h.perKey = max(1, int(pg.maxConns)/2)
 		}
 	default:
-		return fmt.Errorf("-store %q: want memory or postgres", rc.Store)
+		return fmt.Errorf("-store %q: want memory or postgres", h.rc.Store)
 	}
+	return nil
+}
 
-	svc, err := service.New(cfg, service.Options{Store: st, Logger: log, MaxBodyBytes: rc.MaxBodyBytes,
-		ProxyMaxBodyBytes: rc.ProxyMaxBodyBytes, Ready: ready, MaxInFlight: rc.MaxInFlight, MaxInFlightPerKey: max(perKey, 0)})
+// newService is Run's service phase: the Service over the store, which
+// the store's hooks then report to, with the WebAssembly pool's metrics
+// and a reload check that keeps the decision API's listener safe. It logs
+// the configuration, and warns of an upstream timeout the write timeout
+// would cut short.
+func (h *host) newService() error {
+	svc, err := service.New(h.cfg, service.Options{Store: h.store, Logger: h.log, MaxBodyBytes: h.rc.MaxBodyBytes,
+		ProxyMaxBodyBytes: h.rc.ProxyMaxBodyBytes, Ready: h.ready, MaxInFlight: h.rc.MaxInFlight, MaxInFlightPerKey: max(h.perKey, 0)})
 	if err != nil {
 		return err
 	}
-	svcRef.Lock()
-	svcRef.s = svc
-	svcRef.Unlock()
-	if pool, ok := decider.(*wasm.Pool); ok {
+	h.svc = svc
+	h.svcRef.set(svc)
+	if pool, ok := h.decider.(*wasm.Pool); ok {
 		if err := svc.MonitorPool(func() service.PoolStats {
 			st := pool.Stats()
 			return service.PoolStats{Instances: st.Instances, Idle: st.Idle, Started: st.Started, Discarded: st.Discarded}
@@ -191,84 +283,106 @@ func Run(ctx context.Context, rc RunConfig, reload <-chan os.Signal) error {
 	// The API listener was checked against the configuration at start; a
 	// reload must not make it unsafe (removing api_tokens from a
 	// decision API other hosts reach).
+	apiListen := h.apiListen
 	svc.AddReloadCheck(func(c *service.Config) error { return checkAPIListen(apiListen, len(c.APITokens) > 0) })
-	log.Info("config loaded", "file", rc.ConfigPath, "rules", len(cfg.Rules), "upstream", redact.String(cfg.Upstream), "api_tokens", len(cfg.APITokens))
-	if ut, wt := cmp.Or(cfg.UpstreamTimeout, service.DefaultUpstreamTimeout), orDefault(rc.WriteTimeout, 60*time.Second); cfg.Upstream != "" && ut >= wt {
-		log.Warn("upstream_timeout is not below -write-timeout: a slow upstream's answer is cut off as an empty reply before the proxy can answer 504",
+	cfg := h.cfg
+	h.log.Info("config loaded", "file", h.rc.ConfigPath, "rules", len(cfg.Rules), "upstream", redact.String(cfg.Upstream), "api_tokens", len(cfg.APITokens))
+	if ut, wt := cmp.Or(cfg.UpstreamTimeout, service.DefaultUpstreamTimeout), orDefault(h.rc.WriteTimeout, 60*time.Second); cfg.Upstream != "" && ut >= wt {
+		h.log.Warn("upstream_timeout is not below -write-timeout: a slow upstream's answer is cut off as an empty reply before the proxy can answer 504",
 			"upstream_timeout", ut, "write_timeout", wt)
 	}
+	return nil
+}
 
-	listen := rc.Listen
-	if listen == "" {
-		listen = ":8080"
-	}
-	type server struct {
-		role string
-		srv  *http.Server
-		ln   net.Listener
-	}
-	var servers []server
-	add := func(role, addr string, h http.Handler) error {
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("listen %s: %w", addr, err)
-		}
-		srv := &http.Server{
-			Handler:           h,
-			ReadHeaderTimeout: orDefault(rc.ReadHeaderTimeout, 5*time.Second),
-			ReadTimeout:       orDefault(rc.ReadTimeout, 30*time.Second),
-			WriteTimeout:      orDefault(rc.WriteTimeout, 60*time.Second),
-			IdleTimeout:       orDefault(rc.IdleTimeout, 120*time.Second),
-			MaxHeaderBytes:    64 << 10,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		}
-		servers = append(servers, server{role, srv, ln})
-		return nil
-	}
-	if apiListen == "main" {
-		err = add("all", listen, svc.Handler())
+// listen is Run's first listener phase: it binds the HTTP listeners, one
+// for everything (-api-listen main) or the proxy's and the decision API's,
+// with their servers' timeouts. If one cannot be bound, it closes those it
+// bound.
+func (h *host) listen() error {
+	listen := cmp.Or(h.rc.Listen, ":8080")
+	var err error
+	if h.apiListen == "main" {
+		err = h.addServer("all", listen, h.svc.Handler())
 	} else {
-		err = add("proxy", listen, svc.ProxyHandler())
+		err = h.addServer("proxy", listen, h.svc.ProxyHandler())
 		if err == nil {
-			err = add("api", apiListen, svc.APIHandler())
+			err = h.addServer("api", h.apiListen, h.svc.APIHandler())
 		}
 	}
 	if err != nil {
-		for _, s := range servers {
-			s.ln.Close()
-		}
+		h.closeListeners()
 		return err
 	}
-	for i, ext := range rc.Extensions {
-		role, addr, err := ext.Start(svc)
+	return nil
+}
+
+// addServer binds addr and adds a server of h for it, serving handler.
+func (h *host) addServer(role, addr string, handler http.Handler) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", addr, err)
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: orDefault(h.rc.ReadHeaderTimeout, 5*time.Second),
+		ReadTimeout:       orDefault(h.rc.ReadTimeout, 30*time.Second),
+		WriteTimeout:      orDefault(h.rc.WriteTimeout, 60*time.Second),
+		IdleTimeout:       orDefault(h.rc.IdleTimeout, 120*time.Second),
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
+	}
+	h.servers = append(h.servers, server{role, srv, ln})
+	return nil
+}
+
+// closeListeners closes the HTTP listeners, which are not yet served.
+func (h *host) closeListeners() {
+	for _, s := range h.servers {
+		s.ln.Close()
+	}
+}
+
+// startExtensions is Run's second listener phase: it starts each
+// extension over the Service (binding its listener) and reports where it
+// listens. If one fails, it releases every listener bound so far, the HTTP
+// ones and the started extensions', and returns the error.
+func (h *host) startExtensions() error {
+	for i, ext := range h.rc.Extensions {
+		role, addr, err := ext.Start(h.svc)
 		if err != nil {
-			for _, s := range servers {
-				s.ln.Close()
-			}
+			h.closeListeners()
 			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			for _, started := range rc.Extensions[:i] { // they bound listeners: release them
+			for _, started := range h.rc.Extensions[:i] { // they bound listeners: release them
 				started.Shutdown(sctx)
 			}
 			cancel()
 			return err
 		}
-		log.Info("listening", "role", role, "addr", addr)
-		if rc.OnListen != nil {
-			rc.OnListen(role, addr)
+		h.log.Info("listening", "role", role, "addr", addr)
+		if h.rc.OnListen != nil {
+			h.rc.OnListen(role, addr)
 		}
 	}
-	errc := make(chan error, len(servers)+len(rc.Extensions))
-	for _, ext := range rc.Extensions {
+	return nil
+}
+
+// serve starts serving every extension and HTTP listener, each in a
+// goroutine, reporting the HTTP listeners' addresses. A server that stops
+// other than by shutdown sends its error on the returned channel, which
+// has room for all of them.
+func (h *host) serve() <-chan error {
+	errc := make(chan error, len(h.servers)+len(h.rc.Extensions))
+	for _, ext := range h.rc.Extensions {
 		go func() {
 			if err := ext.Serve(); err != nil {
 				errc <- err
 			}
 		}()
 	}
-	for _, s := range servers {
-		log.Info("listening", "role", s.role, "addr", s.ln.Addr().String())
-		if rc.OnListen != nil {
-			rc.OnListen(s.role, s.ln.Addr().String())
+	for _, s := range h.servers {
+		h.log.Info("listening", "role", s.role, "addr", s.ln.Addr().String())
+		if h.rc.OnListen != nil {
+			h.rc.OnListen(s.role, s.ln.Addr().String())
 		}
 		go func() {
 			if err := s.srv.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
@@ -276,46 +390,54 @@ func Run(ctx context.Context, rc RunConfig, reload <-chan os.Signal) error {
 			}
 		}()
 	}
+	return errc
+}
 
-	var runErr error
-loop:
+// wait serves until ctx is done (returning nil) or a server fails
+// (returning its error), reloading the Service's configuration and then
+// each extension's on every value of reload.
+func (h *host) wait(ctx context.Context, reload <-chan os.Signal, errc <-chan error) error {
 	for {
 		select {
 		case <-ctx.Done():
-			break loop
+			return nil
 		case err := <-errc:
-			runErr = err
-			break loop
+			return err
 		case <-reload:
-			svc.Reload(rc.ConfigPath)
-			for _, ext := range rc.Extensions {
+			h.svc.Reload(h.rc.ConfigPath)
+			for _, ext := range h.rc.Extensions {
 				ext.Reload()
 			}
 		}
 	}
+}
 
-	log.Info("shutting down", "drain_delay", rc.DrainDelay)
-	svc.SetDraining()
-	if rc.DrainDelay > 0 {
-		time.Sleep(rc.DrainDelay)
+// shutdown is Run's last phase: /readyz answers 503 for the drain delay,
+// then the extensions and HTTP servers shut down gracefully, all at once,
+// within the shutdown timeout; a server that cannot finish in time has its
+// connections closed.
+func (h *host) shutdown() {
+	h.log.Info("shutting down", "drain_delay", h.rc.DrainDelay)
+	h.svc.SetDraining()
+	if h.rc.DrainDelay > 0 {
+		time.Sleep(h.rc.DrainDelay)
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), orDefault(rc.ShutdownTimeout, 15*time.Second))
+	sctx, cancel := context.WithTimeout(context.Background(), orDefault(h.rc.ShutdownTimeout, 15*time.Second))
 	defer cancel()
 	var wg sync.WaitGroup
-	for _, ext := range rc.Extensions {
+	for _, ext := range h.rc.Extensions {
 		wg.Go(func() { ext.Shutdown(sctx) })
 	}
-	for _, s := range servers {
+	for _, s := range h.servers {
 		wg.Go(func() {
 			if err := s.srv.Shutdown(sctx); err != nil {
-				log.Warn("shutdown cut short; closing connections", "role", s.role, "err", err)
+				h.log.Warn("shutdown cut short; closing connections", "role", s.role, "err", err)
 				s.srv.Close()
 			}
 		})
 	}
 	wg.Wait()
-	log.Info("stopped")
-	return runErr
+	h.log.Info("stopped")
 }
 
 // Extension is a front end Run serves beside the HTTP listeners, over the

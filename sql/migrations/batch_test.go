@@ -18,8 +18,11 @@ import (
 // states the earlier ones left: several requests on one key in a batch, with
 // the same limits or overlapping ones, peeks, costs of 0, above the limit
 // and invalid, invalid keys, repeated names and limits with an invalid
-// window, given request times or the database clock. Every row and, after
-// each batch, every state row must be the core's.
+// window, given request times or the database clock, settles
+// (core.SettleAll: refunds and debts), and limits whose parameters change
+// between batches (the states carried over). Every row and, after each
+// batch, every state row (with the parameters that wrote it) must be the
+// core's.
 func TestDecideBatchDifferential(t *testing.T) {
 	t.Parallel()
 	n := 100
@@ -41,6 +44,7 @@ type batchReq struct {
 	limits []core.Limit
 	cost   int64
 	take   bool
+	settle bool
 	now    int64
 }
 
@@ -52,9 +56,10 @@ func runBatchDifferential(t *testing.T, db *pgxpool.Pool, prefix string, seed ui
 	keys := []string{prefix + ":a", prefix + ":b", prefix + ":c"}
 	_, err := db.Exec(ctx, `DELETE FROM rl.state WHERE key = ANY ($1)`, keys)
 	require.NoError(t, err)
-	// Each limit name has parameters of its own for the whole run.
+	// Each limit name has parameters of its own, changed now and then
+	// between batches (a configuration change: the states carry over).
 	catalog := map[string]core.Limit{}
-	for _, name := range []string{"x", "y", "z"} {
+	limit := func() core.Limit {
 		a := core.Algorithm(1 + rng.IntN(6))
 		l := core.Limit{Algorithm: a, Limit: []int64{1, 3, 10, 40}[rng.IntN(4)], Window: []int64{100_000, 1_000_000, 10_000_000}[rng.IntN(3)]}
 		if a == core.SlidingLog {
@@ -63,7 +68,10 @@ func runBatchDifferential(t *testing.T, db *pgxpool.Pool, prefix string, seed ui
 		if a > core.SlidingLog && rng.IntN(2) == 0 {
 			l.Rate = 1 + rng.Int64N(l.Limit)
 		}
-		catalog[name] = l
+		return l
+	}
+	for _, name := range []string{"x", "y", "z"} {
+		catalog[name] = limit()
 	}
 	policies := [][]string{{"x"}, {"y"}, {"x", "y"}, {"y", "x"}, {"y", "z"}, {"z", "x", "y"}}
 	states := map[[2]string]core.State{}
@@ -73,8 +81,11 @@ func runBatchDifferential(t *testing.T, db *pgxpool.Pool, prefix string, seed ui
 		}
 		return core.State{Log: make([]int64, 0, core.MaxLogLimit)}
 	}
-	var nreq, nerr, nadm, ndenied int
+	var nreq, nerr, nadm, ndenied, nsettled int
 	for b := range n {
+		if rng.IntN(8) == 0 {
+			catalog[[]string{"x", "y", "z"}[rng.IntN(3)]] = limit()
+		}
 		var now int64 // about the database clock, which the common call decides at
 		require.NoError(t, db.QueryRow(ctx, `SELECT rl._clock()`).Scan(&now))
 		now += rng.Int64N(700_000) - 200_000
@@ -88,6 +99,10 @@ func runBatchDifferential(t *testing.T, db *pgxpool.Pool, prefix string, seed ui
 			} else {
 				r.cost = []int64{0, 1, 1, 1, 2, 11, -1}[rng.IntN(7)]
 				r.take = rng.IntN(5) != 0
+				if rng.IntN(6) == 0 {
+					r.settle = true
+					r.cost = []int64{-3, -1, 0, 1, 2, 5, 45}[rng.IntN(7)]
+				}
 				switch rng.IntN(40) {
 				case 0:
 					r.key = ""
@@ -115,7 +130,7 @@ func runBatchDifferential(t *testing.T, db *pgxpool.Pool, prefix string, seed ui
 		}
 		i := 0
 		for q, r := range reqs {
-			where := fmt.Sprintf("batch %d request %d (%s %v cost %d take %v)", b, q, r.key, r.names, r.cost, r.take)
+			where := fmt.Sprintf("batch %d request %d (%s %v cost %d take %v settle %v)", b, q, r.key, r.names, r.cost, r.take, r.settle)
 			at := r.now
 			if common {
 				at = rowNow
@@ -139,9 +154,12 @@ func runBatchDifferential(t *testing.T, db *pgxpool.Pool, prefix string, seed ui
 					ss[j].Log = slices.Grow(slices.Clone(ss[j].Log), int(core.MaxLogLimit))
 				}
 				var err error
-				if r.take {
+				switch {
+				case r.settle:
+					idx, err = core.SettleAll(r.limits, ss, at, r.cost, ds)
+				case r.take:
 					idx, err = core.TakeAll(r.limits, ss, at, r.cost, ds)
-				} else {
+				default:
 					idx, err = core.PeekAll(r.limits, ss, at, r.cost, ds)
 				}
 				var ce core.Error
@@ -175,7 +193,10 @@ func runBatchDifferential(t *testing.T, db *pgxpool.Pool, prefix string, seed ui
 			if !ds[idx].Allowed {
 				ndenied++
 			}
-			if r.take && ds[idx].Allowed {
+			if r.settle {
+				nsettled++
+			}
+			if r.settle || r.take && ds[idx].Allowed {
 				nadm++
 				for j, name := range r.names {
 					states[[2]string{r.key, name}] = ss[j]
@@ -184,7 +205,7 @@ func runBatchDifferential(t *testing.T, db *pgxpool.Pool, prefix string, seed ui
 		}
 		require.Len(t, got, i, "batch %d: rows", b)
 		// The rows as the core's states (a missing row is a fresh state).
-		rows, err := db.Query(ctx, `SELECT key, name, algorithm, t, x, y, log FROM rl.state WHERE key = ANY ($1)`, keys)
+		rows, err := db.Query(ctx, `SELECT key, name, algorithm, t, x, y, log, l, w, r FROM rl.state WHERE key = ANY ($1)`, keys)
 		require.NoError(t, err)
 		seen := map[[2]string]bool{}
 		for rows.Next() {
@@ -192,9 +213,10 @@ func runBatchDifferential(t *testing.T, db *pgxpool.Pool, prefix string, seed ui
 				k, name string
 				s       core.State
 			)
-			require.NoError(t, rows.Scan(&k, &name, &s.Algorithm, &s.T, &s.X, &s.Y, &s.Log))
+			require.NoError(t, rows.Scan(&k, &name, &s.Algorithm, &s.T, &s.X, &s.Y, &s.Log, &s.L, &s.W, &s.R))
 			w := state(k, name)
-			require.True(t, s.Algorithm == w.Algorithm && s.T == w.T && s.X == w.X && s.Y == w.Y && slices.Equal(s.Log, w.Log),
+			require.True(t, s.Algorithm == w.Algorithm && s.T == w.T && s.X == w.X && s.Y == w.Y && slices.Equal(s.Log, w.Log) &&
+				s.L == w.L && s.W == w.W && s.R == w.R,
 				"batch %d: row %s/%s: %+v, want %+v", b, k, name, s, w)
 			seen[[2]string{k, name}] = true
 		}
@@ -203,7 +225,7 @@ func runBatchDifferential(t *testing.T, db *pgxpool.Pool, prefix string, seed ui
 			require.True(t, seen[kn] || s.Algorithm == 0, "batch %d: row %v missing", b, kn)
 		}
 	}
-	t.Logf("%d batches, %d requests: %d taken, %d denied, %d errors", n, nreq, nadm, ndenied, nerr)
+	t.Logf("%d batches, %d requests: %d written (%d settles), %d denied, %d errors", n, nreq, nadm, nsettled, ndenied, nerr)
 }
 
 // batchRow is one row of rl_decide_batch.
@@ -218,8 +240,8 @@ type batchRow struct {
 }
 
 // decideBatch sends reqs to rl_decide_batch: with common, as the function's
-// common call (no costs, counts, times or take flags: cost 1, one limit,
-// takes, the database clock), else with every array.
+// common call (no costs, counts, times, take or settle flags: cost 1, one
+// limit, takes, the database clock), else with every array.
 func decideBatch(t *testing.T, ctx context.Context, db *pgxpool.Pool, reqs []batchReq, common bool) []batchRow {
 	var (
 		keys              []string
@@ -228,22 +250,23 @@ func decideBatch(t *testing.T, ctx context.Context, db *pgxpool.Pool, reqs []bat
 		lims, wins, rates []int64
 		costs, nows       []int64
 		counts            []int32
-		takes             []bool
+		takes, settles    []bool
 	)
 	for _, r := range reqs {
 		keys, costs, nows, counts, takes = append(keys, r.key), append(costs, r.cost), append(nows, r.now), append(counts, int32(len(r.limits))), append(takes, r.take)
+		settles = append(settles, r.settle)
 		names = append(names, r.names...)
 		for _, l := range r.limits {
 			algs, lims, wins, rates = append(algs, int32(l.Algorithm)), append(lims, l.Limit), append(wins, l.Window), append(rates, l.Rate)
 		}
 	}
-	args := []any{keys, names, algs, lims, wins, rates, costs, counts, nows, takes}
+	args := []any{keys, names, algs, lims, wins, rates, costs, counts, nows, takes, settles}
 	if common {
-		args = append(args[:6], nil, nil, nil, nil)
+		args = append(args[:6], nil, nil, nil, nil, nil)
 	}
 	rows, err := db.Query(ctx, `SELECT req, ord, name, allowed, lim, remaining, reset_after_us, retry_after_us, delay_us,
 			deciding, now_us, error_code, error_message, next_after_us
-		FROM rl.rl_decide_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, args...)
+		FROM rl.rl_decide_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, args...)
 	require.NoError(t, err)
 	defer rows.Close()
 	var out []batchRow

@@ -19,12 +19,14 @@ import (
 )
 
 // TestVectorsTable runs every vector case whose limits have distinct names
-// through the table functions: rl_allow_us / rl_peek_us for one limit,
-// rl_allow_multi / rl_peek_multi (and rl_decide_multi) for several, rl_reset
-// for reset, and again with every step a batch of one request
-// (rl_decide_batch), with explicit now_us, after writing set_states into
-// rows. After every step the rows must hold expect.states (a missing row is
-// a fresh state) and the expires_at the last write set.
+// through the table functions: rl_allow_us / rl_peek_us / rl_settle_us for
+// one limit, rl_allow_multi / rl_peek_multi / rl_settle_multi (and
+// rl_decide_multi, rl_settle_decide) for several, rl_reset for
+// reset, and again with every step a batch of one request (rl_decide_batch,
+// its settle flag for a settle), with explicit now_us, after writing
+// set_states into rows. After every step the rows must hold expect.states
+// (a missing row is a fresh state), with the parameters that wrote them,
+// and the expires_at the last write set.
 func TestVectorsTable(t *testing.T) {
 	t.Parallel()
 	runVectorsTable(t, db)
@@ -98,11 +100,12 @@ func writeState(ctx context.Context, db *pgxpool.Pool, key, name string, s vecto
 	if log == nil {
 		log = []int64{}
 	}
-	_, err := db.Exec(ctx, `INSERT INTO rl.state (key, name, algorithm, t, x, y, log, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+	_, err := db.Exec(ctx, `INSERT INTO rl.state (key, name, algorithm, t, x, y, log, l, w, r, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 		ON CONFLICT (key, name) DO UPDATE SET algorithm = EXCLUDED.algorithm, t = EXCLUDED.t, x = EXCLUDED.x,
-			y = EXCLUDED.y, log = EXCLUDED.log, expires_at = EXCLUDED.expires_at`,
-		key, name, s.Algorithm, s.T, s.X, s.Y, log, expires)
+			y = EXCLUDED.y, log = EXCLUDED.log, l = EXCLUDED.l, w = EXCLUDED.w, r = EXCLUDED.r,
+			expires_at = EXCLUDED.expires_at`,
+		key, name, s.Algorithm, s.T, s.X, s.Y, log, s.L, s.W, s.R, expires)
 	return err
 }
 
@@ -116,8 +119,9 @@ func readRows(ctx context.Context, db *pgxpool.Pool, key string, ns []string) ([
 	out := make([]row, len(ns))
 	for i, n := range ns {
 		r := &out[i]
-		err := db.QueryRow(ctx, `SELECT algorithm, t, x, y, log, expires_at FROM rl.state WHERE key = $1 AND name = $2`,
-			key, n).Scan(&r.state.Algorithm, &r.state.T, &r.state.X, &r.state.Y, &r.state.Log, &r.expires)
+		err := db.QueryRow(ctx, `SELECT algorithm, t, x, y, log, l, w, r, expires_at FROM rl.state WHERE key = $1 AND name = $2`,
+			key, n).Scan(&r.state.Algorithm, &r.state.T, &r.state.X, &r.state.Y, &r.state.Log,
+			&r.state.L, &r.state.W, &r.state.R, &r.expires)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
@@ -133,8 +137,8 @@ func readRows(ctx context.Context, db *pgxpool.Pool, key string, ns []string) ([
 type tableVia int
 
 const (
-	viaFunctions tableVia = iota // rl_allow_us, rl_peek_us, rl_allow_multi, rl_peek_multi
-	viaArrays                    // rl_decide_multi for several limits
+	viaFunctions tableVia = iota // rl_allow_us, rl_peek_us, rl_settle_us, rl_allow_multi, rl_peek_multi, rl_settle_multi
+	viaArrays                    // rl_decide_multi (rl_settle_decide) for several limits
 	viaBatch                     // rl_decide_batch, one request per batch
 )
 
@@ -194,15 +198,18 @@ func runTableCase(ctx context.Context, db *pgxpool.Pool, c vectors.Case, via tab
 			clear(expires)
 		case via == viaBatch:
 			ds, index, err = batchStep(ctx, db, key, limits, st)
-			if err == nil && st.Op == "take" && st.Cost > 0 && !slices.ContainsFunc(ds, func(d vectors.Decision) bool { return !d.Allowed }) {
+			if err == nil && writes(st, ds) {
 				for j, d := range ds {
 					expires[limits[j].Name] = expiresAt(st.Now, d.ResetAfter)
 				}
 			}
 		case len(limits) == 1:
 			fn := "rl.rl_allow_us"
-			if st.Op == "peek" {
+			switch st.Op {
+			case "peek":
 				fn = "rl.rl_peek_us"
+			case "settle":
+				fn = "rl.rl_settle_us"
 			}
 			l := limits[0]
 			var d vectors.Decision
@@ -216,14 +223,17 @@ func runTableCase(ctx context.Context, db *pgxpool.Pool, c vectors.Case, via tab
 					return fail("now_us %d, want %d", now, st.Now)
 				}
 				ds = append(ds, d)
-				if st.Op == "take" && d.Allowed && st.Cost > 0 {
+				if writes(st, ds) {
 					expires[l.Name] = expiresAt(st.Now, d.ResetAfter)
 				}
 			}
 		default:
 			fn := "rl.rl_allow_multi"
-			if st.Op == "peek" {
+			switch st.Op {
+			case "peek":
 				fn = "rl.rl_peek_multi"
+			case "settle":
+				fn = "rl.rl_settle_multi"
 			}
 			type jl struct {
 				Name      string `json:"name"`
@@ -247,8 +257,13 @@ func runTableCase(ctx context.Context, db *pgxpool.Pool, c vectors.Case, via tab
 				for _, l := range limits {
 					algs, lims, wins, rates = append(algs, l.Algorithm), append(lims, l.Limit), append(wins, l.Window), append(rates, l.Rate)
 				}
-				rows, err = db.Query(ctx, cols+` FROM rl.rl_decide_multi($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-					key, ns, algs, lims, wins, rates, st.Cost, st.Now, st.Op == "take")
+				if st.Op == "settle" {
+					rows, err = db.Query(ctx, cols+` FROM rl.rl_settle_decide($1, $2, $3, $4, $5, $6, $7, $8)`,
+						key, ns, algs, lims, wins, rates, st.Cost, st.Now)
+				} else {
+					rows, err = db.Query(ctx, cols+` FROM rl.rl_decide_multi($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+						key, ns, algs, lims, wins, rates, st.Cost, st.Now, st.Op == "take")
+				}
 			} else {
 				rows, err = db.Query(ctx, cols+` FROM `+fn+`($1, $2::jsonb, $3, $4)`, key, string(b), st.Cost, st.Now)
 			}
@@ -281,7 +296,7 @@ func runTableCase(ctx context.Context, db *pgxpool.Pool, c vectors.Case, via tab
 				if err == nil {
 					err = rows.Err()
 				}
-				if err == nil && st.Op == "take" && st.Cost > 0 && !slices.ContainsFunc(ds, func(d vectors.Decision) bool { return !d.Allowed }) {
+				if err == nil && writes(st, ds) {
 					for j, d := range ds {
 						expires[limits[j].Name] = expiresAt(st.Now, d.ResetAfter)
 					}
@@ -329,6 +344,18 @@ func runTableCase(ctx context.Context, db *pgxpool.Pool, c vectors.Case, via tab
 	return nil
 }
 
+// writes reports whether a step that decided ds wrote its rows: an
+// admitted take of a cost above 0, or a settle of a delta other than 0.
+func writes(st vectors.Step, ds []vectors.Decision) bool {
+	switch st.Op {
+	case "take":
+		return st.Cost > 0 && !slices.ContainsFunc(ds, func(d vectors.Decision) bool { return !d.Allowed })
+	case "settle":
+		return st.Cost != 0
+	}
+	return false
+}
+
 // batchStep decides one vector step as a batch of one request
 // (rl_decide_batch), returning an error row as the *pgconn.PgError the
 // other functions raise (its message as DETAIL, which names the limit).
@@ -345,8 +372,8 @@ func batchStep(ctx context.Context, db *pgxpool.Pool, key string, limits []vecto
 	rows, err := db.Query(ctx, `SELECT req, ord, name, allowed, lim, remaining, reset_after_us, retry_after_us, delay_us,
 			deciding, now_us, error_code, error_message, next_after_us
 		FROM rl.rl_decide_batch(ARRAY[$1::text], $2, $3, $4, $5, $6, ARRAY[$7::bigint], ARRAY[$8::integer],
-			ARRAY[$9::bigint], ARRAY[$10::boolean])`,
-		key, ns, algs, lims, wins, rates, st.Cost, len(limits), st.Now, st.Op == "take")
+			ARRAY[$9::bigint], ARRAY[$10::boolean], ARRAY[$11::boolean])`,
+		key, ns, algs, lims, wins, rates, st.Cost, len(limits), st.Now, st.Op == "take", st.Op == "settle")
 	if err != nil {
 		return nil, 0, err
 	}

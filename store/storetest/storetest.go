@@ -1,6 +1,7 @@
 // Package storetest is the conformance suite every store.Store runs: the
 // same decisions as package core on every algorithm, all-or-nothing
-// multi-limit calls, peek, reset, and exactness under concurrency.
+// multi-limit calls, peek, reset, shadow limits, and exactness under
+// concurrency.
 package storetest
 
 import (
@@ -38,6 +39,12 @@ type Config struct {
 	// The suite then wants the derived value where it otherwise wants the
 	// core's. Every store of this module computes it.
 	DerivedNextAfter bool
+	// ShadowRefused, if set, is the error the store answers a policy with
+	// shadow limits with, for a store that cannot decide them (pgstore's
+	// ModeSQL: pgstore.ErrShadowSQL). The suite then checks that every
+	// decision of such a policy is refused with it, instead of its shadow
+	// cases.
+	ShadowRefused error
 }
 
 const t0 = int64(1_767_225_600_000_000)
@@ -60,6 +67,9 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("InvalidInput", func(t *testing.T) { invalid(t, cfg, prefix) })
 	t.Run("Exactness", func(t *testing.T) { exactness(t, cfg, prefix) })
 	t.Run("AllOrNothingRace", func(t *testing.T) { allOrNothingRace(t, cfg, prefix) })
+	t.Run("Shadow", func(t *testing.T) { shadow(t, cfg, prefix) })
+	t.Run("CarryAndSettle", func(t *testing.T) { carryAndSettle(t, cfg, prefix) })
+	t.Run("SettleRace", func(t *testing.T) { settleRace(t, cfg, prefix) })
 	if cfg.WithDecider != nil {
 		t.Run("UsesItsDecider", func(t *testing.T) { usesItsDecider(t, cfg, prefix) })
 	}
@@ -71,7 +81,7 @@ const spyCost = 7777
 
 // spyDecider is the native core, except that it counts its calls and
 // refuses spyCost.
-type spyDecider struct{ takes, peeks atomic.Int64 }
+type spyDecider struct{ takes, peeks, settles atomic.Int64 }
 
 func (d *spyDecider) TakeAll(ls []core.Limit, ss []core.State, now, cost int64, ds []core.Decision) (int, error) {
 	d.takes.Add(1)
@@ -87,6 +97,14 @@ func (d *spyDecider) PeekAll(ls []core.Limit, ss []core.State, now, cost int64, 
 		return 0, core.ErrCost
 	}
 	return core.PeekAll(ls, ss, now, cost, ds)
+}
+
+func (d *spyDecider) SettleAll(ls []core.Limit, ss []core.State, now, delta int64, ds []core.Decision) (int, error) {
+	d.settles.Add(1)
+	if delta == spyCost {
+		return 0, core.ErrCost
+	}
+	return core.SettleAll(ls, ss, now, delta, ds)
 }
 
 // usesItsDecider: every path of the store goes through its decider, whose
@@ -111,10 +129,21 @@ func usesItsDecider(t *testing.T, cfg Config, prefix string) {
 		{"take with other limits", req(prefix, "spy", store.Take, t0, 1, pb), false},
 		{"peek of several limits", req(prefix, "spy", store.Peek, t0, 1, p2), true},
 		{"take of one limit by another policy", req(prefix, "spy", store.Take, t0, 1, policy(t, names[:1], one)), false},
+		{"take with a shadow limit", req(prefix, "spy", store.Take, t0, 1, withShadow(t, p2, "b")), false},
+		{"peek with a shadow limit", req(prefix, "spy", store.Peek, t0, 1, withShadow(t, p2, "b")), true},
+		{"take of only a shadow limit", req(prefix, "spy", store.Take, t0, 1, withShadow(t, p2, "a", "b")), false},
+		{"settle of one limit", req(prefix, "spy", store.Settle, t0, 1, p1), false},
+		{"settle of several limits", req(prefix, "spy", store.Settle, t0, -1, p2), false},
 	} {
+		if cfg.ShadowRefused != nil && c.req.Policy.Shadowed() {
+			continue
+		}
 		counter := &d.takes
-		if c.peek {
+		switch {
+		case c.peek:
 			counter = &d.peeks
+		case c.req.Op == store.Settle:
+			counter = &d.settles
 		}
 		before := counter.Load()
 		_, got, err := s.Decide(ctx, c.req, nil)
@@ -145,6 +174,17 @@ func policy(t testing.TB, names []string, ls ...core.Limit) *store.Policy {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// withShadow returns p with the named limits as shadow limits, failing t
+// if it cannot.
+func withShadow(t testing.TB, p *store.Policy, names ...string) *store.Policy {
+	t.Helper()
+	q, err := p.WithShadow(names...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
 }
 
 // sameAsCore drives each algorithm through a sequence and compares every

@@ -62,6 +62,9 @@ type State struct {
 	T         int64   `json:"t"`
 	X         int64   `json:"x"`
 	Y         int64   `json:"y"`
+	L         int64   `json:"l"`
+	W         int64   `json:"w"`
+	R         int64   `json:"r"`
 	Log       []int64 `json:"log"`
 }
 
@@ -70,8 +73,8 @@ type State struct {
 // call (to inject a corrupt or foreign state).
 type Step struct {
 	Now       int64   `json:"now"`
-	Op        string  `json:"op"` // "take", "peek" or "reset"
-	Cost      int64   `json:"cost"`
+	Op        string  `json:"op"`   // "take", "peek", "reset" or "settle"
+	Cost      int64   `json:"cost"` // for "settle", the delta (may be negative)
 	Limits    []Limit `json:"limits,omitempty"`
 	SetStates []State `json:"set_states,omitempty"`
 	Expect    Expect  `json:"expect"`
@@ -126,4 +129,19 @@ func Load() ([]File, error) {
 		out = append(out, f)
 	}
 	return out, nil
+}
+
+// Differs reports whether s and o are different states (a nil and an empty
+// log are the same).
+func (s State) Differs(o State) bool {
+	if s.Algorithm != o.Algorithm || s.T != o.T || s.X != o.X || s.Y != o.Y || s.L != o.L || s.W != o.W || s.R != o.R ||
+		len(s.Log) != len(o.Log) {
+		return true
+	}
+	for i := range s.Log {
+		if s.Log[i] != o.Log[i] {
+			return true
+		}
+	}
+	return false
 }

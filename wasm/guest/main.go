@@ -63,6 +63,9 @@ const (
 	wRetryAfter     = abi.WRetryAfter
 	wDelay          = abi.WDelay
 	wNextAfter      = abi.WNextAfter
+	wStateL         = abi.WStateL
+	wStateW         = abi.WStateW
+	wStateR         = abi.WStateR
 )
 
 // ABI-level status codes (core.Error values are 1..10).
@@ -111,6 +114,9 @@ func exportTakeAll(n int32, now, cost int64) int32 { return multi(n, now, cost, 
 //go:wasmexport rl_peek_all
 func exportPeekAll(n int32, now, cost int64) int32 { return multi(n, now, cost, false) }
 
+//go:wasmexport rl_settle_all
+func exportSettleAll(n int32, now, delta int64) int32 { return settle(n, now, delta) }
+
 // slot returns the words of slot i.
 func slot(i int) *[slotWords]int64 {
 	off := headerWords + i*slotWords
@@ -147,6 +153,9 @@ func load(n int) (int32, int) {
 		s.T = w[wStateT]
 		s.X = w[wStateX]
 		s.Y = w[wStateY]
+		s.L = w[wStateL]
+		s.W = w[wStateW]
+		s.R = w[wStateR]
 		// The log lives in the slot: core writes new entries in place.
 		s.Log = w[slotHeadWords : slotHeadWords+int(ln) : slotHeadWords+int(cp)]
 	}
@@ -180,6 +189,9 @@ func storeState(w *[slotWords]int64, s *core.State) {
 	w[wStateT] = s.T
 	w[wStateX] = s.X
 	w[wStateY] = s.Y
+	w[wStateL] = s.L
+	w[wStateW] = s.W
+	w[wStateR] = s.R
 	w[wStateLogLen] = int64(len(s.Log))
 }
 
@@ -220,6 +232,36 @@ func single(now, cost int64, take bool) int32 {
 		storeState(w, &n)
 	}
 	return header(code(err), 0, written)
+}
+
+// settle is core.SettleAll on slots [0, n): every state is replaced unless
+// it fails (or delta is 0, which changes nothing).
+func settle(n32 int32, now, delta int64) int32 {
+	if n32 < 0 || n32 > maxLimits {
+		return header(statusTooManyLimits, 0, false)
+	}
+	n := int(n32)
+	if st, i := load(n); st != 0 {
+		return header(st, i, false)
+	}
+	for i := 0; i < n; i++ {
+		ds[i].Limit = unset
+	}
+	index, err := core.SettleAll(ls[:n], ss[:n], now, delta, ds[:n])
+	for i := 0; i < n; i++ {
+		if ds[i].Limit == unset {
+			slot(i)[wDecided] = 0
+		} else {
+			storeDecision(slot(i), &ds[i])
+		}
+	}
+	written := err == nil && delta != 0
+	if written {
+		for i := 0; i < n; i++ {
+			storeState(slot(i), &ss[i])
+		}
+	}
+	return header(code(err), index, written)
 }
 
 func multi(n32 int32, now, cost int64, take bool) int32 {

@@ -17,11 +17,11 @@ const vectorsDir = process.argv[3] ?? join(here, "..", "..", "tests", "vectors")
 
 // ---- The ABI (wasm/ABI.md) -------------------------------------------------
 
-const ABI_VERSION = 1;
+const ABI_VERSION = 2;
 const MAX_LIMITS = 16;
 const LOG_SLOTS = 4097;
 const HEADER_BYTES = 64;
-const SLOT_HEAD_BYTES = 144;
+const SLOT_HEAD_BYTES = 168;
 const SLOT_BYTES = SLOT_HEAD_BYTES + 8 * LOG_SLOTS;
 const BUFFER_BYTES = HEADER_BYTES + MAX_LIMITS * SLOT_BYTES;
 // Header offsets.
@@ -31,7 +31,7 @@ const O = {
   limitAlgorithm: 0, limit: 8, window: 16, rate: 24,
   stateAlgorithm: 32, t: 40, x: 48, y: 56, logLen: 64, logCap: 72,
   decided: 80, allowed: 88, decLimit: 96, remaining: 104, resetAfter: 112,
-  retryAfter: 120, delay: 128, nextAfter: 136, log: SLOT_HEAD_BYTES,
+  retryAfter: 120, delay: 128, nextAfter: 136, l: 144, w: 152, r: 160, log: SLOT_HEAD_BYTES,
 };
 
 class RL {
@@ -66,6 +66,9 @@ class RL {
     v.setBigInt64(s + O.t, state.t, true);
     v.setBigInt64(s + O.x, state.x, true);
     v.setBigInt64(s + O.y, state.y, true);
+    v.setBigInt64(s + O.l, state.l, true);
+    v.setBigInt64(s + O.w, state.w, true);
+    v.setBigInt64(s + O.r, state.r, true);
     const len = Math.min(state.log.length, LOG_SLOTS);
     const cap = Math.min(state.logCap, LOG_SLOTS);
     v.setBigInt64(s + O.logLen, BigInt(len), true);
@@ -100,19 +103,25 @@ class RL {
       t: v.getBigInt64(s + O.t, true),
       x: v.getBigInt64(s + O.x, true),
       y: v.getBigInt64(s + O.y, true),
+      l: v.getBigInt64(s + O.l, true),
+      w: v.getBigInt64(s + O.w, true),
+      r: v.getBigInt64(s + O.r, true),
       log,
       logCap: old.logCap,
     };
   }
 
-  // call decides cost against limits with states: op is "take" or "peek";
-  // single selects rl_take/rl_peek (one limit) over rl_take_all/rl_peek_all.
+  // call decides cost against limits with states: op is "take", "peek" or
+  // "settle" (cost is then the delta; always rl_settle_all); single selects
+  // rl_take/rl_peek (one limit) over rl_take_all/rl_peek_all.
   // It returns {status, index, decisions, states}.
   call(op, single, limits, states, now, cost) {
     let v = this.view();
     limits.forEach((l, i) => this.put(v, i, l, states[i]));
     let status;
-    if (single) {
+    if (op === "settle") {
+      status = this.x.rl_settle_all(limits.length, now, cost);
+    } else if (single) {
       status = (op === "take" ? this.x.rl_take : this.x.rl_peek)(now, cost);
     } else {
       status = (op === "take" ? this.x.rl_take_all : this.x.rl_peek_all)(limits.length, now, cost);
@@ -193,9 +202,9 @@ function parseJSON(text) {
 
 // ---- The runner (tests/vectors/README.md, "Running a case") ----------------
 
-const fresh = () => ({ algorithm: 0n, t: 0n, x: 0n, y: 0n, log: [], logCap: 4096 });
+const fresh = () => ({ algorithm: 0n, t: 0n, x: 0n, y: 0n, l: 0n, w: 0n, r: 0n, log: [], logCap: 4096 });
 const toState = (s) => ({
-  algorithm: s.algorithm, t: s.t, x: s.x, y: s.y,
+  algorithm: s.algorithm, t: s.t, x: s.x, y: s.y, l: s.l ?? 0n, w: s.w ?? 0n, r: s.r ?? 0n,
   log: [...(s.log ?? [])], logCap: 4096 + (s.log ?? []).length,
 });
 const show = (x) => JSON.stringify(x, (_, v) => (typeof v === "bigint" ? v.toString() : v));
@@ -211,10 +220,10 @@ function runCase(rl, c, mismatch) {
     let status = 0, index = 0, decisions = null;
     if (st.op === "reset") {
       states = limits.map(fresh);
-    } else if (st.op === "take" || st.op === "peek") {
+    } else if (st.op === "take" || st.op === "peek" || st.op === "settle") {
       const r = rl.call(st.op, limits.length === 1, limits, states, st.now, st.cost);
       ({ status, index, decisions } = r);
-      if (st.op === "take" && status === 0) states = r.states;
+      if (st.op !== "peek" && status === 0) states = r.states;
     } else {
       throw new Error(`${where}: unknown op ${st.op}`);
     }
@@ -233,8 +242,8 @@ function runCase(rl, c, mismatch) {
     }
     states.forEach((s, j) => {
       const w = e.states[j];
-      const got = show({ algorithm: s.algorithm, t: s.t, x: s.x, y: s.y, log: s.log });
-      const want = show({ algorithm: w.algorithm, t: w.t, x: w.x, y: w.y, log: w.log ?? [] });
+      const got = show({ algorithm: s.algorithm, t: s.t, x: s.x, y: s.y, l: s.l, w: s.w, r: s.r, log: s.log });
+      const want = show({ algorithm: w.algorithm, t: w.t, x: w.x, y: w.y, l: w.l ?? 0n, w: w.w ?? 0n, r: w.r ?? 0n, log: w.log ?? [] });
       if (got !== want) mismatch(`${where} limit ${j}: state ${got}, want ${want}`);
     });
   });

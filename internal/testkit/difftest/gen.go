@@ -30,6 +30,9 @@ const (
 	Peek
 	TakeAll
 	PeekAll
+	// SettleAll settles Cost, which may be negative, on every limit
+	// (core.SettleAll).
+	SettleAll
 )
 
 func (o Op) String() string {
@@ -42,6 +45,8 @@ func (o Op) String() string {
 		return "TakeAll"
 	case PeekAll:
 		return "PeekAll"
+	case SettleAll:
+		return "SettleAll"
 	}
 	return "Op(" + strconv.Itoa(int(o)) + ")"
 }
@@ -305,6 +310,19 @@ func (g *gen) state(l core.Limit, now int64) core.State {
 			s.X %= max(1, l.Rate, l.Limit)
 		}
 	}
+	if s.Algorithm != 0 && g.pct(50) { // the parameters that wrote it
+		p := l
+		if s.Algorithm != l.Algorithm || g.pct(30) {
+			p = g.limit(s.Algorithm)
+		}
+		s.L, s.W, s.R = p.Limit, p.Window, p.Rate
+		if p.Rate == 0 && !p.Algorithm.Windowed() {
+			s.R = p.Limit
+		}
+		if g.pct(5) { // not a valid limit: corrupt
+			s.R = g.pick(0, -1, 1, core.MaxLimit+1)
+		}
+	}
 	c := n + int(g.pick(0, 0, 1, 2, 10, 4096, 10000))
 	if g.pct(25) {
 		c = n
@@ -411,6 +429,8 @@ func (g *gen) sequence() Sequence {
 				st.Op = TakeAll
 			case x < 50:
 				st.Op = PeekAll
+			case x < 58:
+				st.Op = SettleAll
 			}
 			if len(limits) > 0 && g.pct(4) { // a configuration change
 				next := make([]core.Limit, len(limits))
@@ -495,6 +515,9 @@ func (g *gen) sequence() Sequence {
 		st.Cost = min(st.Cost, core.MaxCost)
 		if !valid && g.pct(1) {
 			st.Cost = g.pick(-1, core.MaxCost+1, 1<<62, -1<<63)
+		}
+		if st.Op == SettleAll && g.pct(40) {
+			st.Cost = -st.Cost // a refund
 		}
 		seq.Steps = append(seq.Steps, st)
 	}

@@ -210,6 +210,9 @@ func call(w *world, ls []core.Limit, st Step) outcome {
 			o.call = "Peek"
 			o.ds[0], o.err = w.single.Peek(ls[0], w.states[0], st.Now, st.Cost)
 		}
+	case st.Op == SettleAll:
+		o.call = "SettleAll"
+		o.index, o.err = w.d.SettleAll(ls, w.states, st.Now, st.Cost, o.ds)
 	case take:
 		o.call = "TakeAll"
 		o.index, o.err = w.d.TakeAll(ls, w.states, st.Now, st.Cost, o.ds)
@@ -258,7 +261,7 @@ func sameErr(a, b error) bool {
 // sameState compares states after a call; origA and origB are the states
 // each decider was given.
 func (r *Runner) sameState(a, b, origA, origB core.State) string {
-	if a.Algorithm != b.Algorithm || a.T != b.T || a.X != b.X || a.Y != b.Y {
+	if a.Algorithm != b.Algorithm || a.T != b.T || a.X != b.X || a.Y != b.Y || a.L != b.L || a.W != b.W || a.R != b.R {
 		return "words differ"
 	}
 	if !r.Exact {
@@ -436,7 +439,7 @@ func formatLimits(ls []core.Limit) string {
 func formatStates(ss []core.State) string {
 	var parts []string
 	for _, s := range ss {
-		p := fmt.Sprintf("{%d T %d X %d Y %d", s.Algorithm, s.T, s.X, s.Y)
+		p := fmt.Sprintf("{%d T %d X %d Y %d L %d W %d R %d", s.Algorithm, s.T, s.X, s.Y, s.L, s.W, s.R)
 		switch {
 		case s.Log == nil:
 		case len(s.Log) <= 8:

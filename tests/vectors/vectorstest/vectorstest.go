@@ -5,7 +5,6 @@ package vectorstest
 
 import (
 	"errors"
-	"slices"
 	"testing"
 
 	"github.com/rlcore/rl/core"
@@ -16,6 +15,7 @@ import (
 type Core interface {
 	Take(l core.Limit, s core.State, now, cost int64) (core.Decision, core.State, error)
 	Peek(l core.Limit, s core.State, now, cost int64) (core.Decision, error)
+	Settle(l core.Limit, s core.State, now, delta int64) (core.Decision, core.State, error)
 	core.Decider
 }
 
@@ -30,6 +30,11 @@ func (Native) Take(l core.Limit, s core.State, now, cost int64) (core.Decision, 
 // Peek calls core.Peek.
 func (Native) Peek(l core.Limit, s core.State, now, cost int64) (core.Decision, error) {
 	return core.Peek(l, s, now, cost)
+}
+
+// Settle calls core.Settle.
+func (Native) Settle(l core.Limit, s core.State, now, delta int64) (core.Decision, core.State, error) {
+	return core.Settle(l, s, now, delta)
 }
 
 // Run runs every vector file against c, a subtest per case. With alwaysAll,
@@ -62,7 +67,7 @@ func ToLimits(ls []vectors.Limit) []core.Limit {
 // ToState converts a vector state to the core's, with room for every log
 // entry a sliding log can hold (as the vectors' README requires).
 func ToState(v vectors.State) core.State {
-	s := core.State{Algorithm: core.Algorithm(v.Algorithm), T: v.T, X: v.X, Y: v.Y}
+	s := core.State{Algorithm: core.Algorithm(v.Algorithm), T: v.T, X: v.X, Y: v.Y, L: v.L, W: v.W, R: v.R}
 	s.Log = make([]int64, len(v.Log), core.MaxLogLimit+int64(len(v.Log)))
 	copy(s.Log, v.Log)
 	return s
@@ -76,7 +81,8 @@ func FromDecision(d core.Decision) vectors.Decision {
 
 // FromState converts a core state to the vectors' form.
 func FromState(s core.State) vectors.State {
-	return vectors.State{Algorithm: int32(s.Algorithm), T: s.T, X: s.X, Y: s.Y, Log: append([]int64{}, s.Log...)}
+	return vectors.State{Algorithm: int32(s.Algorithm), T: s.T, X: s.X, Y: s.Y, L: s.L, W: s.W, R: s.R,
+		Log: append([]int64{}, s.Log...)}
 }
 
 func runCase(t *testing.T, c Core, cs vectors.Case, alwaysAll bool) {
@@ -94,6 +100,11 @@ func runCase(t *testing.T, c Core, cs vectors.Case, alwaysAll bool) {
 		}
 		for j, s := range st.SetStates {
 			states[j] = ToState(s)
+		}
+		for j := range states { // storage for log entries, as a store gives
+			if states[j].Log == nil {
+				states[j].Log = make([]int64, 0, core.MaxLogLimit)
+			}
 		}
 		var (
 			err   error
@@ -121,6 +132,16 @@ func runCase(t *testing.T, c Core, cs vectors.Case, alwaysAll bool) {
 			default:
 				index, err = c.TakeAll(limits, states, st.Now, st.Cost, ds)
 			}
+		case "settle":
+			if len(limits) == 1 && !alwaysAll {
+				var n core.State
+				ds[0], n, err = c.Settle(limits[0], states[0], st.Now, st.Cost)
+				if err == nil {
+					states[0] = n
+				}
+			} else {
+				index, err = c.SettleAll(limits, states, st.Now, st.Cost, ds)
+			}
 		default:
 			t.Fatalf("step %d: unknown op %q", i, st.Op)
 		}
@@ -143,7 +164,7 @@ func runCase(t *testing.T, c Core, cs vectors.Case, alwaysAll bool) {
 		}
 		for j, s := range states {
 			want := st.Expect.States[j]
-			if int32(s.Algorithm) != want.Algorithm || s.T != want.T || s.X != want.X || s.Y != want.Y || !slices.Equal(s.Log, want.Log) {
+			if FromState(s).Differs(want) {
 				t.Fatalf("step %d limit %d: state %+v, want %+v", i, j, FromState(s), want)
 			}
 		}

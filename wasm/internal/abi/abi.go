@@ -7,14 +7,14 @@ package abi
 import "github.com/rlcore/rl/core"
 
 // Version is the module's abi_version.
-const Version = 1
+const Version = 2
 
 // Buffer shape.
 const (
 	MaxLimits     = core.MaxLimits           // slots in the buffer
 	LogSlots      = 4097                     // log entries per slot: core.MaxLogLimit + 1
 	HeaderWords   = 8                        // status, index, written, reserved
-	SlotHeadWords = 18                       // limit, state, decision
+	SlotHeadWords = 21                       // limit, state, decision, the state's parameters
 	SlotWords     = SlotHeadWords + LogSlots // + log entries
 	BufWords      = HeaderWords + MaxLimits*SlotWords
 )
@@ -48,7 +48,11 @@ const (
 	// WNextAfter was reserved (0) until the module reported it; a
 	// version-1 host may ignore it.
 	WNextAfter = 17
-	WLog       = SlotHeadWords
+	// The state's recorded parameters (core.State L, W, R), from version 2.
+	WStateL = 18
+	WStateW = 19
+	WStateR = 20
+	WLog    = SlotHeadWords
 )
 
 // Status codes beyond core.Error's values.

@@ -42,6 +42,9 @@ var notes = map[string]string{
 	"params":    "the limit's parameters change between calls on one state",
 	"state":     "a stored state is injected: foreign, corrupt or written elsewhere",
 	"random":    "a seeded random sequence",
+	"carry":     "a state recorded under other parameters or by another algorithm: the units it used carry over",
+	"settle":    "settle: a cost corrected after the call (a debt above the limit, or a refund)",
+	"legacy":    "a state without its recorded parameters (l, w, r 0), as written before they were kept",
 }
 
 type builder struct {
@@ -71,6 +74,23 @@ func (b *builder) takeWith(now, cost int64, ls []vectors.Limit) *builder {
 
 func (b *builder) takeFrom(now, cost int64, ss ...vectors.State) *builder {
 	return b.op("take", now, cost, nil, ss)
+}
+
+func (b *builder) settle(now, delta int64) *builder { return b.op("settle", now, delta, nil, nil) }
+
+func (b *builder) settleWith(now, delta int64, ls []vectors.Limit) *builder {
+	return b.op("settle", now, delta, ls, nil)
+}
+
+// takeLegacy takes under ls from the current states with their recorded
+// parameters removed, as a state written before they were kept.
+func (b *builder) takeLegacy(now, cost int64, ls []vectors.Limit) *builder {
+	ss := make([]vectors.State, len(b.states))
+	for i, s := range b.states {
+		ss[i] = vectorstest.FromState(s)
+		ss[i].L, ss[i].W, ss[i].R = 0, 0, 0
+	}
+	return b.op("take", now, cost, ls, ss)
 }
 
 // retryEdge follows a denied call with cost at 1 µs before and exactly at
@@ -112,6 +132,22 @@ func (b *builder) op(op string, now, cost int64, ls []vectors.Limit, ss []vector
 	case "reset":
 		for i := range b.states {
 			b.states[i] = core.State{Log: b.states[i].Log[:0]}
+		}
+	case "settle":
+		ds := make([]core.Decision, len(b.limits))
+		if len(b.limits) == 1 {
+			var n core.State
+			ds[0], n, err = core.Settle(b.limits[0], b.states[0], now, cost)
+			if err == nil {
+				b.states[0] = n
+			}
+		} else {
+			st.Expect.Index, err = core.SettleAll(b.limits, b.states, now, cost, ds)
+		}
+		if err == nil {
+			for _, d := range ds {
+				st.Expect.Decisions = append(st.Expect.Decisions, vectorstest.FromDecision(d))
+			}
 		}
 	case "peek", "take":
 		ds := make([]core.Decision, len(b.limits))
@@ -200,12 +236,16 @@ func common(alg core.Algorithm, p string) []*builder {
 			take(t0, 4).takeWith(t0+100*ms, 1, []vectors.Limit{l(2, sec)}).take(t0+200*ms, 1).
 			takeWith(t0+300*ms, 1, []vectors.Limit{l(10, sec)}).takeWith(t0+400*ms, 1, []vectors.Limit{l(10, 100*ms)}).
 			take(t0+2*sec, 1),
-		newCase(p+"-foreign", "a state written by another algorithm is treated as fresh", []string{"state"}, l(2, sec)).
+		newCase(p+"-foreign", "a legacy state (no recorded parameters) written by another algorithm is treated as fresh", []string{"state", "legacy"}, l(2, sec)).
 			takeFrom(t0, 1, vectors.State{Algorithm: int32(other(alg)), T: t0, X: 5}).take(t0+1, 1).take(t0+2, 1),
-		newCase(p+"-clamp", "a state written at 1 per year, read at 10 per second: denied no longer than the new limit allows "+
-			"(one window, two for the sliding window, or one refill from when it was written), retry_after exact", []string{"params", "edge"}, l(1, 365*day)).
+		newCase(p+"-clamp", "a state written at 1 per year, read at 10 per second: the unit it used carries over, "+
+			"retry_after exact", []string{"params", "carry", "edge"}, l(1, 365*day)).
 			take(t0+5*sec, 1).take(t0+5*sec+1, 1).
 			takeWith(t0+5*sec+2, 10, []vectors.Limit{l(10, sec)}).take(t0+5*sec+3, 10).retryEdge(10).take(t0+20*sec, 1),
+		newCase(p+"-clamp-legacy", "a legacy state written at 1 per year, read at 10 per second: denied no longer than the new limit allows "+
+			"(one window, two for the sliding window, or one refill from when it was written), retry_after exact", []string{"params", "legacy", "edge"}, l(1, 365*day)).
+			take(t0+5*sec, 1).take(t0+5*sec+1, 1).
+			takeLegacy(t0+5*sec+2, 10, []vectors.Limit{l(10, sec)}).take(t0+5*sec+3, 10).retryEdge(10).take(t0+20*sec, 1),
 	)
 	if alg <= core.SlidingLog {
 		cs = append(cs, newCase(p+"-regrid", "the window changes to a length whose grid the stored times are not on: retry_after exact "+
@@ -403,6 +443,9 @@ func files() map[string]vectors.File {
 			take(t0, 1).takeWith(t0, 1, []vectors.Limit{lim("ok", core.FixedWindow, 4, sec, 0), lim("fine", core.TokenBucket, 4, sec, 0)}),
 	}
 	add("multi.json", "Several limits at once, all or nothing: the deciding limit's index, and no state change on denial.", m)
+	add("carry.json", "Parameter changes on one key: the units a state used carry over to the new limit or algorithm, "+
+		"never a fraction of one refunded, clamped to the new limit.", carryCases())
+	add("settle.json", "Settle: a cost corrected after the call; a positive delta may put the key in debt, a negative one refunds.", settleCases())
 	return out
 }
 
@@ -427,4 +470,92 @@ func main() {
 			log.Fatal(err)
 		}
 	}
+}
+
+// carryCases pins, for every pair of algorithms, what a state written by
+// one carries to the other: raised (admits what is left) and lowered
+// (clamped: retry_after exact, never longer than the new limit gives).
+func carryCases() []*builder {
+	var cs []*builder
+	for _, from := range core.Algorithms() {
+		for _, to := range core.Algorithms() {
+			src := lim("default", from, 5, sec, 0)
+			if !from.Windowed() {
+				src.Rate = 5
+			}
+			raised := lim("default", to, 8, 2*sec, 0)
+			lowered := lim("default", to, 2, 3*sec, 0)
+			if !to.Windowed() {
+				raised.Rate, lowered.Rate = 3, 1
+			}
+			id := fmt.Sprintf("carry-%s-%s", from.ShortName(), to.ShortName())
+			cs = append(cs,
+				newCase(id+"-raised", fmt.Sprintf("3 of 5 per second used by %s, then %s at 8 per 2 s: what is left is admitted", from, to),
+					[]string{"params", "carry"}, src).
+					take(t0+100*ms, 3).peek(t0+150*ms, 1).takeWith(t0+200*ms, 5, []vectors.Limit{raised}).take(t0+300*ms, 1).
+					take(t0+400*ms, 1),
+				newCase(id+"-lowered", fmt.Sprintf("3 of 5 per second used by %s, then %s at 2 per 3 s: clamped, retry_after exact", from, to),
+					[]string{"params", "carry", "edge"}, src).
+					take(t0+100*ms, 3).takeWith(t0+200*ms, 1, []vectors.Limit{lowered}).retryEdge(1).take(t0+20*sec, 2),
+			)
+		}
+	}
+	cs = append(cs,
+		newCase("carry-gcra-rate-raised", "letsencrypt/boulder #8785: GCRA at 1 per 10 s exhausted, then 10 per 10 s: "+
+			"the override admits at once", []string{"params", "carry"}, lim("default", core.GCRA, 1, 10*sec, 1)).
+			take(t0, 1).take(t0+sec, 1).takeWith(t0+2*sec, 1, []vectors.Limit{lim("default", core.GCRA, 10, 10*sec, 10)}).
+			take(t0+2*sec, 8).take(t0+2*sec, 1),
+		newCase("carry-token-window", "a token bucket's window doubles: the tokens used carry, not stretched", []string{"params", "carry"},
+			lim("default", core.TokenBucket, 10, sec, 0)).
+			take(t0, 10).takeWith(t0, 1, []vectors.Limit{lim("default", core.TokenBucket, 10, 2*sec, 0)}).retryEdge(1),
+		newCase("carry-legacy-bucket", "a legacy token bucket state read under another window is clamped, not carried", []string{"params", "legacy"},
+			lim("default", core.TokenBucket, 10, sec, 0)).
+			take(t0, 10).takeLegacy(t0, 1, []vectors.Limit{lim("default", core.TokenBucket, 10, 2*sec, 0)}),
+		newCase("carry-errors", "recorded parameters that are not a valid limit of the state's algorithm are a corrupt state", []string{"state", "error"},
+			lim("default", core.TokenBucket, 10, sec, 0)).
+			takeFrom(t0, 1, vectors.State{Algorithm: int32(core.TokenBucket), T: t0, X: 5, L: 10, W: sec}).
+			takeFrom(t0, 1, vectors.State{Algorithm: int32(core.FixedWindow), T: t0, X: 5, L: 10, W: sec, R: 1}).
+			takeFrom(t0, 1, vectors.State{Algorithm: int32(core.FixedWindow), T: t0, X: 5, L: 0, W: sec}).
+			takeFrom(t0, 1, vectors.State{Algorithm: int32(core.SlidingLog), L: core.MaxLogLimit + 1, W: sec, Log: []int64{t0}}).
+			takeFrom(t0, 1, vectors.State{L: 1, W: 1}).
+			takeFrom(t0, 1, vectors.State{Algorithm: int32(core.FixedWindow), T: t0, X: 5, L: 10, W: sec}),
+	)
+	return cs
+}
+
+// settleCases pins Settle for every algorithm: a debt above the limit paid
+// off exactly, refunds never below nothing used, errors, several limits.
+func settleCases() []*builder {
+	var cs []*builder
+	for _, a := range core.Algorithms() {
+		l := lim("default", a, 4, sec, 0)
+		p := "settle-" + a.ShortName()
+		cs = append(cs,
+			newCase(p+"-debt", "an estimate of 1, then the real cost of 7 on a limit of 4: in debt, denied until paid off",
+				[]string{"settle", "edge"}, l).
+				take(t0, 1).settle(t0+10*ms, 6).peek(t0+20*ms, 1).take(t0+30*ms, 1).retryEdge(1).take(t0+5*sec, 4),
+			newCase(p+"-refund", "an estimate of 3, the real cost 1: refunded, never below nothing used",
+				[]string{"settle"}, l).
+				take(t0, 3).settle(t0+10*ms, -2).take(t0+20*ms, 3).take(t0+30*ms, 1).settle(t0+40*ms, -100).take(t0+50*ms, 4),
+			newCase(p+"-fresh", "settling a fresh key", []string{"settle"}, l).
+				settle(t0, -1).settle(t0, 0).settle(t0+1, 2).take(t0+2, 2).take(t0+3, 1),
+			newCase(p+"-errors", "a delta out of range, or a debt too large to record", []string{"settle", "error"}, l).
+				take(t0, 1).settle(t0, core.MaxCost+1).settle(t0, -core.MaxCost-1).settle(-1, 1).settle(t0+1, 0),
+		)
+	}
+	cs = append(cs,
+		newCase("settle-gcra-huge", "a GCRA debt whose arrival time would not fit", []string{"settle", "error", "maxima"},
+			lim("default", core.GCRA, 1, core.MaxWindow, 1)).
+			settle(t0, core.MaxCost),
+		newCase("settle-multi", "settling several limits at once: every one is charged", []string{"settle", "multi"},
+			lim("burst", core.TokenBucket, 5, sec, 0), lim("daily", core.FixedWindow, 8, day, 0)).
+			take(t0, 2).settle(t0+1, 5).take(t0+2, 1).settle(t0+3, -7).take(t0+4, 5),
+		newCase("settle-multi-error", "an error on one limit changes no state", []string{"settle", "multi", "error"},
+			lim("burst", core.TokenBucket, 5, sec, 0), lim("huge", core.GCRA, 1, core.MaxWindow, 1)).
+			take(t0, 1).settle(t0+1, core.MaxCost),
+		newCase("settle-carry", "a settle after the limit changed carries the state first", []string{"settle", "carry", "params"},
+			lim("default", core.TokenBucket, 4, sec, 0)).
+			take(t0, 2).settleWith(t0+1, 1, []vectors.Limit{lim("default", core.GCRA, 6, 2*sec, 0)}).take(t0+2, 3).take(t0+3, 1),
+	)
+	return cs
 }

@@ -1,0 +1,199 @@
+package store
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/rlcore/rl/core"
+)
+
+// Shadow limits. A limit of a policy can be a shadow limit: a candidate
+// decided on the same key, in the same atomic step as the policy's
+// enforced limits (under the same lock or transaction), whose state
+// evolves as if it were enforced on its own, but which never denies. Per
+// call (Policy.Decide):
+//
+//   - the enforced limits decide all or nothing, as core.TakeAll, as if
+//     the shadow limits were not there;
+//   - when they admit the call, each shadow limit takes the cost on its
+//     own (core.Take of that one limit): it is charged exactly when it
+//     would admit the cost, and when it would deny it, its decision is the
+//     denial (a would-deny) and its state is left as it was;
+//   - when they deny the call, nothing is charged anywhere, shadow limits
+//     included, and each shadow limit's decision is a peek of the cost:
+//     what it would have decided;
+//   - a policy of only shadow limits admits every call.
+//
+// A peek decides every limit as a peek. The decision a store returns is
+// the deciding enforced limit's (Policy.Deciding); each shadow limit's own
+// decision is in the per-limit decisions, with Allowed false for a
+// would-deny. A policy without shadow limits costs nothing extra: Decide
+// is core.TakeAll or PeekAll on it.
+
+// shadows is what a policy with shadow limits needs to decide them: the
+// indexes of both kinds of limits and the enforced limits alone, for
+// core.TakeAll.
+type shadows struct {
+	shadow    []bool // by limit
+	enforced  []int  // indexes of the enforced limits, in order
+	shadows   []int  // indexes of the shadow limits, in order
+	eLimits   []core.Limit
+	eCompiled []core.Compiled
+}
+
+// WithShadow returns a copy of p in which the named limits, and only they,
+// are shadow limits; with no names, a copy without any. The copy has an ID
+// of its own; the names, limits and their order are p's, and so are the
+// states a store keeps for them: a limit's state is the same whether it is
+// enforced or shadow, so a candidate can be promoted (or an enforced limit
+// demoted) without losing its count. A name that is not one of p's is
+// refused with an error matching core.ErrLimits.
+func (p *Policy) WithShadow(names ...string) (*Policy, error) {
+	q := &Policy{names: p.names, limits: p.limits, compiled: p.compiled}
+	if len(names) > 0 {
+		sh := &shadows{shadow: make([]bool, len(p.names))}
+		for _, name := range names {
+			i := slices.Index(p.names, name)
+			if i < 0 {
+				return nil, fmt.Errorf("store: no limit named %q to make a shadow limit: %w", name, core.ErrLimits)
+			}
+			sh.shadow[i] = true
+		}
+		for i, s := range sh.shadow {
+			if s {
+				sh.shadows = append(sh.shadows, i)
+			} else {
+				sh.enforced = append(sh.enforced, i)
+				sh.eLimits = append(sh.eLimits, p.limits[i])
+				sh.eCompiled = append(sh.eCompiled, p.compiled[i])
+			}
+		}
+		q.sh = sh
+	}
+	q.id = policyIDs.Add(1)
+	return q, nil
+}
+
+// Shadow reports whether limit i is a shadow limit.
+func (p *Policy) Shadow(i int) bool { return p.sh != nil && p.sh.shadow[i] }
+
+// Shadowed reports whether the policy has a shadow limit.
+func (p *Policy) Shadowed() bool { return p.sh != nil }
+
+// Decide decides op on ss, the states of a key's limits in the policy's
+// order, into ds (both at least Len long), as a store's atomic step does:
+// for a policy without shadow limits, exactly core.TakeAll or PeekAll with
+// decider dec (nil: the native core on the compiled limits); with shadow
+// limits, the enforced limits with one TakeAll or PeekAll of dec, then
+// each shadow limit alone (see the package doc's Shadow limits). It
+// returns the index of the deciding limit, whose decision is
+// Deciding(ds, i), not ds[i].
+//
+// States change as TakeAll changes them: only when the call is admitted,
+// in place (a sliding log's entries in its backing array, which must have
+// room for the Limit as for TakeAll; a shadow limit's log without room is
+// given a new one). On an error, the index of the limit at fault, and ss
+// unchanged: every check is made before any state is written.
+func (p *Policy) Decide(dec core.Decider, op Op, ss []core.State, now, cost int64, ds []core.Decision) (int, error) {
+	if p.sh == nil || op == Settle { // a settle corrects every limit alike
+		return decideAll(dec, op, p.limits, p.compiled, ss, now, cost, ds)
+	}
+	return p.decideShadow(dec, op, ss, now, cost, ds)
+}
+
+// decideAll is core.TakeAll or PeekAll of ls, with dec or, when dec is nil,
+// natively on cs.
+func decideAll(dec core.Decider, op Op, ls []core.Limit, cs []core.Compiled, ss []core.State, now, cost int64, ds []core.Decision) (int, error) {
+	switch {
+	case dec == nil && op == Take:
+		return core.TakeAllCompiled(cs, ss, now, cost, ds)
+	case dec == nil && op == Settle:
+		return core.SettleAllCompiled(cs, ss, now, cost, ds)
+	case dec == nil:
+		return core.PeekAllCompiled(cs, ss, now, cost, ds)
+	case op == Take:
+		return dec.TakeAll(ls, ss, now, cost, ds)
+	case op == Settle:
+		return dec.SettleAll(ls, ss, now, cost, ds)
+	}
+	return dec.PeekAll(ls, ss, now, cost, ds)
+}
+
+// decideShadow is Decide for a policy with shadow limits.
+func (p *Policy) decideShadow(dec core.Decider, op Op, ss []core.State, now, cost int64, ds []core.Decision) (int, error) {
+	sh := p.sh
+	n := len(p.limits)
+	if len(ss) < n || len(ds) < n {
+		return 0, core.ErrLimits
+	}
+	take := op == Take && cost > 0
+	// Every shadow limit peeked first: its decision should the enforced
+	// limits deny, and the check of its state and the call, so that
+	// nothing can fail once an enforced limit's state is written.
+	for _, i := range sh.shadows {
+		if take {
+			roomForLog(&p.limits[i], &ss[i])
+		}
+		if _, err := decideAll(dec, Peek, p.limits[i:i+1], p.compiled[i:i+1], ss[i:i+1], now, cost, ds[i:i+1]); err != nil {
+			return i, err
+		}
+	}
+	deciding, admitted := -1, true
+	if k := len(sh.enforced); k > 0 {
+		var es [core.MaxLimits]core.State
+		var ed [core.MaxLimits]core.Decision
+		for j, i := range sh.enforced {
+			es[j] = ss[i]
+		}
+		j, err := decideAll(dec, op, sh.eLimits, sh.eCompiled, es[:k], now, cost, ed[:k])
+		if err != nil {
+			return sh.enforced[j], err
+		}
+		for j, i := range sh.enforced {
+			ss[i], ds[i] = es[j], ed[j]
+		}
+		deciding, admitted = sh.enforced[j], ed[j].Allowed
+	}
+	if admitted && take {
+		for _, i := range sh.shadows {
+			if !ds[i].Allowed {
+				continue // a would-deny: not charged
+			}
+			if _, err := decideAll(dec, Take, p.limits[i:i+1], p.compiled[i:i+1], ss[i:i+1], now, cost, ds[i:i+1]); err != nil {
+				return i, err // not reached: the peek checked the same input
+			}
+		}
+	}
+	if deciding < 0 { // only shadow limits: the one closest to exhaustion
+		deciding = sh.shadows[0]
+		for _, i := range sh.shadows[1:] {
+			if ds[i].Remaining < ds[deciding].Remaining {
+				deciding = i
+			}
+		}
+	}
+	return deciding, nil
+}
+
+// roomForLog gives a sliding log state a log with room for l's Limit, if
+// it has less, so that taking on it cannot fail with core.ErrLogCapacity.
+func roomForLog(l *core.Limit, s *core.State) {
+	if l.Algorithm == core.SlidingLog && int64(cap(s.Log)) < l.Limit && l.Limit <= core.MaxLogLimit {
+		log := make([]int64, len(s.Log), l.Limit)
+		copy(log, s.Log)
+		s.Log = log
+	}
+}
+
+// Deciding returns the decision of a call whose limits decided ds, i being
+// the deciding index Decide returned: ds[i], except for a policy of only
+// shadow limits, which admits every call: then ds[i] (the shadow limit
+// closest to exhaustion) with Allowed set and RetryAfter and Delay 0,
+// whatever the shadow limit would have decided (ds[i] says that).
+func (p *Policy) Deciding(ds []core.Decision, i int) core.Decision {
+	d := ds[i]
+	if p.sh != nil && len(p.sh.enforced) == 0 {
+		d.Allowed, d.RetryAfter, d.Delay = true, 0, 0
+	}
+	return d
+}
