@@ -137,10 +137,12 @@ func fixedWindow(c *Compiled, s *State, now, cost int64, d *Decision, n *State) 
 	}
 }
 
-func slidingWindow(c *Compiled, s *State, exact bool, now, cost int64, d *Decision, n *State) {
+// slidingCounts reads a sliding window state at now: the start of the
+// current window (a later one if the clock stepped back) and its current
+// and previous counts.
+func slidingCounts(c *Compiled, s *State, exact bool, now int64) (start, curr, prev int64) {
 	w, lim := c.l.Window, c.l.Limit
-	start := c.wdiv.div(now, w) * w
-	var curr, prev int64
+	start = c.wdiv.div(now, w) * w
 	if s.Algorithm == SlidingWindow {
 		// The window holding T: T itself unless the state was written
 		// under another window length.
@@ -157,6 +159,12 @@ func slidingWindow(c *Compiled, s *State, exact bool, now, cost int64, d *Decisi
 		// parameters come from a lowered limit: they count as full.
 		curr, prev = min(curr, lim), min(prev, lim)
 	}
+	return start, curr, prev
+}
+
+func slidingWindow(c *Compiled, s *State, exact bool, now, cost int64, d *Decision, n *State) {
+	w, lim := c.l.Window, c.l.Limit
+	start, curr, prev := slidingCounts(c, s, exact, now)
 	e := max(now, start) - start // elapsed in the current window, < w
 	// room: units (1/w of a request) left under the weighted count.
 	room := (lim-curr)*w - prev*(w-e)

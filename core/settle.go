@@ -22,8 +22,10 @@ import "math/bits"
 // actual − estimate, with actual ≥ 0, so a refund never exceeds the
 // estimate.
 //
-// delta must be within [−MaxCost, MaxCost] (ErrCost), and a debt whose
-// units would exceed MaxStateValue is refused with ErrCost. A state
+// delta must be within [−MaxCost, MaxCost] (ErrCost), and a debt too large
+// to record is refused with ErrCost: units above MaxStateValue (a fixed
+// window), a bucket's or GCRA's level above MaxStateValue or its arrival
+// time beyond it, a sliding window's counts times Window above MaxUnits. A state
 // written under other parameters is carried over first, as Take does.
 // For a SlidingLog, Settle writes entries into s.Log's backing array.
 func Settle(l Limit, s State, now, delta int64) (d Decision, n State, err error) {
@@ -153,21 +155,7 @@ func (c *Compiled) settleFixed(s *State, now, delta int64, n *State) Error {
 }
 
 func (c *Compiled) settleSliding(s *State, exact bool, now, delta int64, n *State) Error {
-	w, lim := c.l.Window, c.l.Limit
-	start := c.wdiv.div(now, w) * w
-	var curr, prev int64
-	if s.Algorithm == SlidingWindow {
-		st := c.wdiv.div(s.T, w) * w
-		switch {
-		case st >= start:
-			start, curr, prev = st, s.X, s.Y
-		case st+w == start:
-			prev = s.X
-		}
-	}
-	if !exact {
-		curr, prev = min(curr, lim), min(prev, lim)
-	}
+	start, curr, prev := slidingCounts(c, s, exact, now)
 	curr += delta
 	if curr > MaxStateValue {
 		return ErrCost
@@ -175,6 +163,11 @@ func (c *Compiled) settleSliding(s *State, exact bool, now, delta int64, n *Stat
 	if curr < 0 {
 		prev = max(0, prev+curr)
 		curr = 0
+	}
+	// A debt is kept while the weighted count stays computable: the
+	// counts times Window within MaxUnits, as a limit's own are.
+	if w := c.l.Window; curr > MaxUnits/w || prev > MaxUnits/w-curr {
+		return ErrCost
 	}
 	if curr > 0 || prev > 0 {
 		*n = State{Algorithm: SlidingWindow, T: start, X: curr, Y: prev}

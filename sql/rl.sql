@@ -882,6 +882,11 @@ BEGIN
         prev := greatest(0, prev + curr);
         curr := 0;
     END IF;
+    -- A debt is kept while the counts times the window stay within
+    -- MaxUnits (core settleSliding): beyond, ErrCost.
+    IF curr > rl._max_units() / w OR prev > rl._max_units() / w - curr THEN
+        RETURN NULL;
+    END IF;
     IF curr > 0 OR prev > 0 THEN
         RETURN ROW(2, start, curr, prev, '{}', 0, 0, 0)::rl.state_words;
     END IF;

@@ -918,6 +918,9 @@ settle_sliding(int64 lim, int64 w, const words *s, bool exact, int64 now, int64 
 		prev = max64(0, prev + curr);
 		curr = 0;
 	}
+	/* A debt is kept while the counts times w stay within MAX_UNITS. */
+	if (curr > MAX_UNITS / w || prev > MAX_UNITS / w - curr)
+		return false;
 	if (curr > 0 || prev > 0)
 	{
 		n->alg = 2;

@@ -248,6 +248,12 @@ func settle(n32 int32, now, delta int64) int32 {
 		ds[i].Limit = unset
 	}
 	index, err := core.SettleAll(ls[:n], ss[:n], now, delta, ds[:n])
+	return finish(n, index, err, err == nil && delta != 0)
+}
+
+// finish writes a multi-limit call's outcome: the decisions core wrote
+// (marked unset before the call), the new states if written, the header.
+func finish(n, index int, err error, written bool) int32 {
 	for i := 0; i < n; i++ {
 		if ds[i].Limit == unset {
 			slot(i)[wDecided] = 0
@@ -255,7 +261,6 @@ func settle(n32 int32, now, delta int64) int32 {
 			storeDecision(slot(i), &ds[i])
 		}
 	}
-	written := err == nil && delta != 0
 	if written {
 		for i := 0; i < n; i++ {
 			storeState(slot(i), &ss[i])
@@ -286,20 +291,7 @@ func multi(n32 int32, now, cost int64, take bool) int32 {
 	} else {
 		index, err = core.PeekAll(ls[:n], ss[:n], now, cost, ds[:n])
 	}
-	for i := 0; i < n; i++ {
-		if ds[i].Limit == unset {
-			slot(i)[wDecided] = 0
-		} else {
-			storeDecision(slot(i), &ds[i])
-		}
-	}
 	// core.TakeAll replaces the states only when every limit admitted a
 	// positive cost; otherwise they are untouched.
-	written := take && err == nil && ds[index].Allowed && cost > 0
-	if written {
-		for i := 0; i < n; i++ {
-			storeState(slot(i), &ss[i])
-		}
-	}
-	return header(code(err), index, written)
+	return finish(n, index, err, take && err == nil && ds[index].Allowed && cost > 0)
 }

@@ -231,7 +231,9 @@ func TestRunnerFindsDivergences(t *testing.T) {
 		exact := loose
 		exact.Exact = true
 		if d := exact.Run(s); d != nil {
-			if !strings.Contains(d.Msg, "caller's array") {
+			// The copying decider leaves the caller's array (a new one),
+			// or its copy differs from what the core wrote in place.
+			if !strings.Contains(d.Msg, "caller's array") && !strings.Contains(d.Msg, "log backing arrays differ") {
 				t.Fatalf("Exact: %v", d)
 			}
 			found = true

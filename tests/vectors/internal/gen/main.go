@@ -144,11 +144,7 @@ func (b *builder) op(op string, now, cost int64, ls []vectors.Limit, ss []vector
 		} else {
 			st.Expect.Index, err = core.SettleAll(b.limits, b.states, now, cost, ds)
 		}
-		if err == nil {
-			for _, d := range ds {
-				st.Expect.Decisions = append(st.Expect.Decisions, vectorstest.FromDecision(d))
-			}
-		}
+		st.Expect.Decisions = record(ds, err)
 	case "peek", "take":
 		ds := make([]core.Decision, len(b.limits))
 		if len(b.limits) == 1 {
@@ -168,11 +164,7 @@ func (b *builder) op(op string, now, cost int64, ls []vectors.Limit, ss []vector
 		} else {
 			st.Expect.Index, err = core.TakeAll(b.limits, b.states, now, cost, ds)
 		}
-		if err == nil {
-			for _, d := range ds {
-				st.Expect.Decisions = append(st.Expect.Decisions, vectorstest.FromDecision(d))
-			}
-		}
+		st.Expect.Decisions = record(ds, err)
 	}
 	if err != nil {
 		var ce core.Error
@@ -186,6 +178,18 @@ func (b *builder) op(op string, now, cost int64, ls []vectors.Limit, ss []vector
 	}
 	b.c.Steps = append(b.c.Steps, st)
 	return b
+}
+
+// record returns the decisions a step expects: ds, or none on an error.
+func record(ds []core.Decision, err error) []vectors.Decision {
+	if err != nil {
+		return nil
+	}
+	out := make([]vectors.Decision, len(ds))
+	for i, d := range ds {
+		out[i] = vectorstest.FromDecision(d)
+	}
+	return out
 }
 
 func errName(e core.Error) string {
@@ -547,6 +551,10 @@ func settleCases() []*builder {
 		newCase("settle-gcra-huge", "a GCRA debt whose arrival time would not fit", []string{"settle", "error", "maxima"},
 			lim("default", core.GCRA, 1, core.MaxWindow, 1)).
 			settle(t0, core.MaxCost),
+		newCase("settle-sliding-huge", "a sliding window's debt is kept while its counts times Window stay within 2^61",
+			[]string{"settle", "error", "maxima"}, lim("default", core.SlidingWindow, 4, 1_000_000_000, 0)).
+			take(t0, 1).settle(t0+1, core.MaxUnits/1_000_000_000-1).take(t0+2, 1).settle(t0+3, 1).settle(t0+4, 2).
+			settle(t0+5, -core.MaxUnits/1_000_000_000).take(t0+6, 4),
 		newCase("settle-multi", "settling several limits at once: every one is charged", []string{"settle", "multi"},
 			lim("burst", core.TokenBucket, 5, sec, 0), lim("daily", core.FixedWindow, 8, day, 0)).
 			take(t0, 2).settle(t0+1, 5).take(t0+2, 1).settle(t0+3, -7).take(t0+4, 5),
