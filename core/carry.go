@@ -40,7 +40,9 @@ func converts(from, to Algorithm) bool {
 // otherwise always 0, so the form is never mistaken for a stored state).
 func (c *Compiled) carry(s, t *State) Error {
 	lim, w := c.l.Limit, c.l.Window
-	*t = State{}
+	// No usage carries over as a fresh state, which keeps the storage of
+	// s.Log too, so a sliding log can take on it as on any fresh state.
+	*t = State{Log: s.Log[:0]}
 	var (
 		a     int64 // the anchor
 		units int64 // whole units used, for a destination that counts them

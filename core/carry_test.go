@@ -122,3 +122,22 @@ func TestSettleDebt(t *testing.T) {
 		}
 	}
 }
+
+// TestCarryNothingKeepsLogStorage: a state recorded under other
+// parameters with no usage to carry (a bucket at level 0) reads as fresh,
+// and a sliding log takes and settles on it in the storage the state had,
+// as on any fresh state: never ErrLogCapacity for want of the storage the
+// caller gave. (The SQL port, whose logs have no capacity, decides so.)
+func TestCarryNothingKeepsLogStorage(t *testing.T) {
+	t.Parallel()
+	l := core.Limit{Algorithm: core.SlidingLog, Limit: 2, Window: sec}
+	s := core.State{Algorithm: core.TokenBucket, T: t0, L: 2, W: 632, R: 2, Log: make([]int64, 0, 10)}
+	d, n, err := core.Take(l, s, t0, 1)
+	if err != nil || !d.Allowed || len(n.Log) != 1 {
+		t.Fatalf("take: %+v %+v %v", d, n, err)
+	}
+	d, n, err = core.Settle(l, s, t0, 1)
+	if err != nil || !d.Allowed || len(n.Log) != 1 {
+		t.Fatalf("settle: %+v %+v %v", d, n, err)
+	}
+}

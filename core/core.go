@@ -228,9 +228,9 @@ type Decision struct {
 	// unit (TokenBucket, LeakyBucket, GCRA). It is what the RateLimit
 	// field's "t" parameter reports (draft-ietf-httpapi-ratelimit-headers:
 	// the seconds until additional quota is made available), and never
-	// later than RetryAfter for a denied call. It is not part of the
-	// conformance vectors: the PL/pgSQL port does not compute it (it
-	// reports 0; see DeriveNextAfter).
+	// later than RetryAfter for a denied call. The conformance vectors pin
+	// it, and every runtime computes it: the WebAssembly module, the SQL
+	// functions (since migration 16) and their native step.
 	NextAfter int64
 }
 

@@ -2,8 +2,11 @@ package core
 
 // DeriveNextAfter returns a Decision's NextAfter as far as its other fields
 // and the limit's parameters tell it, for a decision computed where
-// NextAfter is not (the PL/pgSQL port reports 0): 0 when d.Remaining is the
-// whole limit, else
+// NextAfter is not: by the SQL functions of a schema before migration 16
+// (sql/migrations), which do not return it, or by a WebAssembly module built
+// before the ABI reported it (wasm/ABI.md, offset 136). Every decider of
+// this module computes NextAfter itself. It returns 0 when d.Remaining is
+// the whole limit, else
 //
 //   - FixedWindow: ResetAfter, exactly NextAfter;
 //   - TokenBucket, LeakyBucket, GCRA: ResetAfter less the time the units

@@ -49,8 +49,9 @@ const (
 // one commit. Decisions, rows and errors are those of Store, as if the
 // requests of a batch had been decided one by one in arrival order:
 //
-//   - ModeSQL calls rl.rl_decide_batch (migration 0009): one statement. It
-//     refuses a policy with shadow limits with ErrShadowSQL, at once.
+//   - ModeSQL calls rl.rl_decide_batch (migration 0009; its settle flags,
+//     migration 17): one statement. It refuses a take or peek of a policy
+//     with shadow limits with ErrShadowSQL, at once.
 //   - ModeGo locks every row of the batch with rl.lock_states_batch, in one
 //     order, decides in Go with Config.Decider (store.Policy.Decide: shadow
 //     limits too), and writes the new states back with one UPDATE ... FROM
@@ -152,7 +153,7 @@ func (b *Batched) Decide(ctx context.Context, req store.Request, each []core.Dec
 	if req.Policy == nil {
 		return 0, core.Decision{}, core.ErrLimits
 	}
-	if b.s.cfg.Mode == ModeSQL && req.Policy.Shadowed() {
+	if b.s.cfg.Mode == ModeSQL && req.Policy.Shadowed() && req.Op != store.Settle {
 		return 0, core.Decision{}, ErrShadowSQL
 	}
 	n := req.Policy.Len()
@@ -369,9 +370,9 @@ func single(calls []*call) *call {
 // batchSQL calls rl.rl_decide_batch; batchFastSQL also turns off
 // synchronous commit for its transaction.
 const (
-	batchCols    = "b.req, b.ord, b.allowed, b.lim, b.remaining, b.reset_after_us, b.retry_after_us, b.delay_us, b.deciding, b.error_code, b.error_message"
-	batchSQL     = "SELECT " + batchCols + " FROM rl.rl_decide_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) b"
-	batchFastSQL = "SELECT " + batchCols + " FROM (SELECT set_config('synchronous_commit', 'off', true)) c, rl.rl_decide_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) b"
+	batchCols    = "b.req, b.ord, b.allowed, b.lim, b.remaining, b.reset_after_us, b.retry_after_us, b.delay_us, b.next_after_us, b.deciding, b.error_code, b.error_message"
+	batchSQL     = "SELECT " + batchCols + " FROM rl.rl_decide_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) b"
+	batchFastSQL = "SELECT " + batchCols + " FROM (SELECT set_config('synchronous_commit', 'off', true)) c, rl.rl_decide_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) b"
 )
 
 // execSQL decides calls with rl.rl_decide_batch: one statement.
@@ -393,7 +394,7 @@ func (b *Batched) execSQL(ctx context.Context, conn *pgxpool.Conn, all []*call) 
 	keys := make([]string, nreq)
 	costs := make([]int64, nreq)
 	counts := make([]int32, nreq)
-	takes := make([]bool, nreq)
+	takes, settles := make([]bool, nreq), make([]bool, nreq)
 	var nows []int64
 	if b.s.cfg.RequestClock {
 		nows = make([]int64, nreq)
@@ -404,7 +405,8 @@ func (b *Batched) execSQL(ctx context.Context, conn *pgxpool.Conn, all []*call) 
 	write := false
 	for i, c := range calls {
 		keys[i], costs[i], counts[i], takes[i] = c.key, c.cost, int32(len(c.limits)), c.op == store.Take
-		write = write || takes[i]
+		settles[i] = c.op == store.Settle
+		write = write || takes[i] || settles[i]
 		if nows != nil {
 			nows[i] = c.now
 		}
@@ -421,14 +423,17 @@ func (b *Batched) execSQL(ctx context.Context, conn *pgxpool.Conn, all []*call) 
 	if nlim == nreq {
 		countsArg = nil // one limit each
 	}
-	var nowsArg, takesArg any
+	var nowsArg, takesArg, settlesArg any
 	if nows != nil {
 		nowsArg = nows
 	}
 	if slices.Contains(takes, false) {
 		takesArg = takes // NULL, all takes: the function's fast path
 	}
-	rows, err := conn.Query(ctx, q, keys, names, algs, lims, wins, rates, costs, countsArg, nowsArg, takesArg)
+	if slices.Contains(settles, true) {
+		settlesArg = settles // NULL: no settles
+	}
+	rows, err := conn.Query(ctx, q, keys, names, algs, lims, wins, rates, costs, countsArg, nowsArg, takesArg, settlesArg)
 	if err != nil {
 		return err
 	}
@@ -437,10 +442,11 @@ func (b *Batched) execSQL(ctx context.Context, conn *pgxpool.Conn, all []*call) 
 		req, ord                                 pgtype.Int4
 		allowed, deciding                        pgtype.Bool
 		lim, remaining, resetAfter, retry, delay pgtype.Int8
+		next                                     pgtype.Int8
 		code, msg                                pgtype.Text
 	)
 	for rows.Next() {
-		if err := rows.Scan(&req, &ord, &allowed, &lim, &remaining, &resetAfter, &retry, &delay, &deciding, &code, &msg); err != nil {
+		if err := rows.Scan(&req, &ord, &allowed, &lim, &remaining, &resetAfter, &retry, &delay, &next, &deciding, &code, &msg); err != nil {
 			return err
 		}
 		if !req.Valid || int(req.Int32) >= nreq || req.Int32 < 0 {
@@ -454,10 +460,8 @@ func (b *Batched) execSQL(ctx context.Context, conn *pgxpool.Conn, all []*call) 
 		if !ord.Valid || int(ord.Int32) >= len(c.out) || ord.Int32 < 0 {
 			return fmt.Errorf("pgstore: rl_decide_batch returned limit %v of %d", ord, len(c.out))
 		}
-		d := core.Decision{Allowed: allowed.Bool, Limit: lim.Int64, Remaining: remaining.Int64,
-			ResetAfter: resetAfter.Int64, RetryAfter: retry.Int64, Delay: delay.Int64}
-		d.NextAfter = core.DeriveNextAfter(c.limits[ord.Int32], d) // the PL/pgSQL port does not report it
-		c.out[ord.Int32] = d
+		c.out[ord.Int32] = core.Decision{Allowed: allowed.Bool, Limit: lim.Int64, Remaining: remaining.Int64,
+			ResetAfter: resetAfter.Int64, RetryAfter: retry.Int64, Delay: delay.Int64, NextAfter: next.Int64}
 		if deciding.Bool {
 			c.index = int(ord.Int32)
 		}
@@ -483,8 +487,8 @@ func invalidKey(what string) error {
 }
 
 // rowPlan lists the rows of a Go batch by how the lock phase reads them:
-// the rows a take may write are locked (rl.lock_states_batch, which
-// creates the missing ones), the rows that are only peeked are read
+// the rows a take or a settle may write are locked (rl.lock_states_batch,
+// which creates the missing ones), the rows that are only peeked are read
 // without a lock. Each list is keys and names, index by index.
 type rowPlan struct {
 	lockKeys, lockNames []string
@@ -560,7 +564,7 @@ func (b *Batched) validNames(ctx context.Context, c *call) bool {
 
 // planRows is execGo's second phase: it gives every row the valid calls
 // touch an entry in states, and lists each row once, to lock if some take
-// touches it and to peek otherwise. It leaves every entry's dirty flag
+// or settle touches it and to peek otherwise. It leaves every entry's dirty flag
 // false, ready for the decide phase.
 func planRows(calls []*call, valid []bool, states map[pairKey]*pairState) rowPlan {
 	var plan rowPlan
@@ -575,7 +579,7 @@ func planRows(calls []*call, valid []bool, states map[pairKey]*pairState) rowPla
 				ps = &pairState{}
 				states[p] = ps
 			}
-			if c.op == store.Take {
+			if c.op == store.Take || c.op == store.Settle {
 				if !ok || !ps.dirty { // dirty marks "to lock" until decided
 					plan.lockKeys, plan.lockNames = append(plan.lockKeys, c.key), append(plan.lockNames, name)
 					ps.dirty = true
@@ -614,10 +618,10 @@ func (b *Batched) lockRows(ctx context.Context, pc *pgx.Conn, plan rowPlan, stat
 	bt.Queue("SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true), " +
 		"set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true), " + syncCommit)
 	if len(plan.lockKeys) > 0 {
-		bt.Queue("SELECT now_us, key, name, algorithm, t, x, y, log, created FROM rl.lock_states_batch($1, $2)", plan.lockKeys, plan.lockNames)
+		bt.Queue("SELECT now_us, key, name, algorithm, t, x, y, log, created, l, w, r FROM rl.lock_states_batch($1, $2)", plan.lockKeys, plan.lockNames)
 	}
 	if len(plan.peekKeys) > 0 {
-		bt.Queue("SELECT "+nowSQL+", u.k, u.n, s.algorithm, s.t, s.x, s.y, s.log, false FROM unnest($1::text[], $2::text[]) AS u(k, n) LEFT JOIN rl.state s ON s.key = u.k AND s.name = u.n", plan.peekKeys, plan.peekNames)
+		bt.Queue("SELECT "+nowSQL+", u.k, u.n, s.algorithm, s.t, s.x, s.y, s.log, false, s.l, s.w, s.r FROM unnest($1::text[], $2::text[]) AS u(k, n) LEFT JOIN rl.state s ON s.key = u.k AND s.name = u.n", plan.peekKeys, plan.peekNames)
 	}
 	br := pc.SendBatch(ctx, bt)
 	queries := 0
@@ -661,7 +665,7 @@ func (b *Batched) lockRows(ctx context.Context, pc *pgx.Conn, plan rowPlan, stat
 }
 
 // readRows reads the rows of lockRows's queries (now_us, key, name,
-// algorithm, t, x, y, log, created) into their entries of states, and
+// algorithm, t, x, y, log, created, l, w, r) into their entries of states, and
 // closes rows. It returns the server's clock from the first row, and
 // whether there was one.
 func readRows(rows pgx.Rows, states map[pairKey]*pairState) (serverNow int64, haveNow bool, err error) {
@@ -674,15 +678,17 @@ func readRows(rows pgx.Rows, states map[pairKey]*pairState) (serverNow int64, ha
 			t, x, y pgtype.Int8
 			log     []int64
 			created bool
+			l, w, r pgtype.Int8
 		)
-		if err = rows.Scan(&now, &key, &name, &alg, &t, &x, &y, &log, &created); err != nil {
+		if err = rows.Scan(&now, &key, &name, &alg, &t, &x, &y, &log, &created, &l, &w, &r); err != nil {
 			break
 		}
 		if !haveNow {
 			serverNow, haveNow = now, true
 		}
 		if ps := states[pairKey{key, name}]; ps != nil {
-			ps.st = core.State{Algorithm: core.Algorithm(alg.Int32), T: t.Int64, X: x.Int64, Y: y.Int64, Log: log}
+			ps.st = core.State{Algorithm: core.Algorithm(alg.Int32), T: t.Int64, X: x.Int64, Y: y.Int64,
+				L: l.Int64, W: w.Int64, R: r.Int64, Log: log}
 			ps.created = created
 		}
 	}
@@ -696,8 +702,9 @@ func readRows(rows pgx.Rows, states map[pairKey]*pairState) (serverNow int64, ha
 // decideCalls is execGo's fourth phase: it decides each valid call in
 // arrival order, at serverNow unless Config.RequestClock gives each call
 // its own time, with Config.Decider over the batch's states. An admitted
-// take with a positive cost replaces its rows' states (marking them dirty,
-// with their expiry), so the next call on the same key sees them. A call
+// take with a positive cost, or a settle of a delta other than 0, replaces
+// its rows' states (marking them dirty, with their expiry), so the next
+// call on the same key sees them. A call
 // whose caller has left since validation is not decided: nothing is
 // charged for it.
 func (b *Batched) decideCalls(calls []*call, valid []bool, states map[pairKey]*pairState, serverNow int64) {
@@ -726,7 +733,7 @@ func (b *Batched) decideCalls(calls []*call, valid []bool, states map[pairKey]*p
 			continue
 		}
 		c.index = idx
-		if c.op == store.Take && c.policy.Deciding(c.out, idx).Allowed && c.cost > 0 {
+		if c.op == store.Take && c.policy.Deciding(c.out, idx).Allowed && c.cost > 0 || c.op == store.Settle && c.cost != 0 {
 			for j, name := range c.names {
 				ps := states[pairKey{c.key, name}]
 				ps.st, ps.dirty, ps.exp = scratch[j], true, expiresAt(now, c.out[j].ResetAfter)
@@ -745,6 +752,7 @@ func writeRows(ctx context.Context, pc *pgx.Conn, states map[pairKey]*pairState)
 		wk, wn, logs, dk, dn []string
 		algs                 []int32
 		ts, xs, ys, exp      []int64
+		ls, ws, rs           []int64
 	)
 	for p, ps := range states {
 		switch {
@@ -752,15 +760,18 @@ func writeRows(ctx context.Context, pc *pgx.Conn, states map[pairKey]*pairState)
 			wk, wn = append(wk, p.key), append(wn, p.name)
 			algs, ts, xs, ys = append(algs, int32(ps.st.Algorithm)), append(ts, ps.st.T), append(xs, ps.st.X), append(ys, ps.st.Y)
 			logs, exp = append(logs, logLiteral(ps.st.Log)), append(exp, ps.exp)
+			ls, ws, rs = append(ls, ps.st.L), append(ws, ps.st.W), append(rs, ps.st.R)
 		case ps.created:
 			dk, dn = append(dk, p.key), append(dn, p.name)
 		}
 	}
 	bt := &pgx.Batch{}
 	if len(wk) > 0 {
-		bt.Queue(`UPDATE rl.state s SET algorithm = u.algorithm, t = u.t, x = u.x, y = u.y, log = u.log::bigint[], expires_at = u.expires_at
-			FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bigint[]) AS u(key, name, algorithm, t, x, y, log, expires_at)
-			WHERE s.key = u.key AND s.name = u.name`, wk, wn, algs, ts, xs, ys, logs, exp)
+		bt.Queue(`UPDATE rl.state s SET algorithm = u.algorithm, t = u.t, x = u.x, y = u.y, log = u.log::bigint[],
+				l = u.l, w = u.w, r = u.r, expires_at = u.expires_at
+			FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bigint[],
+				$9::bigint[], $10::bigint[], $11::bigint[]) AS u(key, name, algorithm, t, x, y, log, expires_at, l, w, r)
+			WHERE s.key = u.key AND s.name = u.name`, wk, wn, algs, ts, xs, ys, logs, exp, ls, ws, rs)
 	}
 	if len(dk) > 0 {
 		bt.Queue("SELECT rl.drop_fresh_states($1, $2)", dk, dn)

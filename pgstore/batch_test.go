@@ -39,7 +39,7 @@ func TestBatchedConformance(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			cfg := storetest.Config{New: func(t *testing.T) store.Store {
 				return newBatched(t, pool, m.cfg, pgstore.BatchConfig{})
-			}, DerivedNextAfter: m.cfg.Mode == pgstore.ModeSQL}
+			}}
 			if m.cfg.Mode == pgstore.ModeSQL {
 				cfg.ShadowRefused = pgstore.ErrShadowSQL
 			}
@@ -510,8 +510,8 @@ func TestDecideBatchSQL(t *testing.T) {
 }
 
 // refusingDecider is the native core, except that it counts its takes and
-// refuses cost 7777, which the core would accept.
-type refusingDecider struct{ takes atomic.Int64 }
+// settles and refuses cost 7777, which the core would accept.
+type refusingDecider struct{ takes, settles atomic.Int64 }
 
 func (d *refusingDecider) TakeAll(ls []core.Limit, ss []core.State, now, cost int64, ds []core.Decision) (int, error) {
 	d.takes.Add(1)
@@ -525,9 +525,18 @@ func (d *refusingDecider) PeekAll(ls []core.Limit, ss []core.State, now, cost in
 	return core.PeekAll(ls, ss, now, cost, ds)
 }
 
+func (d *refusingDecider) SettleAll(ls []core.Limit, ss []core.State, now, delta int64, ds []core.Decision) (int, error) {
+	d.settles.Add(1)
+	if delta == 7777 {
+		return 0, core.ErrCost
+	}
+	return core.SettleAll(ls, ss, now, delta, ds)
+}
+
 // TestBatchedGoPathUsesItsDecider: in batches of several requests (not only
 // the single-request statement the conformance suite reaches), the Go path
-// decides with the store's decider, and its answers are each request's own.
+// decides and settles with the store's decider, and its answers are each
+// request's own.
 func TestBatchedGoPathUsesItsDecider(t *testing.T) {
 	pool := pgtest.Pool(t, database(t))
 	d := &refusingDecider{}
@@ -541,11 +550,14 @@ func TestBatchedGoPathUsesItsDecider(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			cost := int64(1)
+			cost, op := int64(1), store.Take
 			if i%4 == 0 {
 				cost = 7777
 			}
-			_, got, err := s.Decide(context.Background(), store.Request{Key: prefix + fmt.Sprint(i), Policy: store.MustPolicy([]string{"default"}, lim...), Now: t0, Cost: cost}, nil)
+			if i%8 < 2 {
+				op = store.Settle
+			}
+			_, got, err := s.Decide(context.Background(), store.Request{Key: prefix + fmt.Sprint(i), Policy: store.MustPolicy([]string{"default"}, lim...), Op: op, Now: t0, Cost: cost}, nil)
 			if cost == 7777 {
 				assert.ErrorIs(t, err, core.ErrCost, "request %d", i)
 			} else if assert.NoError(t, err, "request %d", i) {
@@ -558,7 +570,8 @@ func TestBatchedGoPathUsesItsDecider(t *testing.T) {
 	after := s.Stats()
 	require.Equal(t, int64(n), after.Requests-before.Requests)
 	require.Less(t, after.Batches-before.Batches, int64(n), "no batch carried two decisions")
-	require.Equal(t, int64(n), d.takes.Load())
+	require.Equal(t, int64(n*3/4), d.takes.Load())
+	require.Equal(t, int64(n/4), d.settles.Load())
 }
 
 // TestBatchedShadowInOneBatch: calls of a policy with a shadow limit

@@ -16,15 +16,24 @@
 //
 // ModeGo decides shadow limits (store.Policy.WithShadow) with the enforced
 // ones in its transaction; ModeSQL cannot yet (the SQL functions take no
-// shadow flags), so it refuses a policy with shadow limits with
-// ErrShadowSQL rather than decide them as enforced limits or drop them.
+// shadow flags), so it refuses a take or peek of a policy with shadow
+// limits with ErrShadowSQL rather than decide them as enforced limits or
+// drop them. A settle (store.Settle) corrects every limit alike, shadow or
+// not, so both modes settle any policy: ModeSQL with rl_settle_decide
+// (migration 17).
 //
-// Both produce identical decisions and rows (the conformance vectors and the
-// differential tests hold the SQL port equal to the core), except
-// core.Decision.NextAfter, which the PL/pgSQL port does not compute: the SQL
-// path derives it from the other fields (core.DeriveNextAfter), exact for
-// the fixed window, to the µs for the buckets and GCRA, and a bound that is
-// never early for the sliding algorithms.
+// Each row records the parameters of the limit that wrote it (rl.state's
+// l, w, r, migration 17; core.State L, W, R), so a key whose limit changes
+// carries its usage over (core's "Carrying usage") on either path, and a
+// state in debt after a settle is read exactly.
+//
+// Both produce identical decisions, core.Decision.NextAfter included, and
+// identical rows (the conformance vectors and the differential tests hold the
+// SQL port equal to the core). Both need the schema at migration 17 or
+// later (migrations.Up, or ALTER EXTENSION rl UPDATE; on a PL/Proxy router,
+// the shards first, then rl-migrate router): the rows' l, w, r, the settle
+// functions, and since 16 the functions' next_after_us, which the SQL path
+// reads as NextAfter.
 //
 // Batched (NewBatched) is the same store with concurrent decisions
 // coalesced: while its statements run, arrivals queue, and the next
@@ -123,12 +132,13 @@ type Config struct {
 	OnExpireError func(error)
 }
 
-// ErrShadowSQL is the error of a decision of a policy with shadow limits
-// (store.Policy.WithShadow) by ModeSQL, in Store and Batched alike: the
-// PL/pgSQL functions (rl_decide_multi, rl_decide_batch) take no shadow
+// ErrShadowSQL is the error of a take or peek of a policy with shadow
+// limits (store.Policy.WithShadow) by ModeSQL, in Store and Batched alike:
+// the PL/pgSQL functions (rl_decide_multi, rl_decide_batch) take no shadow
 // flags yet, so ModeSQL cannot decide a shadow limit in its one statement,
 // and it never decides one as an enforced limit nor leaves it out. Nothing
-// is charged. Use ModeGo for policies with shadow limits. It is a
+// is charged. Use ModeGo for policies with shadow limits. (A settle treats
+// every limit alike, so ModeSQL settles such a policy.) It is a
 // configuration mistake, not an outage: it does not match
 // store.ErrUnavailable.
 var ErrShadowSQL = errors.New("pgstore: ModeSQL cannot decide shadow limits (the SQL functions take no shadow flags yet): use ModeGo")
@@ -278,7 +288,7 @@ func (s *Store) Decide(ctx context.Context, req store.Request, each []core.Decis
 	if req.Policy == nil {
 		return 0, core.Decision{}, core.ErrLimits
 	}
-	if s.cfg.Mode == ModeSQL && req.Policy.Shadowed() {
+	if s.cfg.Mode == ModeSQL && req.Policy.Shadowed() && req.Op != store.Settle {
 		return 0, core.Decision{}, ErrShadowSQL
 	}
 	conn, err := s.acquire(ctx)
@@ -321,15 +331,17 @@ func (s *Store) decideGo(ctx context.Context, conn *pgxpool.Conn, req *store.Req
 	}
 	states := make([]core.State, n)
 	now := req.Now
-	if req.Op == store.Peek {
-		rows, err := conn.Query(ctx, "SELECT "+nowSQL+", s.name, s.algorithm, s.t, s.x, s.y, s.log FROM (SELECT 1) one LEFT JOIN rl.state s ON s.key = $1 AND s.name = ANY($2)", key, sorted)
+	if req.Op == store.Peek || req.Op == store.Settle && req.Cost == 0 {
+		// Nothing is written: a peek, or a settle of 0 (which changes
+		// nothing), reads the rows without a lock.
+		rows, err := conn.Query(ctx, "SELECT "+nowSQL+", s.name, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r FROM (SELECT 1) one LEFT JOIN rl.state s ON s.key = $1 AND s.name = ANY($2)", key, sorted)
 		if err != nil {
 			return 0, err
 		}
 		if err := scanStates(rows, pos, states, &now, s.cfg.RequestClock); err != nil {
 			return 0, err
 		}
-		return req.Policy.Decide(s.cfg.Decider, store.Peek, states, now, req.Cost, out)
+		return req.Policy.Decide(s.cfg.Decider, req.Op, states, now, req.Cost, out)
 	}
 	pc := conn.Conn()
 	// Two round trips: BEGIN and the lock in one pipelined batch, then the
@@ -348,7 +360,7 @@ func (s *Store) decideGo(ctx context.Context, conn *pgxpool.Conn, req *store.Req
 	if s.cfg.Durability == DurabilityFast {
 		b.Queue("SET LOCAL synchronous_commit = off")
 	}
-	b.Queue("SELECT now_us, name, algorithm, t, x, y, log FROM rl.lock_states($1, $2)", key, sorted)
+	b.Queue("SELECT now_us, name, algorithm, t, x, y, log, l, w, r FROM rl.lock_states($1, $2)", key, sorted)
 	br := pc.SendBatch(ctx, b)
 	for range b.Len() - 1 {
 		if _, err := br.Exec(); err != nil {
@@ -372,23 +384,28 @@ func (s *Store) decideGo(ctx context.Context, conn *pgxpool.Conn, req *store.Req
 		}
 	}
 	// The enforced limits and the shadow ones (if any) in this one
-	// transaction, on the rows it locked.
-	i, err := req.Policy.Decide(s.cfg.Decider, store.Take, states, now, req.Cost, out)
+	// transaction, on the rows it locked: a take, or a settle (which never
+	// denies, and writes every state).
+	i, err := req.Policy.Decide(s.cfg.Decider, req.Op, states, now, req.Cost, out)
 	if err != nil || !req.Policy.Deciding(out, i).Allowed || req.Cost == 0 {
 		return i, err // the deferred rollback writes nothing
 	}
 	algs := make([]int32, n)
 	ts, xs, ys, exp := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	ls, ws, rs := make([]int64, n), make([]int64, n), make([]int64, n)
 	logs := make([]string, n)
 	for j, st := range states {
 		algs[j], ts[j], xs[j], ys[j] = int32(st.Algorithm), st.T, st.X, st.Y
+		ls[j], ws[j], rs[j] = st.L, st.W, st.R
 		exp[j] = expiresAt(now, out[j].ResetAfter)
 		logs[j] = logLiteral(st.Log)
 	}
 	b = &pgx.Batch{}
-	b.Queue(`UPDATE rl.state s SET algorithm = u.algorithm, t = u.t, x = u.x, y = u.y, log = u.log::bigint[], expires_at = u.expires_at
-		FROM unnest($2::text[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bigint[]) AS u(name, algorithm, t, x, y, log, expires_at)
-		WHERE s.key = $1 AND s.name = u.name`, key, names, algs, ts, xs, ys, logs, exp)
+	b.Queue(`UPDATE rl.state s SET algorithm = u.algorithm, t = u.t, x = u.x, y = u.y, log = u.log::bigint[],
+			l = u.l, w = u.w, r = u.r, expires_at = u.expires_at
+		FROM unnest($2::text[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bigint[],
+			$9::bigint[], $10::bigint[], $11::bigint[]) AS u(name, algorithm, t, x, y, log, expires_at, l, w, r)
+		WHERE s.key = $1 AND s.name = u.name`, key, names, algs, ts, xs, ys, logs, exp, ls, ws, rs)
 	b.Queue("COMMIT")
 	br = pc.SendBatch(ctx, b)
 	_, err = br.Exec()
@@ -428,8 +445,9 @@ func scanStates(rows pgx.Rows, pos map[string]int, states []core.State, now *int
 			alg       *int32
 			t, x, y   *int64
 			log       []int64
+			l, w, r   *int64
 		)
-		if err := rows.Scan(&serverNow, &name, &alg, &t, &x, &y, &log); err != nil {
+		if err := rows.Scan(&serverNow, &name, &alg, &t, &x, &y, &log, &l, &w, &r); err != nil {
 			return err
 		}
 		if !requestClock {
@@ -442,7 +460,7 @@ func scanStates(rows pgx.Rows, pos map[string]int, states []core.State, now *int
 		if !ok {
 			continue
 		}
-		states[i] = core.State{Algorithm: core.Algorithm(*alg), T: *t, X: *x, Y: *y, Log: log}
+		states[i] = core.State{Algorithm: core.Algorithm(*alg), T: *t, X: *x, Y: *y, L: *l, W: *w, R: *r, Log: log}
 	}
 	return rows.Err()
 }

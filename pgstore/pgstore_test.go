@@ -92,8 +92,7 @@ func TestConformance(t *testing.T) {
 	pool := pgtest.Pool(t, database(t))
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			cfg := storetest.Config{New: func(t *testing.T) store.Store { return newStore(t, pool, m.cfg) },
-				DerivedNextAfter: m.cfg.Mode == pgstore.ModeSQL}
+			cfg := storetest.Config{New: func(t *testing.T) store.Store { return newStore(t, pool, m.cfg) }}
 			if m.cfg.Mode == pgstore.ModeSQL {
 				cfg.ShadowRefused = pgstore.ErrShadowSQL
 			}
@@ -161,9 +160,11 @@ func TestExactness(t *testing.T) {
 
 // TestInterleaved decides one key in turn through the SQL path, the Go
 // transaction path with the native core, the same with the WebAssembly
-// core, and rl_allow() called directly, and compares every decision with
-// the pure core's sequence (NextAfter, which SQL does not report, as the
-// SQL path derives it).
+// core, and rl_allow() or rl_settle_us() called directly, and compares
+// every decision with the pure core's sequence, NextAfter included: takes
+// and settles (debts and refunds), under a limit that changes now and
+// then (another Limit, Window, Rate or algorithm: the state carried over).
+// The stored row, with the parameters that wrote it, is the core's state.
 func TestInterleaved(t *testing.T) {
 	pool := pgtest.Pool(t, database(t))
 	sqlStore := newStore(t, pool, pgstore.Config{Mode: pgstore.ModeSQL, RequestClock: true})
@@ -172,48 +173,100 @@ func TestInterleaved(t *testing.T) {
 	require.NoError(t, err)
 	defer wasmCore.Close(context.Background())
 	wasmStore := newStore(t, pool, pgstore.Config{Mode: pgstore.ModeGo, RequestClock: true, Decider: wasmCore})
-	for _, alg := range algorithms {
+	for ai, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			lim := core.Limit{Algorithm: alg, Limit: 7, Window: 2_000_000, Rate: 0}
+			// The limits the key moves between: its own, a lowered one, one
+			// with another window (and rate), another algorithm.
+			other := algorithms[(ai+3)%len(algorithms)]
+			limits := []core.Limit{lim, {Algorithm: alg, Limit: 4, Window: 2_000_000}, {Algorithm: alg, Limit: 7, Window: 3_000_000},
+				{Algorithm: other, Limit: 5, Window: 1_000_000}}
+			if !alg.Windowed() {
+				limits[2].Rate = 2
+			}
 			key := fmt.Sprintf("inter-%s-%d", alg, time.Now().UnixNano())
-			st := core.State{Log: make([]int64, 0, 7)}
+			st := core.State{Log: make([]int64, 0, core.MaxLogLimit)}
 			now := t0
-			for i := range 120 {
+			for i := range 160 {
 				now += int64((i*104729)%900_000) - 150_000
+				if i%20 == 19 {
+					lim = limits[(i/20)%len(limits)]
+				}
 				cost := int64(i%4) % 3
-				want, next, err := core.Take(lim, st, now, cost)
+				settle := i%7 == 3
+				var (
+					want, got core.Decision
+					next      core.State
+					err       error
+				)
+				if settle {
+					cost = int64(i%5) - 2 // -2 … 2
+					want, next, err = core.Settle(lim, st, now, cost)
+				} else {
+					want, next, err = core.Take(lim, st, now, cost)
+				}
 				require.NoError(t, err)
 				st = next
-				var got core.Decision
+				if st.Log == nil {
+					st.Log = make([]int64, 0, core.MaxLogLimit)
+				}
+				op := store.Take
+				if settle {
+					op = store.Settle
+				}
 				via := i % 4
 				switch via {
 				case 0, 1, 2:
 					s := []*pgstore.Store{sqlStore, goStore, wasmStore}[via]
-					_, got, err = s.Decide(context.Background(), store.Request{Key: key, Policy: store.MustPolicy([]string{"default"}, lim), Now: now, Cost: cost}, nil)
+					_, got, err = s.Decide(context.Background(), store.Request{Key: key, Policy: store.MustPolicy([]string{"default"}, lim), Op: op, Now: now, Cost: cost}, nil)
 				case 3:
+					fn := "rl.rl_allow_us"
+					if settle {
+						fn = "rl.rl_settle_us"
+					}
 					err = pool.QueryRow(context.Background(),
-						"SELECT allowed, lim, remaining, reset_after_us, retry_after_us, delay_us FROM rl.rl_allow_us($1, $2, $3, $4, $5, 0, 'default', $6)",
-						key, alg.String(), lim.Limit, lim.Window, cost, now).
-						Scan(&got.Allowed, &got.Limit, &got.Remaining, &got.ResetAfter, &got.RetryAfter, &got.Delay)
+						"SELECT allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, next_after_us FROM "+fn+"($1, $2, $3, $4, $5, $6, 'default', $7)",
+						key, lim.Algorithm.String(), lim.Limit, lim.Window, cost, lim.Rate, now).
+						Scan(&got.Allowed, &got.Limit, &got.Remaining, &got.ResetAfter, &got.RetryAfter, &got.Delay, &got.NextAfter)
 				}
 				require.NoError(t, err, "step %d", i)
-				switch via {
-				case 0: // the PL/pgSQL port does not report NextAfter: the store derives it
-					want.NextAfter = core.DeriveNextAfter(lim, want)
-				case 3:
-					want.NextAfter = 0
-				}
-				require.Equal(t, want, got, "step %d via %s (now %d cost %d)", i, []string{"sql", "go", "wasm", "rl_allow"}[via], now, cost)
+				require.Equal(t, want, got, "step %d via %s (%v now %d cost %d under %+v)", i, []string{"sql", "go", "wasm", "rl_allow"}[via], op, now, cost, lim)
 			}
 			// And the stored row is the core's state.
 			var a int32
-			var tt, x, y int64
+			var tt, x, y, l, w, r int64
 			var log []int64
-			require.NoError(t, pool.QueryRow(context.Background(), "SELECT algorithm, t, x, y, log FROM rl.state WHERE key = $1", key).Scan(&a, &tt, &x, &y, &log))
+			require.NoError(t, pool.QueryRow(context.Background(), "SELECT algorithm, t, x, y, log, l, w, r FROM rl.state WHERE key = $1", key).Scan(&a, &tt, &x, &y, &log, &l, &w, &r))
 			require.Equal(t, st.Algorithm, core.Algorithm(a))
-			require.Equal(t, []int64{st.T, st.X, st.Y}, []int64{tt, x, y})
+			require.Equal(t, []int64{st.T, st.X, st.Y, st.L, st.W, st.R}, []int64{tt, x, y, l, w, r})
 			require.Equal(t, len(st.Log), len(log))
 		})
+	}
+}
+
+// TestSettleShadowSQL: ModeSQL refuses a take or peek of a policy with a
+// shadow limit (ErrShadowSQL) but settles it, in Store and Batched alike:
+// a settle corrects every limit alike (store.Policy.Decide), shadow or not.
+func TestSettleShadowSQL(t *testing.T) {
+	pool := pgtest.Pool(t, database(t))
+	names := []string{"enforced", "candidate"}
+	ls := []core.Limit{{Algorithm: core.FixedWindow, Limit: 5, Window: 3_600_000_000}, {Algorithm: core.GCRA, Limit: 3, Window: 1_000_000}}
+	p, err := store.MustPolicy(names, ls...).WithShadow("candidate")
+	require.NoError(t, err)
+	for _, s := range []store.Store{newStore(t, pool, pgstore.Config{RequestClock: true}), newBatched(t, pool, pgstore.Config{RequestClock: true}, pgstore.BatchConfig{})} {
+		key := fmt.Sprintf("shadow-settle-%d", time.Now().UnixNano())
+		_, _, err := s.Decide(context.Background(), store.Request{Key: key, Policy: p, Op: store.Take, Now: t0, Cost: 1}, nil)
+		require.ErrorIs(t, err, pgstore.ErrShadowSQL)
+		each := make([]core.Decision, 2)
+		i, got, err := s.Decide(context.Background(), store.Request{Key: key, Policy: p, Op: store.Settle, Now: t0, Cost: 4}, each)
+		require.NoError(t, err)
+		ss := []core.State{{}, {}}
+		want := make([]core.Decision, 2)
+		wi, err := core.SettleAll(ls, ss, t0, 4, want)
+		require.NoError(t, err)
+		require.Equal(t, wi, i)
+		require.Equal(t, want, each)
+		require.Equal(t, want[wi], got)
 	}
 }
 

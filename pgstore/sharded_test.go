@@ -64,7 +64,7 @@ func TestShardedConformance(t *testing.T) {
 	for _, m := range modes[:2] {
 		t.Run("sharded/"+m.name, func(t *testing.T) {
 			s := shardedOver(t, c, m.cfg, c.Shards)
-			cfg := storetest.Config{New: func(t *testing.T) store.Store { return s }, DerivedNextAfter: m.cfg.Mode == pgstore.ModeSQL}
+			cfg := storetest.Config{New: func(t *testing.T) store.Store { return s }}
 			if m.cfg.Mode == pgstore.ModeSQL {
 				cfg.ShadowRefused = pgstore.ErrShadowSQL
 			}
@@ -73,7 +73,7 @@ func TestShardedConformance(t *testing.T) {
 	}
 	t.Run("router/sql", func(t *testing.T) {
 		s := newStore(t, smallPool(t, c.Router, 8), pgstore.Config{RequestClock: true, QueueTimeout: -1})
-		storetest.Run(t, storetest.Config{New: func(t *testing.T) store.Store { return s }, DerivedNextAfter: true, ShadowRefused: pgstore.ErrShadowSQL})
+		storetest.Run(t, storetest.Config{New: func(t *testing.T) store.Store { return s }, ShadowRefused: pgstore.ErrShadowSQL})
 		n, err := s.Expire(context.Background())
 		require.NoError(t, err)
 		require.GreaterOrEqual(t, n, int64(0))

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rlcore/rl/core"
@@ -11,18 +12,24 @@ import (
 
 // takeManySQL calls rl.rl_decide_multi: rl_allow_multi and rl_peek_multi
 // with arrays instead of JSON, executable by the rl_app role.
-const takeManySQL = "SELECT t.ord, t.allowed, t.lim, t.remaining, t.reset_after_us, t.retry_after_us, t.delay_us, t.deciding " +
+const takeManySQL = "SELECT t.ord, t.allowed, t.lim, t.remaining, t.reset_after_us, t.retry_after_us, t.delay_us, t.next_after_us, t.deciding " +
 	"FROM rl.rl_decide_multi($1, $2, $3, $4, $5, $6, $7, $8, $9) t"
 
 // takeManyFastSQL also turns off synchronous commit for its transaction.
-const takeManyFastSQL = "SELECT t.ord, t.allowed, t.lim, t.remaining, t.reset_after_us, t.retry_after_us, t.delay_us, t.deciding " +
+const takeManyFastSQL = "SELECT t.ord, t.allowed, t.lim, t.remaining, t.reset_after_us, t.retry_after_us, t.delay_us, t.next_after_us, t.deciding " +
 	"FROM (SELECT set_config('synchronous_commit', 'off', true)) c, rl.rl_decide_multi($1, $2, $3, $4, $5, $6, $7, $8, $9) t"
 
-// decideSQL is the one-round-trip path: PL/pgSQL decides. The port does
-// not compute Decision.NextAfter: it is derived from the other fields
-// (core.DeriveNextAfter), exactly for the fixed window (to the µs for the
-// buckets and GCRA) and as a bound, never early, for the sliding
-// algorithms.
+// settleManySQL calls rl.rl_settle_decide (migration 17): rl_settle_multi
+// with arrays instead of JSON, executable by the rl_app role.
+const settleManySQL = "SELECT t.ord, t.allowed, t.lim, t.remaining, t.reset_after_us, t.retry_after_us, t.delay_us, t.next_after_us, t.deciding " +
+	"FROM rl.rl_settle_decide($1, $2, $3, $4, $5, $6, $7, $8) t"
+
+// settleManyFastSQL also turns off synchronous commit for its transaction.
+const settleManyFastSQL = "SELECT t.ord, t.allowed, t.lim, t.remaining, t.reset_after_us, t.retry_after_us, t.delay_us, t.next_after_us, t.deciding " +
+	"FROM (SELECT set_config('synchronous_commit', 'off', true)) c, rl.rl_settle_decide($1, $2, $3, $4, $5, $6, $7, $8) t"
+
+// decideSQL is the one-round-trip path: PL/pgSQL decides, NextAfter
+// included (next_after_us, migration 16), or settles (migration 17).
 func (s *Store) decideSQL(ctx context.Context, conn *pgxpool.Conn, req *store.Request, out []core.Decision) (int, error) {
 	n := req.Policy.Len()
 	algs := make([]int32, n)
@@ -34,28 +41,40 @@ func (s *Store) decideSQL(ctx context.Context, conn *pgxpool.Conn, req *store.Re
 	if s.cfg.RequestClock {
 		now = &req.Now
 	}
-	q := takeManySQL
-	if s.cfg.Durability == DurabilityFast && req.Op == store.Take {
-		q = takeManyFastSQL
+	var (
+		rows pgx.Rows
+		err  error
+	)
+	fast := s.cfg.Durability == DurabilityFast
+	switch {
+	case req.Op == store.Settle:
+		q := settleManySQL
+		if fast {
+			q = settleManyFastSQL
+		}
+		rows, err = conn.Query(ctx, q, FullKey(req.Prefix, req.Key), req.Policy.Names(), algs, lims, wins, rates, req.Cost, now)
+	default:
+		q := takeManySQL
+		if fast && req.Op == store.Take {
+			q = takeManyFastSQL
+		}
+		rows, err = conn.Query(ctx, q, FullKey(req.Prefix, req.Key), req.Policy.Names(), algs, lims, wins, rates, req.Cost, now, req.Op == store.Take)
 	}
-	rows, err := conn.Query(ctx, q, FullKey(req.Prefix, req.Key), req.Policy.Names(), algs, lims, wins, rates, req.Cost, now, req.Op == store.Take)
 	if err != nil {
 		return 0, err
 	}
 	defer rows.Close()
 	index := 0
-	limits := req.Policy.Limits()
 	for rows.Next() {
 		var (
 			ord      int32
 			d        core.Decision
 			deciding bool
 		)
-		if err := rows.Scan(&ord, &d.Allowed, &d.Limit, &d.Remaining, &d.ResetAfter, &d.RetryAfter, &d.Delay, &deciding); err != nil {
+		if err := rows.Scan(&ord, &d.Allowed, &d.Limit, &d.Remaining, &d.ResetAfter, &d.RetryAfter, &d.Delay, &d.NextAfter, &deciding); err != nil {
 			return 0, err
 		}
 		if int(ord) < n {
-			d.NextAfter = core.DeriveNextAfter(limits[ord], d) // the PL/pgSQL port does not report it
 			out[ord] = d
 		}
 		if deciding {

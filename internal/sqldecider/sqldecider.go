@@ -1,6 +1,9 @@
 // Package sqldecider is core.Decider computed by the SQL port: each call is
-// one query of the pure functions of sql/migrations, rl.decide (Take, Peek)
-// and rl.decide_all (TakeAll, PeekAll), which read no clock and no table.
+// one query of the pure functions of sql/migrations, rl.decide (Take, Peek,
+// Settle) and rl.decide_all (TakeAll, PeekAll, SettleAll), which read no
+// clock and no table. States go in and come out with the parameters that
+// wrote them (core.State L, W, R), as the table rl.state keeps them since
+// migration 17.
 //
 // States go in as arguments and come out as the functions' results, so what
 // is compared with the core is the port's decision function itself, bit for
@@ -46,19 +49,20 @@ var (
 // New returns a Decider querying through pool, which the caller owns.
 func New(pool *pgxpool.Pool) *Decider { return &Decider{pool: pool} }
 
-const decideSQL = `SELECT allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, algorithm, t, x, y, log
-FROM rl.decide($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
+const decideSQL = `SELECT allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, next_after_us, algorithm, t, x, y, log, l, w, r
+FROM rl.decide($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`
 
 // decideAllSQL builds the arrays of composites rl.decide_all takes from
 // arrays of their fields; the logs are one flat array cut by offsets.
-const decideAllSQL = `SELECT ord, allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, idx, algorithm, t, x, y, log
+const decideAllSQL = `SELECT ord, allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, next_after_us, idx, algorithm, t, x, y, log, l, w, r
 FROM rl.decide_all(
 	ARRAY(SELECT ROW(a, l, w, r)::rl.limit_spec
 	      FROM unnest($1::integer[], $2::bigint[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS u(a, l, w, r, i)
 	      ORDER BY i),
-	ARRAY(SELECT ROW(a, t, x, y, ($9::bigint[])[o + 1 : o + n])::rl.state_words
-	      FROM unnest($5::integer[], $6::bigint[], $7::bigint[], $8::bigint[], $10::integer[], $11::integer[])
-	           WITH ORDINALITY AS u(a, t, x, y, o, n, i)
+	ARRAY(SELECT ROW(a, t, x, y, ($9::bigint[])[o + 1 : o + n], l, w, r)::rl.state_words
+	      FROM unnest($5::integer[], $6::bigint[], $7::bigint[], $8::bigint[], $10::integer[], $11::integer[],
+	                  $15::bigint[], $16::bigint[], $17::bigint[])
+	           WITH ORDINALITY AS u(a, t, x, y, o, n, l, w, r, i)
 	      ORDER BY i),
 	$12, $13, $14)`
 
@@ -80,6 +84,15 @@ func (d *Decider) Peek(l core.Limit, s core.State, now, cost int64) (core.Decisi
 	return dec, nil
 }
 
+// Settle is core.Settle computed by rl.decide (op settle).
+func (d *Decider) Settle(l core.Limit, s core.State, now, delta int64) (core.Decision, core.State, error) {
+	dec, n, err := d.decide(l, s, now, delta, "settle")
+	if err != nil {
+		return core.Decision{}, s, err
+	}
+	return dec, n, nil
+}
+
 func (d *Decider) decide(l core.Limit, s core.State, now, cost int64, op string) (core.Decision, core.State, error) {
 	if d.pool == nil {
 		return core.Decision{}, s, errNoPool
@@ -94,9 +107,9 @@ func (d *Decider) decide(l core.Limit, s core.State, now, cost int64, op string)
 		nl  []int64
 	)
 	err := d.pool.QueryRow(context.Background(), decideSQL, int32(l.Algorithm), l.Limit, l.Window, l.Rate,
-		int32(s.Algorithm), s.T, s.X, s.Y, log, now, cost, op).
-		Scan(&dec.Allowed, &dec.Limit, &dec.Remaining, &dec.ResetAfter, &dec.RetryAfter, &dec.Delay,
-			&n.Algorithm, &n.T, &n.X, &n.Y, &nl)
+		int32(s.Algorithm), s.T, s.X, s.Y, log, now, cost, op, s.L, s.W, s.R).
+		Scan(&dec.Allowed, &dec.Limit, &dec.Remaining, &dec.ResetAfter, &dec.RetryAfter, &dec.Delay, &dec.NextAfter,
+			&n.Algorithm, &n.T, &n.X, &n.Y, &nl, &n.L, &n.W, &n.R)
 	if err != nil {
 		_, err = mapError(err)
 		return core.Decision{}, s, err
@@ -115,6 +128,11 @@ func (d *Decider) PeekAll(ls []core.Limit, ss []core.State, now, cost int64, ds 
 	return d.all(ls, ss, now, cost, ds, "peek")
 }
 
+// SettleAll is core.SettleAll computed by rl.decide_all (op settle).
+func (d *Decider) SettleAll(ls []core.Limit, ss []core.State, now, delta int64, ds []core.Decision) (int, error) {
+	return d.all(ls, ss, now, delta, ds, "settle")
+}
+
 func (d *Decider) all(ls []core.Limit, ss []core.State, now, cost int64, ds []core.Decision, op string) (int, error) {
 	if len(ds) < len(ls) { // the rest of ErrLimits is rl.decide_all's to find
 		return 0, core.ErrLimits
@@ -128,17 +146,19 @@ func (d *Decider) all(ls []core.Limit, ss []core.State, now, cost int64, ds []co
 		lims, wins, rates = make([]int64, n), make([]int64, n), make([]int64, n)
 		sa, offs, lens    = make([]int32, len(ss)), make([]int32, len(ss)), make([]int32, len(ss))
 		st, sx, sy, logs  = make([]int64, len(ss)), make([]int64, len(ss)), make([]int64, len(ss)), []int64{}
+		sl, sw, sr        = make([]int64, len(ss)), make([]int64, len(ss)), make([]int64, len(ss))
 	)
 	for i, l := range ls {
 		la[i], lims[i], wins[i], rates[i] = int32(l.Algorithm), l.Limit, l.Window, l.Rate
 	}
 	for i, s := range ss {
 		sa[i], st[i], sx[i], sy[i] = int32(s.Algorithm), s.T, s.X, s.Y
+		sl[i], sw[i], sr[i] = s.L, s.W, s.R
 		offs[i], lens[i] = int32(len(logs)), int32(len(s.Log))
 		logs = append(logs, s.Log...)
 	}
 	rows, err := d.pool.Query(context.Background(), decideAllSQL, la, lims, wins, rates, sa, st, sx, sy, logs,
-		offs, lens, now, cost, op)
+		offs, lens, now, cost, op, sl, sw, sr)
 	if err != nil {
 		return mapError(err)
 	}
@@ -157,7 +177,8 @@ func (d *Decider) all(ls []core.Limit, ss []core.State, now, cost int64, ds []co
 			ix  int32
 		)
 		if err := rows.Scan(&ord, &dec.Allowed, &dec.Limit, &dec.Remaining, &dec.ResetAfter, &dec.RetryAfter,
-			&dec.Delay, &ix, &r.st.Algorithm, &r.st.T, &r.st.X, &r.st.Y, &r.log); err != nil {
+			&dec.Delay, &dec.NextAfter, &ix, &r.st.Algorithm, &r.st.T, &r.st.X, &r.st.Y, &r.log,
+			&r.st.L, &r.st.W, &r.st.R); err != nil {
 			return 0, fmt.Errorf("sqldecider: %w", err)
 		}
 		if ord < 0 || int(ord) >= n {
@@ -172,7 +193,7 @@ func (d *Decider) all(ls []core.Limit, ss []core.State, now, cost int64, ds []co
 	if got != n {
 		return 0, fmt.Errorf("sqldecider: rl.decide_all returned %d rows for %d limits", got, n)
 	}
-	if op == "take" {
+	if op != "peek" {
 		for i := range out {
 			out[i].st.Log = store(ss[i].Log, out[i].log)
 			ss[i] = out[i].st

@@ -12,7 +12,7 @@ import (
 func sqlRunner() difftest.Runner {
 	return difftest.Runner{Workers: 4, Deciders: []difftest.Decider{
 		{Name: "native", Decider: vectorstest.Native{}},
-		{Name: "sql", Decider: sqldecider.New(db), NoNextAfter: true},
+		{Name: "sql", Decider: sqldecider.New(db)},
 	}}
 }
 

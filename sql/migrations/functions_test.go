@@ -19,13 +19,13 @@ func TestAllowExample(t *testing.T) {
 	ctx := context.Background()
 	key := uniqueKey("user")
 	type dec struct {
-		allowed                                  bool
-		lim, remaining, reset, retry, delay, now int64
+		allowed                                        bool
+		lim, remaining, reset, retry, delay, now, next int64
 	}
 	call := func() dec {
 		var d dec
 		require.NoError(t, db.QueryRow(ctx, `SELECT * FROM rl.rl_allow($1, 'token_bucket', 100, '1 minute')`, key).
-			Scan(&d.allowed, &d.lim, &d.remaining, &d.reset, &d.retry, &d.delay, &d.now))
+			Scan(&d.allowed, &d.lim, &d.remaining, &d.reset, &d.retry, &d.delay, &d.now, &d.next))
 		return d
 	}
 	before := time.Now().UnixMicro()
@@ -35,6 +35,7 @@ func TestAllowExample(t *testing.T) {
 	require.Equal(t, int64(99), d.remaining)
 	require.Equal(t, int64(600000), d.reset, "one token comes back in 60s/100")
 	require.Zero(t, d.retry)
+	require.Equal(t, int64(600000), d.next, "the next token too")
 	require.InDelta(t, before, d.now, float64(10*time.Second/time.Microsecond), "database clock")
 	var stored int64
 	require.NoError(t, db.QueryRow(ctx, `SELECT expires_at FROM rl.state WHERE key = $1`, key).Scan(&stored))
@@ -93,7 +94,19 @@ func TestErrors(t *testing.T) {
 		{`SELECT rl.rl_allow('k', 'gcra', 5, '1 minute', cost => -1)`, "RL006", fmt.Sprintf("ratelimit: cost -1: outside [0, %d]", core.MaxCost), "", nil},
 		{`SELECT rl.rl_allow('k', 'gcra', 5, '1 minute', now_us => -1)`, "RL007", fmt.Sprintf("ratelimit: time -1 µs: outside [0, %d] µs since the Unix epoch", core.MaxTime), "", nil},
 		{`SELECT rl.decide(4, 5, 1000, 0, 4, -1, 0, 0, '{}', 0, 1)`, "RL008",
-			fmt.Sprintf("ratelimit: stored state (algorithm %d, t -1, x 0, y 0, 0 log entries) is corrupt for %s", core.TokenBucket, core.TokenBucket), "", nil},
+			fmt.Sprintf("ratelimit: stored state (algorithm %d, t -1, x 0, y 0, 0 log entries, l 0, w 0, r 0) is corrupt for %s", core.TokenBucket, core.TokenBucket), "", nil},
+		// Recorded parameters that are no valid limit of the state's algorithm.
+		{`SELECT rl.decide(4, 5, 1000, 0, 4, 0, 0, 0, '{}', 0, 1, 'take', 5, 1000, 0)`, "RL008",
+			fmt.Sprintf("ratelimit: stored state (algorithm %d, t 0, x 0, y 0, 0 log entries, l 5, w 1000, r 0) is corrupt for %s", core.TokenBucket, core.TokenBucket), "", nil},
+		{`SELECT rl.decide(1, 5, 1000, 0, 1, 0, 1, 0, '{}', 0, 1, 'take', 5, 1000, 5)`, "RL008", "", "", nil}, // a rate recorded for a window algorithm
+		{`SELECT rl.decide(1, 5, 1000, 0, 0, 0, 0, 0, '{}', 0, 1, 'take', 5, 1000, 0)`, "RL008", "", "", nil}, // parameters recorded in a fresh state
+		{`SELECT rl.decide(4, 5, 1000, 0, 0, 0, 0, 0, '{}', 0, -1099511627777, 'settle')`, "RL006",
+			fmt.Sprintf("ratelimit: settle delta -%d: outside [-%d, %d]", core.MaxCost+1, core.MaxCost, core.MaxCost), "", nil},
+		{`SELECT rl.decide(1, 5, 1000, 0, 1, 0, 4611686018427387000, 0, '{}', 0, 1099511627776, 'settle', 5, 1000, 0)`, "RL006",
+			fmt.Sprintf("ratelimit: settle delta %d: the debt it leaves on %s would exceed %d (units of 1/window)", core.MaxCost, core.FixedWindow, core.MaxStateValue), "", nil},
+		{`SELECT rl.rl_settle('k', 'gcra', 5, '1 minute', NULL)`, "RL006", "", "", nil},
+		{`SELECT rl.rl_settle_multi('k', '[{"name":"a","algorithm":"gcra","limit":1,"window_us":1},{"name":"b","algorithm":"gcra","limit":1,"window_us":0}]', 1)`,
+			"RL003", "", "limit index 1 (name 'b')", nil},
 		{`SELECT rl.decide(6, 5, 1000, 0, 6, 5, 0, 6, '{}', 0, 1)`, "RL008", "", "", nil}, // y, the admission time, after the TAT
 		{`SELECT rl.decide(3, 5, 1000, 0, 3, 0, 0, 0, '{2,1}', 0, 1)`, "RL008", "", "", nil},
 		{`SELECT rl.decide(3, 5, 1000, 0, 3, 0, 0, 0, '{1,NULL}', 0, 1)`, "RL008", "", "", nil},
@@ -243,24 +256,44 @@ func TestConstants(t *testing.T) {
 }
 
 // TestParamsChangeSQL: the case of the issue through rl_allow: a key limited
-// to 1 per year, switched to 10 per second, waits 0.1 s, not a year; the
-// retry is exact.
+// to 1 per year, switched to 10 per second. The row records the parameters
+// that wrote it (l, w, r), so the one unit used carries over: 9 of 10 are
+// left at once, and the 10th comes back 0.1 s after the old admission, the
+// retry exact (core's TestGCRAYearToSecond). A legacy row (l, w, r 0,
+// written before migration 17) is clamped instead: it waits 0.1 s, not a
+// year.
 func TestParamsChangeSQL(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const t0 = int64(1767225600000000)
-	key := uniqueKey("clamp")
+	const year, sec = int64(365 * 24 * time.Hour / time.Microsecond), int64(time.Second / time.Microsecond)
 	var allowed bool
 	var retry int64
-	q := `SELECT allowed, retry_after_us FROM rl.rl_allow_us($1, 'gcra', $2, $3, now_us => $4)`
-	require.NoError(t, db.QueryRow(ctx, q, key, 1, int64(365*24*time.Hour/time.Microsecond), t0).Scan(&allowed, &retry))
+	q := `SELECT allowed, retry_after_us FROM rl.rl_allow_us($1, 'gcra', $2, $3, cost => $4, now_us => $5)`
+
+	key := uniqueKey("carry")
+	require.NoError(t, db.QueryRow(ctx, q, key, 1, year, 1, t0).Scan(&allowed, &retry))
 	require.True(t, allowed)
-	require.NoError(t, db.QueryRow(ctx, q, key, 10, int64(time.Second/time.Microsecond), t0+1).Scan(&allowed, &retry))
+	var l, w, r int64
+	require.NoError(t, db.QueryRow(ctx, `SELECT l, w, r FROM rl.state WHERE key = $1`, key).Scan(&l, &w, &r))
+	require.Equal(t, [3]int64{1, year, 1}, [3]int64{l, w, r}, "the parameters that wrote the row")
+	require.NoError(t, db.QueryRow(ctx, q, key, 10, sec, 10, t0+1).Scan(&allowed, &retry))
+	require.False(t, allowed, "the unit used carries over")
+	require.Equal(t, sec/10-1, retry)
+	require.NoError(t, db.QueryRow(ctx, q, key, 10, sec, 9, t0+1).Scan(&allowed, &retry))
+	require.True(t, allowed, "9 of 10 left at once")
+
+	key = uniqueKey("clamp")
+	require.NoError(t, db.QueryRow(ctx, q, key, 1, year, 1, t0).Scan(&allowed, &retry))
+	require.True(t, allowed)
+	_, err := db.Exec(ctx, `UPDATE rl.state SET l = 0, w = 0, r = 0 WHERE key = $1`, key)
+	require.NoError(t, err)
+	require.NoError(t, db.QueryRow(ctx, q, key, 10, sec, 1, t0+1).Scan(&allowed, &retry))
 	require.False(t, allowed)
-	require.Equal(t, int64(100_000-1), retry)
-	require.NoError(t, db.QueryRow(ctx, q, key, 10, int64(time.Second/time.Microsecond), t0+1+retry-1).Scan(&allowed, &retry))
+	require.Equal(t, sec/10-1, retry)
+	require.NoError(t, db.QueryRow(ctx, q, key, 10, sec, 1, t0+1+retry-1).Scan(&allowed, &retry))
 	require.False(t, allowed)
 	require.Equal(t, int64(1), retry)
-	require.NoError(t, db.QueryRow(ctx, q, key, 10, int64(time.Second/time.Microsecond), t0+100_000).Scan(&allowed, &retry))
+	require.NoError(t, db.QueryRow(ctx, q, key, 10, sec, 1, t0+sec/10).Scan(&allowed, &retry))
 	require.True(t, allowed)
 }

@@ -24,7 +24,9 @@ func errorIndex(detail string) int {
 	return i
 }
 
-// stateEqual compares states; a nil log equals an empty one.
+// stateEqual compares states, the parameters that wrote them included; a
+// nil log equals an empty one.
 func stateEqual(a, b vectors.State) bool {
-	return a.Algorithm == b.Algorithm && a.T == b.T && a.X == b.X && a.Y == b.Y && slices.Equal(a.Log, b.Log)
+	return a.Algorithm == b.Algorithm && a.T == b.T && a.X == b.X && a.Y == b.Y && a.L == b.L && a.W == b.W &&
+		a.R == b.R && slices.Equal(a.Log, b.Log)
 }

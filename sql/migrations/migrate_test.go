@@ -208,6 +208,12 @@ func TestRoleAppPrivileges(t *testing.T) {
 		`SELECT rl.algorithm_id('gcra'), rl.algorithm_name(6)`,
 		`SELECT rl.rl_reset('role:1')`,
 		`SELECT * FROM rl.decide(4, 3, 1000000, 0, 0, 0, 0, 0, '{}', 0, 1)`,
+		`SELECT * FROM rl.decide(4, 3, 1000000, 0, 0, 0, 0, 0, '{}', 0, 1, 'settle', 0, 0, 0)`,
+		`SELECT * FROM rl.rl_settle('role:1', 'token_bucket', 10, '1 minute', -1)`,
+		`SELECT * FROM rl.rl_settle_us('role:2', 'gcra', 3, 1000000, 2)`,
+		`SELECT * FROM rl.rl_settle_multi('role:1', '[{"name":"a","algorithm":"gcra","limit":3,"window":"1 second"}]', 1)`,
+		`SELECT * FROM rl.rl_settle_decide('role:1', '{a}', '{6}', '{3}', '{1000000}', '{0}', -1)`,
+		`SELECT * FROM rl.rl_decide_batch('{role:3}', '{a}', '{6}', '{3}', '{1000000}', '{0}', '{1}', NULL, NULL, NULL, '{true}')`,
 	} {
 		_, err := conn.Exec(ctx, q)
 		require.NoError(t, err, q)
@@ -224,7 +230,10 @@ func TestRoleAppPrivileges(t *testing.T) {
 		`SELECT rl._request_now(0)`,
 		`SELECT rl._check_tenant_key('k', NULL)`,
 		`SELECT * FROM rl._take_many('k', '{a}', '{6}', '{3}', '{1000000}', '{0}', 1, 0, true)`,
-		`SELECT rl._eval(4, 5, 1000, 0, 0, 0, 0, 0, '{}', 0, 1, true)`,
+		`SELECT rl._eval(4, 5, 1000, 0, 0, 0, 0, 0, '{}', 0, 0, 0, 0, 1, true)`,
+		`SELECT rl._settle(4, 5, 1000, 0, 0, 0, 0, 0, '{}', 0, 0, 0, 0, 1)`,
+		`SELECT * FROM rl._settle_many('k', '{a}', '{6}', '{3}', '{1000000}', '{0}', 1, 0)`,
+		`SELECT * FROM rl.lock_states_batch('{role:1}', '{a}')`,
 	} {
 		_, err := conn.Exec(ctx, q)
 		require.Equal(t, "42501", sqlState(err), "%s: %v", q, err)

@@ -21,11 +21,13 @@ const nativeInstallHint = "install the native step first: bash .ci/install-nativ
 
 // TestNative: the optional native step (sql/native, the extension
 // rl_native) in a database of its own, migrated by an ordinary owner. The C
-// rl._eval gives what the PL/pgSQL one gives for odd input (NULLs, logs
-// that are unsorted, hold NULLs, start at another index or have two
-// dimensions); enabled, it passes every vector, pure and through the table
-// functions, and the differential test against the Go core; disabled, the
-// catalog is as before.
+// rl._eval and rl._settle give what the PL/pgSQL ones give for odd input
+// (NULLs, logs that are unsorted, hold NULLs, start at another index or
+// have two dimensions, recorded parameters valid or not, states in debt);
+// enabled, they pass every vector, pure and through the table functions,
+// the differential test against the Go core and random batches
+// (rl_decide_batch) against it; disabled, the catalog is as before. The
+// same build at a schema before migration 17 (TestNativeBefore17).
 func TestNative(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -44,14 +46,17 @@ func TestNative(t *testing.T) {
 
 	t.Run("same as PL/pgSQL", func(t *testing.T) { compareNative(t, conn) })
 
-	var msg, lang string
+	var msg string
 	require.NoError(t, conn.QueryRow(ctx, `SELECT rl_native.enable()`).Scan(&msg))
-	require.Equal(t, "rl._eval is native (was plpgsql)", msg)
+	require.Equal(t, "rl._eval and rl._settle are native (were plpgsql)", msg)
 	require.NoError(t, conn.QueryRow(ctx, `SELECT rl_native.enable()`).Scan(&msg))
-	require.Equal(t, "rl._eval is already native", msg)
-	require.NoError(t, conn.QueryRow(ctx, `SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
-		WHERE p.oid = 'rl._eval'::regproc`).Scan(&lang))
-	require.Equal(t, "c", lang)
+	require.Equal(t, "rl._eval and rl._settle are already native", msg)
+	for _, fn := range []string{"rl._eval", "rl._settle"} {
+		var lang string
+		require.NoError(t, conn.QueryRow(ctx, `SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+			WHERE p.oid = $1::regproc`, fn).Scan(&lang))
+		require.Equal(t, "c", lang, fn)
+	}
 
 	cfg, err := pgxpool.ParseConfig(su)
 	require.NoError(t, err)
@@ -64,10 +69,11 @@ func TestNative(t *testing.T) {
 	t.Run("vectors/pure/single", func(t *testing.T) { vectorstest.Run(t, d, false) })
 	t.Run("vectors/pure/all", func(t *testing.T) { vectorstest.Run(t, d, true) })
 	t.Run("vectors/table", func(t *testing.T) { runVectorsTable(t, pool) })
+	t.Run("batch", func(t *testing.T) { runBatchDifferential(t, pool, "native-bd", 20260104, 60) })
 	t.Run("differential", func(t *testing.T) {
 		r := difftest.Runner{Workers: 4, Deciders: []difftest.Decider{
 			{Name: "native", Decider: vectorstest.Native{}},
-			{Name: "sql+c", Decider: d, NoNextAfter: true},
+			{Name: "sql+c", Decider: d},
 		}}
 		n := 1500
 		if testing.Short() || raceEnabled {
@@ -80,16 +86,81 @@ func TestNative(t *testing.T) {
 	pool.Close()
 
 	require.NoError(t, conn.QueryRow(ctx, `SELECT rl_native.disable()`).Scan(&msg))
-	require.Equal(t, "rl._eval is the PL/pgSQL port again", msg)
+	require.Equal(t, "rl._eval and rl._settle are the PL/pgSQL port again", msg)
 	requireSameCatalog(t, before, catalog(t, su), "rl_native.disable()")
 	_, err = conn.Exec(ctx, `DROP EXTENSION rl_native`)
 	require.NoError(t, err)
 	requireSameCatalog(t, before, catalog(t, su), "DROP EXTENSION rl_native")
 }
 
-// compareNative calls rl_native.eval and the PL/pgSQL rl._eval with the
-// same arguments, many of them at or past a bound, NULL, or malformed, and
-// requires the same rl._eval_result.
+// TestNativeBefore17: the build of rl_native that serves migration 17
+// serves a schema before it too. At 16 its rl_eval, called with
+// rl._eval's 12 arguments there (a state records no parameters), gives
+// what the PL/pgSQL rl._eval of 16 gives on every combination of a grid of
+// limits, states and calls; enable() makes that rl._eval native as version
+// 1 did, and disable() puts it back. Migration 17 replaces the native
+// rl._eval (a new signature), after which enable() makes rl._eval and
+// rl._settle native.
+func TestNativeBefore17(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	su, owner := ownedDatabase(t)
+	m, err := migrations.Open(ctx, owner)
+	require.NoError(t, err)
+	defer m.Close()
+	require.NoError(t, m.Goto(ctx, 16))
+	conn := connect(t, su)
+	_, err = conn.Exec(ctx, `CREATE EXTENSION rl_native`)
+	require.NoError(t, err, nativeInstallHint)
+	_, err = conn.Exec(ctx, `CREATE FUNCTION pg_temp.eval12(integer, bigint, bigint, bigint, integer, bigint, bigint,
+			bigint, bigint[], bigint, bigint, boolean) RETURNS rl._eval_result LANGUAGE c IMMUTABLE
+		AS '$libdir/rl_native', 'rl_eval'`)
+	require.NoError(t, err)
+	const t0 = int64(1767225600000000)
+	var calls, differ int
+	require.NoError(t, conn.QueryRow(ctx, `
+		SELECT count(*), count(*) FILTER (WHERE pg_temp.eval12(a, l, w, r, sa, st, sx, sy, lg, $1::bigint, c, tk)::text
+		                                       IS DISTINCT FROM rl._eval(a, l, w, r, sa, st, sx, sy, lg, $1::bigint, c, tk)::text)
+		  FROM unnest('{1,2,3,4,5,6}'::integer[]) a, unnest('{1,3}'::bigint[]) l, unnest('{7,1000000}'::bigint[]) w,
+		       unnest('{0,2}'::bigint[]) r0, LATERAL (SELECT CASE WHEN a <= 3 THEN 0 ELSE r0 END) rr(r),
+		       unnest('{0,1,2,3,4,5,6}'::integer[]) sa,
+		       unnest(ARRAY[0, $1::bigint - 500000, $1::bigint + 300000]) st0,
+		       unnest('{0,3,2000000}'::bigint[]) sx0,
+		       LATERAL (SELECT CASE WHEN sa IN (0, 3) THEN 0 ELSE st0 END,
+		                       CASE WHEN sa IN (0, 3) THEN 0 WHEN sa = 6 THEN sx0 % 3 ELSE sx0 END,
+		                       CASE WHEN sa = 6 THEN greatest(0, st0 - 1000000) WHEN sa = 2 THEN sx0 % 5 ELSE 0 END,
+		                       CASE WHEN sa = 3 AND sx0 > 0 THEN ARRAY[$1::bigint - 10, $1::bigint] ELSE '{}' END) s(st, sx, sy, lg),
+		       unnest('{0,1,2,4}'::bigint[]) c, unnest('{true,false}'::boolean[]) tk`, t0).Scan(&calls, &differ))
+	require.Zero(t, differ, "of %d calls", calls)
+	t.Logf("%d calls, the same", calls)
+
+	var msg string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT rl_native.enable()`).Scan(&msg))
+	require.Equal(t, "rl._eval is native (was plpgsql)", msg)
+	var allowed bool
+	require.NoError(t, conn.QueryRow(ctx, `SELECT allowed FROM rl.rl_allow('k', 'gcra', 5, '1 minute')`).Scan(&allowed))
+	require.True(t, allowed)
+	require.NoError(t, conn.QueryRow(ctx, `SELECT rl_native.disable()`).Scan(&msg))
+	require.Equal(t, "rl._eval is the PL/pgSQL port again", msg)
+
+	require.NoError(t, conn.QueryRow(ctx, `SELECT rl_native.enable()`).Scan(&msg))
+	require.Equal(t, "rl._eval is native (was plpgsql)", msg)
+	require.NoError(t, m.Goto(ctx, migrations.Latest))
+	require.NoError(t, conn.QueryRow(ctx, `SELECT rl_native.disable()`).Scan(&msg))
+	require.Equal(t, "rl._eval is not native: nothing to do", msg, "17 replaced the native rl._eval")
+	require.NoError(t, conn.QueryRow(ctx, `SELECT rl_native.enable()`).Scan(&msg))
+	require.Equal(t, "rl._eval and rl._settle are native (were plpgsql)", msg)
+	require.NoError(t, conn.QueryRow(ctx, `SELECT allowed FROM rl.rl_allow('k', 'gcra', 5, '1 minute')`).Scan(&allowed))
+	require.True(t, allowed)
+	require.NoError(t, conn.QueryRow(ctx, `SELECT rl_native.disable()`).Scan(&msg))
+	require.Equal(t, "rl._eval and rl._settle are the PL/pgSQL port again", msg)
+}
+
+// compareNative calls rl_native.eval and rl_native.settle and the PL/pgSQL
+// rl._eval and rl._settle with the same arguments, many of them at or past
+// a bound, NULL, or malformed, with recorded parameters (l, w, r) of the
+// limit, of another, invalid or none, and requires the same
+// rl._eval_result.
 func compareNative(t *testing.T, conn *pgx.Conn) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(21, 13))
@@ -136,6 +207,9 @@ func compareNative(t *testing.T, conn *pgx.Conn) {
 			i64(-1, 0, t0, t0, t0+250_000, t0+1_000_000, 253402300799999999, 253402300800000000),
 			i64(-1, 0, 0, 1, 1, 2, 3, 10, 4096, 1<<40, 1<<40+1),
 			pick(nil, true, true, false),
+			i64(0, 0, 0, 1, 3, 10, 100, 4096, 1<<40, -1),         // l
+			i64(0, 0, 0, 1, 7, 1_000_000, 60_000_000, 1<<40, -1), // w
+			i64(0, 0, 0, 1, 3, 10, 50, 1<<40, -1),                // r
 		}
 		if i%4 != 0 { // mostly well-formed: a limit and a state of one algorithm, near t0
 			alg := int32(1 + rng.IntN(6))
@@ -165,21 +239,66 @@ func compareNative(t *testing.T, conn *pgx.Conn) {
 			a[9] = t0 + rng.Int64N(2_000_000) - 1_000_000
 			a[10] = int64(pick(int64(0), int64(1), int64(1), int64(2), int64(3), int64(11), int64(101)).(int64))
 			a[11] = pick(true, true, false, nil)
+			// The parameters that wrote the state: the limit's (read
+			// exactly, a debt kept), another limit's (carried over), none
+			// (a legacy state).
+			if sa.(int32) != 0 {
+				switch rng.IntN(3) {
+				case 0:
+					a[12], a[13], a[14] = int64(0), int64(0), int64(0)
+				case 1:
+					a[12], a[13], a[14] = lim, a[2], int64(0)
+					if sa.(int32) > 3 {
+						a[14] = lim
+						if r := a[3].(int64); r != 0 {
+							a[14] = r
+						}
+					}
+					sa := sa.(int32)
+					if sa != alg { // the limit's parameters, recorded by another algorithm
+						a[14] = int64(0)
+						if sa > 3 {
+							a[14] = lim
+						}
+					}
+					if rng.IntN(3) == 0 && sa != 3 { // in debt
+						a[6] = []int64{1 << 40, 1 << 61, 1 << 62, a[6].(int64) * 1000}[rng.IntN(4)]
+						if sa == 6 {
+							a[6] = rng.Int64N(60)
+							a[5] = a[5].(int64) + rng.Int64N(1<<40)
+						}
+					}
+				default:
+					a[12] = int64(pick(int64(1), int64(2), int64(5), int64(40)).(int64))
+					a[13] = int64(pick(int64(7), int64(1_000_000), int64(31_536_000_000_000)).(int64))
+					a[14] = int64(0)
+					if sa.(int32) > 3 {
+						a[14] = int64(pick(int64(1), int64(3), a[12]).(int64))
+					}
+				}
+			}
 		}
 		args[i] = a
-		b.Queue(`SELECT rl_native.eval($1, $2, $3, $4, $5, $6, $7, $8, $9::text::bigint[], $10, $11, $12)::text,
-			rl._eval($1, $2, $3, $4, $5, $6, $7, $8, $9::text::bigint[], $10, $11, $12)::text`, a...)
+		b.Queue(`SELECT rl_native.eval($1, $2, $3, $4, $5, $6, $7, $8, $9::text::bigint[], $13, $14, $15, $10, $11, $12)::text,
+			rl._eval($1, $2, $3, $4, $5, $6, $7, $8, $9::text::bigint[], $13, $14, $15, $10, $11, $12)::text,
+			rl_native.settle($1, $2, $3, $4, $5, $6, $7, $8, $9::text::bigint[], $13, $14, $15, $10, $16)::text,
+			rl._settle($1, $2, $3, $4, $5, $6, $7, $8, $9::text::bigint[], $13, $14, $15, $10, $16)::text`,
+			append(a, i64(0, 1, -1, 2, -3, 7, 45, 1<<40, -(1<<40), 1<<40+1, -(1<<40)-1, 1<<62))...)
 	}
 	br := conn.SendBatch(ctx, b)
 	defer br.Close()
-	ok := 0
+	ok, settled := 0, 0
 	for i := range n {
-		var c, pl string
-		require.NoError(t, br.QueryRow().Scan(&c, &pl), "%v", args[i])
+		var c, pl, cs, pls string
+		require.NoError(t, br.QueryRow().Scan(&c, &pl, &cs, &pls), "%v", args[i])
 		require.Equal(t, pl, c, "rl_native.eval%v", args[i])
+		require.Equal(t, pls, cs, "rl_native.settle%v", args[i])
 		if strings.HasPrefix(pl, "(0,") {
 			ok++
 		}
+		if strings.HasPrefix(pls, "(0,") {
+			settled++
+		}
 	}
-	t.Logf("%d calls, %d decided without an error", n, ok)
+	t.Logf("%d calls: %d decided and %d settled without an error", n, ok, settled)
 }

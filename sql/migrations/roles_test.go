@@ -38,7 +38,7 @@ func reachableRoles(t *testing.T, conn *pgx.Conn, login string) []string {
 // TestSetRoleNeverWidens: a tenant that SETs ROLE to any role it can reach
 // (rl_app, an application group role, a group of that group) is still held
 // to its prefixes on every entry point: the single, multi and batch
-// functions, peek, reset and the trigger. Before 0012, SET ROLE rl_app made
+// functions, peek, settle, reset and the trigger. Before 0012, SET ROLE rl_app made
 // it unrestricted (rl_reset of another tenant's key returned 1).
 func TestSetRoleNeverWidens(t *testing.T) {
 	t.Parallel()
@@ -86,12 +86,18 @@ func TestSetRoleNeverWidens(t *testing.T) {
 		`SELECT * FROM rl.rl_peek_multi('b:victim', '[{"name": "default", "algorithm": "fixed_window", "limit": 3, "window": "1 hour"}]')`,
 		`SELECT * FROM rl.rl_decide_multi('b:victim', '{default}', '{1}', '{3}', '{3600000000}', '{0}', cost => 3)`,
 		`SELECT * FROM rl.rl_decide_multi('b:victim', '{default,x}', '{1,1}', '{3,3}', '{3600000000,3600000000}', '{0,0}', cost => 3)`,
+		`SELECT rl.rl_settle('b:victim', 'fixed_window', 3, '1 hour', -1)`,
+		`SELECT rl.rl_settle_us('b:victim', 'fixed_window', 3, 3600000000, 5)`,
+		`SELECT * FROM rl.rl_settle_multi('b:victim', '[{"name": "default", "algorithm": "fixed_window", "limit": 3, "window": "1 hour"}]', -1)`,
+		`SELECT * FROM rl.rl_settle_decide('b:victim', '{default,x}', '{1,1}', '{3,3}', '{3600000000,3600000000}', '{0,0}', -1)`,
 		`SELECT rl.rl_reset('b:victim')`,
 		`SELECT rl.rl_reset('b:victim', 'default')`,
 		`INSERT INTO victim_trg VALUES ('victim')`,
 	}
 	batch := `SELECT error_code, error_message FROM rl.rl_decide_batch('{b:victim}', '{default}', '{1}', '{3}', '{3600000000}',
 		'{0}', costs => '{3}')`
+	settleBatch := `SELECT error_code, error_message FROM rl.rl_decide_batch('{b:victim}', '{default}', '{1}', '{3}', '{3600000000}',
+		'{0}', costs => '{-3}', settle => '{true}')`
 
 	a := connect(t, urlA)
 	reach := reachableRoles(t, owner, roleA)
@@ -110,6 +116,8 @@ func TestSetRoleNeverWidens(t *testing.T) {
 		var code, msg string
 		require.NoError(t, a.QueryRow(ctx, batch).Scan(&code, &msg), role)
 		require.Equal(t, "42501", code, "SET ROLE %s; rl_decide_batch: %s", role, msg)
+		require.NoError(t, a.QueryRow(ctx, settleBatch).Scan(&code, &msg), role)
+		require.Equal(t, "42501", code, "SET ROLE %s; rl_decide_batch (settle): %s", role, msg)
 		// Its own keys still work as whatever role it acts as.
 		_, err = a.Exec(ctx, `SELECT rl.rl_allow('a:own', 'fixed_window', 3, '1 hour')`)
 		require.NoError(t, err, "SET ROLE %s: own key", role)

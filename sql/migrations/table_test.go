@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"testing"
 
@@ -18,12 +19,14 @@ import (
 )
 
 // TestVectorsTable runs every vector case whose limits have distinct names
-// through the table functions: rl_allow_us / rl_peek_us for one limit,
-// rl_allow_multi / rl_peek_multi (and rl_decide_multi) for several, rl_reset
-// for reset, with
-// explicit now_us, after writing set_states into rows. After every step the
-// rows must hold expect.states (a missing row is a fresh state) and the
-// expires_at the last write set.
+// through the table functions: rl_allow_us / rl_peek_us / rl_settle_us for
+// one limit, rl_allow_multi / rl_peek_multi / rl_settle_multi (and
+// rl_decide_multi, rl_settle_decide) for several, rl_reset for
+// reset, and again with every step a batch of one request (rl_decide_batch,
+// its settle flag for a settle), with explicit now_us, after writing
+// set_states into rows. After every step the rows must hold expect.states
+// (a missing row is a fresh state), with the parameters that wrote them,
+// and the expires_at the last write set.
 func TestVectorsTable(t *testing.T) {
 	t.Parallel()
 	runVectorsTable(t, db)
@@ -42,13 +45,16 @@ func runVectorsTable(t *testing.T, db *pgxpool.Pool) {
 				// Every case applies today; a future one with duplicate
 				// names could not map its states to rows.
 				require.True(t, distinctNames(c), "%s: duplicate limit names", c.ID)
-				if err := runTableCase(context.Background(), db, c, false); err != nil {
+				if err := runTableCase(context.Background(), db, c, viaFunctions); err != nil {
 					t.Errorf("%s: %v", c.ID, err)
 				}
 				if len(c.Limits) > 1 {
-					if err := runTableCase(context.Background(), db, c, true); err != nil {
+					if err := runTableCase(context.Background(), db, c, viaArrays); err != nil {
 						t.Errorf("%s (rl_decide_multi): %v", c.ID, err)
 					}
+				}
+				if err := runTableCase(context.Background(), db, c, viaBatch); err != nil {
+					t.Errorf("%s (rl_decide_batch): %v", c.ID, err)
 				}
 			}
 		})
@@ -94,11 +100,12 @@ func writeState(ctx context.Context, db *pgxpool.Pool, key, name string, s vecto
 	if log == nil {
 		log = []int64{}
 	}
-	_, err := db.Exec(ctx, `INSERT INTO rl.state (key, name, algorithm, t, x, y, log, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+	_, err := db.Exec(ctx, `INSERT INTO rl.state (key, name, algorithm, t, x, y, log, l, w, r, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 		ON CONFLICT (key, name) DO UPDATE SET algorithm = EXCLUDED.algorithm, t = EXCLUDED.t, x = EXCLUDED.x,
-			y = EXCLUDED.y, log = EXCLUDED.log, expires_at = EXCLUDED.expires_at`,
-		key, name, s.Algorithm, s.T, s.X, s.Y, log, expires)
+			y = EXCLUDED.y, log = EXCLUDED.log, l = EXCLUDED.l, w = EXCLUDED.w, r = EXCLUDED.r,
+			expires_at = EXCLUDED.expires_at`,
+		key, name, s.Algorithm, s.T, s.X, s.Y, log, s.L, s.W, s.R, expires)
 	return err
 }
 
@@ -112,8 +119,9 @@ func readRows(ctx context.Context, db *pgxpool.Pool, key string, ns []string) ([
 	out := make([]row, len(ns))
 	for i, n := range ns {
 		r := &out[i]
-		err := db.QueryRow(ctx, `SELECT algorithm, t, x, y, log, expires_at FROM rl.state WHERE key = $1 AND name = $2`,
-			key, n).Scan(&r.state.Algorithm, &r.state.T, &r.state.X, &r.state.Y, &r.state.Log, &r.expires)
+		err := db.QueryRow(ctx, `SELECT algorithm, t, x, y, log, l, w, r, expires_at FROM rl.state WHERE key = $1 AND name = $2`,
+			key, n).Scan(&r.state.Algorithm, &r.state.T, &r.state.X, &r.state.Y, &r.state.Log,
+			&r.state.L, &r.state.W, &r.state.R, &r.expires)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
@@ -125,8 +133,20 @@ func readRows(ctx context.Context, db *pgxpool.Pool, key string, ns []string) ([
 	return out, nil
 }
 
-func runTableCase(ctx context.Context, db *pgxpool.Pool, c vectors.Case, arrays bool) error {
+// tableVia is the way runTableCase calls the table functions.
+type tableVia int
+
+const (
+	viaFunctions tableVia = iota // rl_allow_us, rl_peek_us, rl_settle_us, rl_allow_multi, rl_peek_multi, rl_settle_multi
+	viaArrays                    // rl_decide_multi (rl_settle_decide) for several limits
+	viaBatch                     // rl_decide_batch, one request per batch
+)
+
+func runTableCase(ctx context.Context, db *pgxpool.Pool, c vectors.Case, via tableVia) error {
 	key := "vec:" + c.ID
+	if via == viaBatch {
+		key = "vecb:" + c.ID
+	}
 	if _, err := db.Exec(ctx, `DELETE FROM rl.state WHERE key = $1`, key); err != nil {
 		return err
 	}
@@ -176,31 +196,44 @@ func runTableCase(ctx context.Context, db *pgxpool.Pool, c vectors.Case, arrays 
 		case st.Op == "reset":
 			_, err = db.Exec(ctx, `SELECT rl.rl_reset($1)`, key)
 			clear(expires)
+		case via == viaBatch:
+			ds, index, err = batchStep(ctx, db, key, limits, st)
+			if err == nil && writes(st, ds) {
+				for j, d := range ds {
+					expires[limits[j].Name] = expiresAt(st.Now, d.ResetAfter)
+				}
+			}
 		case len(limits) == 1:
 			fn := "rl.rl_allow_us"
-			if st.Op == "peek" {
+			switch st.Op {
+			case "peek":
 				fn = "rl.rl_peek_us"
+			case "settle":
+				fn = "rl.rl_settle_us"
 			}
 			l := limits[0]
 			var d vectors.Decision
 			var now int64
-			err = db.QueryRow(ctx, `SELECT allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, now_us
+			err = db.QueryRow(ctx, `SELECT allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, now_us, next_after_us
 				FROM `+fn+`($1, $2, $3, $4, $5, $6, $7, $8)`,
 				key, algName(l.Algorithm), l.Limit, l.Window, st.Cost, l.Rate, l.Name, st.Now).
-				Scan(&d.Allowed, &d.Limit, &d.Remaining, &d.ResetAfter, &d.RetryAfter, &d.Delay, &now)
+				Scan(&d.Allowed, &d.Limit, &d.Remaining, &d.ResetAfter, &d.RetryAfter, &d.Delay, &now, &d.NextAfter)
 			if err == nil {
 				if now != st.Now {
 					return fail("now_us %d, want %d", now, st.Now)
 				}
 				ds = append(ds, d)
-				if st.Op == "take" && d.Allowed && st.Cost > 0 {
+				if writes(st, ds) {
 					expires[l.Name] = expiresAt(st.Now, d.ResetAfter)
 				}
 			}
 		default:
 			fn := "rl.rl_allow_multi"
-			if st.Op == "peek" {
+			switch st.Op {
+			case "peek":
 				fn = "rl.rl_peek_multi"
+			case "settle":
+				fn = "rl.rl_settle_multi"
 			}
 			type jl struct {
 				Name      string `json:"name"`
@@ -214,9 +247,9 @@ func runTableCase(ctx context.Context, db *pgxpool.Pool, c vectors.Case, arrays 
 				js = append(js, jl{l.Name, l.Algorithm, l.Limit, l.Window, l.Rate})
 			}
 			b, _ := json.Marshal(js)
-			const cols = `SELECT ord, name, allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, deciding, now_us`
+			const cols = `SELECT ord, name, allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, deciding, now_us, next_after_us`
 			var rows pgx.Rows
-			if arrays {
+			if via == viaArrays {
 				var (
 					algs              []int32
 					lims, wins, rates []int64
@@ -224,8 +257,13 @@ func runTableCase(ctx context.Context, db *pgxpool.Pool, c vectors.Case, arrays 
 				for _, l := range limits {
 					algs, lims, wins, rates = append(algs, l.Algorithm), append(lims, l.Limit), append(wins, l.Window), append(rates, l.Rate)
 				}
-				rows, err = db.Query(ctx, cols+` FROM rl.rl_decide_multi($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-					key, ns, algs, lims, wins, rates, st.Cost, st.Now, st.Op == "take")
+				if st.Op == "settle" {
+					rows, err = db.Query(ctx, cols+` FROM rl.rl_settle_decide($1, $2, $3, $4, $5, $6, $7, $8)`,
+						key, ns, algs, lims, wins, rates, st.Cost, st.Now)
+				} else {
+					rows, err = db.Query(ctx, cols+` FROM rl.rl_decide_multi($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+						key, ns, algs, lims, wins, rates, st.Cost, st.Now, st.Op == "take")
+				}
 			} else {
 				rows, err = db.Query(ctx, cols+` FROM `+fn+`($1, $2::jsonb, $3, $4)`, key, string(b), st.Cost, st.Now)
 			}
@@ -240,7 +278,7 @@ func runTableCase(ctx context.Context, db *pgxpool.Pool, c vectors.Case, arrays 
 						now      int64
 					)
 					if err = rows.Scan(&ord, &name, &d.Allowed, &d.Limit, &d.Remaining, &d.ResetAfter, &d.RetryAfter,
-						&d.Delay, &deciding, &now); err != nil {
+						&d.Delay, &deciding, &now, &d.NextAfter); err != nil {
 						break
 					}
 					if ord != len(ds) || name != limits[ord].Name || now != st.Now {
@@ -258,7 +296,7 @@ func runTableCase(ctx context.Context, db *pgxpool.Pool, c vectors.Case, arrays 
 				if err == nil {
 					err = rows.Err()
 				}
-				if err == nil && st.Op == "take" && st.Cost > 0 && !slices.ContainsFunc(ds, func(d vectors.Decision) bool { return !d.Allowed }) {
+				if err == nil && writes(st, ds) {
 					for j, d := range ds {
 						expires[limits[j].Name] = expiresAt(st.Now, d.ResetAfter)
 					}
@@ -305,6 +343,86 @@ func runTableCase(ctx context.Context, db *pgxpool.Pool, c vectors.Case, arrays 
 	}
 	return nil
 }
+
+// writes reports whether a step that decided ds wrote its rows: an
+// admitted take of a cost above 0, or a settle of a delta other than 0.
+func writes(st vectors.Step, ds []vectors.Decision) bool {
+	switch st.Op {
+	case "take":
+		return st.Cost > 0 && !slices.ContainsFunc(ds, func(d vectors.Decision) bool { return !d.Allowed })
+	case "settle":
+		return st.Cost != 0
+	}
+	return false
+}
+
+// batchStep decides one vector step as a batch of one request
+// (rl_decide_batch), returning an error row as the *pgconn.PgError the
+// other functions raise (its message as DETAIL, which names the limit).
+func batchStep(ctx context.Context, db *pgxpool.Pool, key string, limits []vectors.Limit, st vectors.Step) ([]vectors.Decision, int, error) {
+	var (
+		ns                []string
+		algs              []int32
+		lims, wins, rates []int64
+	)
+	for _, l := range limits {
+		ns, algs = append(ns, l.Name), append(algs, l.Algorithm)
+		lims, wins, rates = append(lims, l.Limit), append(wins, l.Window), append(rates, l.Rate)
+	}
+	rows, err := db.Query(ctx, `SELECT req, ord, name, allowed, lim, remaining, reset_after_us, retry_after_us, delay_us,
+			deciding, now_us, error_code, error_message, next_after_us
+		FROM rl.rl_decide_batch(ARRAY[$1::text], $2, $3, $4, $5, $6, ARRAY[$7::bigint], ARRAY[$8::integer],
+			ARRAY[$9::bigint], ARRAY[$10::boolean], ARRAY[$11::boolean])`,
+		key, ns, algs, lims, wins, rates, st.Cost, len(limits), st.Now, st.Op == "take", st.Op == "settle")
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	var (
+		ds    []vectors.Decision
+		index = -1
+	)
+	for rows.Next() {
+		var (
+			req           int32
+			ord           *int32
+			name          *string
+			d             vectors.Decision
+			lim, rem, ra  *int64
+			rt, dl, now   *int64
+			na            *int64
+			deciding      bool
+			code, message *string
+		)
+		if err := rows.Scan(&req, &ord, &name, &d.Allowed, &lim, &rem, &ra, &rt, &dl, &deciding, &now, &code, &message, &na); err != nil {
+			return nil, 0, err
+		}
+		if req != 0 {
+			return nil, 0, fmt.Errorf("row of request %d", req)
+		}
+		if code != nil {
+			if ord != nil || len(ds) > 0 {
+				return nil, 0, fmt.Errorf("error row %s after decisions", *code)
+			}
+			return nil, 0, &pgconn.PgError{Code: *code, Message: *message, Detail: limitIndexIn.FindString(*message)}
+		}
+		if ord == nil || int(*ord) != len(ds) || *name != limits[*ord].Name || now == nil || *now != st.Now {
+			return nil, 0, fmt.Errorf("row ord %v name %v now %v out of order", ord, name, now)
+		}
+		d.Limit, d.Remaining, d.ResetAfter, d.RetryAfter, d.Delay, d.NextAfter = *lim, *rem, *ra, *rt, *dl, *na
+		if deciding {
+			if index >= 0 {
+				return nil, 0, fmt.Errorf("two deciding rows")
+			}
+			index = int(*ord)
+		}
+		ds = append(ds, d)
+	}
+	return ds, index, rows.Err()
+}
+
+// limitIndexIn finds "limit index N" in an error row's message.
+var limitIndexIn = regexp.MustCompile(`limit index \d+`)
 
 // expiryGrain is the grain of the stored expires_at (sql/README.md,
 // "Expiry"; migration 0013): 2^26 µs.

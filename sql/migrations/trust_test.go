@@ -119,6 +119,13 @@ func TestRequestTimeUntrusted(t *testing.T) {
 		{"rl_decide_multi_two", "", `SELECT bool_and(allowed), min(now_us) FROM rl.rl_decide_multi($1,
 			'{default,other}', '{6,1}', '{1,5}', '{3600000000,3600000000}', '{0,0}', 1, $2)`},
 		{"SET rl.now_us", "SET rl.now_us = '%d'", `SELECT allowed, now_us FROM rl.rl_allow($1, 'gcra', 1, '1 hour') WHERE $2::bigint IS NOT NULL`},
+		{"rl_settle", "", `SELECT allowed, now_us FROM rl.rl_settle($1, 'gcra', 1, '1 hour', 1, now_us => $2)`},
+		{"rl_settle_us", "", `SELECT allowed, now_us FROM rl.rl_settle_us($1, 'gcra', 1, 3600000000, 1, now_us => $2)`},
+		{"rl_settle_multi", "", `SELECT allowed, now_us FROM rl.rl_settle_multi($1,
+			'[{"name": "default", "algorithm": "gcra", "limit": 1, "window": "1 hour"}]', 1, now_us => $2)`},
+		{"rl_settle_decide", "", `SELECT bool_and(allowed), min(now_us) FROM rl.rl_settle_decide($1,
+			'{default,other}', '{6,1}', '{1,5}', '{3600000000,3600000000}', '{0,0}', 1, $2)`},
+		{"SET rl.now_us settle", "SET rl.now_us = '%d'", `SELECT allowed, now_us FROM rl.rl_settle($1, 'gcra', 1, '1 hour', 1) WHERE $2::bigint IS NOT NULL`},
 	} {
 		key := "time:" + run + ":" + tc.name
 		if tc.setup != "" {
@@ -161,6 +168,9 @@ func TestRequestTimeUntrusted(t *testing.T) {
 	// Trusted: rl_admin's and the owner's times are honoured.
 	for _, c := range []*pgx.Conn{admin, owner} {
 		require.NoError(t, c.QueryRow(ctx, `SELECT now_us FROM rl.rl_allow('trusted:'||$1::text, 'gcra', 1, '1 hour', now_us => $2)`,
+			run, future).Scan(&at))
+		require.Equal(t, future, at)
+		require.NoError(t, c.QueryRow(ctx, `SELECT now_us FROM rl.rl_settle('trusted:'||$1::text, 'gcra', 1, '1 hour', -1, now_us => $2)`,
 			run, future).Scan(&at))
 		require.Equal(t, future, at)
 		_, err := c.Exec(ctx, fmt.Sprintf("SET rl.now_us = '%d'", future+1))
@@ -276,6 +286,10 @@ func TestTenants(t *testing.T) {
 		`SELECT * FROM rl.rl_decide_multi($1, '{default}', '{4}', '{10}', '{3600000000}', '{0}')`,
 		`SELECT * FROM rl.rl_decide_multi($1, '{default}', '{4}', '{10}', '{3600000000}', '{0}', take => false)`,
 		`SELECT * FROM rl.rl_decide_multi($1, '{default,other}', '{4,1}', '{10,10}', '{3600000000,3600000000}', '{0,0}')`,
+		`SELECT rl.rl_settle($1, 'token_bucket', 10, '1 hour', 2)`,
+		`SELECT rl.rl_settle_us($1, 'token_bucket', 10, 3600000000, -1)`,
+		`SELECT * FROM rl.rl_settle_multi($1, '[{"name": "default", "algorithm": "token_bucket", "limit": 10, "window": "1 hour"}]', 1)`,
+		`SELECT * FROM rl.rl_settle_decide($1, '{default,other}', '{4,1}', '{10,10}', '{3600000000,3600000000}', '{0,0}', -1)`,
 		`SELECT rl.rl_reset($1, 'other')`,
 		`SELECT rl.rl_reset($1)`,
 	}

@@ -125,7 +125,8 @@ func TestLayout(t *testing.T) {
 
 // routed are the functions the router has, with the signatures of a shard.
 var routed = []string{"rl_allow", "rl_allow_us", "rl_peek", "rl_peek_us", "rl_allow_multi", "rl_peek_multi",
-	"rl_decide_multi", "rl_decide_batch", "rl_reset", "rl_expire", "enforce_limit"}
+	"rl_decide_multi", "rl_decide_batch", "rl_settle", "rl_settle_us", "rl_settle_multi", "rl_settle_decide",
+	"rl_reset", "rl_expire", "enforce_limit"}
 
 func signatures(t *testing.T, url string) map[string]string {
 	conn, err := pgx.Connect(ctx, url)
@@ -246,7 +247,9 @@ func requireCode(t *testing.T, err error, code string) {
 
 // TestApply: the router schema never goes into a database with rl.state;
 // the partition count cannot change under the keys; apply again is
-// harmless; only the owner of the router's functions is mapped (URLs
+// harmless, and gives the result types of a router made before the shards'
+// migration 16 their next_after_us, and a router made before 17 the
+// shards' lock_states and rl_decide_batch; only the owner of the router's functions is mapped (URLs
 // without a user keep its mapping, or take over an earlier version's PUBLIC
 // one, which goes); the server option default_user is refused.
 func TestApply(t *testing.T) {
@@ -266,6 +269,39 @@ func TestApply(t *testing.T) {
 	require.Len(t, opts, 5)
 	var d bool
 	require.NoError(t, conn.QueryRow(ctx, "SELECT allowed FROM rl.rl_allow('k', 'gcra', 1, '1 second')").Scan(&d))
+	require.True(t, d)
+	// A router made before the shards' migration 16: its result types end
+	// at error_message and now_us.
+	_, err = conn.Exec(ctx, `ALTER TYPE rl.decision DROP ATTRIBUTE next_after_us;
+		ALTER TYPE rl.multi_decision DROP ATTRIBUTE next_after_us;
+		ALTER TYPE rl.batch_decision DROP ATTRIBUTE next_after_us`)
+	require.NoError(t, err)
+	require.NoError(t, plproxy.Apply(ctx, c.Router, plproxy.Config{Shards: c.Shards, Partitions: 4}))
+	var next int64
+	require.NoError(t, conn.QueryRow(ctx, "SELECT next_after_us FROM rl.rl_allow('k2', 'gcra', 1, '1 second')").Scan(&next))
+	require.Equal(t, int64(1_000_000), next, "one unit of a burst of 1 a second")
+	require.NoError(t, conn.QueryRow(ctx, `SELECT next_after_us FROM rl.rl_decide_batch('{k3}', '{default}', '{6}', '{1}',
+		'{1000000}', '{0}')`).Scan(&next))
+	require.Equal(t, int64(1_000_000), next)
+	// A router made before the shards' migration 17: lock_states without
+	// l, w, r, rl_decide_batch without settle flags. Applying again gives
+	// the shards' shapes and drops the old signature.
+	_, err = conn.Exec(ctx, `DROP FUNCTION rl.lock_states(text, text[]);
+		CREATE FUNCTION rl.lock_states(p_key text, p_names text[])
+			RETURNS TABLE (name text, algorithm integer, t bigint, x bigint, y bigint, log bigint[], now_us bigint)
+			LANGUAGE sql AS 'SELECT NULL::text, 0, 0::bigint, 0::bigint, 0::bigint, NULL::bigint[], 0::bigint';
+		CREATE FUNCTION rl.rl_decide_batch(keys text[], names text[], algorithms integer[], lims bigint[],
+			windows_us bigint[], rates bigint[], costs bigint[], limit_counts integer[], now_us bigint[], take boolean[])
+			RETURNS SETOF rl.batch_decision LANGUAGE sql AS 'SELECT NULL::rl.batch_decision WHERE false'`)
+	require.NoError(t, err)
+	require.NoError(t, plproxy.Apply(ctx, c.Router, plproxy.Config{Shards: c.Shards, Partitions: 4}))
+	var batches int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM pg_proc WHERE oid = 'rl.rl_decide_batch'::regproc").Scan(&batches))
+	require.Equal(t, 1, batches)
+	_, err = conn.Exec(ctx, "SELECT l, w, r FROM rl.lock_states('k', '{a}')")
+	require.ErrorContains(t, err, "this database is a PL/Proxy router")
+	require.NoError(t, conn.QueryRow(ctx, `SELECT allowed FROM rl.rl_settle_decide('k4', '{default}', '{6}', '{1}',
+		'{1000000}', '{0}', 1)`).Scan(&d))
 	require.True(t, d)
 	// URLs without a user keep the mapping that names one: the owner's.
 	var bare []string
@@ -317,27 +353,41 @@ var _ vectorstest.Core = (*routerCore)(nil)
 func (r *routerCore) Take(l core.Limit, s core.State, now, cost int64) (core.Decision, core.State, error) {
 	ss := []core.State{s}
 	ds := make([]core.Decision, 1)
-	_, err := r.do(true, true, []core.Limit{l}, ss, now, cost, ds)
+	_, err := r.do("take", true, []core.Limit{l}, ss, now, cost, ds)
 	return ds[0], ss[0], err
 }
 
 func (r *routerCore) Peek(l core.Limit, s core.State, now, cost int64) (core.Decision, error) {
 	ds := make([]core.Decision, 1)
-	_, err := r.do(false, true, []core.Limit{l}, []core.State{s}, now, cost, ds)
+	_, err := r.do("peek", true, []core.Limit{l}, []core.State{s}, now, cost, ds)
 	return ds[0], err
 }
 
+func (r *routerCore) Settle(l core.Limit, s core.State, now, delta int64) (core.Decision, core.State, error) {
+	ss := []core.State{s}
+	ds := make([]core.Decision, 1)
+	_, err := r.do("settle", true, []core.Limit{l}, ss, now, delta, ds)
+	return ds[0], ss[0], err
+}
+
 func (r *routerCore) TakeAll(ls []core.Limit, ss []core.State, now, cost int64, ds []core.Decision) (int, error) {
-	return r.do(true, false, ls, ss, now, cost, ds)
+	return r.do("take", false, ls, ss, now, cost, ds)
 }
 
 func (r *routerCore) PeekAll(ls []core.Limit, ss []core.State, now, cost int64, ds []core.Decision) (int, error) {
-	return r.do(false, false, ls, ss, now, cost, ds)
+	return r.do("peek", false, ls, ss, now, cost, ds)
+}
+
+func (r *routerCore) SettleAll(ls []core.Limit, ss []core.State, now, delta int64, ds []core.Decision) (int, error) {
+	return r.do("settle", false, ls, ss, now, delta, ds)
 }
 
 var indexDetail = regexp.MustCompile(`limit index (\d+)`)
 
-func (r *routerCore) do(take, single bool, ls []core.Limit, ss []core.State, now, cost int64, ds []core.Decision) (int, error) {
+// do calls the router's function for op (take, peek or settle): for one
+// limit (single) rl_allow_us, rl_peek_us or rl_settle_us, else
+// rl_decide_multi or rl_settle_decide.
+func (r *routerCore) do(op string, single bool, ls []core.Limit, ss []core.State, now, cost int64, ds []core.Decision) (int, error) {
 	key := fmt.Sprintf("vec:%d:%d", time.Now().UnixNano(), r.n.Add(1))
 	shard := r.shards[r.c.ShardOf(key)]
 	names := make([]string, len(ls))
@@ -345,46 +395,53 @@ func (r *routerCore) do(take, single bool, ls []core.Limit, ss []core.State, now
 	lims, wins, rates := make([]int64, len(ls)), make([]int64, len(ls)), make([]int64, len(ls))
 	sa := make([]int32, len(ls))
 	st, sx, sy := make([]int64, len(ls)), make([]int64, len(ls)), make([]int64, len(ls))
+	sl, sw, sr := make([]int64, len(ls)), make([]int64, len(ls)), make([]int64, len(ls))
 	slog := make([]string, len(ls))
 	for i, l := range ls {
 		names[i] = "n" + strconv.Itoa(i)
 		algs[i], lims[i], wins[i], rates[i] = int32(l.Algorithm), l.Limit, l.Window, l.Rate
 		s := ss[i]
 		sa[i], st[i], sx[i], sy[i] = int32(s.Algorithm), s.T, s.X, s.Y
+		sl[i], sw[i], sr[i] = s.L, s.W, s.R
 		parts := make([]string, len(s.Log))
 		for j, e := range s.Log {
 			parts[j] = strconv.FormatInt(e, 10)
 		}
 		slog[i] = "{" + strings.Join(parts, ",") + "}"
 	}
-	if _, err := shard.Exec(ctx, `INSERT INTO rl.state (key, name, algorithm, t, x, y, log)
-		SELECT $1, u.n, u.a, u.t, u.x, u.y, u.l::bigint[] FROM unnest($2::text[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[]) AS u(n, a, t, x, y, l)`,
-		key, names, sa, st, sx, sy, slog); err != nil {
+	if _, err := shard.Exec(ctx, `INSERT INTO rl.state (key, name, algorithm, t, x, y, log, l, w, r)
+		SELECT $1, u.n, u.a, u.t, u.x, u.y, u.lg::bigint[], u.l, u.w, u.r
+		  FROM unnest($2::text[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bigint[], $9::bigint[], $10::bigint[])
+		       AS u(n, a, t, x, y, lg, l, w, r)`,
+		key, names, sa, st, sx, sy, slog, sl, sw, sr); err != nil {
 		return 0, err
 	}
 	index := 0
 	var err error
 	if single {
-		fn := "rl.rl_peek_us"
-		if take {
-			fn = "rl.rl_allow_us"
-		}
+		fn := map[string]string{"take": "rl.rl_allow_us", "peek": "rl.rl_peek_us", "settle": "rl.rl_settle_us"}[op]
 		alg := fmt.Sprintf("unknown-%d", ls[0].Algorithm)
 		if a := ls[0].Algorithm; a >= 1 && a <= 6 {
 			alg = a.String()
 		}
 		d := &ds[0]
 		var at int64
-		err = r.router.QueryRow(ctx, "SELECT allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, now_us FROM "+fn+"($1, $2, $3, $4, $5, $6, $7, $8)",
+		err = r.router.QueryRow(ctx, "SELECT allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, next_after_us, now_us FROM "+fn+"($1, $2, $3, $4, $5, $6, $7, $8)",
 			key, alg, ls[0].Limit, ls[0].Window, cost, ls[0].Rate, names[0], now).
-			Scan(&d.Allowed, &d.Limit, &d.Remaining, &d.ResetAfter, &d.RetryAfter, &d.Delay, &at)
+			Scan(&d.Allowed, &d.Limit, &d.Remaining, &d.ResetAfter, &d.RetryAfter, &d.Delay, &d.NextAfter, &at)
 		if err == nil && at != now {
 			return 0, fmt.Errorf("now_us %d, want %d", at, now)
 		}
 	} else {
 		var rows pgx.Rows
-		rows, err = r.router.Query(ctx, "SELECT ord, allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, deciding FROM rl.rl_decide_multi($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-			key, names, algs, lims, wins, rates, cost, now, take)
+		const cols = "SELECT ord, allowed, lim, remaining, reset_after_us, retry_after_us, delay_us, next_after_us, deciding"
+		if op == "settle" {
+			rows, err = r.router.Query(ctx, cols+" FROM rl.rl_settle_decide($1, $2, $3, $4, $5, $6, $7, $8)",
+				key, names, algs, lims, wins, rates, cost, now)
+		} else {
+			rows, err = r.router.Query(ctx, cols+" FROM rl.rl_decide_multi($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+				key, names, algs, lims, wins, rates, cost, now, op == "take")
+		}
 		if err == nil {
 			for rows.Next() {
 				var (
@@ -392,7 +449,7 @@ func (r *routerCore) do(take, single bool, ls []core.Limit, ss []core.State, now
 					d        core.Decision
 					deciding bool
 				)
-				if err = rows.Scan(&ord, &d.Allowed, &d.Limit, &d.Remaining, &d.ResetAfter, &d.RetryAfter, &d.Delay, &deciding); err != nil {
+				if err = rows.Scan(&ord, &d.Allowed, &d.Limit, &d.Remaining, &d.ResetAfter, &d.RetryAfter, &d.Delay, &d.NextAfter, &deciding); err != nil {
 					break
 				}
 				ds[ord] = d
@@ -419,7 +476,7 @@ func (r *routerCore) do(take, single bool, ls []core.Limit, ss []core.State, now
 		return 0, err
 	}
 	// The states after the call, read from the shard.
-	rows, err := shard.Query(ctx, "SELECT name, algorithm, t, x, y, log FROM rl.state WHERE key = $1", key)
+	rows, err := shard.Query(ctx, "SELECT name, algorithm, t, x, y, log, l, w, r FROM rl.state WHERE key = $1", key)
 	if err != nil {
 		return 0, err
 	}
@@ -430,7 +487,7 @@ func (r *routerCore) do(take, single bool, ls []core.Limit, ss []core.State, now
 			s    core.State
 			a    int32
 		)
-		if err := rows.Scan(&name, &a, &s.T, &s.X, &s.Y, &s.Log); err != nil {
+		if err := rows.Scan(&name, &a, &s.T, &s.X, &s.Y, &s.Log, &s.L, &s.W, &s.R); err != nil {
 			return 0, err
 		}
 		s.Algorithm = core.Algorithm(a)
@@ -441,8 +498,9 @@ func (r *routerCore) do(take, single bool, ls []core.Limit, ss []core.State, now
 }
 
 // TestVectors runs every conformance vector through the router: one-limit
-// steps through rl_allow_us / rl_peek_us, and every step through
-// rl_decide_multi, with the states written to and read from the shards.
+// steps through rl_allow_us / rl_peek_us / rl_settle_us, and every step
+// through rl_decide_multi / rl_settle_decide, with the states (and the
+// parameters that wrote them) written to and read from the shards.
 func TestVectors(t *testing.T) {
 	c := plproxytest.New(t, 2, 0)
 	r := &routerCore{c: c, router: pool(t, c.Router, 4)}

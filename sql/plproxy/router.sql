@@ -54,8 +54,11 @@ CREATE SCHEMA IF NOT EXISTS rl;
 COMMENT ON SCHEMA rl IS 'rate limiting: PL/Proxy router to the shards of the SQL/MED server rl_shards (github.com/rlcore/rl, sql/plproxy)';
 
 -- The result types, identical to the shards' (PL/Proxy maps result columns
--- by name).
+-- by name). next_after_us is the shards' since their migration 16: added to
+-- the types of a router made before it (migrate the shards first).
 DO $do$
+DECLARE
+    t regtype;
 BEGIN
     IF to_regtype('rl.decision') IS NULL THEN
         CREATE TYPE rl.decision AS (
@@ -65,7 +68,8 @@ BEGIN
             reset_after_us bigint,
             retry_after_us bigint,
             delay_us       bigint,
-            now_us         bigint
+            now_us         bigint,
+            next_after_us  bigint
         );
     END IF;
     IF to_regtype('rl.multi_decision') IS NULL THEN
@@ -79,7 +83,8 @@ BEGIN
             retry_after_us bigint,
             delay_us       bigint,
             deciding       boolean,
-            now_us         bigint
+            now_us         bigint,
+            next_after_us  bigint
         );
     END IF;
     IF to_regtype('rl.batch_decision') IS NULL THEN
@@ -96,9 +101,16 @@ BEGIN
             deciding       boolean,
             now_us         bigint,
             error_code     text,
-            error_message  text
+            error_message  text,
+            next_after_us  bigint
         );
     END IF;
+    FOREACH t IN ARRAY ARRAY['rl.decision', 'rl.multi_decision', 'rl.batch_decision']::regtype[] LOOP
+        IF NOT EXISTS (SELECT FROM pg_attribute a JOIN pg_type y ON y.typrelid = a.attrelid
+                        WHERE y.oid = t AND a.attname = 'next_after_us' AND NOT a.attisdropped) THEN
+            EXECUTE format('ALTER TYPE %s ADD ATTRIBUTE next_after_us bigint', t);
+        END IF;
+    END LOOP;
 END
 $do$;
 
@@ -261,10 +273,27 @@ END
 $fn$;
 
 -- Earlier versions of this file: routed functions granted to rl_app, run
--- with the caller's user mapping. Their internal functions go.
+-- with the caller's user mapping. Their internal functions go. Before the
+-- shards' migration 17: rl_decide_batch and its PL/Proxy function without
+-- the settle flags, and lock_states stubs without l, w, r (their result
+-- columns change: dropped here, made again below).
 DROP FUNCTION IF EXISTS rl._batch_split(integer[], text[], bigint[], integer[], bigint[], boolean[], jsonb[]);
 DROP FUNCTION IF EXISTS rl._expire_all(bigint, integer);
 DROP FUNCTION IF EXISTS rl._trigger_take(text, text, text, bigint, interval, bigint);
+DROP FUNCTION IF EXISTS rl.rl_decide_batch(text[], text[], integer[], bigint[], bigint[], bigint[], bigint[], integer[], bigint[], boolean[]);
+DROP FUNCTION IF EXISTS rl._proxy_rl_decide_batch(integer[], text[], bigint[], integer[], bigint[], boolean[], jsonb[]);
+DO $do$
+BEGIN
+    IF EXISTS (SELECT FROM pg_proc p WHERE p.oid = to_regprocedure('rl.lock_states(text, text[])')
+                 AND NOT 'l' = ANY (p.proargnames)) THEN
+        DROP FUNCTION rl.lock_states(text, text[]);
+    END IF;
+    IF EXISTS (SELECT FROM pg_proc p WHERE p.oid = to_regprocedure('rl.lock_states_batch(text[], text[])')
+                 AND NOT 'l' = ANY (p.proargnames)) THEN
+        DROP FUNCTION rl.lock_states_batch(text[], text[]);
+    END IF;
+END
+$do$;
 
 -- The PL/Proxy functions, one per routed function (TARGET: the shard's
 -- function of that name), granted to nobody: only the wrappers below call
@@ -340,6 +369,45 @@ AS $fn$
     TARGET rl.rl_decide_multi;
 $fn$;
 
+CREATE OR REPLACE FUNCTION rl._proxy_rl_settle(key text, algorithm text, lim bigint, win interval, delta bigint,
+                                               rate bigint, name text, now_us bigint)
+    RETURNS rl.decision
+    LANGUAGE plproxy
+AS $fn$
+    CLUSTER 'rl_shards';
+    RUN ON hashtext(coalesce(key, ''));
+    TARGET rl.rl_settle;
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl._proxy_rl_settle_us(key text, algorithm text, lim bigint, window_us bigint, delta bigint,
+                                                  rate bigint, name text, now_us bigint)
+    RETURNS rl.decision
+    LANGUAGE plproxy
+AS $fn$
+    CLUSTER 'rl_shards';
+    RUN ON hashtext(coalesce(key, ''));
+    TARGET rl.rl_settle_us;
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl._proxy_rl_settle_multi(key text, limits jsonb, delta bigint, now_us bigint)
+    RETURNS SETOF rl.multi_decision
+    LANGUAGE plproxy
+AS $fn$
+    CLUSTER 'rl_shards';
+    RUN ON hashtext(coalesce(key, ''));
+    TARGET rl.rl_settle_multi;
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl._proxy_rl_settle_decide(key text, names text[], algorithms integer[], lims bigint[],
+                                                      windows_us bigint[], rates bigint[], delta bigint, now_us bigint)
+    RETURNS SETOF rl.multi_decision
+    LANGUAGE plproxy
+AS $fn$
+    CLUSTER 'rl_shards';
+    RUN ON hashtext(coalesce(key, ''));
+    TARGET rl.rl_settle_decide;
+$fn$;
+
 CREATE OR REPLACE FUNCTION rl._proxy_rl_reset(key text, name text) RETURNS bigint
     LANGUAGE plproxy
 AS $fn$
@@ -365,15 +433,15 @@ $fn$;
 -- shard rebuilds the flat arrays of rl.rl_decide_batch and maps the request
 -- numbers of its part back to the caller's (reqs).
 CREATE OR REPLACE FUNCTION rl._proxy_rl_decide_batch(reqs integer[], keys text[], costs bigint[], counts integer[],
-                                                     nows bigint[], takes boolean[], specs jsonb[])
+                                                     nows bigint[], takes boolean[], specs jsonb[], settles boolean[])
     RETURNS SETOF rl.batch_decision
     LANGUAGE plproxy
 AS $fn$
     CLUSTER 'rl_shards';
-    SPLIT reqs, keys, costs, counts, nows, takes, specs;
+    SPLIT reqs, keys, costs, counts, nows, takes, specs, settles;
     RUN ON hashtext(coalesce(keys, ''));
     SELECT ($1)[b.req + 1] AS req, b.ord, b.name, b.allowed, b.lim, b.remaining, b.reset_after_us,
-           b.retry_after_us, b.delay_us, b.deciding, b.now_us, b.error_code, b.error_message
+           b.retry_after_us, b.delay_us, b.deciding, b.now_us, b.error_code, b.error_message, b.next_after_us
       FROM (SELECT coalesce(array_agg(l.v ->> 0 ORDER BY p.i, l.j), '{}') AS f_names,
                    coalesce(array_agg((l.v ->> 1)::integer ORDER BY p.i, l.j), '{}') AS f_algs,
                    coalesce(array_agg((l.v ->> 2)::bigint ORDER BY p.i, l.j), '{}') AS f_lims,
@@ -381,7 +449,7 @@ AS $fn$
                    coalesce(array_agg((l.v ->> 4)::bigint ORDER BY p.i, l.j), '{}') AS f_rates
               FROM unnest($7) WITH ORDINALITY AS p(e, i)
              CROSS JOIN LATERAL jsonb_array_elements(p.e) WITH ORDINALITY AS l(v, j)) f,
-           rl.rl_decide_batch($2, f.f_names, f.f_algs, f.f_lims, f.f_wins, f.f_rates, $3, $4, $5, $6) b;
+           rl.rl_decide_batch($2, f.f_names, f.f_algs, f.f_lims, f.f_wins, f.f_rates, $3, $4, $5, $6, $8) b;
 $fn$;
 
 -- The public functions: SECURITY DEFINER wrappers, with the node's
@@ -476,6 +544,56 @@ BEGIN
 END
 $fn$;
 
+-- The settle functions (the shards' migration 17).
+CREATE OR REPLACE FUNCTION rl.rl_settle(key text, algorithm text, lim bigint, win interval, delta bigint,
+                                        rate bigint DEFAULT 0, name text DEFAULT 'default', now_us bigint DEFAULT NULL)
+    RETURNS rl.decision
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+BEGIN
+    PERFORM rl._check_tenant_key($1, NULL);
+    RETURN rl._proxy_rl_settle($1, $2, $3, $4, $5, $6, $7, rl._request_now($8));
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl.rl_settle_us(key text, algorithm text, lim bigint, window_us bigint, delta bigint,
+                                           rate bigint DEFAULT 0, name text DEFAULT 'default', now_us bigint DEFAULT NULL)
+    RETURNS rl.decision
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+BEGIN
+    PERFORM rl._check_tenant_key($1, NULL);
+    RETURN rl._proxy_rl_settle_us($1, $2, $3, $4, $5, $6, $7, rl._request_now($8));
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl.rl_settle_multi(key text, limits jsonb, delta bigint, now_us bigint DEFAULT NULL)
+    RETURNS SETOF rl.multi_decision
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+BEGIN
+    PERFORM rl._check_tenant_key($1, NULL);
+    RETURN QUERY SELECT * FROM rl._proxy_rl_settle_multi($1, $2, $3, rl._request_now($4));
+END
+$fn$;
+
+-- pgstore's SQL path calls this one to settle.
+CREATE OR REPLACE FUNCTION rl.rl_settle_decide(key text, names text[], algorithms integer[], lims bigint[],
+                                               windows_us bigint[], rates bigint[], delta bigint,
+                                               now_us bigint DEFAULT NULL)
+    RETURNS SETOF rl.multi_decision
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+BEGIN
+    PERFORM rl._check_tenant_key($1, NULL);
+    RETURN QUERY SELECT * FROM rl._proxy_rl_settle_decide($1, $2, $3, $4, $5, $6, $7, rl._request_now($8));
+END
+$fn$;
+
 CREATE OR REPLACE FUNCTION rl.rl_reset(key text, name text DEFAULT NULL) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, rl, pg_temp
@@ -513,7 +631,7 @@ $fn$;
 CREATE OR REPLACE FUNCTION rl.rl_decide_batch(keys text[], names text[], algorithms integer[], lims bigint[],
                                               windows_us bigint[], rates bigint[], costs bigint[] DEFAULT NULL,
                                               limit_counts integer[] DEFAULT NULL, now_us bigint[] DEFAULT NULL,
-                                              take boolean[] DEFAULT NULL)
+                                              take boolean[] DEFAULT NULL, settle boolean[] DEFAULT NULL)
     RETURNS SETOF rl.batch_decision
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, rl, pg_temp
@@ -533,6 +651,7 @@ DECLARE
     ns      integer[] := '{}'::integer[];
     nows    bigint[] := '{}'::bigint[];
     tks     boolean[] := '{}'::boolean[];
+    sts     boolean[] := '{}'::boolean[];
     specs   jsonb[] := '{}'::jsonb[];
     j       integer := 1;
 BEGIN
@@ -544,9 +663,10 @@ BEGIN
                               OR array_lower($5, 1) <> 1 OR array_lower($6, 1) <> 1))
             OR ($7 IS NOT NULL AND (cardinality($7) <> nreq OR (nreq > 0 AND array_lower($7, 1) <> 1)))
             OR ($9 IS NOT NULL AND (cardinality($9) <> nreq OR (nreq > 0 AND array_lower($9, 1) <> 1)))
-            OR ($10 IS NOT NULL AND (cardinality($10) <> nreq OR (nreq > 0 AND array_lower($10, 1) <> 1))) THEN
+            OR ($10 IS NOT NULL AND (cardinality($10) <> nreq OR (nreq > 0 AND array_lower($10, 1) <> 1)))
+            OR ($11 IS NOT NULL AND (cardinality($11) <> nreq OR (nreq > 0 AND array_lower($11, 1) <> 1))) THEN
         RAISE EXCEPTION USING ERRCODE = 'RL010', MESSAGE = 'ratelimit: bad limit list (ErrLimits)',
-            DETAIL = 'rl_decide_batch: keys, costs, now_us and take need one element per request, '
+            DETAIL = 'rl_decide_batch: keys, costs, now_us, take and settle need one element per request, '
                      'names, algorithms, lims, windows_us and rates one per limit';
     END IF;
     IF $8 IS NULL THEN
@@ -593,6 +713,7 @@ BEGIN
             ns := ns || cnts[q];
             nows := nows || CASE WHEN $9 IS NULL OR $9[q] IS NULL THEN v_now ELSE rl._request_now($9[q]) END;
             tks := tks || CASE WHEN $10 IS NULL THEN NULL::boolean ELSE $10[q] END;
+            sts := sts || CASE WHEN $11 IS NULL THEN NULL::boolean ELSE $11[q] END;
             specs := specs || coalesce((SELECT jsonb_agg(jsonb_build_array($2[i], $3[i], $4[i], $5[i], $6[i]) ORDER BY i)
                                           FROM generate_series(j, j + cnts[q] - 1) AS i), '[]');
         END IF;
@@ -600,16 +721,16 @@ BEGIN
     END LOOP;
     IF cardinality(reqs) = 0 THEN
         RETURN QUERY
-            SELECT (ROW((u.q - 1)::integer, NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, false, NULL, '42501', u.m)::rl.batch_decision).*
+            SELECT (ROW((u.q - 1)::integer, NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, false, NULL, '42501', u.m, NULL)::rl.batch_decision).*
               FROM unnest(refused) WITH ORDINALITY AS u(m, q)
              ORDER BY u.q;
         RETURN;
     END IF;
     RETURN QUERY
         SELECT b.*
-          FROM (SELECT p.* FROM rl._proxy_rl_decide_batch(reqs, ks, cs, ns, nows, tks, specs) p
+          FROM (SELECT p.* FROM rl._proxy_rl_decide_batch(reqs, ks, cs, ns, nows, tks, specs, sts) p
                 UNION ALL
-                SELECT (ROW((u.q - 1)::integer, NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, false, NULL, '42501', u.m)::rl.batch_decision).*
+                SELECT (ROW((u.q - 1)::integer, NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, false, NULL, '42501', u.m, NULL)::rl.batch_decision).*
                   FROM unnest(refused) WITH ORDINALITY AS u(m, q)
                  WHERE u.m IS NOT NULL) b
          ORDER BY b.req, b.ord NULLS FIRST;
@@ -621,7 +742,8 @@ $fn$;
 -- its row locks must be taken on the shard itself, which pgstore.NewSharded
 -- does.
 CREATE OR REPLACE FUNCTION rl.lock_states(p_key text, p_names text[])
-    RETURNS TABLE (name text, algorithm integer, t bigint, x bigint, y bigint, log bigint[], now_us bigint)
+    RETURNS TABLE (name text, algorithm integer, t bigint, x bigint, y bigint, log bigint[], now_us bigint, l bigint,
+                   w bigint, r bigint)
     LANGUAGE plpgsql
     SET search_path = pg_catalog, rl, pg_temp
 AS $fn$
@@ -634,7 +756,7 @@ $fn$;
 
 CREATE OR REPLACE FUNCTION rl.lock_states_batch(keys text[], names text[])
     RETURNS TABLE (key text, name text, algorithm integer, t bigint, x bigint, y bigint, log bigint[],
-                   created boolean, now_us bigint)
+                   created boolean, now_us bigint, l bigint, w bigint, r bigint)
     LANGUAGE plpgsql
     SET search_path = pg_catalog, rl, pg_temp
 AS $fn$
@@ -832,7 +954,11 @@ BEGIN
                 rl._proxy_rl_decide_multi(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint, boolean),
                 rl._proxy_rl_reset(text, text),
                 rl._proxy_rl_expire(bigint, integer),
-                rl._proxy_rl_decide_batch(integer[], text[], bigint[], integer[], bigint[], boolean[], jsonb[])
+                rl._proxy_rl_decide_batch(integer[], text[], bigint[], integer[], bigint[], boolean[], jsonb[], boolean[]),
+                rl._proxy_rl_settle(text, text, bigint, interval, bigint, bigint, text, bigint),
+                rl._proxy_rl_settle_us(text, text, bigint, bigint, bigint, bigint, text, bigint),
+                rl._proxy_rl_settle_multi(text, jsonb, bigint, bigint),
+                rl._proxy_rl_settle_decide(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint)
                 FROM rl_app, rl_admin;
             GRANT EXECUTE ON FUNCTION
                 rl.rl_allow(text, text, bigint, interval, bigint, bigint, text, bigint),
@@ -843,7 +969,11 @@ BEGIN
                 rl.rl_peek_multi(text, jsonb, bigint, bigint),
                 rl.rl_decide_multi(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint, boolean),
                 rl.rl_reset(text, text),
-                rl.rl_decide_batch(text[], text[], integer[], bigint[], bigint[], bigint[], bigint[], integer[], bigint[], boolean[]),
+                rl.rl_decide_batch(text[], text[], integer[], bigint[], bigint[], bigint[], bigint[], integer[], bigint[], boolean[], boolean[]),
+                rl.rl_settle(text, text, bigint, interval, bigint, bigint, text, bigint),
+                rl.rl_settle_us(text, text, bigint, bigint, bigint, bigint, text, bigint),
+                rl.rl_settle_multi(text, jsonb, bigint, bigint),
+                rl.rl_settle_decide(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint),
                 rl.lock_states(text, text[]),
                 rl.enforce_limit(),
                 rl._enforce_limit(oid, text, text[], boolean, text)

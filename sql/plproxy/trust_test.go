@@ -107,7 +107,7 @@ type entry struct {
 const limits = `'[{"name": "default", "algorithm": "fixed_window", "limit": 3, "window": "1 hour"}]'`
 
 // timed are the entry points that take a request time; each locks its key
-// for the window (cost = limit) when it takes.
+// for the window (cost = limit) when it takes or settles.
 var timed = []entry{
 	{"rl_allow", "SELECT now_us FROM rl.rl_allow($1, 'fixed_window', 3, '1 hour', 3, now_us => $2)"},
 	{"rl_allow_us", "SELECT now_us FROM rl.rl_allow_us($1, 'fixed_window', 3, 3600000000, 3, now_us => $2)"},
@@ -117,6 +117,10 @@ var timed = []entry{
 	{"rl_peek_multi", "SELECT max(now_us) FROM rl.rl_peek_multi($1, " + limits + ", 3, $2)"},
 	{"rl_decide_multi", "SELECT max(now_us) FROM rl.rl_decide_multi($1, '{default}', '{1}', '{3}', '{3600000000}', '{0}', 3, $2)"},
 	{"rl_decide_batch", "SELECT max(now_us) FROM rl.rl_decide_batch(ARRAY[$1::text], '{default}', '{1}', '{3}', '{3600000000}', '{0}', '{3}', NULL, ARRAY[$2::bigint])"},
+	{"rl_settle", "SELECT now_us FROM rl.rl_settle($1, 'fixed_window', 3, '1 hour', 3, now_us => $2)"},
+	{"rl_settle_us", "SELECT now_us FROM rl.rl_settle_us($1, 'fixed_window', 3, 3600000000, 3, now_us => $2)"},
+	{"rl_settle_multi", "SELECT max(now_us) FROM rl.rl_settle_multi($1, " + limits + ", 3, $2)"},
+	{"rl_settle_decide", "SELECT max(now_us) FROM rl.rl_settle_decide($1, '{default}', '{1}', '{3}', '{3600000000}', '{0}', 3, $2)"},
 }
 
 // decideAt calls e on key as the session of conn, passing at as now_us
@@ -322,7 +326,7 @@ func TestRouterTrust(t *testing.T) {
 		granted, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err)
 		require.Empty(t, granted, "PL/Proxy functions executable by rl_app or rl_admin")
-		require.Equal(t, int64(10), count(t, r.router, "SELECT count(*) FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE l.lanname = 'plproxy'"))
+		require.Equal(t, int64(14), count(t, r.router, "SELECT count(*) FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE l.lanname = 'plproxy'"))
 		_, err = r.connect(t, "app_plain").Exec(ctx, "SELECT rl._proxy_rl_allow('k', 'gcra', 1, '1 hour', 1, 0, 'default', 1)")
 		requireCode(t, err, "42501")
 	})

@@ -34,9 +34,10 @@ type Config struct {
 	WithDecider func(t *testing.T, d core.Decider) store.Store
 	// DerivedNextAfter tells the suite that the store's decider does not
 	// compute core.Decision.NextAfter and the store derives it instead
-	// (core.DeriveNextAfter: pgstore's SQL path, since the PL/pgSQL port
-	// does not report it). The suite then wants the derived value where it
-	// otherwise wants the core's.
+	// (core.DeriveNextAfter; for example over a port of the core that
+	// predates NextAfter, as the SQL functions before migration 16 did).
+	// The suite then wants the derived value where it otherwise wants the
+	// core's. Every store of this module computes it.
 	DerivedNextAfter bool
 	// ShadowRefused, if set, is the error the store answers a policy with
 	// shadow limits with, for a store that cannot decide them (pgstore's

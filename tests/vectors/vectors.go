@@ -23,8 +23,9 @@ var files embed.FS
 // FS returns the vector files (a flat directory of *.json).
 func FS() fs.FS { return files }
 
-// Schema is the format version every file names.
-const Schema = "rl-vectors/v1"
+// Schema is the format version every file names. Version 2 added the
+// decisions' next_after.
+const Schema = "rl-vectors/v2"
 
 // File is one vector file.
 type File struct {
@@ -101,6 +102,7 @@ type Decision struct {
 	ResetAfter int64 `json:"reset_after"`
 	RetryAfter int64 `json:"retry_after"`
 	Delay      int64 `json:"delay"`
+	NextAfter  int64 `json:"next_after"`
 }
 
 // Load parses every vector file, in name order.

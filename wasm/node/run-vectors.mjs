@@ -88,6 +88,7 @@ class RL {
       reset_after: v.getBigInt64(s + O.resetAfter, true),
       retry_after: v.getBigInt64(s + O.retryAfter, true),
       delay: v.getBigInt64(s + O.delay, true),
+      next_after: v.getBigInt64(s + O.nextAfter, true),
     };
   }
 
@@ -231,7 +232,7 @@ function runCase(rl, c, mismatch) {
     if (status !== wantStatus) return mismatch(`${where}: status ${status}, want ${wantStatus} (${e.error ?? "ok"})`);
     if (BigInt(index) !== e.index) return mismatch(`${where}: index ${index}, want ${e.index}`);
     if (status === 0 && st.op !== "reset") {
-      const fields = ["allowed", "limit", "remaining", "reset_after", "retry_after", "delay"];
+      const fields = ["allowed", "limit", "remaining", "reset_after", "retry_after", "delay", "next_after"];
       decisions.forEach((d, j) => {
         const w = e.decisions[j];
         if (d === null || fields.some((k) => d[k] !== w[k])) {
@@ -253,7 +254,7 @@ const files = readdirSync(vectorsDir).filter((f) => f.endsWith(".json")).sort();
 let cases = 0, steps = 0, failures = 0;
 for (const name of files) {
   const f = parseJSON(readFileSync(join(vectorsDir, name), "utf8"));
-  if (f.schema !== "rl-vectors/v1") throw new Error(`${name}: schema ${f.schema}`);
+  if (f.schema !== "rl-vectors/v2") throw new Error(`${name}: schema ${f.schema}`);
   for (const c of f.cases) {
     cases++;
     steps += c.steps.length;

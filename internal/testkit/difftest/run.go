@@ -20,10 +20,6 @@ import (
 type Decider struct {
 	Name string
 	core.Decider
-	// NoNextAfter marks a decider that does not compute
-	// core.Decision.NextAfter (the PL/pgSQL port, which reports 0): the
-	// field is not compared with it.
-	NoNextAfter bool
 }
 
 // Single is implemented by deciders that also have the single-limit calls of
@@ -157,9 +153,6 @@ func (r *Runner) run(seq Sequence, stats *Stats) *Divergence {
 		}
 		for i := 1; i < len(ws); i++ {
 			a, b := outs[0], outs[i]
-			if ws[0].d.NoNextAfter || ws[i].d.NoNextAfter {
-				a.ds, b.ds = withoutNextAfter(a.ds), withoutNextAfter(b.ds)
-			}
 			if msg := r.compare(a, b); msg != "" {
 				return &Divergence{Seq: seq, Step: k, Msg: fmt.Sprintf("%s (%d limits, now %d, cost %d): %s\n"+
 					"  %s: %s\n  %s: %s", outs[0].call, len(limits), st.Now, st.Cost, msg,
@@ -255,15 +248,6 @@ func (r *Runner) compare(a, b outcome) string {
 		}
 	}
 	return ""
-}
-
-// withoutNextAfter returns a copy of ds with NextAfter zeroed.
-func withoutNextAfter(ds []core.Decision) []core.Decision {
-	out := slices.Clone(ds)
-	for i := range out {
-		out[i].NextAfter = 0
-	}
-	return out
 }
 
 func sameErr(a, b error) bool {

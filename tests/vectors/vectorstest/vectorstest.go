@@ -73,12 +73,10 @@ func ToState(v vectors.State) core.State {
 	return s
 }
 
-// FromDecision converts a core decision to the vectors' form. NextAfter is
-// left out: the vectors do not pin it, since the PL/pgSQL port, which runs
-// them too, does not compute it (core's own tests do).
+// FromDecision converts a core decision to the vectors' form.
 func FromDecision(d core.Decision) vectors.Decision {
 	return vectors.Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
-		ResetAfter: d.ResetAfter, RetryAfter: d.RetryAfter, Delay: d.Delay}
+		ResetAfter: d.ResetAfter, RetryAfter: d.RetryAfter, Delay: d.Delay, NextAfter: d.NextAfter}
 }
 
 // FromState converts a core state to the vectors' form.

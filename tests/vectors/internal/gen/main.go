@@ -187,8 +187,7 @@ func record(ds []core.Decision, err error) []vectors.Decision {
 	}
 	out := make([]vectors.Decision, len(ds))
 	for i, d := range ds {
-		out[i] = vectors.Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining, ResetAfter: d.ResetAfter,
-			RetryAfter: d.RetryAfter, Delay: d.Delay}
+		out[i] = vectorstest.FromDecision(d)
 	}
 	return out
 }
