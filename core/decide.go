@@ -56,11 +56,33 @@ func (c *Compiled) eval(s *State, now, cost int64, m mode, d *Decision, n *State
 	if err := checkCall(now, cost); err != 0 {
 		return err
 	}
+	if s.Algorithm == c.l.Algorithm && s.W == c.l.Window && s.L == c.l.Limit && s.R == c.srate {
+		// Written under exactly c's parameters, the common case: read as
+		// it is, with no carrying over.
+		if !simpleState(s) {
+			if err := checkState(&c.l, s); err != 0 {
+				return err
+			}
+		}
+		return c.decide(s, true, now, cost, m, d, n)
+	}
+	return c.evalRead(s, now, cost, m, d, n)
+}
+
+// evalRead is eval for a state written under other parameters, by another
+// algorithm, before it recorded its parameters, or fresh: checked, carried
+// over if it has to be (read), then decided.
+func (c *Compiled) evalRead(s *State, now, cost int64, m mode, d *Decision, n *State) Error {
 	var carried State
 	s, exact, err := c.read(s, &carried)
 	if err != 0 {
 		return err
 	}
+	return c.decide(s, exact, now, cost, m, d, n)
+}
+
+// decide runs c's algorithm on the state s as read (exact: unclamped).
+func (c *Compiled) decide(s *State, exact bool, now, cost int64, m mode, d *Decision, n *State) Error {
 	*d = Decision{Limit: c.l.Limit}
 	if m != modeTake {
 		n = nil
