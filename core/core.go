@@ -338,10 +338,16 @@ func simpleState(s *State) bool {
 
 // checkState validates the words of a state written by l's algorithm.
 func checkState(l *Limit, s *State) Error {
-	if s.T < 0 || s.T > MaxStateValue || s.X < 0 || s.X > MaxStateValue || s.Y < 0 || s.Y > MaxStateValue {
+	if s.L|s.W|s.R != 0 && !paramsValid(s) {
 		return ErrState
 	}
-	if s.L|s.W|s.R != 0 && !paramsValid(s) {
+	return checkWords(l, s)
+}
+
+// checkWords is checkState without the recorded parameters, for a state
+// whose parameters are known to be valid (those of the limit deciding it).
+func checkWords(l *Limit, s *State) Error {
+	if s.T < 0 || s.T > MaxStateValue || s.X < 0 || s.X > MaxStateValue || s.Y < 0 || s.Y > MaxStateValue {
 		return ErrState
 	}
 	switch s.Algorithm {

@@ -60,7 +60,7 @@ func (c *Compiled) eval(s *State, now, cost int64, m mode, d *Decision, n *State
 		// Written under exactly c's parameters, the common case: read as
 		// it is, with no carrying over.
 		if !simpleState(s) {
-			if err := checkState(&c.l, s); err != 0 {
+			if err := checkWords(&c.l, s); err != 0 { // its parameters are c's, valid
 				return err
 			}
 		}
