@@ -42,9 +42,8 @@ type Limit struct {
 	// limits deny, nothing is charged anywhere and its result is a peek of
 	// the cost. A policy of only shadow limits admits every call. Its
 	// state is kept under its name like any limit's, so clearing Shadow
-	// later enforces it with the count it has. pgstore's ModeSQL cannot
-	// decide shadow limits yet (pgstore.ErrShadowSQL); the other stores
-	// can.
+	// later enforces it with the count it has. Every store decides shadow
+	// limits (pgstore's ModeSQL since migration 18).
 	Shadow bool
 }
 

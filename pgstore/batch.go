@@ -50,8 +50,7 @@ const (
 // requests of a batch had been decided one by one in arrival order:
 //
 //   - ModeSQL calls rl.rl_decide_batch (migration 0009; its settle flags,
-//     migration 17): one statement. It refuses a take or peek of a policy
-//     with shadow limits with ErrShadowSQL, at once.
+//     migration 17; its shadow flags, migration 18): one statement.
 //   - ModeGo locks every row of the batch with rl.lock_states_batch, in one
 //     order, decides in Go with Config.Decider (store.Policy.Decide: shadow
 //     limits too), and writes the new states back with one UPDATE ... FROM
@@ -152,9 +151,6 @@ func (b *Batched) Reset(ctx context.Context, prefix, key string, names []string)
 func (b *Batched) Decide(ctx context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
 	if req.Policy == nil {
 		return 0, core.Decision{}, core.ErrLimits
-	}
-	if b.s.cfg.Mode == ModeSQL && req.Policy.Shadowed() && req.Op != store.Settle {
-		return 0, core.Decision{}, ErrShadowSQL
 	}
 	n := req.Policy.Len()
 	if err := ctx.Err(); err != nil {
@@ -373,6 +369,10 @@ const (
 	batchCols    = "b.req, b.ord, b.allowed, b.lim, b.remaining, b.reset_after_us, b.retry_after_us, b.delay_us, b.next_after_us, b.deciding, b.error_code, b.error_message"
 	batchSQL     = "SELECT " + batchCols + " FROM rl.rl_decide_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) b"
 	batchFastSQL = "SELECT " + batchCols + " FROM (SELECT set_config('synchronous_commit', 'off', true)) c, rl.rl_decide_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) b"
+	// batchShadowSQL and batchShadowFastSQL pass shadow flags, one per
+	// limit (migration 18), when a call's policy has shadow limits.
+	batchShadowSQL     = "SELECT " + batchCols + " FROM rl.rl_decide_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) b"
+	batchShadowFastSQL = "SELECT " + batchCols + " FROM (SELECT set_config('synchronous_commit', 'off', true)) c, rl.rl_decide_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) b"
 )
 
 // execSQL decides calls with rl.rl_decide_batch: one statement.
@@ -402,7 +402,14 @@ func (b *Batched) execSQL(ctx context.Context, conn *pgxpool.Conn, all []*call) 
 	names := make([]string, 0, nlim)
 	algs := make([]int32, 0, nlim)
 	lims, wins, rates := make([]int64, 0, nlim), make([]int64, 0, nlim), make([]int64, 0, nlim)
-	write := false
+	write, shadowed := false, false
+	for _, c := range calls {
+		shadowed = shadowed || c.op != store.Settle && c.policy.Shadowed()
+	}
+	var shadows []bool
+	if shadowed {
+		shadows = make([]bool, 0, nlim)
+	}
 	for i, c := range calls {
 		keys[i], costs[i], counts[i], takes[i] = c.key, c.cost, int32(len(c.limits)), c.op == store.Take
 		settles[i] = c.op == store.Settle
@@ -411,6 +418,11 @@ func (b *Batched) execSQL(ctx context.Context, conn *pgxpool.Conn, all []*call) 
 			nows[i] = c.now
 		}
 		names = append(names, c.names...)
+		if shadowed {
+			for j := range c.limits {
+				shadows = append(shadows, c.op != store.Settle && c.policy.Shadow(j))
+			}
+		}
 		for _, l := range c.limits {
 			algs, lims, wins, rates = append(algs, int32(l.Algorithm)), append(lims, l.Limit), append(wins, l.Window), append(rates, l.Rate)
 		}
@@ -433,7 +445,15 @@ func (b *Batched) execSQL(ctx context.Context, conn *pgxpool.Conn, all []*call) 
 	if slices.Contains(settles, true) {
 		settlesArg = settles // NULL: no settles
 	}
-	rows, err := conn.Query(ctx, q, keys, names, algs, lims, wins, rates, costs, countsArg, nowsArg, takesArg, settlesArg)
+	args := []any{keys, names, algs, lims, wins, rates, costs, countsArg, nowsArg, takesArg, settlesArg}
+	if shadowed {
+		q = batchShadowSQL
+		if b.s.cfg.Durability == DurabilityFast && write {
+			q = batchShadowFastSQL
+		}
+		args = append(args, shadows)
+	}
+	rows, err := conn.Query(ctx, q, args...)
 	if err != nil {
 		return err
 	}

@@ -40,9 +40,6 @@ func TestBatchedConformance(t *testing.T) {
 			cfg := storetest.Config{New: func(t *testing.T) store.Store {
 				return newBatched(t, pool, m.cfg, pgstore.BatchConfig{})
 			}}
-			if m.cfg.Mode == pgstore.ModeSQL {
-				cfg.ShadowRefused = pgstore.ErrShadowSQL
-			}
 			if m.cfg.Mode == pgstore.ModeGo {
 				cfg.WithDecider = func(t *testing.T, d core.Decider) store.Store {
 					c := m.cfg
@@ -577,15 +574,16 @@ func TestBatchedGoPathUsesItsDecider(t *testing.T) {
 // TestBatchedShadowInOneBatch: calls of a policy with a shadow limit
 // queued into one Go-path batch are decided in arrival order as one by one:
 // the shadow limit charged only when its call is admitted and it admits
-// itself; ModeSQL refuses them at once with ErrShadowSQL.
+// itself; ModeSQL decides them too (rl_decide_batch's shadow flags).
 func TestBatchedShadowInOneBatch(t *testing.T) {
 	pool := pgtest.Pool(t, database(t))
 	sql := newBatched(t, pool, modes[0].cfg, pgstore.BatchConfig{})
 	sp := store.MustPolicy([]string{"default"}, core.Limit{Algorithm: core.FixedWindow, Limit: 3, Window: 60_000_000})
 	shadowed, err := sp.WithShadow("default")
 	require.NoError(t, err)
-	_, _, err = sql.Decide(context.Background(), store.Request{Key: "shadow-sql", Policy: shadowed, Now: t0, Cost: 1}, nil)
-	require.ErrorIs(t, err, pgstore.ErrShadowSQL)
+	_, got, err := sql.Decide(context.Background(), store.Request{Key: fmt.Sprintf("shadow-sql-%d", time.Now().UnixNano()), Policy: shadowed, Now: t0, Cost: 1}, nil)
+	require.NoError(t, err)
+	require.True(t, got.Allowed)
 
 	s := newBatched(t, pool, modes[1].cfg, pgstore.BatchConfig{MaxInFlight: 1})
 	blocker := fmt.Sprintf("shadow-block-%d", time.Now().UnixNano())

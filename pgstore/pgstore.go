@@ -14,13 +14,12 @@
 //     store's Config.Decider (native Go or the WebAssembly module) decides,
 //     and the new states are written back: two round trips.
 //
-// ModeGo decides shadow limits (store.Policy.WithShadow) with the enforced
-// ones in its transaction; ModeSQL cannot yet (the SQL functions take no
-// shadow flags), so it refuses a take or peek of a policy with shadow
-// limits with ErrShadowSQL rather than decide them as enforced limits or
-// drop them. A settle (store.Settle) corrects every limit alike, shadow or
-// not, so both modes settle any policy: ModeSQL with rl_settle_decide
-// (migration 17).
+// Both modes decide shadow limits (store.Policy.WithShadow) with the
+// enforced ones in one atomic step, as store.Policy.Decide does: ModeGo in
+// its transaction, ModeSQL by passing the policy's shadow flags to
+// rl_decide_multi and rl_decide_batch (migration 18). A settle
+// (store.Settle) corrects every limit alike, shadow or not: ModeSQL with
+// rl_settle_decide (migration 17).
 //
 // Each row records the parameters of the limit that wrote it (rl.state's
 // l, w, r, migration 17; core.State L, W, R), so a key whose limit changes
@@ -131,17 +130,6 @@ type Config struct {
 	// OnExpireError hears errors of the background expiry.
 	OnExpireError func(error)
 }
-
-// ErrShadowSQL is the error of a take or peek of a policy with shadow
-// limits (store.Policy.WithShadow) by ModeSQL, in Store and Batched alike:
-// the PL/pgSQL functions (rl_decide_multi, rl_decide_batch) take no shadow
-// flags yet, so ModeSQL cannot decide a shadow limit in its one statement,
-// and it never decides one as an enforced limit nor leaves it out. Nothing
-// is charged. Use ModeGo for policies with shadow limits. (A settle treats
-// every limit alike, so ModeSQL settles such a policy.) It is a
-// configuration mistake, not an outage: it does not match
-// store.ErrUnavailable.
-var ErrShadowSQL = errors.New("pgstore: ModeSQL cannot decide shadow limits (the SQL functions take no shadow flags yet): use ModeGo")
 
 // Store is the PostgreSQL store.Store. The pool belongs to the caller.
 type Store struct {
@@ -287,9 +275,6 @@ func (s *Store) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
 func (s *Store) Decide(ctx context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
 	if req.Policy == nil {
 		return 0, core.Decision{}, core.ErrLimits
-	}
-	if s.cfg.Mode == ModeSQL && req.Policy.Shadowed() && req.Op != store.Settle {
-		return 0, core.Decision{}, ErrShadowSQL
 	}
 	conn, err := s.acquire(ctx)
 	if err != nil {

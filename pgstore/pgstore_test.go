@@ -93,9 +93,6 @@ func TestConformance(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			cfg := storetest.Config{New: func(t *testing.T) store.Store { return newStore(t, pool, m.cfg) }}
-			if m.cfg.Mode == pgstore.ModeSQL {
-				cfg.ShadowRefused = pgstore.ErrShadowSQL
-			}
 			if m.cfg.Mode == pgstore.ModeGo {
 				cfg.WithDecider = func(t *testing.T, d core.Decider) store.Store {
 					c := m.cfg
@@ -244,9 +241,9 @@ func TestInterleaved(t *testing.T) {
 	}
 }
 
-// TestSettleShadowSQL: ModeSQL refuses a take or peek of a policy with a
-// shadow limit (ErrShadowSQL) but settles it, in Store and Batched alike:
-// a settle corrects every limit alike (store.Policy.Decide), shadow or not.
+// TestSettleShadowSQL: ModeSQL settles a policy with a shadow limit, in
+// Store and Batched alike: a settle corrects every limit alike
+// (store.Policy.Decide), shadow or not.
 func TestSettleShadowSQL(t *testing.T) {
 	pool := pgtest.Pool(t, database(t))
 	names := []string{"enforced", "candidate"}
@@ -255,8 +252,6 @@ func TestSettleShadowSQL(t *testing.T) {
 	require.NoError(t, err)
 	for _, s := range []store.Store{newStore(t, pool, pgstore.Config{RequestClock: true}), newBatched(t, pool, pgstore.Config{RequestClock: true}, pgstore.BatchConfig{})} {
 		key := fmt.Sprintf("shadow-settle-%d", time.Now().UnixNano())
-		_, _, err := s.Decide(context.Background(), store.Request{Key: key, Policy: p, Op: store.Take, Now: t0, Cost: 1}, nil)
-		require.ErrorIs(t, err, pgstore.ErrShadowSQL)
 		each := make([]core.Decision, 2)
 		i, got, err := s.Decide(context.Background(), store.Request{Key: key, Policy: p, Op: store.Settle, Now: t0, Cost: 4}, each)
 		require.NoError(t, err)

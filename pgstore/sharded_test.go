@@ -65,15 +65,12 @@ func TestShardedConformance(t *testing.T) {
 		t.Run("sharded/"+m.name, func(t *testing.T) {
 			s := shardedOver(t, c, m.cfg, c.Shards)
 			cfg := storetest.Config{New: func(t *testing.T) store.Store { return s }}
-			if m.cfg.Mode == pgstore.ModeSQL {
-				cfg.ShadowRefused = pgstore.ErrShadowSQL
-			}
 			storetest.Run(t, cfg)
 		})
 	}
 	t.Run("router/sql", func(t *testing.T) {
 		s := newStore(t, smallPool(t, c.Router, 8), pgstore.Config{RequestClock: true, QueueTimeout: -1})
-		storetest.Run(t, storetest.Config{New: func(t *testing.T) store.Store { return s }, ShadowRefused: pgstore.ErrShadowSQL})
+		storetest.Run(t, storetest.Config{New: func(t *testing.T) store.Store { return s }})
 		n, err := s.Expire(context.Background())
 		require.NoError(t, err)
 		require.GreaterOrEqual(t, n, int64(0))

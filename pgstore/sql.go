@@ -19,6 +19,27 @@ const takeManySQL = "SELECT t.ord, t.allowed, t.lim, t.remaining, t.reset_after_
 const takeManyFastSQL = "SELECT t.ord, t.allowed, t.lim, t.remaining, t.reset_after_us, t.retry_after_us, t.delay_us, t.next_after_us, t.deciding " +
 	"FROM (SELECT set_config('synchronous_commit', 'off', true)) c, rl.rl_decide_multi($1, $2, $3, $4, $5, $6, $7, $8, $9) t"
 
+// takeShadowSQL and takeShadowFastSQL pass a policy's shadow flags too
+// (migration 18): rl_decide_multi decides them as store.Policy.Decide.
+const (
+	takeShadowSQL = "SELECT t.ord, t.allowed, t.lim, t.remaining, t.reset_after_us, t.retry_after_us, t.delay_us, t.next_after_us, t.deciding " +
+		"FROM rl.rl_decide_multi($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) t"
+	takeShadowFastSQL = "SELECT t.ord, t.allowed, t.lim, t.remaining, t.reset_after_us, t.retry_after_us, t.delay_us, t.next_after_us, t.deciding " +
+		"FROM (SELECT set_config('synchronous_commit', 'off', true)) c, rl.rl_decide_multi($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) t"
+)
+
+// shadowFlags is a policy's shadow flag per limit, nil without any.
+func shadowFlags(p *store.Policy) []bool {
+	if !p.Shadowed() {
+		return nil
+	}
+	sh := make([]bool, p.Len())
+	for i := range sh {
+		sh[i] = p.Shadow(i)
+	}
+	return sh
+}
+
 // settleManySQL calls rl.rl_settle_decide (migration 17): rl_settle_multi
 // with arrays instead of JSON, executable by the rl_app role.
 const settleManySQL = "SELECT t.ord, t.allowed, t.lim, t.remaining, t.reset_after_us, t.retry_after_us, t.delay_us, t.next_after_us, t.deciding " +
@@ -53,6 +74,12 @@ func (s *Store) decideSQL(ctx context.Context, conn *pgxpool.Conn, req *store.Re
 			q = settleManyFastSQL
 		}
 		rows, err = conn.Query(ctx, q, FullKey(req.Prefix, req.Key), req.Policy.Names(), algs, lims, wins, rates, req.Cost, now)
+	case req.Policy.Shadowed():
+		q := takeShadowSQL
+		if fast && req.Op == store.Take {
+			q = takeShadowFastSQL
+		}
+		rows, err = conn.Query(ctx, q, FullKey(req.Prefix, req.Key), req.Policy.Names(), algs, lims, wins, rates, req.Cost, now, req.Op == store.Take, shadowFlags(req.Policy))
 	default:
 		q := takeManySQL
 		if fast && req.Op == store.Take {

@@ -84,9 +84,8 @@ type Clock func() int64
 // fills each with every limit's decision, a shadow limit's own included,
 // when len(each) ≥ req.Policy.Len() (pass nil when only the deciding one
 // matters). A denial is a result, not an error. A store that cannot decide
-// shadow limits refuses a policy with some with an error of its own
-// (pgstore.ErrShadowSQL), never by deciding them as enforced or ignoring
-// them. Errors are
+// shadow limits refuses a policy with some with an error of its own,
+// never by deciding them as enforced or ignoring them. Errors are
 // either a core.Error (the request was invalid) or a failure of the store
 // itself, which a store should make recognisable with errors.Is(err,
 // ErrUnavailable) when it is transient (the backend is down or timed out).

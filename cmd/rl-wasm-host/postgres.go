@@ -141,9 +141,6 @@ func openPostgres(ctx context.Context, pc PostgresConfig, decider core.Decider, 
 		return nil, err
 	}
 	h := &storeHandle{store: pg, maxConns: pcfg.MaxConns, close: func() { pg.Close(); pool.Close() }}
-	if cfg.Mode == pgstore.ModeSQL {
-		h.noShadow = fmt.Errorf("-pg-decide sql: %w", pgstore.ErrShadowSQL)
-	}
 	h.ready = func(ctx context.Context) error { return pool.Ping(ctx) }
 	if pc.Failover {
 		mem := memstore.New(mem)

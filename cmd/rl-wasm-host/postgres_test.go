@@ -13,7 +13,6 @@ import (
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/testkit/pgtest"
 	"github.com/rlcore/rl/internal/testkit/tcpproxy"
-	"github.com/rlcore/rl/pgstore"
 	"github.com/rlcore/rl/store"
 )
 
@@ -80,8 +79,8 @@ func TestOpenPostgres(t *testing.T) {
 	}, 15*time.Second, 50*time.Millisecond)
 }
 
-// TestOpenPostgresShadow: -pg-decide sql says it cannot decide shadow
-// limits (the service then refuses a configuration with one); go can.
+// TestOpenPostgresShadow: both -pg-decide sql (migration 18's shadow
+// flags) and go decide shadow limits.
 func TestOpenPostgresShadow(t *testing.T) {
 	ctx := context.Background()
 	log := slog.New(slog.DiscardHandler)
@@ -89,7 +88,7 @@ func TestOpenPostgresShadow(t *testing.T) {
 	for _, c := range []struct {
 		decide string
 		want   error
-	}{{"sql", pgstore.ErrShadowSQL}, {"", pgstore.ErrShadowSQL}, {"go", nil}} {
+	}{{"sql", nil}, {"", nil}, {"go", nil}} {
 		h, err := openPostgres(ctx, PostgresConfig{URL: dbURL, Migrate: true, Decide: c.decide}, core.Native{}, nil, log, storeHooks{})
 		require.NoError(t, err)
 		if c.want == nil {

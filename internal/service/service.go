@@ -54,7 +54,7 @@ type Options struct {
 	// negative: no bound.
 	MaxInFlight int
 	// ShadowUnsupported, if set, says that Store cannot decide shadow
-	// limits (pgstore's ModeSQL: pgstore.ErrShadowSQL): a configuration
+	// limits: a configuration
 	// with a shadow limit is then refused, by New and by every reload,
 	// naming the rule and wrapping it, and inline shadow limits are
 	// answered 400 (invalid_limits), rather than every decision failing.

@@ -282,6 +282,11 @@ DROP FUNCTION IF EXISTS rl._expire_all(bigint, integer);
 DROP FUNCTION IF EXISTS rl._trigger_take(text, text, text, bigint, interval, bigint);
 DROP FUNCTION IF EXISTS rl.rl_decide_batch(text[], text[], integer[], bigint[], bigint[], bigint[], bigint[], integer[], bigint[], boolean[]);
 DROP FUNCTION IF EXISTS rl._proxy_rl_decide_batch(integer[], text[], bigint[], integer[], bigint[], boolean[], jsonb[]);
+-- Before the shards' migration 18: rl_decide_multi and rl_decide_batch
+-- without the shadow flags (their PL/Proxy functions too).
+DROP FUNCTION IF EXISTS rl.rl_decide_multi(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint, boolean);
+DROP FUNCTION IF EXISTS rl._proxy_rl_decide_multi(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint, boolean);
+DROP FUNCTION IF EXISTS rl.rl_decide_batch(text[], text[], integer[], bigint[], bigint[], bigint[], bigint[], integer[], bigint[], boolean[], boolean[]);
 DO $do$
 BEGIN
     IF EXISTS (SELECT FROM pg_proc p WHERE p.oid = to_regprocedure('rl.lock_states(text, text[])')
@@ -360,7 +365,7 @@ $fn$;
 
 CREATE OR REPLACE FUNCTION rl._proxy_rl_decide_multi(key text, names text[], algorithms integer[], lims bigint[],
                                                      windows_us bigint[], rates bigint[], cost bigint,
-                                                     now_us bigint, take boolean)
+                                                     now_us bigint, take boolean, shadows boolean[])
     RETURNS SETOF rl.multi_decision
     LANGUAGE plproxy
 AS $fn$
@@ -429,7 +434,7 @@ $fn$;
 -- rl._proxy_rl_decide_batch sends each request of a batch to the partition
 -- of its key (PL/Proxy's SPLIT: every array is cut per partition, element by
 -- element, and the partitions run in parallel). A request's limits travel as
--- one jsonb element, [[name, algorithm, lim, window_us, rate], ...]; the
+-- one jsonb element, [[name, algorithm, lim, window_us, rate, shadow], ...]; the
 -- shard rebuilds the flat arrays of rl.rl_decide_batch and maps the request
 -- numbers of its part back to the caller's (reqs).
 CREATE OR REPLACE FUNCTION rl._proxy_rl_decide_batch(reqs integer[], keys text[], costs bigint[], counts integer[],
@@ -446,10 +451,12 @@ AS $fn$
                    coalesce(array_agg((l.v ->> 1)::integer ORDER BY p.i, l.j), '{}') AS f_algs,
                    coalesce(array_agg((l.v ->> 2)::bigint ORDER BY p.i, l.j), '{}') AS f_lims,
                    coalesce(array_agg((l.v ->> 3)::bigint ORDER BY p.i, l.j), '{}') AS f_wins,
-                   coalesce(array_agg((l.v ->> 4)::bigint ORDER BY p.i, l.j), '{}') AS f_rates
+                   coalesce(array_agg((l.v ->> 4)::bigint ORDER BY p.i, l.j), '{}') AS f_rates,
+                   CASE WHEN bool_or(coalesce((l.v ->> 5)::boolean, false))
+                        THEN array_agg(coalesce((l.v ->> 5)::boolean, false) ORDER BY p.i, l.j) END AS f_shadows
               FROM unnest($7) WITH ORDINALITY AS p(e, i)
              CROSS JOIN LATERAL jsonb_array_elements(p.e) WITH ORDINALITY AS l(v, j)) f,
-           rl.rl_decide_batch($2, f.f_names, f.f_algs, f.f_lims, f.f_wins, f.f_rates, $3, $4, $5, $6, $8) b;
+           rl.rl_decide_batch($2, f.f_names, f.f_algs, f.f_lims, f.f_wins, f.f_rates, $3, $4, $5, $6, $8, f.f_shadows) b;
 $fn$;
 
 -- The public functions: SECURITY DEFINER wrappers, with the node's
@@ -533,14 +540,15 @@ $fn$;
 -- pgstore's SQL path calls this one.
 CREATE OR REPLACE FUNCTION rl.rl_decide_multi(key text, names text[], algorithms integer[], lims bigint[],
                                               windows_us bigint[], rates bigint[], cost bigint DEFAULT 1,
-                                              now_us bigint DEFAULT NULL, take boolean DEFAULT true)
+                                              now_us bigint DEFAULT NULL, take boolean DEFAULT true,
+                                              shadows boolean[] DEFAULT NULL)
     RETURNS SETOF rl.multi_decision
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, rl, pg_temp
 AS $fn$
 BEGIN
     PERFORM rl._check_tenant_key($1, NULL);
-    RETURN QUERY SELECT * FROM rl._proxy_rl_decide_multi($1, $2, $3, $4, $5, $6, $7, rl._request_now($8), $9);
+    RETURN QUERY SELECT * FROM rl._proxy_rl_decide_multi($1, $2, $3, $4, $5, $6, $7, rl._request_now($8), $9, $10);
 END
 $fn$;
 
@@ -631,7 +639,8 @@ $fn$;
 CREATE OR REPLACE FUNCTION rl.rl_decide_batch(keys text[], names text[], algorithms integer[], lims bigint[],
                                               windows_us bigint[], rates bigint[], costs bigint[] DEFAULT NULL,
                                               limit_counts integer[] DEFAULT NULL, now_us bigint[] DEFAULT NULL,
-                                              take boolean[] DEFAULT NULL, settle boolean[] DEFAULT NULL)
+                                              take boolean[] DEFAULT NULL, settle boolean[] DEFAULT NULL,
+                                              shadows boolean[] DEFAULT NULL)
     RETURNS SETOF rl.batch_decision
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, rl, pg_temp
@@ -664,10 +673,11 @@ BEGIN
             OR ($7 IS NOT NULL AND (cardinality($7) <> nreq OR (nreq > 0 AND array_lower($7, 1) <> 1)))
             OR ($9 IS NOT NULL AND (cardinality($9) <> nreq OR (nreq > 0 AND array_lower($9, 1) <> 1)))
             OR ($10 IS NOT NULL AND (cardinality($10) <> nreq OR (nreq > 0 AND array_lower($10, 1) <> 1)))
-            OR ($11 IS NOT NULL AND (cardinality($11) <> nreq OR (nreq > 0 AND array_lower($11, 1) <> 1))) THEN
+            OR ($11 IS NOT NULL AND (cardinality($11) <> nreq OR (nreq > 0 AND array_lower($11, 1) <> 1)))
+            OR ($12 IS NOT NULL AND (cardinality($12) <> nlim OR (nlim > 0 AND array_lower($12, 1) <> 1))) THEN
         RAISE EXCEPTION USING ERRCODE = 'RL010', MESSAGE = 'ratelimit: bad limit list (ErrLimits)',
             DETAIL = 'rl_decide_batch: keys, costs, now_us, take and settle need one element per request, '
-                     'names, algorithms, lims, windows_us and rates one per limit';
+                     'names, algorithms, lims, windows_us, rates and shadows one per limit';
     END IF;
     IF $8 IS NULL THEN
         IF nlim <> nreq THEN
@@ -714,7 +724,9 @@ BEGIN
             nows := nows || CASE WHEN $9 IS NULL OR $9[q] IS NULL THEN v_now ELSE rl._request_now($9[q]) END;
             tks := tks || CASE WHEN $10 IS NULL THEN NULL::boolean ELSE $10[q] END;
             sts := sts || CASE WHEN $11 IS NULL THEN NULL::boolean ELSE $11[q] END;
-            specs := specs || coalesce((SELECT jsonb_agg(jsonb_build_array($2[i], $3[i], $4[i], $5[i], $6[i]) ORDER BY i)
+            specs := specs || coalesce((SELECT jsonb_agg(CASE WHEN coalesce($12[i], false)
+                                                                THEN jsonb_build_array($2[i], $3[i], $4[i], $5[i], $6[i], true)
+                                                                ELSE jsonb_build_array($2[i], $3[i], $4[i], $5[i], $6[i]) END ORDER BY i)
                                           FROM generate_series(j, j + cnts[q] - 1) AS i), '[]');
         END IF;
         j := j + cnts[q];
@@ -951,7 +963,7 @@ BEGIN
                 rl._proxy_rl_peek_us(text, text, bigint, bigint, bigint, bigint, text, bigint),
                 rl._proxy_rl_allow_multi(text, jsonb, bigint, bigint),
                 rl._proxy_rl_peek_multi(text, jsonb, bigint, bigint),
-                rl._proxy_rl_decide_multi(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint, boolean),
+                rl._proxy_rl_decide_multi(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint, boolean, boolean[]),
                 rl._proxy_rl_reset(text, text),
                 rl._proxy_rl_expire(bigint, integer),
                 rl._proxy_rl_decide_batch(integer[], text[], bigint[], integer[], bigint[], boolean[], jsonb[], boolean[]),
@@ -967,9 +979,9 @@ BEGIN
                 rl.rl_peek_us(text, text, bigint, bigint, bigint, bigint, text, bigint),
                 rl.rl_allow_multi(text, jsonb, bigint, bigint),
                 rl.rl_peek_multi(text, jsonb, bigint, bigint),
-                rl.rl_decide_multi(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint, boolean),
+                rl.rl_decide_multi(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint, boolean, boolean[]),
                 rl.rl_reset(text, text),
-                rl.rl_decide_batch(text[], text[], integer[], bigint[], bigint[], bigint[], bigint[], integer[], bigint[], boolean[], boolean[]),
+                rl.rl_decide_batch(text[], text[], integer[], bigint[], bigint[], bigint[], bigint[], integer[], bigint[], boolean[], boolean[], boolean[]),
                 rl.rl_settle(text, text, bigint, interval, bigint, bigint, text, bigint),
                 rl.rl_settle_us(text, text, bigint, bigint, bigint, bigint, text, bigint),
                 rl.rl_settle_multi(text, jsonb, bigint, bigint),

@@ -40,8 +40,7 @@ type Config struct {
 	// core's. Every store of this module computes it.
 	DerivedNextAfter bool
 	// ShadowRefused, if set, is the error the store answers a policy with
-	// shadow limits with, for a store that cannot decide them (pgstore's
-	// ModeSQL: pgstore.ErrShadowSQL). The suite then checks that every
+	// shadow limits with, for a store that cannot decide them. The suite then checks that every
 	// decision of such a policy is refused with it, instead of its shadow
 	// cases.
 	ShadowRefused error
