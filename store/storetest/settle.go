@@ -70,9 +70,6 @@ func carryAndSettle(t *testing.T, cfg Config, prefix string) {
 			if st.Log == nil {
 				st.Log = make([]int64, 0, core.MaxLogLimit)
 			}
-			if cfg.DerivedNextAfter {
-				want.NextAfter = core.DeriveNextAfter(l, want)
-			}
 			_, got, err := s.Decide(ctx, req(prefix, key, op, now, cost, p), nil)
 			if err != nil {
 				t.Fatalf("%s step %d (%v %d under %+v): %v", key, i, op, cost, l, err)

@@ -134,12 +134,6 @@ func shadowSameAsModel(t *testing.T, cfg Config, prefix string) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if cfg.DerivedNextAfter {
-					for j := range wantEach {
-						wantEach[j].NextAfter = core.DeriveNextAfter(c.ls[j], wantEach[j])
-					}
-					want.NextAfter = wantEach[wi].NextAfter
-				}
 				each := make([]core.Decision, len(c.ls))
 				gi, got, err := s.Decide(ctx, req(prefix, key, store.Take, now, cost, p), each)
 				if err != nil {

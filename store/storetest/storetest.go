@@ -32,13 +32,6 @@ type Config struct {
 	// limits at once. Leave it nil for a store that decides elsewhere (in
 	// SQL).
 	WithDecider func(t *testing.T, d core.Decider) store.Store
-	// DerivedNextAfter tells the suite that the store's decider does not
-	// compute core.Decision.NextAfter and the store derives it instead
-	// (core.DeriveNextAfter; for example over a port of the core that
-	// predates NextAfter, as the SQL functions before migration 16 did).
-	// The suite then wants the derived value where it otherwise wants the
-	// core's. Every store of this module computes it.
-	DerivedNextAfter bool
 	// ShadowRefused, if set, is the error the store answers a policy with
 	// shadow limits with, for a store that cannot decide them. The suite then checks that every
 	// decision of such a policy is refused with it, instead of its shadow
@@ -203,9 +196,6 @@ func sameAsCore(t *testing.T, cfg Config, prefix string) {
 			want, next, err := core.Take(l, st, now, cost)
 			if err != nil {
 				t.Fatal(err)
-			}
-			if cfg.DerivedNextAfter {
-				want.NextAfter = core.DeriveNextAfter(l, want)
 			}
 			st = next
 			each := make([]core.Decision, 1)
