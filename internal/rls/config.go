@@ -100,7 +100,8 @@ type Limit struct {
 	Unit            rlsv3.RateLimitResponse_RateLimit_Unit
 	UnitMultiplier  uint32
 	// Limit is the limit decided: Algorithm (extension "algorithm",
-	// default fixed_window), RequestsPerUnit per window.
+	// default fixed_window), RequestsPerUnit per window, named stateName
+	// whatever they are.
 	Limit rl.Limit
 	// ShadowLimits (extension "shadow_limits") are candidates decided with
 	// Limit on the descriptor's key, in the same atomic step: shadow
@@ -112,6 +113,18 @@ type Limit struct {
 	window  time.Duration
 	m       *descMetrics
 }
+
+// stateName is the limit name of every descriptor's enforced limit (its
+// rate_limit), whatever its unit, unit_multiplier and algorithm: "default",
+// the name rl-wasm-host gives a rule's single limit (core.DefaultLimitName
+// of one limit). The store keeps a descriptor's state per key and limit
+// name, so a reload changing any of them, or adding or removing a value's
+// override, reads the value's state under the new parameters and carries
+// its usage across (README.md, "Changing a limit: what carries over"). A
+// shadow limit may not take it. (Before issue 22 the name was
+// "<algorithm>_<window>", so such a change started the value fresh;
+// states stored under those names are no longer read.)
+const stateName = "default"
 
 // unitSeconds are the lengths of envoyproxy/ratelimit's units.
 var unitSeconds = map[rlsv3.RateLimitResponse_RateLimit_Unit]int64{
@@ -573,7 +586,7 @@ func (r *rateLimitJSON) check(c *ruleconfig.Checker, f string) *Limit {
 		}
 		return l // denies everything; no state
 	}
-	l.Limit.Name = rl.DefaultLimitName(l.Limit, 2)
+	l.Limit.Name = stateName
 	if !checkPolicy(c, f, l.Limit, l.window) {
 		return nil
 	}
@@ -659,8 +672,9 @@ func checkPolicy(c *ruleconfig.Checker, f string, lim rl.Limit, window time.Dura
 }
 
 // shadowLimits reads the rate_limit's shadow_limits at f into
-// l.ShadowLimits: each named (1 to 64 printable bytes, unique, not the
-// name of the enforced limit's state), a rate of its own above 0 requests.
+// l.ShadowLimits: each named (1 to 64 printable bytes, unique, not
+// stateName, the name of the enforced limit's state), a rate of its own
+// above 0 requests.
 func (l *Limit) shadowLimits(c *ruleconfig.Checker, f string, sl ruleconfig.List[shadowJSON]) bool {
 	if !sl.Set {
 		return true
@@ -673,7 +687,7 @@ func (l *Limit) shadowLimits(c *ruleconfig.Checker, f string, sl ruleconfig.List
 		c.Fail(f, "%d shadow limits, want 1 to %d", len(sl.Items), rl.MaxLimits-1)
 		return false
 	}
-	names := map[string]bool{l.Limit.Name: true}
+	names := map[string]bool{}
 	for i := range sl.Items {
 		s := &sl.Items[i]
 		sf := fmt.Sprintf("%s[%d]", f, i)
@@ -687,8 +701,10 @@ func (l *Limit) shadowLimits(c *ruleconfig.Checker, f string, sl ruleconfig.List
 			switch err := ruleconfig.CheckName(name); {
 			case err != nil:
 				c.Fail(sf+".name", "%v", err)
+			case name == l.Limit.Name:
+				c.Fail(sf+".name", "%q is reserved: the rate_limit's own limit keeps its state under it (name the shadow limit otherwise)", name)
 			case names[name]:
-				c.Fail(sf+".name", "%q is the name of another limit of this descriptor (the rate_limit's own state is %q)", name, l.Limit.Name)
+				c.Fail(sf+".name", "%q is the name of another shadow limit of this descriptor", name)
 			}
 			names[name] = true
 			sh.Limit.Name = name

@@ -212,7 +212,8 @@ func TestLoadConfigDirectory(t *testing.T) {
 	cfg.Domains["b"].limits(func(path string, l *Limit) {
 		got = append(got, path, l.Limit.Name, l.Limit.Window.String())
 	})
-	require.Equal(t, []string{"k_30", "gcra_5m", "5m0s"}, got)
+	require.Equal(t, []string{"k_30", "default", "5m0s"}, got, "the state's name is the same whatever the unit and algorithm")
+	require.Equal(t, core.DefaultLimitName(core.GCRA, 300_000_000, 1), stateName, "as rl-wasm-host names a rule's single limit")
 
 	write("c.yaml", `{domain: a, descriptors: []}`)
 	write("d.yaml", `{domain: d, descriptors: [{key: k, rate_limit: {unit: second}}]}`)

@@ -23,7 +23,11 @@
 // wildcard value that matches, else key alone; a limit applies only at the
 // request descriptor's last entry. Each distinct descriptor (its entries'
 // values, not the configuration node) has its own state, kept under the
-// base key "rls:<domain>".
+// base key "rls:<domain>" and the limit name "default" whatever the
+// limit's unit and algorithm (shadow limits under their own names), so a
+// reload changing a descriptor's requests_per_unit, unit,
+// unit_multiplier or algorithm, or adding or removing a value's override,
+// carries each value's usage (the core's carry rules).
 //
 // Unlike envoyproxy/ratelimit, which charges every descriptor of a request
 // even when another one denies it (its issue #1060), a request is decided

@@ -3,6 +3,7 @@ package rls
 import (
 	"errors"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -116,6 +117,78 @@ func TestOverrideOrderRefused(t *testing.T) {
 	}
 }
 
+// TestOverrideChangeCarriesUsage (issue 22, item 1): a value that starts
+// or stops matching an override by a reload (a wildcard or the value
+// itself added, removed) changes its limit's parameters, unit and
+// algorithm included, and carries its usage across like any changed
+// limit, the descriptor's state being kept under one limit name: (a) a
+// raised limit admits what is left at once; (b) a lowered one never more
+// than itself counting the usage carried, (c) with an exact Retry-After no
+// longer than it alone gives (a fresh value under the same limit).
+func TestOverrideChangeCarriesUsage(t *testing.T) {
+	const generic = "domain: d\ndescriptors:\n  - {key: api_key, rate_limit: {unit: minute, requests_per_unit: 10, algorithm: sliding_log}}\n"
+	e := newEnv(t, generic, envOpts{})
+	e.now.Add(10_000_000)
+	reload := func(overrides string) {
+		t.Helper()
+		dom, err := ParseDomain("d.yaml", []byte(generic+overrides))
+		require.NoError(t, err)
+		require.NoError(t, e.srv.SetConfig(&Config{Path: "d.yaml", Domains: map[string]*Domain{"d": dom}}))
+	}
+	const ok, over = rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
+	// decide: value is admitted more times at once, then denied by limit
+	// with a Retry-After of retry µs (rounded up to seconds), no longer
+	// than a fresh value under limit gets, and admitted exactly at it.
+	decide := func(value, fresh string, limit uint32, more int, retry int64) {
+		t.Helper()
+		for i := range more {
+			require.Equal(t, ok, e.call(t, "d", d("api_key", value)).OverallCode, "request %d: what is left, at once", i)
+		}
+		r := e.call(t, "d", d("api_key", value))
+		require.Equal(t, over, r.OverallCode, "beyond the limit, counting the usage carried")
+		require.Equal(t, limit, r.Statuses[0].CurrentLimit.RequestsPerUnit)
+		got := retryAfter(r)
+		require.Equal(t, strconv.FormatInt((retry+999_999)/1_000_000, 10), got)
+		var alone string
+		for range 30 {
+			if a := e.call(t, "d", d("api_key", fresh)); a.OverallCode == over {
+				require.Equal(t, limit, a.Statuses[0].CurrentLimit.RequestsPerUnit, "the same limit")
+				alone = retryAfter(a)
+				break
+			}
+		}
+		g, _ := strconv.Atoi(got)
+		a, err := strconv.Atoi(alone)
+		require.NoError(t, err)
+		require.LessOrEqual(t, g, a, "no longer than the limit alone gives")
+		e.now.Add(retry - 1)
+		require.Equal(t, over, e.call(t, "d", d("api_key", value)).OverallCode, "1 µs before the retry")
+		e.now.Add(1)
+	}
+
+	// k-1 spends 6 of the generic 10 a minute (a sliding log).
+	require.Equal(t, 6, e.admitted(t, 6, "d", d("api_key", "k-1")))
+
+	// A wildcard override of another unit and algorithm raises it: 20 an
+	// hour (GCRA) less the 6 carried, at once; then one emission, 3 min.
+	reload(`  - {key: api_key, value: "k-*", rate_limit: {unit: hour, requests_per_unit: 20, algorithm: gcra}}` + "\n")
+	decide("k-1", "k-fresh-1", 20, 14, 180_000_000)
+	require.Equal(t, ok, e.call(t, "d", d("api_key", "k-1")).OverallCode, "at the retry")
+
+	// Removed: the generic log again, on the override's 20 used, counted
+	// as its 10: denied until they leave the minute.
+	reload("")
+	decide("k-1", "u-fresh", 10, 0, 60_000_000)
+	require.Equal(t, ok, e.call(t, "d", d("api_key", "k-1")).OverallCode, "at the retry")
+
+	// The value's own override, 2 per 30 s (a fixed window): the log's one
+	// entry counts in the window holding it, one left.
+	reload("  - {key: api_key, value: k-1, rate_limit: {unit: second, unit_multiplier: 30, requests_per_unit: 2}}\n" +
+		"  - {key: api_key, value: k-9, rate_limit: {unit: second, unit_multiplier: 30, requests_per_unit: 2}}\n")
+	decide("k-1", "k-9", 2, 1, 20_000_000)
+	require.Equal(t, ok, e.call(t, "d", d("api_key", "k-1")).OverallCode, "at the retry")
+}
+
 // readmeYAML returns the i-th YAML block after heading in the file at path.
 func readmeYAML(t *testing.T, path, heading string, i int) string {
 	t.Helper()
@@ -136,7 +209,8 @@ func readmeYAML(t *testing.T, path, heading string, i int) string {
 // TestOverridesReadmeExample: the examples of README.md's "Per-key
 // overrides" (the gRPC form) and of cmd/rl-wasm-host/README.md's
 // "Per-value overrides" load and decide as the text says, and a reload
-// adding an override of the generic limit's unit carries a value's usage.
+// adding an override (of another unit than the generic limit's) carries a
+// value's usage.
 func TestOverridesReadmeExample(t *testing.T) {
 	// The project README's shorter example (its second YAML block there).
 	e := newEnv(t, readmeYAML(t, "../../README.md", "### Per-key overrides\n", 1), envOpts{})
@@ -163,10 +237,11 @@ func TestOverridesReadmeExample(t *testing.T) {
 		require.Equal(t, c.want, limitOf(c.desc...), "%v", c.desc)
 	}
 
-	// k-2 spends 60 of the generic 100; an override of the same unit added
-	// by a reload decides the next request on that usage.
+	// k-2 spends 60 of the generic 100 a minute; an override of 200 an
+	// hour added by a reload decides the next request on that usage (the
+	// minute's count in the hour holding it).
 	require.Equal(t, 60, e.admitted(t, 60, "api", d("api_key", "k-2")))
-	more := strings.Replace(yaml, "descriptors:\n", "descriptors:\n  - {key: api_key, value: k-2, rate_limit: {unit: minute, requests_per_unit: 200}}\n", 1)
+	more := strings.Replace(yaml, "descriptors:\n", "descriptors:\n  - {key: api_key, value: k-2, rate_limit: {unit: hour, requests_per_unit: 200}}\n", 1)
 	dom, err := ParseDomain("api.yaml", []byte(more))
 	require.NoError(t, err)
 	require.NoError(t, e.srv.SetConfig(&Config{Path: "api.yaml", Domains: map[string]*Domain{"api": dom}}))

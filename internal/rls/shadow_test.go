@@ -71,16 +71,19 @@ func TestShadowLimits(t *testing.T) {
 }
 
 // TestShadowLimitsConfig: each shadow limit is named, apart from the
-// others and from the rate_limit's state; not with unlimited or a limit of
-// 0; a store that cannot decide them refuses the configuration.
+// others and from the rate_limit's state ("default", whatever its unit and
+// algorithm); not with unlimited or a limit of 0; a store that cannot
+// decide them refuses the configuration.
 func TestShadowLimitsConfig(t *testing.T) {
 	for _, c := range []struct{ rl, want string }{
 		{`{unit: minute, requests_per_unit: 3, shadow_limits: [{unit: minute, requests_per_unit: 1}]}`,
 			`descriptors[0].rate_limit.shadow_limits[0].name: missing`},
-		{`{unit: minute, requests_per_unit: 3, shadow_limits: [{name: fixed_window_1m, unit: minute, requests_per_unit: 1}]}`,
-			`"fixed_window_1m" is the name of another limit of this descriptor`},
+		{`{unit: minute, requests_per_unit: 3, shadow_limits: [{name: default, unit: minute, requests_per_unit: 1}]}`,
+			`shadow_limits[0].name: "default" is reserved: the rate_limit's own limit keeps its state under it`},
+		{`{unit: hour, requests_per_unit: 3, algorithm: gcra, shadow_limits: [{name: a, unit: minute, requests_per_unit: 1}, {name: default, unit: hour, requests_per_unit: 1}]}`,
+			`shadow_limits[1].name: "default" is reserved`},
 		{`{unit: minute, requests_per_unit: 3, shadow_limits: [{name: a, unit: minute, requests_per_unit: 1}, {name: a, unit: hour, requests_per_unit: 1}]}`,
-			`shadow_limits[1].name: "a" is the name of another limit`},
+			`shadow_limits[1].name: "a" is the name of another shadow limit of this descriptor`},
 		{`{unlimited: true, shadow_limits: [{name: a, unit: minute, requests_per_unit: 1}]}`,
 			`rate_limit.shadow_limits: must be absent when unlimited is true`},
 		{`{unit: minute, requests_per_unit: 0, shadow_limits: [{name: a, unit: minute, requests_per_unit: 1}]}`,
@@ -95,6 +98,10 @@ func TestShadowLimitsConfig(t *testing.T) {
 		_, err := ParseDomain("d.yaml", []byte("domain: d\ndescriptors: [{key: k, rate_limit: "+c.rl+"}]\n"))
 		require.ErrorContains(t, err, c.want, c.rl)
 	}
+	// The rate_limit's state is no longer named for its algorithm and
+	// window, so a shadow limit may be.
+	_, err := ParseDomain("d.yaml", []byte("domain: d\ndescriptors: [{key: k, rate_limit: {unit: minute, requests_per_unit: 3, shadow_limits: [{name: fixed_window_1m, unit: minute, requests_per_unit: 1}]}}]\n"))
+	require.NoError(t, err)
 
 	d, err := ParseDomain("d.yaml", []byte(shadowDomain))
 	require.NoError(t, err)
