@@ -282,6 +282,11 @@ func (r *ruleJSON) check(c *ruleconfig.Checker) (*rule, bool) {
 	}
 	if r.Global.Set {
 		ru.Global = r.Global.check(c)
+		if ru.Global != nil && ru.Global.Rule != "" && len(r.Overrides.Items) > 0 {
+			c.Fail("overrides", "a rule with global.rule is decided by rl-wasm-host's rule %q, which matches its own overrides against the key the filter sends "+
+				"(the key as key_by derives it): put these overrides in that rule of rl-wasm-host's configuration, or leave out global.rule to send the limits (and overrides) inline",
+				ru.Global.Rule)
+		}
 	}
 	ru.addOverrides(c, s.Overrides)
 	return ru, len(c.Problems) == before

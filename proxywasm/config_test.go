@@ -114,6 +114,13 @@ func TestParseConfigErrors(t *testing.T) {
 			[]string{`rules[0] "g": global.token: want a string`}},
 		{"duplicate key", `[{"name":"g","strategy":"fixed","limit":1,"window":"1s","global":{"cluster":"a","cluster":"b"}}]`,
 			[]string{`JSON: line 1: key "cluster" given twice in one object`}},
+		{"overrides of a global rule", `[{"name":"g","strategy":"fixed","limit":1,"window":"1s","key_by":"header:x-user","global":{"cluster":"rl","rule":"api"},
+			"overrides":[{"key_prefix":"bot-","strategy":"fixed","limit":1,"window":"1m"}]}]`,
+			[]string{`rules[0] "g": overrides: a rule with global.rule is decided by rl-wasm-host's rule "api", which matches its own overrides against the key the filter sends`}},
+		{"text prefixes of IP keys", `[{"name":"i","strategy":"fixed","limit":1,"window":"1s","overrides":[{"key_prefix":"192.168.1","strategy":"fixed","limit":2,"window":"1s"},
+			{"key_prefix":"2001:db8::/96","strategy":"fixed","limit":2,"window":"1s"}]}]`,
+			[]string{`rules[0] "i": overrides[0].key_prefix: "192.168.1" is not a CIDR prefix: key_by: ip matches networks, not text`,
+				`rules[0] "i": overrides[1].key_prefix: IPv6 clients are keyed by their /64 (ipv6_prefix)`}},
 		{"global shape", `[{"name":"g","strategy":"fixed","limit":1,"window":"1s","global":"rl"}]`,
 			[]string{`rules[0] "g": global: want an object`}},
 	} {

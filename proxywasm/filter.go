@@ -185,6 +185,9 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	}
 	r, record := r.forKey(key) // the rule, or its override for the key
 	if r.Global != nil {
+		if p := globalKeyProblem(r, key); p != "" {
+			return h.reply(400, nil, "Bad request: invalid rate-limit key ("+r.KeyBy.String()+"): "+p+"\n")
+		}
 		return h.askGlobal(r, key, cost)
 	}
 	h.expectSettle(r, key, record, cost) // if admitted

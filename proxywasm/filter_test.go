@@ -286,7 +286,7 @@ func TestFilterGlobal(t *testing.T) {
 	id, c = start("/n", "alice")
 	if headerValue(c.Headers, ":path") != "/api/check" || headerValue(c.Headers, ":authority") != "rl_service" ||
 		headerValue(c.Headers, "authorization") != "Bearer s3cret" ||
-		string(c.Body) != `{"rule":"login","key":"named:alice","cost":1}` {
+		string(c.Body) != `{"rule":"login","key":"alice","cost":1}` {
 		t.Fatalf("callout %+v %s", c, c.Body)
 	}
 	host.CallOnHttpCallResponse(c.CalloutID, [][2]string{{":status", "429"}}, nil,

@@ -13,6 +13,7 @@ import (
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/outage"
 	"github.com/rlcore/rl/internal/pipeline"
+	"github.com/rlcore/rl/internal/ruleconfig"
 	rlstore "github.com/rlcore/rl/store"
 )
 
@@ -21,7 +22,7 @@ import (
 //
 //	POST /v1/ratelimit/check
 //	Authorization: Bearer <global.token>        (if set)
-//	{"rule": "<global.rule>", "key": "<rule>:<key>", "cost": n}
+//	{"rule": "<global.rule>", "key": "<key>", "cost": n}
 //	{"limits": [{"name", "strategy", "limit", "window", "rate", "shadow"}...], "key": "<rule>:<key>", "cost": n, "fail_open": b}
 //
 // 200 admits, 429 denies (the body's deciding limit gives the header
@@ -88,24 +89,40 @@ func (l *checkLimit) state(name string) (pipeline.LimitState, error) {
 		NextAfter: l.NextAfterMS * 1000}, nil
 }
 
-// globalKey is the key sent to rl-wasm-host: "<rule>:<key>", or, when that
-// is not a valid key there (longer than 256 bytes, or not printable ASCII
-// without spaces), "<rule>:sha256:" and 32 hex digits of the key's SHA-256.
+// globalKey is the key sent to rl-wasm-host for key, the request's key as
+// key_by derived it (pipeline.Key).
+//
+// A rule naming rl-wasm-host's rule (global.rule) sends key itself: that
+// rule keeps it as "<global.rule>:<key>" and matches its own overrides
+// against it, as it does for the same request through rl-wasm-host's proxy,
+// and for a decision-API client naming the rule with that key. A key it
+// would refuse was answered 400 before any callout (globalKeyProblem).
+//
+// Inline limits are kept in rl-wasm-host's inline namespace
+// ("inline:<key>"), shared by every caller of inline limits, so the key
+// sent is "<rule>:<key>" (the rule's overrides were matched here, on key),
+// or, when rl-wasm-host would not take that as an inline key (too long with
+// "inline:" counted, or not printable ASCII without spaces), "<rule>:sha256:"
+// and 32 hex digits of key's SHA-256.
 func globalKey(r *rule, key string) string {
+	if r.Global.Rule != "" {
+		return key
+	}
 	k := r.Name + ":" + key
-	if len(k) <= 256 {
-		ok := true
-		for i := 0; i < len(k); i++ {
-			if k[i] < 0x21 || k[i] > 0x7e {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			return k
-		}
+	if pipeline.StoredKeyProblem(ruleconfig.InlineNamespace, k) == "" {
+		return k
 	}
 	return r.Name + ":" + pipeline.APIKeyDigest(key)
+}
+
+// globalKeyProblem says why rl-wasm-host would refuse key from r, or is "":
+// a global.rule's key goes as it is (globalKey), and rl-wasm-host keeps
+// it under that rule's name.
+func globalKeyProblem(r *rule, key string) string {
+	if r.Global.Rule == "" {
+		return ""
+	}
+	return pipeline.StoredKeyProblem(r.Global.Rule, key)
 }
 
 // checkBody returns the callout's body.

@@ -13,8 +13,9 @@ import (
 // keys they select, the most specific first (pipeline.Overrides), as in
 // rl-wasm-host. Each is decided as the rule with the override's limits: the
 // same name, slots, key source, cost, fail policy and fields, or, in
-// global mode, the override's limits sent inline (a global.rule names
-// rl-wasm-host's rule, whose own overrides apply there).
+// global mode, the override's limits sent inline. A rule with global.rule
+// has none (config.go refuses them): it names rl-wasm-host's rule, whose
+// own overrides apply there, to the key sent as it is (globalKey).
 //
 // Shared data keeps a key's states in one record, in the order of the
 // limits that decide it (state.go). An override whose limit names are the

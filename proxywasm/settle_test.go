@@ -122,7 +122,7 @@ func TestFilterResponseCostGlobal(t *testing.T) {
 	for _, c := range []struct {
 		path, check, settlePath, settle string
 	}{
-		{"/n", `{"rule":"llm","key":"named:alice","cost":1}`, "/v1/ratelimit/settle", `{"rule":"llm","key":"named:alice","delta":6}`},
+		{"/n", `{"rule":"llm","key":"alice","cost":1}`, "/v1/ratelimit/settle", `{"rule":"llm","key":"alice","delta":6}`},
 		{"/i", `{"limits":[{"name":"default","strategy":"fixed_window","limit":5,"window":"1s"}],"key":"inline:alice","cost":2,"fail_open":false}`,
 			"/rl/settle", `{"limits":[{"name":"default","strategy":"fixed_window","limit":5,"window":"1s"}],"key":"inline:alice","delta":5}`},
 	} {

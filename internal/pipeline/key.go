@@ -306,6 +306,33 @@ func FieldSpellings(name string) []string {
 	return out
 }
 
+// MaxStoredKey is the longest key rl-wasm-host's stores take, in bytes,
+// counted as they keep it, "<base>:<key>" (rl.DefaultMaxKeyLength, which
+// rl-wasm-host's limiters use).
+const MaxStoredKey = 256
+
+// StoredKeyProblem says why rl-wasm-host would refuse key under the base
+// key base (a rule's name, or a namespace such as "inline"), or is "": a
+// key must be 1 to MaxStoredKey bytes with "<base>:" counted, printable
+// ASCII without spaces, as rl.Limiter.CheckKey and the decision API check
+// it. A front end that hands a key to rl-wasm-host by a rule's name (the
+// filter's global.rule) refuses such a key itself (400), as rl-wasm-host's
+// proxy does.
+func StoredKeyProblem(base, key string) string {
+	if key == "" {
+		return "empty"
+	}
+	if n := len(base) + 1 + len(key); n > MaxStoredKey {
+		return fmt.Sprintf("%d bytes (%d with the rule's name %q), longer than %d", len(key), n, base, MaxStoredKey)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x21 || c > 0x7e {
+			return fmt.Sprintf("byte %#02x at %d is not printable ASCII (or is a space)", c, i)
+		}
+	}
+	return ""
+}
+
 // APIKeyDigest is the key under which rules with key_by: api_key keep an
 // API key's state: "sha256:" and the first 32 hex digits (128 bits) of its
 // SHA-256, so secrets never reach a store (or PostgreSQL's rows and logs,

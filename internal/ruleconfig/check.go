@@ -392,6 +392,10 @@ type Options struct {
 	Proxied bool
 	// PathKey allows key_by: path.
 	PathKey bool
+	// IPv4Prefix and IPv6Prefix are the prefix lengths the front end keys
+	// key_by: ip by (pipeline.IPKey; 0 means 32 and 64): an override of
+	// such a rule names a client in that form, or a CIDR prefix no longer.
+	IPv4Prefix, IPv6Prefix int
 }
 
 // Spec is a validated Rule.
@@ -585,7 +589,11 @@ func (r *Rule) Check(c *Checker, o Options) (s Spec, ok bool) {
 		s.PartitionKey = v
 	}
 	if r.Overrides.Set {
-		s.Overrides = checkOverrides(c, s.KeyBy, r.Overrides)
+		// A rule of the decision API only that gives no key_by decides
+		// the keys its callers send, as text: its key_by is a default
+		// that derives nothing.
+		derived := r.KeyBy.Set || s.Endpoint != ""
+		s.Overrides = checkOverrides(c, s.KeyBy, derived, o, r.Overrides)
 	}
 	return s, len(c.Problems) == before
 }

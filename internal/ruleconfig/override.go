@@ -2,6 +2,8 @@ package ruleconfig
 
 import (
 	"fmt"
+	"net/netip"
+	"strconv"
 	"strings"
 )
 
@@ -12,6 +14,9 @@ import (
 //	overrides:
 //	  - {key: "sha256:0123…", limits: [{name: burst, strategy: token, limit: 100, window: 1s}]}
 //	  - {key_prefix: "tenant-a:", strategy: fixed, limit: 5000, window: 1h}
+//
+// Under key_by: ip a key_prefix is a CIDR network ("10.0.0.0/8"), never
+// text (ipOverride).
 type Override struct {
 	Fields
 	Key       String `json:"key"`
@@ -28,7 +33,8 @@ const (
 	// OverrideKey applies to one key, equal to its value.
 	OverrideKey OverrideKind = iota + 1
 	// OverrideKeyPrefix applies to every key starting with its value
-	// (the value itself included).
+	// (the value itself included); under key_by: ip, to every key whose
+	// network its CIDR prefix contains (OverrideSpec.Net).
 	OverrideKeyPrefix
 )
 
@@ -57,6 +63,11 @@ type OverrideSpec struct {
 	// Limits replace the rule's for the keys it applies to, decided
 	// together; the shorthand's one is named "default", as a rule's is.
 	Limits []NamedLimit
+	// Net is the network of a key_prefix under key_by: ip (Value is its
+	// canonical CIDR form, "10.0.0.0/8"): it applies to the keys whose
+	// network it contains, compared as networks, never as text. The zero
+	// Prefix for every other override.
+	Net netip.Prefix
 }
 
 // Label names the override in answers and explanations: its field and
@@ -73,9 +84,12 @@ const MaxOverrideValue = 256
 // "sha256:" and 32 hex digits (pipeline.APIKeyDigest).
 const apiKeyDigestLen = len("sha256:") + 32
 
-// checkOverrides validates a rule's overrides under its key source kb; a
-// problem makes the rule's check fail.
-func checkOverrides(c *Checker, kb KeyBy, l List[Override]) []OverrideSpec {
+// checkOverrides validates a rule's overrides under its key source kb (and,
+// for key_by: ip, the front end's prefix lengths in opt); a problem makes
+// the rule's check fail. derived is false for a rule of the decision API
+// only that gives no key_by: its keys are its callers' text, whatever the
+// default key source, and so are its overrides'.
+func checkOverrides(c *Checker, kb KeyBy, derived bool, opt Options, l List[Override]) []OverrideSpec {
 	if !c.Want("overrides", "a list of overrides {key or key_prefix, limits}", l.Got) {
 		return nil
 	}
@@ -109,10 +123,16 @@ func checkOverrides(c *Checker, kb KeyBy, l List[Override]) []OverrideSpec {
 					val = strings.ToLower(val) // a digest, as pipeline.APIKeyDigest writes it
 				}
 				s.Value = val
-				if msg := checkOverrideValue(kb, s.Kind, val); msg != "" {
+				msg := ""
+				if kb.Kind == KeyIP && derived {
+					s.Value, s.Net, msg = ipOverride(s.Kind, val, opt.IPv4Prefix, opt.IPv6Prefix)
+				} else {
+					msg = checkOverrideValue(kb, s.Kind, val)
+				}
+				if msg != "" {
 					c.Fail(field, "%s", msg)
 				} else if j, dup := seen[s.Label()]; dup {
-					c.Fail(field, "%q is also the %s of overrides[%d]", Clip(val, 64), s.Kind, j)
+					c.Fail(field, "%q is also the %s of overrides[%d]", Clip(s.Value, 64), s.Kind, j)
 				} else {
 					seen[s.Label()] = i
 				}
@@ -164,4 +184,93 @@ func checkOverrideValue(kb KeyBy, kind OverrideKind, v string) string {
 		}
 	}
 	return ""
+}
+
+// ipOverride checks the key or key_prefix v of an override of a rule keyed
+// by ip, whose keys are the client's IPv4 network of v4 bits and IPv6
+// network of v6 bits (0: 32 and 64; pipeline.IPKey), written as the address
+// when the bits are its whole length ("192.0.2.1") and as the masked prefix
+// otherwise ("2001:db8:1:2::/64"). It returns the value as keys are written
+// and, for a key_prefix, its network; or what is wrong.
+//
+// A key is one client's key in that form. A key_prefix is a CIDR prefix,
+// matched by containment: text would be compared byte for byte, and
+// "192.168.1" selects 192.168.100.7 too while "2001:db8:0:" selects no
+// IPv6 key at all (keys are written compressed: 2001:db8::/64). A prefix
+// longer than the keys' (a /96 when clients are keyed by /64) contains no
+// key and is refused.
+func ipOverride(kind OverrideKind, v string, v4, v6 int) (string, netip.Prefix, string) {
+	if v4 == 0 {
+		v4 = 32
+	}
+	if v6 == 0 {
+		v6 = 64
+	}
+	p, err := netip.ParsePrefix(v)
+	addr := false
+	if err != nil {
+		a, aerr := netip.ParseAddr(v)
+		if aerr != nil || a.Zone() != "" {
+			if kind == OverrideKeyPrefix {
+				return "", netip.Prefix{}, fmt.Sprintf("%q is not a CIDR prefix: key_by: ip matches networks, not text (as text, \"192.168.1\" would select 192.168.100.7 too, and an IPv6 prefix such as \"2001:db8:0:\" no key, which is written compressed: 2001:db8::/64); write a CIDR prefix such as %s",
+					Clip(v, 64), ipSuggestion(v))
+			}
+			return "", netip.Prefix{}, fmt.Sprintf("%q is not an IP address: key_by: ip keys each client by its address (IPv4) or its network (IPv6 /%d)", Clip(v, 64), v6)
+		}
+		p, addr = netip.PrefixFrom(a, a.BitLen()), true
+	}
+	family, field, bits := "IPv4", "ipv4_prefix", v4
+	if p.Addr().Is6() {
+		family, field, bits = "IPv6", "ipv6_prefix", v6
+	}
+	// form writes the network n as a key of this family is written.
+	form := func(n netip.Prefix) string {
+		if n.Bits() == n.Addr().BitLen() {
+			return n.Addr().String()
+		}
+		return n.String()
+	}
+	switch {
+	case p.Addr().Is4In6():
+		u := netip.PrefixFrom(p.Addr().Unmap(), max(0, p.Bits()-96))
+		return "", netip.Prefix{}, fmt.Sprintf("%q is an IPv4-mapped IPv6 address: clients reaching the front end this way are keyed by their IPv4 address; write %q", v, u.Masked().String())
+	case p != p.Masked():
+		return "", netip.Prefix{}, fmt.Sprintf("%q has bits set past its length: write the network %q", v, p.Masked().String())
+	case kind == OverrideKeyPrefix && addr:
+		return "", netip.Prefix{}, fmt.Sprintf("%q is an address, not a CIDR prefix (key_by: ip matches networks, not text): write %q, or give the client as key", v, netip.PrefixFrom(p.Addr(), bits).Masked().String())
+	case kind == OverrideKeyPrefix && p.Bits() > bits:
+		return "", netip.Prefix{}, fmt.Sprintf("%s clients are keyed by their /%d (%s), so each key is a whole /%d and a /%d contains none: use a prefix of /%d or shorter (%q)",
+			family, bits, field, bits, p.Bits(), bits, netip.PrefixFrom(p.Addr(), bits).Masked().String())
+	case kind == OverrideKeyPrefix:
+		return p.String(), p, ""
+	case p.Bits() < bits:
+		return "", netip.Prefix{}, fmt.Sprintf("%q is a network of many clients, and %s clients are keyed by their /%d (%s): give it as key_prefix", v, family, bits, field)
+	case p.Bits() > bits:
+		n, _ := p.Addr().Prefix(bits)
+		return "", netip.Prefix{}, fmt.Sprintf("%s clients are keyed by their /%d (%s), so no key is %q: write key %q (its /%d), or a key_prefix", family, bits, field, v, form(n), bits)
+	}
+	return form(p), netip.Prefix{}, ""
+}
+
+// ipSuggestion is a CIDR prefix to suggest for a text prefix v: the one its
+// whole leading IPv4 octets spell ("192.168.1" or "192.168.1.": 192.168.1.0/24),
+// else examples.
+func ipSuggestion(v string) string {
+	parts := strings.Split(strings.TrimSuffix(v, "."), ".")
+	if len(parts) >= 1 && len(parts) <= 3 {
+		var a [4]byte
+		ok := true
+		for i, s := range parts {
+			n, err := strconv.ParseUint(s, 10, 8)
+			if err != nil || s == "" || len(s) > 1 && s[0] == '0' {
+				ok = false
+				break
+			}
+			a[i] = byte(n)
+		}
+		if ok {
+			return strconv.Quote(netip.PrefixFrom(netip.AddrFrom4(a), 8*len(parts)).String())
+		}
+	}
+	return `"10.0.0.0/8" or "2001:db8::/32"`
 }

@@ -111,3 +111,103 @@ func TestOverridesValidation(t *testing.T) {
 		})
 	}
 }
+
+// TestIPOverrides (review of issue 22): under key_by: ip an override's
+// key_prefix is a CIDR prefix, kept as its network (matched by
+// containment, pipeline.Overrides), and a key is one client's key as
+// pipeline.IPKey writes it; text prefixes, which matched 192.168.100.7
+// for "192.168.1" and no IPv6 key for "2001:db8:0:", are refused with a
+// CIDR suggested, and so are prefixes longer than the keys.
+func TestIPOverrides(t *testing.T) {
+	const lim = `"strategy": "fixed", "limit": 1, "window": "1s"`
+	rule := func(os ...string) string {
+		var b strings.Builder
+		for i, o := range os {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(`{` + o + `, ` + lim + `}`)
+		}
+		return `[{"name": "r", "key_by": "ip", ` + lim + `, "overrides": [` + b.String() + `]}]`
+	}
+	t.Run("accepted", func(t *testing.T) {
+		for _, c := range []struct {
+			opt        Options
+			in         string
+			kind       OverrideKind
+			value, net string
+		}{
+			{Options{}, `"key_prefix": "10.0.0.0/8"`, OverrideKeyPrefix, "10.0.0.0/8", "10.0.0.0/8"},
+			{Options{}, `"key_prefix": "192.0.2.7/32"`, OverrideKeyPrefix, "192.0.2.7/32", "192.0.2.7/32"},
+			{Options{}, `"key_prefix": "2001:DB8::/32"`, OverrideKeyPrefix, "2001:db8::/32", "2001:db8::/32"},
+			{Options{}, `"key_prefix": "2001:db8:1:2::/64"`, OverrideKeyPrefix, "2001:db8:1:2::/64", "2001:db8:1:2::/64"},
+			{Options{}, `"key_prefix": "::/0"`, OverrideKeyPrefix, "::/0", "::/0"},
+			{Options{}, `"key": "192.0.2.7"`, OverrideKey, "192.0.2.7", ""},
+			{Options{}, `"key": "192.0.2.7/32"`, OverrideKey, "192.0.2.7", ""},
+			{Options{}, `"key": "2001:DB8:1:2:0::/64"`, OverrideKey, "2001:db8:1:2::/64", ""},
+			{Options{IPv4Prefix: 24}, `"key": "192.0.2.0/24"`, OverrideKey, "192.0.2.0/24", ""},
+			{Options{IPv6Prefix: 128}, `"key": "2001:db8::1"`, OverrideKey, "2001:db8::1", ""},
+			{Options{IPv6Prefix: 128}, `"key_prefix": "2001:db8::/96"`, OverrideKeyPrefix, "2001:db8::/96", "2001:db8::/96"},
+		} {
+			specs, ps := parse(t, rule(c.in), c.opt)
+			require.Empty(t, ps, c.in)
+			o := specs[0].Overrides[0]
+			require.Equal(t, c.kind, o.Kind, c.in)
+			require.Equal(t, c.value, o.Value, c.in)
+			if c.net == "" {
+				require.False(t, o.Net.IsValid(), c.in)
+			} else {
+				require.Equal(t, c.net, o.Net.String(), c.in)
+			}
+		}
+	})
+	t.Run("refused", func(t *testing.T) {
+		for _, c := range []struct {
+			opt  Options
+			in   string
+			want string // in the message
+		}{
+			{Options{}, `"key_prefix": "192.168.1"`, `"192.168.1" is not a CIDR prefix: key_by: ip matches networks, not text`},
+			{Options{}, `"key_prefix": "192.168.1."`, `write a CIDR prefix such as "192.168.1.0/24"`},
+			{Options{}, `"key_prefix": "10."`, `write a CIDR prefix such as "10.0.0.0/8"`},
+			{Options{}, `"key_prefix": "2001:db8:0:"`, `write a CIDR prefix such as "10.0.0.0/8" or "2001:db8::/32"`},
+			{Options{}, `"key_prefix": "tenant-a:"`, `"tenant-a:" is not a CIDR prefix`},
+			{Options{}, `"key_prefix": "192.168.1.1"`, `"192.168.1.1" is an address, not a CIDR prefix (key_by: ip matches networks, not text): write "192.168.1.1/32", or give the client as key`},
+			{Options{}, `"key_prefix": "2001:db8::1"`, `write "2001:db8::/64"`},
+			{Options{}, `"key_prefix": "10.0.0.1/8"`, `"10.0.0.1/8" has bits set past its length: write the network "10.0.0.0/8"`},
+			{Options{}, `"key_prefix": "2001:db8::/96"`,
+				`IPv6 clients are keyed by their /64 (ipv6_prefix), so each key is a whole /64 and a /96 contains none: use a prefix of /64 or shorter ("2001:db8::/64")`},
+			{Options{IPv4Prefix: 24}, `"key_prefix": "192.0.2.0/28"`, `IPv4 clients are keyed by their /24 (ipv4_prefix)`},
+			{Options{}, `"key_prefix": "::ffff:10.0.0.0/104"`, `is an IPv4-mapped IPv6 address: clients reaching the front end this way are keyed by their IPv4 address; write "10.0.0.0/8"`},
+			{Options{}, `"key_prefix": "fe80::/10%eth0"`, `is not a CIDR prefix`},
+			{Options{}, `"key": "fe80::1%eth0"`, `"fe80::1%eth0" is not an IP address`},
+			{Options{}, `"key": "alice"`, `"alice" is not an IP address`},
+			{Options{}, `"key": "2001:db8:1:2::7"`, `IPv6 clients are keyed by their /64 (ipv6_prefix), so no key is "2001:db8:1:2::7": write key "2001:db8:1:2::/64" (its /64), or a key_prefix`},
+			{Options{}, `"key": "10.0.0.0/8"`, `"10.0.0.0/8" is a network of many clients, and IPv4 clients are keyed by their /32 (ipv4_prefix): give it as key_prefix`},
+			{Options{IPv4Prefix: 24}, `"key": "192.0.2.7"`, `write key "192.0.2.0/24" (its /24)`},
+		} {
+			_, ps := parse(t, rule(c.in), c.opt)
+			require.Len(t, ps, 1, c.in)
+			require.Contains(t, ps[0].String(), c.want, c.in)
+		}
+	})
+	t.Run("the default key_by", func(t *testing.T) {
+		// A rule that matches requests keys by ip unless it says
+		// otherwise: its overrides are networks.
+		_, ps := parse(t, `[{"endpoint": "/x", `+lim+`, "overrides": [{"key_prefix": "10.", `+lim+`}]}]`, Options{})
+		require.Len(t, ps, 1)
+		require.Contains(t, ps[0].String(), `"10." is not a CIDR prefix`)
+		_, ps = parse(t, `[{"name": "x", `+lim+`, "overrides": [{"key_prefix": "10.", `+lim+`}]}]`, Options{Proxied: true})
+		require.Len(t, ps, 1)
+		// A rule of the decision API only that names no key source
+		// derives no key: its callers' keys are text.
+		specs, ps := parse(t, `[{"name": "x", `+lim+`, "overrides": [{"key_prefix": "10.", `+lim+`}]}]`, Options{})
+		require.Empty(t, ps)
+		require.Equal(t, "10.", specs[0].Overrides[0].Value)
+		require.False(t, specs[0].Overrides[0].Net.IsValid())
+	})
+	t.Run("duplicates are found in canonical form", func(t *testing.T) {
+		_, ps := parse(t, rule(`"key_prefix": "2001:db8::/32"`, `"key_prefix": "2001:DB8:0::/32"`), Options{})
+		require.Equal(t, []string{`rules[0] "r": overrides[1].key_prefix: "2001:db8::/32" is also the key_prefix of overrides[0]`}, texts(ps))
+	})
+}

@@ -363,7 +363,7 @@ func (f *fileJSON) Validate(path string) (*Config, []Problem) {
 		}
 	}
 	cfg.Rules = ruleconfig.CheckRules(c, f.Rules.Items, func(r *ruleJSON) (RuleSpec, string, bool) {
-		s, ok := r.check(c)
+		s, ok := r.check(c, cfg.IPv4Prefix, cfg.IPv6Prefix)
 		if s.PartitionKey && !f.PKSecretEnv.Set {
 			c.Fail("partition_key", "needs a secret to key the hash: set partition_key_secret_env to the name of an environment variable holding at least %d random bytes",
 				pipeline.MinPartitionKeySecret)
@@ -441,9 +441,9 @@ func rlLimits(ls []ruleconfig.NamedLimit) []rl.Limit {
 }
 
 // check validates the rule: the shared fields, then the service's.
-func (r *ruleJSON) check(c *ruleconfig.Checker) (RuleSpec, bool) {
+func (r *ruleJSON) check(c *ruleconfig.Checker, ip4, ip6 int) (RuleSpec, bool) {
 	before := len(c.Problems)
-	s, _ := r.Check(c, ruleconfig.Options{})
+	s, _ := r.Check(c, ruleconfig.Options{IPv4Prefix: ip4, IPv6Prefix: ip6})
 	spec := RuleSpec{
 		Name: s.Name, Endpoint: s.Endpoint, Host: s.Host, Methods: s.Methods,
 		KeyBy: s.KeyBy, Cost: s.Cost, MinCost: s.MinCost, CostHeader: s.CostHeader, ResponseCostHeader: s.ResponseCostHeader,

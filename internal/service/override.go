@@ -2,6 +2,7 @@ package service
 
 import (
 	"fmt"
+	"net/netip"
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/internal/pipeline"
@@ -32,17 +33,25 @@ type OverrideSpec struct {
 	Value string
 	// Limits replace the rule's for those keys, decided together.
 	Limits []rl.Limit
+	// Net is a key_prefix's network under key_by: ip, matched by
+	// containment (ruleconfig.OverrideSpec.Net); zero otherwise.
+	Net netip.Prefix
 }
 
 // Label names the override in answers: "key:<key>" or
 // "key_prefix:<prefix>" (ruleconfig.OverrideSpec.Label).
 func (o *OverrideSpec) Label() string { return o.Kind.String() + ":" + o.Value }
 
+// selects is what selects o's keys, as pipeline.Overrides reads it.
+func (o *OverrideSpec) selects() ruleconfig.OverrideSpec {
+	return ruleconfig.OverrideSpec{Kind: o.Kind, Value: o.Value, Net: o.Net}
+}
+
 // overrideSpecs converts validated overrides to the service's.
 func overrideSpecs(os []ruleconfig.OverrideSpec) []OverrideSpec {
 	var out []OverrideSpec
 	for _, o := range os {
-		out = append(out, OverrideSpec{Kind: o.Kind, Value: o.Value, Limits: rlLimits(o.Limits)})
+		out = append(out, OverrideSpec{Kind: o.Kind, Value: o.Value, Limits: rlLimits(o.Limits), Net: o.Net})
 	}
 	return out
 }
@@ -83,7 +92,7 @@ func (s *Service) buildOverrides(ru *rule) error {
 		if p.Len() > ru.widest.Len() {
 			ru.widest = p
 		}
-		cs[i] = ruleconfig.OverrideSpec{Kind: o.Kind, Value: o.Value}
+		cs[i] = o.selects()
 	}
 	ru.overrides.index = pipeline.NewOverrides(cs)
 	return nil
@@ -162,7 +171,7 @@ func explainOverride(ru *rule, key string) *ExplainOverrideJSON {
 	}
 	cs := make([]ruleconfig.OverrideSpec, len(ru.overrides.list))
 	for i, o := range ru.overrides.list {
-		cs[i] = ruleconfig.OverrideSpec{Kind: o.spec.Kind, Value: o.spec.Value}
+		cs[i] = o.spec.selects()
 	}
 	i, why := ru.overrides.index.Explain(key, cs)
 	ex := &ExplainOverrideJSON{Why: why}

@@ -311,9 +311,18 @@ func TestOverrideReadmeExample(t *testing.T) {
 	// The project README's shorter example loads, and decides by its
 	// overrides.
 	e := newEnv(t, readmeYAML(t, "../../README.md", "### Per-key overrides\n", 0), nil)
-	for key, want := range map[string]int{"tenant-a:u1": 50, "tenant-b:ops": 200, "tenant-b:u1": 10} {
+	// A client that sets X-Tenant-User itself gets tenant A's tier, afresh
+	// for each new key: what the README warns of (SECURITY.md, known
+	// limits), so its example's header must come from a trusted layer.
+	for key, want := range map[string]int{"tenant-a:u1": 50, "tenant-b:ops": 200, "tenant-b:u1": 10, "tenant-a:random-1": 50, "tenant-a:random-2": 50} {
 		n, _ := admitsRule(t, e, key, "api")
 		require.Equal(t, want, n, key)
+	}
+	require.Contains(t, readmeYAML(t, "../../README.md", "### Per-key overrides\n", 0), "never by the client")
+	for key, want := range map[string]string{"198.51.100.7": "key_prefix:198.51.100.0/24", "198.51.10.7": "",
+		"2001:db8:42:1::/64": "key_prefix:2001:db8:42::/48", "2001:db8:4:2::/64": ""} {
+		r := e.post(t, "peek", `{"rule":"partners","key":"`+key+`"}`)
+		require.Equal(t, want, r.decision(t).Override, key)
 	}
 
 	e = newEnv(t, readmeYAML(t, "../../cmd/rl-wasm-host/README.md", "### Per-key overrides\n", 0), nil)
@@ -342,4 +351,78 @@ func TestOverrideReadmeExample(t *testing.T) {
 	d := e.post(t, "peek", `{"rule":"api","key":"tenant-a:u42","cost":0}`).decision(t)
 	require.Equal(t, "daily", d.Limits[1].Name)
 	require.Equal(t, int64(19_100), d.Limits[1].Remaining)
+}
+
+// TestOverrideNetworks (review of issue 22): under key_by: ip an override's
+// key_prefix is a CIDR network matched by containment, through the proxy
+// (the client's key as key_by derives it: IPv4 by address, IPv6 by /64, or
+// the configured prefix lengths) and the decision API alike; a text prefix,
+// which matched 192.168.100.7 for "192.168.1", is refused at load.
+func TestOverrideNetworks(t *testing.T) {
+	e := newEnv(t, `
+upstream: demo
+trusted_proxies: ["127.0.0.1", "::1"]
+rules:
+  - name: r
+    endpoint: /
+    key_by: ip
+    strategy: fixed
+    limit: 1
+    window: 1h
+    overrides:
+      - {key_prefix: "192.168.1.0/24", strategy: fixed, limit: 2, window: 1h}
+      - {key_prefix: "2001:db8::/32", strategy: fixed, limit: 3, window: 1h}
+      - {key: "2001:db8:0:7::/64", strategy: fixed, limit: 4, window: 1h}
+`, nil)
+	proxied := func(client string) (int, string) {
+		n := 0
+		for range 10 {
+			r := e.do(t, "GET", "/x", "", "X-Forwarded-For", client)
+			if r.code == 429 {
+				return n, r.h.Get("RateLimit-Policy")
+			}
+			require.Equal(t, 200, r.code, string(r.body))
+			n++
+		}
+		return n, ""
+	}
+	for _, c := range []struct {
+		client string
+		n      int
+	}{
+		{"192.168.1.7", 2},
+		{"192.168.100.7", 1}, // "192.168.1" as text selected it
+		{"2001:db8:0:1::1", 3},
+		{"2001:db8:0:1::2", 0}, // the same /64: its quota is spent
+		{"2001:db8:0:7:ffff::1", 4},
+		{"2001:db9::1", 1},
+	} {
+		n, _ := proxied(c.client)
+		require.Equal(t, c.n, n, c.client)
+	}
+	// The decision API matches the same keys the same way.
+	for key, want := range map[string]string{"192.168.1.9": "key_prefix:192.168.1.0/24", "192.168.100.9": "",
+		"2001:db8:5:5::/64": "key_prefix:2001:db8::/32", "2001:db8:0:7::/64": "key:2001:db8:0:7::/64"} {
+		r := e.post(t, "peek", `{"rule":"r","key":"`+key+`","explain":true}`)
+		d := r.decision(t)
+		require.Equal(t, want, d.Override, key)
+		if want != "" && strings.HasPrefix(want, "key_prefix:") {
+			require.Contains(t, d.Explain.Override.Why[0], "the key's network is within", key)
+		}
+	}
+
+	// A text prefix, an address as a prefix, and a prefix longer than the
+	// keys are refused, naming the field; ipv6_prefix sets what is longer.
+	_, err := ParseConfig("t.yaml", "yaml", []byte(`{rules: [{name: r, key_by: ip, strategy: fixed, limit: 1, window: 1h, overrides: [
+	  {key_prefix: "192.168.1", strategy: fixed, limit: 2, window: 1h}, {key_prefix: "2001:db8::/96", strategy: fixed, limit: 2, window: 1h}]}]}`))
+	require.ErrorContains(t, err, `overrides[0].key_prefix: "192.168.1" is not a CIDR prefix`)
+	require.ErrorContains(t, err, `write a CIDR prefix such as "192.168.1.0/24"`)
+	require.ErrorContains(t, err, `overrides[1].key_prefix: IPv6 clients are keyed by their /64 (ipv6_prefix)`)
+	_, err = ParseConfig("t.yaml", "yaml", []byte(`{ipv6_prefix: 48, rules: [{name: r, key_by: ip, strategy: fixed, limit: 1, window: 1h, overrides: [
+	  {key_prefix: "2001:db8:1::/56", strategy: fixed, limit: 2, window: 1h}]}]}`))
+	require.ErrorContains(t, err, `IPv6 clients are keyed by their /48 (ipv6_prefix), so each key is a whole /48 and a /56 contains none`)
+	cfg, err := ParseConfig("t.yaml", "yaml", []byte(`{ipv6_prefix: 48, rules: [{name: r, key_by: ip, strategy: fixed, limit: 1, window: 1h, overrides: [
+	  {key: "2001:db8:1::/48", strategy: fixed, limit: 2, window: 1h}]}]}`))
+	require.NoError(t, err)
+	require.Equal(t, "2001:db8:1::/48", cfg.Rules[0].Overrides[0].Value)
 }

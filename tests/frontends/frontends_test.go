@@ -50,7 +50,9 @@ func serviceYAMLTo(c frontends.Case, upstream string) string {
 	if os := r.OverridesJSON(); os != nil {
 		rule["overrides"] = os
 	}
-	b, _ := json.Marshal(map[string]any{"upstream": upstream, "rules": []any{rule}})
+	// The proxy's clients come from the loopback: a step's Peer is its
+	// X-Forwarded-For.
+	b, _ := json.Marshal(map[string]any{"upstream": upstream, "trusted_proxies": []string{"127.0.0.1", "::1"}, "rules": []any{rule}})
 	return string(b)
 }
 
@@ -272,6 +274,9 @@ func rawRequest(t *testing.T, addr string, s frontends.Step) (int, http.Header, 
 	if s.Key != "" {
 		fmt.Fprintf(&b, "X-User: %s\r\n", s.Key)
 	}
+	if s.Peer != "" {
+		fmt.Fprintf(&b, "X-Forwarded-For: %s\r\n", s.Peer)
+	}
 	if s.Cost != "" {
 		fmt.Fprintf(&b, "X-Cost: %s\r\n", s.Cost)
 	}
@@ -306,7 +311,11 @@ func TestAPI(t *testing.T) {
 			if !can(s, frontends.API) {
 				continue
 			}
-			body := `{"rule":"r","key":` + strconv.Quote(s.Key)
+			key := s.Key
+			if s.Peer != "" {
+				key, _ = pipeline.IPKey{}.Key(s.Peer, nil) // the key the proxy derives
+			}
+			body := `{"rule":"r","key":` + strconv.Quote(key)
 			if s.Cost != "" {
 				body += `,"cost":` + s.Cost
 			}
@@ -357,10 +366,10 @@ func settleAPI(t *testing.T, base string, s frontends.Step) {
 // the descriptor entry user=<key>, the cost as the descriptor's
 // hits_addend. Envoy's protocol has no settle: cases with a response cost
 // are not run (cmd/rl-wasm-host/README.md, settling with the rate limit
-// service).
+// service), nor are cases keyed by ip (Case.On).
 func TestGRPC(t *testing.T) {
 	for _, c := range frontends.Cases {
-		if c.Settles() {
+		if !c.On(frontends.GRPC) {
 			continue
 		}
 		svc := newService(t, c)

@@ -375,7 +375,7 @@ func TestGlobalCallout(t *testing.T) {
 			t.Fatalf("action %d, %d callouts", s.Action, len(s.Callouts))
 		}
 		c := s.Callouts[0]
-		if c.Cluster != "rl" || c.TimeoutMS != 30 || string(c.Body) != `{"rule":"login","key":"g:u","cost":1}` {
+		if c.Cluster != "rl" || c.TimeoutMS != 30 || string(c.Body) != `{"rule":"login","key":"u","cost":1}` {
 			t.Fatalf("callout %+v %s", c, c.Body)
 		}
 		var hs [][2]string

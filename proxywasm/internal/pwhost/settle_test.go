@@ -104,7 +104,7 @@ func TestGlobalSettleWithRLWasmHost(t *testing.T) {
 		t.Fatalf("%d callouts, want the check and the settle", len(s.Callouts))
 	}
 	c := s.Callouts[1]
-	if p, _ := field(c.Headers, ":path"); p != "/v1/ratelimit/settle" || string(c.Body) != `{"rule":"llm","key":"chat:ann","delta":2400}` {
+	if p, _ := field(c.Headers, ":path"); p != "/v1/ratelimit/settle" || string(c.Body) != `{"rule":"llm","key":"ann","delta":2400}` {
 		t.Fatalf("settle %s %s", p, c.Body)
 	}
 	resp := forward(c)
