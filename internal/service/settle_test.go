@@ -256,24 +256,15 @@ func TestAPISettle(t *testing.T) {
 	require.Equal(t, "POST", r.h.Get("Allow"))
 }
 
-// TestAPISettleRefundScope: a refund gives units back, so only a token
-// trusted with one may settle it (role settle or admin); a check token may
-// only settle debts (actual at least the estimate, after min_cost). Before,
-// a check token's settle took any delta: {"delta": -2^40} restored an
-// exhausted victim's quota (a reset by another name, which the same token
-// was refused), and check cost 1 then settle -1 made a request free.
+// TestAPISettleRefundScope: a refund gives units back, so a check token,
+// which may settle debts (actual at least the estimate, after min_cost),
+// may not settle one. Before, a check token's settle took any delta:
+// {"delta": -2^40} restored an exhausted victim's quota (a reset by another
+// name, which the same token was refused), and check cost 1 then settle -1
+// made a request free.
 func TestAPISettleRefundScope(t *testing.T) {
-	const tokSettle = "settle-token-0123456789abcdef"
 	up := newUpstream(t)
-	e := newEnv(t, `
-upstream: `+up.srv.URL+`
-api_tokens:
-  - {name: ops, role: admin, sha256: `+tokenHash(tokAdmin)+`}
-  - {name: edge, role: check, sha256: `+tokenHash(tokCheck)+`}
-  - {name: gateway, role: settle, sha256: `+tokenHash(tokSettle)+`}
-rules:
-  - {name: r, endpoint: /r, strategy: fixed, limit: 5, window: 1m}
-`, nil)
+	e := newEnv(t, tokenConfig(up.srv.URL), nil)
 	srv := httptest.NewServer(e.svc.Handler())
 	t.Cleanup(srv.Close)
 	api := srv.URL + APIPrefix
@@ -293,6 +284,7 @@ rules:
 	r := doURL(t, "POST", api+"settle", `{"rule":"r","key":"victim","delta":-1099511627776}`, as(tokCheck)...)
 	require.Equal(t, 400, r.code, "%s", r.body)
 	require.Contains(t, r.errorJSON(t).Error, "estimate")
+	require.Equal(t, int64(0), remaining("victim"), "a check token restored the victim's quota")
 	// The same refund as estimate and actual.
 	for _, body := range []string{
 		`{"rule":"r","key":"victim","estimate":1099511627776,"actual":0}`,
@@ -320,21 +312,41 @@ rules:
 	require.Equal(t, 200, r.code, "%s", r.body)
 	require.Equal(t, int64(1), remaining("debtor"))
 
-	// A settle token, and an admin, settle refunds (never below min_cost)...
-	for _, tok := range []string{tokSettle, tokAdmin} {
-		key := "refunded-" + tok[:5]
-		require.Equal(t, 200, doURL(t, "POST", api+"check", `{"rule":"r","key":"`+key+`","cost":4}`, as(tok)...).code)
-		r = doURL(t, "POST", api+"settle", `{"rule":"r","key":"`+key+`","estimate":4,"actual":0}`, as(tok)...)
-		require.Equal(t, 200, r.code, "%s", r.body)
-		require.Equal(t, int64(-3), *r.decision(t).Delta)
-		require.Equal(t, int64(4), remaining(key))
-	}
-	// ... but a settle token is no admin.
-	require.Equal(t, 403, doURL(t, "POST", api+"reset", `{"rule":"r","key":"victim"}`, as(tokSettle)...).code)
-	r = doURL(t, "POST", api+"settle", `{"limits":[{"strategy":"fixed","limit":1,"window":"1m"}],"key":"k","estimate":1,"actual":1}`, as(tokSettle)...)
+	// An admin settles refunds, never below min_cost.
+	require.Equal(t, 200, doURL(t, "POST", api+"check", `{"rule":"r","key":"refunded","cost":4}`, as(tokAdmin)...).code)
+	r = doURL(t, "POST", api+"settle", `{"rule":"r","key":"refunded","estimate":4,"actual":0}`, as(tokAdmin)...)
+	require.Equal(t, 200, r.code, "%s", r.body)
+	require.Equal(t, int64(-3), *r.decision(t).Delta)
+	require.Equal(t, int64(4), remaining("refunded"))
+}
+
+// TestSettleRole: a token of role settle may do what a check token may and
+// settle refunds, never below min_cost; it is no admin (no reset, inline
+// limits or /rules).
+func TestSettleRole(t *testing.T) {
+	const tokSettle = "settle-token-0123456789abcdef"
+	up := newUpstream(t)
+	e := newEnv(t, `
+upstream: `+up.srv.URL+`
+api_tokens:
+  - {name: ops, role: admin, sha256: `+tokenHash(tokAdmin)+`}
+  - {name: gateway, role: settle, sha256: `+tokenHash(tokSettle)+`}
+rules:
+  - {name: r, endpoint: /r, strategy: fixed, limit: 5, window: 1m}
+`, nil)
+	srv := httptest.NewServer(e.svc.Handler())
+	t.Cleanup(srv.Close)
+	api := srv.URL + APIPrefix
+	settler := []string{"Authorization", "Bearer " + tokSettle}
+	require.Equal(t, 200, doURL(t, "POST", api+"check", `{"rule":"r","key":"k","cost":4}`, settler...).code)
+	r := doURL(t, "POST", api+"settle", `{"rule":"r","key":"k","estimate":4,"actual":0}`, settler...)
+	require.Equal(t, 200, r.code, "%s", r.body)
+	require.Equal(t, int64(-3), *r.decision(t).Delta)
+	require.Equal(t, int64(4), r.decision(t).Remaining)
+	require.Equal(t, 403, doURL(t, "POST", api+"reset", `{"rule":"r","key":"k"}`, settler...).code)
+	r = doURL(t, "POST", api+"settle", `{"limits":[{"strategy":"fixed","limit":1,"window":"1m"}],"key":"k","estimate":1,"actual":1}`, settler...)
 	require.Equal(t, 403, r.code, "%s", r.body)
-	require.Equal(t, 403, doURL(t, "GET", api+"rules", "", as(tokSettle)...).code)
-	require.Equal(t, 200, doURL(t, "POST", api+"check", `{"rule":"r","key":"s"}`, as(tokSettle)...).code)
+	require.Equal(t, 403, doURL(t, "GET", api+"rules", "", settler...).code)
 }
 
 // heldStore holds a take in the store while hold is set, until release
@@ -383,6 +395,9 @@ rules:
 		o.Store = hs
 		o.MaxInFlightPerKey = 1
 	})
+	var released sync.Once
+	release := func() { released.Do(func() { close(hs.release) }) }
+	t.Cleanup(release) // before the server's Close, which waits for the held request
 	const settled, failed = `rl_settles_total{result="settled",rule="llm"}`, `rl_settles_total{result="failed",rule="llm"}`
 	r := e.do(t, "GET", "/llm", "", "X-User", "mallory", "X-Step", "big")
 	require.Equal(t, 200, r.code)
@@ -395,7 +410,7 @@ rules:
 	// A take of the key is still refused at the bound: load, never admitted.
 	r = e.post(t, "check", `{"rule":"llm","key":"mallory"}`)
 	require.Equal(t, 503, r.code, "%s", r.body)
-	close(hs.release)
+	release()
 	require.Equal(t, 429, (<-taken).code, "the held take was decided after the debt")
 	d := e.post(t, "peek", `{"rule":"llm","key":"mallory","cost":1}`).decision(t)
 	require.False(t, d.Allowed, "in debt: 104 used of 10")
