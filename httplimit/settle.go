@@ -25,12 +25,13 @@ type ResponseCost struct {
 	// Field names the response header field carrying the actual cost:
 	// set as a header before the response is written, or as a trailer
 	// after the body (declared in the Trailer field, or written with
-	// http.TrailerPrefix), as one run of decimal digits, 0 to 2^40. The
-	// field is removed from the response the client receives: it is the
-	// handler's message to the middleware. "" settles nothing.
+	// http.TrailerPrefix), as one run of decimal digits (a cost above
+	// 2^40 settles as 2^40). The field is removed from the response the
+	// client receives: it is the handler's message to the middleware. ""
+	// settles nothing.
 	Field string
 	// Min is the least a request costs: an actual cost below it settles
-	// as Min. Default 0.
+	// as Min, so a refund is at most the estimate less Min. Default 0.
 	Min int64
 }
 
@@ -40,8 +41,9 @@ type Settlement struct {
 	// Key is the request's key.
 	Key string
 	// Estimate is the cost taken when the request was admitted, Actual
-	// the cost its response reported (at least ResponseCost.Min; 0 when
-	// the field was invalid). Actual − Estimate was settled.
+	// the cost its response reported as settled: at least
+	// ResponseCost.Min, at most 2^40 (pipeline.SettleDelta); 0 when the
+	// field was invalid. Actual − Estimate was settled.
 	Estimate, Actual int64
 	// Result describes the key after the correction (the Limiter's
 	// settle result: Allowed, its Remaining, ResetAfter and NextAfter);
@@ -56,9 +58,9 @@ type Settlement struct {
 }
 
 // ErrResponseCost is matched by the error of a response whose
-// ResponseCost field is not one integer in [0, 2^40] (given twice, as a
-// header and a trailer; signed; a fraction): nothing is settled, and the
-// estimate stands.
+// ResponseCost field is not one run of decimal digits (given twice, as a
+// header and a trailer; empty; signed; a fraction): nothing is settled,
+// and the estimate stands.
 var ErrResponseCost = errors.New("httplimit: invalid response cost")
 
 // serveAndSettle serves an admitted request through a writer that keeps
@@ -72,7 +74,8 @@ var ErrResponseCost = errors.New("httplimit: invalid response cost")
 // values but not its cancellation (a client gone after being served has
 // still cost what it cost). A request that arrives before the settle lands
 // is decided without it. An invalid field is reported at once, without a
-// store call.
+// store call. The correction is pipeline.SettleDelta's, the rule every
+// front end settles by.
 func (h *handler) serveAndSettle(w http.ResponseWriter, r *http.Request, req *rl.Request) {
 	cw := &costWriter{ResponseWriter: w, field: textproto.CanonicalMIMEHeaderKey(h.cfg.ResponseCost.Field)}
 	h.next.ServeHTTP(cw, r)
@@ -81,18 +84,19 @@ func (h *handler) serveAndSettle(w http.ResponseWriter, r *http.Request, req *rl
 		return // the estimate stands
 	}
 	s := Settlement{Key: req.Key, Estimate: req.Cost}
-	actual, _, err := pipeline.ParseResponseCost(values, h.cfg.ResponseCost.Min)
+	actual, _, err := pipeline.ParseResponseCost(values)
 	if err != nil {
 		s.Err = fmt.Errorf("%w: %s: %w", ErrResponseCost, cw.field, err)
 		h.reportSettle(r, &s)
 		return
 	}
-	s.Actual = actual
-	if actual == req.Cost {
+	delta := pipeline.SettleDelta(req.Cost, actual, h.cfg.ResponseCost.Min)
+	s.Actual = req.Cost + delta
+	if delta == 0 {
 		h.reportSettle(r, &s)
 		return
 	}
-	settle := rl.Request{Key: req.Key, Cost: actual - req.Cost, Policy: req.Policy, Settle: true}
+	settle := rl.Request{Key: req.Key, Cost: delta, Policy: req.Policy, Settle: true}
 	ctx := context.WithoutCancel(r.Context())
 	go func() {
 		start := time.Now()

@@ -86,7 +86,7 @@ func TestResponseCost(t *testing.T) {
 		{name: "no field: the estimate stands", how: "none", remaining: 2},
 		{name: "a fraction is invalid", how: "header", value: "1.5", invalid: true, remaining: 2},
 		{name: "a sign is invalid", how: "trailer", value: "-1", invalid: true, remaining: 2},
-		{name: "above 2^40 is invalid", how: "header", value: "1099511627777", invalid: true, remaining: 2},
+		{name: "an exponent is invalid", how: "header", value: "1e3", invalid: true, remaining: 2},
 		{name: "a header and a trailer are given twice", how: "header and trailer", value: "5", invalid: true, remaining: 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -290,4 +290,49 @@ func cmpOr(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// TestResponseCostAboveMaxCost: an actual cost above 2^40, however long,
+// is settled as 2^40 (pipeline.SettleDelta), never refused: refused, it
+// would leave the estimate, and the largest costs would be the cheapest.
+// Before, both were ErrResponseCost and the estimate stood.
+func TestResponseCostAboveMaxCost(t *testing.T) {
+	p := rl.MustPolicy(rl.Limit{Name: "bytes", Algorithm: core.FixedWindow, Limit: 1_000_000, Window: time.Hour})
+	for _, value := range []string{"1099511627777", "99999999999999999999999999"} {
+		now := &atomic.Int64{}
+		now.Store(t0)
+		lim, err := rl.New(rl.Config{Policy: p, Clock: now.Load})
+		require.NoError(t, err)
+		t.Cleanup(func() { lim.Close() })
+		settles := make(chan httplimit.Settlement, 1)
+		mw, err := httplimit.New(httplimit.Config{
+			Limiter:      lim,
+			Key:          httplimit.Header("X-User"),
+			ResponseCost: httplimit.ResponseCost{Field: "X-Cost-Actual", Min: 1},
+			OnSettle:     func(r *http.Request, s httplimit.Settlement) { settles <- s },
+		})
+		require.NoError(t, err)
+		srv := httptest.NewServer(mw(costHandler("header", value)))
+		t.Cleanup(srv.Close)
+		req, err := http.NewRequest("GET", srv.URL, nil)
+		require.NoError(t, err)
+		req.Header.Set("X-User", "u")
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.Equal(t, 200, resp.StatusCode)
+		var s httplimit.Settlement
+		select {
+		case s = <-settles:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no settle reported")
+		}
+		require.NoError(t, s.Err, value)
+		require.Equal(t, int64(1), s.Estimate)
+		require.Equal(t, core.MaxCost, s.Actual, value)
+		peek, err := lim.Peek(context.Background(), "u", 1)
+		require.NoError(t, err)
+		require.False(t, peek.Allowed, "%s: settled as 2^40 of a million", value)
+	}
 }

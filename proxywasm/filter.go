@@ -56,8 +56,12 @@ type pluginContext struct {
 	// denied (shadowMetric).
 	shadowDenied map[*rule][]proxywasm.MetricCounter
 	// settles are, for each rule with response_cost_header, its settle
-	// counters by result (settleMetric).
-	settles map[*rule]*[len(settleResults)]proxywasm.MetricCounter
+	// counters by result (settleMetric, pipeline.SettleResults).
+	settles map[*rule]*[pipeline.NumSettleResults]proxywasm.MetricCounter
+	// outbox holds global settles for the plugin to send at its next
+	// tick, which runs (ticking) only while it holds any (queueSettle).
+	outbox  []globalSettle
+	ticking bool
 }
 
 // shadowMetric is the name of the counter of a rule's shadow limit: the
@@ -168,7 +172,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	if err != nil {
 		return h.reply(400, nil, "Bad request: "+err.Error()+"\n")
 	}
-	if err := forward(hs, req); err != nil {
+	if err := forward(hs, req, r); err != nil {
 		proxywasm.LogErrorf("rl-filter: rewriting the request headers: %v", err)
 		return h.reply(500, nil, "Rate limiter error\n")
 	}

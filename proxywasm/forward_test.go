@@ -44,3 +44,34 @@ func TestFilterForwardsWhatItMatched(t *testing.T) {
 		t.Errorf("/./admin after the limit: %+v, want 429", local)
 	}
 }
+
+// TestFilterDropsTheResponseCostField: a client's own request field named
+// like its rule's response_cost_header, in any case and spelling of '-'
+// and '_', never reaches the upstream (pipeline.DropsField, as the proxy
+// drops it): an upstream echoing request fields, or reading X_Cost_Actual
+// as HTTP_X_COST_ACTUAL, would report the client's cost as its own.
+// Before, it was forwarded. A request no such rule matched keeps it.
+func TestFilterDropsTheResponseCostField(t *testing.T) {
+	host := emulate(t, `{"rules":[{"name":"llm","endpoint":"/llm","strategy":"fixed","limit":100,"window":"1m","key_by":"global",
+		"response_cost_header":"X-Cost-Actual"}]}`)
+	for _, f := range []string{"x-cost-actual", "x_cost_actual", "x-cost_actual", "X-COST-ACTUAL"} {
+		id := host.InitializeHttpContext()
+		host.CallOnRequestHeaders(id, get("/llm", [2]string{f, "1"}, [2]string{"x-other", "1"}), true)
+		if local := host.GetSentLocalResponse(id); local != nil {
+			t.Fatalf("%s: answered %d", f, local.StatusCode)
+		}
+		hs := host.GetCurrentRequestHeaders(id)
+		if v := headerValue(hs, f); v != "" {
+			t.Errorf("%s: %q forwarded to the upstream", f, v)
+		}
+		if headerValue(hs, "x-other") != "1" {
+			t.Errorf("%s: another field dropped", f)
+		}
+		host.CompleteHttpContext(id)
+	}
+	id := host.InitializeHttpContext()
+	host.CallOnRequestHeaders(id, get("/other", [2]string{"x-cost-actual", "1"}), true)
+	if headerValue(host.GetCurrentRequestHeaders(id), "x-cost-actual") != "1" {
+		t.Error("dropped from a request no rule with response_cost_header matched")
+	}
+}

@@ -38,7 +38,8 @@ type checkRequest struct {
 	Limits   []inlineLimit `json:"limits,omitempty"`
 	Key      string        `json:"key"`
 	Cost     int64         `json:"cost,omitempty"` // a check's: at least 1
-	Delta    *int64        `json:"delta,omitempty"`
+	Estimate *int64        `json:"estimate,omitempty"`
+	Actual   *int64        `json:"actual,omitempty"`
 	FailOpen *bool         `json:"fail_open,omitempty"`
 }
 
@@ -131,9 +132,9 @@ func checkBody(r *rule, key string, cost int64) []byte {
 }
 
 // settleBody returns the body of a settle's callout: the check's, with
-// delta instead of a cost.
-func settleBody(r *rule, key string, delta int64) []byte {
-	return decisionBody(r, checkRequest{Key: globalKey(r, key), Delta: &delta}, false)
+// the estimate (the check's cost) and the actual cost instead of a cost.
+func settleBody(r *rule, key string, estimate, actual int64) []byte {
+	return decisionBody(r, checkRequest{Key: globalKey(r, key), Estimate: &estimate, Actual: &actual}, false)
 }
 
 // decisionBody completes req with r's rule name or inline limits (and,

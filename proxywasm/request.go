@@ -79,15 +79,21 @@ func (c *config) match(req *request) (*rule, error) {
 	return nil, nil
 }
 
-// forward makes the request, matched or not, what rl-wasm-host's proxy
-// would forward: no path-override field (pipeline.IsPathOverride: IIS,
-// Symfony and Zend serve X-Original-URL's path instead of the matched one)
-// and the path in the canonical form it was matched on, the rest of the
-// :path (the query) as sent. hs are the request's headers as read.
-func forward(hs [][2]string, req *request) error {
+// forward makes the request, matched by r or by no rule (nil), what
+// rl-wasm-host's proxy would forward: no field pipeline.DropsField names
+// (path-override fields: IIS, Symfony and Zend serve X-Original-URL's path
+// instead of the matched one; r's response_cost_header, in which the
+// upstream reports the actual cost, never the client) and the path in the
+// canonical form it was matched on, the rest of the :path (the query) as
+// sent. hs are the request's headers as read.
+func forward(hs [][2]string, req *request, r *rule) error {
+	responseCost := ""
+	if r != nil {
+		responseCost = r.ResponseCostHeader
+	}
 	var removed []string
 	for _, kv := range hs {
-		if pipeline.IsPathOverride(kv[0]) && !slices.Contains(removed, kv[0]) {
+		if pipeline.DropsField(kv[0], responseCost) && !slices.Contains(removed, kv[0]) {
 			if err := proxywasm.RemoveHttpRequestHeader(kv[0]); err != nil && !errors.Is(err, types.ErrorStatusNotFound) {
 				return err
 			}

@@ -1,27 +1,28 @@
 package main
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/rlcore/rl/internal/pipeline"
-	rlstore "github.com/rlcore/rl/store"
 )
 
 // A rule with response_cost_header settles the cost of each request it
 // admitted against what the upstream's response reports, as
 // rl-wasm-host's proxy does: the request was charged its cost (the
 // estimate); the response's header fields and trailers of that name give
-// the actual cost (pipeline.ParseResponseCost, at least min_cost), and
-// actual − estimate is settled on the same key under the same limits (the
-// key's override included): on shared data (store.settle), or in global
-// mode through rl-wasm-host's POST /v1/ratelimit/settle, a callout sent
-// and not waited for. The field is removed from the response (its
-// headers, the Trailer field's announcements, its trailers): the client
-// never sees it.
+// the actual cost (pipeline.ParseResponseCost), and the correction
+// pipeline.SettleDelta makes of them (actual, at least min_cost and at
+// most 2^40, less the estimate) is settled on the same key under the same
+// limits (the key's override included): on shared data (store.settle), or
+// in global mode through rl-wasm-host's POST /v1/ratelimit/settle (the
+// estimate and the actual cost), a callout sent by the plugin and not
+// waited for, its answer counted when it comes (queueSettle). The field is
+// removed from the response (its headers, the Trailer field's
+// announcements, its trailers): the client never sees it; a client's own
+// field of that name is removed from the request (forward).
 //
 // The settle is made once the cost is final: with the response headers
 // when they end the stream, with the trailers, or when the stream is done
@@ -42,35 +43,36 @@ type pendingSettle struct {
 	untaken bool
 }
 
-// settleMetric is the name of the counter of a rule's settles by result:
-// settled (on shared data, or sent to rl-wasm-host in global mode, which
-// counts them as they land in rl_settles_total; a cost equal to the
-// estimate needs neither), invalid (a response cost that is not one:
-// nothing settled), failed (shared data failed, or the callout could not
-// be sent). Envoy shows it as wasmcustom.rl_filter.settles.<rule>.<result>.
-func settleMetric(rule, result string) string { return "rl_filter.settles." + rule + "." + result }
-
-// settleResults are the results settleMetric counts.
-var settleResults = [...]string{"settled", "invalid", "failed"}
+// settleMetric is the name of the counter of a rule's settles by result
+// (pipeline.SettleResults, the results rl-wasm-host counts too): settled
+// (on shared data, or in global mode answered 200 by rl-wasm-host; a cost
+// equal to the estimate needs neither), invalid (a response cost that is
+// not one: nothing settled), failed (shared data failed; in global mode,
+// the callout could not be sent or was answered anything but 200: the
+// estimate stands). Envoy shows it as
+// wasmcustom.rl_filter.settles.<rule>.<result>.
+func settleMetric(rule string, result pipeline.SettleResult) string {
+	return "rl_filter.settles." + rule + "." + result.String()
+}
 
 // defineSettleMetrics defines the settle counters of every rule of cfg
 // with response_cost_header.
 func (p *pluginContext) defineSettleMetrics(cfg *config) {
-	p.settles = map[*rule]*[len(settleResults)]proxywasm.MetricCounter{}
+	p.settles = map[*rule]*[pipeline.NumSettleResults]proxywasm.MetricCounter{}
 	for _, r := range cfg.Rules {
 		if r.ResponseCostHeader == "" {
 			continue
 		}
-		var cs [len(settleResults)]proxywasm.MetricCounter
-		for i, res := range settleResults {
-			cs[i] = proxywasm.DefineCounterMetric(settleMetric(r.Name, res))
+		var cs [pipeline.NumSettleResults]proxywasm.MetricCounter
+		for _, res := range pipeline.SettleResults() {
+			cs[res] = proxywasm.DefineCounterMetric(settleMetric(r.Name, res))
 		}
 		p.settles[r] = &cs
 	}
 }
 
-// countSettle counts a settle of r by result (an index of settleResults).
-func (p *pluginContext) countSettle(r *rule, result int) {
+// countSettle counts a settle of r by its result.
+func (p *pluginContext) countSettle(r *rule, result pipeline.SettleResult) {
 	if cs := p.settles[r.root()]; cs != nil {
 		cs[result].Increment(1)
 	}
@@ -146,7 +148,7 @@ func unannounce(v, name string) string {
 
 // finishSettle settles the request's response once its cost is final:
 // nothing without the field, nothing (counted and logged) for an invalid
-// one, else actual − estimate.
+// one, else pipeline.SettleDelta's correction.
 func (h *httpContext) finishSettle() {
 	ps := h.settle
 	if ps == nil || ps.done {
@@ -157,28 +159,29 @@ func (h *httpContext) finishSettle() {
 		return // the estimate stands, or nothing was taken
 	}
 	p, r := h.p, ps.r
-	actual, _, err := pipeline.ParseResponseCost(ps.values, r.MinCost)
+	actual, _, err := pipeline.ParseResponseCost(ps.values)
 	if err != nil {
-		p.countSettle(r, 1)
+		p.countSettle(r, pipeline.SettleInvalid)
 		p.logSettle("rule %q: invalid %s (%v); nothing settled, the estimate stands", r.Name, r.ResponseCostHeader, err)
 		return
 	}
-	delta := actual - ps.estimate
+	delta := pipeline.SettleDelta(ps.estimate, actual, r.MinCost)
 	if delta == 0 {
-		p.countSettle(r, 0)
+		p.countSettle(r, pipeline.Settled)
 		return
 	}
 	if r.Global != nil {
-		err = h.sendSettle(r, ps.key, delta)
-	} else {
-		_, err = p.store.settle(r, ps.record, clock(), delta, p.ds[:len(r.Limits)])
-	}
-	if err != nil {
-		p.countSettle(r, 2)
-		p.logSettle("rule %q: settling %d: %v; the estimate stands", r.Name, delta, err)
+		// Sent by the plugin, counted when rl-wasm-host answers.
+		p.queueSettle(globalSettle{r: r, key: ps.key, estimate: ps.estimate, actual: ps.estimate + delta})
 		return
 	}
-	p.countSettle(r, 0)
+	if _, err = p.store.settle(r, ps.record, clock(), delta, p.ds[:len(r.Limits)]); err == nil {
+		p.countSettle(r, pipeline.Settled)
+	}
+	if err != nil {
+		p.countSettle(r, pipeline.SettleFailed)
+		p.logSettle("rule %q: settling %d: %v; the estimate stands", r.Name, delta, err)
+	}
 }
 
 // logSettle logs a settle's problem, at most one line a second with the
@@ -190,12 +193,70 @@ func (p *pluginContext) logSettle(format string, args ...any) {
 	}
 }
 
-// sendSettle sends a global rule's settle to rl-wasm-host (its settle
-// path), without waiting: the callout belongs to the plugin, so it
-// outlives the request, and its answer is only logged when it is not a
-// settle (the request may be gone by then).
-func (h *httpContext) sendSettle(r *rule, key string, delta int64) error {
-	g := r.Global
+// globalSettle is a global rule's settle waiting to be sent.
+type globalSettle struct {
+	r                *rule // the rule or override that decided the request
+	key              string
+	estimate, actual int64 // the actual cost as SettleDelta settles it here
+}
+
+// settleTickMS is the tick period while global settles wait to be sent.
+const settleTickMS = 1
+
+// maxSettleOutbox bounds the global settles waiting for a tick: beyond it
+// a settle fails (the host is not ticking).
+const maxSettleOutbox = 4096
+
+// queueSettle has the plugin send a global rule's settle at its next tick
+// (OnTick, within settleTickMS). The request is done, or about to be, when
+// its cost is final: a callout it sent itself would be its own, and the SDK
+// drops the answer to a callout whose context is gone (a host may cancel
+// the callout with it), so the answer could never be counted. A callout
+// the plugin sends lives as long as the plugin, and its answer is counted
+// (sendSettle). The tick runs only while settles wait.
+func (p *pluginContext) queueSettle(s globalSettle) {
+	if len(p.outbox) >= maxSettleOutbox {
+		p.countSettle(s.r, pipeline.SettleFailed)
+		p.logSettle("rule %q: %d settles wait for the plugin's tick; dropping the settle of estimate %d, actual %d: the estimate stands",
+			s.r.Name, len(p.outbox), s.estimate, s.actual)
+		return
+	}
+	if !p.ticking {
+		if err := proxywasm.SetTickPeriodMilliSeconds(settleTickMS); err != nil {
+			p.countSettle(s.r, pipeline.SettleFailed)
+			p.logSettle("rule %q: setting the plugin's tick to send a settle: %v; the estimate stands", s.r.Name, err)
+			return
+		}
+		p.ticking = true
+	}
+	p.outbox = append(p.outbox, s)
+}
+
+// OnTick sends the global settles waiting (queueSettle), then stops the
+// tick.
+func (p *pluginContext) OnTick() {
+	out := p.outbox
+	for i := range out {
+		p.sendSettle(&out[i])
+	}
+	clear(out)
+	p.outbox = out[:0]
+	if err := proxywasm.SetTickPeriodMilliSeconds(0); err != nil {
+		proxywasm.LogErrorf("rl-filter: stopping the plugin's tick: %v", err)
+		return // ticking on, harmlessly
+	}
+	p.ticking = false
+}
+
+// sendSettle sends a global rule's settle of estimate and actual (as
+// pipeline.SettleDelta settled it here: the service applies the same rule)
+// to rl-wasm-host (its settle path), from the plugin, without waiting. It
+// is counted when the answer comes: 200 settled; anything else, or none,
+// failed and logged (at most a line a second), since the estimate stands:
+// rl-wasm-host refused it (a refund with a check token, 403; load, 503) or
+// never got it.
+func (p *pluginContext) sendSettle(s *globalSettle) {
+	r, g := s.r, s.r.Global
 	hs := [][2]string{
 		{":method", "POST"},
 		{":path", g.SettlePath},
@@ -206,7 +267,8 @@ func (h *httpContext) sendSettle(r *rule, key string, delta int64) error {
 	if g.Token != "" {
 		hs = append(hs, [2]string{"authorization", "Bearer " + g.Token})
 	}
-	_, err := proxywasm.DispatchHttpCall(g.Cluster, hs, settleBody(r, key, delta), nil, g.TimeoutMS, func(numHeaders, _, _ int) {
+	estimate, actual := s.estimate, s.actual
+	_, err := proxywasm.DispatchHttpCall(g.Cluster, hs, settleBody(r, s.key, estimate, actual), nil, g.TimeoutMS, func(numHeaders, _, _ int) {
 		status := ""
 		if numHeaders > 0 {
 			hs, _ := proxywasm.GetHttpCallResponseHeaders()
@@ -216,14 +278,18 @@ func (h *httpContext) sendSettle(r *rule, key string, delta int64) error {
 				}
 			}
 		}
-		if status != "200" { // counted as sent: the answer rarely comes while the request lives
-			h.p.logSettle("rule %q: cluster %q answered the settle of %d with status %q", r.Name, g.Cluster, delta, status)
+		if status != "200" {
+			p.countSettle(r, pipeline.SettleFailed)
+			p.logSettle("rule %q: cluster %q answered the settle of estimate %d, actual %d with status %q; the estimate stands",
+				r.Name, g.Cluster, estimate, actual, status)
+			return
 		}
+		p.countSettle(r, pipeline.Settled)
 	})
 	if err != nil {
-		return fmt.Errorf("calling cluster %q: %w: %w", g.Cluster, rlstore.ErrUnavailable, err)
+		p.countSettle(r, pipeline.SettleFailed)
+		p.logSettle("rule %q: settling estimate %d, actual %d: calling cluster %q: %v; the estimate stands", r.Name, estimate, actual, g.Cluster, err)
 	}
-	return nil
 }
 
 // OnHttpResponseTrailers settles the response's cost with its trailers.

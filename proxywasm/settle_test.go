@@ -5,6 +5,8 @@ import (
 
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/proxytest"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/rlcore/rl/internal/pipeline"
 )
 
 // respond runs a request through the filter and, if it continues, the
@@ -55,7 +57,7 @@ func TestFilterResponseCost(t *testing.T) {
 		}
 		return headerValue(hs, "x-ratelimit-remaining")
 	}
-	counter := func(result string) uint64 {
+	counter := func(result pipeline.SettleResult) uint64 {
 		n, err := host.GetCounterMetric(settleMetric("llm", result))
 		if err != nil {
 			t.Fatal(err)
@@ -97,34 +99,36 @@ func TestFilterResponseCost(t *testing.T) {
 			}
 		})
 	}
-	if counter("settled") != 6 || counter("invalid") != 2 || counter("failed") != 0 {
-		t.Errorf("settles counted: %d settled, %d invalid, %d failed", counter("settled"), counter("invalid"), counter("failed"))
+	if counter(pipeline.Settled) != 6 || counter(pipeline.SettleInvalid) != 2 || counter(pipeline.SettleFailed) != 0 {
+		t.Errorf("settles counted: %d settled, %d invalid, %d failed", counter(pipeline.Settled), counter(pipeline.SettleInvalid), counter(pipeline.SettleFailed))
 	}
 	// A denied request is not settled, whatever its response says.
 	if local, _ := respond(t, host, req("debt from a header ending the response", "1"), [][2]string{{"x-cost-actual", "0"}}, true, nil); local == nil {
 		t.Fatal("admitted in debt")
 	}
-	if counter("settled") != 6 {
+	if counter(pipeline.Settled) != 6 {
 		t.Errorf("a denied request settled")
 	}
 }
 
 // TestFilterResponseCostGlobal: in global mode the settle is a callout to
-// rl-wasm-host's settle path, sent when the cost is final and not waited
-// for: the rule's name and key as the check sent them (or its inline
-// limits), and delta.
+// rl-wasm-host's settle path, sent when the cost is final, by the plugin at
+// its next tick (which runs only while settles wait), and not waited for:
+// the rule's name and key as the check sent them (or its inline limits),
+// the estimate and the actual cost (rl-wasm-host settles them by
+// pipeline.SettleDelta, as the filter does on shared data).
 func TestFilterResponseCostGlobal(t *testing.T) {
 	host := emulate(t, `{"rules":[
 		{"name":"named","endpoint":"/n","strategy":"fixed","limit":5,"window":"1s","key_by":"header:x-user","response_cost_header":"x-used",
 		 "global":{"cluster":"rl","rule":"llm","token":"s3cret"}},
 		{"name":"inline","endpoint":"/i","strategy":"fixed","limit":5,"window":"1s","key_by":"header:x-user","response_cost_header":"x-used","cost":2,
 		 "global":{"cluster":"rl","settle_path":"/rl/settle"}}]}`)
-	for _, c := range []struct {
+	for i, c := range []struct {
 		path, check, settlePath, settle string
 	}{
-		{"/n", `{"rule":"llm","key":"alice","cost":1}`, "/v1/ratelimit/settle", `{"rule":"llm","key":"alice","delta":6}`},
+		{"/n", `{"rule":"llm","key":"alice","cost":1}`, "/v1/ratelimit/settle", `{"rule":"llm","key":"alice","estimate":1,"actual":7}`},
 		{"/i", `{"limits":[{"name":"default","strategy":"fixed_window","limit":5,"window":"1s"}],"key":"inline:alice","cost":2,"fail_open":false}`,
-			"/rl/settle", `{"limits":[{"name":"default","strategy":"fixed_window","limit":5,"window":"1s"}],"key":"inline:alice","delta":5}`},
+			"/rl/settle", `{"limits":[{"name":"default","strategy":"fixed_window","limit":5,"window":"1s"}],"key":"inline:alice","estimate":2,"actual":7}`},
 	} {
 		id := host.InitializeHttpContext()
 		if act := host.CallOnRequestHeaders(id, get(c.path, [2]string{"x-user", "alice"}), true); act != types.ActionPause {
@@ -140,21 +144,32 @@ func TestFilterResponseCostGlobal(t *testing.T) {
 		if v := headerValue(host.GetCurrentResponseHeaders(id), "x-used"); v != "" {
 			t.Errorf("%s: the client got x-used %q", c.path, v)
 		}
-		cs = host.GetCalloutAttributesFromContext(id)
-		if len(cs) != 2 {
-			t.Fatalf("%s: %d callouts, want the check and the settle", c.path, len(cs))
+		if cs = host.GetCalloutAttributesFromContext(id); len(cs) != 1 {
+			t.Fatalf("%s: %d callouts: the request sent the settle itself", c.path, len(cs))
 		}
-		s := cs[1]
+		host.CompleteHttpContext(id)
+		if act := host.GetCurrentHttpStreamAction(id); act != types.ActionContinue {
+			t.Errorf("%s: %v: the settle held the response", c.path, act)
+		}
+		if p := host.GetTickPeriod(); p != settleTickMS {
+			t.Fatalf("%s: tick period %d while a settle waits", c.path, p)
+		}
+		host.Tick()
+		if p := host.GetTickPeriod(); p != 0 {
+			t.Errorf("%s: tick period %d with nothing to send", c.path, p)
+		}
+		cs = host.GetCalloutAttributesFromContext(proxytest.PluginContextID)
+		if len(cs) != i+1 {
+			t.Fatalf("%s: %d callouts from the plugin, want %d", c.path, len(cs), i+1)
+		}
+		s := cs[i]
 		if headerValue(s.Headers, ":path") != c.settlePath || headerValue(s.Headers, ":method") != "POST" || string(s.Body) != c.settle {
 			t.Errorf("%s: settle %s %s", c.path, headerValue(s.Headers, ":path"), s.Body)
 		}
 		if c.path == "/n" && headerValue(s.Headers, "authorization") != "Bearer s3cret" {
 			t.Errorf("the settle lacks the check's token")
 		}
-		host.CompleteHttpContext(id)
-		if act := host.GetCurrentHttpStreamAction(id); act != types.ActionContinue {
-			t.Errorf("%s: %v: the settle held the response", c.path, act)
-		}
+		host.CallOnHttpCallResponse(s.CalloutID, [][2]string{{":status", "200"}}, nil, []byte(`{}`))
 	}
 	// A request the service denied settles nothing.
 	id := host.InitializeHttpContext()
@@ -166,6 +181,78 @@ func TestFilterResponseCostGlobal(t *testing.T) {
 	if n := len(host.GetCalloutAttributesFromContext(id)); n != 1 {
 		t.Errorf("%d callouts for a denied request", n)
 	}
+}
+
+// TestFilterGlobalSettleAnswers: a global settle is counted by
+// rl-wasm-host's answer, when it comes, after the request is gone: 200
+// settled; 403 (a refund sent with a check token), 503 (load), 500, or no
+// answer at all (a timeout, which the host reports without headers),
+// failed and logged: the estimate stands. Before, a settle was counted
+// settled as soon as it was sent, whatever the answer, and the request
+// sent it itself, so the SDK dropped the answer of a request gone.
+func TestFilterGlobalSettleAnswers(t *testing.T) {
+	host := emulate(t, `{"rules":[
+		{"name":"named","endpoint":"/n","strategy":"fixed","limit":5,"window":"1s","key_by":"header:x-user","response_cost_header":"x-used",
+		 "global":{"cluster":"rl","rule":"llm"}}]}`)
+	counter := func(result pipeline.SettleResult) uint64 {
+		n, err := host.GetCounterMetric(settleMetric("named", result))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	request := func(used string) {
+		t.Helper()
+		id := host.InitializeHttpContext()
+		host.CallOnRequestHeaders(id, get("/n", [2]string{"x-user", "alice"}), true)
+		cs := host.GetCalloutAttributesFromContext(id)
+		host.CallOnHttpCallResponse(cs[0].CalloutID, [][2]string{{":status", "200"}}, nil,
+			[]byte(`{"allowed":true,"limit_name":"default","limit":5,"remaining":4,"window_ms":1000,"limits":[]}`))
+		host.CallOnResponseHeaders(id, [][2]string{{":status", "200"}, {"x-used", used}}, true)
+		host.CompleteHttpContext(id)
+	}
+	// Actual 0 of an estimate 1 is settled as min_cost 1: no correction,
+	// nothing sent, counted settled.
+	request("0")
+	if host.GetTickPeriod() != 0 || counter(pipeline.Settled) != 1 {
+		t.Fatalf("tick %d, %d settled", host.GetTickPeriod(), counter(pipeline.Settled))
+	}
+	sent := 0
+	for _, c := range []struct {
+		status          string // "" answers without headers, as a timeout does
+		settled, failed uint64
+	}{
+		{"200", 2, 0}, {"403", 2, 1}, {"503", 2, 2}, {"500", 2, 3}, {"", 2, 4}, {"200", 3, 4},
+	} {
+		request("3")
+		if counter(pipeline.Settled) != c.settled-boolInt(c.status == "200") || counter(pipeline.SettleFailed) != c.failed-boolInt(c.status != "200") {
+			t.Errorf("answer %q: counted before the answer came", c.status)
+		}
+		host.Tick()
+		cs := host.GetCalloutAttributesFromContext(proxytest.PluginContextID)
+		sent++
+		if len(cs) != sent {
+			t.Fatalf("%d callouts from the plugin, want %d", len(cs), sent)
+		}
+		var hs [][2]string
+		if c.status != "" {
+			hs = [][2]string{{":status", c.status}}
+		}
+		host.CallOnHttpCallResponse(cs[sent-1].CalloutID, hs, nil, []byte(`{}`))
+		if got := counter(pipeline.Settled); got != c.settled {
+			t.Errorf("answer %q: %d settled, want %d", c.status, got, c.settled)
+		}
+		if got := counter(pipeline.SettleFailed); got != c.failed {
+			t.Errorf("answer %q: %d failed, want %d", c.status, got, c.failed)
+		}
+	}
+}
+
+func boolInt(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // TestFilterResponseCostFailOpen: a request let through without a decision
@@ -181,7 +268,7 @@ func TestFilterResponseCostFailOpen(t *testing.T) {
 	if local != nil || headerValue(hs, "x-cost-actual") != "" {
 		t.Fatalf("%+v %q", local, hs)
 	}
-	for _, res := range settleResults {
+	for _, res := range pipeline.SettleResults() {
 		if n, _ := host.GetCounterMetric(settleMetric("r", res)); n != 0 {
 			t.Errorf("%s: %d", res, n)
 		}

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -50,21 +51,47 @@ func ParseCost(values []string, def, min int64) (int64, error) {
 // reported it, from the values of the rule's response_cost_header (the
 // response's header fields and trailers of that name together): ok is
 // false when there is none, and the estimate taken stands. Otherwise the
-// one value must be 1 to 19 ASCII digits making an integer in [0,
-// core.MaxCost], else a *CostError (Min 0): a value given twice (as a
-// header and as a trailer too), signed, fractional or too large settles
-// nothing. A cost of 0 is a cost (nothing was used), but an actual cost
-// below min counts as min: a request is never free, whatever its response
-// says. The correction to settle is the actual cost less the estimate.
-func ParseResponseCost(values []string, min int64) (actual int64, ok bool, err error) {
+// one value must be a run of ASCII digits, else a *ResponseCostError: a
+// value given twice (as a header and as a trailer too), empty, signed or
+// fractional settles nothing. A cost of 0 is a cost (nothing was used),
+// and a run of digits too large for an int64 is math.MaxInt64: however
+// large, it is a cost, which SettleDelta clamps to core.MaxCost (and floors
+// at the rule's min_cost) to give the correction to settle.
+func ParseResponseCost(values []string) (actual int64, ok bool, err error) {
 	if len(values) == 0 {
 		return 0, false, nil
 	}
-	n, err := parseCost(values, 0)
-	if err != nil {
-		return 0, false, err
+	if len(values) != 1 {
+		return 0, false, &ResponseCostError{Value: clip(strings.Join(values, ", "))}
 	}
-	return max(n, min), true, nil
+	v := values[0]
+	if v == "" {
+		return 0, false, &ResponseCostError{Value: v}
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false, &ResponseCostError{Value: clip(v)}
+		}
+		if actual > (math.MaxInt64-int64(c-'0'))/10 {
+			actual = math.MaxInt64 // saturated; the rest must still be digits
+			continue
+		}
+		actual = actual*10 + int64(c-'0')
+	}
+	return actual, true, nil
+}
+
+// ResponseCostError is a response's cost field that is not one run of
+// decimal digits; nothing is settled.
+type ResponseCostError struct {
+	// Value is what was sent, clipped (values given twice joined by
+	// ", ").
+	Value string
+}
+
+func (e *ResponseCostError) Error() string {
+	return fmt.Sprintf("response cost %s is not one non-negative decimal integer", quote(e.Value))
 }
 
 // parseCost is the one value of values, 1 to 19 ASCII digits making an

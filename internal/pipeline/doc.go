@@ -12,13 +12,17 @@
 //     (SameField, FieldSpellings);
 //   - the cost, with a rule's min_cost (ParseCost), and its range for any
 //     front end (CheckCost: the gRPC service's hits_addend); the actual
-//     cost an upstream's response reports, settled against the estimate
-//     (ParseResponseCost, the rule's response_cost_header);
+//     cost an upstream's response reports (ParseResponseCost, the rule's
+//     response_cost_header), and the correction every front end settles
+//     for it against the estimate (SettleDelta: min_cost, MaxCost), its
+//     results counted by one list (SettleResult);
 //   - the rule a request matches (Matcher, CompareMatchers);
 //   - the answer's fields (Verdict, AppendFields, PartitionKey, DeniedBody):
 //     the RateLimit fields listing every limit of the policy;
-//   - what a proxying front end forwards: the canonical path (Prepare) and
-//     no path-override field (PathOverrideFields, IsPathOverride).
+//   - what a proxying front end forwards: the canonical path (Prepare),
+//     no path-override field (PathOverrideFields, IsPathOverride) and no
+//     field named like the matched rule's response_cost_header
+//     (DropsField).
 //
 // It imports only the standard library, core and ruleconfig (never
 // net/http), so that the filter, built for wasip1, uses it too. Each front

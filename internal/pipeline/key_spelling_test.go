@@ -82,3 +82,24 @@ func TestIsPathOverride(t *testing.T) {
 		require.False(t, IsPathOverride(f), f)
 	}
 }
+
+// TestDropsField: a front end forwards a request without path-override
+// fields and without the matched rule's response_cost_header, in every
+// spelling an upstream may read it in (case, '-' and '_'): a client's own
+// X-Cost-Actual would reach an upstream that echoes request fields, or
+// reads X_Cost_Actual as HTTP_X_COST_ACTUAL, and report the client's cost.
+func TestDropsField(t *testing.T) {
+	for _, s := range FieldSpellings("X-Cost-Actual") {
+		require.True(t, DropsField(s, "X-Cost-Actual"), s)
+		require.True(t, DropsField(strings.ToLower(s), "x-cost-actual"), s)
+		require.True(t, DropsField(strings.ToUpper(s), "X_Cost-actual"), s)
+		require.False(t, DropsField(s, ""), "no rule, or none with response_cost_header: %s", s)
+	}
+	for _, f := range PathOverrideFields() {
+		require.True(t, DropsField(f, ""), f)
+		require.True(t, DropsField(f, "X-Cost-Actual"), f)
+	}
+	for _, f := range []string{"X-Cost", "X-Cost-Actuals", "X-User", ""} {
+		require.False(t, DropsField(f, "X-Cost-Actual"), f)
+	}
+}

@@ -110,36 +110,79 @@ func TestParseCost(t *testing.T) {
 	require.Error(t, err, "above MaxCost")
 }
 
-// TestParseResponseCost: an upstream's actual cost is one run of digits
-// in [0, MaxCost], raised to min_cost; none leaves the estimate, anything
+// TestParseResponseCost: an upstream's actual cost is one run of digits,
+// however large (saturated at the largest int64: a cost, never refused for
+// its size, SettleDelta clamps it); none leaves the estimate, anything
 // else settles nothing.
 func TestParseResponseCost(t *testing.T) {
 	for _, c := range []struct {
 		values []string
-		min    int64
 		want   int64
 		ok     bool
 	}{
-		{nil, 1, 0, false},
-		{[]string{"7"}, 1, 7, true},
-		{[]string{"0"}, 1, 1, true},  // never free
-		{[]string{"00"}, 0, 0, true}, // httplimit's default: 0 is a cost
-		{[]string{"3"}, 5, 5, true},
-		{[]string{"1099511627776"}, 1, core.MaxCost, true},
+		{nil, 0, false},
+		{[]string{"7"}, 7, true},
+		{[]string{"0"}, 0, true}, // 0 is a cost: SettleDelta raises it to min_cost
+		{[]string{"00"}, 0, true},
+		{[]string{"1099511627776"}, core.MaxCost, true},
+		{[]string{"1099511627777"}, core.MaxCost + 1, true},
+		{[]string{"9223372036854775807"}, math.MaxInt64, true},
+		{[]string{"9223372036854775808"}, math.MaxInt64, true},
+		{[]string{"99999999999999999999999999999"}, math.MaxInt64, true},
 	} {
-		n, ok, err := ParseResponseCost(c.values, c.min)
+		n, ok, err := ParseResponseCost(c.values)
 		require.NoError(t, err, "%q", c.values)
 		require.Equal(t, c.ok, ok, "%q", c.values)
 		require.Equal(t, c.want, n, "%q", c.values)
 	}
-	for _, vs := range [][]string{{"-1"}, {"+1"}, {" 1"}, {"1.5"}, {"1e3"}, {""}, {"lots"}, {"1099511627777"},
-		{"99999999999999999999"}, {"1", "1"}} {
-		n, ok, err := ParseResponseCost(vs, 1)
-		var ce *CostError
+	for _, vs := range [][]string{{"-1"}, {"+1"}, {" 1"}, {"1.5"}, {"1e3"}, {""}, {"lots"},
+		{"99999999999999999999x"}, {"1", "1"}} {
+		n, ok, err := ParseResponseCost(vs)
+		var ce *ResponseCostError
 		require.True(t, errors.As(err, &ce), "%q: %v", vs, err)
 		require.False(t, ok)
 		require.Zero(t, n)
 	}
+}
+
+// TestSettleDelta: the one rule every front end settles by. The actual
+// cost is floored at min_cost (a request is never free: a refund is at
+// most estimate − min_cost) and clamped at MaxCost (a larger cost is
+// charged as MaxCost: refused, it would leave the estimate and be the
+// cheapest of all).
+func TestSettleDelta(t *testing.T) {
+	for _, c := range []struct {
+		estimate, actual, min, want int64
+	}{
+		{1, 5, 1, 4},
+		{5, 2, 1, -3},
+		{3, 0, 1, -2}, // refunded down to min_cost only
+		{1, 0, 1, 0},  // check 1, settle "0": still 1
+		{5, 0, 2, -3}, // min_cost 2
+		{1, 0, 0, -1}, // httplimit's default Min 0: 0 is a cost
+		{2, core.MaxCost, 1, core.MaxCost - 2},
+		{2, core.MaxCost + 1, 1, core.MaxCost - 2}, // clamped, not refused
+		{2, math.MaxInt64, 1, core.MaxCost - 2},    // a saturated response cost
+		{core.MaxCost, 0, 1, 1 - core.MaxCost},     // within a settle's range
+		{1, core.MaxCost + 7, 1, core.MaxCost - 1}, // within a settle's range
+		{core.MaxCost, core.MaxCost, core.MaxCost, 0},
+	} {
+		got := SettleDelta(c.estimate, c.actual, c.min)
+		require.Equal(t, c.want, got, "estimate %d actual %d min %d", c.estimate, c.actual, c.min)
+		require.True(t, got >= -core.MaxCost && got <= core.MaxCost)
+		require.GreaterOrEqual(t, got, c.min-c.estimate, "a refund beyond estimate - min_cost")
+	}
+}
+
+// TestSettleResults: one list of settle results, the label values of every
+// front end's settle counters.
+func TestSettleResults(t *testing.T) {
+	var names []string
+	for i, r := range SettleResults() {
+		require.Equal(t, SettleResult(i), r)
+		names = append(names, r.String())
+	}
+	require.Equal(t, []string{"settled", "invalid", "failed"}, names)
 }
 
 // TestCheckCost: the one range of a cost, whatever carried it (a header, a

@@ -429,8 +429,10 @@ type Spec struct {
 	// ResponseCostHeader, if set, names the response header field or
 	// trailer in which the upstream reports a request's actual cost:
 	// front ends settle the difference from the cost taken when the
-	// request arrived (pipeline.ParseResponseCost) and remove the field
-	// from the response the client receives. Compared ignoring case.
+	// request arrived (pipeline.ParseResponseCost, pipeline.SettleDelta),
+	// remove the field from the response the client receives, and
+	// forward the request without a client's own field of that name
+	// (pipeline.DropsField). Compared ignoring case.
 	ResponseCostHeader string
 	FailOpen           bool
 	// Closest makes the RateLimit field list only the limit closest to

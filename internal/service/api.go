@@ -17,6 +17,7 @@ import (
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/httplimit"
 	"github.com/rlcore/rl/internal/outage"
+	"github.com/rlcore/rl/internal/pipeline"
 	"github.com/rlcore/rl/internal/redact"
 	"github.com/rlcore/rl/internal/ruleconfig"
 )
@@ -34,9 +35,19 @@ type DecisionRequest struct {
 	// Cost is the units to take; default the rule's cost (1 unless the
 	// rule says otherwise), 1 for inline limits. A settle has none.
 	Cost *int64 `json:"cost,omitempty"`
-	// Delta is a settle's correction of the key's usage, required there
-	// and nowhere else: the actual cost of a call less the estimate its
-	// check took, in [-2^40, 2^40] (negative: a refund).
+	// Estimate and Actual are a settle's, required there and nowhere
+	// else: the cost its check took, within [min_cost, 2^40], and the
+	// call's actual cost, a JSON integer at least 0, however large
+	// (ActualCost). The key's usage is corrected by
+	// pipeline.SettleDelta (actual, at least the rule's min_cost and at
+	// most 2^40, less the estimate), as every front end settles; a
+	// refund (a negative correction) needs a settle or admin token.
+	Estimate *int64      `json:"estimate,omitempty"`
+	Actual   *ActualCost `json:"actual,omitempty"`
+	// Delta was a settle's correction, given by the caller; it is
+	// refused (400, naming estimate and actual): a delta cannot be held
+	// to the rule's min_cost, nor told from a refund of units a check
+	// never took.
 	Delta *int64 `json:"delta,omitempty"`
 	// FailOpen is the store-failure policy of inline limits (a rule has
 	// its own); default false.
@@ -85,8 +96,9 @@ type DecisionJSON struct {
 	Rule    string `json:"rule"`
 	Key     string `json:"key"`
 	Cost    int64  `json:"cost"`
-	// Delta is a settle's correction, present only in a settle's answer
-	// (whose cost is 0 and taken false).
+	// Delta is a settle's correction (pipeline.SettleDelta of its
+	// estimate and actual), present only in a settle's answer (whose
+	// cost is 0 and taken false).
 	Delta *int64 `json:"delta,omitempty"`
 	Peek  bool   `json:"peek"`
 	// Taken reports that the cost was consumed (allowed, not a peek, not
@@ -127,9 +139,10 @@ type ErrorJSON struct {
 	// unknown_rule, invalid_key, invalid_cost, invalid_limits,
 	// inline_disabled, invalid_batch, method_not_allowed, not_found,
 	// unauthorized (401: no or unknown token), forbidden (403: an admin
-	// operation with a check token), overloaded (503: too many requests in
-	// flight, a busy or full store), store_unavailable, internal (500: a
-	// corrupt stored state).
+	// operation with a check or settle token, or a refund settled with a
+	// check token), overloaded (503: too many requests in flight, a busy
+	// or full store), store_unavailable, internal (500: a corrupt stored
+	// state).
 	Code string `json:"code"`
 }
 
@@ -207,17 +220,22 @@ func (s *Service) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 	}
 	var mbe *http.MaxBytesError
 	var te *json.UnmarshalTypeError
+	var ae *actualError
 	switch {
 	case errors.As(err, &mbe):
 		s.apiError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body larger than %d bytes", mbe.Limit))
 	case errors.As(err, &te) && (te.Field == "cost" || strings.HasSuffix(te.Field, ".cost")):
 		s.apiError(w, http.StatusBadRequest, "invalid_cost", fmt.Sprintf("%s: want an integer between 0 and %d, got %s", te.Field, core.MaxCost, jsonValueKind(te.Value)))
+	case errors.As(err, &ae):
+		s.apiError(w, http.StatusBadRequest, "invalid_cost", ae.Error())
+	case errors.As(err, &te) && te.Field == "estimate":
+		s.apiError(w, http.StatusBadRequest, "invalid_cost", fmt.Sprintf("%s: want an integer between 1 and %d, got %s", te.Field, core.MaxCost, jsonValueKind(te.Value)))
 	case errors.As(err, &te) && (te.Field == "delta" || strings.HasSuffix(te.Field, ".delta")):
-		s.apiError(w, http.StatusBadRequest, "invalid_cost", fmt.Sprintf("%s: want an integer between %d and %d, got %s", te.Field, -core.MaxCost, core.MaxCost, jsonValueKind(te.Value)))
+		s.apiError(w, http.StatusBadRequest, "invalid_cost", te.Field+": "+deltaRefused)
 	case errors.As(err, &te):
 		s.apiError(w, http.StatusBadRequest, "invalid_json", fmt.Sprintf("field %q: want %s, got %s", te.Field, jsonTypeName(te.Type.String()), jsonValueKind(te.Value)))
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		s.apiError(w, http.StatusBadRequest, "unknown_field", strings.TrimPrefix(err.Error(), "json: ")+" (want rule, limits, key, cost, delta, fail_open, explain)")
+		s.apiError(w, http.StatusBadRequest, "unknown_field", strings.TrimPrefix(err.Error(), "json: ")+" (want rule, limits, key, cost, estimate, actual, fail_open, explain)")
 	case errors.Is(err, io.EOF):
 		s.apiError(w, http.StatusBadRequest, "invalid_json", "empty body: want a JSON object")
 	default:
@@ -280,17 +298,14 @@ func (s *Service) resolve(rs *ruleSet, req *DecisionRequest, prefix string, op a
 	}
 	t.forKey(req.Key)
 	switch {
-	case op == opSettle && req.Cost != nil:
-		return bad("invalid_cost", "cost: a settle has no cost; give delta, the actual cost less the estimate taken")
-	case op == opSettle && req.Delta == nil:
-		return bad("invalid_cost", "delta: missing (the actual cost less the estimate taken; negative refunds)")
-	case op == opSettle:
-		if d := *req.Delta; d < -core.MaxCost || d > core.MaxCost {
-			return bad("invalid_cost", "delta: %d is outside [%d, %d]", d, -core.MaxCost, core.MaxCost)
-		}
-		return t, *req.Delta, nil
 	case req.Delta != nil:
-		return bad("invalid_cost", "delta: only a settle has a delta")
+		return bad("invalid_cost", "delta: %s", deltaRefused)
+	case op == opSettle && req.Cost != nil:
+		return bad("invalid_cost", "cost: a settle has no cost; give estimate, the cost the check took, and actual, the call's actual cost")
+	case op == opSettle:
+		return s.settleDelta(t, req, prefix, minCost, role)
+	case req.Estimate != nil || req.Actual != nil:
+		return bad("invalid_cost", "estimate, actual: only a settle has them")
 	}
 	if req.Cost != nil {
 		if op == opReset {
@@ -305,6 +320,60 @@ func (s *Service) resolve(rs *ruleSet, req *DecisionRequest, prefix string, op a
 		}
 	}
 	return t, cost, nil
+}
+
+// ActualCost is a settle's actual cost in a request body: a JSON integer
+// of decimal digits, read as a response's cost field is
+// (pipeline.ParseResponseCost): however large, it is a cost (saturated,
+// then clamped to 2^40 by pipeline.SettleDelta), never refused for its
+// size, since a refused settle leaves the estimate. A sign, a fraction or
+// an exponent is refused (invalid_cost).
+type ActualCost int64
+
+// UnmarshalJSON reads a JSON number of decimal digits only.
+func (a *ActualCost) UnmarshalJSON(b []byte) error {
+	n, _, err := pipeline.ParseResponseCost([]string{string(b)})
+	if err != nil {
+		return &actualError{string(b)}
+	}
+	*a = ActualCost(n)
+	return nil
+}
+
+// actualError is an "actual" that is not a JSON integer of digits.
+type actualError struct{ value string }
+
+func (e *actualError) Error() string {
+	return "actual: want an integer, at least 0, got " + ruleconfig.Clip(e.value, 32)
+}
+
+// deltaRefused is the answer to a request with "delta".
+const deltaRefused = "no longer accepted: give a settle estimate, the cost the check took, and actual, the call's actual cost (the key is settled by actual, at least the rule's min_cost, less estimate)"
+
+// settleDelta returns a settle's correction of t's key,
+// pipeline.SettleDelta of its estimate and actual under the target's
+// minCost: the one rule every front end settles by. A refund (a negative
+// correction) needs a role trusted with one (Role.mayRefund): a check
+// token may only add usage, or a settle would be a reset by another name
+// (a refund of what no check took).
+func (s *Service) settleDelta(t target, req *DecisionRequest, prefix string, minCost int64, role Role) (target, int64, error) {
+	bad := func(code, format string, args ...any) (target, int64, error) {
+		return target{}, 0, &errClient{code, fmt.Errorf(prefix+format, args...)}
+	}
+	switch {
+	case req.Estimate == nil:
+		return bad("invalid_cost", "estimate: missing (the cost the check took)")
+	case req.Actual == nil:
+		return bad("invalid_cost", "actual: missing (the call's actual cost)")
+	case *req.Estimate < minCost || *req.Estimate > core.MaxCost:
+		return bad("invalid_cost", "estimate: %d is outside [%d, %d] (a check's cost, at least this rule's minimum)", *req.Estimate, minCost, core.MaxCost)
+	}
+	delta := pipeline.SettleDelta(*req.Estimate, int64(*req.Actual), minCost)
+	if delta < 0 && !role.mayRefund() {
+		return target{}, 0, &errClient{"forbidden", fmt.Errorf("%sactual: %d below the estimate %d is a refund, which needs a settle or admin token (this token's role is %s: it may settle an actual cost at least the estimate)",
+			prefix, *req.Actual, *req.Estimate, role)}
+	}
+	return t, delta, nil
 }
 
 // apiOp is what a decision-API request does.

@@ -94,9 +94,10 @@ type RuleSpec struct {
 	CostHeader string
 	// ResponseCostHeader, if set, names the upstream's response header
 	// field or trailer carrying a proxied request's actual cost: the
-	// proxy settles the difference from the cost taken (at least
-	// MinCost) after the response and removes the field from what the
-	// client receives.
+	// proxy settles the difference from the cost taken
+	// (pipeline.SettleDelta: at least MinCost, at most 2^40) after the
+	// response, removes the field from what the client receives, and
+	// forwards the request without a client's own field of that name.
 	ResponseCostHeader string
 	// FailOpen admits requests when the store fails; otherwise they are
 	// answered 503.
@@ -119,11 +120,19 @@ type RuleSpec struct {
 type Role uint8
 
 const (
-	// RoleCheck may check, peek and batch configured rules.
+	// RoleCheck may check, peek and batch configured rules, and settle
+	// debts on them: a settle whose actual cost is at least its estimate
+	// (after the rule's min_cost), which only ever adds usage.
 	RoleCheck Role = iota + 1
-	// RoleAdmin may also reset keys, read the rules and decide inline
-	// limits.
+	// RoleAdmin may also reset keys, read the rules, decide inline
+	// limits and settle refunds.
 	RoleAdmin
+	// RoleSettle may do what RoleCheck may, and also settle refunds on
+	// configured rules: a settle whose actual cost is below its estimate
+	// gives units back, so its holder is trusted, as with a reset, to
+	// report the estimate its check took (a gateway settling the costs it
+	// charged, such as the proxy-wasm filter in global mode).
+	RoleSettle
 )
 
 func (r Role) String() string {
@@ -132,9 +141,14 @@ func (r Role) String() string {
 		return "check"
 	case RoleAdmin:
 		return "admin"
+	case RoleSettle:
+		return "settle"
 	}
 	return "none"
 }
+
+// mayRefund reports whether the role may settle a refund.
+func (r Role) mayRefund() bool { return r == RoleSettle || r == RoleAdmin }
 
 // APIToken is one bearer token of the decision API, kept as the SHA-256 of
 // the token so the configuration file holds no secret:
@@ -401,8 +415,10 @@ func checkTokens(c *ruleconfig.Checker, ts []tokenJSON) []APIToken {
 				t.Role = RoleAdmin
 			case "check":
 				t.Role = RoleCheck
+			case "settle":
+				t.Role = RoleSettle
 			default:
-				c.Fail(f+".role", "%q: want admin or check", ruleconfig.Clip(s, 32))
+				c.Fail(f+".role", "%q: want admin, settle or check", ruleconfig.Clip(s, 32))
 			}
 		}
 		if s, ok := c.String(f+".sha256", tj.SHA256); ok {

@@ -122,8 +122,9 @@ func TestAPIAuthOnSharedListener(t *testing.T) {
 
 	check := `{"rule":"r","key":"k"}`
 	inline := `{"limits":[{"strategy":"fixed","limit":1,"window":"1m"}],"key":"k"}`
-	settle := `{"rule":"r","key":"k","delta":-1}`
-	inlineSettle := `{"limits":[{"strategy":"fixed","limit":1,"window":"1m"}],"key":"k","delta":1}`
+	settle := `{"rule":"r","key":"k","estimate":1,"actual":2}`
+	refund := `{"rule":"r","key":"k","estimate":2,"actual":1}`
+	inlineSettle := `{"limits":[{"strategy":"fixed","limit":1,"window":"1m"}],"key":"k","estimate":1,"actual":2}`
 	for _, c := range []struct {
 		name, method, op, body, token string
 		want                          int
@@ -145,6 +146,8 @@ func TestAPIAuthOnSharedListener(t *testing.T) {
 		{"admin rules", "GET", "rules", "", tokAdmin, 200, ""},
 		{"no token settle", "POST", "settle", settle, "", 401, "unauthorized"},
 		{"check token settles", "POST", "settle", settle, tokCheck, 200, ""},
+		{"check token refund", "POST", "settle", refund, tokCheck, 403, "forbidden"},
+		{"admin refund", "POST", "settle", refund, tokAdmin, 200, ""},
 		{"check token inline settle", "POST", "settle", inlineSettle, tokCheck, 403, "forbidden"},
 		{"admin inline settle", "POST", "settle", inlineSettle, tokAdmin, 200, ""},
 	} {
@@ -193,7 +196,7 @@ func TestAPIWithoutTokens(t *testing.T) {
 func TestTokenConfigErrors(t *testing.T) {
 	for _, c := range []struct{ yaml, want string }{
 		{`api_tokens: [{name: a, role: admin, sha256: secret}]`, `api_tokens[0].sha256: want the 64 hex digits`},
-		{`api_tokens: [{name: a, role: root, sha256: ` + tokenHash("x") + `}]`, `api_tokens[0].role: "root": want admin or check`},
+		{`api_tokens: [{name: a, role: root, sha256: ` + tokenHash("x") + `}]`, `api_tokens[0].role: "root": want admin, settle or check`},
 		{`api_tokens: [{name: a, role: admin}]`, `api_tokens[0].sha256: missing`},
 		{`api_tokens: [{name: a, role: admin, sha256: ` + tokenHash("x") + `}, {name: b, role: check, sha256: ` + tokenHash("x") + `}]`, `listed twice`},
 		{`max_inline_limits: 17`, `max_inline_limits: 17 is outside [1, 16]`},

@@ -24,15 +24,29 @@ func newKeyGate(max int) *keyGate {
 // enter takes a place for (rule, key), or reports false when the key is at
 // its bound. The caller gives the place back with slot.Add(-1).
 func (g *keyGate) enter(rule, key string) (slot *atomic.Int32, ok bool) {
-	var h maphash.Hash
-	h.SetSeed(g.seed)
-	h.WriteString(rule)
-	h.WriteByte(0)
-	h.WriteString(key)
-	c := &g.slots[h.Sum64()%uint64(len(g.slots))].n
+	c := g.slot(rule, key)
 	if c.Add(1) > g.max {
 		c.Add(-1)
 		return nil, false
 	}
 	return c, true
+}
+
+// settle takes a place for a settle of (rule, key), never refused: past
+// the bound if the key is at it (Service.do says why). The caller gives
+// the place back with slot.Add(-1).
+func (g *keyGate) settle(rule, key string) (slot *atomic.Int32) {
+	c := g.slot(rule, key)
+	c.Add(1)
+	return c
+}
+
+// slot is the counter of (rule, key).
+func (g *keyGate) slot(rule, key string) *atomic.Int32 {
+	var h maphash.Hash
+	h.SetSeed(g.seed)
+	h.WriteString(rule)
+	h.WriteByte(0)
+	h.WriteString(key)
+	return &g.slots[h.Sum64()%uint64(len(g.slots))].n
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/rlcore/rl"
+	"github.com/rlcore/rl/internal/pipeline"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -67,8 +68,15 @@ func StoreResults() []string { return []string{"ok", "error"} }
 
 // SettleResults are the values of rl_settles_total's "result" label: the
 // actual cost settled against the estimate, a response cost that is not
-// one (nothing settled), or a settle the store failed.
-func SettleResults() []string { return []string{"settled", "invalid", "failed"} }
+// one (nothing settled), or a settle the store failed; the one list is
+// pipeline.SettleResults, which the proxy-wasm filter counts by too.
+func SettleResults() []string {
+	var out []string
+	for _, r := range pipeline.SettleResults() {
+		out = append(out, r.String())
+	}
+	return out
+}
 
 // InlineLimitLabel is the "limit" label of a denial by inline limits,
 // whose names are the request's.
@@ -195,9 +203,8 @@ type ruleMetrics struct {
 	// deniedBy are the denials by each limit of the rule, in its order;
 	// inline limits have one, InlineLimitLabel.
 	deniedBy []prometheus.Counter
-	// settled, settleInvalid and settleFailed count the rule's settles by
-	// result (SettleResults).
-	settled, settleInvalid, settleFailed prometheus.Counter
+	// settles count the rule's settles by result (pipeline.SettleResult).
+	settles [pipeline.NumSettleResults]prometheus.Counter
 	// shadowDenied are the would-denies of each shadow limit of the rule,
 	// in its order (nil for an enforced limit); inline limits have one,
 	// InlineLimitLabel, created up front so that the metric is always
@@ -215,9 +222,9 @@ func (m *metrics) forRule(name string, limits []rl.Limit) *ruleMetrics {
 		failClosed:    m.decisions.WithLabelValues(name, outFailClosed),
 		failOpenTotal: m.failOpen.WithLabelValues(name),
 		storeErrors:   m.storeErrors.WithLabelValues(name),
-		settled:       m.settles.WithLabelValues(name, "settled"),
-		settleInvalid: m.settles.WithLabelValues(name, "invalid"),
-		settleFailed:  m.settles.WithLabelValues(name, "failed"),
+	}
+	for _, r := range pipeline.SettleResults() {
+		rm.settles[r] = m.settles.WithLabelValues(name, r.String())
 	}
 	if limits == nil {
 		limits = []rl.Limit{{Name: InlineLimitLabel, Shadow: true}}

@@ -140,9 +140,20 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 		if _, ours := w.Header()["X-Ratelimit-Limit"]; !ours {
 			up = rs.upstream
 		}
+		if f := ru.spec.ResponseCostHeader; f != "" {
+			// The upstream reports the actual cost in this field: the
+			// client's own must not reach it (pipeline.DropsField,
+			// applied by reverseProxy).
+			r = r.WithContext(context.WithValue(r.Context(), responseCostKey{}, f))
+		}
 		s.forward(up, w, r)
 	})), nil
 }
+
+// responseCostKey carries, in a proxied request's context, the
+// response_cost_header of the rule that matched it, a field the request
+// is forwarded without (pipeline.DropsField).
+type responseCostKey struct{}
 
 // ruleLimiter decides a rule's requests as the decision API does
 // (Service.do): within the per-key bound, recording them in the outage

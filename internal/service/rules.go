@@ -193,9 +193,13 @@ func (s *Service) reverseProxy(u *url.URL, rt *headerTimeout, modify func(*http.
 			pr.SetXForwarded()
 			// Some upstreams (IIS URL Rewrite, Symfony, Zend) serve the
 			// path these name instead of the request's: the upstream
-			// must see the path that was matched.
+			// must see the path that was matched. Nor may it see a
+			// client's own field named like the matched rule's
+			// response_cost_header (ruleProxy), in which it reports the
+			// actual cost: pipeline.DropsField names both.
+			rc, _ := pr.In.Context().Value(responseCostKey{}).(string)
 			for f := range pr.Out.Header {
-				if pipeline.IsPathOverride(f) {
+				if pipeline.DropsField(f, rc) {
 					delete(pr.Out.Header, f)
 				}
 			}

@@ -474,13 +474,28 @@ func (s *Service) decide(ctx context.Context, t *target, key string, cost int64,
 }
 
 // do decides req against t within the per-key bound (EnterKey): beyond it
-// the decision fails at once with errOverloaded. It returns the outage
-// token of the decision, for failure; a decision the store completes is
-// recorded (outage.Detector.Success).
+// the decision fails at once with errOverloaded. A settle is never
+// refused by the bound (keyGate.settle): it takes its place in the key's
+// count all the same, over the bound if it must, so the key's decisions
+// meet the bound sooner while it runs. A settle refused would leave the
+// estimate, so load on a key would turn its debts into admissions; and
+// settles need no bound of their own, being bounded by admissions: the
+// proxy and the filter settle once per admitted request, each of which
+// passed the bound, and a decision-API settle runs within
+// Options.MaxInFlight. It returns the outage token of the decision, for
+// failure; a decision the store completes is recorded
+// (outage.Detector.Success).
 func (s *Service) do(ctx context.Context, t *target, req rl.Request) (rl.Result, outage.Token, error) {
-	slot, ok := s.EnterKey(t.name, req.Key)
-	if !ok {
-		return rl.Result{}, 0, errOverloaded
+	var slot *atomic.Int32
+	if req.Settle {
+		if s.perKey != nil {
+			slot = s.perKey.settle(t.name, req.Key)
+		}
+	} else {
+		var ok bool
+		if slot, ok = s.EnterKey(t.name, req.Key); !ok {
+			return rl.Result{}, 0, errOverloaded
+		}
 	}
 	if slot != nil {
 		defer slot.Add(-1)
@@ -537,22 +552,20 @@ func (s *Service) failure(t *target, begun outage.Token, err error) (string, err
 }
 
 // settled counts a settle on t (the proxy's from a response's
-// response_cost_header, or the decision API's) by its error: none, an
-// invalid response cost (httplimit.ErrResponseCost), or a failure, which
-// is a store error too (unless the per-key bound refused it); both logged,
-// at most one line a second.
+// response_cost_header, or the decision API's) by its error
+// (pipeline.SettleResult): none, an invalid response cost
+// (httplimit.ErrResponseCost), or a failure, which is a store error too;
+// both logged, at most one line a second.
 func (s *Service) settled(t *target, err error) {
 	switch {
 	case err == nil:
-		t.m.settled.Inc()
+		t.m.settles[pipeline.Settled].Inc()
 	case errors.Is(err, httplimit.ErrResponseCost):
-		t.m.settleInvalid.Inc()
+		t.m.settles[pipeline.SettleInvalid].Inc()
 		s.storeErr.log(s.log, "invalid response cost; nothing settled (the estimate stands)", t.name, err)
 	default:
-		t.m.settleFailed.Inc()
-		if !errors.Is(err, errOverloaded) { // the per-key bound is counted by EnterKey
-			t.m.storeErrors.Inc()
-		}
+		t.m.settles[pipeline.SettleFailed].Inc()
+		t.m.storeErrors.Inc()
 		s.storeErr.log(s.log, "settle failed; the estimate stands", t.name, err)
 	}
 }

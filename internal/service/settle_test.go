@@ -1,16 +1,22 @@
 package service
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/store"
 )
 
 // costUpstream answers as an upstream reporting each request's actual
@@ -132,7 +138,7 @@ rules:
 	require.Equal(t, 200, send("quiet", "X-Cost", "2").code)
 	require.Equal(t, int64(1), peek("quiet").Remaining)
 	// Invalid fields: nothing settled, counted.
-	for i, v := range []string{"-1", "1.5", "lots", "1099511627777"} {
+	for i, v := range []string{"-1", "1.5", "lots", "1e3"} {
 		user := fmt.Sprintf("bad%d", i)
 		r := send(user, "X-Reply-Cost", v)
 		require.Equal(t, 200, r.code, "the response is served all the same")
@@ -148,18 +154,22 @@ rules:
 }
 
 // TestAPISettle (issue 22, item 3): POST /v1/ratelimit/settle corrects a
-// key's usage by a delta, the actual cost of a call less the estimate its
-// check took, on a rule (its override for the key) or inline limits. It
-// never denies: a debt denies the next check for exactly as long as it
-// takes to pay off; a refund gives units back. Its mistakes are 4xx
-// naming the field, with the check's codes.
+// key's usage by the estimate its check took and the call's actual cost,
+// on a rule (its override for the key) or inline limits, by
+// pipeline.SettleDelta as every front end settles: actual at least the
+// rule's min_cost, at most MaxCost. It never denies: a debt denies the
+// next check for exactly as long as it takes to pay off; a refund gives
+// units back. Its mistakes are 4xx naming the field, with the check's
+// codes; "delta", which could not be held to min_cost, is refused naming
+// estimate and actual.
 func TestAPISettle(t *testing.T) {
 	e := newEnv(t, `rules:
   - {name: r, strategy: gcra, limit: 2, window: 1s, rate: 1, overrides: [{key: vip, strategy: gcra, limit: 4, window: 1s, rate: 1}]}
+  - {name: m, strategy: fixed, limit: 10, window: 1h, cost: 4, min_cost: 2}
 `, nil)
-	// A check takes the estimate, 1; the call cost 5: settle 4.
+	// A check takes the estimate, 1; the call cost 5: a debt of 4.
 	require.Equal(t, 200, e.post(t, "check", `{"rule":"r","key":"k"}`).code)
-	r := e.post(t, "settle", `{"rule":"r","key":"k","delta":4}`)
+	r := e.post(t, "settle", `{"rule":"r","key":"k","estimate":1,"actual":5}`)
 	require.Equal(t, 200, r.code, string(r.body))
 	d := r.decision(t)
 	require.True(t, d.Allowed, "a settle never denies")
@@ -179,15 +189,33 @@ func TestAPISettle(t *testing.T) {
 
 	// A refund, under the key's override.
 	require.Equal(t, 200, e.post(t, "check", `{"rule":"r","key":"vip","cost":4}`).code)
-	r = e.post(t, "settle", `{"rule":"r","key":"vip","delta":-3}`)
+	r = e.post(t, "settle", `{"rule":"r","key":"vip","estimate":4,"actual":1}`)
 	require.Equal(t, 200, r.code, string(r.body))
 	d = r.decision(t)
 	require.Equal(t, "key:vip", d.Override)
+	require.Equal(t, int64(-3), *d.Delta)
 	require.Equal(t, int64(3), d.Remaining)
 	require.Equal(t, 2.0, e.metric(t, `rl_settles_total{result="settled",rule="r"}`))
 
+	// min_cost 2: an actual 0 is settled as 2, a refund of at most 4 - 2.
+	require.Equal(t, 200, e.post(t, "check", `{"rule":"m","key":"z"}`).code)
+	r = e.post(t, "settle", `{"rule":"m","key":"z","estimate":4,"actual":0}`)
+	require.Equal(t, 200, r.code, string(r.body))
+	require.Equal(t, int64(-2), *r.decision(t).Delta)
+	require.Equal(t, int64(8), r.decision(t).Remaining, "a request is never free")
+	// Above MaxCost: a debt of MaxCost, never refused (nor free); a
+	// number of any length is a cost.
+	for i, actual := range []string{"1099511627777", "99999999999999999999999"} {
+		key := fmt.Sprintf("huge%d", i)
+		require.Equal(t, 200, e.post(t, "check", `{"rule":"m","key":"`+key+`"}`).code)
+		r = e.post(t, "settle", `{"rule":"m","key":"`+key+`","estimate":4,"actual":`+actual+`}`)
+		require.Equal(t, 200, r.code, string(r.body))
+		require.Equal(t, core.MaxCost-4, *r.decision(t).Delta, actual)
+		require.Equal(t, 429, e.post(t, "check", `{"rule":"m","key":"`+key+`","cost":2}`).code, actual)
+	}
+
 	// Inline limits, as check takes them.
-	r = e.post(t, "settle", `{"key":"i","delta":7,"limits":[{"name":"m","strategy":"fixed","limit":5,"window":"1m"}]}`)
+	r = e.post(t, "settle", `{"key":"i","estimate":1,"actual":8,"limits":[{"name":"m","strategy":"fixed","limit":5,"window":"1m"}]}`)
 	require.Equal(t, 200, r.code, string(r.body))
 	require.Equal(t, "inline", r.decision(t).Rule)
 	c = e.post(t, "check", `{"key":"i","limits":[{"name":"m","strategy":"fixed","limit":5,"window":"1m"}]}`)
@@ -196,23 +224,255 @@ func TestAPISettle(t *testing.T) {
 	require.Equal(t, 1.0, e.metric(t, `rl_settles_total{result="settled",rule="inline"}`))
 
 	for _, c := range []struct{ body, code, msg string }{
-		{`{"rule":"r","key":"k"}`, "invalid_cost", "delta: missing"},
-		{`{"rule":"r","key":"k","delta":1,"cost":1}`, "invalid_cost", "cost: a settle has no cost"},
-		{`{"rule":"r","key":"k","delta":1099511627777}`, "invalid_cost", "delta: 1099511627777 is outside [-1099511627776, 1099511627776]"},
-		{`{"rule":"r","key":"k","delta":1.5}`, "invalid_cost", "delta: want an integer between -1099511627776 and 1099511627776"},
-		{`{"rule":"r","key":"k","delta":"1"}`, "invalid_cost", "delta: want an integer"},
-		{`{"rule":"nope","key":"k","delta":1}`, "unknown_rule", `no rule named "nope"`},
-		{`{"rule":"r","delta":1}`, "invalid_key", "key: missing"},
-		{`{"rule":"r","key":"k","delta":1,"extra":1}`, "unknown_field", `unknown field "extra" (want rule, limits, key, cost, delta, fail_open, explain)`},
+		{`{"rule":"r","key":"k"}`, "invalid_cost", "estimate: missing"},
+		{`{"rule":"r","key":"k","estimate":1}`, "invalid_cost", "actual: missing"},
+		{`{"rule":"r","key":"k","actual":1}`, "invalid_cost", "estimate: missing"},
+		{`{"rule":"r","key":"k","estimate":1,"actual":1,"cost":1}`, "invalid_cost", "cost: a settle has no cost"},
+		{`{"rule":"r","key":"k","delta":4}`, "invalid_cost", "delta: no longer accepted: give a settle estimate, the cost the check took, and actual"},
+		{`{"rule":"r","key":"k","estimate":1,"actual":2,"delta":1}`, "invalid_cost", "delta: no longer accepted"},
+		{`{"rule":"r","key":"k","delta":1.5}`, "invalid_cost", "delta: no longer accepted"},
+		{`{"rule":"m","key":"k","estimate":1,"actual":1}`, "invalid_cost", "estimate: 1 is outside [2, 1099511627776]"},
+		{`{"rule":"r","key":"k","estimate":1099511627777,"actual":1}`, "invalid_cost", "estimate: 1099511627777 is outside [1, 1099511627776]"},
+		{`{"rule":"r","key":"k","estimate":1.5,"actual":1}`, "invalid_cost", "estimate: want an integer"},
+		{`{"rule":"r","key":"k","estimate":1,"actual":-1}`, "invalid_cost", "actual: want an integer, at least 0, got -1"},
+		{`{"rule":"r","key":"k","estimate":1,"actual":1.5}`, "invalid_cost", "actual: want an integer, at least 0"},
+		{`{"rule":"r","key":"k","estimate":1,"actual":1e3}`, "invalid_cost", "actual: want an integer, at least 0"},
+		{`{"rule":"r","key":"k","estimate":1,"actual":"1"}`, "invalid_cost", "actual: want an integer, at least 0"},
+		{`{"rule":"nope","key":"k","estimate":1,"actual":1}`, "unknown_rule", `no rule named "nope"`},
+		{`{"rule":"r","estimate":1,"actual":1}`, "invalid_key", "key: missing"},
+		{`{"rule":"r","key":"k","estimate":1,"actual":1,"extra":1}`, "unknown_field", `unknown field "extra" (want rule, limits, key, cost, estimate, actual, fail_open, explain)`},
 	} {
 		r := e.post(t, "settle", c.body)
 		require.Equal(t, c.code, r.errorJSON(t).Code, c.body)
 		require.Contains(t, r.errorJSON(t).Error, c.msg, c.body)
 	}
-	r = e.post(t, "check", `{"rule":"r","key":"k","delta":1}`)
-	require.Equal(t, "invalid_cost", r.errorJSON(t).Code)
-	require.Contains(t, r.errorJSON(t).Error, "delta: only a settle has a delta")
+	for _, body := range []string{`{"rule":"r","key":"k","delta":1}`, `{"rule":"r","key":"k","estimate":1}`, `{"rule":"r","key":"k","actual":1}`} {
+		r = e.post(t, "check", body)
+		require.Equal(t, "invalid_cost", r.errorJSON(t).Code, body)
+	}
+	require.Contains(t, e.post(t, "check", `{"rule":"r","key":"k","actual":1}`).errorJSON(t).Error, "estimate, actual: only a settle has them")
 	r = e.do(t, "GET", APIPrefix+"settle", "")
 	require.Equal(t, 405, r.code)
 	require.Equal(t, "POST", r.h.Get("Allow"))
+}
+
+// TestAPISettleRefundScope: a refund gives units back, so a check token,
+// which may settle debts (actual at least the estimate, after min_cost),
+// may not settle one. Before, a check token's settle took any delta:
+// {"delta": -2^40} restored an exhausted victim's quota (a reset by another
+// name, which the same token was refused), and check cost 1 then settle -1
+// made a request free.
+func TestAPISettleRefundScope(t *testing.T) {
+	up := newUpstream(t)
+	e := newEnv(t, tokenConfig(up.srv.URL), nil)
+	srv := httptest.NewServer(e.svc.Handler())
+	t.Cleanup(srv.Close)
+	api := srv.URL + APIPrefix
+	as := func(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
+	remaining := func(key string) int64 {
+		t.Helper()
+		r := doURL(t, "POST", api+"peek", `{"rule":"r","key":"`+key+`","cost":0}`, as(tokAdmin)...)
+		require.Equal(t, 200, r.code, "%s", r.body)
+		return r.decision(t).Remaining
+	}
+	for range 5 {
+		require.Equal(t, 200, doURL(t, "POST", api+"check", `{"rule":"r","key":"victim"}`, as(tokCheck)...).code)
+	}
+	require.Equal(t, 403, doURL(t, "POST", api+"reset", `{"rule":"r","key":"victim"}`, as(tokCheck)...).code)
+
+	// The reviewer's attack: a check token's huge negative delta.
+	r := doURL(t, "POST", api+"settle", `{"rule":"r","key":"victim","delta":-1099511627776}`, as(tokCheck)...)
+	require.Equal(t, 400, r.code, "%s", r.body)
+	require.Contains(t, r.errorJSON(t).Error, "estimate")
+	require.Equal(t, int64(0), remaining("victim"), "a check token restored the victim's quota")
+	// The same refund as estimate and actual.
+	for _, body := range []string{
+		`{"rule":"r","key":"victim","estimate":1099511627776,"actual":0}`,
+		`{"rule":"r","key":"victim","estimate":5,"actual":1}`,
+	} {
+		r = doURL(t, "POST", api+"settle", body, as(tokCheck)...)
+		require.Equal(t, 403, r.code, "%s", r.body)
+		require.Equal(t, "forbidden", r.errorJSON(t).Code)
+		require.Contains(t, r.errorJSON(t).Error, "needs a settle or admin token (this token's role is check")
+	}
+	require.Equal(t, int64(0), remaining("victim"), "a check token restored the victim's quota")
+	require.Equal(t, 429, doURL(t, "POST", api+"check", `{"rule":"r","key":"victim"}`, as(tokCheck)...).code)
+
+	// Check 1, then "actual 0": settled as min_cost 1, no refund, so a
+	// check token may send it, and the request still costs 1.
+	require.Equal(t, 200, doURL(t, "POST", api+"check", `{"rule":"r","key":"free"}`, as(tokCheck)...).code)
+	r = doURL(t, "POST", api+"settle", `{"rule":"r","key":"free","estimate":1,"actual":0}`, as(tokCheck)...)
+	require.Equal(t, 200, r.code, "%s", r.body)
+	require.Equal(t, int64(0), *r.decision(t).Delta)
+	require.Equal(t, int64(4), remaining("free"), "a request was free")
+
+	// A check token settles debts.
+	require.Equal(t, 200, doURL(t, "POST", api+"check", `{"rule":"r","key":"debtor"}`, as(tokCheck)...).code)
+	r = doURL(t, "POST", api+"settle", `{"rule":"r","key":"debtor","estimate":1,"actual":4}`, as(tokCheck)...)
+	require.Equal(t, 200, r.code, "%s", r.body)
+	require.Equal(t, int64(1), remaining("debtor"))
+
+	// An admin settles refunds, never below min_cost.
+	require.Equal(t, 200, doURL(t, "POST", api+"check", `{"rule":"r","key":"refunded","cost":4}`, as(tokAdmin)...).code)
+	r = doURL(t, "POST", api+"settle", `{"rule":"r","key":"refunded","estimate":4,"actual":0}`, as(tokAdmin)...)
+	require.Equal(t, 200, r.code, "%s", r.body)
+	require.Equal(t, int64(-3), *r.decision(t).Delta)
+	require.Equal(t, int64(4), remaining("refunded"))
+}
+
+// TestSettleRole: a token of role settle may do what a check token may and
+// settle refunds, never below min_cost; it is no admin (no reset, inline
+// limits or /rules).
+func TestSettleRole(t *testing.T) {
+	const tokSettle = "settle-token-0123456789abcdef"
+	up := newUpstream(t)
+	e := newEnv(t, `
+upstream: `+up.srv.URL+`
+api_tokens:
+  - {name: ops, role: admin, sha256: `+tokenHash(tokAdmin)+`}
+  - {name: gateway, role: settle, sha256: `+tokenHash(tokSettle)+`}
+rules:
+  - {name: r, endpoint: /r, strategy: fixed, limit: 5, window: 1m}
+`, nil)
+	srv := httptest.NewServer(e.svc.Handler())
+	t.Cleanup(srv.Close)
+	api := srv.URL + APIPrefix
+	settler := []string{"Authorization", "Bearer " + tokSettle}
+	require.Equal(t, 200, doURL(t, "POST", api+"check", `{"rule":"r","key":"k","cost":4}`, settler...).code)
+	r := doURL(t, "POST", api+"settle", `{"rule":"r","key":"k","estimate":4,"actual":0}`, settler...)
+	require.Equal(t, 200, r.code, "%s", r.body)
+	require.Equal(t, int64(-3), *r.decision(t).Delta)
+	require.Equal(t, int64(4), r.decision(t).Remaining)
+	require.Equal(t, 403, doURL(t, "POST", api+"reset", `{"rule":"r","key":"k"}`, settler...).code)
+	r = doURL(t, "POST", api+"settle", `{"limits":[{"strategy":"fixed","limit":1,"window":"1m"}],"key":"k","estimate":1,"actual":1}`, settler...)
+	require.Equal(t, 403, r.code, "%s", r.body)
+	require.Equal(t, 403, doURL(t, "GET", api+"rules", "", settler...).code)
+}
+
+// heldStore holds a take in the store while hold is set, until release
+// is closed: a decision in flight on its key.
+type heldStore struct {
+	store.Store
+	hold    atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *heldStore) Decide(ctx context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
+	if req.Op == store.Take && h.hold.CompareAndSwap(true, false) {
+		h.entered <- struct{}{}
+		<-h.release
+	}
+	return h.Store.Decide(ctx, req, each)
+}
+
+// TestSettleNotRefusedByKeyBound: a settle is never refused by the per-key
+// in-flight bound (MaxInFlightPerKey): refused, it would leave the
+// estimate, and load on a key (its own other requests) would turn its debt
+// into admissions. It runs past the bound, counted in it. Before, with a
+// bound of 1 and a take of the key held in the store, the proxy's settle
+// of an actual 100 (limit 10) and the decision API's failed (503) and the
+// estimate stood.
+func TestSettleNotRefusedByKeyBound(t *testing.T) {
+	var hs *heldStore
+	var e *env
+	taken := make(chan reply, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Step") == "big" {
+			hs.hold.Store(true)
+			go func() { taken <- e.do(t, "GET", "/llm", "", "X-User", "mallory") }() // its take waits in the store
+			<-hs.entered
+			w.Header().Set("X-Cost-Actual", "100")
+		}
+	}))
+	t.Cleanup(up.Close)
+	e = newEnv(t, `
+upstream: `+up.URL+`
+rules:
+  - {name: llm, endpoint: /llm, key_by: "header:X-User", strategy: fixed, limit: 10, window: 1h, response_cost_header: X-Cost-Actual}
+`, func(o *Options) {
+		hs = &heldStore{Store: o.Store, entered: make(chan struct{}), release: make(chan struct{})}
+		o.Store = hs
+		o.MaxInFlightPerKey = 1
+	})
+	var released sync.Once
+	release := func() { released.Do(func() { close(hs.release) }) }
+	t.Cleanup(release) // before the server's Close, which waits for the held request
+	const settled, failed = `rl_settles_total{result="settled",rule="llm"}`, `rl_settles_total{result="failed",rule="llm"}`
+	r := e.do(t, "GET", "/llm", "", "X-User", "mallory", "X-Step", "big")
+	require.Equal(t, 200, r.code)
+	e.waitMetric(t, settled, 1) // while the other take holds the key's one place
+	require.Zero(t, e.metric(t, failed))
+	// The decision API's settle too.
+	r = e.post(t, "settle", `{"rule":"llm","key":"mallory","estimate":1,"actual":5}`)
+	require.Equal(t, 200, r.code, "%s", r.body)
+	require.Equal(t, 2.0, e.metric(t, settled))
+	// A take of the key is still refused at the bound: load, never admitted.
+	r = e.post(t, "check", `{"rule":"llm","key":"mallory"}`)
+	require.Equal(t, 503, r.code, "%s", r.body)
+	release()
+	require.Equal(t, 429, (<-taken).code, "the held take was decided after the debt")
+	d := e.post(t, "peek", `{"rule":"llm","key":"mallory","cost":1}`).decision(t)
+	require.False(t, d.Allowed, "in debt: 104 used of 10")
+}
+
+// TestProxyDropsTheResponseCostField: a client's own request field named
+// like the rule's response_cost_header, in any case and spelling of '-'
+// and '_', never reaches the upstream (pipeline.DropsField). Before, an
+// upstream echoing its request's X-* fields (or reading X_Cost_Actual as
+// HTTP_X_COST_ACTUAL) reported the client's "X-Cost-Actual: 1" as the
+// actual cost: a refund to 1 of an estimate of 3, every request.
+func TestProxyDropsTheResponseCostField(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for name, vs := range r.Header {
+			if strings.EqualFold(strings.ReplaceAll(name, "_", "-"), "X-Cost-Actual") {
+				mu.Lock()
+				seen = append(seen, name)
+				mu.Unlock()
+				for _, v := range vs { // an upstream echoing X-* request fields
+					w.Header().Add("X-Cost-Actual", v)
+				}
+			}
+		}
+	}))
+	t.Cleanup(up.Close)
+	e := newEnv(t, `
+upstream: `+up.URL+`
+rules:
+  - {name: llm, endpoint: /v1/chat, key_by: "header:X-User", strategy: fixed, limit: 6, window: 1h, cost: 3, response_cost_header: X-Cost-Actual}
+`, nil)
+	for _, f := range []string{"X-Cost-Actual", "x-cost-actual", "X_Cost_Actual", "x-cost_actual"} {
+		user := "u-" + f
+		require.Equal(t, 200, e.do(t, "POST", "/v1/chat", "", "X-User", user, f, "1").code, f)
+		require.Equal(t, 200, e.do(t, "POST", "/v1/chat", "", "X-User", user, f, "1").code, f)
+		require.Equal(t, 429, e.do(t, "POST", "/v1/chat", "", "X-User", user, f, "1").code, "%s: 6 used of 6", f)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, seen, "the upstream got the client's field")
+	require.Zero(t, e.metric(t, `rl_settles_total{result="settled",rule="llm"}`))
+}
+
+// TestProxyHugeResponseCost: an actual cost above MaxCost (2^40), or too
+// long for an int64, is settled as MaxCost (pipeline.SettleDelta): never
+// refused, which would leave the estimate and make the largest costs the
+// cheapest. Before, both were "invalid" and the estimate stood.
+func TestProxyHugeResponseCost(t *testing.T) {
+	up := costUpstream(t)
+	e := newEnv(t, `
+upstream: `+up.URL+`
+rules:
+  - {name: dl, endpoint: /dl, key_by: "header:X-User", strategy: fixed, limit: 100000000, window: 1h, cost: 1000, response_cost_header: X-Cost-Actual}
+`, nil)
+	const settled = `rl_settles_total{result="settled",rule="dl"}`
+	for i, actual := range []string{"1099511627777", "99999999999999999999999"} {
+		user := fmt.Sprintf("u%d", i)
+		require.Equal(t, 200, e.do(t, "GET", "/dl", "", "X-User", user, "X-Reply-Cost", actual).code)
+		e.waitMetric(t, settled, float64(i+1))
+		d := e.post(t, "peek", `{"rule":"dl","key":"`+user+`","cost":1}`).decision(t)
+		require.False(t, d.Allowed, "%s: settled as MaxCost, far above the limit", actual)
+		require.Zero(t, e.metric(t, `rl_settles_total{result="invalid",rule="dl"}`))
+	}
 }

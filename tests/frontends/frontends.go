@@ -167,8 +167,10 @@ type Step struct {
 	// trailer after the body when Trailer is set. The proxy and the
 	// filter settle it against the step's cost once the response is done,
 	// never letting the client see the field; over the decision API the
-	// runner settles max(actual, min_cost 1) − cost when the value is one
-	// ParseResponseCost accepts (nothing otherwise). The next step sees
+	// runner settles the step's cost as the estimate and the value as the
+	// actual cost when it is one ParseResponseCost accepts (nothing
+	// otherwise). Every front end settles them by pipeline.SettleDelta
+	// (actual at least min_cost 1, at most MaxCost). The next step sees
 	// the settle.
 	ResponseCost string
 	Trailer      bool
@@ -408,4 +410,13 @@ var Cases = []Case{
 			peers("2001:db8:0:7:ffff::1", 4), []Step{{Peer: "2001:db8:0:7::1", Want: Deny}},
 			peers("2001:db9::1", 1), []Step{{Peer: "2001:db9::1", Want: Deny}},
 		)},
+	{ID: 21, Name: "a response cost above MaxCost is a debt of MaxCost, never free; a client's own response-cost field never reaches the upstream",
+		Rule: Rule{Limit: 5},
+		Steps: []Step{
+			{Key: "t", Cost: "2", ResponseCost: "1099511627777", Trailer: true, Want: Admit}, // settled as MaxCost
+			{Key: "t", Want: Deny}, // refusing the settle would leave 2 of 5 used
+			{Key: "u", ResponseCost: "99999999999999999999", Want: Admit}, // beyond int64: a cost all the same
+			{Key: "u", Want: Deny},
+			{Key: "c", Header: [][2]string{{"X-Cost-Actual", "1"}, {"x_cost_actual", "1"}}, Dropped: []string{"X-Cost-Actual"}, Want: Admit},
+		}},
 }

@@ -337,20 +337,18 @@ func TestAPI(t *testing.T) {
 }
 
 // settleAPI settles what a step's response cost says over the decision
-// API, as a client that learns the actual cost does: the actual cost (at
-// least min_cost, 1) less the step's cost, when the response cost is one
-// (pipeline.ParseResponseCost); nothing otherwise.
+// API, as a client that learns the actual cost does: the step's cost (the
+// estimate its check took) and the actual cost as the response gave it,
+// when it is one (pipeline.ParseResponseCost); nothing otherwise. The API
+// settles them by the rule every front end does (pipeline.SettleDelta:
+// min_cost, MaxCost), so the runner applies none itself. The API's
+// listener is trusted (no tokens): an admin may settle refunds.
 func settleAPI(t *testing.T, base string, s frontends.Step) {
 	t.Helper()
-	actual, ok, err := pipeline.ParseResponseCost([]string{s.ResponseCost}, 1)
-	if err != nil || !ok {
+	if _, ok, err := pipeline.ParseResponseCost([]string{s.ResponseCost}); err != nil || !ok {
 		return
 	}
-	estimate, err := strconv.ParseInt(cmpOr(s.Cost, "1"), 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body := fmt.Sprintf(`{"rule":"r","key":%q,"delta":%d}`, s.Key, actual-estimate)
+	body := fmt.Sprintf(`{"rule":"r","key":%q,"estimate":%s,"actual":%s}`, s.Key, cmpOr(s.Cost, "1"), s.ResponseCost)
 	resp, err := http.Post(base+service.APIPrefix+"settle", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)

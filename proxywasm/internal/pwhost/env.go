@@ -14,21 +14,22 @@ const i32 = api.ValueTypeI32
 // rl-filter.wasm imports, with their parameter counts (i32 but those
 // EnvI64 names; one i32 result: a proxy_status_t).
 var EnvFunctions = map[string]int{
-	"proxy_log":                      3,
-	"proxy_get_buffer_bytes":         5,
-	"proxy_get_header_map_value":     5,
-	"proxy_get_header_map_pairs":     3,
-	"proxy_replace_header_map_value": 5,
-	"proxy_remove_header_map_value":  3,
-	"proxy_get_property":             4,
-	"proxy_send_local_response":      8,
-	"proxy_continue_stream":          1,
-	"proxy_set_effective_context":    1,
-	"proxy_get_shared_data":          5,
-	"proxy_set_shared_data":          5,
-	"proxy_http_call":                10,
-	"proxy_define_metric":            4,
-	"proxy_increment_metric":         2,
+	"proxy_log":                          3,
+	"proxy_get_buffer_bytes":             5,
+	"proxy_get_header_map_value":         5,
+	"proxy_get_header_map_pairs":         3,
+	"proxy_replace_header_map_value":     5,
+	"proxy_remove_header_map_value":      3,
+	"proxy_get_property":                 4,
+	"proxy_send_local_response":          8,
+	"proxy_continue_stream":              1,
+	"proxy_set_effective_context":        1,
+	"proxy_get_shared_data":              5,
+	"proxy_set_shared_data":              5,
+	"proxy_http_call":                    10,
+	"proxy_define_metric":                4,
+	"proxy_increment_metric":             2,
+	"proxy_set_tick_period_milliseconds": 1,
 }
 
 // EnvI64 gives the parameters of EnvFunctions that are i64.
@@ -254,7 +255,7 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 			return StatusInvalidMemoryAccess
 		}
 		hs, err := deserialize(hb)
-		if err != nil || vm.active == nil {
+		if err != nil {
 			return StatusBadArgument
 		}
 		for _, want := range []string{":method", ":path", ":authority"} {
@@ -268,11 +269,20 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 		}
 		vm.nextCall++
 		c := &Callout{ID: vm.nextCall, Cluster: string(cluster), Headers: hs, Body: append([]byte(nil), body...), TimeoutMS: u(a[8])}
-		vm.active.Callouts = append(vm.active.Callouts, c)
+		if vm.active != nil {
+			vm.active.Callouts = append(vm.active.Callouts, c)
+		} else { // the plugin's own (root context): answered with Answer
+			vm.Callouts = append(vm.Callouts, c)
+		}
 		vm.calls[c.ID] = vm.active
 		if !m.Memory().WriteUint32Le(u(a[9]), c.ID) {
 			return StatusInvalidMemoryAccess
 		}
+		return StatusOK
+	})
+	// The root context's tick (VM.Tick); a period of 0 stops it.
+	def("proxy_set_tick_period_milliseconds", func(vm *VM, m api.Module, a []uint64) uint32 {
+		vm.tickMS = u(a[0])
 		return StatusOK
 	})
 	// Metrics: counters only (the filter defines no other kind), one

@@ -7,7 +7,8 @@
 // It implements the env imports the filter uses (logging, plugin
 // configuration, request and response headers, properties, local
 // responses, shared data with compare-and-swap, HTTP callouts, effective
-// context, stream continuation) and takes WASI from wazero. Shared data has
+// context, stream continuation, the root context's tick) and takes WASI
+// from wazero. Shared data has
 // Envoy's semantics: one cas counter for the map, bumped by every write; a
 // write with cas 0, or to a missing key, always succeeds.
 //
@@ -156,7 +157,7 @@ type VM struct {
 	ctx context.Context
 
 	malloc, onContextCreate, onVMStart, onConfigure, onRequestHeaders,
-	onResponseHeaders, onResponseTrailers, onHTTPCallResponse, onLog, onDone, onDelete api.Function
+	onResponseHeaders, onResponseTrailers, onHTTPCallResponse, onLog, onDone, onDelete, onTick api.Function
 
 	rootID       uint32
 	nextID       uint32
@@ -168,7 +169,13 @@ type VM struct {
 	// during a proxy_on_http_call_response: its answer.
 	callResp *CalloutResponse
 	nextCall uint32
-	calls    map[uint32]*Stream
+	calls    map[uint32]*Stream // a pending callout's stream (nil: the plugin's)
+	// tickMS is the tick period the plugin set (0: no tick; Tick).
+	tickMS uint32
+
+	// Callouts are the HTTP calls the plugin dispatched from its root
+	// context (at a tick), not for a stream: answer them with Answer.
+	Callouts []*Callout
 
 	// Logs holds every proxy_log message, "<level>: <message>".
 	Logs []string
@@ -254,6 +261,7 @@ func (h *Host) NewVM(ctx context.Context, pluginConfig []byte) (*VM, error) {
 		"proxy_on_log":                &vm.onLog,
 		"proxy_on_done":               &vm.onDone,
 		"proxy_on_delete":             &vm.onDelete,
+		"proxy_on_tick":               &vm.onTick,
 	} {
 		if *f = m.ExportedFunction(name); *f == nil {
 			return nil, fmt.Errorf("pwhost: the module does not export %s", name)
@@ -372,9 +380,28 @@ func (vm *VM) RespondWith(s *Stream, c *Callout, resp CalloutResponse, upstream 
 	return vm.finish(s, upstream)
 }
 
-// Answer delivers the answer to a callout whose stream is finished (a
-// settle sent when the stream was done): the guest's callback finds its
-// stream gone.
+// TickPeriod is the tick period the plugin set, in ms (0: none).
+func (vm *VM) TickPeriod() uint32 {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return vm.tickMS
+}
+
+// Tick runs the root context's tick (proxy_on_tick), as the host does
+// every TickPeriod while it is not 0; it reports false, doing nothing,
+// when there is no tick.
+func (vm *VM) Tick() (bool, error) {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	if vm.tickMS == 0 {
+		return false, nil
+	}
+	_, err := vm.call(vm.onTick, uint64(vm.rootID))
+	return true, err
+}
+
+// Answer delivers the answer to a callout whose stream is finished, or
+// to one of the plugin's own (Callouts).
 func (vm *VM) Answer(c *Callout, resp CalloutResponse) error {
 	vm.mu.Lock()
 	defer vm.mu.Unlock()

@@ -2,6 +2,8 @@ package pwhost
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -70,8 +72,9 @@ func TestResponseCost(t *testing.T) {
 
 // TestGlobalSettleWithRLWasmHost (issue 22, item 3): in global mode the
 // committed filter sends a settle to rl-wasm-host's decision API when the
-// response reports its cost; the service settles it, and the debt denies
-// the key's next request on another replica.
+// response reports its cost, from the plugin at its next tick; the service
+// settles it, the filter counts the 200, and the debt denies the key's
+// next request on another replica.
 func TestGlobalSettleWithRLWasmHost(t *testing.T) {
 	base := startRLWasmHost(t, `{"rules":[{"name":"llm","strategy":"token","limit":1000,"window":"1h","cost":100}]}`)
 	const conf = `{"rules":[{"name":"chat","endpoint":"/chat","key_by":"header:x-user","strategy":"token","limit":1000,"window":"1h",
@@ -100,11 +103,17 @@ func TestGlobalSettleWithRLWasmHost(t *testing.T) {
 	if _, ok := field(s.ResponseHeaders, "x-tokens-used"); ok {
 		t.Error("the client got x-tokens-used")
 	}
-	if len(s.Callouts) != 2 {
-		t.Fatalf("%d callouts, want the check and the settle", len(s.Callouts))
+	if len(s.Callouts) != 1 || len(vms[0].Callouts) != 0 {
+		t.Fatalf("%d callouts of the request, %d of the plugin, before the tick", len(s.Callouts), len(vms[0].Callouts))
 	}
-	c := s.Callouts[1]
-	if p, _ := field(c.Headers, ":path"); p != "/v1/ratelimit/settle" || string(c.Body) != `{"rule":"llm","key":"ann","delta":2400}` {
+	if ticked, err := vms[0].Tick(); !ticked || err != nil {
+		t.Fatalf("tick: %v %v", ticked, err)
+	}
+	if len(vms[0].Callouts) != 1 || vms[0].TickPeriod() != 0 {
+		t.Fatalf("%d callouts of the plugin, tick period %d", len(vms[0].Callouts), vms[0].TickPeriod())
+	}
+	c := vms[0].Callouts[0]
+	if p, _ := field(c.Headers, ":path"); p != "/v1/ratelimit/settle" || string(c.Body) != `{"rule":"llm","key":"ann","estimate":100,"actual":2500}` {
 		t.Fatalf("settle %s %s", p, c.Body)
 	}
 	resp := forward(c)
@@ -122,6 +131,9 @@ func TestGlobalSettleWithRLWasmHost(t *testing.T) {
 	if err := vms[0].Answer(c, resp); err != nil {
 		t.Fatal(err)
 	}
+	if n, _ := vms[0].h.Metric("rl_filter.settles.chat.settled"); n != 1 {
+		t.Errorf("%d settles counted after the 200", n)
+	}
 	// 2500 used of 1000: the other replica's next request is denied.
 	s, err = vms[1].Request(req, nil, nil)
 	if err != nil || len(s.Callouts) != 1 {
@@ -135,5 +147,69 @@ func TestGlobalSettleWithRLWasmHost(t *testing.T) {
 	}
 	if v, _ := field(s.Local.Headers, "retry-after"); v != "5760" { // 1600 tokens to pay at 1000 an hour, less a few ms, rounded up
 		t.Errorf("Retry-After %q", v)
+	}
+}
+
+// TestGlobalRefundNeedsASettleToken: rl-wasm-host lets a check token
+// settle only debts (a refund of what no check took would be a reset by
+// another name), so a global rule whose token is a check token has its
+// refunds refused, 403: the committed filter counts them failed, and logs
+// it; the estimate stands. A settle token's refund is settled. Before, the
+// filter counted every settle sent as settled.
+func TestGlobalRefundNeedsASettleToken(t *testing.T) {
+	sum := func(tok string) string { h := sha256.Sum256([]byte(tok)); return hex.EncodeToString(h[:]) }
+	base := startRLWasmHost(t, `{"api_tokens":[{"name":"edge","role":"check","sha256":"`+sum("check-token")+`"},
+		{"name":"settler","role":"settle","sha256":"`+sum("settle-token")+`"}],
+		"rules":[{"name":"llm","strategy":"fixed","limit":10,"window":"1h"}]}`)
+	forward := forwarder(t, base)
+	for _, c := range []struct {
+		token, result string
+		remaining     string // the key's X-RateLimit-Remaining after: the refund's, or the estimate's
+	}{
+		{"check-token", "failed", "0"},   // 5 + the next request's 5 used of 10
+		{"settle-token", "settled", "3"}, // 2 + 5
+	} {
+		conf := `{"rules":[{"name":"chat","endpoint":"/chat","key_by":"header:x-user","strategy":"fixed","limit":10,"window":"1h",
+			"cost":5,"response_cost_header":"x-tokens-used","global":{"cluster":"rl","rule":"llm","token":"` + c.token + `"}}]}`
+		h := newHost(t)
+		vm, err := h.NewVM(context.Background(), []byte(conf))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := [][2]string{{":method", "POST"}, {":authority", "app"}, {":path", "/chat"}, {"x-user", c.token}}
+		s, err := vm.Request(req, nil, nil)
+		if err != nil || len(s.Callouts) != 1 {
+			t.Fatalf("%s: %v", c.token, err)
+		}
+		// Estimate 5; the response says 2 were used: a refund of 3.
+		if err := vm.RespondWith(s, s.Callouts[0], forward(s.Callouts[0]), Response{Headers: [][2]string{{":status", "200"}, {"x-tokens-used", "2"}}}); err != nil {
+			t.Fatal(err)
+		}
+		if ticked, err := vm.Tick(); !ticked || err != nil {
+			t.Fatalf("%s: tick %v %v", c.token, ticked, err)
+		}
+		if len(vm.Callouts) != 1 {
+			t.Fatalf("%s: %d settles sent", c.token, len(vm.Callouts))
+		}
+		resp := forward(vm.Callouts[0])
+		if err := vm.Answer(vm.Callouts[0], resp); err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := h.Metric("rl_filter.settles.chat." + c.result); n != 1 {
+			t.Errorf("%s: answered %q %s: %s counted %d times", c.token, resp.Headers, resp.Body, c.result, n)
+		}
+		if c.result == "failed" && !strings.Contains(strings.Join(vm.Logs, "\n"), `answered the settle of estimate 5, actual 2 with status "403"`) {
+			t.Errorf("%s: not logged: %q", c.token, vm.Logs)
+		}
+		s, err = vm.Request(req, nil, nil)
+		if err != nil || len(s.Callouts) != 1 {
+			t.Fatalf("%s: %v", c.token, err)
+		}
+		if err := vm.Respond(s, s.Callouts[0], forward(s.Callouts[0]), [][2]string{{":status", "200"}}); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ := field(s.ResponseHeaders, "x-ratelimit-remaining"); v != c.remaining {
+			t.Errorf("%s: remaining %q, want %s", c.token, v, c.remaining)
+		}
 	}
 }
