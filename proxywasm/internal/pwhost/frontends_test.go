@@ -174,14 +174,29 @@ func exchangeGlobal(t *testing.T, vm *VM, st *Stream, forward func(*Callout) Cal
 	if err := vm.RespondWith(st, st.Callouts[0], forward(st.Callouts[0]), up); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range st.Callouts[1:] { // the settle, sent when the response is done
-		resp := forward(c)
-		if code, _ := field(resp.Headers, ":status"); code != "200" {
-			t.Fatalf("the service answered the settle %s %s: %s", code, c.Body, resp.Body)
+	if len(st.Callouts) != 1 {
+		t.Fatalf("%d callouts of the stream: a settle is sent by the plugin, on its tick", len(st.Callouts))
+	}
+	// A settle, queued when the response is done, is sent on the
+	// plugin's next tick, and answered.
+	sent := len(vm.Callouts)
+	for n := 0; vm.TickPeriod() != 0; n++ {
+		if n == 10 {
+			t.Fatalf("the plugin still ticks after %d ticks", n)
 		}
-		if err := vm.Answer(c, resp); err != nil {
+		if _, err := vm.Tick(); err != nil {
 			t.Fatal(err)
 		}
+		for _, c := range vm.Callouts[sent:] {
+			resp := forward(c)
+			if code, _ := field(resp.Headers, ":status"); code != "200" {
+				t.Fatalf("the service answered the settle %s %s: %s", code, c.Body, resp.Body)
+			}
+			if err := vm.Answer(c, resp); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sent = len(vm.Callouts)
 	}
 	return st
 }
