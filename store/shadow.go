@@ -22,7 +22,11 @@ import (
 //   - when they deny the call, nothing is charged anywhere, shadow limits
 //     included, and each shadow limit's decision is a peek of the cost:
 //     what it would have decided;
-//   - a policy of only shadow limits admits every call.
+//   - a policy of only shadow limits admits every call;
+//   - a settle (Settle) corrects the enforced limits all or nothing, as
+//     core.SettleAll, then each shadow limit on its own: a shadow limit
+//     that cannot be settled (a corrupt state) is left as it was and
+//     never fails the call, nor cancels the enforced limits' correction.
 //
 // A peek decides every limit as a peek. The decision a store returns is
 // the deciding enforced limit's (Policy.Deciding); each shadow limit's own
@@ -82,11 +86,12 @@ func (p *Policy) Shadowed() bool { return p.sh != nil }
 
 // Decide decides op on ss, the states of a key's limits in the policy's
 // order, into ds (both at least Len long), as a store's atomic step does:
-// for a policy without shadow limits, exactly core.TakeAll or PeekAll with
-// decider dec (nil: the native core on the compiled limits); with shadow
-// limits, the enforced limits with one TakeAll or PeekAll of dec, then
-// each shadow limit alone (see the package doc's Shadow limits). It
-// returns the index of the deciding limit, whose decision is
+// for a policy without shadow limits, exactly core.TakeAll, PeekAll or
+// SettleAll with decider dec (nil: the native core on the compiled
+// limits); with shadow limits, the enforced limits with one TakeAll,
+// PeekAll or SettleAll of dec, then each shadow limit alone (see the
+// package doc's Shadow limits). It returns the index of the deciding
+// limit, whose decision is
 // Deciding(ds, i), not ds[i].
 //
 // States change as TakeAll changes them: only when the call is admitted,
@@ -95,10 +100,66 @@ func (p *Policy) Shadowed() bool { return p.sh != nil }
 // given a new one). On an error, the index of the limit at fault, and ss
 // unchanged: every check is made before any state is written.
 func (p *Policy) Decide(dec core.Decider, op Op, ss []core.State, now, cost int64, ds []core.Decision) (int, error) {
-	if p.sh == nil || op == Settle { // a settle corrects every limit alike
+	switch {
+	case p.sh == nil:
 		return decideAll(dec, op, p.limits, p.compiled, ss, now, cost, ds)
+	case op == Settle:
+		return p.settleShadow(dec, ss, now, cost, ds)
 	}
 	return p.decideShadow(dec, op, ss, now, cost, ds)
+}
+
+// maxLimits32 holds that a uint32 has a bit for every limit of a policy.
+var _ [32 - core.MaxLimits]struct{}
+
+// settleShadow is Decide's Settle for a policy with shadow limits: the
+// enforced limits are settled all or nothing, as core.SettleAll, as if the
+// shadow limits were not there; then each shadow limit alone, and one that
+// cannot be settled (its state is corrupt) is left as it was, its decision
+// the zero Decision with its Limit: a shadow limit never fails a settle,
+// and above all never cancels the enforced limits' debt. The call's own
+// errors (core.CheckSettle) are reported first, at index 0.
+func (p *Policy) settleShadow(dec core.Decider, ss []core.State, now, delta int64, ds []core.Decision) (int, error) {
+	sh := p.sh
+	if len(ss) < len(p.limits) || len(ds) < len(p.limits) {
+		return 0, core.ErrLimits
+	}
+	if err := core.CheckSettle(now, delta); err != nil {
+		return 0, err // the call's own error, as core.SettleAll reports it
+	}
+	deciding := -1
+	if k := len(sh.enforced); k > 0 {
+		var es [core.MaxLimits]core.State
+		var ed [core.MaxLimits]core.Decision
+		for j, i := range sh.enforced {
+			es[j] = ss[i]
+		}
+		j, err := decideAll(dec, Settle, sh.eLimits, sh.eCompiled, es[:k], now, delta, ed[:k])
+		if err != nil {
+			return sh.enforced[j], err
+		}
+		for j, i := range sh.enforced {
+			ss[i], ds[i] = es[j], ed[j]
+		}
+		deciding = sh.enforced[j]
+	}
+	var failed uint32 // shadow limits not settled, by index (maxLimits32)
+	for _, i := range sh.shadows {
+		roomForLog(&p.limits[i], &ss[i])
+		s := ss[i]
+		if _, err := decideAll(dec, Settle, p.limits[i:i+1], p.compiled[i:i+1], ss[i:i+1], now, delta, ds[i:i+1]); err != nil {
+			ss[i], ds[i] = s, core.Decision{Limit: p.limits[i].Limit}
+			failed |= 1 << i
+		}
+	}
+	if deciding < 0 { // only shadow limits: the settled one closest to exhaustion
+		for _, i := range sh.shadows {
+			if deciding < 0 || failed&(1<<deciding) != 0 || failed&(1<<i) == 0 && ds[i].Remaining < ds[deciding].Remaining {
+				deciding = i
+			}
+		}
+	}
+	return deciding, nil
 }
 
 // decideAll is core.TakeAll or PeekAll of ls, with dec or, when dec is nil,
