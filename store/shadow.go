@@ -3,6 +3,7 @@ package store
 import (
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/rlcore/rl/core"
 )
@@ -43,6 +44,11 @@ type shadows struct {
 	shadows   []int  // indexes of the shadow limits, in order
 	eLimits   []core.Limit
 	eCompiled []core.Compiled
+
+	// charged caches Charged's policies, by the bits of the shadow limits
+	// they leave out.
+	mu      sync.Mutex
+	charged map[uint32]*Policy
 }
 
 // WithShadow returns a copy of p in which the named limits, and only they,
@@ -76,6 +82,73 @@ func (p *Policy) WithShadow(names ...string) (*Policy, error) {
 	}
 	q.id = policyIDs.Add(1)
 	return q, nil
+}
+
+// Charged returns the policy a settle of a call should be decided under,
+// given ds, the call's per-limit decisions (from Decide, a Take that was
+// admitted): p without the shadow limits that did not charge the call
+// (a would-deny, ds[i].Allowed false). As if it were enforced, such a
+// shadow limit would have denied the call, which then had nothing to
+// settle; a settle under p itself would correct units it never took. It
+// returns p when p has no shadow limits or every one was charged, and nil
+// when no limit remains (a policy of shadow limits that all would have
+// denied): then there is nothing to settle. The policies it builds are
+// kept with p, one per set of limits left out, so a settle allocates
+// nothing after the first; each has the names, limits, and states of p's
+// limits it keeps.
+func (p *Policy) Charged(ds []core.Decision) *Policy {
+	sh := p.sh
+	if sh == nil {
+		return p
+	}
+	var out uint32
+	for _, i := range sh.shadows {
+		if i < len(ds) && !ds[i].Allowed {
+			out |= 1 << i
+		}
+	}
+	if out == 0 {
+		return p
+	}
+	if len(sh.enforced) == 0 && out == allBits(sh.shadows) {
+		return nil
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if q, ok := sh.charged[out]; ok {
+		return q
+	}
+	q := &Policy{}
+	var shadows []string
+	for i := range p.limits {
+		if out&(1<<i) != 0 {
+			continue
+		}
+		q.names = append(q.names, p.names[i])
+		q.limits = append(q.limits, p.limits[i])
+		q.compiled = append(q.compiled, p.compiled[i])
+		if sh.shadow[i] {
+			shadows = append(shadows, p.names[i])
+		}
+	}
+	q.id = policyIDs.Add(1)
+	if shadows != nil {
+		q, _ = q.WithShadow(shadows...) // not an error: the names are q's
+	}
+	if sh.charged == nil {
+		sh.charged = make(map[uint32]*Policy)
+	}
+	sh.charged[out] = q
+	return q
+}
+
+// allBits returns the bits of the indexes is.
+func allBits(is []int) uint32 {
+	var b uint32
+	for _, i := range is {
+		b |= 1 << i
+	}
+	return b
 }
 
 // Shadow reports whether limit i is a shadow limit.
