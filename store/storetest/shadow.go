@@ -34,7 +34,9 @@ func shadow(t *testing.T, cfg Config, prefix string) {
 func shadowSettleCharged(t *testing.T, cfg Config, prefix string) {
 	s := cfg.New(t)
 	ctx := context.Background()
-	fixed := func(lim int64) core.Limit { return core.Limit{Algorithm: core.FixedWindow, Limit: lim, Window: 3_600_000_000} }
+	fixed := func(lim int64) core.Limit {
+		return core.Limit{Algorithm: core.FixedWindow, Limit: lim, Window: 3_600_000_000}
+	}
 	p := withShadow(t, policy(t, []string{"enforced", "small", "large"}, fixed(100), fixed(2), fixed(50)), "small", "large")
 	each := make([]core.Decision, 3)
 	for i, cost := range []int64{2, 1} {
