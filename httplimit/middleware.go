@@ -348,7 +348,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return // the client went away
 		}
 		if c.ResponseCost.Field != "" {
-			h.serveAndSettle(w, r, &req)
+			h.serveAndSettle(w, r, &req, policy)
 			return
 		}
 		h.next.ServeHTTP(w, r)

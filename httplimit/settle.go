@@ -75,8 +75,11 @@ var ErrResponseCost = errors.New("httplimit: invalid response cost")
 // still cost what it cost). A request that arrives before the settle lands
 // is decided without it. An invalid field is reported at once, without a
 // store call. The correction is pipeline.SettleDelta's, the rule every
-// front end settles by.
-func (h *handler) serveAndSettle(w http.ResponseWriter, r *http.Request, req *rl.Request) {
+// front end settles by. It is settled under policy.Charged, the limits the
+// take charged: a shadow limit's would-deny is not corrected for units it
+// never took (policy is req's, or the limiter's default; nil when neither
+// is known, and then req's policy is settled whole).
+func (h *handler) serveAndSettle(w http.ResponseWriter, r *http.Request, req *rl.Request, policy *rl.Policy) {
 	cw := &costWriter{ResponseWriter: w, field: textproto.CanonicalMIMEHeaderKey(h.cfg.ResponseCost.Field)}
 	h.next.ServeHTTP(cw, r)
 	values := cw.finish()
@@ -97,6 +100,12 @@ func (h *handler) serveAndSettle(w http.ResponseWriter, r *http.Request, req *rl
 		return
 	}
 	settle := rl.Request{Key: req.Key, Cost: delta, Policy: req.Policy, Settle: true}
+	if policy != nil {
+		if settle.Policy = policy.Charged(req.Each); settle.Policy == nil {
+			h.reportSettle(r, &s) // shadow limits only, each a would-deny: nothing taken
+			return
+		}
+	}
 	ctx := context.WithoutCancel(r.Context())
 	go func() {
 		start := time.Now()

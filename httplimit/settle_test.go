@@ -336,3 +336,56 @@ func TestResponseCostAboveMaxCost(t *testing.T) {
 		require.False(t, peek.Allowed, "%s: settled as 2^40 of a million", value)
 	}
 }
+
+// TestResponseCostShadowCharged: the settle corrects the limits the take
+// charged: a shadow limit that would have denied the request (and so was
+// not charged) is not charged its actual cost either, while one that
+// admitted it is settled with the enforced limit.
+func TestResponseCostShadowCharged(t *testing.T) {
+	p := rl.MustPolicy(
+		rl.Limit{Name: "enforced", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Hour},
+		rl.Limit{Name: "small", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour, Shadow: true},
+		rl.Limit{Name: "large", Algorithm: core.FixedWindow, Limit: 500, Window: time.Hour, Shadow: true},
+	)
+	now := &atomic.Int64{}
+	now.Store(t0)
+	lim, err := rl.New(rl.Config{Policy: p, Clock: now.Load})
+	require.NoError(t, err)
+	t.Cleanup(func() { lim.Close() })
+	settles := make(chan httplimit.Settlement, 1)
+	mw, err := httplimit.New(httplimit.Config{
+		Limiter:      lim,
+		Key:          httplimit.Header("X-User"),
+		ResponseCost: httplimit.ResponseCost{Field: "X-Cost-Actual", Min: 1},
+		OnSettle:     func(r *http.Request, s httplimit.Settlement) { settles <- s },
+	})
+	require.NoError(t, err)
+	srv := httptest.NewServer(mw(costHandler("header", "100")))
+	t.Cleanup(srv.Close)
+	for range 2 { // the second: small would deny
+		req, err := http.NewRequest("GET", srv.URL, nil)
+		require.NoError(t, err)
+		req.Header.Set("X-User", "u")
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.Equal(t, 200, resp.StatusCode)
+		select {
+		case s := <-settles:
+			require.NoError(t, s.Err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no settle reported")
+		}
+	}
+	each := make([]rl.LimitResult, 3)
+	_, err = lim.Do(context.Background(), rl.Request{Key: "u", Cost: 0, Each: each})
+	require.NoError(t, err)
+	require.Equal(t, int64(1000-200), each[0].Remaining, "enforced: two requests of 100")
+	require.Equal(t, int64(0), each[1].Remaining)
+	require.Equal(t, int64(500-200), each[2].Remaining, "large: charged both times")
+	peekSmall := rl.MustPolicy(rl.Limit{Name: "small", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Hour})
+	r, err := lim.Do(context.Background(), rl.Request{Key: "u", Cost: 0, Policy: peekSmall})
+	require.NoError(t, err)
+	require.Equal(t, int64(1000-100), r.Remaining, "small: its first request's 100, not the second's, which it would have denied")
+}

@@ -60,7 +60,7 @@ func TestStoreCarriesUsage(t *testing.T) {
 				if rnd.IntN(6) == 0 {
 					op, cost = "settle", rnd.Int64N(9)-3
 					wi, werr = core.SettleAll(r.Limits, want, now, cost, wd)
-					gi, gerr = s.settle(r, "k", now, cost, gd)
+					gi, gerr = s.settle(r, "k", now, cost, nil, gd)
 				} else {
 					wi, werr = core.TakeAll(r.Limits, want, now, cost, wd)
 					gi, gerr = s.take(r, "k", now, cost, gd)

@@ -202,6 +202,9 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		return h.failed(r, begun, err)
 	}
 	h.p.outage.Success()
+	if h.settle != nil {
+		h.settle.charged(r, ds)
+	}
 	v := pipeline.FromCore(r.LimitNames, r.Limits, r.Shadow, ds, idx)
 	return h.decided(r, key, &v)
 }

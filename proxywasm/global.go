@@ -40,7 +40,10 @@ type checkRequest struct {
 	Cost     int64         `json:"cost,omitempty"` // a check's: at least 1
 	Estimate *int64        `json:"estimate,omitempty"`
 	Actual   *int64        `json:"actual,omitempty"`
-	FailOpen *bool         `json:"fail_open,omitempty"`
+	// Uncharged: a settle's shadow limits the check did not charge
+	// (its would-denies), left as they are by rl-wasm-host.
+	Uncharged []string `json:"uncharged,omitempty"`
+	FailOpen  *bool    `json:"fail_open,omitempty"`
 }
 
 type inlineLimit struct {
@@ -133,8 +136,8 @@ func checkBody(r *rule, key string, cost int64) []byte {
 
 // settleBody returns the body of a settle's callout: the check's, with
 // the estimate (the check's cost) and the actual cost instead of a cost.
-func settleBody(r *rule, key string, estimate, actual int64) []byte {
-	return decisionBody(r, checkRequest{Key: globalKey(r, key), Estimate: &estimate, Actual: &actual}, false)
+func settleBody(r *rule, key string, estimate, actual int64, uncharged []string) []byte {
+	return decisionBody(r, checkRequest{Key: globalKey(r, key), Estimate: &estimate, Actual: &actual, Uncharged: uncharged}, false)
 }
 
 // decisionBody completes req with r's rule name or inline limits (and,
@@ -197,6 +200,13 @@ func (h *httpContext) onGlobal(r *rule, begun outage.Token, key string, cost int
 		h.p.outage.Success()
 		if v.Allowed {
 			h.expectSettle(r, key, key, cost)
+			if h.settle != nil {
+				for i := range v.Limits {
+					if v.WouldDeny(i) {
+						h.settle.unchargedNames = append(h.settle.unchargedNames, v.Limits[i].Name)
+					}
+				}
+			}
 		}
 		act = h.decided(r, key, &v)
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
+	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/pipeline"
 )
 
@@ -35,8 +36,15 @@ type pendingSettle struct {
 	key      string // the key, before the rule's name
 	record   string // the key's record in shared data
 	estimate int64  // the cost taken
-	values   []string
-	done     bool
+	// uncharged: the shadow limits (bits by index) the take did not
+	// charge, its would-denies, which the settle leaves as they are
+	// (store.Policy.Charged).
+	uncharged uint32
+	// unchargedNames: in global mode, the same, by name, as rl-wasm-host
+	// answered the check: sent with the settle.
+	unchargedNames []string
+	values         []string
+	done           bool
 	// untaken: the request was let through without a decision
 	// (fail_open): nothing to settle, but the field is removed all the
 	// same.
@@ -83,6 +91,16 @@ func (p *pluginContext) countSettle(r *rule, result pipeline.SettleResult) {
 func (h *httpContext) expectSettle(r *rule, key, record string, cost int64) {
 	if r.ResponseCostHeader != "" {
 		h.settle = &pendingSettle{r: r, key: key, record: record, estimate: cost}
+	}
+}
+
+// charged records which of the rule's limits the take charged (ds, its
+// per-limit decisions): a shadow limit's would-deny is not settled.
+func (ps *pendingSettle) charged(r *rule, ds []core.Decision) {
+	for i := range ds {
+		if r.Shadow[i] && !ds[i].Allowed {
+			ps.uncharged |= 1 << i
+		}
 	}
 }
 
@@ -172,10 +190,14 @@ func (h *httpContext) finishSettle() {
 	}
 	if r.Global != nil {
 		// Sent by the plugin, counted when rl-wasm-host answers.
-		p.queueSettle(globalSettle{r: r, key: ps.key, estimate: ps.estimate, actual: ps.estimate + delta})
+		p.queueSettle(globalSettle{r: r, key: ps.key, estimate: ps.estimate, actual: ps.estimate + delta, uncharged: ps.unchargedNames})
 		return
 	}
-	if _, err = p.store.settle(r, ps.record, clock(), delta, p.ds[:len(r.Limits)]); err == nil {
+	var charged [core.MaxLimits]core.Decision
+	for i := range r.Limits {
+		charged[i].Allowed = ps.uncharged&(1<<i) == 0
+	}
+	if _, err = p.store.settle(r, ps.record, clock(), delta, charged[:len(r.Limits)], p.ds[:len(r.Limits)]); err == nil {
 		p.countSettle(r, pipeline.Settled)
 	}
 	if err != nil {
@@ -198,6 +220,7 @@ type globalSettle struct {
 	r                *rule // the rule or override that decided the request
 	key              string
 	estimate, actual int64 // the actual cost as SettleDelta settles it here
+	uncharged        []string
 }
 
 // settleTickMS is the tick period while global settles wait to be sent.
@@ -268,7 +291,7 @@ func (p *pluginContext) sendSettle(s *globalSettle) {
 		hs = append(hs, [2]string{"authorization", "Bearer " + g.Token})
 	}
 	estimate, actual := s.estimate, s.actual
-	_, err := proxywasm.DispatchHttpCall(g.Cluster, hs, settleBody(r, s.key, estimate, actual), nil, g.TimeoutMS, func(numHeaders, _, _ int) {
+	_, err := proxywasm.DispatchHttpCall(g.Cluster, hs, settleBody(r, s.key, estimate, actual, s.uncharged), nil, g.TimeoutMS, func(numHeaders, _, _ int) {
 		status := ""
 		if numHeaders > 0 {
 			hs, _ := proxywasm.GetHttpCallResponseHeaders()

@@ -111,6 +111,40 @@ func TestFilterResponseCost(t *testing.T) {
 	}
 }
 
+// TestFilterSettleShadowCharged: a settle leaves a shadow limit the take
+// did not charge (its would-deny) as it was, as store.Policy.Charged says
+// for every front end: a refund of a request the candidate would have
+// denied does not give the candidate back units it never took.
+func TestFilterSettleShadowCharged(t *testing.T) {
+	host := emulate(t, `{"slots":16,"rules":[
+		{"name":"llm","endpoint":"/","key_by":"header:X-User","cost_header":"X-Cost","response_cost_header":"X-Cost-Actual",
+		 "limits":[{"name":"default","strategy":"fixed","limit":1000,"window":"1h"},
+		           {"name":"small","strategy":"fixed","limit":150,"window":"1h","shadow":true}]}]}`)
+	denied := func() uint64 {
+		n, err := host.GetCounterMetric(shadowMetric("llm", "small"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for i, c := range []struct {
+		cost, actual string
+		denials      uint64 // small's would-denies after the request
+	}{
+		{"100", "100", 0}, // small: 100
+		{"100", "20", 1},  // small would deny: not charged, and not refunded either
+		{"60", "60", 2},   // small: 100 + 60 > 150 (refunded the 80, it would have admitted)
+	} {
+		local, _ := respond(t, host, get("/chat", [2]string{"x-user", "u"}, [2]string{"x-cost", c.cost}), [][2]string{{"x-cost-actual", c.actual}}, true, nil)
+		if local != nil {
+			t.Fatalf("request %d denied: %+v", i, local)
+		}
+		if got := denied(); got != c.denials {
+			t.Fatalf("after request %d: %d would-denies of small, want %d", i, got, c.denials)
+		}
+	}
+}
+
 // TestFilterResponseCostGlobal: in global mode the settle is a callout to
 // rl-wasm-host's settle path, sent when the cost is final, by the plugin at
 // its next tick (which runs only while settles wait), and not waited for:
@@ -123,12 +157,19 @@ func TestFilterResponseCostGlobal(t *testing.T) {
 		 "global":{"cluster":"rl","rule":"llm","token":"s3cret"}},
 		{"name":"inline","endpoint":"/i","strategy":"fixed","limit":5,"window":"1s","key_by":"header:x-user","response_cost_header":"x-used","cost":2,
 		 "global":{"cluster":"rl","settle_path":"/rl/settle"}}]}`)
+	plain := `{"allowed":true,"limit_name":"default","limit":5,"remaining":4,"window_ms":1000,"limits":[]}`
+	// A shadow limit that would have denied the check: the settle names
+	// it, so rl-wasm-host leaves it as it is (rl.Policy.Charged).
+	wouldDeny := `{"allowed":true,"limit_name":"default","limit":5,"remaining":4,"window_ms":1000,"limits":[
+		{"name":"default","allowed":true,"limit":5,"remaining":4,"window_ms":1000},
+		{"name":"small","allowed":false,"shadow":true,"limit":1,"remaining":0,"window_ms":1000,"retry_after_ms":500}]}`
 	for i, c := range []struct {
-		path, check, settlePath, settle string
+		path, check, answer, settlePath, settle string
 	}{
-		{"/n", `{"rule":"llm","key":"alice","cost":1}`, "/v1/ratelimit/settle", `{"rule":"llm","key":"alice","estimate":1,"actual":7}`},
+		{"/n", `{"rule":"llm","key":"alice","cost":1}`, plain, "/v1/ratelimit/settle", `{"rule":"llm","key":"alice","estimate":1,"actual":7}`},
 		{"/i", `{"limits":[{"name":"default","strategy":"fixed_window","limit":5,"window":"1s"}],"key":"inline:alice","cost":2,"fail_open":false}`,
-			"/rl/settle", `{"limits":[{"name":"default","strategy":"fixed_window","limit":5,"window":"1s"}],"key":"inline:alice","estimate":2,"actual":7}`},
+			plain, "/rl/settle", `{"limits":[{"name":"default","strategy":"fixed_window","limit":5,"window":"1s"}],"key":"inline:alice","estimate":2,"actual":7}`},
+		{"/n", `{"rule":"llm","key":"alice","cost":1}`, wouldDeny, "/v1/ratelimit/settle", `{"rule":"llm","key":"alice","estimate":1,"actual":7,"uncharged":["small"]}`},
 	} {
 		id := host.InitializeHttpContext()
 		if act := host.CallOnRequestHeaders(id, get(c.path, [2]string{"x-user", "alice"}), true); act != types.ActionPause {
@@ -138,8 +179,7 @@ func TestFilterResponseCostGlobal(t *testing.T) {
 		if len(cs) != 1 || string(cs[0].Body) != c.check {
 			t.Fatalf("%s: check %+v", c.path, cs)
 		}
-		host.CallOnHttpCallResponse(cs[0].CalloutID, [][2]string{{":status", "200"}}, nil,
-			[]byte(`{"allowed":true,"limit_name":"default","limit":5,"remaining":4,"window_ms":1000,"limits":[]}`))
+		host.CallOnHttpCallResponse(cs[0].CalloutID, [][2]string{{":status", "200"}}, nil, []byte(c.answer))
 		host.CallOnResponseHeaders(id, [][2]string{{":status", "200"}, {"x-used", "7"}}, true)
 		if v := headerValue(host.GetCurrentResponseHeaders(id), "x-used"); v != "" {
 			t.Errorf("%s: the client got x-used %q", c.path, v)

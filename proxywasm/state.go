@@ -144,6 +144,8 @@ type store struct {
 	drop   []int
 	// gen returns a new generation (not 0); tests replace it.
 	gen func() int64
+	// charged: during a settle, the take's per-limit decisions.
+	charged []core.Decision
 }
 
 func newStore(cfg *config, sd sharedData) *store {
@@ -352,7 +354,12 @@ func (s *store) take(r *rule, key string, now, cost int64, ds []core.Decision) (
 // leave the key in debt, a negative one refunds, never below nothing
 // used. A key without a state is refunded nothing, and no state is
 // written for it.
-func (s *store) settle(r *rule, key string, now, delta int64, ds []core.Decision) (int, error) {
+//
+// charged are the take's per-limit decisions: a shadow limit it did not
+// charge is left as it is (store.Policy.SettleCharged).
+func (s *store) settle(r *rule, key string, now, delta int64, charged, ds []core.Decision) (int, error) {
+	s.charged = charged
+	defer func() { s.charged = nil }()
 	return s.run(r, key, rlstore.Settle, now, delta, ds)
 }
 
@@ -435,7 +442,11 @@ func (s *store) decide(r *rule, sl *slot, i int, op rlstore.Op, now, cost int64,
 	}
 	// The enforced limits all or nothing and the shadow ones (if any) in
 	// this one step, written by one compare-and-swap.
-	idx, err = r.policy.Decide(nil, op, states, now, cost, ds)
+	if op == rlstore.Settle {
+		idx, err = r.policy.SettleCharged(nil, s.charged, states, now, cost, ds)
+	} else {
+		idx, err = r.policy.Decide(nil, op, states, now, cost, ds)
+	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("rl-filter: rule %q: the key's stored state: %w", r.Name, err)
 	}

@@ -108,7 +108,7 @@ func TestStoreMatchesCore(t *testing.T) {
 				if rnd.IntN(5) == 0 { // a settle: debt or refund
 					cost = rnd.Int64N(11) - 4
 					wi, werr = core.SettleAll(r.Limits, want, now, cost, wd)
-					gi, gerr = s.settle(r, "k", now, cost, gd)
+					gi, gerr = s.settle(r, "k", now, cost, nil, gd)
 				} else {
 					wi, werr = core.TakeAll(r.Limits, want, now, cost, wd)
 					gi, gerr = s.take(r, "k", now, cost, gd)

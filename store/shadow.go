@@ -142,6 +142,52 @@ func (p *Policy) Charged(ds []core.Decision) *Policy {
 	return q
 }
 
+// SettleCharged is Decide's Settle under p.Charged(charged) for a store
+// that keeps all of p's states together (ss and ds in p's order, as
+// Decide's): the limits the charged policy keeps are settled as its Decide
+// settles them, and every other limit is left as it was, its decision a
+// peek of cost 0 (what it says of the key now, so that the key's expiry
+// still counts it; the zero Decision with its Limit if its state cannot
+// be read). It returns the deciding index in p's order. With charged
+// shorter than p or every limit charged, it is Decide's Settle.
+func (p *Policy) SettleCharged(dec core.Decider, charged []core.Decision, ss []core.State, now, delta int64, ds []core.Decision) (int, error) {
+	q := p.Charged(charged)
+	if q == p || len(charged) < len(p.limits) {
+		return p.Decide(dec, Settle, ss, now, delta, ds)
+	}
+	if len(ss) < len(p.limits) || len(ds) < len(p.limits) {
+		return 0, core.ErrLimits
+	}
+	if err := core.CheckSettle(now, delta); err != nil {
+		return 0, err
+	}
+	var kept [core.MaxLimits]int // q's limits, by their index in p
+	var qs [core.MaxLimits]core.State
+	var qd [core.MaxLimits]core.Decision
+	k := 0
+	for i := range p.limits {
+		if q != nil && k < q.Len() && q.names[k] == p.names[i] {
+			kept[k], qs[k] = i, ss[i]
+			k++
+			continue
+		}
+		if _, err := decideAll(dec, Peek, p.limits[i:i+1], p.compiled[i:i+1], ss[i:i+1], now, 0, ds[i:i+1]); err != nil {
+			ds[i] = core.Decision{Limit: p.limits[i].Limit}
+		}
+	}
+	if k == 0 { // nothing charged: nothing to settle
+		return 0, nil
+	}
+	j, err := q.Decide(dec, Settle, qs[:k], now, delta, qd[:k])
+	if err != nil {
+		return kept[j], err
+	}
+	for j, i := range kept[:k] {
+		ss[i], ds[i] = qs[j], qd[j]
+	}
+	return kept[j], nil
+}
+
 // allBits returns the bits of the indexes is.
 func allBits(is []int) uint32 {
 	var b uint32

@@ -116,3 +116,35 @@ func TestSettleShadow(t *testing.T) {
 func sameWords(a, b core.State) bool {
 	return a.Algorithm == b.Algorithm && a.T == b.T && a.X == b.X && a.Y == b.Y && a.L == b.L && a.W == b.W && a.R == b.R
 }
+
+// TestSettleCharged: SettleCharged settles, on all of p's states, what a
+// settle under p.Charged settles by name, and leaves the rest as it was.
+func TestSettleCharged(t *testing.T) {
+	const now = int64(1_767_225_600_000_000)
+	fixed := func(lim int64) core.Limit {
+		return core.Limit{Algorithm: core.FixedWindow, Limit: lim, Window: 3_600_000_000}
+	}
+	p, err := store.MustPolicy([]string{"small", "enforced", "large"}, fixed(2), fixed(100), fixed(50)).WithShadow("small", "large")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dec := range []core.Decider{nil, core.Native{}} {
+		ss, ds := make([]core.State, 3), make([]core.Decision, 3)
+		for _, cost := range []int64{2, 1} {
+			if _, err := p.Decide(dec, store.Take, ss, now, cost, ds); err != nil {
+				t.Fatal(err)
+			}
+		}
+		charged := append([]core.Decision(nil), ds...) // small: a would-deny
+		i, err := p.SettleCharged(dec, charged, ss, now+1, 5, ds)
+		if err != nil || i != 1 {
+			t.Fatalf("decider %v: %d %v", dec, i, err)
+		}
+		if ss[0].X != 2 || ss[1].X != 8 || ss[2].X != 8 {
+			t.Fatalf("decider %v: counts %d %d %d, want 2 8 8", dec, ss[0].X, ss[1].X, ss[2].X)
+		}
+		if ds[0].Remaining != 0 || ds[0].ResetAfter <= 0 || ds[1].Remaining != 92 || ds[2].Remaining != 42 {
+			t.Fatalf("decider %v: decisions %+v", dec, ds)
+		}
+	}
+}

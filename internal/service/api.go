@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,6 +50,12 @@ type DecisionRequest struct {
 	// to the rule's min_cost, nor told from a refund of units a check
 	// never took.
 	Delta *int64 `json:"delta,omitempty"`
+	// Uncharged is a settle's, optional: the names of the shadow limits
+	// its check did not charge (their would-denies, "allowed": false in
+	// the check's "limits"). The settle leaves them as they are
+	// (rl.Policy.Charged): a candidate limit is not corrected for units it
+	// never took. Each must name a shadow limit of the rule (400).
+	Uncharged []string `json:"uncharged,omitempty"`
 	// FailOpen is the store-failure policy of inline limits (a rule has
 	// its own); default false.
 	FailOpen *bool `json:"fail_open,omitempty"`
@@ -306,6 +313,8 @@ func (s *Service) resolve(rs *ruleSet, req *DecisionRequest, prefix string, op a
 		return s.settleDelta(t, req, prefix, minCost, role)
 	case req.Estimate != nil || req.Actual != nil:
 		return bad("invalid_cost", "estimate, actual: only a settle has them")
+	case req.Uncharged != nil:
+		return bad("invalid_limits", "uncharged: only a settle has it")
 	}
 	if req.Cost != nil {
 		if op == opReset {
@@ -372,6 +381,27 @@ func (s *Service) settleDelta(t target, req *DecisionRequest, prefix string, min
 	if delta < 0 && !role.mayRefund() {
 		return target{}, 0, &errClient{"forbidden", fmt.Errorf("%sactual: %d below the estimate %d is a refund, which needs a settle or admin token (this token's role is %s: it may settle an actual cost at least the estimate)",
 			prefix, *req.Actual, *req.Estimate, role)}
+	}
+	if len(req.Uncharged) == 0 {
+		return t, delta, nil
+	}
+	// The check's would-denies: settled under the policy without them.
+	ls := t.policy.Limits()
+	each := make([]rl.LimitResult, len(ls))
+	for i := range each {
+		each[i].Allowed = true
+	}
+	for _, name := range req.Uncharged {
+		i := slices.IndexFunc(ls, func(l rl.Limit) bool { return l.Name == name })
+		if i < 0 || !ls[i].Shadow {
+			return bad("invalid_limits", "uncharged: %q is not a shadow limit of %s", ruleconfig.Clip(name, 64), t.name)
+		}
+		each[i].Allowed = false
+	}
+	if p := t.policy.Charged(each); p != nil {
+		t.policy = p
+	} else {
+		delta = 0 // shadow limits only, none charged: nothing to settle
 	}
 	return t, delta, nil
 }

@@ -476,3 +476,48 @@ rules:
 		require.Zero(t, e.metric(t, `rl_settles_total{result="invalid",rule="dl"}`))
 	}
 }
+
+// TestAPISettleUncharged: a settle naming the shadow limits its check did
+// not charge ("uncharged") leaves them as they are (rl.Policy.Charged):
+// the candidate is not refunded units it never took; a name that is not a
+// shadow limit of the rule is refused.
+func TestAPISettleUncharged(t *testing.T) {
+	e := newEnv(t, `rules:
+  - name: r
+    limits:
+      - {name: default, strategy: fixed, limit: 1000, window: 1h}
+      - {name: small, strategy: fixed, limit: 150, window: 1h, shadow: true}
+`, nil)
+	check := func(cost string) DecisionJSON {
+		t.Helper()
+		r := e.post(t, "check", `{"rule":"r","key":"k","cost":`+cost+`}`)
+		require.Equal(t, 200, r.code, string(r.body))
+		return r.decision(t)
+	}
+	settle := func(body string) {
+		t.Helper()
+		r := e.post(t, "settle", body)
+		require.Equal(t, 200, r.code, string(r.body))
+	}
+	check("100")
+	d := check("100") // small: 200 > 150, a would-deny
+	require.False(t, d.Limits[1].Allowed)
+	settle(`{"rule":"r","key":"k","estimate":100,"actual":20,"uncharged":["small"]}`)
+	d = check("60") // small: 100 + 60 > 150 (not refunded the 80 it never took)
+	require.False(t, d.Limits[1].Allowed, "small refunded units it never took")
+	require.Equal(t, int64(1000-180), d.Remaining, "enforced: 100 + 20 + 60")
+
+	for _, c := range []struct{ body, msg string }{
+		{`{"rule":"r","key":"k","estimate":1,"actual":1,"uncharged":["default"]}`, `is not a shadow limit of r`},
+		{`{"rule":"r","key":"k","estimate":1,"actual":1,"uncharged":["nope"]}`, `is not a shadow limit of r`},
+		{`{"rule":"r","key":"k","uncharged":["small"]}`, `only a settle has it`},
+	} {
+		op := "settle"
+		if !strings.Contains(c.body, "estimate") {
+			op = "check"
+		}
+		r := e.post(t, op, c.body)
+		require.Equal(t, 400, r.code, c.body)
+		require.Contains(t, string(r.body), c.msg, c.body)
+	}
+}
