@@ -299,35 +299,8 @@ func cmpOr(s, def string) string {
 func TestResponseCostAboveMaxCost(t *testing.T) {
 	p := rl.MustPolicy(rl.Limit{Name: "bytes", Algorithm: core.FixedWindow, Limit: 1_000_000, Window: time.Hour})
 	for _, value := range []string{"1099511627777", "99999999999999999999999999"} {
-		now := &atomic.Int64{}
-		now.Store(t0)
-		lim, err := rl.New(rl.Config{Policy: p, Clock: now.Load})
-		require.NoError(t, err)
-		t.Cleanup(func() { lim.Close() })
-		settles := make(chan httplimit.Settlement, 1)
-		mw, err := httplimit.New(httplimit.Config{
-			Limiter:      lim,
-			Key:          httplimit.Header("X-User"),
-			ResponseCost: httplimit.ResponseCost{Field: "X-Cost-Actual", Min: 1},
-			OnSettle:     func(r *http.Request, s httplimit.Settlement) { settles <- s },
-		})
-		require.NoError(t, err)
-		srv := httptest.NewServer(mw(costHandler("header", value)))
-		t.Cleanup(srv.Close)
-		req, err := http.NewRequest("GET", srv.URL, nil)
-		require.NoError(t, err)
-		req.Header.Set("X-User", "u")
-		resp, err := srv.Client().Do(req)
-		require.NoError(t, err)
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		require.Equal(t, 200, resp.StatusCode)
-		var s httplimit.Settlement
-		select {
-		case s = <-settles:
-		case <-time.After(10 * time.Second):
-			t.Fatal("no settle reported")
-		}
+		lim, get := settleServer(t, p, costHandler("header", value))
+		s := get()
 		require.NoError(t, s.Err, value)
 		require.Equal(t, int64(1), s.Estimate)
 		require.Equal(t, core.MaxCost, s.Actual, value)
@@ -337,16 +310,11 @@ func TestResponseCostAboveMaxCost(t *testing.T) {
 	}
 }
 
-// TestResponseCostShadowCharged: the settle corrects the limits the take
-// charged: a shadow limit that would have denied the request (and so was
-// not charged) is not charged its actual cost either, while one that
-// admitted it is settled with the enforced limit.
-func TestResponseCostShadowCharged(t *testing.T) {
-	p := rl.MustPolicy(
-		rl.Limit{Name: "enforced", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Hour},
-		rl.Limit{Name: "small", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour, Shadow: true},
-		rl.Limit{Name: "large", Algorithm: core.FixedWindow, Limit: 500, Window: time.Hour, Shadow: true},
-	)
+// settleServer serves handler behind a middleware of p (key X-User,
+// response cost X-Cost-Actual, min 1) that reports each settle on the
+// channel it returns; get requests as user u and waits for the settle.
+func settleServer(t *testing.T, p *rl.Policy, handler http.Handler) (lim *rl.Limiter, get func() httplimit.Settlement) {
+	t.Helper()
 	now := &atomic.Int64{}
 	now.Store(t0)
 	lim, err := rl.New(rl.Config{Policy: p, Clock: now.Load})
@@ -360,9 +328,10 @@ func TestResponseCostShadowCharged(t *testing.T) {
 		OnSettle:     func(r *http.Request, s httplimit.Settlement) { settles <- s },
 	})
 	require.NoError(t, err)
-	srv := httptest.NewServer(mw(costHandler("header", "100")))
+	srv := httptest.NewServer(mw(handler))
 	t.Cleanup(srv.Close)
-	for range 2 { // the second: small would deny
+	return lim, func() httplimit.Settlement {
+		t.Helper()
 		req, err := http.NewRequest("GET", srv.URL, nil)
 		require.NoError(t, err)
 		req.Header.Set("X-User", "u")
@@ -373,13 +342,30 @@ func TestResponseCostShadowCharged(t *testing.T) {
 		require.Equal(t, 200, resp.StatusCode)
 		select {
 		case s := <-settles:
-			require.NoError(t, s.Err)
+			return s
 		case <-time.After(10 * time.Second):
 			t.Fatal("no settle reported")
 		}
+		return httplimit.Settlement{}
+	}
+}
+
+// TestResponseCostShadowCharged: the settle corrects the limits the take
+// charged: a shadow limit that would have denied the request (and so was
+// not charged) is not charged its actual cost either, while one that
+// admitted it is settled with the enforced limit.
+func TestResponseCostShadowCharged(t *testing.T) {
+	p := rl.MustPolicy(
+		rl.Limit{Name: "enforced", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Hour},
+		rl.Limit{Name: "small", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour, Shadow: true},
+		rl.Limit{Name: "large", Algorithm: core.FixedWindow, Limit: 500, Window: time.Hour, Shadow: true},
+	)
+	lim, get := settleServer(t, p, costHandler("header", "100"))
+	for range 2 { // the second: small would deny
+		require.NoError(t, get().Err)
 	}
 	each := make([]rl.LimitResult, 3)
-	_, err = lim.Do(context.Background(), rl.Request{Key: "u", Cost: 0, Each: each})
+	_, err := lim.Do(context.Background(), rl.Request{Key: "u", Cost: 0, Each: each})
 	require.NoError(t, err)
 	require.Equal(t, int64(1000-200), each[0].Remaining, "enforced: two requests of 100")
 	require.Equal(t, int64(0), each[1].Remaining)

@@ -246,21 +246,9 @@ func (p *Policy) settleShadow(dec core.Decider, ss []core.State, now, delta int6
 	if err := core.CheckSettle(now, delta); err != nil {
 		return 0, err // the call's own error, as core.SettleAll reports it
 	}
-	deciding := -1
-	if k := len(sh.enforced); k > 0 {
-		var es [core.MaxLimits]core.State
-		var ed [core.MaxLimits]core.Decision
-		for j, i := range sh.enforced {
-			es[j] = ss[i]
-		}
-		j, err := decideAll(dec, Settle, sh.eLimits, sh.eCompiled, es[:k], now, delta, ed[:k])
-		if err != nil {
-			return sh.enforced[j], err
-		}
-		for j, i := range sh.enforced {
-			ss[i], ds[i] = es[j], ed[j]
-		}
-		deciding = sh.enforced[j]
+	deciding, err := sh.enforce(dec, Settle, ss, now, delta, ds)
+	if err != nil {
+		return deciding, err
 	}
 	var failed uint32 // shadow limits not settled, by index (maxLimits32)
 	for _, i := range sh.shadows {
@@ -318,22 +306,11 @@ func (p *Policy) decideShadow(dec core.Decider, op Op, ss []core.State, now, cos
 			return i, err
 		}
 	}
-	deciding, admitted := -1, true
-	if k := len(sh.enforced); k > 0 {
-		var es [core.MaxLimits]core.State
-		var ed [core.MaxLimits]core.Decision
-		for j, i := range sh.enforced {
-			es[j] = ss[i]
-		}
-		j, err := decideAll(dec, op, sh.eLimits, sh.eCompiled, es[:k], now, cost, ed[:k])
-		if err != nil {
-			return sh.enforced[j], err
-		}
-		for j, i := range sh.enforced {
-			ss[i], ds[i] = es[j], ed[j]
-		}
-		deciding, admitted = sh.enforced[j], ed[j].Allowed
+	deciding, err := sh.enforce(dec, op, ss, now, cost, ds)
+	if err != nil {
+		return deciding, err
 	}
+	admitted := deciding < 0 || ds[deciding].Allowed
 	if admitted && take {
 		for _, i := range sh.shadows {
 			if !ds[i].Allowed {
@@ -353,6 +330,31 @@ func (p *Policy) decideShadow(dec core.Decider, op Op, ss []core.State, now, cos
 		}
 	}
 	return deciding, nil
+}
+
+// enforce decides op on the enforced limits alone, all or nothing (as if
+// the shadow limits were not there), on their states in ss, writing back
+// their states and decisions (ds) in the policy's order. It returns the
+// deciding enforced limit's index, or -1 when there is none; on an error,
+// the index of the limit at fault, and nothing written.
+func (sh *shadows) enforce(dec core.Decider, op Op, ss []core.State, now, cost int64, ds []core.Decision) (int, error) {
+	k := len(sh.enforced)
+	if k == 0 {
+		return -1, nil
+	}
+	var es [core.MaxLimits]core.State
+	var ed [core.MaxLimits]core.Decision
+	for j, i := range sh.enforced {
+		es[j] = ss[i]
+	}
+	j, err := decideAll(dec, op, sh.eLimits, sh.eCompiled, es[:k], now, cost, ed[:k])
+	if err != nil {
+		return sh.enforced[j], err
+	}
+	for j, i := range sh.enforced {
+		ss[i], ds[i] = es[j], ed[j]
+	}
+	return sh.enforced[j], nil
 }
 
 // roomForLog gives a sliding log state a log with room for l's Limit, if
