@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/rlcore/rl/core"
@@ -60,6 +62,8 @@ func (l Limit) core() core.Limit {
 type Policy struct {
 	src []Limit
 	sp  *store.Policy
+	// charged caches Charged's policies, by their store.Policy.
+	charged sync.Map // *store.Policy → *Policy
 }
 
 // ErrPolicy is matched by every error of NewPolicy.
@@ -141,6 +145,48 @@ func (p *Policy) Len() int { return len(p.src) }
 
 // Shadowed reports whether the policy has a shadow limit (Limit.Shadow).
 func (p *Policy) Shadowed() bool { return p.sp.Shadowed() }
+
+// Charged returns the policy to settle a call under (Request.Settle),
+// given each, the call's per-limit results (Request.Each of the Take that
+// admitted it): p without the shadow limits that did not charge the call,
+// their would-denies. Enforced, such a limit would have denied the call,
+// which then had nothing to settle: settled under p, it would be corrected
+// for units it never took. Charged returns p when p has no shadow limits
+// or every one was charged, and nil when none of p's limits remains (shadow
+// limits only, each a would-deny): there is nothing to settle. It
+// allocates only the first time it leaves out a given set of limits (see
+// store.Policy.Charged).
+func (p *Policy) Charged(each []LimitResult) *Policy {
+	if !p.sp.Shadowed() {
+		return p
+	}
+	var ds [MaxLimits]core.Decision
+	n := min(len(each), len(p.src))
+	for i := range n {
+		ds[i].Allowed = each[i].Allowed
+	}
+	for i := n; i < len(p.src); i++ {
+		ds[i].Allowed = true // no result: charged, as if not told otherwise
+	}
+	sq := p.sp.Charged(ds[:len(p.src)])
+	switch sq {
+	case p.sp:
+		return p
+	case nil:
+		return nil
+	}
+	if q, ok := p.charged.Load(sq); ok {
+		return q.(*Policy)
+	}
+	q := &Policy{sp: sq}
+	for _, l := range p.src {
+		if slices.Contains(sq.Names(), l.Name) {
+			q.src = append(q.src, l)
+		}
+	}
+	v, _ := p.charged.LoadOrStore(sq, q)
+	return v.(*Policy)
+}
 
 // Store returns the compiled policy that p's calls hand their store, for a
 // caller that drives a store.Store directly with p's limits.

@@ -81,3 +81,48 @@ func TestShadowOnly(t *testing.T) {
 	_, err := l.Wait(wctx, "k")
 	require.NoError(t, err)
 }
+
+// TestSettleCharged: a settle under Policy.Charged corrects only the limits
+// that charged the call: a shadow limit's would-deny is left as it was (as
+// if enforced, the call would have been denied, with nothing to settle),
+// while a shadow limit that was charged is settled with the enforced ones.
+func TestSettleCharged(t *testing.T) {
+	enforced := rl.Limit{Name: "enforced", Algorithm: core.FixedWindow, Limit: 100, Window: time.Hour}
+	small := rl.Limit{Name: "small", Algorithm: core.FixedWindow, Limit: 2, Window: time.Hour, Shadow: true}
+	large := rl.Limit{Name: "large", Algorithm: core.FixedWindow, Limit: 50, Window: time.Hour, Shadow: true}
+	p := rl.MustPolicy(enforced, small, large)
+	l, _ := newLimiter(t, p)
+	ctx := context.Background()
+	each := make([]rl.LimitResult, 3)
+	take := func(cost int64) {
+		t.Helper()
+		r, err := l.Do(ctx, rl.Request{Key: "k", Cost: cost, Each: each})
+		require.NoError(t, err)
+		require.True(t, r.Allowed)
+	}
+	take(2) // every limit charged
+	require.Same(t, p, p.Charged(each), "all charged: the policy itself")
+	take(1) // small would deny
+	require.False(t, each[1].Allowed)
+	q := p.Charged(each)
+	require.NotNil(t, q)
+	require.Equal(t, []rl.Limit{enforced, large}, q.Limits())
+	require.Same(t, q, p.Charged(each), "built once")
+
+	_, err := l.Do(ctx, rl.Request{Key: "k", Cost: 5, Policy: q, Settle: true})
+	require.NoError(t, err)
+	peek := make([]rl.LimitResult, 3)
+	_, err = l.Do(ctx, rl.Request{Key: "k", Cost: 0, Each: peek})
+	require.NoError(t, err)
+	require.Equal(t, int64(100-8), peek[0].Remaining, "enforced: 3 taken + 5 settled")
+	require.Equal(t, int64(0), peek[1].Remaining, "small: its 2, untouched by the settle")
+	require.Equal(t, int64(50-8), peek[2].Remaining, "large: charged, so settled")
+
+	// Shadow limits only, all would-deny: nothing to settle.
+	only := rl.MustPolicy(small)
+	res := []rl.LimitResult{{Name: "small", Allowed: false, Shadow: true}}
+	require.Nil(t, only.Charged(res))
+	require.Same(t, only, only.Charged(nil), "no results: every limit charged")
+	plain := rl.MustPolicy(enforced)
+	require.Same(t, plain, plain.Charged([]rl.LimitResult{{Allowed: false}}), "no shadow limits: the policy itself")
+}

@@ -157,3 +157,39 @@ func TestCompileErrors(t *testing.T) {
 	_, err = core.TakeAllCompiled([]core.Compiled{{}}, make([]core.State, 1), 0, 1, make([]core.Decision, 1))
 	require.Equal(t, core.ErrAlgorithm, err)
 }
+
+// TestWrittenStateDropsLog holds what State.Log documents: every algorithm
+// but SlidingLog drops a log buffer from the states it writes, through the
+// checked path, the compiled one and TakeInto, on a fresh state and on one
+// it wrote itself (the common case, which writes the state field by field).
+func TestWrittenStateDropsLog(t *testing.T) {
+	for _, alg := range core.Algorithms() {
+		if alg == core.SlidingLog {
+			continue
+		}
+		t.Run(alg.String(), func(t *testing.T) {
+			l := core.Limit{Algorithm: alg, Limit: 10, Window: 1_000_000}
+			c, err := core.Compile(l)
+			require.NoError(t, err)
+			buf := make([]int64, 0, 4)
+			now := int64(1_767_225_600_000_000)
+			_, s, err := core.Take(l, core.State{Log: buf}, now, 1)
+			require.NoError(t, err)
+			require.Nil(t, s.Log, "fresh state, checked path")
+			l2, w2, r2 := c.Params()
+			require.Equal(t, [3]int64{l2, w2, r2}, [3]int64{s.L, s.W, s.R}, "recorded parameters")
+
+			s.Log = buf
+			_, n, err := c.Take(s, now+1, 1)
+			require.NoError(t, err)
+			require.Nil(t, n.Log, "own state, compiled Take")
+
+			s.Log = buf
+			var d core.Decision
+			require.NoError(t, c.TakeInto(&s, now+2, 1, &d))
+			require.True(t, d.Allowed)
+			require.Nil(t, s.Log, "own state, TakeInto")
+			require.Equal(t, [3]int64{l2, w2, r2}, [3]int64{s.L, s.W, s.R}, "recorded parameters after TakeInto")
+		})
+	}
+}

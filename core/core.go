@@ -328,6 +328,20 @@ func (l *Limit) check() Error {
 	return 0
 }
 
+// set makes *n the state of algorithm a with words t, x and y, written
+// under parameters l, w and r, without a log. It writes the fields one by
+// one: a State literal is built on the stack and copied whole (a State
+// holds a pointer, so the copy checks for the write barrier), which the
+// decisions of the common algorithms would pay on every admission. The
+// log is cleared only when there is one, so the common case stores no
+// pointer.
+func (n *State) set(a Algorithm, t, x, y, l, w, r int64) {
+	n.Algorithm, n.T, n.X, n.Y, n.L, n.W, n.R = a, t, x, y, l, w, r
+	if n.Log != nil {
+		n.Log = nil
+	}
+}
+
 // simpleState reports whether s is a state of a fixed window or a bucket
 // with T and X below MaxStateValue and Y zero: the most common state, which
 // checkState accepts, told apart without a call.

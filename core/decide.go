@@ -56,33 +56,26 @@ func (c *Compiled) eval(s *State, now, cost int64, m mode, d *Decision, n *State
 	if err := checkCall(now, cost); err != 0 {
 		return err
 	}
-	if s.Algorithm == c.l.Algorithm && s.W == c.l.Window && s.L == c.l.Limit && s.R == c.srate {
-		// Written under exactly c's parameters, the common case: read as
-		// it is, with no carrying over.
-		if !simpleState(s) {
-			if err := checkWords(&c.l, s); err != 0 { // its parameters are c's, valid
-				return err
-			}
+	// exact: written under exactly c's parameters, the common case, read
+	// as it is, with no carrying over. The dispatch below is here rather
+	// than in a function of its own so that the common case makes one call
+	// fewer; a state to carry over is the only one that uses the
+	// temporary, declared in its branch so that no other call zeroes it.
+	exact := s.Algorithm == c.l.Algorithm && s.W == c.l.Window && s.L == c.l.Limit && s.R == c.srate
+	if !exact {
+		// Written under other parameters, by another algorithm, before
+		// it recorded its parameters, or fresh: checked, and carried
+		// over if it has to be.
+		var carried State
+		var err Error
+		if s, exact, err = c.read(s, &carried); err != 0 {
+			return err
 		}
-		return c.decide(s, true, now, cost, m, d, n)
+	} else if !simpleState(s) {
+		if err := checkWords(&c.l, s); err != 0 { // its parameters are c's, valid
+			return err
+		}
 	}
-	return c.evalRead(s, now, cost, m, d, n)
-}
-
-// evalRead is eval for a state written under other parameters, by another
-// algorithm, before it recorded its parameters, or fresh: checked, carried
-// over if it has to be (read), then decided.
-func (c *Compiled) evalRead(s *State, now, cost int64, m mode, d *Decision, n *State) Error {
-	var carried State
-	s, exact, err := c.read(s, &carried)
-	if err != 0 {
-		return err
-	}
-	return c.decide(s, exact, now, cost, m, d, n)
-}
-
-// decide runs c's algorithm on the state s as read (exact: unclamped).
-func (c *Compiled) decide(s *State, exact bool, now, cost int64, m mode, d *Decision, n *State) Error {
 	*d = Decision{Limit: c.l.Limit}
 	if m != modeTake {
 		n = nil
@@ -143,7 +136,7 @@ func fixedWindow(c *Compiled, s *State, now, cost int64, d *Decision, n *State) 
 		if cost > 0 {
 			count += cost
 			if n != nil {
-				*n = State{Algorithm: FixedWindow, T: start, X: count, L: lim, W: w}
+				n.set(FixedWindow, start, count, 0, lim, w, 0)
 			}
 		}
 	} else if cost > lim {
@@ -196,7 +189,7 @@ func slidingWindow(c *Compiled, s *State, exact bool, now, cost int64, d *Decisi
 			curr += cost
 			room -= cost * w
 			if n != nil {
-				*n = State{Algorithm: SlidingWindow, T: start, X: curr, Y: prev, L: lim, W: w}
+				n.set(SlidingWindow, start, curr, prev, lim, w, 0)
 			}
 		}
 	} else if cost > lim {
@@ -408,7 +401,7 @@ func bucket(c *Compiled, s *State, exact bool, now, cost int64, d *Decision, n *
 		if cost > 0 {
 			level += cost * w
 			if n != nil {
-				*n = State{Algorithm: l.Algorithm, T: ne, X: level, L: lim, W: w, R: r}
+				n.set(l.Algorithm, ne, level, 0, lim, w, r)
 			}
 		}
 	} else if cost > lim {
@@ -461,7 +454,7 @@ func gcra(c *Compiled, s *State, exact bool, now, cost int64, d *Decision, n *St
 			level += cost * w
 			if n != nil {
 				q := c.rdiv.div(level, r)
-				*n = State{Algorithm: GCRA, T: now + q, X: level - q*r, Y: now, L: lim, W: w, R: r}
+				n.set(GCRA, now+q, level-q*r, now, lim, w, r)
 			}
 			d.ResetAfter = c.rdiv.ceil(level, r)
 		}

@@ -93,7 +93,8 @@
 // debt: later calls are denied until the debt is paid off as the
 // algorithm restores units (a bucket or GCRA drains it at its rate; a
 // window releases it when it ends or slides out; a sliding log holds at
-// most Limit entries, so its debt is bounded by one full window). A
+// most Limit entries, so its debt is bounded by one full window; a debt
+// larger than a state can record is capped there, never refused). A
 // negative delta refunds, the newest units first, never below nothing
 // used. A state in debt is read exactly under the parameters that wrote
 // it; under other parameters its usage is clamped like any other.

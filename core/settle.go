@@ -22,11 +22,17 @@ import "math/bits"
 // actual − estimate, with actual ≥ 0, so a refund never exceeds the
 // estimate.
 //
-// delta must be within [−MaxCost, MaxCost] (ErrCost), and a debt too large
-// to record is refused with ErrCost: units above MaxStateValue (a fixed
-// window), a bucket's or GCRA's level above MaxStateValue or its arrival
-// time beyond it, a sliding window's counts times Window above MaxUnits. A state
-// written under other parameters is carried over first, as Take does.
+// delta must be within [−MaxCost, MaxCost] (ErrCost). A debt larger than a
+// state can record is recorded as the largest it can, never refused
+// (refusing it would leave the key charged its estimate only: a huge cost
+// for free): a fixed window's count at MaxStateValue, a sliding window's
+// counts at MaxUnits/Window together, a bucket's level at MaxStateValue
+// (MaxStateValue/Window units: 1.28e9 for a one-hour window), GCRA's
+// arrival time at MaxStateValue µs. A capped debt is paid off as any
+// other; only the part no state can record is forgiven, and on a fixed or
+// sliding window that part would have expired with the window anyway. A
+// state written under other parameters is carried over first, as Take
+// does.
 // For a SlidingLog, Settle writes entries into s.Log's backing array.
 func Settle(l Limit, s State, now, delta int64) (d Decision, n State, err error) {
 	var c Compiled
@@ -95,17 +101,35 @@ func settleAll(ls []Limit, cs []Compiled, k int, ss []State, now, delta int64, d
 	return 0, nil
 }
 
+// CheckSettle returns the error Settle and SettleAll return for a call at
+// now with delta whatever the limits and states (ErrTime, then ErrCost), or
+// nil: for a caller that settles limits one by one and must refuse such a
+// call as a whole.
+func CheckSettle(now, delta int64) error {
+	if err := checkSettle(now, delta); err != 0 {
+		return err
+	}
+	return nil
+}
+
+func checkSettle(now, delta int64) Error {
+	if now < 0 || now > MaxTime {
+		return ErrTime
+	}
+	if delta < -MaxCost || delta > MaxCost {
+		return ErrCost
+	}
+	return 0
+}
+
 // settle applies delta to *s (in modeTake; modeCheck only checks) and
 // decides a call of cost 0 on the result into *d.
 func (c *Compiled) settle(s *State, now, delta int64, m mode, d *Decision) Error {
 	if c.l.Algorithm == 0 {
 		return ErrAlgorithm
 	}
-	if now < 0 || now > MaxTime {
-		return ErrTime
-	}
-	if delta < -MaxCost || delta > MaxCost {
-		return ErrCost
+	if err := checkSettle(now, delta); err != 0 {
+		return err
 	}
 	if delta == 0 { // nothing to correct: the state stays as it is
 		return c.eval(s, now, 0, modePeek, d, nil)
@@ -144,10 +168,7 @@ func (c *Compiled) settleFixed(s *State, now, delta int64, n *State) Error {
 	if s.Algorithm == FixedWindow && s.T >= start {
 		start, count = c.wdiv.div(s.T, w)*w, s.X
 	}
-	count += delta
-	if count > MaxStateValue {
-		return ErrCost
-	}
+	count = min(count+delta, MaxStateValue) // no overflow: both ≤ MaxStateValue + MaxCost
 	if count > 0 {
 		*n = State{Algorithm: FixedWindow, T: start, X: count}
 	}
@@ -156,18 +177,17 @@ func (c *Compiled) settleFixed(s *State, now, delta int64, n *State) Error {
 
 func (c *Compiled) settleSliding(s *State, exact bool, now, delta int64, n *State) Error {
 	start, curr, prev := slidingCounts(c, s, exact, now)
-	curr += delta
-	if curr > MaxStateValue {
-		return ErrCost
-	}
+	curr += delta // no overflow: curr ≤ MaxStateValue, |delta| ≤ MaxCost
 	if curr < 0 {
 		prev = max(0, prev+curr)
 		curr = 0
 	}
-	// A debt is kept while the weighted count stays computable: the
-	// counts times Window within MaxUnits, as a limit's own are.
-	if w := c.l.Window; curr > MaxUnits/w || prev > MaxUnits/w-curr {
-		return ErrCost
+	// A debt is kept while the weighted count stays computable, the counts
+	// times Window within MaxUnits as a limit's own are; a larger one is
+	// capped there.
+	if m := MaxUnits / c.l.Window; curr > m-min(prev, m) {
+		prev = min(prev, m)
+		curr = m - prev
 	}
 	if curr > 0 || prev > 0 {
 		*n = State{Algorithm: SlidingWindow, T: start, X: curr, Y: prev}
@@ -271,9 +291,10 @@ func (c *Compiled) settleLevel(s *State, exact bool, now, delta int64, n *State)
 	switch {
 	case delta >= 0:
 		if hi != 0 || lo > uint64(MaxStateValue-level) {
-			return ErrCost
+			level = MaxStateValue // a debt beyond a state: capped
+		} else {
+			level += int64(lo)
 		}
-		level += int64(lo)
 	case hi != 0 || lo >= uint64(level):
 		level = 0
 	default:
@@ -284,8 +305,9 @@ func (c *Compiled) settleLevel(s *State, exact bool, now, delta int64, n *State)
 	}
 	if c.l.Algorithm == GCRA {
 		q := level / r
-		if q > MaxStateValue-ne { // its arrival time would not fit a state
-			return ErrCost
+		if q > MaxStateValue-ne { // its arrival time would not fit a state: capped
+			q = MaxStateValue - ne
+			level = q * r // ≤ the level: no overflow
 		}
 		*n = State{Algorithm: GCRA, T: ne + q, X: level - q*r, Y: ne}
 	} else {

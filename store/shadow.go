@@ -3,6 +3,7 @@ package store
 import (
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/rlcore/rl/core"
 )
@@ -22,7 +23,11 @@ import (
 //   - when they deny the call, nothing is charged anywhere, shadow limits
 //     included, and each shadow limit's decision is a peek of the cost:
 //     what it would have decided;
-//   - a policy of only shadow limits admits every call.
+//   - a policy of only shadow limits admits every call;
+//   - a settle (Settle) corrects the enforced limits all or nothing, as
+//     core.SettleAll, then each shadow limit on its own: a shadow limit
+//     that cannot be settled (a corrupt state) is left as it was and
+//     never fails the call, nor cancels the enforced limits' correction.
 //
 // A peek decides every limit as a peek. The decision a store returns is
 // the deciding enforced limit's (Policy.Deciding); each shadow limit's own
@@ -39,6 +44,11 @@ type shadows struct {
 	shadows   []int  // indexes of the shadow limits, in order
 	eLimits   []core.Limit
 	eCompiled []core.Compiled
+
+	// charged caches Charged's policies, by the bits of the shadow limits
+	// they leave out.
+	mu      sync.Mutex
+	charged map[uint32]*Policy
 }
 
 // WithShadow returns a copy of p in which the named limits, and only they,
@@ -74,6 +84,73 @@ func (p *Policy) WithShadow(names ...string) (*Policy, error) {
 	return q, nil
 }
 
+// Charged returns the policy a settle of a call should be decided under,
+// given ds, the call's per-limit decisions (from Decide, a Take that was
+// admitted): p without the shadow limits that did not charge the call
+// (a would-deny, ds[i].Allowed false). As if it were enforced, such a
+// shadow limit would have denied the call, which then had nothing to
+// settle; a settle under p itself would correct units it never took. It
+// returns p when p has no shadow limits or every one was charged, and nil
+// when no limit remains (a policy of shadow limits that all would have
+// denied): then there is nothing to settle. The policies it builds are
+// kept with p, one per set of limits left out, so a settle allocates
+// nothing after the first; each has the names, limits, and states of p's
+// limits it keeps.
+func (p *Policy) Charged(ds []core.Decision) *Policy {
+	sh := p.sh
+	if sh == nil {
+		return p
+	}
+	var out uint32
+	for _, i := range sh.shadows {
+		if i < len(ds) && !ds[i].Allowed {
+			out |= 1 << i
+		}
+	}
+	if out == 0 {
+		return p
+	}
+	if len(sh.enforced) == 0 && out == allBits(sh.shadows) {
+		return nil
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if q, ok := sh.charged[out]; ok {
+		return q
+	}
+	q := &Policy{}
+	var shadows []string
+	for i := range p.limits {
+		if out&(1<<i) != 0 {
+			continue
+		}
+		q.names = append(q.names, p.names[i])
+		q.limits = append(q.limits, p.limits[i])
+		q.compiled = append(q.compiled, p.compiled[i])
+		if sh.shadow[i] {
+			shadows = append(shadows, p.names[i])
+		}
+	}
+	q.id = policyIDs.Add(1)
+	if shadows != nil {
+		q, _ = q.WithShadow(shadows...) // not an error: the names are q's
+	}
+	if sh.charged == nil {
+		sh.charged = make(map[uint32]*Policy)
+	}
+	sh.charged[out] = q
+	return q
+}
+
+// allBits returns the bits of the indexes is.
+func allBits(is []int) uint32 {
+	var b uint32
+	for _, i := range is {
+		b |= 1 << i
+	}
+	return b
+}
+
 // Shadow reports whether limit i is a shadow limit.
 func (p *Policy) Shadow(i int) bool { return p.sh != nil && p.sh.shadow[i] }
 
@@ -82,11 +159,12 @@ func (p *Policy) Shadowed() bool { return p.sh != nil }
 
 // Decide decides op on ss, the states of a key's limits in the policy's
 // order, into ds (both at least Len long), as a store's atomic step does:
-// for a policy without shadow limits, exactly core.TakeAll or PeekAll with
-// decider dec (nil: the native core on the compiled limits); with shadow
-// limits, the enforced limits with one TakeAll or PeekAll of dec, then
-// each shadow limit alone (see the package doc's Shadow limits). It
-// returns the index of the deciding limit, whose decision is
+// for a policy without shadow limits, exactly core.TakeAll, PeekAll or
+// SettleAll with decider dec (nil: the native core on the compiled
+// limits); with shadow limits, the enforced limits with one TakeAll,
+// PeekAll or SettleAll of dec, then each shadow limit alone (see the
+// package doc's Shadow limits). It returns the index of the deciding
+// limit, whose decision is
 // Deciding(ds, i), not ds[i].
 //
 // States change as TakeAll changes them: only when the call is admitted,
@@ -95,10 +173,66 @@ func (p *Policy) Shadowed() bool { return p.sh != nil }
 // given a new one). On an error, the index of the limit at fault, and ss
 // unchanged: every check is made before any state is written.
 func (p *Policy) Decide(dec core.Decider, op Op, ss []core.State, now, cost int64, ds []core.Decision) (int, error) {
-	if p.sh == nil || op == Settle { // a settle corrects every limit alike
+	switch {
+	case p.sh == nil:
 		return decideAll(dec, op, p.limits, p.compiled, ss, now, cost, ds)
+	case op == Settle:
+		return p.settleShadow(dec, ss, now, cost, ds)
 	}
 	return p.decideShadow(dec, op, ss, now, cost, ds)
+}
+
+// maxLimits32 holds that a uint32 has a bit for every limit of a policy.
+var _ [32 - core.MaxLimits]struct{}
+
+// settleShadow is Decide's Settle for a policy with shadow limits: the
+// enforced limits are settled all or nothing, as core.SettleAll, as if the
+// shadow limits were not there; then each shadow limit alone, and one that
+// cannot be settled (its state is corrupt) is left as it was, its decision
+// the zero Decision with its Limit: a shadow limit never fails a settle,
+// and above all never cancels the enforced limits' debt. The call's own
+// errors (core.CheckSettle) are reported first, at index 0.
+func (p *Policy) settleShadow(dec core.Decider, ss []core.State, now, delta int64, ds []core.Decision) (int, error) {
+	sh := p.sh
+	if len(ss) < len(p.limits) || len(ds) < len(p.limits) {
+		return 0, core.ErrLimits
+	}
+	if err := core.CheckSettle(now, delta); err != nil {
+		return 0, err // the call's own error, as core.SettleAll reports it
+	}
+	deciding := -1
+	if k := len(sh.enforced); k > 0 {
+		var es [core.MaxLimits]core.State
+		var ed [core.MaxLimits]core.Decision
+		for j, i := range sh.enforced {
+			es[j] = ss[i]
+		}
+		j, err := decideAll(dec, Settle, sh.eLimits, sh.eCompiled, es[:k], now, delta, ed[:k])
+		if err != nil {
+			return sh.enforced[j], err
+		}
+		for j, i := range sh.enforced {
+			ss[i], ds[i] = es[j], ed[j]
+		}
+		deciding = sh.enforced[j]
+	}
+	var failed uint32 // shadow limits not settled, by index (maxLimits32)
+	for _, i := range sh.shadows {
+		roomForLog(&p.limits[i], &ss[i])
+		s := ss[i]
+		if _, err := decideAll(dec, Settle, p.limits[i:i+1], p.compiled[i:i+1], ss[i:i+1], now, delta, ds[i:i+1]); err != nil {
+			ss[i], ds[i] = s, core.Decision{Limit: p.limits[i].Limit}
+			failed |= 1 << i
+		}
+	}
+	if deciding < 0 { // only shadow limits: the settled one closest to exhaustion
+		for _, i := range sh.shadows {
+			if deciding < 0 || failed&(1<<deciding) != 0 || failed&(1<<i) == 0 && ds[i].Remaining < ds[deciding].Remaining {
+				deciding = i
+			}
+		}
+	}
+	return deciding, nil
 }
 
 // decideAll is core.TakeAll or PeekAll of ls, with dec or, when dec is nil,

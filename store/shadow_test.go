@@ -51,3 +51,68 @@ func TestDecideWithoutShadow(t *testing.T) {
 		}
 	}
 }
+
+// TestSettleShadow: a settle of a policy with shadow limits settles the
+// enforced limits all or nothing, then each shadow limit alone; a shadow
+// limit that cannot be settled (a corrupt state) is left as it was and
+// never cancels the enforced limits' debt; the call's own errors come
+// first, at index 0.
+func TestSettleShadow(t *testing.T) {
+	const now = int64(1_767_225_600_000_000)
+	ls := []core.Limit{
+		{Algorithm: core.FixedWindow, Limit: 1000, Window: 3_600_000_000},
+		{Algorithm: core.TokenBucket, Limit: 1000, Window: 86_400_000_000},
+		{Algorithm: core.GCRA, Limit: 10, Window: 1_000_000},
+	}
+	p, err := store.MustPolicy([]string{"enforced", "candidate", "broken"}, ls...).WithShadow("candidate", "broken")
+	if err != nil {
+		t.Fatal(err)
+	}
+	corrupt := core.State{Algorithm: core.GCRA, T: now, X: core.MaxLimit + 1, Y: now} // X beyond any rate
+	for _, dec := range []core.Decider{nil, core.Native{}} {
+		ss := []core.State{{}, {}, corrupt}
+		ds := make([]core.Decision, 3)
+		i, err := p.Decide(dec, store.Settle, ss, now, 100_000_000, ds)
+		if err != nil || i != 0 {
+			t.Fatalf("decider %v: settle: %d %v, want index 0 and no error", dec, i, err)
+		}
+		if ss[0].X != 100_000_000 || ds[0].Remaining != 0 {
+			t.Fatalf("decider %v: the enforced limit's debt: state %+v, decision %+v", dec, ss[0], ds[0])
+		}
+		if ss[1].Algorithm != core.TokenBucket || ds[1].Remaining != 0 {
+			t.Fatalf("decider %v: the candidate was not charged: state %+v, decision %+v", dec, ss[1], ds[1])
+		}
+		if !sameWords(ss[2], corrupt) || ds[2] != (core.Decision{Limit: 10}) {
+			t.Fatalf("decider %v: the broken shadow limit: state %+v, decision %+v", dec, ss[2], ds[2])
+		}
+		d := make([]core.Decision, 3)
+		if _, err := p.Decide(dec, store.Take, []core.State{ss[0], ss[1], {}}, now+1, 1, d); err != nil || p.Deciding(d, 0).Allowed {
+			t.Fatalf("decider %v: a take after the debt: %+v %v, want denied", dec, d, err)
+		}
+		for _, c := range []struct {
+			now, delta int64
+			want       error
+		}{{-1, 1, core.ErrTime}, {now, core.MaxCost + 1, core.ErrCost}} {
+			if i, err := p.Decide(dec, store.Settle, []core.State{{}, {}, {}}, c.now, c.delta, ds); i != 0 || !errors.Is(err, c.want) {
+				t.Fatalf("decider %v: settle(%d, %d): %d %v, want index 0 and %v", dec, c.now, c.delta, i, err, c.want)
+			}
+		}
+	}
+	// Only shadow limits: call errors are still refused, a broken one is skipped.
+	q, err := store.MustPolicy([]string{"a", "b"}, ls[1], ls[2]).WithShadow("a", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, ds := []core.State{{}, corrupt}, make([]core.Decision, 2)
+	if i, err := q.Decide(nil, store.Settle, ss, now, 5, ds); err != nil || i != 0 || ds[0].Remaining != 995 || !sameWords(ss[1], corrupt) {
+		t.Fatalf("shadow only: %d %v %+v %+v", i, err, ds, ss)
+	}
+	if _, err := q.Decide(nil, store.Settle, ss, -1, 5, ds); !errors.Is(err, core.ErrTime) {
+		t.Fatalf("shadow only, now -1: %v, want ErrTime", err)
+	}
+}
+
+// sameWords reports whether a and b are the same state, logs aside.
+func sameWords(a, b core.State) bool {
+	return a.Algorithm == b.Algorithm && a.T == b.T && a.X == b.X && a.Y == b.Y && a.L == b.L && a.W == b.W && a.R == b.R
+}

@@ -39,7 +39,8 @@ const (
 	// Cost, which may be negative (core.SettleAll): the cost of a call
 	// known only after it, settled against its estimate. It never denies;
 	// the states are written back, a debt above a limit included. Shadow
-	// limits are settled too.
+	// limits are settled too, each on its own after the enforced ones
+	// (Policy.Decide).
 	Settle
 )
 

@@ -24,6 +24,42 @@ func shadow(t *testing.T, cfg Config, prefix string) {
 	t.Run("OnlyShadow", func(t *testing.T) { shadowOnly(t, cfg, prefix) })
 	t.Run("PeekChangesNothing", func(t *testing.T) { shadowPeek(t, cfg, prefix) })
 	t.Run("Race", func(t *testing.T) { shadowRace(t, cfg, prefix) })
+	t.Run("SettleCharged", func(t *testing.T) { shadowSettleCharged(t, cfg, prefix) })
+}
+
+// shadowSettleCharged: a settle under Policy.Charged of the take's
+// decisions corrects the enforced limits and the shadow limits the take
+// charged, and leaves a would-deny's state as it was; the store decides
+// the smaller policy on the key's existing states, by name.
+func shadowSettleCharged(t *testing.T, cfg Config, prefix string) {
+	s := cfg.New(t)
+	ctx := context.Background()
+	fixed := func(lim int64) core.Limit {
+		return core.Limit{Algorithm: core.FixedWindow, Limit: lim, Window: 3_600_000_000}
+	}
+	p := withShadow(t, policy(t, []string{"enforced", "small", "large"}, fixed(100), fixed(2), fixed(50)), "small", "large")
+	each := make([]core.Decision, 3)
+	for i, cost := range []int64{2, 1} {
+		if _, d, err := s.Decide(ctx, req(prefix, "settle-charged", store.Take, t0+int64(i), cost, p), each); err != nil || !d.Allowed {
+			t.Fatalf("take %d: %+v %v", cost, d, err)
+		}
+	}
+	if each[1].Allowed || !each[2].Allowed {
+		t.Fatalf("the second take: small should be a would-deny, large charged: %+v", each)
+	}
+	q := p.Charged(each)
+	if q == nil || q.Len() != 2 || q.Names()[0] != "enforced" || q.Names()[1] != "large" || !q.Shadow(1) {
+		t.Fatalf("Charged: %+v", q)
+	}
+	if _, _, err := s.Decide(ctx, req(prefix, "settle-charged", store.Settle, t0+2, 5, q), nil); err != nil {
+		t.Fatalf("settle: %v", err)
+	}
+	if _, _, err := s.Decide(ctx, req(prefix, "settle-charged", store.Peek, t0+3, 0, p), each); err != nil {
+		t.Fatal(err)
+	}
+	if each[0].Remaining != 100-8 || each[1].Remaining != 0 || each[2].Remaining != 50-8 {
+		t.Fatalf("after the settle, remaining %d %d %d, want 92 0 42 (small untouched)", each[0].Remaining, each[1].Remaining, each[2].Remaining)
+	}
 }
 
 // shadowModel decides a policy with shadow limits from the core's

@@ -78,6 +78,10 @@ func (b *builder) takeFrom(now, cost int64, ss ...vectors.State) *builder {
 
 func (b *builder) settle(now, delta int64) *builder { return b.op("settle", now, delta, nil, nil) }
 
+func (b *builder) settleFrom(now, delta int64, ss ...vectors.State) *builder {
+	return b.op("settle", now, delta, nil, ss)
+}
+
 func (b *builder) settleWith(now, delta int64, ls []vectors.Limit) *builder {
 	return b.op("settle", now, delta, ls, nil)
 }
@@ -527,6 +531,15 @@ func carryCases() []*builder {
 	return cs
 }
 
+// settleMultiError: an error on the second limit of a settle (a corrupt
+// state) changes no state, the first limit's included.
+func settleMultiError() *builder {
+	b := newCase("settle-multi-error", "an error on one limit (a corrupt state) changes no state", []string{"settle", "multi", "error"},
+		lim("burst", core.TokenBucket, 5, sec, 0), lim("g", core.GCRA, 4, sec, 0)).take(t0, 1)
+	corrupt := vectors.State{Algorithm: int32(core.GCRA), T: t0 + sec, X: core.MaxLimit + 1, Y: t0} // X beyond any rate
+	return b.settleFrom(t0+1, 3, vectorstest.FromState(b.states[0]), corrupt)
+}
+
 // settleCases pins Settle for every algorithm: a debt above the limit paid
 // off exactly, refunds never below nothing used, errors, several limits.
 func settleCases() []*builder {
@@ -543,24 +556,31 @@ func settleCases() []*builder {
 				take(t0, 3).settle(t0+10*ms, -2).take(t0+20*ms, 3).take(t0+30*ms, 1).settle(t0+40*ms, -100).take(t0+50*ms, 4),
 			newCase(p+"-fresh", "settling a fresh key", []string{"settle"}, l).
 				settle(t0, -1).settle(t0, 0).settle(t0+1, 2).take(t0+2, 2).take(t0+3, 1),
-			newCase(p+"-errors", "a delta out of range, or a debt too large to record", []string{"settle", "error"}, l).
+			newCase(p+"-errors", "a delta out of range, or a time", []string{"settle", "error"}, l).
 				take(t0, 1).settle(t0, core.MaxCost+1).settle(t0, -core.MaxCost-1).settle(-1, 1).settle(t0+1, 0),
 		)
 	}
 	cs = append(cs,
-		newCase("settle-gcra-huge", "a GCRA debt whose arrival time would not fit", []string{"settle", "error", "maxima"},
-			lim("default", core.GCRA, 1, core.MaxWindow, 1)).
-			settle(t0, core.MaxCost),
-		newCase("settle-sliding-huge", "a sliding window's debt is kept while its counts times Window stay within 2^61",
-			[]string{"settle", "error", "maxima"}, lim("default", core.SlidingWindow, 4, 1_000_000_000, 0)).
+		newCase("settle-gcra-huge", "a GCRA debt whose arrival time would not fit is capped at MaxStateValue, never refused",
+			[]string{"settle", "maxima"}, lim("default", core.GCRA, 1, core.MaxWindow, 1)).
+			settle(t0, core.MaxCost).take(t0+1, 1).settle(t0+2, -core.MaxCost).take(t0+3, 1),
+		newCase("settle-sliding-huge", "a sliding window's debt is capped where its counts times Window reach 2^61",
+			[]string{"settle", "maxima"}, lim("default", core.SlidingWindow, 4, 1_000_000_000, 0)).
 			take(t0, 1).settle(t0+1, core.MaxUnits/1_000_000_000-1).take(t0+2, 1).settle(t0+3, 1).settle(t0+4, 2).
 			settle(t0+5, -core.MaxUnits/1_000_000_000).take(t0+6, 4),
+		newCase("settle-fixed-huge", "a fixed window's debt is capped at MaxStateValue, never refused",
+			[]string{"settle", "maxima"}, lim("default", core.FixedWindow, 10, sec, 0)).
+			take(t0, 1).settle(t0+1, core.MaxCost).take(t0+2, 1).take(t0+sec, 10),
+		newCase("settle-bucket-huge", "a token bucket's debt is capped at a level of MaxStateValue, never refused",
+			[]string{"settle", "maxima"}, lim("default", core.TokenBucket, 1_000_000, 1_000_000_000_000, 0)).
+			take(t0, 1).settle(t0+1, core.MaxCost).take(t0+2, 1).settle(t0+3, -core.MaxCost).take(t0+4, 1_000_000),
 		newCase("settle-multi", "settling several limits at once: every one is charged", []string{"settle", "multi"},
 			lim("burst", core.TokenBucket, 5, sec, 0), lim("daily", core.FixedWindow, 8, day, 0)).
 			take(t0, 2).settle(t0+1, 5).take(t0+2, 1).settle(t0+3, -7).take(t0+4, 5),
-		newCase("settle-multi-error", "an error on one limit changes no state", []string{"settle", "multi", "error"},
+		newCase("settle-multi-capped", "a debt capped on one limit is still charged in full on the others", []string{"settle", "multi", "maxima"},
 			lim("burst", core.TokenBucket, 5, sec, 0), lim("huge", core.GCRA, 1, core.MaxWindow, 1)).
-			take(t0, 1).settle(t0+1, core.MaxCost),
+			take(t0, 1).settle(t0+1, core.MaxCost).take(t0+2, 1),
+		settleMultiError(),
 		newCase("settle-carry", "a settle after the limit changed carries the state first", []string{"settle", "carry", "params"},
 			lim("default", core.TokenBucket, 4, sec, 0)).
 			take(t0, 2).settleWith(t0+1, 1, []vectors.Limit{lim("default", core.GCRA, 6, 2*sec, 0)}).take(t0+2, 3).take(t0+3, 1),
