@@ -43,7 +43,8 @@ CREATE TYPE rl._eval_result AS (
     next_after bigint,
     l bigint,
     w bigint,
-    r bigint
+    r bigint,
+    settle_caps boolean
 );
 
 CREATE TYPE rl.batch_decision AS (
@@ -738,10 +739,9 @@ BEGIN
         start := s_t - s_t % w;
         cnt := s_x;
     END IF;
-    cnt := cnt + delta;
-    IF cnt > rl._max_state_value() THEN
-        RETURN NULL;
-    END IF;
+    -- 0019: a count beyond a state capped at MaxStateValue, never refused
+    -- (core settleFixed; no overflow: both within MaxStateValue + MaxCost).
+    cnt := least(cnt + delta, rl._max_state_value());
     IF cnt > 0 THEN
         RETURN ROW(1, start, cnt, 0, '{}', 0, 0, 0)::rl.state_words;
     END IF;
@@ -804,9 +804,10 @@ BEGIN
     END IF;
     IF delta >= 0 THEN
         IF delta::numeric * w > rl._max_state_value() - lvl THEN
-            RETURN NULL;
+            lvl := rl._max_state_value(); -- 0019: a debt beyond a state, capped
+        ELSE
+            lvl := lvl + delta * w;
         END IF;
-        lvl := lvl + delta * w;
     ELSIF (-delta)::numeric * w >= lvl THEN
         lvl := 0;
     ELSE
@@ -817,8 +818,9 @@ BEGIN
     END IF;
     IF p_alg = 6 THEN
         q := lvl / rate;
-        IF q > rl._max_state_value() - ne THEN -- its arrival time would not fit a state
-            RETURN NULL;
+        IF q > rl._max_state_value() - ne THEN -- its arrival time would not fit a state: capped (0019)
+            q := rl._max_state_value() - ne;
+            lvl := q * rate; -- <= the level: no overflow
         END IF;
         RETURN ROW(6, ne + q, lvl - q * rate, ne, '{}', 0, 0, 0)::rl.state_words;
     END IF;
@@ -888,6 +890,7 @@ DECLARE
     st    bigint;
     curr  bigint := 0;
     prev  bigint := 0;
+    m     bigint;
 BEGIN
     IF s_alg = 2 THEN
         st := s_t - s_t % w;
@@ -901,18 +904,18 @@ BEGIN
         curr := least(curr, lim);
         prev := least(prev, lim);
     END IF;
-    curr := curr + delta;
-    IF curr > rl._max_state_value() THEN
-        RETURN NULL;
-    END IF;
+    curr := curr + delta; -- no overflow: curr <= MaxStateValue, |delta| <= MaxCost
     IF curr < 0 THEN
         prev := greatest(0, prev + curr);
         curr := 0;
     END IF;
     -- A debt is kept while the counts times the window stay within
-    -- MaxUnits (core settleSliding): beyond, ErrCost.
-    IF curr > rl._max_units() / w OR prev > rl._max_units() / w - curr THEN
-        RETURN NULL;
+    -- MaxUnits (core settleSliding); 0019: a larger one is capped there,
+    -- never refused.
+    m := rl._max_units() / w;
+    IF curr > m - least(prev, m) THEN
+        prev := least(prev, m);
+        curr := m - prev;
     END IF;
     IF curr > 0 OR prev > 0 THEN
         RETURN ROW(2, start, curr, prev, '{}', 0, 0, 0)::rl.state_words;
@@ -1366,7 +1369,8 @@ BEGIN
         s_log := array(SELECT unnest(s_log)); -- an array starting at another index than 1
     END IF;
     -- n = *s: a call that admits nothing returns the state unchanged.
-    r := ROW(0, false, p_lim, 0, 0, 0, 0, s_alg, s_t, s_x, s_y, s_log, 0, s_l, s_w, s_r)::rl._eval_result;
+    -- settle_caps (0019) is true in every result that is not an error.
+    r := ROW(0, false, p_lim, 0, 0, 0, 0, s_alg, s_t, s_x, s_y, s_log, 0, s_l, s_w, s_r, true)::rl._eval_result;
     -- core read: exact when written under this limit's own parameters (the
     -- recorded rate is the effective one, 0 for the window algorithms).
     exact := s_alg = p_alg AND s_w = p_win AND s_l = p_lim
@@ -1458,14 +1462,94 @@ BEGIN
     ELSE
         n := rl._settle_level(p_alg, p_lim, p_win, p_rate, s_alg, s_t, s_x, s_y, exact, p_now, p_delta);
     END CASE;
-    IF n IS NULL THEN
-        r.err := 6;
-        RETURN r;
-    END IF;
+    -- 0019: a debt too large for a state is capped (the rl._settle_*
+    -- functions), never refused: n is never NULL.
     IF n.algorithm <> 0 THEN
         n.l := p_lim; n.w := p_win; n.r := srate;
     END IF;
     RETURN rl._eval(p_alg, p_lim, p_win, p_rate, n.algorithm, n.t, n.x, n.y, n.log, n.l, n.w, n.r, p_now, 0, false);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION rl._settle_shadow(p_algs integer[], p_lims bigint[], p_wins bigint[], p_rates bigint[], p_states rl.state_words[], p_now bigint, p_delta bigint, p_shadows boolean[], OUT rs rl._eval_result[], OUT best integer, OUT wr boolean[], OUT err integer, OUT at integer)
+ RETURNS record
+ LANGUAGE plpgsql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+DECLARE
+    n      integer := cardinality(p_algs);
+    failed boolean[]; -- shadow limits not settled
+    r      rl._eval_result;
+    st     rl.state_words;
+    i      integer;
+BEGIN
+    wr := array_fill(false, ARRAY[n]);
+    failed := array_fill(false, ARRAY[n]);
+    best := 0;
+    at := 1;
+    -- The call's own errors first, at index 0 (core.CheckSettle): the
+    -- time, then the delta.
+    err := CASE WHEN p_now IS NULL OR p_now NOT BETWEEN 0 AND rl._max_time() THEN 7
+                WHEN p_delta IS NULL OR p_delta NOT BETWEEN -rl._max_cost() AND rl._max_cost() THEN 6
+                ELSE 0 END;
+    IF err <> 0 THEN
+        RETURN;
+    END IF;
+    -- Then every limit's parameters, in order: a store.Policy holds valid
+    -- limits only.
+    FOR i IN 1 .. n LOOP
+        err := rl._limit_error(coalesce(p_algs[i], 0), coalesce(p_lims[i], 0), coalesce(p_wins[i], 0),
+                               coalesce(p_rates[i], -1));
+        IF err <> 0 THEN
+            at := i;
+            RETURN;
+        END IF;
+    END LOOP;
+    -- The enforced limits all or nothing (core.SettleAll), as if the shadow
+    -- limits were not there: the first of them decides.
+    FOR i IN 1 .. n LOOP
+        CONTINUE WHEN coalesce(p_shadows[i], false);
+        st := p_states[i];
+        r := rl._settle(p_algs[i], p_lims[i], p_wins[i], p_rates[i], st.algorithm, st.t, st.x, st.y, st.log,
+                        st.l, st.w, st.r, p_now, p_delta);
+        IF r.err <> 0 THEN
+            err := r.err;
+            at := i;
+            RETURN;
+        END IF;
+        rs[i] := r;
+        wr[i] := p_delta <> 0;
+        IF best = 0 THEN
+            best := i;
+        END IF;
+    END LOOP;
+    -- Then each shadow limit alone. One that cannot be settled (its state
+    -- is corrupt: rl._settle reports it, it raises nothing) is left as it
+    -- was, its row allowed false with its limit and zeros: a shadow limit
+    -- never fails a settle, nor cancels the enforced limits' correction.
+    FOR i IN 1 .. n LOOP
+        CONTINUE WHEN NOT coalesce(p_shadows[i], false);
+        st := p_states[i];
+        r := rl._settle(p_algs[i], p_lims[i], p_wins[i], p_rates[i], st.algorithm, st.t, st.x, st.y, st.log,
+                        st.l, st.w, st.r, p_now, p_delta);
+        IF r.err <> 0 THEN
+            r := NULL;
+            r.err := 0; r.allowed := false; r.lim := p_lims[i]; r.remaining := 0; r.reset_after := 0;
+            r.retry_after := 0; r.delay := 0; r.next_after := 0;
+            failed[i] := true;
+        ELSE
+            wr[i] := p_delta <> 0;
+        END IF;
+        rs[i] := r;
+    END LOOP;
+    IF best = 0 THEN -- only shadow limits: the settled one closest to exhaustion
+        FOR i IN 1 .. n LOOP
+            IF best = 0 OR failed[best] OR (NOT failed[i] AND (rs[i]).remaining < (rs[best]).remaining) THEN
+                best := i;
+            END IF;
+        END LOOP;
+    END IF;
+    err := 0;
 END
 $function$;
 
@@ -1897,6 +1981,80 @@ BEGIN
              WHERE s.key = p_key AND s.name = p_names[i];
         END LOOP;
     END IF;
+    FOR i IN 1 .. n LOOP
+        r := rs[i];
+        RETURN NEXT ROW(i - 1, p_names[i], r.allowed, r.lim, r.remaining, r.reset_after, r.retry_after, r.delay,
+                        i = best, p_now, r.next_after)::rl.multi_decision;
+    END LOOP;
+    RETURN;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION rl._settle_many_shadow(p_key text, p_names text[], p_algs integer[], p_lims bigint[], p_wins bigint[], p_rates bigint[], p_delta bigint, p_now bigint, p_shadows boolean[])
+ RETURNS SETOF rl.multi_decision
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    n        integer := cardinality(p_names);
+    lock_ord integer[];
+    ss       rl.state_words[];
+    rs       rl._eval_result[];
+    wr       boolean[];
+    err      integer;
+    at       integer;
+    r        rl._eval_result;
+    st       rl.state_words;
+    best     integer;
+    i        integer;
+BEGIN
+    IF p_key IS NULL OR p_key = '' OR octet_length(p_key) > 256 THEN
+        PERFORM rl._check_key(p_key, 'key');
+    END IF;
+    IF n IS NULL OR n = 0 OR array_ndims(p_names) <> 1 OR array_lower(p_names, 1) <> 1 THEN
+        PERFORM rl._raise(10, 'limit index 0: no limits');
+    END IF;
+    IF cardinality(p_algs) IS DISTINCT FROM n OR cardinality(p_lims) IS DISTINCT FROM n
+            OR cardinality(p_wins) IS DISTINCT FROM n OR cardinality(p_rates) IS DISTINCT FROM n
+            OR array_lower(p_algs, 1) <> 1 OR array_lower(p_lims, 1) <> 1
+            OR array_lower(p_wins, 1) <> 1 OR array_lower(p_rates, 1) <> 1 THEN
+        PERFORM rl._raise(10, 'limit index 0: the parameter arrays differ in length');
+    END IF;
+    FOR i IN 1 .. n LOOP
+        IF (octet_length(p_names[i]) BETWEEN 1 AND 256) IS NOT TRUE THEN
+            PERFORM rl._check_key(p_names[i], 'limit name');
+        END IF;
+        IF p_names[i] = ANY (p_names[1 : i - 1]) THEN
+            PERFORM rl._raise(10, format('limit index %s: duplicate name %L', i - 1, p_names[i]));
+        END IF;
+    END LOOP;
+    p_now := coalesce(p_now, rl._now());
+    lock_ord := ARRAY(SELECT j FROM generate_subscripts(p_names, 1) AS j ORDER BY p_names[j] COLLATE "C");
+    FOREACH i IN ARRAY lock_ord LOOP
+        IF p_delta = 0 THEN
+            SELECT s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r INTO st
+              FROM rl.state s WHERE s.key = p_key AND s.name = p_names[i];
+        ELSE
+            st := (rl._lock_state(p_key, p_names[i])).st;
+        END IF;
+        ss[i] := st; -- not found: NULL, a fresh state
+    END LOOP;
+    SELECT a.rs, a.best, a.wr, a.err, a.at INTO rs, best, wr, err, at
+      FROM rl._settle_shadow(p_algs, p_lims, p_wins, p_rates, ss, p_now, p_delta, p_shadows) a;
+    IF err <> 0 THEN
+        st := ss[at];
+        PERFORM rl._fail(err, p_algs[at], p_lims[at], p_wins[at], p_rates[at], p_now, p_delta,
+                         st.algorithm, st.t, st.x, st.y, st.log, st.l, st.w, st.r, true, rl._limit_detail(at - 1, p_names));
+    END IF;
+    -- The rows settled (none for a delta of 0); a shadow limit not settled
+    -- keeps its row as it is.
+    FOREACH i IN ARRAY lock_ord LOOP
+        CONTINUE WHEN NOT wr[i];
+        r := rs[i];
+        UPDATE rl.state s
+           SET algorithm = r.algorithm, t = r.t, x = r.x, y = r.y, log = r.log, l = r.l, w = r.w, r = r.r,
+               expires_at = rl._expires_at(p_now, r.reset_after)
+         WHERE s.key = p_key AND s.name = p_names[i];
+    END LOOP;
     FOR i IN 1 .. n LOOP
         r := rs[i];
         RETURN NEXT ROW(i - 1, p_names[i], r.allowed, r.lim, r.remaining, r.reset_after, r.retry_after, r.delay,
@@ -2760,7 +2918,8 @@ BEGIN
         tk := takes[q];
         p_now := nows[q];
         p_cost := CASE WHEN p_costs IS NULL THEN 1 ELSE p_costs[q] END;
-        IF c = 1 THEN
+        shd := p_shs IS NOT NULL AND true = ANY (p_shs[f : f + c - 1]);
+        IF c = 1 AND NOT (sets[q] AND shd) THEN
             -- One limit: core.TakeAll is core.Take, decided in one pass (as
             -- rl._all decides it); core.SettleAll is core.Settle.
             st := sw[slot[f]];
@@ -2794,6 +2953,40 @@ BEGIN
         -- order, so that an invalid request gets its error here instead of
         -- rl._all raising it for the whole call.
         ss := ARRAY(SELECT sw[slot[i]] FROM generate_series(f, f + c - 1) AS i ORDER BY i);
+        IF sets[q] AND shd THEN
+            -- 0019: a settle with a shadow flag set (one limit or more), as
+            -- store.Policy.Decide settles a policy with shadow limits
+            -- (rl._settle_shadow): the enforced limits all or nothing, then
+            -- each shadow limit alone, one that cannot be settled (a
+            -- corrupt state) left as it was. Only the rows settled are
+            -- written. The call's errors, a limit's and an enforced
+            -- limit's state's are the request's error.
+            SELECT a.rs, a.best, a.wr, a.err, a.at INTO rs, best, wr, bad, j
+              FROM rl._settle_shadow(p_algs[f : f + c - 1], p_lims[f : f + c - 1], p_wins[f : f + c - 1],
+                                     p_rates[f : f + c - 1], ss, p_now, p_cost, p_shs[f : f + c - 1]) a;
+            IF bad <> 0 THEN
+                st := ss[j];
+                j := f + j - 1;
+                RETURN NEXT ROW(q - 1, NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, false, p_now,
+                                'RL0' || lpad(bad::text, 2, '0'),
+                                rl._explain(bad, p_algs[j], p_lims[j], p_wins[j], p_rates[j], p_now, p_cost,
+                                            st.algorithm, st.t, st.x, st.y, st.log, st.l, st.w, st.r, true)
+                                || format(' (limit index %s, name %L)', j - f, p_names[j]), NULL)::rl.batch_decision;
+                CONTINUE;
+            END IF;
+            FOR i IN 1 .. c LOOP
+                r := rs[i];
+                IF wr[i] THEN
+                    sw[slot[f + i - 1]] := ROW(r.algorithm, r.t, r.x, r.y, r.log, r.l, r.w, r.r)::rl.state_words;
+                    sexp[slot[f + i - 1]] := rl._expires_at(p_now, r.reset_after);
+                    dirty[slot[f + i - 1]] := true;
+                    any_dirty := true;
+                END IF;
+                RETURN NEXT ROW(q - 1, i - 1, p_names[f + i - 1], r.allowed, r.lim, r.remaining, r.reset_after,
+                                r.retry_after, r.delay, i = best, p_now, NULL, NULL, r.next_after)::rl.batch_decision;
+            END LOOP;
+            CONTINUE;
+        END IF;
         bad := 0;
         FOR i IN 1 .. c LOOP
             st := ss[i];
@@ -2822,8 +3015,8 @@ BEGIN
         CONTINUE WHEN bad <> 0;
         -- 0018: a take or peek with a shadow flag set is decided as
         -- store.Policy.Decide decides shadow limits (rl._all_shadow): only
-        -- the rows it charges are written.
-        shd := NOT sets[q] AND p_shs IS NOT NULL AND true = ANY (p_shs[f : f + c - 1]);
+        -- the rows it charges are written. (shd, set above, implies NOT
+        -- sets[q] here: a settle with a flag set is decided above, 0019.)
         IF sets[q] THEN
             best := 1;
         ELSIF shd THEN
@@ -3034,7 +3227,8 @@ BEGIN
             RETURN QUERY SELECT (u.o - 1)::integer, p_names[u.o], u.allowed, u.lim, u.remaining, u.reset_after,
                                 u.retry_after, u.delay, u.o = best, v_now, u.next_after
                            FROM unnest(rs) WITH ORDINALITY AS u(err, allowed, lim, remaining, reset_after, retry_after,
-                                                                delay, algorithm, t, x, y, log, next_after, sl, sw, sr, o);
+                                                                delay, algorithm, t, x, y, log, next_after, sl, sw, sr,
+                                                                settle_caps, o);
             RETURN;
         END IF;
     END IF;
@@ -3269,18 +3463,27 @@ CREATE OR REPLACE FUNCTION rl.rl_settle_multi(key text, limits jsonb, delta bigi
  SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
 AS $function$
 DECLARE
-    p record;
+    p  record;
+    sh boolean[];
 BEGIN
     p := rl._parse_limits($2);
-    -- 0019: "shadow" checked as rl_allow_multi checks it, then ignored: a
-    -- settle corrects every limit alike, shadow or not (store.Policy.Decide
-    -- with store.Settle).
-    PERFORM rl._parse_shadows($2);
+    -- 0019: "shadow" read as rl_allow_multi reads it. A settle with a
+    -- shadow limit settles as store.Policy.Decide with store.Settle: the
+    -- enforced limits all or nothing, then each shadow limit alone, best
+    -- effort (rl._settle_many_shadow), with the trust rules of
+    -- rl_settle_decide; without one, every limit all or nothing, as before.
+    sh := rl._parse_shadows($2);
+    IF sh IS NOT NULL THEN
+        PERFORM rl._check_tenant_key($1, NULL);
+        RETURN QUERY SELECT * FROM rl._settle_many_shadow($1, p.names, p.algs, p.lims, p.wins, p.rates, $3,
+                                                          rl._request_now($4), sh);
+        RETURN;
+    END IF;
     RETURN QUERY SELECT * FROM rl.rl_settle_decide($1, p.names, p.algs, p.lims, p.wins, p.rates, $3, $4);
 END
 $function$;
 
-COMMENT ON FUNCTION rl.rl_settle_multi(text,jsonb,bigint,bigint) IS 'Settles delta units on several limits of key, all or nothing (core.SettleAll), given as rl_allow_multi takes them ("shadow" checked and ignored: every limit is settled); one row per limit, the first deciding. See sql/README.md.';
+COMMENT ON FUNCTION rl.rl_settle_multi(text,jsonb,bigint,bigint) IS 'Settles delta units on several limits of key, given as rl_allow_multi takes them: all or nothing (core.SettleAll), the first deciding; with "shadow": true limits as store.Policy.Decide settles them, the enforced ones all or nothing, then each shadow limit alone, best effort. One row per limit. See sql/README.md.';
 
 CREATE OR REPLACE FUNCTION rl.rl_settle_us(key text, algorithm text, lim bigint, window_us bigint, delta bigint, rate bigint DEFAULT 0, name text DEFAULT 'default'::text, now_us bigint DEFAULT NULL::bigint)
  RETURNS rl.decision
@@ -3364,6 +3567,8 @@ REVOKE EXECUTE ON FUNCTION rl._settle_fixed(bigint,integer,bigint,bigint,bigint,
 REVOKE EXECUTE ON FUNCTION rl._settle_level(integer,bigint,bigint,bigint,integer,bigint,bigint,bigint,boolean,bigint,bigint) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rl._settle_log(bigint,bigint,integer,bigint,bigint,bigint[],bigint,bigint) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rl._settle_many(text,text[],integer[],bigint[],bigint[],bigint[],bigint,bigint) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rl._settle_many_shadow(text,text[],integer[],bigint[],bigint[],bigint[],bigint,bigint,boolean[]) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rl._settle_shadow(integer[],bigint[],bigint[],bigint[],rl.state_words[],bigint,bigint,boolean[]) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rl._settle_sliding(bigint,bigint,integer,bigint,bigint,bigint,boolean,bigint,bigint) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rl._sliding_log(bigint,bigint,integer,bigint[],bigint,bigint,boolean,rl._eval_result) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rl._sliding_log_carried(bigint,bigint,bigint,bigint,bigint,bigint,boolean,rl._eval_result) FROM PUBLIC;
