@@ -165,8 +165,11 @@ func (l *Limiter) Peek(ctx context.Context, key string, cost int64) (Result, err
 // more than the call was charged. Settle never denies: the Result
 // describes the key after the correction (Allowed, with its Remaining and
 // NextAfter). Concurrent settles and decisions on one key stay exact: each
-// is one atomic step of the store. delta must be within ±core.MaxCost.
-// Every limit of the policy is settled, shadow limits included.
+// is one atomic step of the store. delta must be within ±core.MaxCost;
+// a debt larger than a state can record is capped there (core.Settle).
+// Every limit of the default policy is settled, its shadow limits each on
+// its own: to leave out the shadow limits a call did not charge, settle
+// with Do, Request.Settle and Policy.Charged of the take's Request.Each.
 func (l *Limiter) Settle(ctx context.Context, key string, delta int64) (Result, error) {
 	var r Result
 	err := l.decide(ctx, store.Settle, key, delta, nil, nil, &r)

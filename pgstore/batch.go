@@ -50,7 +50,8 @@ const (
 // requests of a batch had been decided one by one in arrival order:
 //
 //   - ModeSQL calls rl.rl_decide_batch (migration 0009; its settle flags,
-//     migration 17; its shadow flags, migration 18): one statement.
+//     migration 17; its shadow flags, migration 18, honoured by a settle
+//     since 19): one statement.
 //   - ModeGo locks every row of the batch with rl.lock_states_batch, in one
 //     order, decides in Go with Config.Decider (store.Policy.Decide: shadow
 //     limits too), and writes the new states back with one UPDATE ... FROM
@@ -404,7 +405,7 @@ func (b *Batched) execSQL(ctx context.Context, conn *pgxpool.Conn, all []*call) 
 	lims, wins, rates := make([]int64, 0, nlim), make([]int64, 0, nlim), make([]int64, 0, nlim)
 	write, shadowed := false, false
 	for _, c := range calls {
-		shadowed = shadowed || c.op != store.Settle && c.policy.Shadowed()
+		shadowed = shadowed || c.policy.Shadowed()
 	}
 	var shadows []bool
 	if shadowed {
@@ -418,9 +419,9 @@ func (b *Batched) execSQL(ctx context.Context, conn *pgxpool.Conn, all []*call) 
 			nows[i] = c.now
 		}
 		names = append(names, c.names...)
-		if shadowed {
+		if shadowed { // a settle's too: migration 19 settles them as Policy.Decide (18 ignores them)
 			for j := range c.limits {
-				shadows = append(shadows, c.op != store.Settle && c.policy.Shadow(j))
+				shadows = append(shadows, c.policy.Shadow(j))
 			}
 		}
 		for _, l := range c.limits {

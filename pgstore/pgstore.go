@@ -18,8 +18,12 @@
 // enforced ones in one atomic step, as store.Policy.Decide does: ModeGo in
 // its transaction, ModeSQL by passing the policy's shadow flags to
 // rl_decide_multi and rl_decide_batch (migration 18). A settle
-// (store.Settle) corrects every limit alike, shadow or not: ModeSQL with
-// rl_settle_decide (migration 17).
+// (store.Settle) of a policy without shadow limits corrects every limit,
+// all or nothing: ModeSQL with rl_settle_decide (migration 17). With
+// shadow limits, the enforced limits all or nothing, then each shadow
+// limit alone, one that cannot be settled (a corrupt row) left as it was:
+// ModeSQL passes the shadow flags with the settle to rl_decide_batch,
+// which settles them so since migration 19 (at 18, every limit alike).
 //
 // Each row records the parameters of the limit that wrote it (rl.state's
 // l, w, r, migration 17; core.State L, W, R), so a key whose limit changes

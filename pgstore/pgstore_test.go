@@ -241,28 +241,151 @@ func TestInterleaved(t *testing.T) {
 	}
 }
 
-// TestSettleShadowSQL: ModeSQL settles a policy with a shadow limit, in
-// Store and Batched alike: a settle corrects every limit alike
-// (store.Policy.Decide), shadow or not.
+// TestSettleShadowSQL: ModeSQL settles a policy with shadow limits as
+// store.Policy.Decide settles it (migration 19), in Store (durable and
+// fast) and in Batched, alone and queued into one batch with other calls:
+// the enforced limits all or nothing, then each shadow limit alone; a
+// shadow limit whose row is corrupt is left as it was and fails nothing
+// (its decision allowed false with its limit, zeros), the enforced limits
+// corrected all the same; with only shadow limits the settled one with the
+// fewest remaining decides; an enforced limit's corrupt row fails the call
+// (core.ErrState) and changes nothing. Every decision, the deciding index
+// and the rows after are compared with Decide on the same states.
 func TestSettleShadowSQL(t *testing.T) {
 	pool := pgtest.Pool(t, database(t))
-	names := []string{"enforced", "candidate"}
-	ls := []core.Limit{{Algorithm: core.FixedWindow, Limit: 5, Window: 3_600_000_000}, {Algorithm: core.GCRA, Limit: 3, Window: 1_000_000}}
-	p, err := store.MustPolicy(names, ls...).WithShadow("candidate")
-	require.NoError(t, err)
-	for _, s := range []store.Store{newStore(t, pool, pgstore.Config{RequestClock: true}), newBatched(t, pool, pgstore.Config{RequestClock: true}, pgstore.BatchConfig{})} {
-		key := fmt.Sprintf("shadow-settle-%d", time.Now().UnixNano())
-		each := make([]core.Decision, 2)
-		i, got, err := s.Decide(context.Background(), store.Request{Key: key, Policy: p, Op: store.Settle, Now: t0, Cost: 4}, each)
-		require.NoError(t, err)
-		ss := []core.State{{}, {}}
-		want := make([]core.Decision, 2)
-		wi, err := core.SettleAll(ls, ss, t0, 4, want)
-		require.NoError(t, err)
-		require.Equal(t, wi, i)
-		require.Equal(t, want, each)
-		require.Equal(t, want[wi], got)
+	ctx := context.Background()
+	names := []string{"enforced", "candidate", "other"}
+	ls := []core.Limit{
+		{Algorithm: core.FixedWindow, Limit: 5, Window: 3_600_000_000},
+		{Algorithm: core.GCRA, Limit: 3, Window: 1_000_000},
+		{Algorithm: core.TokenBucket, Limit: 4, Window: 1_000_000},
 	}
+	policy := func(shadows ...string) *store.Policy {
+		p, err := store.MustPolicy(names, ls...).WithShadow(shadows...)
+		require.NoError(t, err)
+		return p
+	}
+	// A corrupt row: a GCRA state whose remainder is beyond any rate.
+	corrupt := core.State{Algorithm: core.GCRA, T: t0 + 1_000_000, X: core.MaxLimit + 1, Y: t0}
+	type tcase struct {
+		name    string
+		p       *store.Policy
+		corrupt []int // the limits whose rows are corrupt
+		delta   int64
+	}
+	all := policy("enforced", "candidate", "other")
+	cases := []tcase{
+		{"one-shadow", policy("candidate"), nil, 4},
+		{"one-shadow-corrupt", policy("candidate"), []int{1}, 4},
+		{"one-shadow-corrupt-refund", policy("candidate"), []int{1}, -2},
+		{"one-shadow-corrupt-zero", policy("candidate"), []int{1}, 0},
+		{"two-shadows-one-corrupt", policy("candidate", "other"), []int{2}, 7},
+		{"only-shadows", all, nil, 3},
+		{"only-shadows-one-corrupt", all, []int{0}, 3},
+		{"only-shadows-two-corrupt", all, []int{0, 2}, -1},
+		{"only-shadows-all-corrupt", all, []int{0, 1, 2}, 5},
+		{"enforced-corrupt", policy("enforced", "other"), []int{1}, 2},
+		{"enforced-and-shadow-corrupt", policy("other"), []int{1, 2}, 2},
+	}
+	rows := func(key string) string {
+		var s string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(string_agg(format('%s %s %s %s %s %s', name, algorithm, t, x, y, log), '; ' ORDER BY name), '')
+			FROM rl.state WHERE key = $1`, key).Scan(&s))
+		return s
+	}
+	// prepare takes on a fresh key, corrupts a row if asked, and returns
+	// the states Decide settles.
+	prepare := func(s store.Store, key string, c tcase) []core.State {
+		ss := make([]core.State, len(names))
+		want := make([]core.Decision, len(names))
+		_, err := c.p.Decide(nil, store.Take, ss, t0, 1, want)
+		require.NoError(t, err)
+		_, _, err = s.Decide(ctx, store.Request{Key: key, Policy: c.p, Op: store.Take, Now: t0, Cost: 1}, nil)
+		require.NoError(t, err)
+		for _, k := range c.corrupt {
+			_, err := pool.Exec(ctx, `INSERT INTO rl.state AS s (key, name, algorithm, t, x, y) VALUES ($1, $2, $3, $4, $5, $6)
+				ON CONFLICT (key, name) DO UPDATE SET algorithm = $3, t = $4, x = $5, y = $6, log = '{}', l = 0, w = 0, r = 0`,
+				key, names[k], int32(corrupt.Algorithm), corrupt.T, corrupt.X, corrupt.Y)
+			require.NoError(t, err)
+			ss[k] = corrupt
+		}
+		return ss
+	}
+	// check settles ss as Decide and compares got (the store's result).
+	check := func(what string, c tcase, ss []core.State, key, before string, i int, got core.Decision, each []core.Decision, err error) {
+		want := make([]core.Decision, len(names))
+		wi, werr := c.p.Decide(nil, store.Settle, ss, t0+1, c.delta, want)
+		if werr != nil {
+			require.ErrorIs(t, err, werr, "%s %s", what, c.name)
+			require.Equal(t, before, rows(key), "%s %s: a refused settle wrote a row", what, c.name)
+			return
+		}
+		require.NoError(t, err, "%s %s", what, c.name)
+		require.Equal(t, want, each, "%s %s", what, c.name)
+		require.Equal(t, wi, i, "%s %s: deciding", what, c.name)
+		require.Equal(t, c.p.Deciding(want, wi), got, "%s %s", what, c.name)
+		for _, k := range c.corrupt { // a shadow limit's: left as it was
+			require.Equal(t, core.Decision{Limit: ls[k].Limit}, each[k], "%s %s", what, c.name)
+			require.Contains(t, rows(key), fmt.Sprintf("%s %d %d %d %d {}", names[k], corrupt.Algorithm, corrupt.T, corrupt.X, corrupt.Y),
+				"%s %s: the corrupt shadow row was written", what, c.name)
+		}
+	}
+	stores := []struct {
+		name string
+		s    store.Store
+	}{
+		{"store", newStore(t, pool, pgstore.Config{RequestClock: true})},
+		{"store-fast", newStore(t, pool, pgstore.Config{RequestClock: true, Durability: pgstore.DurabilityFast})},
+		{"batched", newBatched(t, pool, pgstore.Config{RequestClock: true}, pgstore.BatchConfig{})},
+	}
+	for _, st := range stores {
+		for _, c := range cases {
+			key := fmt.Sprintf("shadow-settle-%s-%s-%d", st.name, c.name, time.Now().UnixNano())
+			ss := prepare(st.s, key, c)
+			before := rows(key)
+			each := make([]core.Decision, len(names))
+			i, got, err := st.s.Decide(ctx, store.Request{Key: key, Policy: c.p, Op: store.Settle, Now: t0 + 1, Cost: c.delta}, each)
+			check(st.name, c, ss, key, before, i, got, each, err)
+		}
+	}
+
+	// Every case queued into one rl_decide_batch statement, each on its
+	// own key, behind a blocked one.
+	b := newBatched(t, pool, modes[0].cfg, pgstore.BatchConfig{MaxInFlight: 1})
+	blocker := fmt.Sprintf("shadow-settle-block-%d", time.Now().UnixNano())
+	release := hold(t, pool, blocker)
+	first := decideAsync(b, ctx, blocker, core.Limit{Algorithm: core.FixedWindow, Limit: 3, Window: 3_600_000_000}, 1)
+	require.Eventually(t, func() bool { return pgstore.QueueLen(b) == 0 && pgstore.InFlight(b) == 1 }, 10*time.Second, time.Millisecond)
+	type queued struct {
+		key, before string
+		ss          []core.State
+		i           int
+		got         core.Decision
+		each        []core.Decision
+		err         error
+		done        chan struct{}
+	}
+	qs := make([]*queued, len(cases))
+	for k, c := range cases {
+		q := &queued{key: fmt.Sprintf("shadow-settle-batch-%s-%d", c.name, time.Now().UnixNano()), each: make([]core.Decision, len(names)), done: make(chan struct{})}
+		q.ss = prepare(stores[0].s, q.key, c)
+		q.before = rows(q.key)
+		qs[k] = q
+		go func() {
+			defer close(q.done)
+			q.i, q.got, q.err = b.Decide(ctx, store.Request{Key: q.key, Policy: c.p, Op: store.Settle, Now: t0 + 1, Cost: c.delta}, q.each)
+		}()
+		queueUp(t, b, k+1)
+	}
+	before := b.Stats()
+	release()
+	require.NoError(t, (<-first).err)
+	for k, c := range cases {
+		q := qs[k]
+		<-q.done
+		check("one batch", c, q.ss, q.key, q.before, q.i, q.got, q.each, q.err)
+	}
+	require.Equal(t, int64(1), b.Stats().Batches-before.Batches, "the queued settles went out in one statement")
 }
 
 // TestDeciderIsAStoreSetting: the decider is chosen with the store, and

@@ -102,8 +102,6 @@ func TestErrors(t *testing.T) {
 		{`SELECT rl.decide(1, 5, 1000, 0, 0, 0, 0, 0, '{}', 0, 1, 'take', 5, 1000, 0)`, "RL008", "", "", nil}, // parameters recorded in a fresh state
 		{`SELECT rl.decide(4, 5, 1000, 0, 0, 0, 0, 0, '{}', 0, -1099511627777, 'settle')`, "RL006",
 			fmt.Sprintf("ratelimit: settle delta -%d: outside [-%d, %d]", core.MaxCost+1, core.MaxCost, core.MaxCost), "", nil},
-		{`SELECT rl.decide(1, 5, 1000, 0, 1, 0, 4611686018427387000, 0, '{}', 0, 1099511627776, 'settle', 5, 1000, 0)`, "RL006",
-			fmt.Sprintf("ratelimit: settle delta %d: the debt it leaves on %s would exceed %d (units of 1/window)", core.MaxCost, core.FixedWindow, core.MaxStateValue), "", nil},
 		{`SELECT rl.rl_settle('k', 'gcra', 5, '1 minute', NULL)`, "RL006", "", "", nil},
 		{`SELECT rl.rl_settle_multi('k', '[{"name":"a","algorithm":"gcra","limit":1,"window_us":1},{"name":"b","algorithm":"gcra","limit":1,"window_us":0}]', 1)`,
 			"RL003", "", "limit index 1 (name 'b')", nil},

@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/url"
 	"strings"
@@ -298,4 +299,23 @@ func TestUpCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	require.ErrorIs(t, migrations.Up(ctx, dbURL), context.Canceled)
+}
+
+// TestDownLast: the last migration's down leaves the schema as the one
+// before made it (every function's definition, grants and comment, the
+// types' columns, the tables): a database migrated to Latest and back
+// equals one migrated to Latest-1.
+func TestDownLast(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	before, back := pgtest.NewDatabase(t), pgtest.NewDatabase(t)
+	for u, steps := range map[string][]uint{before: {migrations.Latest - 1}, back: {migrations.Latest, migrations.Latest - 1}} {
+		m, err := migrations.Open(ctx, u)
+		require.NoError(t, err)
+		for _, v := range steps {
+			require.NoError(t, m.Goto(ctx, v))
+		}
+		require.NoError(t, m.Close())
+	}
+	requireSameCatalog(t, catalog(t, before), catalog(t, back), fmt.Sprintf("migrated to %d and back", migrations.Latest))
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -152,6 +153,76 @@ func TestNativeBefore17(t *testing.T) {
 	require.Equal(t, "rl._eval and rl._settle are native (were plpgsql)", msg)
 	require.NoError(t, conn.QueryRow(ctx, `SELECT allowed FROM rl.rl_allow('k', 'gcra', 5, '1 minute')`).Scan(&allowed))
 	require.True(t, allowed)
+	require.NoError(t, conn.QueryRow(ctx, `SELECT rl_native.disable()`).Scan(&msg))
+	require.Equal(t, "rl._eval and rl._settle are the PL/pgSQL port again", msg)
+}
+
+// TestNativeAt18: the build of rl_native that caps a settle's debt too
+// large for a state at migration 19 refuses it at 18 (RL006), as 18's
+// PL/pgSQL does: it reads the schema's semantics from rl._eval_result,
+// which has settle_caps since 19. At 18 it gives what 18's PL/pgSQL gives
+// on the odd input of TestNative and on debts too large for a state of
+// every kind (err 6 there); enabled, a settle of such a debt is RL006.
+// Migrated to 19 (which puts the PL/pgSQL port back) and enabled again,
+// the same build caps the same debt.
+func TestNativeAt18(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	su, owner := ownedDatabase(t)
+	m, err := migrations.Open(ctx, owner)
+	require.NoError(t, err)
+	defer m.Close()
+	require.NoError(t, m.Goto(ctx, 18))
+	conn := connect(t, su)
+	_, err = conn.Exec(ctx, `CREATE EXTENSION rl_native`)
+	require.NoError(t, err, nativeInstallHint)
+	t.Run("same as PL/pgSQL", func(t *testing.T) { compareNative(t, conn) })
+	// Debts no state can record: a fixed window's count, a sliding window's
+	// weighted counts, a bucket's level, GCRA's arrival time.
+	huge := `SELECT a, %[1]s(a, l, w, 0, a, t, x, y, '{}', l, w, CASE WHEN a > 3 THEN l ELSE 0 END, 1767225600000000, 1099511627776)::text
+		  FROM (VALUES (1, 10, 1000000, 1767225600000000, 4611686018427387000, 0),
+		               (2, 4, 1000000000, 1767225600000000, 2305843009, 0),
+		               (4, 1000000, 1000000000000, 1767225600000000, 4611686018427387000, 0),
+		               (6, 1, 1000000000000000, 1767225600000000, 0, 0)) v(a, l, w, t, x, y) ORDER BY a`
+	results := func(fn string) map[int32]string {
+		rows, err := conn.Query(ctx, fmt.Sprintf(huge, fn))
+		require.NoError(t, err)
+		out := map[int32]string{}
+		for rows.Next() {
+			var a int32
+			var r string
+			require.NoError(t, rows.Scan(&a, &r))
+			out[a] = r
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	at18, plpgsql := results("rl_native.settle"), results("rl._settle")
+	require.Equal(t, plpgsql, at18, "at 18")
+	for a, r := range at18 {
+		require.True(t, strings.HasPrefix(r, "(6,"), "at 18, algorithm %d: refused, not %s", a, r)
+	}
+	var msg string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT rl_native.enable()`).Scan(&msg))
+	require.Equal(t, "rl._eval and rl._settle are native (were plpgsql)", msg)
+	_, err = conn.Exec(ctx, `SELECT rl.rl_settle_us('k', 'gcra', 1, 1000000000000000, 1099511627776, 1, now_us => 1767225600000000)`)
+	var pe *pgconn.PgError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "RL006", pe.Code)
+
+	require.NoError(t, m.Goto(ctx, migrations.Latest))
+	require.NoError(t, conn.QueryRow(ctx, `SELECT rl_native.disable()`).Scan(&msg))
+	require.Equal(t, "rl._eval is not native: nothing to do", msg, "19 replaced the native steps")
+	at19, plpgsql := results("rl_native.settle"), results("rl._settle")
+	require.Equal(t, plpgsql, at19, "at 19")
+	for a, r := range at19 {
+		require.True(t, strings.HasPrefix(r, "(0,"), "at 19, algorithm %d: capped, not %s", a, r)
+	}
+	require.NoError(t, conn.QueryRow(ctx, `SELECT rl_native.enable()`).Scan(&msg))
+	require.Equal(t, "rl._eval and rl._settle are native (were plpgsql)", msg)
+	var remaining int64
+	require.NoError(t, conn.QueryRow(ctx, `SELECT remaining FROM rl.rl_settle_us('k', 'gcra', 1, 1000000000000000, 1099511627776, 1, now_us => 1767225600000000)`).Scan(&remaining))
+	require.Zero(t, remaining)
 	require.NoError(t, conn.QueryRow(ctx, `SELECT rl_native.disable()`).Scan(&msg))
 	require.Equal(t, "rl._eval and rl._settle are the PL/pgSQL port again", msg)
 }

@@ -31,9 +31,14 @@
  * them as 0, a state written before they were kept, with 12 (before it),
  * which decides exactly as the PL/pgSQL rl._eval of those migrations; it
  * fills rl._eval_result by its attributes' names, so next_after (migration
- * 16) and l, w, r (17) are filled where the type has them. The conformance
- * vectors and the differential test against the Go core hold it to that
- * (sql/migrations, TestNative).
+ * 16), l, w, r (17) and settle_caps (19) are filled where the type has them.
+ * settle_caps also selects the settle's semantics: where the type has it
+ * (migration 19), a debt too large for a state is capped, as core.Settle
+ * caps it; where not (17, 18), it is refused (err 6, ErrCost), as those
+ * migrations' PL/pgSQL refuses it. A build from before 19 does not know the
+ * attribute and refuses the type, so it cannot decide for a schema at 19.
+ * The conformance vectors and the differential test against the Go core
+ * hold it to that (sql/migrations, TestNative).
  *
  * sql/native/README.md: building, installing, enabling.
  */
@@ -63,26 +68,31 @@ PG_MODULE_MAGIC;
 
 /*
  * The fields of rl._eval_result; next_after since migration 16, l, w, r
- * since 17. The fields from F_NEXT_AFTER on are optional.
+ * since 17, settle_caps since 19 (true in every result that is not an
+ * error: the step caps a settle's debt). The fields from F_NEXT_AFTER on
+ * are optional.
  */
 enum
 {
 	F_ERR, F_ALLOWED, F_LIM, F_REMAINING, F_RESET_AFTER, F_RETRY_AFTER, F_DELAY,
-	F_ALGORITHM, F_T, F_X, F_Y, F_LOG, F_NEXT_AFTER, F_L, F_W, F_R, N_FIELDS
+	F_ALGORITHM, F_T, F_X, F_Y, F_LOG, F_NEXT_AFTER, F_L, F_W, F_R, F_SETTLE_CAPS, N_FIELDS
 };
 
 static const char *const field_names[N_FIELDS] = {
 	"err", "allowed", "lim", "remaining", "reset_after", "retry_after", "delay",
-	"algorithm", "t", "x", "y", "log", "next_after", "l", "w", "r"
+	"algorithm", "t", "x", "y", "log", "next_after", "l", "w", "r", "settle_caps"
 };
 
 /*
- * The result type as this call site has it: its descriptor, and the field
- * of each attribute (-1: a dropped attribute, NULL).
+ * The result type as this call site has it: its descriptor, whether it has
+ * settle_caps (a schema at migration 19 or later: a settle's debt too
+ * large for a state is capped, not refused), and the field of each
+ * attribute (-1: a dropped attribute, NULL).
  */
 typedef struct
 {
 	TupleDesc	desc;
+	bool		caps;
 	int			field[FLEXIBLE_ARRAY_MEMBER];
 } result_type;
 
@@ -860,9 +870,12 @@ decide(int32 p_alg, int64 p_lim, int64 p_win, int64 p_rate, const words *s, bool
 	}
 }
 
-/* rl._settle_fixed: false when the debt would not fit a state (ErrCost). */
+/*
+ * rl._settle_fixed: a count above MAX_STATE capped there (caps, migration
+ * 19), or refused: false, ErrCost (17, 18).
+ */
 static bool
-settle_fixed(int64 w, const words *s, int64 now, int64 delta, words *n)
+settle_fixed(int64 w, const words *s, int64 now, int64 delta, bool caps, words *n)
 {
 	int64		start = now - now % w;
 	int64		cnt = 0;
@@ -872,9 +885,13 @@ settle_fixed(int64 w, const words *s, int64 now, int64 delta, words *n)
 		start = s->t - s->t % w;
 		cnt = s->x;
 	}
-	cnt += delta;
+	cnt += delta;				/* no overflow: both within MAX_STATE + MAX_COST */
 	if (cnt > MAX_STATE)
-		return false;
+	{
+		if (!caps)
+			return false;
+		cnt = MAX_STATE;
+	}
 	if (cnt > 0)
 	{
 		n->alg = 1;
@@ -884,9 +901,12 @@ settle_fixed(int64 w, const words *s, int64 now, int64 delta, words *n)
 	return true;
 }
 
-/* rl._settle_sliding */
+/*
+ * rl._settle_sliding: counts whose weighted sum would pass MAX_UNITS
+ * capped there (caps, migration 19), or refused: false, ErrCost (17, 18).
+ */
 static bool
-settle_sliding(int64 lim, int64 w, const words *s, bool exact, int64 now, int64 delta, words *n)
+settle_sliding(int64 lim, int64 w, const words *s, bool exact, int64 now, int64 delta, bool caps, words *n)
 {
 	int64		start = now - now % w;
 	int64		curr = 0,
@@ -910,8 +930,8 @@ settle_sliding(int64 lim, int64 w, const words *s, bool exact, int64 now, int64 
 		curr = min64(curr, lim);
 		prev = min64(prev, lim);
 	}
-	curr += delta;
-	if (curr > MAX_STATE)
+	curr += delta;				/* no overflow: curr <= MAX_STATE, |delta| <= MAX_COST */
+	if (!caps && curr > MAX_STATE)
 		return false;
 	if (curr < 0)
 	{
@@ -919,7 +939,17 @@ settle_sliding(int64 lim, int64 w, const words *s, bool exact, int64 now, int64 
 		curr = 0;
 	}
 	/* A debt is kept while the counts times w stay within MAX_UNITS. */
-	if (curr > MAX_UNITS / w || prev > MAX_UNITS / w - curr)
+	if (caps)
+	{
+		int64		m = MAX_UNITS / w;
+
+		if (curr > m - min64(prev, m))
+		{
+			prev = min64(prev, m);
+			curr = m - prev;
+		}
+	}
+	else if (curr > MAX_UNITS / w || prev > MAX_UNITS / w - curr)
 		return false;
 	if (curr > 0 || prev > 0)
 	{
@@ -975,10 +1005,14 @@ settle_log(int64 lim, int64 w, const words *s, int64 now, int64 delta, words *n)
 	return true;
 }
 
-/* rl._settle_level: the buckets and GCRA. */
+/*
+ * rl._settle_level: the buckets and GCRA. A level above MAX_STATE, or a
+ * GCRA arrival time beyond it, is capped there (caps, migration 19), or
+ * refused: false, ErrCost (17, 18).
+ */
 static bool
 settle_level(int32 p_alg, int64 lim, int64 w, int64 rate, const words *s, bool exact, int64 now, int64 delta,
-			 words *n)
+			 bool caps, words *n)
 {
 	int64		capacity = lim * w;
 	int64		ne = now,
@@ -1038,9 +1072,12 @@ settle_level(int32 p_alg, int64 lim, int64 w, int64 rate, const words *s, bool e
 	d = (uint128) (uint64) (delta >= 0 ? delta : -delta) * (uint64) w;
 	if (delta >= 0)
 	{
-		if (d > (uint128) (MAX_STATE - lvl))
+		if (d <= (uint128) (MAX_STATE - lvl))
+			lvl += (int64) d;
+		else if (caps)
+			lvl = MAX_STATE;	/* a debt beyond a state: capped */
+		else
 			return false;
-		lvl += (int64) d;
 	}
 	else if (d >= (uint128) lvl)
 		lvl = 0;
@@ -1053,8 +1090,13 @@ settle_level(int32 p_alg, int64 lim, int64 w, int64 rate, const words *s, bool e
 	{
 		int64		q = lvl / rate;
 
-		if (q > MAX_STATE - ne)
-			return false;
+		if (q > MAX_STATE - ne)	/* its arrival time would not fit a state */
+		{
+			if (!caps)
+				return false;
+			q = MAX_STATE - ne;
+			lvl = q * rate;		/* <= the level: no overflow */
+		}
 		n->t = ne + q;
 		n->x = lvl - q * rate;
 		n->y = ne;
@@ -1107,6 +1149,7 @@ result_type_of(FunctionCallInfo fcinfo)
 		if (!seen[f])
 			ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
 							errmsg("rl_native: rl_eval must return rl._eval_result, which has %s", field_names[f])));
+	rt->caps = seen[F_SETTLE_CAPS];
 	return rt;
 }
 
@@ -1286,6 +1329,7 @@ eval_datum(result_type *rt, call *c, bool take)
 	values[F_L] = Int64GetDatum(r.l);
 	values[F_W] = Int64GetDatum(r.w);
 	values[F_R] = Int64GetDatum(r.r);
+	values[F_SETTLE_CAPS] = BoolGetDatum(true);
 	return result_datum(rt, values, nulls);
 }
 
@@ -1362,7 +1406,9 @@ PG_FUNCTION_INFO_V1(rl_settle);
  *           p_now bigint, p_delta bigint) RETURNS rl._eval_result
  *
  * rl._settle (migration 17): the state after the delta, carried over first,
- * and the decision of a call of cost 0 on it.
+ * and the decision of a call of cost 0 on it. A debt too large for a state
+ * is capped where the result type has settle_caps (migration 19), refused
+ * (err 6) where not.
  */
 Datum
 rl_settle(PG_FUNCTION_ARGS)
@@ -1401,16 +1447,16 @@ rl_settle(PG_FUNCTION_ARGS)
 	switch (c.p_alg)
 	{
 		case 1:
-			ok = settle_fixed(c.p_win, &s, c.p_now, delta, &n);
+			ok = settle_fixed(c.p_win, &s, c.p_now, delta, rt->caps, &n);
 			break;
 		case 2:
-			ok = settle_sliding(c.p_lim, c.p_win, &s, exact, c.p_now, delta, &n);
+			ok = settle_sliding(c.p_lim, c.p_win, &s, exact, c.p_now, delta, rt->caps, &n);
 			break;
 		case 3:
 			ok = settle_log(c.p_lim, c.p_win, &s, c.p_now, delta, &n);
 			break;
 		default:
-			ok = settle_level(c.p_alg, c.p_lim, c.p_win, c.p_rate, &s, exact, c.p_now, delta, &n);
+			ok = settle_level(c.p_alg, c.p_lim, c.p_win, c.p_rate, &s, exact, c.p_now, delta, rt->caps, &n);
 			break;
 	}
 	if (!ok)
