@@ -570,7 +570,9 @@ func settleCases() []*builder {
 			settle(t0+5, -core.MaxUnits/1_000_000_000).take(t0+6, 4),
 		newCase("settle-fixed-huge", "a fixed window's debt is capped at MaxStateValue, never refused",
 			[]string{"settle", "maxima"}, lim("default", core.FixedWindow, 10, sec, 0)).
-			take(t0, 1).settle(t0+1, core.MaxCost).take(t0+2, 1).take(t0+sec, 10),
+			take(t0, 1).settle(t0+1, core.MaxCost).take(t0+2, 1).
+			settleFrom(t0+3, core.MaxCost, vectors.State{Algorithm: int32(core.FixedWindow), T: t0, X: core.MaxStateValue - 5, L: 10, W: sec}).
+			take(t0+4, 1).take(t0+sec, 10),
 		newCase("settle-bucket-huge", "a token bucket's debt is capped at a level of MaxStateValue, never refused",
 			[]string{"settle", "maxima"}, lim("default", core.TokenBucket, 1_000_000, 1_000_000_000_000, 0)).
 			take(t0, 1).settle(t0+1, core.MaxCost).take(t0+2, 1).settle(t0+3, -core.MaxCost).take(t0+4, 1_000_000),
