@@ -152,34 +152,39 @@ func fixedWindow(c *Compiled, s *State, now, cost int64, d *Decision, n *State) 
 	}
 }
 
-// slidingCounts reads a sliding window state at now: the start of the
-// current window (a later one if the clock stepped back) and its current
-// and previous counts.
-func slidingCounts(c *Compiled, s *State, exact bool, now int64) (start, curr, prev int64) {
-	w, lim := c.l.Window, c.l.Limit
-	start = c.wdiv.div(now, w) * w
+// slidingCounts reads a sliding window state, of window w, in the window
+// starting at start (now's): the start of the window it counts in (a later one if the
+// clock stepped back) and its current and previous counts, as written (a
+// state written under other parameters has them clamped by the caller:
+// clampCounts). Small enough to inline, as its callers need.
+func slidingCounts(c *Compiled, s *State, start, w int64) (at, curr, prev int64) {
+	at = start
 	if s.Algorithm == SlidingWindow {
 		// The window holding T: T itself unless the state was written
 		// under another window length.
-		st := c.wdiv.div(s.T, w) * w
-		switch {
-		case st >= start:
-			start, curr, prev = st, s.X, s.Y
-		case st+w == start:
+		if st := c.wdiv.div(s.T, w) * w; st >= start {
+			at, curr, prev = st, s.X, s.Y
+		} else if st+w == start {
 			prev = s.X
 		}
 	}
-	if !exact {
-		// Counts above the limit of a state written under other
-		// parameters come from a lowered limit: they count as full.
-		curr, prev = min(curr, lim), min(prev, lim)
+	return at, curr, prev
+}
+
+// clampCounts clamps the counts of a sliding window state written under
+// other parameters (not exact): counts above the limit come from a lowered
+// limit, and count as full.
+func clampCounts(c *Compiled, exact bool, curr, prev int64) (int64, int64) {
+	if exact {
+		return curr, prev
 	}
-	return start, curr, prev
+	return min(curr, c.l.Limit), min(prev, c.l.Limit)
 }
 
 func slidingWindow(c *Compiled, s *State, exact bool, now, cost int64, d *Decision, n *State) {
 	w, lim := c.l.Window, c.l.Limit
-	start, curr, prev := slidingCounts(c, s, exact, now)
+	start, curr, prev := slidingCounts(c, s, c.wdiv.div(now, w)*w, w)
+	curr, prev = clampCounts(c, exact, curr, prev)
 	e := max(now, start) - start // elapsed in the current window, < w
 	// room: units (1/w of a request) left under the weighted count.
 	room := (lim-curr)*w - prev*(w-e)

@@ -176,7 +176,9 @@ func (c *Compiled) settleFixed(s *State, now, delta int64, n *State) Error {
 }
 
 func (c *Compiled) settleSliding(s *State, exact bool, now, delta int64, n *State) Error {
-	start, curr, prev := slidingCounts(c, s, exact, now)
+	w := c.l.Window
+	start, curr, prev := slidingCounts(c, s, c.wdiv.div(now, w)*w, w)
+	curr, prev = clampCounts(c, exact, curr, prev)
 	curr += delta // no overflow: curr ≤ MaxStateValue, |delta| ≤ MaxCost
 	if curr < 0 {
 		prev = max(0, prev+curr)
