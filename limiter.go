@@ -165,14 +165,16 @@ func (l *Limiter) Peek(ctx context.Context, key string, cost int64) (Result, err
 // more than the call was charged. Settle never denies: the Result
 // describes the key after the correction (Allowed, with its Remaining and
 // NextAfter). Concurrent settles and decisions on one key stay exact: each
-// is one atomic step of the store. delta must be within ±core.MaxCost;
+// is one atomic step of the store; one the store refuses for load
+// (store.ErrBusy) is tried again a few times (settleRetries), as a settle
+// through Do is. delta must be within ±core.MaxCost;
 // a debt larger than a state can record is capped there (core.Settle).
 // Every limit of the default policy is settled, its shadow limits each on
 // its own: to leave out the shadow limits a call did not charge, settle
 // with Do, Request.Settle and Policy.Charged of the take's Request.Each.
 func (l *Limiter) Settle(ctx context.Context, key string, delta int64) (Result, error) {
 	var r Result
-	err := l.decide(ctx, store.Settle, key, delta, nil, nil, &r)
+	err := l.settle(ctx, key, delta, nil, nil, &r)
 	return r, err
 }
 
@@ -229,11 +231,41 @@ func (l *Limiter) Do(ctx context.Context, req Request) (Result, error) {
 	case req.Peek:
 		op = store.Peek
 	case req.Settle:
-		op = store.Settle
+		var r Result
+		err := l.settle(ctx, req.Key, req.Cost, req.Policy, req.Each, &r)
+		return r, err
 	}
 	var r Result
 	err := l.decide(ctx, op, req.Key, req.Cost, req.Policy, req.Each, &r)
 	return r, err
+}
+
+// settleRetries are the waits before a settle the store refused for load
+// (store.ErrBusy: a pool or queue saturated, a full store) is tried again.
+// A settle is a correction of what was already served: dropped, load alone
+// would turn a debt into admissions, so it is retried a few times, for
+// about a fifth of a second in all, within its context.
+var settleRetries = [...]time.Duration{10 * time.Millisecond, 40 * time.Millisecond, 160 * time.Millisecond}
+
+// settle is decide's Settle, tried again after settleRetries while the
+// store refuses it for load.
+func (l *Limiter) settle(ctx context.Context, key string, delta int64, p *Policy, each []LimitResult, r *Result) error {
+	err := l.decide(ctx, store.Settle, key, delta, p, each, r)
+	for _, wait := range settleRetries {
+		if err == nil || !errors.Is(err, store.ErrBusy) {
+			break
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		*r = Result{}
+		err = l.decide(ctx, store.Settle, key, delta, p, each, r)
+	}
+	return err
 }
 
 // decide decides into *r (left zero on an error).

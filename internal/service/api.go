@@ -2,6 +2,7 @@ package service
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -520,7 +521,11 @@ func (s *Service) apiSettle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	each := make([]rl.LimitResult, t.limits())
-	res, begun, err := s.do(r.Context(), &t, rl.Request{Key: req.Key, Cost: delta, Policy: t.policy, Settle: true, Each: each})
+	// Not the request's cancellation: a caller that hangs up once it has
+	// sent its settle has still cost what it cost (as the proxy's
+	// settles, httplimit.serveAndSettle), and the store call would be
+	// cancelled with it, the estimate standing.
+	res, begun, err := s.do(context.WithoutCancel(r.Context()), &t, rl.Request{Key: req.Key, Cost: delta, Policy: t.policy, Settle: true, Each: each})
 	if err != nil {
 		class := s.Classify(begun, err)
 		if class == outage.Invalid {

@@ -521,3 +521,31 @@ func TestAPISettleUncharged(t *testing.T) {
 		require.Contains(t, string(r.body), c.msg, c.body)
 	}
 }
+
+// ctxStore is a store that, as pgstore does, fails a call whose context
+// is done.
+type ctxStore struct{ store.Store }
+
+func (s ctxStore) Decide(ctx context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, core.Decision{}, err
+	}
+	return s.Store.Decide(ctx, req, each)
+}
+
+// TestAPISettleOutlivesTheCaller: a settle whose caller hung up once it
+// was sent is still made (the store call is not cancelled with the
+// request), so hanging up never keeps a debt from landing.
+func TestAPISettleOutlivesTheCaller(t *testing.T) {
+	e := newEnv(t, `rules:
+  - {name: m, strategy: fixed, limit: 10, window: 1h}
+`, func(o *Options) { o.Store = ctxStore{o.Store} })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := httptest.NewRequestWithContext(ctx, "POST", "/v1/ratelimit/settle", strings.NewReader(`{"rule":"m","key":"k","estimate":1,"actual":9}`))
+	w := httptest.NewRecorder()
+	testHandler(e.svc).ServeHTTP(w, req)
+	require.Equal(t, 200, w.Code, w.Body.String())
+	r := e.post(t, "check", `{"rule":"m","key":"k","cost":3}`)
+	require.Equal(t, 429, r.code, "the debt of 8 landed: 8 of 10 used")
+}
