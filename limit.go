@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rlcore/rl/core"
@@ -62,9 +63,15 @@ func (l Limit) core() core.Limit {
 type Policy struct {
 	src []Limit
 	sp  *store.Policy
-	// charged caches Charged's policies, by their store.Policy.
-	charged sync.Map // *store.Policy → *Policy
+	// charged caches Charged's policies, by their store.Policy, up to
+	// store.Policy's own bound (nCharged counts them).
+	charged  sync.Map // *store.Policy → *Policy
+	nCharged atomic.Int32
 }
+
+// maxCharged bounds the policies Charged keeps, as store.Policy.Charged
+// bounds its own.
+const maxCharged = 64
 
 // ErrPolicy is matched by every error of NewPolicy.
 var ErrPolicy = errors.New("rl: invalid policy")
@@ -184,7 +191,13 @@ func (p *Policy) Charged(each []LimitResult) *Policy {
 			q.src = append(q.src, l)
 		}
 	}
-	v, _ := p.charged.LoadOrStore(sq, q)
+	if p.nCharged.Load() >= maxCharged {
+		return q // built for this call, not kept
+	}
+	v, loaded := p.charged.LoadOrStore(sq, q)
+	if !loaded {
+		p.nCharged.Add(1)
+	}
 	return v.(*Policy)
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 	"unsafe"
@@ -244,7 +245,9 @@ func (l *Limiter) Do(ctx context.Context, req Request) (Result, error) {
 // (store.ErrBusy: a pool or queue saturated, a full store) is tried again.
 // A settle is a correction of what was already served: dropped, load alone
 // would turn a debt into admissions, so it is retried a few times, for
-// about a fifth of a second in all, within its context.
+// about a fifth of a second in all (each wait up to half again, at random,
+// so that settles refused together do not all come back together), within
+// its context.
 var settleRetries = [...]time.Duration{10 * time.Millisecond, 40 * time.Millisecond, 160 * time.Millisecond}
 
 // settle is decide's Settle, tried again after settleRetries while the
@@ -255,7 +258,7 @@ func (l *Limiter) settle(ctx context.Context, key string, delta int64, p *Policy
 		if err == nil || !errors.Is(err, store.ErrBusy) {
 			break
 		}
-		t := time.NewTimer(wait)
+		t := time.NewTimer(wait + rand.N(wait/2)) // jittered: settles refused together spread out
 		select {
 		case <-ctx.Done():
 			t.Stop()

@@ -241,7 +241,30 @@ func (f *fileJSON) Validate() (*config, []Problem) {
 		}
 		return ru, ru.Name, ok
 	})
+	checkGlobalKeys(c, cfg.Rules)
 	return cfg, c.Problems
+}
+
+// checkGlobalKeys refuses two rules that name one rl-wasm-host rule
+// (global.rule) but derive their keys differently: both send the key
+// itself, so a key of one would be a key of the other (a client's header
+// set to a victim's address would spend that address's budget).
+func checkGlobalKeys(c *ruleconfig.Checker, rules []*rule) {
+	first := map[string]int{}
+	for j, r := range rules {
+		if r == nil || r.Global == nil || r.Global.Rule == "" {
+			continue
+		}
+		i, seen := first[r.Global.Rule]
+		if !seen {
+			first[r.Global.Rule] = j
+			continue
+		}
+		if a, b := rules[i].KeyBy.String(), r.KeyBy.String(); !strings.EqualFold(a, b) {
+			c.Fail(fmt.Sprintf("rules[%d].global.rule", j), "rl-wasm-host's rule %q is also named by rules[%d] (%s), whose keys come from key_by %s, not %s: "+
+				"their keys would be one another's; name another rl-wasm-host rule, or derive both keys alike", r.Global.Rule, i, rules[i].Name, a, b)
+		}
+	}
 }
 
 // check validates the rule: the shared fields, then the filter's.

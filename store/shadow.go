@@ -93,9 +93,9 @@ func (p *Policy) WithShadow(names ...string) (*Policy, error) {
 // returns p when p has no shadow limits or every one was charged, and nil
 // when no limit remains (a policy of shadow limits that all would have
 // denied): then there is nothing to settle. The policies it builds are
-// kept with p, one per set of limits left out, so a settle allocates
-// nothing after the first; each has the names, limits, and states of p's
-// limits it keeps.
+// kept with p, one per set of limits left out (up to maxCharged sets), so
+// a settle allocates nothing after the first; each has the names, limits,
+// and states of p's limits it keeps.
 func (p *Policy) Charged(ds []core.Decision) *Policy {
 	sh := p.sh
 	if sh == nil {
@@ -135,12 +135,20 @@ func (p *Policy) Charged(ds []core.Decision) *Policy {
 	if shadows != nil {
 		q, _ = q.WithShadow(shadows...) // not an error: the names are q's
 	}
-	if sh.charged == nil {
-		sh.charged = make(map[uint32]*Policy)
+	if len(sh.charged) < maxCharged {
+		if sh.charged == nil {
+			sh.charged = make(map[uint32]*Policy)
+		}
+		sh.charged[out] = q
 	}
-	sh.charged[out] = q
 	return q
 }
+
+// maxCharged bounds the policies Charged keeps per policy: a policy of
+// many shadow limits has 2^n sets of them to leave out, which callers (a
+// decision API client naming them) could make it build one by one.
+// Beyond it, a set's policy is built for its call and not kept.
+const maxCharged = 64
 
 // SettleCharged is Decide's Settle under p.Charged(charged) for a store
 // that keeps all of p's states together (ss and ds in p's order, as

@@ -148,3 +148,53 @@ func TestSettleCharged(t *testing.T) {
 		}
 	}
 }
+
+// TestChargedBounded: Charged keeps at most a bounded number of policies
+// per policy, however many sets of shadow limits callers leave out.
+func TestChargedBounded(t *testing.T) {
+	names := []string{"e"}
+	ls := []core.Limit{{Algorithm: core.FixedWindow, Limit: 10, Window: 1_000_000}}
+	for i := range 10 {
+		names = append(names, "s"+string(rune('a'+i)))
+		ls = append(ls, ls[0])
+	}
+	p, err := store.MustPolicy(names, ls...).WithShadow(names[1:]...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := make([]core.Decision, len(ls))
+	var first *store.Policy
+	for mask := range 1 << 10 {
+		for i := range 10 {
+			ds[i+1].Allowed = mask&(1<<i) == 0
+		}
+		q := p.Charged(ds)
+		if mask == 1 {
+			first = q
+		}
+		if mask != 0 && (q == nil || q.Len() != 11-bitsSet(mask)) {
+			t.Fatalf("mask %b: %v", mask, q)
+		}
+	}
+	for i := range 10 {
+		ds[i+1].Allowed = i != 0
+	}
+	if p.Charged(ds) != first {
+		t.Fatal("the first sets' policies are kept")
+	}
+	for i := range 10 {
+		ds[i+1].Allowed = true
+	}
+	ds[10].Allowed, ds[9].Allowed, ds[8].Allowed = false, false, false
+	if a, b := p.Charged(ds), p.Charged(ds); a == b {
+		t.Fatal("a set beyond the bound is kept")
+	}
+}
+
+func bitsSet(m int) int {
+	n := 0
+	for ; m != 0; m &= m - 1 {
+		n++
+	}
+	return n
+}

@@ -399,6 +399,9 @@ func (s *Service) settleDelta(t target, req *DecisionRequest, prefix string, min
 		}
 		each[i].Allowed = false
 	}
+	if delta == 0 {
+		return t, 0, nil // nothing to settle: no policy to build
+	}
 	if p := t.policy.Charged(each); p != nil {
 		t.policy = p
 	} else {
