@@ -112,6 +112,11 @@ type DecisionJSON struct {
 	// Taken reports that the cost was consumed (allowed, not a peek, not
 	// fail-open, and in an atomic batch, the batch went through).
 	Taken bool `json:"taken"`
+	// Uncharged names, when the cost was taken, the shadow limits that
+	// did not charge it (their would-denies, "allowed": false in Limits):
+	// give it back as the settle's "uncharged", so that the settle leaves
+	// them as they are.
+	Uncharged []string `json:"uncharged,omitempty"`
 	// FailOpen reports an admission without a decision: the store failed
 	// and the rule fails open. The limit fields are then zero.
 	FailOpen bool `json:"fail_open"`
@@ -568,6 +573,9 @@ func decisionJSON(rule, key string, cost int64, peek bool, res rl.Result, out st
 	d.Limits = make([]LimitJSON, len(each))
 	for i := range each {
 		d.Limits[i] = limitJSON(&each[i])
+		if d.Taken && each[i].Shadow && !each[i].Allowed {
+			d.Uncharged = append(d.Uncharged, each[i].Name)
+		}
 	}
 	return d
 }
@@ -742,6 +750,16 @@ func (d *DecisionJSON) appendJSON(b []byte) []byte {
 	b = strconv.AppendBool(b, d.Peek)
 	b = append(b, `,"taken":`...)
 	b = strconv.AppendBool(b, d.Taken)
+	if len(d.Uncharged) > 0 {
+		b = append(b, `,"uncharged":[`...)
+		for i, name := range d.Uncharged {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, name)
+		}
+		b = append(b, ']')
+	}
 	b = append(b, `,"fail_open":`...)
 	b = strconv.AppendBool(b, d.FailOpen)
 	if d.Error != "" {

@@ -504,6 +504,7 @@ func TestFastEncoderMatchesEncodingJSON(t *testing.T) {
 		{Key: "ctl\x01\x7f\xff é\u2028", Error: "boom", FailOpen: true, Limits: []LimitJSON{}},
 		{Rule: "r", Key: "tenant-a:1", Override: "key_prefix:tenant-a:", Error: "boom", Limits: []LimitJSON{}},
 		{Allowed: true, Rule: "r", Key: "k", Delta: new(int64(-3)), Limits: []LimitJSON{}},
+		{Allowed: true, Rule: "r", Key: "k", Taken: true, Uncharged: []string{"small", `we"ird`}, Limits: []LimitJSON{{Name: "small", Shadow: true}}},
 		{Rule: "r", NextAfterMS: 100, NextAfter: 1, Limits: []LimitJSON{{Name: "a", NextAfterMS: 5}}, Explain: &ExplainJSON{
 			Rule: &ExplainRuleJSON{Name: "r", Why: []string{"<named>"}}, Limits: []ExplainLimitJSON{{Mode: "enforced"}},
 			Fields: [][2]string{{"RateLimit", `"a";r=1`}}, Decision: "x"}},

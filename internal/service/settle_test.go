@@ -499,9 +499,10 @@ func TestAPISettleUncharged(t *testing.T) {
 		r := e.post(t, "settle", body)
 		require.Equal(t, 200, r.code, string(r.body))
 	}
-	check("100")
+	require.Empty(t, check("100").Uncharged)
 	d := check("100") // small: 200 > 150, a would-deny
 	require.False(t, d.Limits[1].Allowed)
+	require.Equal(t, []string{"small"}, d.Uncharged, "the check names what its settle should leave out")
 	settle(`{"rule":"r","key":"k","estimate":100,"actual":20,"uncharged":["small"]}`)
 	d = check("60") // small: 100 + 60 > 150 (not refunded the 80 it never took)
 	require.False(t, d.Limits[1].Allowed, "small refunded units it never took")
