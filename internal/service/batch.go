@@ -128,6 +128,9 @@ func (s *Service) apiBatch(w http.ResponseWriter, r *http.Request) {
 		d := decisionJSON(it.t.name, it.key, it.cost, req.Peek, it.res, it.out, it.each)
 		d.Override = it.t.overrideLabel()
 		d.Taken = it.taken
+		if !d.Taken {
+			d.Uncharged = nil // nothing taken (an atomic batch refused): nothing to settle
+		}
 		switch it.out {
 		case outFailClosed:
 			// By the item's class (outage.Class, from Service.failure).
