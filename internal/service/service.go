@@ -554,8 +554,12 @@ func (s *Service) failure(t *target, begun outage.Token, err error) (string, err
 // settled counts a settle on t (the proxy's from a response's
 // response_cost_header, or the decision API's) by its error
 // (pipeline.SettleResult): none, an invalid response cost
-// (httplimit.ErrResponseCost), or a failure, which is a store error too;
-// both logged, at most one line a second.
+// (httplimit.ErrResponseCost), a proxied request whose response was cut
+// off before it reported the cost (httplimit.ErrAborted: its client went
+// away, or the upstream failed mid-response), a failure, or a decision-API
+// settle refused by the per-key bound (errOverloaded, counted in
+// rl_overload_rejected_total too); all but the first logged, at most one
+// line a second, and a failure of the store is a store error too.
 func (s *Service) settled(t *target, err error) {
 	switch {
 	case err == nil:
@@ -563,6 +567,12 @@ func (s *Service) settled(t *target, err error) {
 	case errors.Is(err, httplimit.ErrResponseCost):
 		t.m.settles[pipeline.SettleInvalid].Inc()
 		s.storeErr.log(s.log, "invalid response cost; nothing settled (the estimate stands)", t.name, err)
+	case errors.Is(err, httplimit.ErrAborted):
+		t.m.settles[pipeline.SettleFailed].Inc()
+		s.storeErr.log(s.log, "proxied response cut off before it reported its cost (the client went away, or the upstream failed); nothing settled (the estimate stands)", t.name, err)
+	case errors.Is(err, errOverloaded):
+		t.m.settles[pipeline.SettleFailed].Inc()
+		s.storeErr.log(s.log, "settle refused: too many decisions in flight on the key (the caller may retry)", t.name, err)
 	default:
 		t.m.settles[pipeline.SettleFailed].Inc()
 		t.m.storeErrors.Inc()
