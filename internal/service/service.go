@@ -479,12 +479,12 @@ func (s *Service) decide(ctx context.Context, t *target, key string, cost int64,
 // count all the same, over the bound if it must, so the key's decisions
 // meet the bound sooner while it runs. A settle refused would leave the
 // estimate, so load on a key would turn its debts into admissions; and
-// settles need no bound of their own, being bounded by admissions: the
-// proxy and the filter settle once per admitted request, each of which
-// passed the bound, and a decision-API settle runs within
-// Options.MaxInFlight. It returns the outage token of the decision, for
-// failure; a decision the store completes is recorded
-// (outage.Detector.Success).
+// the proxy's settles need no bound of their own, being bounded by
+// admissions: the proxy settles once per admitted request, each of which
+// passed the bound. The decision API's settles follow no admission of
+// theirs: they go through settleAPI instead. It returns the outage token
+// of the decision, for failure; a decision the store completes is
+// recorded (outage.Detector.Success).
 func (s *Service) do(ctx context.Context, t *target, req rl.Request) (rl.Result, outage.Token, error) {
 	var slot *atomic.Int32
 	if req.Settle {
@@ -500,6 +500,35 @@ func (s *Service) do(ctx context.Context, t *target, req rl.Request) (rl.Result,
 	if slot != nil {
 		defer slot.Add(-1)
 	}
+	return s.decideGated(ctx, t, req)
+}
+
+// settleAPI settles req (a decision-API settle) against t as do decides,
+// within a per-key bound of its own (keyGate.enterSettle): beyond
+// Options.MaxInFlightPerKey settles in flight on the key, it fails at once
+// with errOverloaded, counted in
+// rl_overload_rejected_total{reason="key_in_flight"} and answered 503 with
+// Retry-After as a check is, for the caller to retry. A decision-API
+// settle follows no admission the bound counted (a caller may send any
+// number on one key), so without it a flood of settles on one key would
+// take every store connection from the other keys. Only settles count
+// toward it: the key's checks, which its own client may drive, never
+// refuse its settles.
+func (s *Service) settleAPI(ctx context.Context, t *target, req rl.Request) (rl.Result, outage.Token, error) {
+	if s.perKey != nil {
+		slot, ok := s.perKey.enterSettle(t.name, req.Key)
+		if !ok {
+			s.metrics.overload.WithLabelValues("key_in_flight").Inc()
+			return rl.Result{}, 0, errOverloaded
+		}
+		defer slot.leaveSettle()
+	}
+	return s.decideGated(ctx, t, req)
+}
+
+// decideGated decides req against t once its place in the per-key bound is
+// taken (do, settleAPI): the store call, recorded in the outage detector.
+func (s *Service) decideGated(ctx context.Context, t *target, req rl.Request) (rl.Result, outage.Token, error) {
 	begun := s.outage.Begin()
 	res, err := t.lim.Do(ctx, req)
 	if err == nil {
