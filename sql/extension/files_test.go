@@ -414,8 +414,9 @@ func pgTLE(install string) (string, error) {
 -- pg_tle runs the script as that role (a pg_tle extension is never
 -- superuser or trusted), as the file-based extension does. sql/README.md
 -- ("The extension", "On managed services: pg_tle") says how to update it.
--- Not tested by rl's CI, which has no pg_tle: the script is the one the
--- tests install from rl--%d.sql.
+-- Not tested by rl's CI, which has no pg_tle (tried by hand with pg_tle
+-- 1.5.3: sql/README.md): the script is the one the tests install from
+-- rl--%d.sql.
 
 SELECT pgtle.install_extension(
     '%s',
