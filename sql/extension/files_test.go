@@ -274,7 +274,9 @@ func scriptHead(what string) string {
 --
 -- %s
 --
--- Generated from the migration files of sql/migrations, each unchanged;
+-- Generated from the migration files of sql/migrations, each unchanged,
+-- after a check that refuses to run as a superuser unless
+-- rl.allow_superuser is on (the owner of rl must be an ordinary role);
 -- then the tables pg_dump keeps the rows of are marked. Only the roles
 -- rl_app and rl_admin (created if missing, as the migrations do) are not
 -- members of the extension: they belong to the cluster, and DROP EXTENSION
@@ -284,6 +286,69 @@ func scriptHead(what string) string {
 
 \echo Use "CREATE EXTENSION rl" to load this file. \quit
 `, writeCommand, what)
+}
+
+// allowSuperuserSetting is the setting that lets a superuser install or
+// update the extension anyway (SET rl.allow_superuser = on), with a
+// WARNING; without it ownerCheck refuses, as rl-migrate refuses without
+// -allow-superuser.
+const allowSuperuserSetting = "rl.allow_superuser"
+
+// ownerCheck is the first statement of every script: it refuses to run the
+// script as a superuser unless rl.allow_superuser is on, and then warns.
+// Whoever runs CREATE EXTENSION rl (superuser = false) or ALTER EXTENSION
+// rl UPDATE owns what the script creates, and every SECURITY DEFINER
+// function of rl runs as its owner: the owner must be an ordinary role
+// (sql/README.md, "Installing without a superuser"). A refusal, not a
+// WARNING alone: CREATE EXTENSION is one transaction, so the refusal leaves
+// nothing behind, while a WARNING scrolls past unread in a deploy script
+// and leaves superuser-owned definer functions for good. It creates no
+// object, so the catalog of an installation is the same with or without it.
+//
+// action is what the script does, for the messages: "install the extension
+// rl" or "update the extension rl to version 19".
+func ownerCheck(action string) string {
+	const title = "Refuse a superuser owner unless rl.allow_superuser is on (sql/README.md, \"Who may install it\")"
+	return fmt.Sprintf(`
+-- %s
+-- %s
+
+DO $rl_owner_check$
+DECLARE
+    allow text := pg_catalog.lower(pg_catalog.btrim(coalesce(pg_catalog.current_setting('%[3]s', true), '')));
+    alternative CONSTANT text := '%[4]s';
+BEGIN
+    IF NOT coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER), false) THEN
+        RETURN;
+    END IF;
+    IF allow IN ('on', 'true', 'yes', '1') THEN
+        RAISE WARNING 'the superuser "%%" is about to %[5]s: every SECURITY DEFINER function of rl will run with superuser rights for any caller', CURRENT_USER
+            USING DETAIL = '%[3]s is on. The owner of schema rl must be an ordinary role, never a superuser.',
+                  HINT = alternative;
+    ELSIF allow IN ('', 'off', 'false', 'no', '0') THEN
+        RAISE EXCEPTION 'refusing to %[5]s as the superuser "%%": every SECURITY DEFINER function of rl would run with superuser rights for any caller', CURRENT_USER
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'The owner of schema rl must be an ordinary role, never a superuser: whoever runs the script owns what it creates. Nothing was changed.',
+                  HINT = alternative || ' To do it as a superuser anyway, SET %[3]s = on first.';
+    ELSE
+        RAISE EXCEPTION '%[3]s is "%%": want on or off', pg_catalog.current_setting('%[3]s', true)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$rl_owner_check$;
+`, title, strings.Repeat("=", len(title)), allowSuperuserSetting, alternativeTo(action), action)
+}
+
+// alternativeTo is what to do instead of action as a superuser, for
+// ownerCheck's hint.
+func alternativeTo(action string) string {
+	if strings.HasPrefix(action, "install") {
+		return `Create an ordinary owner role (no SUPERUSER) that owns the database and install it as that role: ` +
+			`CREATE ROLE rl_owner LOGIN; ALTER DATABASE ... OWNER TO rl_owner; then, connected as rl_owner, CREATE EXTENSION rl ` +
+			`(sql/README.md, "Installing without a superuser").`
+	}
+	return `Connect as the ordinary role that owns schema rl and run ALTER EXTENSION rl UPDATE as it ` +
+		`(sql/README.md, "Installing without a superuser").`
 }
 
 // section is a migration file under a heading that names it.
@@ -312,6 +377,7 @@ func installScript(ms []migration) string {
 	v := len(ms)
 	var b strings.Builder
 	b.WriteString(scriptHead(fmt.Sprintf("The extension rl at version %d, installed whole (CREATE EXTENSION rl VERSION '%d'):\n-- the migrations 0001 to %04d, in order.", v, v, v)))
+	b.WriteString(ownerCheck("install the extension rl"))
 	for _, m := range ms {
 		b.WriteString(section(m))
 	}
@@ -323,7 +389,7 @@ func installScript(ms []migration) string {
 func updateScript(m migration) string {
 	v := m.version
 	return scriptHead(fmt.Sprintf("The update of the extension rl from version %d to %d (ALTER EXTENSION rl UPDATE):\n-- the migration %04d.", v-1, v, v)) +
-		section(m) + configDump(v, v)
+		ownerCheck(fmt.Sprintf("update the extension rl to version %d", v)) + section(m) + configDump(v, v)
 }
 
 // pgTLE is pg_tle.sql: the install script of the latest version,
@@ -348,8 +414,9 @@ func pgTLE(install string) (string, error) {
 -- pg_tle runs the script as that role (a pg_tle extension is never
 -- superuser or trusted), as the file-based extension does. sql/README.md
 -- ("The extension", "On managed services: pg_tle") says how to update it.
--- Not tested by rl's CI, which has no pg_tle: the script is the one the
--- tests install from rl--%d.sql.
+-- Not tested by rl's CI, which has no pg_tle (tried by hand with pg_tle
+-- 1.5.3: sql/README.md): the script is the one the tests install from
+-- rl--%d.sql.
 
 SELECT pgtle.install_extension(
     '%s',

@@ -3,7 +3,9 @@
 -- The update of the extension rl from version 13 to 14 (ALTER EXTENSION rl UPDATE):
 -- the migration 0014.
 --
--- Generated from the migration files of sql/migrations, each unchanged;
+-- Generated from the migration files of sql/migrations, each unchanged,
+-- after a check that refuses to run as a superuser unless
+-- rl.allow_superuser is on (the owner of rl must be an ordinary role);
 -- then the tables pg_dump keeps the rows of are marked. Only the roles
 -- rl_app and rl_admin (created if missing, as the migrations do) are not
 -- members of the extension: they belong to the cluster, and DROP EXTENSION
@@ -12,6 +14,33 @@
 -- documents it.
 
 \echo Use "CREATE EXTENSION rl" to load this file. \quit
+
+-- Refuse a superuser owner unless rl.allow_superuser is on (sql/README.md, "Who may install it")
+-- ==============================================================================================
+
+DO $rl_owner_check$
+DECLARE
+    allow text := pg_catalog.lower(pg_catalog.btrim(coalesce(pg_catalog.current_setting('rl.allow_superuser', true), '')));
+    alternative CONSTANT text := 'Connect as the ordinary role that owns schema rl and run ALTER EXTENSION rl UPDATE as it (sql/README.md, "Installing without a superuser").';
+BEGIN
+    IF NOT coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER), false) THEN
+        RETURN;
+    END IF;
+    IF allow IN ('on', 'true', 'yes', '1') THEN
+        RAISE WARNING 'the superuser "%" is about to update the extension rl to version 14: every SECURITY DEFINER function of rl will run with superuser rights for any caller', CURRENT_USER
+            USING DETAIL = 'rl.allow_superuser is on. The owner of schema rl must be an ordinary role, never a superuser.',
+                  HINT = alternative;
+    ELSIF allow IN ('', 'off', 'false', 'no', '0') THEN
+        RAISE EXCEPTION 'refusing to update the extension rl to version 14 as the superuser "%": every SECURITY DEFINER function of rl would run with superuser rights for any caller', CURRENT_USER
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'The owner of schema rl must be an ordinary role, never a superuser: whoever runs the script owns what it creates. Nothing was changed.',
+                  HINT = alternative || ' To do it as a superuser anyway, SET rl.allow_superuser = on first.';
+    ELSE
+        RAISE EXCEPTION 'rl.allow_superuser is "%": want on or off', pg_catalog.current_setting('rl.allow_superuser', true)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$rl_owner_check$;
 
 -- sql/migrations/0014_one_statement.up.sql
 -- ========================================
