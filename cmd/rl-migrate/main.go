@@ -9,11 +9,17 @@
 //	rl-migrate [-database URL] [-timeout 10s] up | down [N] | goto V | version | force V
 //	rl-migrate -shards URL,URL,... up | down [N] | goto V | version | force V
 //	rl-migrate [-database ROUTER_URL] -shards URL,URL,... [-partitions N] router
+//	rl-migrate -version
 //
 // The URL comes from -database or DATABASE_URL: postgres://, postgresql://
 // (converted to golang-migrate's pgx5://) or pgx5://. The applied version is
 // kept in the table rl_schema_migrations. "up" with nothing to do prints
 // "no change" and exits 0. Exit status: 0 success, 1 failure, 2 usage.
+//
+// -version prints the build: the module version, then one line each for
+// the commit, modified, go, schema (the newest migration, the version "up"
+// migrates to), extension (the extension rl's default version) and
+// wasm-abi; package internal/version documents each line.
 package main
 
 import (
@@ -31,6 +37,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rlcore/rl/internal/version"
 	"github.com/rlcore/rl/sql/migrations"
 	"github.com/rlcore/rl/sql/plproxy"
 )
@@ -43,6 +50,7 @@ func main() {
 }
 
 const usage = `usage: rl-migrate [-database URL] [-shards URL,...] [-partitions N] [-timeout 10s] command
+       rl-migrate -version
 
 commands:
   up         apply every pending migration
@@ -82,6 +90,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	shardList := fs.String("shards", "", "comma-separated URLs of the shard databases")
 	partitions := fs.Int("partitions", 0, "router: the partition count, a power of two (default: the shard count rounded up)")
 	routerOwner := fs.String("router-owner", "", "router: the ordinary role that owns the router's schema (default: its current owner, or the role running the command)")
+	showVersion := fs.Bool("version", false, "print the version and exit: the module version, then one line each for the commit, modified, go, schema (the newest migration), extension (its default version) and wasm-abi")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
@@ -98,6 +107,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 2
 	}
 	rest := fs.Args()
+	if *showVersion {
+		if len(rest) != 0 {
+			return usageErr("-version takes no command")
+		}
+		if err := version.Get().Write(stdout, "rl-migrate"); err != nil {
+			return 1
+		}
+		return 0
+	}
 	if len(rest) == 0 {
 		return usageErr("no command")
 	}
