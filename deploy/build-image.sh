@@ -85,9 +85,11 @@ fi
 created=$(git log -1 --format=%cI 2>/dev/null || date -u +%Y-%m-%dT%H:%M:%SZ)
 tag=${version//+/-}
 
+# --no-cache: podman's layer cache can keep a LABEL built with another
+# --build-arg value (the version), and these images take seconds to build.
 build() { # name containerfile
 	local name=$1 file=$2
-	podman build --pull=never --format docker \
+	podman build --pull=never --no-cache --format docker \
 		--build-arg VERSION="$version" --build-arg REVISION="$revision" --build-arg CREATED="$created" \
 		-f "$file" -t "$registry/$name:$tag" -t "$registry/$name:latest" "$ctx" >&2
 }
