@@ -9,6 +9,7 @@
 //	rl-migrate [-database URL] [-timeout 10s] [-allow-superuser] up | down [N] | goto V | version | force V
 //	rl-migrate -shards URL,URL,... [-allow-superuser] up | down [N] | goto V | version | force V
 //	rl-migrate [-database ROUTER_URL] -shards URL,URL,... [-partitions N] router
+//	rl-migrate -version
 //
 // The URL comes from -database or DATABASE_URL: postgres://, postgresql://
 // (converted to golang-migrate's pgx5://) or pgx5://. The applied version is
@@ -17,6 +18,11 @@
 // (the role that runs the migrations owns schema rl and its definer-rights
 // functions: make it an ordinary role) unless -allow-superuser is given, and
 // then warn. Exit status: 0 success, 1 failure, 2 usage.
+//
+// -version prints the build: the module version, then one line each for
+// the commit, modified, go, schema (the newest migration, the version "up"
+// migrates to), extension (the extension rl's default version) and
+// wasm-abi; package internal/version documents each line.
 package main
 
 import (
@@ -34,6 +40,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rlcore/rl/internal/version"
 	"github.com/rlcore/rl/sql/migrations"
 	"github.com/rlcore/rl/sql/plproxy"
 )
@@ -46,6 +53,7 @@ func main() {
 }
 
 const usage = `usage: rl-migrate [-database URL] [-shards URL,...] [-partitions N] [-timeout 10s] [-allow-superuser] command
+       rl-migrate -version
 
 commands:
   up         apply every pending migration
@@ -91,6 +99,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	partitions := fs.Int("partitions", 0, "router: the partition count, a power of two (default: the shard count rounded up)")
 	routerOwner := fs.String("router-owner", "", "router: the ordinary role that owns the router's schema (default: its current owner, or the role running the command)")
 	allowSuperuser := fs.Bool("allow-superuser", false, "up, down, goto: run as a superuser anyway, warning (rl's definer-rights functions then run with superuser rights)")
+	showVersion := fs.Bool("version", false, "print the version and exit: the module version, then one line each for the commit, modified, go, schema (the newest migration), extension (its default version) and wasm-abi")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
@@ -107,6 +116,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 2
 	}
 	rest := fs.Args()
+	if *showVersion {
+		if len(rest) != 0 {
+			return usageErr("-version takes no command")
+		}
+		if err := version.Get().Write(stdout, "rl-migrate"); err != nil {
+			return 1
+		}
+		return 0
+	}
 	if len(rest) == 0 {
 		return usageErr("no command")
 	}

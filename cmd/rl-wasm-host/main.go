@@ -4,6 +4,12 @@
 // (or the native core), over an in-memory or PostgreSQL store. See README.md.
 //
 //	go run ./cmd/rl-wasm-host -config cmd/rl-wasm-host/sample.yaml
+//
+// -version prints the build (the module version, the commit, and the
+// schema, extension and WebAssembly ABI versions; package
+// internal/version documents each line). -health URL is a health check for
+// images without a shell: it asks URL (such as
+// http://127.0.0.1:8081/readyz) and exits 0 on 200, 1 otherwise.
 package main
 
 import (
@@ -15,19 +21,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/rlcore/rl/internal/rls"
 	"github.com/rlcore/rl/internal/service"
+	"github.com/rlcore/rl/internal/version"
 )
-
-// version is set at build time: -ldflags "-X main.version=v1.2.3".
-var version = ""
 
 func main() {
 	os.Exit(run(os.Args[1:]))
@@ -86,7 +91,9 @@ func run(args []string) int {
 	fs.StringVar(&rc.PprofListen, "pprof-listen", "", "serve the Go profiler (net/http/pprof, /debug/pprof/) on this loopback address (off by default)")
 	fs.StringVar(&logFormat, "log-format", "json", "log format: json or text")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
+	fs.BoolVar(&showVersion, "version", false, "print the version and exit: the module version, then one line each for the commit, modified, go, schema (the newest migration), extension (its default version) and wasm-abi")
+	health := fs.String("health", "", "health check, for a container's HEALTHCHECK: GET this http(s) URL (e.g. http://127.0.0.1:8081/readyz) and exit 0 on 200, 1 otherwise")
+	healthTimeout := fs.Duration("health-timeout", 3*time.Second, "with -health: how long to wait for the answer")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -94,8 +101,17 @@ func run(args []string) int {
 		return 2
 	}
 	if showVersion {
-		fmt.Println("rl-wasm-host", versionString())
+		if err := version.Get().Write(os.Stdout, "rl-wasm-host"); err != nil {
+			return 1
+		}
 		return 0
+	}
+	if *health != "" {
+		if fs.NArg() > 0 {
+			fmt.Fprintf(os.Stderr, "rl-wasm-host: unexpected arguments %q\n", fs.Args())
+			return 2
+		}
+		return healthCheck(*health, *healthTimeout, os.Stderr)
 	}
 	if *hashToken {
 		tok, err := io.ReadAll(io.LimitReader(os.Stdin, 4096))
@@ -173,7 +189,8 @@ func run(args []string) int {
 	}
 	rc.Logger = slog.New(h)
 	slog.SetDefault(rc.Logger)
-	rc.Logger.Info("starting", "version", versionString(), "pid", os.Getpid())
+	v := version.Get()
+	rc.Logger.Info("starting", "version", v.Module, "commit", v.Commit, "modified", v.Modified, "pid", os.Getpid())
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -193,37 +210,34 @@ func run(args []string) int {
 	return 0
 }
 
-// versionString is the module's version (or -X main.version), its module
-// path, the VCS revision it was built from ("+dirty" when the tree had
-// changes) and the Go version.
-func versionString() string {
-	v := version
-	info, ok := debug.ReadBuildInfo()
-	if v == "" {
-		v = "devel"
-		if ok && info.Main.Version != "" && info.Main.Version != "(devel)" {
-			v = info.Main.Version
-		}
+// healthCheck is -health: it asks rawURL once, within timeout, following
+// no redirect, and returns the exit status: 0 when the answer is 200 OK, 1
+// when it is anything else or none (said on stderr), 2 when rawURL is not
+// an http or https URL.
+func healthCheck(rawURL string, timeout time.Duration, stderr io.Writer) int {
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		fmt.Fprintf(stderr, "rl-wasm-host: -health %q: want an http or https URL such as http://127.0.0.1:8081/readyz\n", rawURL)
+		return 2
 	}
-	if !ok {
-		return v
+	if timeout <= 0 {
+		fmt.Fprintf(stderr, "rl-wasm-host: -health-timeout %v: want a positive duration such as 3s\n", timeout)
+		return 2
 	}
-	if info.Main.Path != "" {
-		v = info.Main.Path + " " + v
+	client := &http.Client{
+		Timeout:       timeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	var rev, modified string
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				modified = "+dirty"
-			}
-		}
+	resp, err := client.Get(u.String())
+	if err != nil {
+		fmt.Fprintln(stderr, "rl-wasm-host: -health:", err)
+		return 1
 	}
-	if rev != "" {
-		v += " " + rev + modified
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "rl-wasm-host: -health: %s answered %s\n", u.Redacted(), resp.Status)
+		return 1
 	}
-	return v + " " + info.GoVersion
+	return 0
 }

@@ -117,6 +117,9 @@ var classes = []struct {
 	{"internal/ruleconfig", class{layer: layerFrontEnds}},
 	{"internal/outage", class{layer: layerFrontEnds}},
 	{"proxywasm", class{layer: layerFrontEnds}},
+	// The commands' -version: the module version and those of the
+	// interfaces the deciders define (schema, extension, WebAssembly ABI).
+	{"internal/version", class{layer: layerFrontEnds}},
 }
 
 // classOf returns the class of the package at rel, a path in the module.
