@@ -568,4 +568,3 @@ func errorLine(text string, err error) string {
 	}
 	return fmt.Sprintf(" at line %d", line)
 }
-

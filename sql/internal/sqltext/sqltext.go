@@ -190,7 +190,7 @@ func skip(s string, i int) (int, bool) {
 
 // Code returns the SQL text s with its comments removed (each replaced by a
 // space) and its string literals (quoted, escaped and dollar-quoted)
-// emptied (''), so that what remains is code. Quoted identifiers are kept.
+// emptied (”), so that what remains is code. Quoted identifiers are kept.
 func Code(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); {
