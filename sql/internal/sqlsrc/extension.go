@@ -15,9 +15,6 @@ const extensionComment = "rate limiting in schema rl: a state table and PL/pgSQL
 // CREATE EXTENSION or ALTER EXTENSION belongs. Empty: none yet.
 var Prologue = ""
 
-// pgTLEQuote is the dollar quote around the script in pg_tle.sql.
-const pgTLEQuote = "$_pgtle_$"
-
 const configDumpTitle = "The rows pg_dump keeps (an extension's tables are dumped without them unless marked)"
 
 // control is the control file (sql/README.md, "The extension", says why
@@ -62,37 +59,4 @@ func scriptWith(prologue, what, body string, tables []string) string {
 		}
 	}
 	return b.String()
-}
-
-// pgTLE is pg_tle.sql: the install script of version v, registered with
-// pg_tle.
-func pgTLE(v int, install string) (string, error) {
-	if strings.Contains(install, pgTLEQuote) {
-		return "", fmt.Errorf("the install script contains %s, the dollar quote of pg_tle.sql: choose another", pgTLEQuote)
-	}
-	body := strings.Replace(install, "\\echo Use \"CREATE EXTENSION rl\" to load this file. \\quit\n", "", 1)
-	return Header("--") + fmt.Sprintf(`--
--- Registers the extension rl, version %d, with pg_tle (Trusted Language
--- Extensions for PostgreSQL) in the current database: for managed services,
--- where make install cannot put files into the server's share directory.
--- Run it once per database, as a member of pgtle_admin, after
--- CREATE EXTENSION pg_tle; then, as the role that is to own the schema rl:
---
---   CREATE EXTENSION rl;
---
--- pg_tle runs the script as that role (a pg_tle extension is never
--- superuser or trusted), as the file-based extension does. sql/README.md
--- ("The extension", "On managed services: pg_tle") says how to update it.
--- Not tested by rl's CI, which has no pg_tle: the script is the one the
--- tests install from rl--%d.sql.
-
-SELECT pgtle.install_extension(
-    'rl',
-    '%d',
-    '%s',
-%s
-%s%s,
-    ARRAY['plpgsql']
-);
-`, v, v, v, extensionComment, pgTLEQuote, body, pgTLEQuote), nil
 }

@@ -30,7 +30,7 @@ func Header(comment string) string {
 // LoadGenerated loads the source tree at root with the files the generator
 // derives into it (the algorithm table) as the generator would write them.
 func LoadGenerated(root string) (*Tree, error) {
-	return Load(root, map[string]string{})
+	return Load(root, generatedSource())
 }
 
 var reSnapshot = regexp.MustCompile(`^([0-9]+)\.sql$`)
@@ -202,11 +202,9 @@ func Generate(root, newTitle string) (map[string]*string, error) {
 		fmt.Sprintf("The extension rl at version %d, installed whole (CREATE EXTENSION rl VERSION '%d'):\n-- the objects of sql/src.", latest, latest),
 		install, tree.Tables())
 	put(fmt.Sprintf("sql/extension/rl--%d.sql", latest), installScript)
-	tle, err := pgTLE(latest, installScript)
-	if err != nil {
-		return nil, err
+	if strings.Contains(installScript, "$_pgtle_$") {
+		return nil, errors.New("the install script contains $_pgtle_$, the dollar quote of pg_tle.sql (sql/extension): choose another")
 	}
-	put("sql/extension/pg_tle.sql", tle)
 	return out, nil
 }
 

@@ -93,7 +93,7 @@ func paramTypes(params string) ([]string, error) {
 		if len(words) == 0 {
 			return nil, fmt.Errorf("parameter %q has no type", p)
 		}
-		if len(words) > 1 && !slices.Contains(typeStarts, strings.ToLower(words[0])) {
+		if len(words) > 1 && !strings.Contains(words[0], "(") && !slices.Contains(typeStarts, strings.ToLower(words[0])) {
 			words = words[1:] // its name
 		}
 		if mode == "OUT" {

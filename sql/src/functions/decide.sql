@@ -169,7 +169,7 @@ BEGIN
         ELSE
             a := s_t; old := s_x;
         END IF;
-        IF p_alg > 3 THEN
+        IF NOT rl._windowed(p_alg) THEN
             -- ceil(old * p_win / s_w), saturating.
             q := div(old * p_win, s_w);
             IF q >= 18446744073709551616 THEN
@@ -184,9 +184,9 @@ BEGIN
             units := old::bigint / s_w + CASE WHEN old::bigint % s_w <> 0 THEN 1 ELSE 0 END;
         END IF;
     END CASE;
-    IF p_alg > 3 THEN
+    IF NOT rl._windowed(p_alg) THEN
         capacity := p_lim * p_win;
-        IF s_alg <= 3 THEN
+        IF rl._windowed(s_alg) THEN
             lvl := least(units, p_lim) * p_win;
         END IF;
         lvl := least(lvl, capacity);
@@ -580,11 +580,11 @@ BEGIN
     -- core read: exact when written under this limit's own parameters (the
     -- recorded rate is the effective one, 0 for the window algorithms).
     exact := s_alg = p_alg AND s_w = p_win AND s_l = p_lim
-             AND s_r = CASE WHEN p_alg <= 3 THEN 0 WHEN p_rate = 0 THEN p_lim ELSE p_rate END;
+             AND s_r = CASE WHEN rl._windowed(p_alg) THEN 0 WHEN p_rate = 0 THEN p_lim ELSE p_rate END;
     -- Recorded under other parameters and converted (core converts: a
     -- window algorithm reads its own state as it is): the carried state,
     -- within the new limit, reads as exact.
-    IF NOT exact AND s_w <> 0 AND (s_alg <> p_alg OR s_alg > 3) THEN
+    IF NOT exact AND s_w <> 0 AND (s_alg <> p_alg OR NOT rl._windowed(s_alg)) THEN
         c := rl._carry(p_alg, p_lim, p_win, p_rate, s_alg, s_t, s_x, s_y, s_log, s_w, s_r);
         s_alg := c.algorithm; s_t := c.t; s_x := c.x; s_y := c.y; s_log := c.log;
         exact := true;

@@ -63,11 +63,11 @@ CREATE FUNCTION rl._call_error(p_now bigint, p_cost bigint) RETURNS integer
 CREATE FUNCTION rl._limit_error(p_alg integer, p_lim bigint, p_win bigint, p_rate bigint) RETURNS integer
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN CASE
-        WHEN p_alg NOT BETWEEN 1 AND 6 THEN 1
+        WHEN NOT rl._alg_valid(p_alg) THEN 1
         WHEN p_lim NOT BETWEEN 1 AND rl._max_limit() OR (p_alg = 3 AND p_lim > rl._max_log_limit()) THEN 2
         WHEN p_win NOT BETWEEN 1 AND rl._max_window() THEN 3
-        WHEN p_alg <= 3 AND p_rate <> 0 OR p_alg > 3 AND p_rate NOT BETWEEN 0 AND rl._max_limit() THEN 4
-        WHEN p_alg <> 1 AND p_alg <> 3 AND p_lim > rl._max_units() / greatest(p_win, 1) THEN 5
+        WHEN rl._windowed(p_alg) AND p_rate <> 0 OR NOT rl._windowed(p_alg) AND p_rate NOT BETWEEN 0 AND rl._max_limit() THEN 4
+        WHEN rl._units_bounded(p_alg) AND p_lim > rl._max_units() / greatest(p_win, 1) THEN 5
         ELSE 0
     END;
 
@@ -94,7 +94,7 @@ $fn$;
 -- algorithms, at least 1 for the others).
 CREATE FUNCTION rl._params_valid(alg integer, l bigint, w bigint, r bigint) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    RETURN (alg BETWEEN 1 AND 3 OR r >= 1) AND rl._limit_error(alg, l, w, r) = 0;
+    RETURN (rl._windowed(alg) OR r >= 1) AND rl._limit_error(alg, l, w, r) = 0;
 
 -- rl._raise raises core error code as SQLSTATE RL0NN. detail may be NULL.
 CREATE FUNCTION rl._raise(code integer, detail text) RETURNS void
@@ -138,16 +138,14 @@ CREATE FUNCTION rl._explain(code integer, p_alg integer, p_lim bigint, p_win big
                             s_log bigint[], s_l bigint, s_w bigint, s_r bigint, p_settle boolean) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN 'ratelimit: ' || CASE code
-        WHEN 1 THEN pg_catalog.format('algorithm %s: unknown (want 1 %s, 2 %s, 3 %s, 4 %s, 5 %s or 6 %s)',
-            coalesce(p_alg::text, 'NULL'), rl.algorithm_name(1), rl.algorithm_name(2), rl.algorithm_name(3),
-            rl.algorithm_name(4), rl.algorithm_name(5), rl.algorithm_name(6))
+        WHEN 1 THEN pg_catalog.format('algorithm %s: unknown (want %s)',
+            coalesce(p_alg::text, 'NULL'), rl._algorithm_list('numbered'))
         WHEN 2 THEN pg_catalog.format('limit %s: outside [1, %s] for %s', coalesce(p_lim::text, 'NULL'),
             CASE WHEN p_alg = 3 THEN rl._max_log_limit() ELSE rl._max_limit() END, rl.algorithm_name(p_alg))
         WHEN 3 THEN pg_catalog.format('window %s µs: outside [1, %s] µs', coalesce(p_win::text, 'NULL'), rl._max_window())
-        WHEN 4 THEN CASE WHEN p_alg <= 3
-            THEN pg_catalog.format('rate %s: must be 0 or absent for %s (rate applies to %s, %s and %s)',
-                coalesce(p_rate::text, 'NULL'), rl.algorithm_name(p_alg), rl.algorithm_name(4), rl.algorithm_name(5),
-                rl.algorithm_name(6))
+        WHEN 4 THEN CASE WHEN rl._windowed(p_alg)
+            THEN pg_catalog.format('rate %s: must be 0 or absent for %s (rate applies to %s)',
+                coalesce(p_rate::text, 'NULL'), rl.algorithm_name(p_alg), rl._algorithm_list('rated'))
             ELSE pg_catalog.format('rate %s: outside [0, %s] for %s', coalesce(p_rate::text, 'NULL'), rl._max_limit(),
                 rl.algorithm_name(p_alg)) END
         WHEN 5 THEN pg_catalog.format('limit %s × window %s µs: too large for %s (limit × window in µs must be at most %s)',
@@ -183,5 +181,35 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'RL0' || lpad(code::text, 2, '0'), MESSAGE = msg;
     END IF;
     RAISE EXCEPTION USING ERRCODE = 'RL0' || lpad(code::text, 2, '0'), MESSAGE = msg, DETAIL = detail;
+END
+$fn$;
+
+-- rl.algorithm_id returns the number of an algorithm name accepted by
+-- core.ParseAlgorithm ('token_bucket', 'token', ...); unknown names raise RL001.
+CREATE FUNCTION rl.algorithm_id(name text) RETURNS integer
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+DECLARE
+    a integer := rl._alg(name);
+BEGIN
+    IF a = 0 THEN
+        PERFORM rl._raise(1, format('unknown algorithm name %L', name));
+    END IF;
+    RETURN a;
+END
+$fn$;
+
+-- rl._unknown_algorithm raises RL001 for an algorithm name rl._alg does not
+-- know, after checking the limit name (the check order of rl._take1).
+CREATE FUNCTION rl._unknown_algorithm(p_algorithm text, p_name text) RETURNS void
+    LANGUAGE plpgsql
+AS $fn$
+BEGIN
+    PERFORM rl._check_key(p_name, 'limit name');
+    RAISE EXCEPTION USING ERRCODE = 'RL001',
+        MESSAGE = pg_catalog.format('ratelimit: algorithm %s: unknown (want %s)',
+            coalesce(quote_literal(p_algorithm), 'NULL'), rl._algorithm_list('plain')),
+        HINT = 'The short names fixed, sliding, log, token and leaky are accepted too.';
 END
 $fn$;

@@ -59,9 +59,8 @@ BEGIN
         IF jsonb_typeof(a) = 'string' THEN
             IF rl._alg(a #>> '{}') = 0 THEN
                 RAISE EXCEPTION USING ERRCODE = 'RL001',
-                    MESSAGE = format('ratelimit: limits[%s].algorithm %s: unknown (want %s, %s, %s, %s, %s or %s)', i,
-                        quote_literal(a #>> '{}'), rl.algorithm_name(1), rl.algorithm_name(2), rl.algorithm_name(3),
-                        rl.algorithm_name(4), rl.algorithm_name(5), rl.algorithm_name(6)),
+                    MESSAGE = format('ratelimit: limits[%s].algorithm %s: unknown (want %s)', i,
+                        quote_literal(a #>> '{}'), rl._algorithm_list('plain')),
                     DETAIL = rl._limit_detail(i, names),
                     HINT = 'The short names fixed, sliding, log, token and leaky, and the numbers 1 to 6, are accepted too.';
             END IF;

@@ -245,9 +245,9 @@ BEGIN
     IF s_alg = 3 AND array_lower(s_log, 1) <> 1 THEN
         s_log := array(SELECT unnest(s_log));
     END IF;
-    srate := CASE WHEN p_alg <= 3 THEN 0 WHEN p_rate = 0 THEN p_lim ELSE p_rate END;
+    srate := CASE WHEN rl._windowed(p_alg) THEN 0 WHEN p_rate = 0 THEN p_lim ELSE p_rate END;
     exact := s_alg = p_alg AND s_w = p_win AND s_l = p_lim AND s_r = srate;
-    IF NOT exact AND s_w <> 0 AND (s_alg <> p_alg OR s_alg > 3) THEN
+    IF NOT exact AND s_w <> 0 AND (s_alg <> p_alg OR NOT rl._windowed(s_alg)) THEN
         c := rl._carry(p_alg, p_lim, p_win, p_rate, s_alg, s_t, s_x, s_y, s_log, s_w, s_r);
         s_alg := c.algorithm; s_t := c.t; s_x := c.x; s_y := c.y; s_log := c.log;
         exact := true;

@@ -44,9 +44,8 @@ BEGIN
     col := a[1];
     alg := rl._alg(a[2]);
     IF alg = 0 THEN
-        RAISE EXCEPTION 'ratelimit: trigger % on %, argument 2 (algorithm): % is not an algorithm (want %, %, %, %, % or %)',
-            p_trigger, tbl, pg_catalog.quote_literal(a[2]), rl.algorithm_name(1),
-            rl.algorithm_name(2), rl.algorithm_name(3), rl.algorithm_name(4), rl.algorithm_name(5), rl.algorithm_name(6)
+        RAISE EXCEPTION 'ratelimit: trigger % on %, argument 2 (algorithm): % is not an algorithm (want %)',
+            p_trigger, tbl, pg_catalog.quote_literal(a[2]), rl._algorithm_list('plain')
             USING ERRCODE = 'RL001', HINT = 'usage: ' || usage;
     END IF;
     IF a[3] !~ '^\s*-?[0-9]{1,19}\s*$' THEN
