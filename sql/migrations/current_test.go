@@ -21,7 +21,7 @@ import (
 // install script sqlsrc derives from it) is the schema the migrations
 // build, object for object: functions with their definitions
 // (pg_get_functiondef), comments, types, tables, columns, constraints,
-// indexes, grants, owners (the renderer of sql/rl.sql's days and the
+// indexes, grants, owners (the renderer's text and the
 // catalog of TestMigrationHistory). And the snapshot of the previous
 // version (sql/versions), from which the generator derives the open
 // version's migration and its down, is what the migrations build at that
@@ -138,7 +138,7 @@ func (r renderer) render(ctx context.Context) (string, error) {
 }
 
 // check fails on objects in the schema rl that the renderer does not
-// render, so that sql/rl.sql can never silently miss one. (Per-column
+// render, so that a comparison can never silently miss one. (Per-column
 // storage, compression and statistics targets are not rendered either.)
 func (r renderer) check(ctx context.Context) error {
 	rows, err := r.conn.Query(ctx, `
