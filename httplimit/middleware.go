@@ -24,7 +24,9 @@
 // estimate when it arrives, the handler writes the actual cost in a
 // response field (Config.ResponseCost), and the middleware settles the
 // difference on the same key after the handler returns, putting the key
-// in debt or refunding it.
+// in debt or refunding it: also when the handler panics once the field
+// was written, as a reverse proxy does when its client goes away
+// mid-body, so that hanging up never escapes a cost already known.
 //
 // A limit bounds each key, so it is only as strong as the key: ClientIP
 // keys IPv4 clients per address and IPv6 clients per /64 (IPKeyConfig
@@ -98,7 +100,8 @@ type Config struct {
 	// OnError, if set, is called with every error: store failures (match
 	// rl.ErrStore), invalid keys (rl.ErrInvalidKey, ErrNoKey), invalid
 	// costs, invalid response costs (ErrResponseCost) and failed settles
-	// (ResponseCost: from the goroutine that settled) and others.
+	// (ResponseCost: from the goroutine that settled; ErrAborted) and
+	// others.
 	OnError func(r *http.Request, err error)
 	// OnDecision, if set, is called once for every request, with its
 	// outcome, before the request is answered or served (and before a
@@ -138,16 +141,22 @@ type Config struct {
 	// handler has returned, the difference between the actual cost the
 	// handler wrote in that field (a header or a trailer) and the
 	// estimate is settled on the same key and policy, in one Limiter call
-	// (rl.Request.Settle) that never holds the response. A response
-	// without the field settles nothing; an invalid one settles nothing
-	// and is reported (ErrResponseCost). The field never reaches the
-	// client. Errors go to OnError; OnSettle sees each settle.
+	// (rl.Request.Settle) that never holds the response, and is not
+	// cancelled with the request. A handler that panics (a reverse proxy
+	// whose client went away: http.ErrAbortHandler) is settled by the
+	// field it wrote, or set, before, and its panic then goes on
+	// unchanged; without the field, that is reported (ErrAborted). A
+	// response without the field settles nothing; an invalid one settles
+	// nothing and is reported (ErrResponseCost). The field never reaches
+	// the client. Errors go to OnError; OnSettle sees each settle.
 	ResponseCost ResponseCost
 	// OnSettle, if set, is called once for every admitted request whose
-	// response carried the ResponseCost field, after its settle (from
-	// the goroutine that made it) or, when no store call was needed (an
-	// invalid field, a cost equal to the estimate), before the handler's
-	// ServeHTTP returns. It is the place for metrics.
+	// response carried the ResponseCost field, and for every one whose
+	// handler panicked before it did (Err matching ErrAborted: nothing
+	// settled), after its settle (from the goroutine that made it) or,
+	// when no store call was needed (an invalid field, a cost equal to
+	// the estimate, an abort), before the handler's ServeHTTP returns or
+	// its panic goes on. It is the place for metrics.
 	OnSettle func(r *http.Request, s Settlement)
 }
 

@@ -17,10 +17,11 @@ import (
 // response (Config.ResponseCost), for costs known only once the handler
 // has run: the tokens a model generated, the bytes or rows sent. The
 // request is charged its estimate when it arrives (Config.Cost); once the
-// handler has returned, the middleware settles actual − estimate on the
-// same key and policy (rl.Request.Settle): a positive difference may put
-// the key in debt, denying its next requests until it is paid off, a
-// negative one refunds.
+// handler has returned (or panicked after reporting the cost), the
+// middleware settles actual − estimate on the same key and policy
+// (rl.Request.Settle): a positive difference may put the key in debt,
+// denying its next requests until it is paid off, a negative one
+// refunds.
 type ResponseCost struct {
 	// Field names the response header field carrying the actual cost:
 	// set as a header before the response is written, or as a trailer
@@ -51,7 +52,9 @@ type Settlement struct {
 	// Estimate.
 	Result rl.Result
 	// Err is why nothing was settled: an invalid field (matching
-	// ErrResponseCost), or the Limiter's failure (rl.ErrStore, ...).
+	// ErrResponseCost), a handler that panicked before its response
+	// reported the cost (ErrAborted), or the Limiter's failure
+	// (rl.ErrStore, ...).
 	Err error
 	// Latency is the settle's store call, 0 without one.
 	Latency time.Duration
@@ -63,30 +66,64 @@ type Settlement struct {
 // and the estimate stands.
 var ErrResponseCost = errors.New("httplimit: invalid response cost")
 
+// ErrAborted is matched by the error of a settle that could not run: the
+// handler did not return (it panicked, or called runtime.Goexit) before
+// its response reported the actual cost. httputil.ReverseProxy panics so,
+// with http.ErrAbortHandler, when the client goes away mid-response. The
+// estimate stands; OnError and OnSettle hear of it, so that a client
+// hanging up before the cost is known shows.
+var ErrAborted = errors.New("httplimit: the handler did not return before its response reported the actual cost; the estimate stands")
+
 // serveAndSettle serves an admitted request through a writer that keeps
 // the ResponseCost field from the client, then settles the difference
 // between the cost its response reports and req.Cost, taken for it.
+//
+// The settle runs whenever the actual cost is known, whatever happens
+// after: when the handler returns, and when it panics (a reverse proxy
+// whose client went away: http.ErrAbortHandler) once the field was
+// written, or set in the header map. The panic is not recovered: the
+// settle runs as it unwinds, then the panic goes on as it was, with its
+// value and stack, to net/http. A handler that panics before reporting
+// the cost is reported as ErrAborted.
 //
 // The settle never holds the response: when the handler returns, the
 // response is complete but for what net/http writes after it (buffered
 // bytes, the last chunk, the trailers), so the store call runs in a
 // goroutine of its own, after the handler, with the request's context
-// values but not its cancellation (a client gone after being served has
-// still cost what it cost). A request that arrives before the settle lands
-// is decided without it. An invalid field is reported at once, without a
-// store call. The correction is pipeline.SettleDelta's, the rule every
-// front end settles by. It is settled under policy.Charged, the limits the
-// take charged: a shadow limit's would-deny is not corrected for units it
-// never took (policy is req's, or the limiter's default; nil when neither
-// is known, and then req's policy is settled whole).
+// values but not its cancellation (a client gone after being served, or
+// while being served, has still cost what it cost). A request that
+// arrives before the settle lands is decided without it. An invalid field
+// is reported at once, without a store call. The correction is
+// pipeline.SettleDelta's, the rule every front end settles by. It is
+// settled under policy.Charged, the limits the take charged: a shadow
+// limit's would-deny is not corrected for units it never took (policy is
+// req's, or the limiter's default; nil when neither is known, and then
+// req's policy is settled whole).
 func (h *handler) serveAndSettle(w http.ResponseWriter, r *http.Request, req *rl.Request, policy *rl.Policy) {
 	cw := &costWriter{ResponseWriter: w, field: textproto.CanonicalMIMEHeaderKey(h.cfg.ResponseCost.Field)}
+	returned := false
+	defer func() {
+		if !returned { // panicking (or runtime.Goexit): settle what is known, and let it go on
+			h.settle(r, cw, req, policy, false)
+		}
+	}()
 	h.next.ServeHTTP(cw, r)
+	returned = true
+	h.settle(r, cw, req, policy, true)
+}
+
+// settle settles the cost cw's response reported for req (see
+// serveAndSettle), the handler having returned or not.
+func (h *handler) settle(r *http.Request, cw *costWriter, req *rl.Request, policy *rl.Policy, returned bool) {
 	values := cw.finish()
+	s := Settlement{Key: req.Key, Estimate: req.Cost}
 	if len(values) == 0 {
+		if !returned {
+			s.Err = ErrAborted
+			h.reportSettle(r, &s)
+		}
 		return // the estimate stands
 	}
-	s := Settlement{Key: req.Key, Estimate: req.Cost}
 	actual, _, err := pipeline.ParseResponseCost(values)
 	if err != nil {
 		s.Err = fmt.Errorf("%w: %s: %w", ErrResponseCost, cw.field, err)

@@ -62,6 +62,8 @@ type pluginContext struct {
 	// tick, which runs (ticking) only while it holds any (queueSettle).
 	outbox  []globalSettle
 	ticking bool
+	// ticks counts the ticks while settles wait (a settle's due time).
+	ticks uint64
 }
 
 // shadowMetric is the name of the counter of a rule's shadow limit: the

@@ -221,7 +221,18 @@ type globalSettle struct {
 	key              string
 	estimate, actual int64 // the actual cost as SettleDelta settles it here
 	uncharged        []string
+	// tries counts the sends refused for load so far; due is the tick
+	// count (pluginContext.ticks) at which the next send may go.
+	tries int
+	due   uint64
 }
+
+// settleRetryTicks are the waits, in ticks of settleTickMS, before a global
+// settle that rl-wasm-host refused for load (503) or never answered is sent
+// again: the waits rl.Limiter gives a settle its store refuses for load. A
+// settle refused once more after the last is counted failed: the estimate
+// stands.
+var settleRetryTicks = [...]uint64{10, 40, 160}
 
 // settleTickMS is the tick period while global settles wait to be sent.
 const settleTickMS = 1
@@ -255,15 +266,24 @@ func (p *pluginContext) queueSettle(s globalSettle) {
 	p.outbox = append(p.outbox, s)
 }
 
-// OnTick sends the global settles waiting (queueSettle), then stops the
-// tick.
+// OnTick sends the global settles waiting (queueSettle) whose time has
+// come, then stops the tick when none waits.
 func (p *pluginContext) OnTick() {
+	p.ticks++
 	out := p.outbox
+	keep := out[:0]
 	for i := range out {
-		p.sendSettle(&out[i])
+		if out[i].due > p.ticks {
+			keep = append(keep, out[i])
+			continue
+		}
+		p.sendSettle(out[i])
 	}
-	clear(out)
-	p.outbox = out[:0]
+	clear(out[len(keep):])
+	p.outbox = keep
+	if len(p.outbox) > 0 || !p.ticking {
+		return
+	}
 	if err := proxywasm.SetTickPeriodMilliSeconds(0); err != nil {
 		proxywasm.LogErrorf("rl-filter: stopping the plugin's tick: %v", err)
 		return // ticking on, harmlessly
@@ -276,9 +296,10 @@ func (p *pluginContext) OnTick() {
 // to rl-wasm-host (its settle path), from the plugin, without waiting. It
 // is counted when the answer comes: 200 settled; anything else, or none,
 // failed and logged (at most a line a second), since the estimate stands:
-// rl-wasm-host refused it (a refund with a check token, 403; load, 503) or
-// never got it.
-func (p *pluginContext) sendSettle(s *globalSettle) {
+// rl-wasm-host refused it (a refund with a check token, 403; a bad request,
+// 400) or never got it. A settle refused for load (503) or not answered is
+// sent again after the waits of settleRetryTicks before it counts failed.
+func (p *pluginContext) sendSettle(s globalSettle) {
 	r, g := s.r, s.r.Global
 	hs := [][2]string{
 		{":method", "POST"},
@@ -300,6 +321,12 @@ func (p *pluginContext) sendSettle(s *globalSettle) {
 					status = kv[1]
 				}
 			}
+		}
+		if (status == "503" || status == "") && s.tries < len(settleRetryTicks) {
+			s.due = p.ticks + settleRetryTicks[s.tries]
+			s.tries++
+			p.queueSettle(s)
+			return
 		}
 		if status != "200" {
 			p.countSettle(r, pipeline.SettleFailed)

@@ -225,9 +225,9 @@ func TestFilterResponseCostGlobal(t *testing.T) {
 
 // TestFilterGlobalSettleAnswers: a global settle is counted by
 // rl-wasm-host's answer, when it comes, after the request is gone: 200
-// settled; 403 (a refund sent with a check token), 503 (load), 500, or no
-// answer at all (a timeout, which the host reports without headers),
-// failed and logged: the estimate stands. Before, a settle was counted
+// settled; 403 (a refund sent with a check token), 400 or 500, failed and
+// logged: the estimate stands. (503 and no answer are sent again:
+// TestFilterGlobalSettleRetried.) Before, a settle was counted
 // settled as soon as it was sent, whatever the answer, and the request
 // sent it itself, so the SDK dropped the answer of a request gone.
 func TestFilterGlobalSettleAnswers(t *testing.T) {
@@ -262,7 +262,7 @@ func TestFilterGlobalSettleAnswers(t *testing.T) {
 		status          string // "" answers without headers, as a timeout does
 		settled, failed uint64
 	}{
-		{"200", 2, 0}, {"403", 2, 1}, {"503", 2, 2}, {"500", 2, 3}, {"", 2, 4}, {"200", 3, 4},
+		{"200", 2, 0}, {"403", 2, 1}, {"400", 2, 2}, {"500", 2, 3}, {"200", 3, 3},
 	} {
 		request("3")
 		if counter(pipeline.Settled) != c.settled-boolInt(c.status == "200") || counter(pipeline.SettleFailed) != c.failed-boolInt(c.status != "200") {
@@ -285,6 +285,88 @@ func TestFilterGlobalSettleAnswers(t *testing.T) {
 		if got := counter(pipeline.SettleFailed); got != c.failed {
 			t.Errorf("answer %q: %d failed, want %d", c.status, got, c.failed)
 		}
+	}
+}
+
+// TestFilterGlobalSettleRetried: a global settle that rl-wasm-host refuses
+// for load (503, as its per-key bound on settles answers) or never answers
+// (a timeout, which the host reports without headers) is sent again after
+// 10, 40 and 160 ticks; it counts settled when one of the tries is
+// answered 200, failed only after the last. Before, the first 503 left the
+// estimate standing: a settle flood on one key turned debts into admits.
+func TestFilterGlobalSettleRetried(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		answers []string // "" answers without headers, as a timeout does
+		settled uint64
+	}{
+		{"503 then 200", []string{"503", "200"}, 1},
+		{"no answer, 503, no answer, then 200", []string{"", "503", "", "200"}, 1},
+		{"503 four times", []string{"503", "503", "503", "503"}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			host := emulate(t, `{"rules":[
+				{"name":"named","endpoint":"/n","strategy":"fixed","limit":5,"window":"1s","key_by":"header:x-user","response_cost_header":"x-used",
+				 "global":{"cluster":"rl","rule":"llm"}}]}`)
+			counter := func(result pipeline.SettleResult) uint64 {
+				n, err := host.GetCounterMetric(settleMetric("named", result))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			id := host.InitializeHttpContext()
+			host.CallOnRequestHeaders(id, get("/n", [2]string{"x-user", "alice"}), true)
+			cs := host.GetCalloutAttributesFromContext(id)
+			host.CallOnHttpCallResponse(cs[0].CalloutID, [][2]string{{":status", "200"}}, nil,
+				[]byte(`{"allowed":true,"limit_name":"default","limit":5,"remaining":4,"window_ms":1000,"limits":[]}`))
+			host.CallOnResponseHeaders(id, [][2]string{{":status", "200"}, {"x-used", "3"}}, true)
+			host.CompleteHttpContext(id)
+
+			var bodies []string
+			for i, a := range c.answers {
+				// Tick until the settle goes out (the first at the first
+				// tick, each retry after its wait).
+				ticks := 0
+				for len(host.GetCalloutAttributesFromContext(proxytest.PluginContextID)) == i {
+					if host.GetTickPeriod() == 0 {
+						t.Fatalf("try %d: the tick stopped with a settle waiting", i+1)
+					}
+					host.Tick()
+					ticks++
+				}
+				if want := []int{1, 10, 40, 160}[i]; ticks != want {
+					t.Errorf("try %d sent after %d ticks, want %d", i+1, ticks, want)
+				}
+				cs := host.GetCalloutAttributesFromContext(proxytest.PluginContextID)
+				if len(cs) != i+1 {
+					t.Fatalf("%d callouts from the plugin, want %d", len(cs), i+1)
+				}
+				bodies = append(bodies, string(cs[i].Body))
+				var hs [][2]string
+				if a != "" {
+					hs = [][2]string{{":status", a}}
+				}
+				host.CallOnHttpCallResponse(cs[i].CalloutID, hs, nil, []byte(`{}`))
+				if i < len(c.answers)-1 && (counter(pipeline.Settled) != 0 || counter(pipeline.SettleFailed) != 0) {
+					t.Fatalf("try %d answered %q: counted before the last try", i+1, a)
+				}
+			}
+			for _, b := range bodies[1:] {
+				if b != bodies[0] {
+					t.Errorf("a retry sent %s, the first try %s", b, bodies[0])
+				}
+			}
+			if got := counter(pipeline.Settled); got != c.settled {
+				t.Errorf("%d settled, want %d", got, c.settled)
+			}
+			if got := counter(pipeline.SettleFailed); got != 1-c.settled {
+				t.Errorf("%d failed, want %d", got, 1-c.settled)
+			}
+			if host.GetTickPeriod() != 0 {
+				t.Errorf("tick period %d after the last answer, want 0 (stopped)", host.GetTickPeriod())
+			}
+		})
 	}
 }
 

@@ -6,14 +6,17 @@
 // router's functions alone: make it an ordinary role on the shards (see
 // plproxy.Apply).
 //
-//	rl-migrate [-database URL] [-timeout 10s] up | down [N] | goto V | version | force V
-//	rl-migrate -shards URL,URL,... up | down [N] | goto V | version | force V
+//	rl-migrate [-database URL] [-timeout 10s] [-allow-superuser] up | down [N] | goto V | version | force V
+//	rl-migrate -shards URL,URL,... [-allow-superuser] up | down [N] | goto V | version | force V
 //	rl-migrate [-database ROUTER_URL] -shards URL,URL,... [-partitions N] router
 //
 // The URL comes from -database or DATABASE_URL: postgres://, postgresql://
 // (converted to golang-migrate's pgx5://) or pgx5://. The applied version is
 // kept in the table rl_schema_migrations. "up" with nothing to do prints
-// "no change" and exits 0. Exit status: 0 success, 1 failure, 2 usage.
+// "no change" and exits 0. up, down and goto refuse to run as a superuser
+// (the role that runs the migrations owns schema rl and its definer-rights
+// functions: make it an ordinary role) unless -allow-superuser is given, and
+// then warn. Exit status: 0 success, 1 failure, 2 usage.
 package main
 
 import (
@@ -42,7 +45,7 @@ func main() {
 	os.Exit(code)
 }
 
-const usage = `usage: rl-migrate [-database URL] [-shards URL,...] [-partitions N] [-timeout 10s] command
+const usage = `usage: rl-migrate [-database URL] [-shards URL,...] [-partitions N] [-timeout 10s] [-allow-superuser] command
 
 commands:
   up         apply every pending migration
@@ -70,6 +73,11 @@ separated URLs; a comma inside one is written %2C), up, down, goto, version
 and force run on every shard in turn instead; the router command takes the
 router's URL from -database or DATABASE_URL and the shards from -shards.
 
+up, down and goto refuse to run as a superuser: the role that runs the
+migrations owns schema rl, and every SECURITY DEFINER function of rl runs with
+its rights. Run them as an ordinary role that owns the database (sql/README.md,
+"Installing without a superuser"); -allow-superuser runs them anyway, warning.
+
 flags:
 `
 
@@ -82,6 +90,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	shardList := fs.String("shards", "", "comma-separated URLs of the shard databases")
 	partitions := fs.Int("partitions", 0, "router: the partition count, a power of two (default: the shard count rounded up)")
 	routerOwner := fs.String("router-owner", "", "router: the ordinary role that owns the router's schema (default: its current owner, or the role running the command)")
+	allowSuperuser := fs.Bool("allow-superuser", false, "up, down, goto: run as a superuser anyway, warning (rl's definer-rights functions then run with superuser rights)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
@@ -167,13 +176,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return router(ctx, u, plproxy.Config{Shards: shards, Partitions: *partitions, Owner: *routerOwner}, *timeout, stdout, stderr)
 	}
 	if len(shards) == 0 {
-		return migrate(ctx, u, cmd, n, *timeout, stdout, stderr)
+		return migrate(ctx, u, cmd, n, *timeout, *allowSuperuser, stdout, stderr)
 	}
 	code := 0
 	for i, s := range shards {
 		fmt.Fprintf(stdout, "shard %d (%s): ", i, migrations.Redact(s))
 		var out bytes.Buffer
-		c := migrate(ctx, s, cmd, n, *timeout, &out, stderr)
+		c := migrate(ctx, s, cmd, n, *timeout, *allowSuperuser, &out, stderr)
 		if out.Len() == 0 {
 			out.WriteString("failed\n")
 		}
@@ -226,8 +235,9 @@ func router(ctx context.Context, routerURL string, cfg plproxy.Config, timeout t
 	return 0
 }
 
-// migrate runs cmd on the database at u.
-func migrate(ctx context.Context, u, cmd string, n int, timeout time.Duration, stdout, stderr io.Writer) int {
+// migrate runs cmd on the database at u. up, down and goto refuse a
+// superuser unless allowSuperuser, and then warn (migrations.CheckOwner).
+func migrate(ctx context.Context, u, cmd string, n int, timeout time.Duration, allowSuperuser bool, stdout, stderr io.Writer) int {
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "rl-migrate: %v\n", err)
 		return 1
@@ -246,6 +256,20 @@ func migrate(ctx context.Context, u, cmd string, n int, timeout time.Duration, s
 		return fail(err)
 	}
 	defer m.Close()
+
+	if cmd == "up" || cmd == "down" || cmd == "goto" {
+		var se *migrations.SuperuserError
+		switch err := m.CheckOwner(ctx); {
+		case errors.As(err, &se) && allowSuperuser:
+			fmt.Fprintf(stderr, "rl-migrate: warning: running as the superuser %q (-allow-superuser): every SECURITY DEFINER function of rl "+
+				"will run with superuser rights for any caller; the owner of schema rl should be an ordinary role "+
+				"(sql/README.md, \"Installing without a superuser\")\n", se.Role)
+		case errors.As(err, &se):
+			return fail(fmt.Errorf("%w; -allow-superuser runs %s as a superuser anyway", err, cmd))
+		case err != nil:
+			return fail(err)
+		}
+	}
 
 	version := func() string {
 		v, dirty, err := m.Version(ctx)

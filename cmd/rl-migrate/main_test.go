@@ -91,11 +91,14 @@ func TestCommand(t *testing.T) {
 	// postgresql:// is accepted as well as postgres://.
 	u2 := "postgresql://" + strings.TrimPrefix(u, "postgres://")
 
-	r := runBin(t, bin, u, "up")
+	// The tests' server URL names the superuser postgres: the commands that
+	// run migrations say so on stderr and go on, told to by -allow-superuser
+	// (TestCommandSuperuser refuses without it).
+	r := runBin(t, bin, u, "-allow-superuser", "up")
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Equal(t, fmt.Sprintf("migrated up: version %d\n", migrations.Latest), r.stdout)
 
-	r = runBin(t, bin, u2, "up")
+	r = runBin(t, bin, u2, "-allow-superuser", "up")
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Equal(t, fmt.Sprintf("no change: version %d\n", migrations.Latest), r.stdout)
 
@@ -103,11 +106,11 @@ func TestCommand(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Equal(t, fmt.Sprintf("%d\n", migrations.Latest), r.stdout)
 
-	r = runBin(t, bin, u, "down", "2")
+	r = runBin(t, bin, u, "-allow-superuser", "down", "2")
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Equal(t, fmt.Sprintf("migrated down: version %d\n", migrations.Latest-2), r.stdout)
 
-	r = runBin(t, bin, u, "goto", fmt.Sprint(migrations.Latest))
+	r = runBin(t, bin, u, "-allow-superuser", "goto", fmt.Sprint(migrations.Latest))
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Equal(t, fmt.Sprintf("migrated: version %d\n", migrations.Latest), r.stdout)
 
@@ -117,7 +120,7 @@ func TestCommand(t *testing.T) {
 	defer conn.Close(context.Background())
 	_, err = conn.Exec(context.Background(), "UPDATE "+migrations.Table+" SET dirty = true")
 	require.NoError(t, err)
-	r = runBin(t, bin, u, "up")
+	r = runBin(t, bin, u, "-allow-superuser", "up")
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, fmt.Sprintf("dirty at version %d", migrations.Latest))
 	require.Contains(t, r.stderr, fmt.Sprintf(`"rl-migrate force %d" after a failed up`, migrations.Latest-1))
@@ -128,10 +131,10 @@ func TestCommand(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Equal(t, fmt.Sprintf("forced: version %d\n", migrations.Latest), r.stdout)
 
-	r = runBin(t, bin, u, "down")
+	r = runBin(t, bin, u, "-allow-superuser", "down")
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Equal(t, "migrated down: version none\n", r.stdout)
-	r = runBin(t, bin, u, "down")
+	r = runBin(t, bin, u, "-allow-superuser", "down")
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Equal(t, "no change: version none\n", r.stdout)
 	r = runBin(t, bin, u, "version")

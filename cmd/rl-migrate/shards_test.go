@@ -21,14 +21,14 @@ func TestShardsAndRouter(t *testing.T) {
 	s0, s1, r := pgtest.NewDatabase(t), pgtest.NewDatabase(t), pgtest.NewDatabase(t)
 	shards := s0 + "," + s1
 
-	res := runBin(t, bin, r, "-shards", shards, "up")
+	res := runBin(t, bin, r, "-shards", shards, "-allow-superuser", "up")
 	require.Equal(t, 0, res.code, res.stderr)
 	require.Equal(t, fmt.Sprintf("shard 0 (%s): migrated up: version %d\nshard 1 (%s): migrated up: version %d\n",
 		s0, migrations.Latest, s1, migrations.Latest), res.stdout)
 	res = runBin(t, bin, "", "-shards", shards, "version")
 	require.Equal(t, 0, res.code, res.stderr)
 	require.Equal(t, fmt.Sprintf("shard 0 (%s): %d\nshard 1 (%s): %d\n", s0, migrations.Latest, s1, migrations.Latest), res.stdout)
-	res = runBin(t, bin, "", "-shards", shards, "up")
+	res = runBin(t, bin, "", "-shards", shards, "-allow-superuser", "up")
 	require.Equal(t, 0, res.code, res.stderr)
 	require.Contains(t, res.stdout, fmt.Sprintf("shard 1 (%s): no change: version %d\n", s1, migrations.Latest))
 
@@ -91,7 +91,7 @@ func TestShardsErrors(t *testing.T) {
 	}
 
 	// A shard that fails does not stop the others; the status says it.
-	r := runBin(t, bin, "", "-timeout", "2s", "-shards", down+","+good, "up")
+	r := runBin(t, bin, "", "-timeout", "2s", "-shards", down+","+good, "-allow-superuser", "up")
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stdout, "shard 0 (postgres://u:xxxxx@127.0.0.1:1/db?sslmode=disable): failed\n")
 	require.Contains(t, r.stdout, fmt.Sprintf("shard 1 (%s): migrated up: version %d\n", good, migrations.Latest))

@@ -66,7 +66,10 @@ func openPostgres(ctx context.Context, pc PostgresConfig, decider core.Decider, 
 	redacted := migrations.Redact(pc.URL)
 	if pc.Migrate {
 		mctx, cancel := context.WithTimeout(ctx, time.Minute)
-		err := migrations.Up(mctx, pc.URL)
+		err := warnSuperuser(mctx, pc.URL, log)
+		if err == nil {
+			err = migrations.Up(mctx, pc.URL)
+		}
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("migrate %s: %w", redacted, err)
@@ -193,4 +196,27 @@ func isUndefined(err error) bool {
 // the logs.
 func scrubURLError(err error) string {
 	return "cannot parse it (want postgres://user[:password]@host:port/dbname)"
+}
+
+// warnSuperuser logs a warning when -migrate runs as a superuser: the
+// migrations would make it the owner of schema rl, whose SECURITY DEFINER
+// functions would then run with superuser rights for any caller
+// (migrations.SuperuserError says what to do instead). rl-migrate refuses
+// that unless given -allow-superuser; the service warns, so that a
+// development setup on a default superuser keeps starting.
+func warnSuperuser(ctx context.Context, url string, log *slog.Logger) error {
+	m, err := migrations.Open(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	var su *migrations.SuperuserError
+	if err := m.CheckOwner(ctx); errors.As(err, &su) {
+		log.Warn("-migrate runs as a superuser: it will own schema rl, and every SECURITY DEFINER function of rl "+
+			"will run with superuser rights for any caller; migrate as an ordinary owner role instead "+
+			"(rl-migrate refuses a superuser: sql/README.md, \"Installing without a superuser\")", "role", su.Role)
+	} else if err != nil {
+		return err
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"net/url"
@@ -97,5 +98,33 @@ func TestOpenPostgresShadow(t *testing.T) {
 			require.ErrorIs(t, h.noShadow, c.want, "-pg-decide %q", c.decide)
 		}
 		h.close()
+	}
+}
+
+// TestMigrateWarnsSuperuser: -migrate as a superuser logs a warning naming
+// the risk and the alternative (rl-migrate refuses it unless told); as an
+// ordinary owner role it says nothing.
+func TestMigrateWarnsSuperuser(t *testing.T) {
+	ctx := context.Background()
+	su := pgtest.NewDatabase(t)
+	_, owner := pgtest.NewOwnedDatabase(t)
+	for _, c := range []struct {
+		name, url string
+		warn      bool
+	}{{"superuser", su, true}, {"owner", owner, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			h, err := openPostgres(ctx, PostgresConfig{URL: c.url, Migrate: true}, core.Native{}, nil, log, storeHooks{})
+			require.NoError(t, err)
+			h.close()
+			if c.warn {
+				require.Contains(t, buf.String(), "level=WARN")
+				require.Contains(t, buf.String(), "superuser rights for any caller")
+				require.Contains(t, buf.String(), "ordinary owner role")
+			} else {
+				require.Empty(t, buf.String())
+			}
+		})
 	}
 }

@@ -38,6 +38,7 @@ type envOpts struct {
 	mainYAML string // the service's configuration; default one API-only rule
 	opts     Options
 	native   bool
+	logger   *slog.Logger // default quietLogger
 }
 
 func quietLogger() *slog.Logger {
@@ -61,7 +62,10 @@ func newEnv(t testing.TB, rlsYAML string, o envOpts) *env {
 	}
 	cfg, err := service.ParseConfig("main.yaml", "yaml", []byte(o.mainYAML))
 	require.NoError(t, err)
-	e.svc, err = service.New(cfg, service.Options{Store: o.store, Clock: e.now.Load, Logger: quietLogger()})
+	if o.logger == nil {
+		o.logger = quietLogger()
+	}
+	e.svc, err = service.New(cfg, service.Options{Store: o.store, Clock: e.now.Load, Logger: o.logger})
 	require.NoError(t, err)
 	d, err := ParseDomain("rls.yaml", []byte(rlsYAML))
 	require.NoError(t, err)

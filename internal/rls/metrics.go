@@ -31,6 +31,9 @@ type metrics struct {
 	reloads     *prometheus.CounterVec
 	latency     prometheus.Histogram
 	shadow      *prometheus.CounterVec
+	// unknownDomain counts the calls naming a domain the configuration
+	// lacks, without the domain (the caller's string).
+	unknownDomain prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -63,6 +66,10 @@ func newMetrics() *metrics {
 			Name: "rl_rls_shadow_denials_total",
 			Help: "Would-denies of rl's shadow_limits (an extension of rate_limit), by domain, descriptor (the configuration's keys and values) and limit (the shadow limit's name): descriptors admitted and charged that the shadow limit would have denied (it was not charged for them).",
 		}, []string{"domain", "descriptor", "limit"}),
+		unknownDomain: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rl_rls_unknown_domain_total",
+			Help: "Calls naming a domain the configuration lacks, answered OK with nothing limited: Envoy's rate limit domain must be one of the configured domains (each unknown domain is logged the first time it is seen, up to 64 per configuration).",
+		}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "rl_rls_duration_seconds",
 			Help:    "Time to answer one ShouldRateLimit call (matching, store round trips, decisions).",
@@ -95,6 +102,7 @@ func (m *metrics) register(r func(...prometheus.Collector) error) error {
 		{m.reloads, func(c prometheus.Collector) { m.reloads = c.(*prometheus.CounterVec) }},
 		{m.shadow, func(c prometheus.Collector) { m.shadow = c.(*prometheus.CounterVec) }},
 		{m.latency, func(c prometheus.Collector) { m.latency = c.(prometheus.Histogram) }},
+		{m.unknownDomain, func(c prometheus.Collector) { m.unknownDomain = c.(prometheus.Counter) }},
 	} {
 		if err := reg(x.c, x.set); err != nil {
 			return err

@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -81,6 +84,49 @@ type Server struct {
 type ruleSet struct {
 	cfg     *Config
 	domains map[string]*domainSet
+	names   string         // the configured domains, for the unknown domains' log line
+	unknown unknownDomains // the unknown domains logged under this configuration
+}
+
+// maxUnknownDomains bounds the unknown domains a configuration remembers
+// having logged: past it one more line says so and the rest are only
+// counted (rl_rls_unknown_domain_total), so that a caller naming a new
+// domain in every call grows neither the memory nor the log.
+const maxUnknownDomains = 64
+
+// maxLoggedDomain is the most of an unknown domain a log line shows, in
+// bytes: the domain is the caller's.
+const maxLoggedDomain = 128
+
+// unknownDomains remembers the unknown domains that were logged, at most
+// maxUnknownDomains of them.
+type unknownDomains struct {
+	mu   sync.Mutex
+	seen map[string]struct{}
+	full atomic.Bool // maxUnknownDomains remembered, and said so
+}
+
+// first reports whether domain is to be logged (seen for the first time,
+// with room to remember it), and whether the set has just become full
+// (logged once, then never again).
+func (u *unknownDomains) first(domain string) (log, full bool) {
+	if u.full.Load() {
+		return false, false
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if _, ok := u.seen[domain]; ok || u.full.Load() {
+		return false, false
+	}
+	if len(u.seen) == maxUnknownDomains {
+		u.full.Store(true)
+		return false, true
+	}
+	if u.seen == nil {
+		u.seen = make(map[string]struct{})
+	}
+	u.seen[domain] = struct{}{}
+	return true, false
 }
 
 type domainSet struct {
@@ -144,6 +190,11 @@ func (s *Server) SetConfig(cfg *Config) error {
 			return shadowErr
 		}
 	}
+	names := slices.Sorted(maps.Keys(rs.domains))
+	for i, n := range names {
+		names[i] = strconv.Quote(n)
+	}
+	rs.names = strings.Join(names, ", ")
 	s.set.Store(rs)
 	return nil
 }
@@ -226,6 +277,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		}
 	}
 	if ds == nil {
+		s.unknownDomain(rs, req.GetDomain())
 		dm.unmatched.Add(float64(len(items)))
 		dm.ok.Inc()
 		resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: okStatuses(len(items))}
@@ -538,6 +590,28 @@ func (s *Server) denyAll(it *item) {
 	it.decided, it.out = true, outDenied
 	it.res = rl.Result{LimitResult: rl.LimitResult{Name: "deny_all", Limit: int64(l.RequestsPerUnit), Window: l.window, Never: true,
 		ResetAfter: untilWindowEnd(s.svc.Clock()(), l.window)}}
+}
+
+// unknownDomain counts a call naming a domain rs lacks, answered OK with
+// nothing limited (as envoyproxy/ratelimit answers it), and logs it the
+// first time the configuration sees that domain: a typo in Envoy's domain
+// would otherwise admit everything silently. At most maxUnknownDomains
+// domains are remembered and logged per configuration (a reload starts
+// again), one more line saying the rest are only counted.
+func (s *Server) unknownDomain(rs *ruleSet, domain string) {
+	s.m.unknownDomain.Inc()
+	log, full := rs.unknown.first(domain)
+	switch {
+	case log:
+		if len(domain) > maxLoggedDomain {
+			domain = strings.ToValidUTF8(domain[:maxLoggedDomain], "") + "..."
+		}
+		s.log.Warn("rls: a call names a domain the configuration lacks: answered OK, nothing limited; Envoy's rate limit domain must be one of the configured domains",
+			"domain", domain, "configured", rs.names)
+	case full:
+		s.log.Warn("rls: too many unknown domains to log each; the next ones are only counted in rl_rls_unknown_domain_total until the configuration is reloaded",
+			"logged", maxUnknownDomains, "configured", rs.names)
+	}
 }
 
 // logFailure logs at most one store failure a second.

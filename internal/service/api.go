@@ -532,8 +532,9 @@ func (s *Service) apiSettle(w http.ResponseWriter, r *http.Request) {
 	// Not the request's cancellation: a caller that hangs up once it has
 	// sent its settle has still cost what it cost (as the proxy's
 	// settles, httplimit.serveAndSettle), and the store call would be
-	// cancelled with it, the estimate standing.
-	res, begun, err := s.do(context.WithoutCancel(r.Context()), &t, rl.Request{Key: req.Key, Cost: delta, Policy: t.policy, Settle: true, Each: each})
+	// cancelled with it, the estimate standing. Within a per-key bound of
+	// its own (settleAPI): refused beyond it (503), as a check is.
+	res, begun, err := s.settleAPI(context.WithoutCancel(r.Context()), &t, rl.Request{Key: req.Key, Cost: delta, Policy: t.policy, Settle: true, Each: each})
 	if err != nil {
 		class := s.Classify(begun, err)
 		if class == outage.Invalid {

@@ -479,12 +479,12 @@ func (s *Service) decide(ctx context.Context, t *target, key string, cost int64,
 // count all the same, over the bound if it must, so the key's decisions
 // meet the bound sooner while it runs. A settle refused would leave the
 // estimate, so load on a key would turn its debts into admissions; and
-// settles need no bound of their own, being bounded by admissions: the
-// proxy and the filter settle once per admitted request, each of which
-// passed the bound, and a decision-API settle runs within
-// Options.MaxInFlight. It returns the outage token of the decision, for
-// failure; a decision the store completes is recorded
-// (outage.Detector.Success).
+// the proxy's settles need no bound of their own, being bounded by
+// admissions: the proxy settles once per admitted request, each of which
+// passed the bound. The decision API's settles follow no admission of
+// theirs: they go through settleAPI instead. It returns the outage token
+// of the decision, for failure; a decision the store completes is
+// recorded (outage.Detector.Success).
 func (s *Service) do(ctx context.Context, t *target, req rl.Request) (rl.Result, outage.Token, error) {
 	var slot *atomic.Int32
 	if req.Settle {
@@ -500,6 +500,35 @@ func (s *Service) do(ctx context.Context, t *target, req rl.Request) (rl.Result,
 	if slot != nil {
 		defer slot.Add(-1)
 	}
+	return s.decideGated(ctx, t, req)
+}
+
+// settleAPI settles req (a decision-API settle) against t as do decides,
+// within a per-key bound of its own (keyGate.enterSettle): beyond
+// Options.MaxInFlightPerKey settles in flight on the key, it fails at once
+// with errOverloaded, counted in
+// rl_overload_rejected_total{reason="key_in_flight"} and answered 503 with
+// Retry-After as a check is, for the caller to retry. A decision-API
+// settle follows no admission the bound counted (a caller may send any
+// number on one key), so without it a flood of settles on one key would
+// take every store connection from the other keys. Only settles count
+// toward it: the key's checks, which its own client may drive, never
+// refuse its settles.
+func (s *Service) settleAPI(ctx context.Context, t *target, req rl.Request) (rl.Result, outage.Token, error) {
+	if s.perKey != nil {
+		slot, ok := s.perKey.enterSettle(t.name, req.Key)
+		if !ok {
+			s.metrics.overload.WithLabelValues("key_in_flight").Inc()
+			return rl.Result{}, 0, errOverloaded
+		}
+		defer slot.leaveSettle()
+	}
+	return s.decideGated(ctx, t, req)
+}
+
+// decideGated decides req against t once its place in the per-key bound is
+// taken (do, settleAPI): the store call, recorded in the outage detector.
+func (s *Service) decideGated(ctx context.Context, t *target, req rl.Request) (rl.Result, outage.Token, error) {
 	begun := s.outage.Begin()
 	res, err := t.lim.Do(ctx, req)
 	if err == nil {
@@ -554,8 +583,12 @@ func (s *Service) failure(t *target, begun outage.Token, err error) (string, err
 // settled counts a settle on t (the proxy's from a response's
 // response_cost_header, or the decision API's) by its error
 // (pipeline.SettleResult): none, an invalid response cost
-// (httplimit.ErrResponseCost), or a failure, which is a store error too;
-// both logged, at most one line a second.
+// (httplimit.ErrResponseCost), a proxied request whose response was cut
+// off before it reported the cost (httplimit.ErrAborted: its client went
+// away, or the upstream failed mid-response), a failure, or a decision-API
+// settle refused by the per-key bound (errOverloaded, counted in
+// rl_overload_rejected_total too); all but the first logged, at most one
+// line a second, and a failure of the store is a store error too.
 func (s *Service) settled(t *target, err error) {
 	switch {
 	case err == nil:
@@ -563,6 +596,12 @@ func (s *Service) settled(t *target, err error) {
 	case errors.Is(err, httplimit.ErrResponseCost):
 		t.m.settles[pipeline.SettleInvalid].Inc()
 		s.storeErr.log(s.log, "invalid response cost; nothing settled (the estimate stands)", t.name, err)
+	case errors.Is(err, httplimit.ErrAborted):
+		t.m.settles[pipeline.SettleFailed].Inc()
+		s.storeErr.log(s.log, "proxied response cut off before it reported its cost (the client went away, or the upstream failed); nothing settled (the estimate stands)", t.name, err)
+	case errors.Is(err, errOverloaded):
+		t.m.settles[pipeline.SettleFailed].Inc()
+		s.storeErr.log(s.log, "settle refused: too many decisions in flight on the key (the caller may retry)", t.name, err)
 	default:
 		t.m.settles[pipeline.SettleFailed].Inc()
 		t.m.storeErrors.Inc()

@@ -550,3 +550,88 @@ func TestAPISettleOutlivesTheCaller(t *testing.T) {
 	r := e.post(t, "check", `{"rule":"m","key":"k","cost":3}`)
 	require.Equal(t, 429, r.code, "the debt of 8 landed: 8 of 10 used")
 }
+
+// settleHeldStore holds every settle in the store until release is
+// closed, telling entered of each.
+type settleHeldStore struct {
+	store.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *settleHeldStore) Decide(ctx context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
+	if req.Op == store.Settle {
+		h.entered <- struct{}{}
+		<-h.release
+	}
+	return h.Store.Decide(ctx, req, each)
+}
+
+// TestAPISettleKeyInFlight: the decision API's settles have a per-key
+// in-flight bound of their own (MaxInFlightPerKey): a flood of settles on
+// one key takes at most the bound's store calls, the rest answered 503
+// with Retry-After as a check is under load, counted in
+// rl_overload_rejected_total{reason="key_in_flight"} and as failed
+// settles, while another key's settles go on. Before, 48 settles on one
+// key on a bound of 2 all went to the store: a decision-API settle follows
+// no admission, so nothing else bounded them.
+func TestAPISettleKeyInFlight(t *testing.T) {
+	const bound, flood = 2, 48
+	var hs *settleHeldStore
+	e := newEnv(t, `
+rules:
+  - {name: llm, endpoint: /llm, key_by: "header:X-User", strategy: fixed, limit: 1000, window: 1h}
+`, func(o *Options) {
+		hs = &settleHeldStore{Store: o.Store, entered: make(chan struct{}, flood), release: make(chan struct{})}
+		o.Store = hs
+		o.MaxInFlightPerKey = bound
+	})
+	var released sync.Once
+	release := func() { released.Do(func() { close(hs.release) }) }
+	t.Cleanup(release) // before the server's Close, which waits for the held settles
+	const settle = `{"rule":"llm","key":"hot","estimate":1,"actual":2}`
+	replies := make(chan reply, flood)
+	var wg sync.WaitGroup
+	for range flood {
+		wg.Go(func() { replies <- e.post(t, "settle", settle) })
+	}
+	for range bound {
+		<-hs.entered // the bound's settles hold their places in the store
+	}
+	for range flood - bound { // the rest are answered at once
+		var r reply
+		select {
+		case r = <-replies:
+		case <-hs.entered:
+			t.Fatal("a settle past the bound reached the store")
+		case <-time.After(30 * time.Second):
+			t.Fatal("the settles past the bound were not answered")
+		}
+		require.Equal(t, 503, r.code, "%s", r.body)
+		require.Equal(t, "1", r.h.Get("Retry-After"))
+		require.Equal(t, "overloaded", r.errorJSON(t).Code)
+	}
+	select {
+	case <-hs.entered:
+		t.Fatal("a settle past the bound reached the store")
+	default:
+	}
+	// The key's checks meet the bound too (the settles count among its
+	// decisions); another key's settle goes on.
+	require.Equal(t, 503, e.post(t, "check", `{"rule":"llm","key":"hot"}`).code)
+	cold := make(chan reply, 1)
+	go func() { cold <- e.post(t, "settle", `{"rule":"llm","key":"cold","estimate":1,"actual":2}`) }()
+	<-hs.entered
+	release()
+	require.Equal(t, 200, (<-cold).code)
+	wg.Wait()
+	close(replies)
+	for r := range replies {
+		require.Equal(t, 200, r.code, "%s", r.body)
+	}
+	require.Equal(t, 200, e.post(t, "settle", settle).code, "the key's places are given back")
+	require.Equal(t, float64(flood-bound), e.metric(t, `rl_settles_total{result="failed",rule="llm"}`))
+	require.Equal(t, float64(flood-bound+1), e.metric(t, `rl_overload_rejected_total{reason="key_in_flight"}`), "and the check")
+	require.Equal(t, float64(bound+2), e.metric(t, `rl_settles_total{result="settled",rule="llm"}`))
+	require.Zero(t, e.metric(t, `rl_store_errors_total{rule="llm"}`), "load, not the store's failure")
+}

@@ -19,17 +19,27 @@
 //     Extensions) on managed services, where files cannot be installed
 //     (make pg_tle.sql, or FS).
 //
-// Every script ends by marking the tables it creates for pg_dump
+// Every script begins, after its psql guard, with the check of
+// prologue.sql (the migrations are unchanged): run by a superuser, it
+// refuses (SQLSTATE 42501) unless the setting rl.allow_superuser is on, and
+// then raises a WARNING, since whoever runs the script owns rl's
+// definer-rights functions. The generator writes it into the scripts it
+// generates, and make and FS into the history they build. Every script
+// ends by marking the tables it creates for pg_dump
 // (pg_extension_config_dump), whose rows a dump would otherwise leave out.
+//
+// The directory is also a PGXN distribution: META.json, README.md (its
+// docfile), make dist (the zip PGXN takes), and make installcheck (the
+// pg_regress tests in test/, which TestInstallcheck runs).
 //
 // Install the files into the server's share directory with PGXS (as the
 // owner of that directory, usually root):
 //
 //	make -C sql/extension install
 //
-// then, in a database, as the role that is to own the schema rl (an
-// ordinary role, never a superuser: sql/README.md, "Installing without a
-// superuser"):
+// or from PGXN (pgxn install rl); then, in a database, as the role that is
+// to own the schema rl (an ordinary role, never a superuser: sql/README.md,
+// "Installing without a superuser"):
 //
 //	CREATE EXTENSION rl;
 //	ALTER EXTENSION rl UPDATE;   -- after installing newer files

@@ -49,6 +49,24 @@ var FS fs.FS = mustFiles()
 //go:embed rl.control rl--*.sql
 var generated embed.FS
 
+// prologueSQL is prologue.sql: the check that refuses a superuser unless
+// rl.allow_superuser is on, with the placeholder prologueAction. Every
+// script runs it first, after the psql guard: the generator writes it into
+// the scripts it generates, make and Files into the history they build.
+//
+//go:embed prologue.sql
+var prologueSQL string
+
+// prologueAction is the placeholder of prologue.sql replaced by what the
+// script does, for the check's messages.
+const prologueAction = "@ACTION@"
+
+// prologue is prologue.sql for a script that does action: "install the
+// extension rl" or "update the extension rl to version N".
+func prologue(action string) string {
+	return strings.Replace(prologueSQL, prologueAction, action, 1)
+}
+
 func mustFiles() fs.FS {
 	files, err := Files()
 	if err != nil {
@@ -83,13 +101,13 @@ func Files() (map[string]string, error) {
 		}
 		ups = append(ups, m[0])
 	}
-	install, err := historyScript(fmt.Sprintf("The extension rl at version %d, installed whole (CREATE EXTENSION rl VERSION '%d'):\n-- the migrations 0001 to %04d, in order.", Oldest, Oldest, Oldest), ups[:Oldest])
+	install, err := historyScript(fmt.Sprintf("The extension rl at version %d, installed whole (CREATE EXTENSION rl VERSION '%d'):\n-- the migrations 0001 to %04d, in order.", Oldest, Oldest, Oldest), "install the extension rl", ups[:Oldest])
 	if err != nil {
 		return nil, err
 	}
 	out[fmt.Sprintf("rl--%d.sql", Oldest)] = install
 	for v := Oldest + 1; v <= LastHandwritten; v++ {
-		s, err := historyScript(fmt.Sprintf("The update of the extension rl from version %d to %d (ALTER EXTENSION rl UPDATE):\n-- the migration %04d.", v-1, v, v), ups[v-1:v])
+		s, err := historyScript(fmt.Sprintf("The update of the extension rl from version %d to %d (ALTER EXTENSION rl UPDATE):\n-- the migration %04d.", v-1, v, v), fmt.Sprintf("update the extension rl to version %d", v), ups[v-1:v])
 		if err != nil {
 			return nil, err
 		}
@@ -106,12 +124,12 @@ func Files() (map[string]string, error) {
 var createTable = regexp.MustCompile(`(?m)^CREATE TABLE (rl\.[a-z_]+)`)
 
 // historyScript is an extension script built from migration files, as the
-// Makefile builds it: a head, the files whole, then the tables they create
-// marked for pg_dump (an extension's tables are dumped without their rows
-// unless marked).
-func historyScript(what string, files []string) (string, error) {
+// Makefile builds it: a head, the prologue for action, the files whole,
+// then the tables they create marked for pg_dump (an extension's tables
+// are dumped without their rows unless marked).
+func historyScript(what, action string, files []string) (string, error) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "-- Built from sql/migrations by make or by the Go package sql/extension; DO NOT EDIT.\n--\n-- %s\n\n\\echo Use \"CREATE EXTENSION rl\" to load this file. \\quit\n", what)
+	fmt.Fprintf(&b, "-- Built from sql/migrations by make or by the Go package sql/extension; DO NOT EDIT.\n--\n-- %s\n-- First the check of sql/extension/prologue.sql (a superuser is refused\n-- unless rl.allow_superuser is on); the migration files are unchanged.\n\n\\echo Use \"CREATE EXTENSION rl\" to load this file. \\quit\n\n%s", what, prologue(action))
 	var tables []string
 	for _, f := range files {
 		text, err := fs.ReadFile(migrations.FS, f)
@@ -147,7 +165,11 @@ func PgTLE(install string) string {
 --   CREATE EXTENSION rl;
 --
 -- pg_tle runs the script as that role (a pg_tle extension is never
--- superuser or trusted), as the file-based extension does.
+-- superuser or trusted), as the file-based extension does. sql/README.md
+-- ("The extension", "On managed services: pg_tle") says how to update it.
+-- Not tested by rl's CI, which has no pg_tle (tried by hand with pg_tle
+-- 1.5.3: sql/README.md): the script is the one the tests install from
+-- rl--%d.sql.
 
 SELECT pgtle.install_extension(
     'rl',
@@ -157,5 +179,5 @@ $_pgtle_$
 %s$_pgtle_$,
     ARRAY['plpgsql']
 );
-`, Version, Version, Version, body)
+`, Version, Version, Version, Version, body)
 }

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -59,6 +60,58 @@ func TestFilesMatchMake(t *testing.T) {
 				t.Error(err)
 			}
 		}
+	}
+}
+
+// guard is the first statement of every script: psql stops there.
+const guard = "\\echo Use \"CREATE EXTENSION rl\" to load this file. \\quit\n"
+
+var (
+	installScriptName = regexp.MustCompile(`^rl--([0-9]+)\.sql$`)
+	updateScriptName  = regexp.MustCompile(`^rl--([0-9]+)--([0-9]+)\.sql$`)
+)
+
+// TestPrologue: every install and update script of FS, the generated ones
+// (go run ./sql/internal/sqlgen) and the history built from the
+// migrations alike, runs prologue.sql first, right after the guard, with
+// what it does written in; pg_tle.sql through the latest install script.
+// With TestFilesMatchMake (make builds the history FS builds) and
+// TestGenerated (the generator writes the committed scripts), the check
+// lives in prologue.sql alone.
+func TestPrologue(t *testing.T) {
+	files, err := extension.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	scripts := 0
+	for _, name := range sortedNames(files) {
+		text := files[name]
+		if strings.Contains(text, "@ACTION@") {
+			t.Errorf("%s: the placeholder @ACTION@ of prologue.sql is left in", name)
+		}
+		var action string
+		if m := installScriptName.FindStringSubmatch(name); m != nil {
+			action = "install the extension rl"
+		} else if m := updateScriptName.FindStringSubmatch(name); m != nil {
+			action = "update the extension rl to version " + m[2]
+		} else {
+			continue
+		}
+		scripts++
+		_, after, ok := strings.Cut(text, guard)
+		if !ok {
+			t.Errorf("%s: no guard %q", name, guard)
+			continue
+		}
+		if want := "\n" + extension.Prologue(action); !strings.HasPrefix(after, want) {
+			t.Errorf("%s: does not run prologue.sql (%q) right after the guard\n%s", name, action, firstDifference(after, want))
+		}
+	}
+	if want := 2 + extension.Version - extension.Oldest; scripts != want {
+		t.Errorf("%d install and update scripts, want %d", scripts, want)
+	}
+	if !strings.Contains(files["pg_tle.sql"], extension.Prologue("install the extension rl")) {
+		t.Errorf("pg_tle.sql lacks the prologue of an install")
 	}
 }
 
@@ -146,4 +199,15 @@ func firstDifference(a, b string) string {
 		}
 	}
 	return "no difference"
+}
+
+func installName(v int) string { return fmt.Sprintf("%s--%d.sql", extension.Name, v) }
+
+func sortedNames[V any](files map[string]V) []string {
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
 }

@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -153,24 +154,7 @@ func TestExtensionDrop(t *testing.T) {
 // URL for a superuser and for the owner. Both go when t ends.
 func ownedDatabase(t *testing.T) (superuserURL, ownerURL string) {
 	t.Helper()
-	ctx := context.Background()
-	su, drop, err := pgtest.Create(ctx, pgtest.URL())
-	require.NoError(t, err)
-	owner, dropOwner, err := ordinaryOwner(ctx, su)
-	t.Cleanup(func() { // the database first: the role owns it
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := drop(ctx); err != nil {
-			t.Errorf("drop database: %v", err)
-		}
-		if dropOwner != nil {
-			if err := dropOwner(ctx); err != nil {
-				t.Errorf("drop owner role: %v", err)
-			}
-		}
-	})
-	require.NoError(t, err)
-	return su, owner
+	return pgtest.NewOwnedDatabase(t)
 }
 
 // extensionDatabase is ownedDatabase with the extension rl installed at
@@ -303,4 +287,97 @@ func databaseObjects(t *testing.T, conn *pgx.Conn) []string {
 	objs, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	return objs
+}
+
+// noticeConn connects to u, recording every notice (WARNING, NOTICE, ...)
+// the server sends; notices returns them, "SEVERITY: message", in order.
+func noticeConn(t *testing.T, u string) (conn *pgx.Conn, notices func() []string) {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(u)
+	require.NoError(t, err)
+	var (
+		mu  sync.Mutex
+		got []string
+	)
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, n.Severity+": "+n.Message)
+	}
+	conn, err = pgx.ConnectConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
+}
+
+// TestExtensionSuperuser: CREATE EXTENSION rl and ALTER EXTENSION rl
+// UPDATE refuse to run as a superuser (42501), naming the risk and the
+// ordinary owner to use instead, and leave nothing behind, unless
+// rl.allow_superuser is on: then they warn and go on. As the ordinary
+// owner both are silent: no notice at all.
+func TestExtensionSuperuser(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	su, owner := ownedDatabase(t)
+	conn, notices := noticeConn(t, su)
+	suName := currentUser(t, conn)
+	before := databaseObjects(t, conn)
+
+	_, err := conn.Exec(ctx, "CREATE EXTENSION rl")
+	var pe *pgconn.PgError
+	require.ErrorAs(t, err, &pe, "CREATE EXTENSION rl as a superuser")
+	require.Equal(t, "42501", pe.Code)
+	require.Equal(t, fmt.Sprintf(`refusing to install the extension rl as the superuser "%s": every SECURITY DEFINER function of rl would run with superuser rights for any caller`, suName), pe.Message)
+	require.Contains(t, pe.Detail, "The owner of schema rl must be an ordinary role, never a superuser")
+	require.Contains(t, pe.Hint, "Create an ordinary owner role (no SUPERUSER) that owns the database")
+	require.Contains(t, pe.Hint, "connected as rl_owner, CREATE EXTENSION rl")
+	require.Contains(t, pe.Hint, "SET rl.allow_superuser = on")
+	require.Equal(t, before, databaseObjects(t, conn), "a refused CREATE EXTENSION rl leaves nothing")
+
+	_, err = conn.Exec(ctx, "SET rl.allow_superuser = 'sometimes'")
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "CREATE EXTENSION rl")
+	require.Equal(t, "22023", sqlState(err), "rl.allow_superuser = sometimes: %v", err)
+	require.ErrorContains(t, err, `rl.allow_superuser is "sometimes": want on or off`)
+	require.Empty(t, notices())
+
+	// Opted in: a WARNING per script, and the superuser owns the extension.
+	_, err = conn.Exec(ctx, "SET rl.allow_superuser = on")
+	require.NoError(t, err)
+	prev := strconv.Itoa(extension.Version - 1)
+	_, err = conn.Exec(ctx, "CREATE EXTENSION rl VERSION "+pgx.Identifier{prev}.Sanitize())
+	require.NoError(t, err)
+	warnings := notices()
+	require.Len(t, warnings, extension.Version-extension.Oldest, "one WARNING per script: rl--%d.sql and each update to %s", extension.Oldest, prev)
+	for _, w := range warnings {
+		require.Contains(t, w, fmt.Sprintf(`WARNING: the superuser "%s" is about to `, suName))
+		require.Contains(t, w, "every SECURITY DEFINER function of rl will run with superuser rights for any caller")
+	}
+	// An update as a superuser refuses as well, and changes nothing.
+	_, err = conn.Exec(ctx, "RESET rl.allow_superuser")
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "ALTER EXTENSION rl UPDATE")
+	require.ErrorAs(t, err, &pe, "ALTER EXTENSION rl UPDATE as a superuser")
+	require.Equal(t, "42501", pe.Code)
+	require.Contains(t, pe.Message, fmt.Sprintf(`refusing to update the extension rl to version %d as the superuser "%s"`, extension.Version, suName))
+	require.Contains(t, pe.Hint, "Connect as the ordinary role that owns schema rl and run ALTER EXTENSION rl UPDATE as it")
+	var version string
+	require.NoError(t, conn.QueryRow(ctx, "SELECT extversion FROM pg_extension WHERE extname = 'rl'").Scan(&version))
+	require.Equal(t, prev, version)
+	_, err = conn.Exec(ctx, "DROP EXTENSION rl")
+	require.NoError(t, err)
+
+	// The ordinary owner: not a word, installing at the oldest version and
+	// updating to the latest.
+	oconn, onotices := noticeConn(t, owner)
+	_, err = oconn.Exec(ctx, "CREATE EXTENSION rl VERSION "+pgx.Identifier{strconv.Itoa(extension.Oldest)}.Sanitize())
+	require.NoError(t, err)
+	_, err = oconn.Exec(ctx, "ALTER EXTENSION rl UPDATE")
+	require.NoError(t, err)
+	requireExtensionShape(t, oconn, strconv.Itoa(extension.Version))
+	require.Empty(t, onotices(), "CREATE EXTENSION rl and ALTER EXTENSION rl UPDATE as the ordinary owner")
 }

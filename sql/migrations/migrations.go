@@ -111,6 +111,52 @@ func (e *ExtensionError) Error() string {
 		": upgrade it with ALTER EXTENSION rl UPDATE, not with these migrations (sql/README.md, \"The extension\"); schema rl was not changed"
 }
 
+// SuperuserError reports that the role the migrations would run as is a
+// superuser (Migrator.CheckOwner). Whoever runs the migrations owns schema
+// rl and everything in it, and every SECURITY DEFINER function of rl runs
+// with its owner's rights: the owner must be an ordinary role, never a
+// superuser (sql/README.md, "Installing without a superuser").
+type SuperuserError struct {
+	Role string // the superuser, current_user of the connection
+}
+
+func (e *SuperuserError) Error() string {
+	return fmt.Sprintf("migrations: refusing to migrate as the superuser %q: the role that runs the migrations owns schema rl, "+
+		"and every SECURITY DEFINER function of rl would run with superuser rights for any caller. "+
+		"Create an ordinary owner role (no SUPERUSER) that owns the database and migrate as it: "+
+		"CREATE ROLE rl_owner LOGIN PASSWORD '...'; ALTER DATABASE app OWNER TO rl_owner; "+
+		"then DATABASE_URL=postgres://rl_owner:...@host/app rl-migrate up "+
+		"(sql/README.md, \"Installing without a superuser\"); nothing was changed", e.Role)
+}
+
+// CheckOwner returns *SuperuserError when the role the migrations run as
+// (the connection's current_user, who owns what they create) is a
+// superuser, and nil for an ordinary role. It changes nothing. rl-migrate
+// calls it before up, down and goto, and refuses a superuser unless given
+// -allow-superuser; Up and the Migrator's other methods do not call it, so
+// a program that migrates at start should:
+//
+//	if err := m.CheckOwner(ctx); err != nil {
+//		return err // a superuser: connect as the ordinary owner instead
+//	}
+func (m *Migrator) CheckOwner(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, m.url)
+	if err != nil {
+		return errors.New("migrations: " + scrub(err.Error(), m.secret))
+	}
+	defer conn.Close(ctx)
+	var role string
+	var super bool
+	if err := conn.QueryRow(ctx, `SELECT current_user::text, r.rolsuper
+		  FROM pg_catalog.pg_roles r WHERE r.rolname = current_user`).Scan(&role, &super); err != nil {
+		return errors.New("migrations: " + scrub(err.Error(), m.secret))
+	}
+	if super {
+		return &SuperuserError{Role: role}
+	}
+	return nil
+}
+
 // connURL is databaseURL as pgx takes it: golang-migrate's pgx5:// scheme
 // and x- parameters removed.
 func connURL(databaseURL string) string {

@@ -19,6 +19,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -87,6 +88,100 @@ func NewDatabase(t testing.TB) string {
 		}
 	})
 	return dbURL
+}
+
+// OrdinaryOwner prepares the database at dbURL (a superuser's URL) to be
+// migrated by an ordinary role, doing once, as a superuser, exactly what
+// sql/README.md's "Installing without a superuser" says only a superuser
+// (or a role with CREATEROLE) must do: create the cluster's roles rl_app
+// and rl_admin (rl_admin a member of rl_app) if they are missing, and
+// create the owner role, a LOGIN role with no SUPERUSER, CREATEROLE or
+// CREATEDB, given the database. It returns the owner's URL and a function
+// that drops the role (after the database is dropped). The server is the
+// one URL names (DATABASE_URL).
+func OrdinaryOwner(ctx context.Context, dbURL string) (ownerURL string, dropOwner func(context.Context) error, err error) {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return "", nil, err
+	}
+	dbName := strings.TrimPrefix(u.Path, "/")
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := "rltest_" + hex.EncodeToString(b) + "_owner"
+	_, _ = rand.Read(b)
+	pw := hex.EncodeToString(b)
+
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	su, err := pgx.Connect(cctx, URL())
+	if err != nil {
+		return "", nil, fmt.Errorf("owner role: %w", err)
+	}
+	defer su.Close(ctx)
+	// The cluster's roles, once; other test packages may create them at the
+	// same moment through the migrations, hence the retries.
+	const roles = `DO $do$
+	BEGIN
+		FOR attempt IN 1 .. 5 LOOP
+			BEGIN
+				IF to_regrole('rl_app') IS NULL THEN CREATE ROLE rl_app NOLOGIN; END IF;
+				IF to_regrole('rl_admin') IS NULL THEN CREATE ROLE rl_admin NOLOGIN; END IF;
+				IF NOT pg_has_role('rl_admin', 'rl_app', 'MEMBER') THEN GRANT rl_app TO rl_admin; END IF;
+				RETURN;
+			EXCEPTION WHEN duplicate_object OR unique_violation OR undefined_object THEN
+				IF attempt = 5 THEN RAISE; END IF;
+			END;
+		END LOOP;
+	END $do$`
+	for _, q := range []string{
+		roles,
+		"CREATE ROLE " + name + " LOGIN NOSUPERUSER NOCREATEROLE NOCREATEDB PASSWORD '" + pw + "'",
+		"ALTER DATABASE " + dbName + " OWNER TO " + name,
+	} {
+		if _, err := su.Exec(cctx, q); err != nil {
+			return "", nil, fmt.Errorf("owner role: %w", err)
+		}
+	}
+	dropOwner = func(ctx context.Context) error {
+		c, err := pgx.Connect(ctx, URL())
+		if err != nil {
+			return err
+		}
+		defer c.Close(ctx)
+		_, err = c.Exec(ctx, "DROP ROLE IF EXISTS "+name)
+		return err
+	}
+	u.User = url.UserPassword(name, pw)
+	return u.String(), dropOwner, nil
+}
+
+// NewOwnedDatabase creates a new empty database for t owned by a fresh
+// ordinary role (OrdinaryOwner), both dropped when t ends, and returns its
+// URL for the superuser of DATABASE_URL and for the owner.
+func NewOwnedDatabase(t testing.TB) (superuserURL, ownerURL string) {
+	t.Helper()
+	ctx := context.Background()
+	su, drop, err := Create(ctx, URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, dropOwner, err := OrdinaryOwner(ctx, su)
+	t.Cleanup(func() { // the database first: the role owns it
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := drop(ctx); err != nil {
+			t.Errorf("pgtest: drop database: %v", err)
+		}
+		if dropOwner != nil {
+			if err := dropOwner(ctx); err != nil {
+				t.Errorf("pgtest: drop owner role: %v", err)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return su, owner
 }
 
 // Pool opens a pool on url, closed when the test ends.

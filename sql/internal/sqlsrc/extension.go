@@ -2,6 +2,8 @@ package sqlsrc
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -9,11 +11,38 @@ import (
 // for pg_tle.
 const extensionComment = "rate limiting in schema rl: a state table and PL/pgSQL decision functions (github.com/rlcore/rl)"
 
-// Prologue is the SQL every extension script the generator writes runs
-// first, after the psql guard: install and update scripts and pg_tle.sql
-// (the migrations do not run it). It is where a check of the role running
-// CREATE EXTENSION or ALTER EXTENSION belongs. Empty: none yet.
-var Prologue = ""
+// PrologueFile is the SQL every extension script runs first, after the
+// psql guard: the check that refuses a superuser unless rl.allow_superuser
+// is on. The generator inserts it into the scripts it writes (install and
+// update, and so pg_tle.sql); make (sql/extension/history.mk) and the Go
+// package sql/extension insert the same file into the history scripts they
+// build from the migrations, so the check is written once, there. The
+// migrations do not run it (rl-migrate checks the role itself).
+const PrologueFile = "sql/extension/prologue.sql"
+
+// PrologueAction is the placeholder of PrologueFile replaced by what the
+// script does, for the check's messages: "install the extension rl" or
+// "update the extension rl to version N" (make substitutes it with sed).
+const PrologueAction = "@ACTION@"
+
+// Prologue returns PrologueFile, under root, for a script that does action.
+func Prologue(root, action string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(root, PrologueFile))
+	if err != nil {
+		return "", err
+	}
+	text := string(b)
+	if strings.Count(text, PrologueAction) != 1 {
+		return "", fmt.Errorf("%s: want %s exactly once (what the script does, for the messages)", PrologueFile, PrologueAction)
+	}
+	return strings.Replace(text, PrologueAction, action, 1), nil
+}
+
+// installAction and updateAction are what an install script and the update
+// script to version v do, for the prologue's messages.
+const installAction = "install the extension rl"
+
+func updateAction(v int) string { return fmt.Sprintf("update the extension rl to version %d", v) }
 
 const configDumpTitle = "The rows pg_dump keeps (an extension's tables are dumped without them unless marked)"
 
@@ -30,10 +59,15 @@ requires = 'plpgsql'
 `, v, extensionComment, v)
 }
 
-// extensionScript is an install or update script: the guard against
-// psql, the prologue, body, then the marking of tables for pg_dump.
-func extensionScript(what, body string, tables []string) string {
-	return scriptWith(Prologue, what, body, tables)
+// extensionScript is an install or update script (action, for the
+// prologue): the guard against psql, the prologue, body, then the marking
+// of tables for pg_dump.
+func extensionScript(root, action, what, body string, tables []string) (string, error) {
+	prologue, err := Prologue(root, action)
+	if err != nil {
+		return "", err
+	}
+	return scriptWith(prologue, what, body, tables), nil
 }
 
 func scriptWith(prologue, what, body string, tables []string) string {

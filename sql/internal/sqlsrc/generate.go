@@ -189,18 +189,25 @@ func Generate(root, newTitle string) (map[string]*string, error) {
 		name := fmt.Sprintf("sql/migrations/%04d_%s", open.Version, open.Title)
 		put(name+".up.sql", up)
 		put(name+".down.sql", down)
-		put(fmt.Sprintf("sql/extension/rl--%d--%d.sql", base, open.Version), extensionScript(
+		update, err := extensionScript(root, updateAction(open.Version),
 			fmt.Sprintf("The update of the extension rl from version %d to %d (ALTER EXTENSION rl UPDATE):\n-- migration %04d.", base, open.Version, open.Version),
-			up, newTables(prev, tree)))
+			up, newTables(prev, tree))
+		if err != nil {
+			return nil, err
+		}
+		put(fmt.Sprintf("sql/extension/rl--%d--%d.sql", base, open.Version), update)
 	} else if !sameObjects(prev, tree) {
 		return nil, fmt.Errorf("sql/src differs from version %d (%s) and no version is open: open one with %s -new TITLE",
 			base, snapshotPath(base), Command)
 	}
 	put("sql/migrations/latest.go", latestGo(latest))
 	put("sql/extension/rl.control", control(latest))
-	installScript := extensionScript(
+	installScript, err := extensionScript(root, installAction,
 		fmt.Sprintf("The extension rl at version %d, installed whole (CREATE EXTENSION rl VERSION '%d'):\n-- the objects of sql/src.", latest, latest),
 		install, tree.Tables())
+	if err != nil {
+		return nil, err
+	}
 	put(fmt.Sprintf("sql/extension/rl--%d.sql", latest), installScript)
 	if strings.Contains(installScript, "$_pgtle_$") {
 		return nil, errors.New("the install script contains $_pgtle_$, the dollar quote of pg_tle.sql (sql/extension): choose another")

@@ -123,7 +123,8 @@ func TestParamTypes(t *testing.T) {
 }
 
 // TestPrologue: the prologue comes first in an extension script, after the
-// psql guard; none, nothing.
+// psql guard; none, nothing; the generator's is sql/extension/prologue.sql
+// with the script's action.
 func TestPrologue(t *testing.T) {
 	s := scriptWith("SELECT rl_check();", "what", "CREATE TABLE rl.t ();", []string{"rl.t"})
 	guard, pro, body := strings.Index(s, `\echo`), strings.Index(s, "SELECT rl_check();"), strings.Index(s, "CREATE TABLE rl.t")
@@ -132,6 +133,21 @@ func TestPrologue(t *testing.T) {
 	}
 	if !strings.Contains(scriptWith("", "what", "x;", nil), "\n\nx;\n") || strings.Contains(s, "SELECT rl_check();\nSELECT rl_check();") {
 		t.Errorf("scriptWith")
+	}
+	// The prologue of sql/extension/prologue.sql, the action written in.
+	p, err := Prologue(root, updateAction(21))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(p, "'update the extension rl to version 21'") || strings.Contains(p, PrologueAction) || !strings.Contains(p, "rl.allow_superuser") {
+		t.Errorf("Prologue(update to 21):\n%s", p)
+	}
+	s, err = extensionScript(root, installAction, "what", "CREATE TABLE rl.t ();", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if guard, pro, body := strings.Index(s, `\echo`), strings.Index(s, "DO $rl_owner_check$"), strings.Index(s, "CREATE TABLE rl.t"); !(guard >= 0 && guard < pro && pro < body) || !strings.Contains(s, "'install the extension rl'") {
+		t.Errorf("extensionScript: the owner check misplaced or missing:\n%s", s)
 	}
 }
 
