@@ -63,7 +63,7 @@ func (c *Compiled) carry(s, t *State) Error {
 				units++
 			}
 		}
-	default: // TokenBucket, LeakyBucket, GCRA: a level in 1/s.W
+	case TokenBucket, LeakyBucket, GCRA: // a level in 1/s.W
 		var old uint64
 		if s.Algorithm == GCRA {
 			a = s.Y

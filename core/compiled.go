@@ -46,6 +46,7 @@ func (c *Compiled) set(l *Limit) Error {
 		// Neither is bound by MaxUnits: no capacity in units.
 		c.rate, c.srate, c.capacity, c.ahead, c.aheadFrac = 0, 0, 0, 0, 0
 		return 0
+	case SlidingWindow, TokenBucket, LeakyBucket, GCRA: // below
 	}
 	c.rate = l.Rate
 	if c.rate == 0 {

@@ -92,7 +92,7 @@ func (c *Compiled) eval(s *State, now, cost int64, m mode, d *Decision, n *State
 		return slidingLog(c, s, now, cost, m, d, n)
 	case GCRA:
 		gcra(c, s, exact, now, cost, d, n)
-	default:
+	case TokenBucket, LeakyBucket:
 		bucket(c, s, exact, now, cost, d, n)
 	}
 	return 0

@@ -166,7 +166,7 @@ func checkAdmissionBound(t testing.TB, l core.Limit, admitted []step) {
 					continue
 				}
 				bound = l.Limit
-			default:
+			case core.TokenBucket, core.LeakyBucket, core.GCRA:
 				// Limit plus what refills in span: floor(span×rate/window),
 				// in 128 bits.
 				h, lo := bits.Mul64(uint64(span), uint64(rate))

@@ -35,6 +35,7 @@ func DeriveNextAfter(l Limit, d Decision) int64 {
 		// (Limit−Remaining−1)×Window ≤ Limit×Window ≤ MaxUnits.
 		rest := (d.Limit - d.Remaining - 1) * l.Window / rate
 		return max(1, d.ResetAfter-rest)
+	case FixedWindow: // resets whole
 	case SlidingWindow, SlidingLog:
 		if !d.Allowed && d.RetryAfter != Never && d.RetryAfter < d.ResetAfter {
 			return d.RetryAfter

@@ -151,7 +151,7 @@ func TestNextAfterAll(t *testing.T) {
 		ls := make([]core.Limit, 1+r.IntN(4))
 		for i := range ls {
 			l := core.Limit{Algorithm: algs[r.IntN(len(algs))], Limit: 1 + r.Int64N(20), Window: (1 + r.Int64N(60)) * sec / 10}
-			if l.Algorithm >= core.TokenBucket && r.IntN(2) == 0 {
+			if !l.Algorithm.Windowed() && r.IntN(2) == 0 {
 				l.Rate = 1 + r.Int64N(20)
 			}
 			ls[i] = l
@@ -206,7 +206,7 @@ func TestDeriveNextAfter(t *testing.T) {
 	exact := 0
 	for range 5000 {
 		l := core.Limit{Algorithm: algs[r.IntN(len(algs))], Limit: 1 + r.Int64N(50), Window: 1 + r.Int64N(90*sec)}
-		if l.Algorithm >= core.TokenBucket && r.IntN(2) == 0 {
+		if !l.Algorithm.Windowed() && r.IntN(2) == 0 {
 			l.Rate = 1 + r.Int64N(50)
 		}
 		s := core.State{Log: make([]int64, 0, core.MaxLogLimit)}

@@ -29,6 +29,7 @@ func longestWait(l core.Limit) int64 {
 		return l.Window
 	case core.SlidingWindow:
 		return 2 * l.Window
+	case core.TokenBucket, core.LeakyBucket, core.GCRA: // below
 	}
 	r := l.Rate
 	if r == 0 {
@@ -109,7 +110,7 @@ func TestParamsChangeClamped(t *testing.T) {
 			for _, nw := range news {
 				ol := core.Limit{Algorithm: alg, Limit: o.limit, Window: o.window, Rate: o.rate}
 				nl := core.Limit{Algorithm: alg, Limit: nw.limit, Window: nw.window, Rate: nw.rate}
-				if alg < core.TokenBucket {
+				if alg.Windowed() {
 					ol.Rate, nl.Rate = 0, 0
 				}
 				if ol.Validate() != nil || nl.Validate() != nil {
@@ -186,7 +187,7 @@ func TestParamsChangeRandom(t *testing.T) {
 	randLimit := func(alg core.Algorithm) core.Limit {
 		for {
 			l := core.Limit{Algorithm: alg, Limit: 1 + r.Int64N(1<<uint(r.IntN(13))), Window: 1 + r.Int64N(1<<uint(r.IntN(46)))}
-			if alg >= core.TokenBucket && r.IntN(2) == 0 {
+			if !alg.Windowed() && r.IntN(2) == 0 {
 				l.Rate = 1 + r.Int64N(1<<uint(r.IntN(41)))
 			}
 			if l.Validate() == nil {

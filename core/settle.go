@@ -147,7 +147,7 @@ func (c *Compiled) settle(s *State, now, delta int64, m mode, d *Decision) Error
 		err = c.settleSliding(r, exact, now, delta, &n)
 	case SlidingLog:
 		err = c.settleLog(r, now, delta, m, &n)
-	default:
+	case TokenBucket, LeakyBucket, GCRA:
 		err = c.settleLevel(r, exact, now, delta, &n)
 	}
 	if err != 0 {

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rlcore/rl/sql/extension"
 )
@@ -117,7 +118,7 @@ func TestMeta(t *testing.T) {
 		t.Fatalf("provides has no %q", extension.Name)
 	}
 	if want := pgxnVersion(extension.Version); p.Version != want {
-		t.Errorf("provides.%s.version %q, want %q (default_version %d)", extension.Name, p.Version, want, extension.Version)
+		t.Errorf("provides.%s.version %q, want %q (default_version %d, which go run ./sql/internal/sqlgen writes: set it in META.json)", extension.Name, p.Version, want, extension.Version)
 	}
 	if want := installName(extension.Version); p.File != want {
 		t.Errorf("provides.%s.file %q, want %q", extension.Name, p.File, want)
@@ -166,9 +167,12 @@ func TestRegressVersions(t *testing.T) {
 
 // TestDist runs make dist and reads the archive: a zip whose one top
 // directory, rl-VERSION (META.json's version), holds META.json, README.md,
-// LICENSE, the Makefile, every file make install installs (rl.control and
-// the rl--*.sql scripts), pg_tle.sql and the regression tests, each as
-// committed.
+// LICENSE, the Makefile with history.mk and prologue.sql, the regression
+// tests, each as committed, and every file of extension.FS, the files make
+// install installs and pg_tle.sql: the committed scripts, and the history
+// and pg_tle.sql, which make dist builds (they are not committed), as FS
+// builds them. Unpacked, where there are no migrations to build from, make
+// takes the built files as they are.
 func TestDist(t *testing.T) {
 	m := readMeta(t)
 	dir := t.TempDir()
@@ -208,13 +212,16 @@ func TestDist(t *testing.T) {
 
 	want := map[string]string{ // in the archive: the file it must equal
 		"META.json": "META.json", "README.md": "README.md", "Makefile": "Makefile", "LICENSE": "../../LICENSE",
+		"history.mk": "history.mk", "prologue.sql": "prologue.sql",
 	}
 	installed, err := fs.Glob(extension.FS, "*")
 	if err != nil {
 		t.Fatal(err)
 	}
+	fromFS := map[string]bool{}
 	for _, n := range installed { // rl.control, rl--*.sql and pg_tle.sql
 		want[n] = n
+		fromFS[n] = true
 	}
 	for _, pattern := range []string{"test/sql/*.sql", "test/expected/*.out"} {
 		tests, err := filepath.Glob(pattern)
@@ -231,12 +238,17 @@ func TestDist(t *testing.T) {
 			t.Errorf("%s.zip lacks %s", name, n)
 			continue
 		}
-		local, err := os.ReadFile(want[n])
+		var local []byte
+		if fromFS[n] {
+			local, err = fs.ReadFile(extension.FS, n)
+		} else {
+			local, err = os.ReadFile(want[n])
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(b, local) {
-			t.Errorf("%s in %s.zip differs from %s: make dist packs the committed files (commit first)", n, name, want[n])
+			t.Errorf("%s in %s.zip differs from %s: make dist packs the committed files (commit first) and builds the history as extension.FS does", n, name, want[n])
 		}
 	}
 	var extra []string
@@ -248,5 +260,34 @@ func TestDist(t *testing.T) {
 	slices.Sort(extra)
 	if len(extra) > 0 {
 		t.Errorf("%s.zip holds files it should not: %v", name, extra)
+	}
+
+	// Unpacked alone (no ../migrations), make builds nothing and changes
+	// nothing: the distribution installs the files it carries.
+	unpacked := filepath.Join(dir, name)
+	for n, b := range got {
+		p := filepath.Join(unpacked, filepath.FromSlash(n))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The prologue newer than the history: with the migrations, make would
+	// build the history again.
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(filepath.Join(unpacked, "prologue.sql"), later, later); err != nil {
+		t.Fatal(err)
+	}
+	cmd = exec.Command("make", "--no-print-directory", "-C", unpacked, "PG_CONFIG="+pgConfig(t))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make in the unpacked %s.zip: %v\n%s", name, err, out)
+	}
+	for n, b := range got {
+		after, err := os.ReadFile(filepath.Join(unpacked, filepath.FromSlash(n)))
+		if err != nil || !bytes.Equal(after, b) {
+			t.Errorf("make in the unpacked %s.zip changed or removed %s (%v)", name, n, err)
+		}
 	}
 }

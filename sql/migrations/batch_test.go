@@ -65,7 +65,7 @@ func runBatchDifferential(t *testing.T, db *pgxpool.Pool, prefix string, seed ui
 		if a == core.SlidingLog {
 			l.Limit = min(l.Limit, 10)
 		}
-		if a > core.SlidingLog && rng.IntN(2) == 0 {
+		if !a.Windowed() && rng.IntN(2) == 0 {
 			l.Rate = 1 + rng.Int64N(l.Limit)
 		}
 		return l

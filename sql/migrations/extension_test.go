@@ -29,7 +29,7 @@ const extensionInstallHint = "install the extension's files into the server's sh
 	"make -C sql/extension install (as root; .ci/run does it; PG_CONFIG=... for another server than pg_config's)"
 
 // TestExtensionCatalog: CREATE EXTENSION rl gives the catalog the
-// migrations give (sql/rl.sql's rendering: functions with their
+// migrations give (the renderer's text: functions with their
 // definitions and comments, types, tables, indexes, grants; owners aside),
 // with every object of schema rl a member of the extension, none owned by
 // a superuser, every table's rows kept by pg_dump, no rl_schema_migrations,

@@ -221,11 +221,12 @@ func TestResetAndNever(t *testing.T) {
 // "fixed_window, ..., leaky_bucket or gcra", or with their numbers.
 func allAlgorithms(numbers string) string {
 	var b strings.Builder
-	for a := core.FixedWindow; a <= core.GCRA; a++ {
+	algs := core.Algorithms()
+	for i, a := range algs {
 		switch {
-		case a == core.GCRA:
+		case i == len(algs)-1:
 			b.WriteString(" or ")
-		case a > core.FixedWindow:
+		case i > 0:
 			b.WriteString(", ")
 		}
 		if numbers != "" {

@@ -45,9 +45,6 @@ import (
 //go:embed *.sql
 var FS embed.FS
 
-// Latest is the version of the newest migration in FS.
-const Latest = 19 // 0008 (the SQL port refactor), 0009 (batched decisions), 0010 (cheaper calls), 0011 (tenant check before the row lock), 0012 (SET ROLE cannot widen a tenant; the trigger reads rows with the caller's rights), 0013 (HOT updates: a coarse expires_at, fillfactor 80), 0014 (a decision in one statement), 0015 (rl._eval once per decision; rl_decide_batch in one statement), 0016 (NextAfter in the SQL port and its results), 0017 (recorded parameters, carry-over, settle), 0018 (shadow limits in SQL), 0019 (rl_peek_multi honours "shadow"; rl._parse_shadows)
-
 // Table is the default table in which the applied version is recorded.
 const Table = "rl_schema_migrations"
 

@@ -51,6 +51,8 @@
 #include "utils/array.h"
 #include "utils/lsyscache.h"
 
+#include "rl_algorithms.h"
+
 PG_MODULE_MAGIC;
 
 /* The core's bounds (core/core.go), as rl._max_* return them. */
@@ -153,15 +155,15 @@ min64(int64 a, int64 b)
 static int
 limit_error(int32 alg, int64 lim, int64 win, int64 rate)
 {
-	if (alg < 1 || alg > 6)
+	if (!rl_alg_valid(alg))
 		return 1;
-	if (lim < 1 || lim > MAX_LIMIT || (alg == 3 && lim > MAX_LOG_LIMIT))
+	if (lim < 1 || lim > MAX_LIMIT || (alg == RL_SLIDING_LOG && lim > MAX_LOG_LIMIT))
 		return 2;
 	if (win < 1 || win > MAX_WINDOW)
 		return 3;
-	if ((alg <= 3 && rate != 0) || (alg > 3 && (rate < 0 || rate > MAX_LIMIT)))
+	if ((rl_alg_windowed(alg) && rate != 0) || (!rl_alg_windowed(alg) && (rate < 0 || rate > MAX_LIMIT)))
 		return 4;
-	if (alg != 1 && alg != 3 && lim > MAX_UNITS / max64(win, 1))
+	if (rl_alg_units_bounded(alg) && lim > MAX_UNITS / max64(win, 1))
 		return 5;
 	return 0;
 }
@@ -200,7 +202,7 @@ log_error(const int64 *e, int n, int ndims, bool hasnull)
 static bool
 params_valid(int32 alg, int64 l, int64 w, int64 r)
 {
-	return ((alg >= 1 && alg <= 3) || r >= 1) && limit_error(alg, l, w, r) == 0;
+	return (rl_alg_windowed(alg) || r >= 1) && limit_error(alg, l, w, r) == 0;
 }
 
 /* rl._state_error */
@@ -239,7 +241,7 @@ fixed_window(int64 lim, int64 w, int32 s_alg, int64 s_t, int64 s_x, int64 now, i
 	int64		cnt = 0;
 	int64		e;
 
-	if (s_alg == 1 && s_t >= start)
+	if (s_alg == RL_FIXED_WINDOW && s_t >= start)
 	{
 		start = s_t - s_t % w;
 		cnt = s_x;
@@ -304,7 +306,7 @@ sliding_window(int64 lim, int64 w, int32 s_alg, int64 s_t, int64 s_x, int64 s_y,
 	int64		e;
 	int64		room;
 
-	if (s_alg == 2)
+	if (s_alg == RL_SLIDING_WINDOW)
 	{
 		int64		st = s_t - s_t % w;
 
@@ -537,7 +539,7 @@ bucket(int32 alg, int64 lim, int64 w, int64 rate, int32 s_alg, int64 s_t, int64 
 		if (cost == 0)
 		{
 			r->allowed = true;
-			if (alg == 5)
+			if (alg == RL_LEAKY_BUCKET)
 				r->delay = wrap64(ceil_div(lvl, rate), ne, now);
 		}
 		else if (cost > lim)
@@ -554,7 +556,7 @@ bucket(int32 alg, int64 lim, int64 w, int64 rate, int32 s_alg, int64 s_t, int64 
 		r->allowed = true;
 	if (r->allowed)
 	{
-		if (alg == 5 && lvl > 0)
+		if (alg == RL_LEAKY_BUCKET && lvl > 0)
 			r->delay = ceil_div(lvl, rate) + ne - now;
 		if (cost > 0)
 		{
@@ -596,7 +598,7 @@ gcra(int64 lim, int64 w, int64 rate, int32 s_alg, int64 s_t, int64 s_x, int64 s_
 
 	if (rate == 0)
 		rate = lim;
-	if (s_alg == 6)
+	if (s_alg == RL_GCRA)
 	{
 		if (s_y > 0 && !exact)
 		{
@@ -699,7 +701,7 @@ carry(int32 p_alg, int64 p_lim, int64 p_win, int64 p_rate, const words *s, int64
 			{
 				uint64		old;
 
-				if (s->alg == 6)
+				if (s->alg == RL_GCRA)
 				{
 					uint128		v = (uint128) (uint64) (s->t - s->y) * (uint64) s_r + (uint64) s->x;
 
@@ -711,7 +713,7 @@ carry(int32 p_alg, int64 p_lim, int64 p_win, int64 p_rate, const words *s, int64
 					a = s->t;
 					old = (uint64) s->x;
 				}
-				if (p_alg > 3)
+				if (!rl_alg_windowed(p_alg))
 				{
 					/* ceil(old * p_win / s_w), saturating, as the core's Div64 */
 					uint128		prod = (uint128) old * (uint64) p_win;
@@ -733,17 +735,17 @@ carry(int32 p_alg, int64 p_lim, int64 p_win, int64 p_rate, const words *s, int64
 				break;
 			}
 	}
-	if (p_alg > 3)
+	if (!rl_alg_windowed(p_alg))
 	{
 		int64		capacity = p_lim * p_win;
 
-		if (s->alg <= 3)
+		if (rl_alg_windowed(s->alg))
 			lvl = min64(units, p_lim) * p_win;
 		lvl = min64(lvl, capacity);
 		if (lvl == 0)
 			return;
 		t->alg = p_alg;
-		if (p_alg == 6)
+		if (p_alg == RL_GCRA)
 		{
 			t->t = a + lvl / rate;
 			t->x = lvl % rate;
@@ -761,14 +763,14 @@ carry(int32 p_alg, int64 p_lim, int64 p_win, int64 p_rate, const words *s, int64
 		return;
 	t->alg = p_alg;
 	t->x = units;
-	t->t = p_alg == 3 ? a : a - a % p_win;
+	t->t = p_alg == RL_SLIDING_LOG ? a : a - a % p_win;
 }
 
 /* srate: the rate a state of the limit records (0 for the window algorithms). */
 static inline int64
 srate(int32 p_alg, int64 p_lim, int64 p_rate)
 {
-	return p_alg <= 3 ? 0 : (p_rate == 0 ? p_lim : p_rate);
+	return rl_alg_windowed(p_alg) ? 0 : (p_rate == 0 ? p_lim : p_rate);
 }
 
 /*
@@ -780,7 +782,7 @@ read_state(int32 p_alg, int64 p_lim, int64 p_win, int64 p_rate, words *s, int64 
 {
 	bool		exact = s->alg == p_alg && s_w == p_win && s_l == p_lim && s_r == srate(p_alg, p_lim, p_rate);
 
-	if (!exact && s_w != 0 && (s->alg != p_alg || s->alg > 3))
+	if (!exact && s_w != 0 && (s->alg != p_alg || !rl_alg_windowed(s->alg)))
 	{
 		words		c;
 
@@ -822,7 +824,7 @@ decide(int32 p_alg, int64 p_lim, int64 p_win, int64 p_rate, const words *s, bool
 			sliding_window(p_lim, p_win, s->alg, s->t, s->x, s->y, exact, now, cost, take, r);
 			break;
 		case 3:
-			if (s->alg == 3 && s->x != 0)	/* carried over, not yet written */
+			if (s->alg == RL_SLIDING_LOG && s->x != 0)	/* carried over, not yet written */
 			{
 				bool		rewrite = false;
 				int64		live = 0,
@@ -845,7 +847,7 @@ decide(int32 p_alg, int64 p_lim, int64 p_win, int64 p_rate, const words *s, bool
 				int			keep_from = 0;
 				int64		append = 0,
 							ne = 0;
-				int			nl = s->alg == 3 ? s->nlog : 0;
+				int			nl = s->alg == RL_SLIDING_LOG ? s->nlog : 0;
 
 				sliding_log(p_lim, p_win, s->log, nl, now, cost, take, r, &rewrite, &keep_from, &append, &ne);
 				if (rewrite)
@@ -880,7 +882,7 @@ settle_fixed(int64 w, const words *s, int64 now, int64 delta, bool caps, words *
 	int64		start = now - now % w;
 	int64		cnt = 0;
 
-	if (s->alg == 1 && s->t >= start)
+	if (s->alg == RL_FIXED_WINDOW && s->t >= start)
 	{
 		start = s->t - s->t % w;
 		cnt = s->x;
@@ -912,7 +914,7 @@ settle_sliding(int64 lim, int64 w, const words *s, bool exact, int64 now, int64 
 	int64		curr = 0,
 				prev = 0;
 
-	if (s->alg == 2)
+	if (s->alg == RL_SLIDING_WINDOW)
 	{
 		int64		st = s->t - s->t % w;
 
@@ -965,8 +967,8 @@ settle_sliding(int64 lim, int64 w, const words *s, bool exact, int64 now, int64 
 static bool
 settle_log(int64 lim, int64 w, const words *s, int64 now, int64 delta, words *n)
 {
-	const int64 *log = s->alg == 3 ? s->log : NULL;
-	int			nlog = s->alg == 3 ? s->nlog : 0;
+	const int64 *log = s->alg == RL_SLIDING_LOG ? s->log : NULL;
+	int			nlog = s->alg == RL_SLIDING_LOG ? s->nlog : 0;
 	int64		ne = now;
 	int			i0 = 0;
 	int64		cnt,
@@ -980,7 +982,7 @@ settle_log(int64 lim, int64 w, const words *s, int64 now, int64 delta, words *n)
 	while (i0 < nlog && log[i0] <= ne - w)
 		i0++;
 	cnt = nlog - i0;
-	if (s->alg == 3 && s->x != 0)
+	if (s->alg == RL_SLIDING_LOG && s->x != 0)
 	{
 		ne = max64(now, s->t);
 		if (s->t > ne - w)
@@ -1023,7 +1025,7 @@ settle_level(int32 p_alg, int64 lim, int64 w, int64 rate, const words *s, bool e
 		rate = lim;
 	if (s->alg == p_alg)
 	{
-		if (p_alg == 6)
+		if (p_alg == RL_GCRA)
 		{
 			int64		st = s->t,
 						sx = s->x;
@@ -1086,7 +1088,7 @@ settle_level(int32 p_alg, int64 lim, int64 w, int64 rate, const words *s, bool e
 	if (lvl == 0)
 		return true;
 	n->alg = p_alg;
-	if (p_alg == 6)
+	if (p_alg == RL_GCRA)
 	{
 		int64		q = lvl / rate;
 
@@ -1263,7 +1265,7 @@ state_check(call *c)
 	int			logerr = 0;
 	int			err;
 
-	if (c->s.alg == 3 && c->s.nlog > 0)
+	if (c->s.alg == RL_SLIDING_LOG && c->s.nlog > 0)
 	{
 		if (c->s.nlog > MAX_LOG_LIMIT || c->ndims != 1 || c->lognull)
 			logerr = 8;
@@ -1276,9 +1278,9 @@ state_check(call *c)
 		}
 	}
 	err = state_error(c->s.alg, c->s.t, c->s.x, c->s.y, c->s.nlog, logerr, c->s_l, c->s_w, c->s_r);
-	if (err == 0 && c->s.alg == 3 && c->s.nlog > 0 && ARR_LBOUND(c->log_arr)[0] != 1)
+	if (err == 0 && c->s.alg == RL_SLIDING_LOG && c->s.nlog > 0 && ARR_LBOUND(c->log_arr)[0] != 1)
 		c->log_datum = int8_array(c->s.log, c->s.nlog);	/* an array starting at another index than 1 */
-	if (c->s.alg != 3)
+	if (c->s.alg != RL_SLIDING_LOG)
 		c->s.nlog = 0;
 	return err;
 }
@@ -1310,7 +1312,7 @@ eval_datum(result_type *rt, call *c, bool take)
 	if (newlog != (Datum) 0)
 		values[F_LOG] = newlog;
 	/* The other algorithms write r.log := '{}' exactly when a take admits. */
-	if (c->p_alg != 3 && take && c->p_cost > 0 && r.allowed)
+	if (c->p_alg != RL_SLIDING_LOG && take && c->p_cost > 0 && r.allowed)
 		values[F_LOG] = PointerGetDatum(construct_empty_array(INT8OID));
 
 	memset(nulls, false, sizeof(nulls));

@@ -87,6 +87,7 @@ var classes = []struct {
 
 	{"internal/clock", class{kind: utility}},
 	{"internal/redact", class{kind: utility}},
+	{"sql/internal/sqltext", class{kind: utility}},
 
 	{"core", class{layer: layerCore}},
 
@@ -97,6 +98,10 @@ var classes = []struct {
 	{"internal/sqldecider", class{layer: layerDeciders}},
 	{"sql/migrations", class{layer: layerDeciders}},
 	{"sql/extension", class{layer: layerDeciders}},
+	// The SQL source's generator: it writes the port's SQL and C from
+	// sql/src and core's algorithm table.
+	{"sql/internal/sqlsrc", class{layer: layerDeciders}},
+	{"sql/internal/sqlgen", class{kind: command, layer: layerDeciders}},
 
 	// Stores: the interface and its implementations, and the PL/Proxy
 	// router that pgstore.Sharded follows.

@@ -17,7 +17,8 @@ func Extremes() []Sequence {
 	words := []int64{0, 1, core.MaxUnits, core.MaxStateValue}
 	nows := []int64{0, 1, Epoch2026, core.MaxTime}
 	var seqs []Sequence
-	for _, a := range core.Algorithms() {
+	algs := core.Algorithms()
+	for i, a := range algs {
 		var limits []core.Limit
 		maxLim := core.MaxLimit
 		if a == core.SlidingLog {
@@ -38,7 +39,7 @@ func Extremes() []Sequence {
 			}
 		}
 		var states []core.State
-		for _, sa := range []core.Algorithm{0, a, a%6 + 1} {
+		for _, sa := range []core.Algorithm{0, a, algs[(i+1)%len(algs)]} {
 			switch sa {
 			case 0:
 				states = append(states, core.State{})
@@ -47,7 +48,7 @@ func Extremes() []Sequence {
 					{core.MaxTime - 1, core.MaxTime, core.MaxTime}} {
 					states = append(states, core.State{Algorithm: sa, Log: log})
 				}
-			default:
+			case core.FixedWindow, core.SlidingWindow, core.TokenBucket, core.LeakyBucket, core.GCRA:
 				for _, x := range words {
 					for _, t := range words {
 						for _, y := range []int64{0, core.MaxStateValue} {

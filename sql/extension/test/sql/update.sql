@@ -18,7 +18,7 @@ CREATE ROLE regress_rl_owner NOSUPERUSER NOCREATEROLE NOCREATEDB;
 DO $$ BEGIN EXECUTE format('GRANT CREATE ON DATABASE %I TO regress_rl_owner', current_database()); END $$;
 
 SELECT name, version FROM pg_available_extension_versions WHERE name = 'rl' ORDER BY version::int;
-SELECT path FROM pg_extension_update_paths('rl') WHERE source = '11' AND target = '19';
+SELECT path FROM pg_extension_update_paths('rl') WHERE source = '11' AND target = '20';
 
 SET ROLE regress_rl_owner;
 CREATE EXTENSION rl VERSION '11';
@@ -30,12 +30,14 @@ SELECT i, (d).allowed, (d).remaining, (d).retry_after_us
 
 ALTER EXTENSION rl UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'rl';
--- The row is kept: still empty at the same time, and 19's columns are there
--- (next_after_us, since 16) and its functions (rl_settle_us, since 17).
+-- The row is kept: still empty at the same time, and the later versions'
+-- columns are there (next_after_us, since 16), their functions
+-- (rl_settle_us, since 17) and 20's algorithm table (rl._windowed).
 SELECT allowed, remaining, retry_after_us, next_after_us
   FROM rl.rl_peek_us('user:1', 'gcra', 2, 1000000, now_us => 1000000000000);
 SELECT allowed, remaining, retry_after_us
   FROM rl.rl_settle_us('user:1', 'gcra', 2, 1000000, -1, now_us => 1000000000000);
+SELECT to_regprocedure('rl._windowed(integer)') IS NOT NULL AS has_algorithm_table;
 SELECT count(*) AS superuser_owned FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner
  WHERE p.pronamespace = 'rl'::regnamespace AND r.rolsuper;
 

@@ -255,7 +255,7 @@ func common(alg core.Algorithm, p string) []*builder {
 			take(t0+5*sec, 1).take(t0+5*sec+1, 1).
 			takeLegacy(t0+5*sec+2, 10, []vectors.Limit{l(10, sec)}).take(t0+5*sec+3, 10).retryEdge(10).take(t0+20*sec, 1),
 	)
-	if alg <= core.SlidingLog {
+	if alg.Windowed() {
 		cs = append(cs, newCase(p+"-regrid", "the window changes to a length whose grid the stored times are not on: retry_after exact "+
 			"(1 µs before denied, at it admitted)", []string{"params", "edge"}, l(5, 3*sec)).
 			take(t0+7*sec, 5).takeWith(t0+8*sec, 1, []vectors.Limit{l(5, 10*sec)}).retryEdge(1).
@@ -278,7 +278,7 @@ func common(alg core.Algorithm, p string) []*builder {
 		takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Algorithm = 0 })).
 		takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Algorithm = 7 })).
 		takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Rate = -1 }))
-	if alg >= core.TokenBucket {
+	if !alg.Windowed() {
 		e.takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Rate = core.MaxLimit + 1 }))
 	} else {
 		e.takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Rate = 1 }))
@@ -288,7 +288,7 @@ func common(alg core.Algorithm, p string) []*builder {
 		e.takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Limit = core.MaxLogLimit + 1 }))
 	case core.FixedWindow:
 		e.takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Limit = core.MaxLimit + 1 }))
-	default:
+	case core.SlidingWindow, core.TokenBucket, core.LeakyBucket, core.GCRA:
 		e.takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Limit = 1 << 20; x.Window = core.MaxUnits>>20 + 1 }))
 	}
 	e.takeWith(t0+1, 1, good).
@@ -309,7 +309,7 @@ func common(alg core.Algorithm, p string) []*builder {
 			takeFrom(t0+6, 1, vectors.State{Algorithm: int32(alg), T: core.MaxStateValue, X: core.MaxStateValue}).
 			takeFrom(t0+6, 0, vectors.State{Algorithm: int32(alg), T: t0 + 2_000_000, X: core.MaxLimit}).
 			takeFrom(t0+6, 1, vectors.State{Algorithm: int32(alg), T: t0, Y: t0 + 1})
-	default:
+	case core.FixedWindow, core.TokenBucket, core.LeakyBucket:
 		e.takeFrom(t0+6, 1, vectors.State{Algorithm: int32(alg), T: t0, Y: 1})
 	}
 	e.takeFrom(t0+8, 1, vectors.State{}).take(t0+9, 1)
@@ -318,7 +318,7 @@ func common(alg core.Algorithm, p string) []*builder {
 	r := rand.New(rand.NewPCG(uint64(alg), 42))
 	for i := range 12 {
 		lm := l(1+r.Int64N(8), 1+r.Int64N(5*sec))
-		if alg >= core.TokenBucket && i%2 == 1 {
+		if !alg.Windowed() && i%2 == 1 {
 			lm.Rate = 1 + r.Int64N(7)
 		}
 		c := newCase(fmt.Sprintf("%s-random-%02d", p, i), "a seeded random sequence", []string{"random"}, lm)

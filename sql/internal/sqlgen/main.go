@@ -1,0 +1,92 @@
+// Command sqlgen writes every file derived from the SQL source (sql/src):
+// the migration of the open version and its down, the extension's install
+// and update scripts and control file, migrations.Latest, the snapshot of
+// the previous version, and the algorithm table of core in SQL and C.
+// Run it from anywhere in the repository after editing sql/src:
+//
+//	go run ./sql/internal/sqlgen
+//
+// Once a version is released (merged), open the next one before editing,
+// naming its migration:
+//
+//	go run ./sql/internal/sqlgen -new shorter_locks
+//
+// sql/README.md ("Editing the SQL") explains the workflow.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/rlcore/rl/sql/internal/sqlsrc"
+)
+
+func main() {
+	newTitle := flag.String("new", "", "freeze the open version and open the next one, with this migration title (lower-case letters, digits, _)")
+	flag.Parse()
+	if err := run(*newTitle); err != nil {
+		fmt.Fprintln(os.Stderr, "sqlgen:", err)
+		os.Exit(1)
+	}
+}
+
+func run(newTitle string) error {
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	files, err := sqlsrc.Generate(root, newTitle)
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		p := filepath.Join(root, filepath.FromSlash(name))
+		text := files[name]
+		if text == nil {
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			fmt.Println("removed", name)
+			continue
+		}
+		if old, err := os.ReadFile(p); err == nil && string(old) == *text {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, []byte(*text), 0o644); err != nil {
+			return err
+		}
+		fmt.Println("wrote", name)
+	}
+	return nil
+}
+
+// repoRoot is the directory holding go.mod, from the working directory up.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory: run it inside the repository")
+		}
+		dir = parent
+	}
+}

@@ -1,0 +1,96 @@
+package sqlsrc
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// The extension rl (sql/extension): its comment, in the control file and
+// for pg_tle.
+const extensionComment = "rate limiting in schema rl: a state table and PL/pgSQL decision functions (github.com/rlcore/rl)"
+
+// PrologueFile is the SQL every extension script runs first, after the
+// psql guard: the check that refuses a superuser unless rl.allow_superuser
+// is on. The generator inserts it into the scripts it writes (install and
+// update, and so pg_tle.sql); make (sql/extension/history.mk) and the Go
+// package sql/extension insert the same file into the history scripts they
+// build from the migrations, so the check is written once, there. The
+// migrations do not run it (rl-migrate checks the role itself).
+const PrologueFile = "sql/extension/prologue.sql"
+
+// PrologueAction is the placeholder of PrologueFile replaced by what the
+// script does, for the check's messages: "install the extension rl" or
+// "update the extension rl to version N" (make substitutes it with sed).
+const PrologueAction = "@ACTION@"
+
+// Prologue returns PrologueFile, under root, for a script that does action.
+func Prologue(root, action string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(root, PrologueFile))
+	if err != nil {
+		return "", err
+	}
+	text := string(b)
+	if strings.Count(text, PrologueAction) != 1 {
+		return "", fmt.Errorf("%s: want %s exactly once (what the script does, for the messages)", PrologueFile, PrologueAction)
+	}
+	return strings.Replace(text, PrologueAction, action, 1), nil
+}
+
+// installAction and updateAction are what an install script and the update
+// script to version v do, for the prologue's messages.
+const installAction = "install the extension rl"
+
+func updateAction(v int) string { return fmt.Sprintf("update the extension rl to version %d", v) }
+
+const configDumpTitle = "The rows pg_dump keeps (an extension's tables are dumped without them unless marked)"
+
+// control is the control file (sql/README.md, "The extension", says why
+// each setting).
+func control(v int) string {
+	return Header("#") + fmt.Sprintf(`# The extension rl: the schema rl of sql/migrations at version %d (sql/README.md, "The extension").
+comment = '%s'
+default_version = '%d'
+relocatable = false
+schema = pg_catalog
+superuser = false
+requires = 'plpgsql'
+`, v, extensionComment, v)
+}
+
+// extensionScript is an install or update script (action, for the
+// prologue): the guard against psql, the prologue, body, then the marking
+// of tables for pg_dump.
+func extensionScript(root, action, what, body string, tables []string) (string, error) {
+	prologue, err := Prologue(root, action)
+	if err != nil {
+		return "", err
+	}
+	return scriptWith(prologue, what, body, tables), nil
+}
+
+func scriptWith(prologue, what, body string, tables []string) string {
+	var b strings.Builder
+	b.WriteString(Header("--"))
+	fmt.Fprintf(&b, `--
+-- %s
+--
+-- Only the roles rl_app and rl_admin (created if missing) are not members
+-- of the extension: they belong to the cluster, and DROP EXTENSION rl leaves
+-- them. sql/README.md ("The extension") documents it.
+
+\echo Use "CREATE EXTENSION rl" to load this file. \quit
+`, what)
+	if prologue != "" {
+		b.WriteString("\n" + strings.TrimRight(prologue, "\n") + "\n")
+	}
+	b.WriteString("\n" + strings.TrimRight(body, "\n") + "\n")
+	if len(tables) > 0 {
+		fmt.Fprintf(&b, "\n-- %s\n-- %s\n\n", configDumpTitle, strings.Repeat("=", len(configDumpTitle)))
+		for _, t := range tables {
+			fmt.Fprintf(&b, "SELECT pg_catalog.pg_extension_config_dump('%s', '');\n", t)
+		}
+	}
+	return b.String()
+}

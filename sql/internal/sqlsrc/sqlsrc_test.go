@@ -1,0 +1,183 @@
+package sqlsrc
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// root is the repository's root, from this package's directory.
+const root = "../../.."
+
+// TestGenerated fails while a committed generated file differs from what
+// the generator writes (or one it removes is still there).
+func TestGenerated(t *testing.T) {
+	files, err := Generate(root, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range files {
+		b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(name)))
+		switch {
+		case want == nil && err == nil:
+			t.Errorf("%s should not exist: run %s", name, Command)
+		case want != nil && string(b) != *want:
+			t.Errorf("%s is stale: run %s (then commit the generated files)", name, Command)
+		}
+	}
+}
+
+func parse(t *testing.T, text string) *Tree {
+	t.Helper()
+	tr, err := Parse("test.sql", text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+const base = `CREATE TABLE rl.t (a int);
+CREATE FUNCTION rl.f(p_a integer, p_b bigint DEFAULT 0) RETURNS int LANGUAGE sql RETURN rl.g(p_a);
+CREATE FUNCTION rl.g(a int) RETURNS int LANGUAGE sql RETURN a;
+COMMENT ON FUNCTION rl.f(integer, bigint) IS 'f';
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA rl FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rl.f(integer, bigint), rl.g(int) TO rl_app;
+`
+
+func TestMigration(t *testing.T) {
+	prev := parse(t, base)
+	t.Run("no change", func(t *testing.T) {
+		up, down, err := Migration(prev, parse(t, base), Step{}, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(up, "-- No change.") || !strings.Contains(down, "-- No change.") {
+			t.Errorf("up:\n%s\ndown:\n%s", up, down)
+		}
+	})
+	t.Run("function changed, added, dropped", func(t *testing.T) {
+		cur := parse(t, strings.NewReplacer(
+			"RETURN a;", "RETURN a + 1;",
+			"GRANT EXECUTE ON FUNCTION rl.f(integer, bigint), rl.g(int) TO rl_app;", "GRANT EXECUTE ON FUNCTION rl.f(integer, bigint) TO rl_app;",
+		).Replace(base)+"CREATE FUNCTION rl.h() RETURNS int LANGUAGE sql RETURN 1;\n")
+		up, down, err := Migration(prev, cur, Step{}, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"CREATE OR REPLACE FUNCTION rl.g(a int) RETURNS int LANGUAGE sql RETURN a + 1;", "CREATE OR REPLACE FUNCTION rl.h()",
+			"REVOKE EXECUTE ON FUNCTION rl.g(integer) FROM rl_app;", "REVOKE ALL ON ALL FUNCTIONS IN SCHEMA rl FROM PUBLIC;"} {
+			if !strings.Contains(up, want) {
+				t.Errorf("up lacks %q:\n%s", want, up)
+			}
+		}
+		if strings.Contains(up, "rl.f(p_a") {
+			t.Errorf("up replaces rl.f, which did not change:\n%s", up)
+		}
+		for _, want := range []string{"RETURN a;", "DROP FUNCTION rl.h();", "GRANT EXECUTE ON FUNCTION rl.f(integer, bigint), rl.g(int) TO rl_app;"} {
+			if !strings.Contains(down, want) {
+				t.Errorf("down lacks %q:\n%s", want, down)
+			}
+		}
+	})
+	t.Run("comment gone", func(t *testing.T) {
+		up, _, err := Migration(prev, parse(t, strings.Replace(base, "COMMENT ON FUNCTION rl.f(integer, bigint) IS 'f';\n", "", 1)), Step{}, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(up, "COMMENT ON FUNCTION rl.f(integer,bigint) IS NULL;") {
+			t.Errorf("up:\n%s", up)
+		}
+	})
+	t.Run("table changed needs a step", func(t *testing.T) {
+		cur := parse(t, strings.Replace(base, "(a int)", "(a int, b int)", 1))
+		if _, _, err := Migration(prev, cur, Step{}, 20); err == nil || !strings.Contains(err.Error(), "sql/src/steps/0020.up.sql") {
+			t.Fatalf("err = %v, want one naming the step file", err)
+		}
+		up, down, err := Migration(prev, cur, Step{Up: "ALTER TABLE rl.t ADD b int;", Down: "ALTER TABLE rl.t DROP b;"}, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(up, "ALTER TABLE rl.t ADD b int;") || !strings.HasSuffix(strings.TrimSpace(down), "ALTER TABLE rl.t DROP b;") {
+			t.Errorf("up:\n%s\ndown:\n%s", up, down)
+		}
+	})
+}
+
+func TestParamTypes(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"", ""},
+		{"p_key text, VARIADIC xs int[], OUT allowed boolean", "text,integer[]"},
+		{"a double precision, timestamp with time zone, n rl.state_words [] DEFAULT NULL", "double precision,timestamp with time zone,rl.state_words[]"},
+		{"INOUT x bool = true, numeric(10, 2)", "boolean,numeric(10, 2)"},
+	} {
+		got, err := paramTypes(c.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(got, ",") != c.want {
+			t.Errorf("paramTypes(%q) = %q, want %q", c.in, strings.Join(got, ","), c.want)
+		}
+	}
+}
+
+// TestPrologue: the prologue comes first in an extension script, after the
+// psql guard; none, nothing; the generator's is sql/extension/prologue.sql
+// with the script's action.
+func TestPrologue(t *testing.T) {
+	s := scriptWith("SELECT rl_check();", "what", "CREATE TABLE rl.t ();", []string{"rl.t"})
+	guard, pro, body := strings.Index(s, `\echo`), strings.Index(s, "SELECT rl_check();"), strings.Index(s, "CREATE TABLE rl.t")
+	if !(guard >= 0 && guard < pro && pro < body) {
+		t.Errorf("prologue misplaced:\n%s", s)
+	}
+	if !strings.Contains(scriptWith("", "what", "x;", nil), "\n\nx;\n") || strings.Contains(s, "SELECT rl_check();\nSELECT rl_check();") {
+		t.Errorf("scriptWith")
+	}
+	// The prologue of sql/extension/prologue.sql, the action written in.
+	p, err := Prologue(root, updateAction(21))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(p, "'update the extension rl to version 21'") || strings.Contains(p, PrologueAction) || !strings.Contains(p, "rl.allow_superuser") {
+		t.Errorf("Prologue(update to 21):\n%s", p)
+	}
+	s, err = extensionScript(root, installAction, "what", "CREATE TABLE rl.t ();", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if guard, pro, body := strings.Index(s, `\echo`), strings.Index(s, "DO $rl_owner_check$"), strings.Index(s, "CREATE TABLE rl.t"); !(guard >= 0 && guard < pro && pro < body) || !strings.Contains(s, "'install the extension rl'") {
+		t.Errorf("extensionScript: the owner check misplaced or missing:\n%s", s)
+	}
+}
+
+// TestAlgorithmTable: the generated table names every algorithm of core
+// and no number range is left in the handwritten SQL and C.
+func TestAlgorithmTable(t *testing.T) {
+	sql := algorithmsSQL()
+	for _, name := range []string{"fixed_window", "sliding_window_counter", "gcra", "token"} {
+		if !strings.Contains(sql, "'"+name+"'") {
+			t.Errorf("algorithms.sql lacks %s", name)
+		}
+	}
+	var files []string
+	for _, pattern := range []string{"sql/src/*.sql", "sql/src/functions/*.sql", "sql/native/rl_native.c"} {
+		m, _ := filepath.Glob(filepath.Join(root, pattern))
+		files = append(files, m...)
+	}
+	if !slices.ContainsFunc(files, func(f string) bool { return strings.HasSuffix(f, "decide.sql") }) {
+		t.Fatalf("no source files found: %v", files)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "/"+filepath.Base(AlgorithmsFile)) {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := algorithmRange.FindAllString(string(b), -1); m != nil {
+			t.Errorf("%s: algorithm number ranges %q: use rl._windowed, rl._units_bounded, rl._alg_valid (C: rl_alg_*)", f, m)
+		}
+	}
+}

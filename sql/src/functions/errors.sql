@@ -1,0 +1,215 @@
+
+-- rl._error_message returns core.Error.Error() of a code, with its name.
+CREATE FUNCTION rl._error_message(code integer) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN CASE code
+        WHEN 1 THEN 'ratelimit: unknown algorithm (ErrAlgorithm)'
+        WHEN 2 THEN 'ratelimit: limit out of range (ErrLimit)'
+        WHEN 3 THEN 'ratelimit: window out of range (ErrWindow)'
+        WHEN 4 THEN 'ratelimit: rate out of range (ErrRate)'
+        WHEN 5 THEN 'ratelimit: limit × window too large (ErrUnits)'
+        WHEN 6 THEN 'ratelimit: cost out of range (ErrCost)'
+        WHEN 7 THEN 'ratelimit: time out of range (ErrTime)'
+        WHEN 8 THEN 'ratelimit: corrupt state (ErrState)'
+        WHEN 9 THEN 'ratelimit: sliding log storage too small (ErrLogCapacity)'
+        WHEN 10 THEN 'ratelimit: bad limit list (ErrLimits)'
+        ELSE 'ratelimit: unknown error'
+    END;
+
+-- rl._limit_detail is the DETAIL of an error of limit i (0-based) of a
+-- multi-limit call: 'limit index i', and its name when names are known.
+CREATE FUNCTION rl._limit_detail(i integer, p_names text[]) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN 'limit index ' || i || CASE WHEN p_names IS NULL THEN ''
+                                       ELSE pg_catalog.format(' (name %L)', p_names[i + 1]) END;
+
+-- rl._log_error is the sliding-log part of core checkState. SQL arrays can be
+-- multidimensional or hold NULLs, Go slices cannot: both are corrupt.
+CREATE FUNCTION rl._log_error(s_log bigint[]) RETURNS integer
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $fn$
+DECLARE
+    e    bigint;
+    prev bigint := 0;
+BEGIN
+    IF cardinality(s_log) = 0 THEN
+        RETURN 0;
+    END IF;
+    IF cardinality(s_log) > rl._max_log_limit() OR array_ndims(s_log) <> 1
+            OR array_position(s_log, NULL) IS NOT NULL THEN
+        RETURN 8;
+    END IF;
+    FOREACH e IN ARRAY s_log LOOP
+        IF e < prev OR e > rl._max_state_value() THEN
+            RETURN 8;
+        END IF;
+        prev := e;
+    END LOOP;
+    RETURN 0;
+END
+$fn$;
+
+-- rl._call_error is core checkCall.
+CREATE FUNCTION rl._call_error(p_now bigint, p_cost bigint) RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE
+        WHEN p_now NOT BETWEEN 0 AND rl._max_time() THEN 7
+        WHEN p_cost NOT BETWEEN 0 AND rl._max_cost() THEN 6
+        ELSE 0
+    END;
+
+-- rl._limit_error is core Limit.check: 0 or the core.Error code. All
+-- arguments non-NULL (rl._eval replaces NULLs first).
+CREATE FUNCTION rl._limit_error(p_alg integer, p_lim bigint, p_win bigint, p_rate bigint) RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE
+        WHEN NOT rl._alg_valid(p_alg) THEN 1
+        WHEN p_lim NOT BETWEEN 1 AND rl._max_limit() OR (p_alg = 3 AND p_lim > rl._max_log_limit()) THEN 2
+        WHEN p_win NOT BETWEEN 1 AND rl._max_window() THEN 3
+        WHEN rl._windowed(p_alg) AND p_rate <> 0 OR NOT rl._windowed(p_alg) AND p_rate NOT BETWEEN 0 AND rl._max_limit() THEN 4
+        WHEN rl._units_bounded(p_alg) AND p_lim > rl._max_units() / greatest(p_win, 1) THEN 5
+        ELSE 0
+    END;
+
+-- rl._bad_window raises RL003 naming the interval a caller passed, when the
+-- window is the first thing wrong (the limit name, algorithm and limit are
+-- checked first, as rl._take1 and the core would); else it returns and the
+-- decision reports the first error.
+CREATE FUNCTION rl._bad_window(p_win interval, p_alg integer, p_lim bigint, p_rate bigint, p_name text) RETURNS void
+    LANGUAGE plpgsql
+AS $fn$
+BEGIN
+    PERFORM rl._check_key(p_name, 'limit name');
+    IF rl._limit_error(p_alg, coalesce(p_lim, 0), coalesce(rl._interval_us(p_win), 0), coalesce(p_rate, -1)) = 3 THEN
+        RAISE EXCEPTION USING ERRCODE = 'RL003',
+            MESSAGE = pg_catalog.format('ratelimit: window %s: outside [1 µs, %s µs]', coalesce(quote_literal(p_win), 'NULL'),
+                                        rl._max_window()),
+            HINT = 'The longest window is about 31.7 years.';
+    END IF;
+END
+$fn$;
+
+-- rl._params_valid is core paramsValid: l, w and r are the parameters of a
+-- valid limit of algorithm alg, r its effective rate (0 for the window
+-- algorithms, at least 1 for the others).
+CREATE FUNCTION rl._params_valid(alg integer, l bigint, w bigint, r bigint) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN (rl._windowed(alg) OR r >= 1) AND rl._limit_error(alg, l, w, r) = 0;
+
+-- rl._raise raises core error code as SQLSTATE RL0NN. detail may be NULL.
+CREATE FUNCTION rl._raise(code integer, detail text) RETURNS void
+    LANGUAGE plpgsql
+AS $fn$
+BEGIN
+    IF detail IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'RL0' || lpad(code::text, 2, '0'), MESSAGE = rl._error_message(code);
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'RL0' || lpad(code::text, 2, '0'), MESSAGE = rl._error_message(code),
+        DETAIL = detail;
+END
+$fn$;
+
+-- rl._state_error is core checkState: 8 (ErrState) for a corrupt state.
+-- Its recorded parameters are those of a valid limit of its algorithm, or
+-- all 0 (a fresh state has none).
+CREATE FUNCTION rl._state_error(s_alg integer, s_t bigint, s_x bigint, s_y bigint, s_log bigint[], s_l bigint,
+                                s_w bigint, s_r bigint) RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE
+        WHEN s_t NOT BETWEEN 0 AND rl._max_state_value() OR s_x NOT BETWEEN 0 AND rl._max_state_value()
+             OR s_y NOT BETWEEN 0 AND rl._max_state_value() THEN 8
+        WHEN (s_l <> 0 OR s_w <> 0 OR s_r <> 0) AND NOT rl._params_valid(s_alg, s_l, s_w, s_r) THEN 8
+        WHEN s_alg = 0 THEN CASE WHEN s_t <> 0 OR s_x <> 0 OR s_y <> 0 OR s_l <> 0 OR s_w <> 0 OR s_r <> 0
+                                      OR cardinality(s_log) <> 0 THEN 8 ELSE 0 END
+        WHEN s_alg IN (1, 4, 5) THEN CASE WHEN s_y <> 0 THEN 8 ELSE 0 END
+        -- X: the TAT's fraction numerator, below Rate (<= MaxLimit); Y: the
+        -- admission's time, never after the TAT it wrote.
+        WHEN s_alg = 6 THEN CASE WHEN s_x > rl._max_limit() OR s_y > s_t THEN 8 ELSE 0 END
+        WHEN s_alg = 2 THEN 0
+        WHEN s_alg = 3 THEN CASE WHEN s_t <> 0 OR s_x <> 0 OR s_y <> 0 THEN 8 ELSE rl._log_error(s_log) END
+        ELSE 8
+    END;
+
+-- rl._explain is the message of an error: the value at fault and why.
+-- Arguments as the caller passed them (NULL prints as NULL); p_settle: the
+-- call was a settle, whose cost is a delta.
+CREATE FUNCTION rl._explain(code integer, p_alg integer, p_lim bigint, p_win bigint, p_rate bigint,
+                            p_now bigint, p_cost bigint, s_alg integer, s_t bigint, s_x bigint, s_y bigint,
+                            s_log bigint[], s_l bigint, s_w bigint, s_r bigint, p_settle boolean) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN 'ratelimit: ' || CASE code
+        WHEN 1 THEN pg_catalog.format('algorithm %s: unknown (want %s)',
+            coalesce(p_alg::text, 'NULL'), rl._algorithm_list('numbered'))
+        WHEN 2 THEN pg_catalog.format('limit %s: outside [1, %s] for %s', coalesce(p_lim::text, 'NULL'),
+            CASE WHEN p_alg = 3 THEN rl._max_log_limit() ELSE rl._max_limit() END, rl.algorithm_name(p_alg))
+        WHEN 3 THEN pg_catalog.format('window %s µs: outside [1, %s] µs', coalesce(p_win::text, 'NULL'), rl._max_window())
+        WHEN 4 THEN CASE WHEN rl._windowed(p_alg)
+            THEN pg_catalog.format('rate %s: must be 0 or absent for %s (rate applies to %s)',
+                coalesce(p_rate::text, 'NULL'), rl.algorithm_name(p_alg), rl._algorithm_list('rated'))
+            ELSE pg_catalog.format('rate %s: outside [0, %s] for %s', coalesce(p_rate::text, 'NULL'), rl._max_limit(),
+                rl.algorithm_name(p_alg)) END
+        WHEN 5 THEN pg_catalog.format('limit %s × window %s µs: too large for %s (limit × window in µs must be at most %s)',
+            p_lim, p_win, rl.algorithm_name(p_alg), rl._max_units())
+        WHEN 6 THEN CASE
+            WHEN p_settle IS NOT TRUE THEN pg_catalog.format('cost %s: outside [0, %s]', coalesce(p_cost::text, 'NULL'), rl._max_cost())
+            WHEN p_cost BETWEEN -rl._max_cost() AND rl._max_cost()
+            THEN pg_catalog.format('settle delta %s: the debt it leaves on %s would exceed %s (units of 1/window)', p_cost,
+                rl.algorithm_name(p_alg), rl._max_state_value())
+            ELSE pg_catalog.format('settle delta %s: outside [-%s, %s]', coalesce(p_cost::text, 'NULL'), rl._max_cost(),
+                rl._max_cost()) END
+        WHEN 7 THEN pg_catalog.format('time %s µs: outside [0, %s] µs since the Unix epoch', coalesce(p_now::text, 'NULL'),
+            rl._max_time())
+        WHEN 8 THEN pg_catalog.format('stored state (algorithm %s, t %s, x %s, y %s, %s log entries, l %s, w %s, r %s) is corrupt for %s',
+            coalesce(s_alg::text, 'NULL'), coalesce(s_t::text, 'NULL'), coalesce(s_x::text, 'NULL'),
+            coalesce(s_y::text, 'NULL'), coalesce(cardinality(s_log), 0), coalesce(s_l::text, 'NULL'),
+            coalesce(s_w::text, 'NULL'), coalesce(s_r::text, 'NULL'), rl.algorithm_name(p_alg))
+        ELSE pg_catalog.substr(rl._error_message(code), 12)
+    END;
+
+-- rl._fail raises error code as SQLSTATE RL0NN with rl._explain's message;
+-- detail ('limit index N ...') may be NULL.
+CREATE FUNCTION rl._fail(code integer, p_alg integer, p_lim bigint, p_win bigint, p_rate bigint,
+                         p_now bigint, p_cost bigint, s_alg integer, s_t bigint, s_x bigint, s_y bigint,
+                         s_log bigint[], s_l bigint, s_w bigint, s_r bigint, p_settle boolean, detail text) RETURNS void
+    LANGUAGE plpgsql
+AS $fn$
+DECLARE
+    msg text := rl._explain(code, p_alg, p_lim, p_win, p_rate, p_now, p_cost, s_alg, s_t, s_x, s_y, s_log, s_l, s_w, s_r,
+                            p_settle);
+BEGIN
+    IF detail IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'RL0' || lpad(code::text, 2, '0'), MESSAGE = msg;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'RL0' || lpad(code::text, 2, '0'), MESSAGE = msg, DETAIL = detail;
+END
+$fn$;
+
+-- rl.algorithm_id returns the number of an algorithm name accepted by
+-- core.ParseAlgorithm ('token_bucket', 'token', ...); unknown names raise RL001.
+CREATE FUNCTION rl.algorithm_id(name text) RETURNS integer
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+DECLARE
+    a integer := rl._alg(name);
+BEGIN
+    IF a = 0 THEN
+        PERFORM rl._raise(1, format('unknown algorithm name %L', name));
+    END IF;
+    RETURN a;
+END
+$fn$;
+
+-- rl._unknown_algorithm raises RL001 for an algorithm name rl._alg does not
+-- know, after checking the limit name (the check order of rl._take1).
+CREATE FUNCTION rl._unknown_algorithm(p_algorithm text, p_name text) RETURNS void
+    LANGUAGE plpgsql
+AS $fn$
+BEGIN
+    PERFORM rl._check_key(p_name, 'limit name');
+    RAISE EXCEPTION USING ERRCODE = 'RL001',
+        MESSAGE = pg_catalog.format('ratelimit: algorithm %s: unknown (want %s)',
+            coalesce(quote_literal(p_algorithm), 'NULL'), rl._algorithm_list('plain')),
+        HINT = 'The short names fixed, sliding, log, token and leaky are accepted too.';
+END
+$fn$;
