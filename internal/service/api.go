@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -43,7 +44,11 @@ type DecisionRequest struct {
 	// (ActualCost). The key's usage is corrected by
 	// pipeline.SettleDelta (actual, at least the rule's min_cost and at
 	// most 2^40, less the estimate), as every front end settles; a
-	// refund (a negative correction) needs a settle or admin token.
+	// refund (a negative correction) needs a settle or admin token. With
+	// a check or settle token, estimate and actual are at most the key's
+	// smallest enforced limit, the most one check can take (settleBound;
+	// 400 above): such a token's settle charges no more than its checks
+	// could.
 	Estimate *int64      `json:"estimate,omitempty"`
 	Actual   *ActualCost `json:"actual,omitempty"`
 	// Delta was a settle's correction, given by the caller; it is
@@ -370,7 +375,8 @@ const deltaRefused = "no longer accepted: give a settle estimate, the cost the c
 // minCost: the one rule every front end settles by. A refund (a negative
 // correction) needs a role trusted with one (Role.mayRefund): a check
 // token may only add usage, or a settle would be a reset by another name
-// (a refund of what no check took).
+// (a refund of what no check took). A role that is no admin settles an
+// estimate and an actual of at most settleBound of the key's limits.
 func (s *Service) settleDelta(t target, req *DecisionRequest, prefix string, minCost int64, role Role) (target, int64, error) {
 	bad := func(code, format string, args ...any) (target, int64, error) {
 		return target{}, 0, &errClient{code, fmt.Errorf(prefix+format, args...)}
@@ -387,6 +393,11 @@ func (s *Service) settleDelta(t target, req *DecisionRequest, prefix string, min
 	if delta < 0 && !role.mayRefund() {
 		return target{}, 0, &errClient{"forbidden", fmt.Errorf("%sactual: %d below the estimate %d is a refund, which needs a settle or admin token (this token's role is %s: it may settle an actual cost at least the estimate)",
 			prefix, *req.Actual, *req.Estimate, role)}
+	}
+	if role != RoleAdmin {
+		if err := checkSettleBound(t.policy, *req.Estimate, int64(*req.Actual), role); err != nil {
+			return bad("invalid_cost", "%v", err)
+		}
 	}
 	if len(req.Uncharged) == 0 {
 		return t, delta, nil
@@ -413,6 +424,52 @@ func (s *Service) settleDelta(t target, req *DecisionRequest, prefix string, min
 		delta = 0 // shadow limits only, none charged: nothing to settle
 	}
 	return t, delta, nil
+}
+
+// settleBound is the most a check or settle token may report as a
+// settle's estimate or actual cost on a key decided under p: the smallest
+// limit of p's enforced limits (the most one check of the key can take,
+// since a check of more is denied), or, for shadow limits only, the
+// largest. So a settle with such a token charges a key at most one full
+// limit above what its check took, a debt paid off in about one window
+// (for a bucket, the time it takes to refill), as a check could have
+// drained it; it never locks a key out for longer than its own checks
+// could. An admin token's settle is bounded by 2^40 only
+// (pipeline.SettleDelta).
+func settleBound(p *rl.Policy) int64 {
+	var enforced, shadow int64
+	for _, l := range p.Limits() {
+		switch {
+		case l.Shadow:
+			shadow = max(shadow, l.Limit)
+		case enforced == 0 || l.Limit < enforced:
+			enforced = l.Limit
+		}
+	}
+	if enforced > 0 {
+		return enforced
+	}
+	return shadow
+}
+
+// checkSettleBound refuses a settle's estimate or actual above
+// settleBound(p), for a role that is no admin.
+func checkSettleBound(p *rl.Policy, estimate, actual int64, role Role) error {
+	bound := settleBound(p)
+	switch {
+	case actual > bound:
+		given := strconv.FormatInt(actual, 10)
+		if actual == math.MaxInt64 {
+			given += " or more"
+		}
+		return fmt.Errorf("actual: %s is above %d, the most a settle with a %s token may charge for one call on this key "+
+			"(its smallest enforced limit, the most one check can take); settle an actual of at most %d, "+
+			"or a larger cost with an admin token", given, bound, role, bound)
+	case estimate > bound:
+		return fmt.Errorf("estimate: %d is above %d, the most one check of this key can take (its smallest enforced limit), "+
+			"so no check took it; settle the estimate the check took, at most %d", estimate, bound, bound)
+	}
+	return nil
 }
 
 // apiOp is what a decision-API request does.
@@ -505,7 +562,7 @@ func (s *Service) apiDecide(peek bool) http.HandlerFunc {
 			}
 		}
 		if req.Explain {
-			d.Explain = explainDecision(&t, t.rule, &req, cost, peek, res, out, each, w.Header())
+			d.Explain = explainDecision(&t, t.rule, &req, cost, peek, res, out, each, w.Header(), roleOf(r))
 		}
 		writeDecision(w, status, &d)
 	}

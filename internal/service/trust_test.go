@@ -1,0 +1,174 @@
+package service
+
+import (
+	"net/http/httptest"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const tokSettleRole = "settle-token-0123456789abcdef"
+
+// roleEnv serves rules with an admin, a check and a settle token on the
+// one-listener handler; as(role) gives a role's Authorization header.
+func roleEnv(t *testing.T, rules string) (api string, as func(role string) []string, e *env) {
+	t.Helper()
+	up := newUpstream(t)
+	e = newEnv(t, `
+upstream: `+up.srv.URL+`
+api_tokens:
+  - {name: ops, role: admin, sha256: `+tokenHash(tokAdmin)+`}
+  - {name: edge, role: check, sha256: `+tokenHash(tokCheck)+`}
+  - {name: gateway, role: settle, sha256: `+tokenHash(tokSettleRole)+`}
+rules:
+`+rules, nil)
+	srv := httptest.NewServer(e.svc.Handler())
+	t.Cleanup(srv.Close)
+	toks := map[string]string{"admin": tokAdmin, "check": tokCheck, "settle": tokSettleRole}
+	return srv.URL + APIPrefix, func(role string) []string {
+		tok, ok := toks[role]
+		require.True(t, ok, role)
+		return []string{"Authorization", "Bearer " + tok}
+	}, e
+}
+
+// TestSettleBoundedByRole: a settle with a check or settle token charges
+// at most the key's smallest enforced limit (settleBound), the most one
+// check can take. Before, such a settle needed no check and its actual was
+// capped at 2^40 only: {"estimate":1,"actual":99999999999999999999} on a
+// 10/s bucket denied the key for 292 years, and only an admin reset
+// cleared it. The legitimate case, an actual above the estimate up to the
+// bound, is charged exactly; an admin keeps the 2^40 cap.
+func TestSettleBoundedByRole(t *testing.T) {
+	api, as, _ := roleEnv(t, `
+  - {name: tb, endpoint: /tb, strategy: token_bucket, limit: 10, rate: 10, window: 1s}
+  - name: two
+    endpoint: /two
+    key_by: "header:X-User"
+    limits:
+      - {name: s, strategy: fixed, limit: 10, window: 1s}
+      - {name: d, strategy: fixed, limit: 1000, window: 1d}
+      - {name: c, strategy: fixed, limit: 3, window: 1s, shadow: true}
+    overrides: [{key: big, strategy: fixed, limit: 100, window: 1s}]
+  - {name: sh, endpoint: /sh, strategy: fixed, limit: 50, window: 1m, shadow: true}
+`)
+	post := func(role, op, body string) reply {
+		t.Helper()
+		return doURL(t, "POST", api+op, body, as(role)...)
+	}
+	remaining := func(rule, key string) int64 {
+		t.Helper()
+		r := post("admin", "peek", `{"rule":"`+rule+`","key":"`+key+`","cost":0}`)
+		require.Equal(t, 200, r.code, "%s", r.body)
+		return r.decision(t).Remaining
+	}
+
+	// The reviewer's attack, with a check and with a settle token.
+	for _, role := range []string{"check", "settle"} {
+		r := post(role, "settle", `{"rule":"tb","key":"victim","estimate":1,"actual":99999999999999999999}`)
+		require.Equal(t, 400, r.code, "%s: %s", role, r.body)
+		ej := r.errorJSON(t)
+		require.Equal(t, "invalid_cost", ej.Code)
+		require.Equal(t, "actual: 9223372036854775807 or more is above 10, the most a settle with a "+role+
+			" token may charge for one call on this key (its smallest enforced limit, the most one check can take); "+
+			"settle an actual of at most 10, or a larger cost with an admin token", ej.Error)
+		r = post(role, "check", `{"rule":"tb","key":"victim"}`)
+		require.Equal(t, 200, r.code, "%s: the victim is locked out: %s", role, r.body)
+	}
+	// Just above the bound, the same.
+	require.Equal(t, 400, post("check", "settle", `{"rule":"tb","key":"victim","estimate":1,"actual":11}`).code)
+	// A refund of more than a check could take is no settle token's either.
+	r := post("settle", "settle", `{"rule":"tb","key":"victim","estimate":1099511627776,"actual":0}`)
+	require.Equal(t, 400, r.code, "%s", r.body)
+	require.Equal(t, "estimate: 1099511627776 is above 10, the most one check of this key can take (its smallest enforced limit), "+
+		"so no check took it; settle the estimate the check took, at most 10", r.errorJSON(t).Error)
+	require.Equal(t, int64(8), remaining("tb", "victim"), "the two checks stand")
+
+	// The legitimate case: more than the estimate, up to the bound, is
+	// charged exactly.
+	for i, role := range []string{"check", "settle"} {
+		key := "user" + strconv.Itoa(i)
+		require.Equal(t, 200, post(role, "check", `{"rule":"tb","key":"`+key+`","cost":2}`).code)
+		r := post(role, "settle", `{"rule":"tb","key":"`+key+`","estimate":2,"actual":10}`)
+		require.Equal(t, 200, r.code, "%s: %s", role, r.body)
+		require.Equal(t, int64(8), *r.decision(t).Delta)
+		require.Equal(t, int64(0), remaining("tb", key))
+	}
+
+	// Several limits: the smallest enforced one (10, not 1000, and not
+	// the shadow limit's 3); a key's override is its own bound.
+	require.Equal(t, 400, post("check", "settle", `{"rule":"two","key":"k","estimate":1,"actual":11}`).code)
+	r = post("check", "settle", `{"rule":"two","key":"k","estimate":1,"actual":10}`)
+	require.Equal(t, 200, r.code, "%s", r.body)
+	r = post("check", "settle", `{"rule":"two","key":"big","estimate":1,"actual":100}`)
+	require.Equal(t, 200, r.code, "%s", r.body)
+	require.Equal(t, 400, post("check", "settle", `{"rule":"two","key":"big","estimate":1,"actual":101}`).code)
+	// Shadow limits only: the largest.
+	require.Equal(t, 200, post("check", "settle", `{"rule":"sh","key":"k","estimate":1,"actual":50}`).code)
+	require.Equal(t, 400, post("check", "settle", `{"rule":"sh","key":"k","estimate":1,"actual":51}`).code)
+
+	// An admin keeps the 2^40 cap (and may reset the key).
+	r = post("admin", "settle", `{"rule":"tb","key":"admins","estimate":1,"actual":99999999999999999999}`)
+	require.Equal(t, 200, r.code, "%s", r.body)
+	require.Equal(t, int64(1<<40-1), *r.decision(t).Delta)
+}
+
+// TestExplainByRole: explain shows a check or settle token only what its
+// role may read elsewhere: the rule without its overrides, the limits that
+// decided the key and the label of the override that did. Before,
+// {"rule":"tier","key":"x","cost":0,"explain":true} answered a check token
+// the whole rule, every override's exact key, prefix and API-key digest,
+// which GET /v1/ratelimit/rules refuses it.
+func TestExplainByRole(t *testing.T) {
+	const digest = "sha256:0123456789abcdef0123456789abcdef"
+	api, as, _ := roleEnv(t, `
+  - name: tier
+    endpoint: /tier
+    key_by: "header:X-User"
+    strategy: fixed
+    limit: 5
+    window: 1m
+    overrides:
+      - {key: "vip-customer-secret", strategy: fixed, limit: 100, window: 1m}
+      - {key: "`+digest+`", strategy: fixed, limit: 50, window: 1m}
+      - {key_prefix: "ten", strategy: fixed, limit: 7, window: 1m}
+      - {key_prefix: "tenant-b", strategy: fixed, limit: 9, window: 1m}
+`)
+	for _, c := range []struct{ op, body string }{
+		{"peek", `{"rule":"tier","key":"x","cost":0,"explain":true}`},
+		{"check", `{"rule":"tier","key":"x","explain":true}`},
+		{"peek", `{"rule":"tier","key":"tenant-b7","cost":0,"explain":true}`},
+		{"check", `{"rule":"tier","key":"tenant-b7","explain":true}`},
+	} {
+		for _, role := range []string{"check", "settle", "admin"} {
+			r := doURL(t, "POST", api+c.op, c.body, as(role)...)
+			require.Equal(t, 200, r.code, "%s %s: %s", role, c.body, r.body)
+			ex := r.decision(t).Explain
+			require.NotNil(t, ex)
+			require.Equal(t, "tier", ex.Rule.Config.Name)
+			require.Len(t, ex.Rule.Config.Limits, 1)
+			if role == "admin" {
+				require.Len(t, ex.Rule.Config.Overrides, 4, "an admin sees the whole rule")
+				require.Contains(t, string(r.body), digest)
+				continue
+			}
+			for _, secret := range []string{"vip-customer-secret", digest, `\"ten\"`, `"ten"`} {
+				require.NotContains(t, string(r.body), secret, "%s %s", role, c.body)
+			}
+			require.Nil(t, ex.Rule.Config.Overrides, role)
+			require.NotNil(t, ex.Override)
+			if r.decision(t).Override == "" {
+				require.Equal(t, "", ex.Override.Override)
+				require.Equal(t, int64(5), ex.Limits[0].Limit)
+			} else {
+				require.Equal(t, "key_prefix:tenant-b", ex.Override.Override, "the override that matched is named")
+				require.Equal(t, []string{`the key starts with the override's key_prefix "tenant-b", and no override names the key itself`}, ex.Override.Why)
+				require.Equal(t, int64(9), ex.Limits[0].Limit, "the limits that decided the key")
+			}
+		}
+	}
+	// An admin sees the other override that matched, too.
+	r := doURL(t, "POST", api+"peek", `{"rule":"tier","key":"tenant-b7","cost":0,"explain":true}`, as("admin")...)
+	require.Contains(t, r.decision(t).Explain.Override.Why, `not chosen: key_prefix "ten" matches too, but is shorter (a longer prefix comes first)`)
+}
