@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"slices"
@@ -183,83 +182,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Length", fmt.Sprint(b.Len()))
 	w.WriteHeader(status)
 	w.Write(b.Bytes())
-}
-
-// jsonTypeName says what a Go type is in JSON's words, so that no Go type
-// name reaches an API error.
-func jsonTypeName(goType string) string {
-	switch {
-	case strings.HasPrefix(goType, "int"), strings.HasPrefix(goType, "*int"):
-		return "an integer"
-	case goType == "string":
-		return "a string"
-	case goType == "bool", goType == "*bool":
-		return "true or false"
-	case strings.HasPrefix(goType, "[]"):
-		return "a list"
-	}
-	return "an object"
-}
-
-// jsonValueKind names what encoding/json found ("number 1e+30", "string").
-func jsonValueKind(v string) string {
-	switch {
-	case v == "number" || strings.HasPrefix(v, "number "):
-		return "a number out of range or not an integer"
-	case v == "":
-		return "something else"
-	}
-	return "a " + v
-}
-
-// readJSON decodes the body into v, strictly: one JSON value, no unknown
-// fields, no key given twice in one object (parsers disagree on which one
-// wins, so a proxy in front could check one rule or key and we decide
-// another), at most maxBody bytes. It answers the error itself and returns
-// false on failure. (The method is checked before: apiEndpoints.)
-func (s *Service) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
-	if err == nil {
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.DisallowUnknownFields()
-		err = dec.Decode(v)
-		if err == nil && dec.More() {
-			err = errors.New("data after the JSON value")
-		}
-	}
-	if err == nil {
-		// Inline limits are ruleconfig.Limits, which refuse a repeated
-		// key themselves, naming its field (invalid_limits).
-		if msg := ruleconfig.DuplicateKeyOutside(data, "limits"); msg != "" {
-			s.apiError(w, http.StatusBadRequest, "invalid_json", msg)
-			return false
-		}
-		return true
-	}
-	var mbe *http.MaxBytesError
-	var te *json.UnmarshalTypeError
-	var ae *actualError
-	switch {
-	case errors.As(err, &mbe):
-		s.apiError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body larger than %d bytes", mbe.Limit))
-	case errors.As(err, &te) && (te.Field == "cost" || strings.HasSuffix(te.Field, ".cost")):
-		s.apiError(w, http.StatusBadRequest, "invalid_cost", fmt.Sprintf("%s: want an integer between 0 and %d, got %s", te.Field, core.MaxCost, jsonValueKind(te.Value)))
-	case errors.As(err, &ae):
-		s.apiError(w, http.StatusBadRequest, "invalid_cost", ae.Error())
-	case errors.As(err, &te) && te.Field == "estimate":
-		s.apiError(w, http.StatusBadRequest, "invalid_cost", fmt.Sprintf("%s: want an integer between 1 and %d, got %s", te.Field, core.MaxCost, jsonValueKind(te.Value)))
-	case errors.As(err, &te) && (te.Field == "delta" || strings.HasSuffix(te.Field, ".delta")):
-		s.apiError(w, http.StatusBadRequest, "invalid_cost", te.Field+": "+deltaRefused)
-	case errors.As(err, &te):
-		s.apiError(w, http.StatusBadRequest, "invalid_json", fmt.Sprintf("field %q: want %s, got %s", te.Field, jsonTypeName(te.Type.String()), jsonValueKind(te.Value)))
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		s.apiError(w, http.StatusBadRequest, "unknown_field", strings.TrimPrefix(err.Error(), "json: ")+" (want rule, limits, key, cost, estimate, actual, fail_open, explain)")
-	case errors.Is(err, io.EOF):
-		s.apiError(w, http.StatusBadRequest, "invalid_json", "empty body: want a JSON object")
-	default:
-		s.apiError(w, http.StatusBadRequest, "invalid_json", "malformed JSON: "+strings.TrimPrefix(err.Error(), "json: "))
-	}
-	return false
 }
 
 // resolve turns a request into a target and cost; on failure it returns an

@@ -172,3 +172,52 @@ func TestExplainByRole(t *testing.T) {
 	r := doURL(t, "POST", api+"peek", `{"rule":"tier","key":"tenant-b7","cost":0,"explain":true}`, as("admin")...)
 	require.Contains(t, r.decision(t).Explain.Override.Why, `not chosen: key_prefix "ten" matches too, but is shorter (a longer prefix comes first)`)
 }
+
+// TestAPIFieldsOneSpelling: every field of a decision-API body is read in
+// its one documented spelling. Before, encoding/json matched names
+// case-insensitively with Unicode folding, the last one winning:
+// {"key":"other","Key":"victim"} decided "victim", as did "RULE",
+// "ITEMS", "Estimate", "ACTUAL" and "\u212aey" (a Kelvin sign), so a proxy
+// in front checking the first spelling saw another request than the one
+// decided. Now another spelling is 400 unknown_field naming the spelling
+// wanted, and a field given twice (however escaped) is 400.
+func TestAPIFieldsOneSpelling(t *testing.T) {
+	e := newEnv(t, `rules: [{name: r, strategy: fixed, limit: 5, window: 1m}, {name: other, strategy: fixed, limit: 5, window: 1m}]`, nil)
+	for _, c := range []struct{ op, body, code, msg string }{
+		{"check", `{"rule":"r","key":"other","Key":"victim"}`, "unknown_field", `unknown field "Key": names are case-sensitive; want "key"`},
+		{"check", `{"rule":"r","key":"other","KEY":"victim"}`, "unknown_field", `unknown field "KEY": names are case-sensitive; want "key"`},
+		{"check", `{"rule":"r","key":"other","\u212aey":"victim"}`, "unknown_field", `unknown field "\u212aey": names are case-sensitive; want "key"`},
+		{"check", `{"rule":"other","RULE":"r","key":"victim"}`, "unknown_field", `unknown field "RULE": names are case-sensitive; want "rule"`},
+		{"check", `{"rule":"r","key":"victim","Cost":0}`, "unknown_field", `want "cost"`},
+		{"check", `{"LIMITS":[{"strategy":"fixed","limit":1000,"window":"1m"}],"key":"victim"}`, "unknown_field", `want "limits"`},
+		{"peek", `{"rule":"r","key":"x","Explain":true}`, "unknown_field", `want "explain"`},
+		{"check", `{"rule":"r","key":"other","k\u0065y":"victim"}`, "invalid_json", `key: given twice in one object`},
+		{"settle", `{"rule":"r","key":"victim","Estimate":1,"estimate":1,"actual":3}`, "unknown_field", `unknown field "Estimate": names are case-sensitive; want "estimate"`},
+		{"settle", `{"rule":"r","key":"victim","estimate":1,"ACTUAL":3}`, "unknown_field", `unknown field "ACTUAL": names are case-sensitive; want "actual"`},
+		{"settle", `{"rule":"r","key":"victim","estimate":1,"actual":1,"actual":3}`, "invalid_json", `actual: given twice in one object`},
+		{"batch", `{"ITEMS":[{"rule":"r","key":"victim"}]}`, "unknown_field", `unknown field "ITEMS": names are case-sensitive; want "items"`},
+		{"batch", `{"items":[{"rule":"r","key":"other","Key":"victim"}]}`, "unknown_field", `unknown field "Key" in items[0]: names are case-sensitive; want "key"`},
+		{"batch", `{"items":[{"rule":"r","key":"a"},{"rule":"r","key":"other","\u212aey":"victim"}]}`, "unknown_field", `in items[1]: names are case-sensitive; want "key"`},
+		{"batch", `{"items":[{"rule":"r","key":"other","key":"victim"}]}`, "invalid_json", `items[0].key: given twice in one object`},
+		{"batch", `{"items":[{"rule":"r","key":"victim"}],"Atomic":false}`, "unknown_field", `want "atomic"`},
+		{"batch", `{"items":[{"rule":"r","key":"victim"}],"peek":true,"PEEK":false}`, "unknown_field", `want "peek"`},
+		// Inline limits, an admin's, are ruleconfig.Limits: the same.
+		{"check", `{"limits":[{"strategy":"fixed","limit":1000,"Limit":1,"window":"1m"}],"key":"victim"}`, "invalid_limits", `limits[0].Limit: unknown field: names are case-sensitive; want "limit"`},
+		{"check", `{"limits":[{"strategy":"fixed","limit":1000,"limit":1,"window":"1m"}],"key":"victim"}`, "invalid_limits", `limits[0].limit: given twice in one object`},
+		{"batch", `{"items":[{"limits":[{"strategy":"fixed","limit":1000,"\u212aind":1,"window":"1m"}],"key":"victim"}]}`, "invalid_limits", `unknown field (want one of name`},
+		{"reset", `{"rule":"r","Key":"victim","key":"other"}`, "unknown_field", `want "key"`},
+	} {
+		r := e.post(t, c.op, c.body)
+		require.Equal(t, 400, r.code, "%s %s: %s", c.op, c.body, r.body)
+		ej := r.errorJSON(t)
+		require.Equal(t, c.code, ej.Code, "%s %s: %s", c.op, c.body, r.body)
+		require.Contains(t, ej.Error, c.msg, "%s %s", c.op, c.body)
+	}
+	// Nothing reached the victim.
+	r := e.post(t, "peek", `{"rule":"r","key":"victim","cost":0}`)
+	require.Equal(t, int64(5), r.decision(t).Remaining)
+	// Invalid UTF-8 in a string is refused, not replaced.
+	r = e.post(t, "check", "{\"rule\":\"r\xff\",\"key\":\"k\"}")
+	require.Equal(t, 400, r.code, "%s", r.body)
+	require.Equal(t, "invalid_json", r.errorJSON(t).Code)
+}
