@@ -83,6 +83,21 @@ func (c *Checker) Object(field, want string, f *Fields) bool {
 	return true
 }
 
+// Respelled returns the first of the object's unknown keys that is
+// another spelling of one of its fields (Spelling), escaped for a message,
+// and that field's name; "", "" if there is none. It serves a reader that
+// lets unknown keys pass (an answer from a newer version may carry fields
+// this one does not know) but must refuse a field it knows given in
+// another spelling, which encoding/json would have taken for it.
+func (f *Fields) Respelled() (key, want string) {
+	for _, k := range f.Unknown {
+		if want := Spelling(k, f.known); want != "" {
+			return asciiName(k), want
+		}
+	}
+	return "", ""
+}
+
 // asciiName writes a name given in a document for a message: as it is if
 // it is printable ASCII, else escaped as in Go ("\u212aey", a Kelvin sign
 // that would read as "Key"), clipped to 64 bytes.
