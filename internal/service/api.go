@@ -66,7 +66,7 @@ type DecisionRequest struct {
 	FailOpen *bool `json:"fail_open,omitempty"`
 	// Explain adds "explain" to the answer of a check or peek: the rule
 	// and why, the key and cost as used, every limit's evaluation and
-	// the fields sent (ExplainJSON).
+	// the fields sent (ExplainJSON); a settle or reset with it is 400.
 	Explain bool `json:"explain,omitempty"`
 }
 
@@ -238,6 +238,8 @@ func (s *Service) resolve(rs *ruleSet, req *DecisionRequest, prefix string, op a
 	}
 	t.forKey(req.Key)
 	switch {
+	case req.Explain && (op == opSettle || op == opReset):
+		return bad("invalid_json", "explain: only a check or a peek is explained")
 	case req.Delta != nil:
 		return bad("invalid_cost", "delta: %s", deltaRefused)
 	case op == opSettle && req.Cost != nil:

@@ -221,3 +221,55 @@ func TestAPIFieldsOneSpelling(t *testing.T) {
 	require.Equal(t, 400, r.code, "%s", r.body)
 	require.Equal(t, "invalid_json", r.errorJSON(t).Code)
 }
+
+// TestSettleExplainBatchAttacks: the settle, explain and batch surfaces
+// tried once more as an attacker with a check token: a settle hidden in a
+// batch, negative and oversized values, inline limits, explain in a batch,
+// null fields and names of the wrong kind. Each is refused, and the victim
+// is untouched.
+func TestSettleExplainBatchAttacks(t *testing.T) {
+	api, as, _ := roleEnv(t, `
+  - name: tb
+    endpoint: /tb
+    key_by: "header:X-User"
+    limits:
+      - {name: b, strategy: token_bucket, limit: 10, rate: 10, window: 1s}
+      - {name: cand, strategy: fixed, limit: 1, window: 1s, shadow: true}
+    overrides: [{key: vip, strategy: fixed, limit: 1000, window: 1s}]
+`)
+	for _, c := range []struct {
+		op, body string
+		status   int
+		code     string
+	}{
+		{"batch", `{"items":[{"rule":"tb","key":"victim","estimate":1,"actual":10}]}`, 400, "invalid_cost"},
+		{"batch", `{"items":[{"rule":"tb","key":"victim","delta":1000000}]}`, 400, "invalid_cost"},
+		{"batch", `{"items":[{"rule":"tb","key":"victim","explain":true}]}`, 400, "invalid_batch"},
+		{"batch", `{"items":[{"rule":"tb","key":"victim","cost":1099511627777}]}`, 400, "invalid_cost"},
+		{"batch", `{"items":[{"limits":[{"strategy":"fixed","limit":1,"window":"1h"}],"key":"tb:victim"}]}`, 403, "forbidden"},
+		{"batch", `{"items":null}`, 400, "invalid_batch"},
+		{"settle", `{"rule":"tb","key":"victim","estimate":-1,"actual":10}`, 400, "invalid_cost"},
+		{"settle", `{"rule":"tb","key":"victim","estimate":1,"actual":-10}`, 400, "invalid_cost"},
+		{"settle", `{"rule":"tb","key":"victim","estimate":1,"actual":1e9}`, 400, "invalid_cost"},
+		{"settle", `{"rule":"tb","key":"victim","estimate":1,"actual":"1000"}`, 400, "invalid_cost"},
+		{"settle", `{"rule":"tb","key":"victim","estimate":1,"actual":1000}`, 400, "invalid_cost"},
+		{"settle", `{"rule":"tb","key":"victim","estimate":1,"actual":11,"uncharged":["cand"]}`, 400, "invalid_cost"},
+		{"settle", `{"rule":"tb","key":"victim","estimate":1,"actual":5,"uncharged":["b"]}`, 400, "invalid_limits"},
+		{"settle", `{"rule":"tb","key":"victim","estimate":1,"actual":5,"uncharged":["CAND"]}`, 400, "invalid_limits"},
+		{"settle", `{"limits":[{"strategy":"fixed","limit":1,"window":"1h"}],"key":"tb:victim","estimate":1,"actual":1000000}`, 403, "forbidden"},
+		{"settle", `{"rule":"tb","key":null,"estimate":1,"actual":5}`, 400, "invalid_key"},
+		{"settle", `{"rule":"tb","key":"victim","estimate":1,"actual":5,"explain":true}`, 400, "invalid_json"},
+		{"peek", `{"rule":"tb","key":"victim","cost":0,"explain":"yes"}`, 400, "invalid_json"},
+		{"reset", `{"rule":"tb","key":"victim"}`, 403, "forbidden"},
+	} {
+		r := doURL(t, "POST", api+c.op, c.body, as("check")...)
+		require.Equal(t, c.status, r.code, "%s %s: %s", c.op, c.body, r.body)
+		require.Equal(t, c.code, r.errorJSON(t).Code, "%s %s: %s", c.op, c.body, r.body)
+	}
+	r := doURL(t, "POST", api+"peek", `{"rule":"tb","key":"victim","cost":0}`, as("admin")...)
+	require.Equal(t, int64(10), r.decision(t).Remaining, "the victim was charged")
+	// The override's bound is the override's limit: 1000 for vip, and the
+	// explain of a check token names only that override.
+	r = doURL(t, "POST", api+"settle", `{"rule":"tb","key":"vip","estimate":1,"actual":1000}`, as("check")...)
+	require.Equal(t, 200, r.code, "%s", r.body)
+}
