@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -536,5 +537,52 @@ func TestFilterProblemModes(t *testing.T) {
 	if _, err := parseConfig([]byte(`{"problem_details":"xml","rules":[{"strategy":"fixed","limit":1,"window":"1s"}]}`)); err == nil ||
 		!strings.Contains(err.Error(), `problem_details: "xml": want auto, json, text`) {
 		t.Errorf("%v", err)
+	}
+}
+
+// TestGlobalAnswerOneSpelling: rl-wasm-host's answer is read in its one
+// spelling: another case or folding of a field the filter reads, or a
+// field given twice, is an invalid answer (a failure, by the one failure
+// rule), never taken for the field. Before, encoding/json took
+// "FAIL_OPEN": true after "fail_open": false for a service that failed
+// open (the request let through without a decision), and the last of two
+// "remaining" fields. Unknown fields still pass.
+func TestGlobalAnswerOneSpelling(t *testing.T) {
+	const decision = `"limit_name":"d","limit":10,"remaining":9,"window_ms":1000,"reset_after_ms":100,"retry_after_ms":0`
+	v, err := parseGlobal("200", []byte(`{"allowed":true,`+decision+`,"rule":"x","explain":{"Allowed":1},"future":[1]}`))
+	if err != nil || !v.Allowed || v.Limits[0].Remaining != 9 {
+		t.Fatalf("a valid answer: %+v, %v", v, err)
+	}
+	for _, c := range []struct{ body, want string }{
+		{`{"allowed":true,"fail_open":false,"FAIL_OPEN":true,` + decision + `}`, `FAIL_OPEN: names are case-sensitive; want "fail_open"`},
+		{`{"allowed":true,` + decision + `,"Remaining":0}`, `Remaining: names are case-sensitive; want "remaining"`},
+		{`{"allowed":true,` + decision + `,"\u212aimit":1}`, ``},
+		{`{"allowed":true,` + decision + `,"remaining":0}`, `key "remaining" given twice`},
+		{`{"allowed":true,` + decision + `,"rem\u0061ining":0}`, `key "remaining" given twice`},
+		{`{"allowed":true,` + decision + `,"limits":[{"name":"d","allowed":true,"limit":10,"Limit":1,"remaining":9,"window_ms":1000}]}`, `limits[0].Limit: names are case-sensitive; want "limit"`},
+		{`{"allowed":true,` + decision + `,"limits":[{"name":"d","allowed":true,"limit":10,"remaining":9,"window_ms":1000,"\u017fhadow":true}]}`, `limits[0].\u017fhadow: names are case-sensitive; want "shadow"`},
+		{`{"allowed":"yes",` + decision + `}`, `allowed: want true or false, got the string "yes"`},
+		{`{"allowed":true,` + decision + `,"never":1}`, `never: want true or false`},
+	} {
+		v, err := parseGlobal("200", []byte(c.body))
+		if err == nil {
+			if c.want == "" {
+				continue // a name that is no field's spelling ("Kimit"): unknown, passed
+			}
+			t.Errorf("%s: %+v, want an error", c.body, v)
+			continue
+		}
+		if c.want == "" || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.body, err, c.want)
+		}
+	}
+	// An error's code only as rl-wasm-host spells it: "Code" after "code"
+	// is no code of its, and the 503 is the service unavailable, not load.
+	err = globalRefusal("503", false, []byte(`{"error":"x","code":"store_unavailable","Code":"overloaded"}`))
+	if errors.Is(err, rlstore.ErrBusy) || strings.Contains(err.Error(), "overloaded") {
+		t.Errorf("%v: read the respelled code", err)
+	}
+	if err := globalRefusal("503", false, []byte(`{"error":"x","code":"overloaded"}`)); !errors.Is(err, rlstore.ErrBusy) {
+		t.Errorf("%v: want load", err)
 	}
 }

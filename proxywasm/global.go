@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
@@ -55,29 +56,130 @@ type inlineLimit struct {
 	Shadow   bool   `json:"shadow,omitempty"`
 }
 
-// checkResponse is the part of rl-wasm-host's DecisionJSON the filter reads.
+// checkResponse is the part of rl-wasm-host's DecisionJSON the filter reads
+// (readAnswer).
 type checkResponse struct {
-	Allowed   bool   `json:"allowed"`
-	FailOpen  bool   `json:"fail_open"`
-	LimitName string `json:"limit_name"`
+	Allowed   bool
+	FailOpen  bool
+	LimitName string
 	checkLimit
 	// Limits are every limit's (an older rl-wasm-host sends none: the
 	// deciding limit's fields above serve alone).
-	Limits []checkLimit `json:"limits"`
+	Limits []checkLimit
 }
 
 // checkLimit is one limit's result in rl-wasm-host's DecisionJSON.
 type checkLimit struct {
-	Name         string `json:"name"`
-	Allowed      bool   `json:"allowed"`
-	Shadow       bool   `json:"shadow"`
-	Limit        int64  `json:"limit"`
-	Remaining    int64  `json:"remaining"`
-	WindowMS     int64  `json:"window_ms"`
-	ResetAfterMS int64  `json:"reset_after_ms"`
-	RetryAfterMS int64  `json:"retry_after_ms"`
-	Never        bool   `json:"never"`
-	NextAfterMS  int64  `json:"next_after_ms"`
+	Name         string
+	Allowed      bool
+	Shadow       bool
+	Limit        int64
+	Remaining    int64
+	WindowMS     int64
+	ResetAfterMS int64
+	RetryAfterMS int64
+	Never        bool
+	NextAfterMS  int64
+}
+
+// answerJSON is rl-wasm-host's DecisionJSON as the filter decodes it,
+// with ruleconfig.Decode, the filter's one JSON decoder (its
+// configuration's too): names match exactly and a name given twice in one
+// object is refused, where encoding/json would take "Allowed", "ALLOWED"
+// or "\u212a"-spelled names for the field, the last one winning, so that an
+// answer could read two ways to two readers. Unknown names pass (a newer
+// rl-wasm-host may add fields), except another spelling of a field read
+// here (ruleconfig.Fields.Respelled); a field of the wrong kind is
+// refused. (rl-wasm-host reads its requests with
+// github.com/go-json-experiment/json; here it would add 1.35 MB, 28%, to
+// the module, and ruleconfig's decoder, already in it, adds nothing.)
+type answerJSON struct {
+	ruleconfig.Fields
+	Allowed   ruleconfig.Bool   `json:"allowed"`
+	FailOpen  ruleconfig.Bool   `json:"fail_open"`
+	LimitName ruleconfig.String `json:"limit_name"`
+	// The deciding limit's fields, as answerLimit's.
+	Limit        ruleconfig.Int               `json:"limit"`
+	Remaining    ruleconfig.Int               `json:"remaining"`
+	WindowMS     ruleconfig.Int               `json:"window_ms"`
+	ResetAfterMS ruleconfig.Int               `json:"reset_after_ms"`
+	RetryAfterMS ruleconfig.Int               `json:"retry_after_ms"`
+	Never        ruleconfig.Bool              `json:"never"`
+	NextAfterMS  ruleconfig.Int               `json:"next_after_ms"`
+	Limits       ruleconfig.List[answerLimit] `json:"limits"`
+}
+
+// answerLimit is one limit's result in answerJSON.
+type answerLimit struct {
+	ruleconfig.Fields
+	Name         ruleconfig.String `json:"name"`
+	Allowed      ruleconfig.Bool   `json:"allowed"`
+	Shadow       ruleconfig.Bool   `json:"shadow"`
+	Limit        ruleconfig.Int    `json:"limit"`
+	Remaining    ruleconfig.Int    `json:"remaining"`
+	WindowMS     ruleconfig.Int    `json:"window_ms"`
+	ResetAfterMS ruleconfig.Int    `json:"reset_after_ms"`
+	RetryAfterMS ruleconfig.Int    `json:"retry_after_ms"`
+	Never        ruleconfig.Bool   `json:"never"`
+	NextAfterMS  ruleconfig.Int    `json:"next_after_ms"`
+}
+
+// readAnswer decodes rl-wasm-host's answer (answerJSON). A field absent is
+// zero, as it was.
+func readAnswer(body []byte) (checkResponse, error) {
+	var a answerJSON
+	if ps := ruleconfig.Decode(body, &a); len(ps) > 0 {
+		return checkResponse{}, errors.New("answered malformed JSON: " + strings.TrimPrefix(ps[0].String(), "JSON: "))
+	}
+	c := &ruleconfig.Checker{}
+	var cr checkResponse
+	if answerObject(c, "", &a.Fields) {
+		cr.Allowed, _ = c.Bool("allowed", a.Allowed)
+		cr.FailOpen, _ = c.Bool("fail_open", a.FailOpen)
+		cr.LimitName, _ = c.String("limit_name", a.LimitName)
+		cr.checkLimit = checkLimit{Limit: answerInt(c, "limit", a.Limit), Remaining: answerInt(c, "remaining", a.Remaining),
+			WindowMS: answerInt(c, "window_ms", a.WindowMS), ResetAfterMS: answerInt(c, "reset_after_ms", a.ResetAfterMS),
+			RetryAfterMS: answerInt(c, "retry_after_ms", a.RetryAfterMS), NextAfterMS: answerInt(c, "next_after_ms", a.NextAfterMS)}
+		cr.Never, _ = c.Bool("never", a.Never)
+		if c.Want("limits", "a list", a.Limits.Got) {
+			for i := range a.Limits.Items {
+				l, path := &a.Limits.Items[i], "limits["+strconv.Itoa(i)+"]"
+				if !answerObject(c, path, &l.Fields) {
+					continue
+				}
+				cl := checkLimit{Limit: answerInt(c, path+".limit", l.Limit), Remaining: answerInt(c, path+".remaining", l.Remaining),
+					WindowMS: answerInt(c, path+".window_ms", l.WindowMS), ResetAfterMS: answerInt(c, path+".reset_after_ms", l.ResetAfterMS),
+					RetryAfterMS: answerInt(c, path+".retry_after_ms", l.RetryAfterMS), NextAfterMS: answerInt(c, path+".next_after_ms", l.NextAfterMS)}
+				cl.Name, _ = c.String(path+".name", l.Name)
+				cl.Allowed, _ = c.Bool(path+".allowed", l.Allowed)
+				cl.Shadow, _ = c.Bool(path+".shadow", l.Shadow)
+				cl.Never, _ = c.Bool(path+".never", l.Never)
+				cr.Limits = append(cr.Limits, cl)
+			}
+		}
+	}
+	if len(c.Problems) > 0 {
+		return checkResponse{}, errors.New("answered an invalid decision: " + c.Problems[0].String())
+	}
+	return cr, nil
+}
+
+// answerObject reports the object at path unless it is one, and a field
+// it gives in another spelling; it returns whether it is an object.
+func answerObject(c *ruleconfig.Checker, path string, f *ruleconfig.Fields) bool {
+	if !c.Want(path, "an object", f.Got) {
+		return false
+	}
+	if k, want := f.Respelled(); k != "" {
+		c.Fail(ruleconfig.Join(path, k), "names are case-sensitive; want %q", want)
+	}
+	return true
+}
+
+// answerInt is the integer at path, reporting another kind; 0 if absent.
+func answerInt(c *ruleconfig.Checker, path string, v ruleconfig.Int) int64 {
+	n, _ := c.Int(path, v)
+	return n
 }
 
 // state checks l's ranges and returns it in the answer's units, named
@@ -274,24 +376,29 @@ func readGlobal(numHeaders, bodySize int) (pipeline.Verdict, error) {
 // x-envoy-overloaded, and rl-wasm-host's error code if the body is its
 // JSON error.
 func globalRefusal(status string, overloaded bool, body []byte) error {
+	// The code only as rl-wasm-host spells it (answerJSON says why).
 	var e struct {
-		Code string `json:"code"`
+		ruleconfig.Fields
+		Code ruleconfig.String `json:"code"`
 	}
-	if json.Unmarshal(body, &e) != nil {
-		e.Code = ""
+	code := ""
+	if len(ruleconfig.Decode(body, &e)) == 0 && e.Code.OK() {
+		if k, _ := e.Respelled(); k == "" {
+			code = e.Code.V
+		}
 	}
 	n, err := strconv.Atoi(status)
 	if err != nil || n < 100 || n > 999 {
 		n = 0
 	}
-	return outage.ClassifyHTTP(n, overloaded, e.Code)
+	return outage.ClassifyHTTP(n, overloaded, code)
 }
 
 // parseGlobal turns rl-wasm-host's answer into a verdict.
 func parseGlobal(status string, body []byte) (pipeline.Verdict, error) {
-	var cr checkResponse
-	if err := json.Unmarshal(body, &cr); err != nil {
-		return pipeline.Verdict{}, fmt.Errorf("answered malformed JSON: %v", err)
+	cr, err := readAnswer(body)
+	if err != nil {
+		return pipeline.Verdict{}, err
 	}
 	if cr.Allowed != (status == "200") {
 		return pipeline.Verdict{}, fmt.Errorf("answered status %s with allowed=%v", status, cr.Allowed)

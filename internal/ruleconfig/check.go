@@ -71,12 +71,64 @@ func (c *Checker) Object(field, want string, f *Fields) bool {
 		return false
 	}
 	for _, k := range f.Repeated {
-		c.Fail(Join(field, k), "given twice in one object")
+		c.Fail(Join(field, asciiName(k)), "given twice in one object")
 	}
 	for _, k := range f.Unknown {
-		c.Fail(Join(field, k), "unknown field (want one of %s)", strings.Join(f.known, ", "))
+		if want := Spelling(k, f.known); want != "" {
+			c.Fail(Join(field, asciiName(k)), "unknown field: names are case-sensitive; want %q", want)
+			continue
+		}
+		c.Fail(Join(field, asciiName(k)), "unknown field (want one of %s)", strings.Join(f.known, ", "))
 	}
 	return true
+}
+
+// Respelled returns the first of the object's unknown keys that is
+// another spelling of one of its fields (Spelling), escaped for a message,
+// and that field's name; "", "" if there is none. It serves a reader that
+// lets unknown keys pass (an answer from a newer version may carry fields
+// this one does not know) but must refuse a field it knows given in
+// another spelling, which encoding/json would have taken for it.
+func (f *Fields) Respelled() (key, want string) {
+	for _, k := range f.Unknown {
+		if want := Spelling(k, f.known); want != "" {
+			return asciiName(k), want
+		}
+	}
+	return "", ""
+}
+
+// asciiName writes a name given in a document for a message: as it is if
+// it is printable ASCII, else escaped as in Go ("\u212aey", a Kelvin sign
+// that would read as "Key"), clipped to 64 bytes.
+func asciiName(k string) string {
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x20 || k[i] > 0x7e {
+			q := strconv.QuoteToASCII(k)
+			return Clip(q[1:len(q)-1], 64)
+		}
+	}
+	return Clip(k, 64)
+}
+
+// Spelling returns the name of known that name is another spelling of
+// (equal under Unicode case folding, strings.EqualFold: "Key", "KEY" or
+// "\u212aey" with a Kelvin sign for "key"), or "" when there is none or
+// name is itself one of known. Every JSON input reads exactly one spelling
+// of a field, the documented one: encoding/json matches names this way
+// (the last of "key" and "Key" wins), so a proxy in front reading one and
+// this service the other would decide different requests. A message for
+// a name refused names the spelling wanted.
+func Spelling(name string, known []string) string {
+	if slices.Contains(known, name) {
+		return ""
+	}
+	for _, k := range known {
+		if strings.EqualFold(name, k) {
+			return k
+		}
+	}
+	return ""
 }
 
 // String returns the string at field, reporting another kind; ok is false
@@ -159,7 +211,8 @@ type Limit struct {
 }
 
 // UnmarshalJSON decodes b as Decode does an object (a Limit in a list
-// decoded by encoding/json keeps its unknown keys and kinds too).
+// decoded by a JSON library keeps its unknown keys, names matched exactly,
+// and kinds too).
 func (l *Limit) UnmarshalJSON(b []byte) error {
 	*l = Limit{}
 	decodeObject(b, reflect.ValueOf(l).Elem(), &l.Fields)

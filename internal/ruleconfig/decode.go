@@ -13,7 +13,10 @@
 // rules[1] "pay": limits[0].window. A key given twice in one object, at any
 // depth, is refused, as is anything after the top-level value: by Decode
 // for a document, by the checks (Fields.Repeated) for an object decoded
-// alone, such as a Limit through encoding/json.
+// alone, such as a Limit through its UnmarshalJSON. Names are matched
+// exactly, never folded as encoding/json folds them: "Limit" or "LIMIT"
+// is no "limit" but an unknown field, reported with the spelling wanted
+// (Spelling).
 //
 // The package imports only the standard library and core, so a wasip1
 // build (the filter) can use it; YAML is the service's business: it turns
@@ -46,8 +49,8 @@ type Fields struct {
 	Unknown []string `json:"-"`
 	// Repeated lists the keys given more than once, in order; the first
 	// value given is kept. (Decode refuses a document with one; a Limit
-	// decoded by encoding/json, as the decision API's inline limits are,
-	// keeps them here for the checks to report.)
+	// decoded alone, through its UnmarshalJSON, keeps them here for the
+	// checks to report.)
 	Repeated []string `json:"-"`
 	// known lists the keys fields take, in declaration order, for
 	// messages.
@@ -332,19 +335,12 @@ func lineAt(data []byte, off int64) int {
 // (which encoding/json would silently resolve to the last, and another
 // parser in front of us perhaps to the first), and describes it, or "".
 // data is valid JSON.
-func DuplicateKey(data []byte) string { return DuplicateKeyOutside(data, "") }
-
-// DuplicateKeyOutside is DuplicateKey, except that it does not look inside
-// the values of fields named skip (at any depth): those are decoded by
-// ruleconfig's own types (Limit), which name a repeated key by its field.
-func DuplicateKeyOutside(data []byte, skip string) string {
+func DuplicateKey(data []byte) string {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	type frame struct {
-		obj     bool
-		seen    map[string]bool
-		key     bool   // the next string token is a key
-		lastKey string // the key whose value comes next
-		skip    bool   // inside a skipped field's value
+		obj  bool
+		seen map[string]bool
+		key  bool // the next string token is a key
 	}
 	var stack []*frame
 	for {
@@ -358,22 +354,17 @@ func DuplicateKeyOutside(data []byte, skip string) string {
 		}
 		if top != nil && top.obj && top.key {
 			if k, ok := tok.(string); ok {
-				if top.seen[k] && !top.skip {
+				if top.seen[k] {
 					return fmt.Sprintf("line %d: key %q given twice in one object", lineAt(data, dec.InputOffset()), Clip(k, 64))
 				}
 				top.seen[k] = true
 				top.key = false
-				top.lastKey = k
 				continue
 			}
 		}
 		switch tok {
 		case json.Delim('{'), json.Delim('['):
-			f := &frame{obj: tok == json.Delim('{'), seen: map[string]bool{}, key: tok == json.Delim('{')}
-			if top != nil {
-				f.skip = top.skip || (top.obj && skip != "" && top.lastKey == skip)
-			}
-			stack = append(stack, f)
+			stack = append(stack, &frame{obj: tok == json.Delim('{'), seen: map[string]bool{}, key: tok == json.Delim('{')})
 			continue
 		case json.Delim('}'), json.Delim(']'):
 			stack = stack[:len(stack)-1]

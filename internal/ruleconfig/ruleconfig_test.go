@@ -103,12 +103,47 @@ func TestUnknownFields(t *testing.T) {
 	require.Equal(t, []string{
 		`colour: unknown field (want one of rules, size)`,
 		`rules[0] "a": burst: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, shadow, limits, key_by, cost, min_cost, cost_header, response_cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, extra, nested)`,
-		`rules[0] "a": Limit: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, shadow, limits, key_by, cost, min_cost, cost_header, response_cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, extra, nested)`,
+		`rules[0] "a": Limit: unknown field: names are case-sensitive; want "limit"`,
 		`rules[0] "a": limits2: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, shadow, limits, key_by, cost, min_cost, cost_header, response_cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, extra, nested)`,
 		`rules[0] "a": x: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, shadow, limits, key_by, cost, min_cost, cost_header, response_cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, extra, nested)`,
 		`rules[0] "a": nested.deeper: unknown field (want one of deep)`,
 		`rules[1] "b": limits[0].brust: unknown field (want one of name, strategy, algorithm, limit, window, rate, shadow)`,
 	}, texts(ps))
+}
+
+// TestNamesOneSpelling: a configuration's fields, a rule file's or the
+// decision API's inline limits', are read in their one documented
+// spelling: another case or a Unicode folding of a name ("Limit", "LIMITS",
+// "\u212aey" with a Kelvin sign, which encoding/json would all take) is an
+// unknown field naming the spelling wanted, never the field, so "limit"
+// and "Limit" in one object cannot be read as one field given twice with
+// the last winning.
+func TestNamesOneSpelling(t *testing.T) {
+	_, ps := parse(t, `{"RULES": [], "rules": [{"name": "a", "strategy": "fixed", "limit": 1000, "LIMIT": 1, "window": "1s",
+	  "Nested": {"DEEP": "x"}}, {"name": "b",
+	  "limits": [{"name": "b", "strategy": "fixed", "limit": 1000, "\u212aey": 1, "Window": "1h", "window": "1s"}]}]}`, Options{})
+	require.Equal(t, []string{
+		`RULES: unknown field: names are case-sensitive; want "rules"`,
+		`rules[0] "a": LIMIT: unknown field: names are case-sensitive; want "limit"`,
+		`rules[0] "a": Nested: unknown field: names are case-sensitive; want "nested"`,
+		`rules[1] "b": limits[0].\u212aey: unknown field (want one of name, strategy, algorithm, limit, window, rate, shadow)`,
+		`rules[1] "b": limits[0].Window: unknown field: names are case-sensitive; want "window"`,
+	}, texts(ps))
+
+	// A Limit decoded alone (the decision API's inline limits).
+	var l Limit
+	require.NoError(t, l.UnmarshalJSON([]byte(`{"strategy": "fixed", "limit": 1000, "Limit": 1, "\u017ftrategy": "gcra", "window": "1m"}`)))
+	c := &Checker{}
+	_, ok := CheckLimits(c, "limits", []Limit{l})
+	require.False(t, ok)
+	require.Equal(t, []string{
+		`limits[0].Limit: unknown field: names are case-sensitive; want "limit"`,
+		`limits[0].\u017ftrategy: unknown field: names are case-sensitive; want "strategy"`,
+	}, texts(c.Problems))
+	require.Equal(t, "", Spelling("limit", []string{"limit"}))
+	require.Equal(t, "", Spelling("brust", []string{"burst"}))
+	require.Equal(t, "", Spelling("\u017fey", []string{"key"}), "a long s folds to s, not k")
+	require.Equal(t, "shadow", Spelling("\u017fhadow", []string{"shadow"}))
 }
 
 // A value of the wrong kind names the field, says what it wants and what
@@ -381,29 +416,26 @@ func TestAppendJSON(t *testing.T) {
 	}
 }
 
-// TestDuplicateKeyOutside: a repeated key is found at any depth, except
-// inside the values of the skipped field (and only there).
-func TestDuplicateKeyOutside(t *testing.T) {
+// TestDuplicateKey: a repeated key is found at any depth, however it is
+// escaped; the same key in two objects is no repeat.
+func TestDuplicateKey(t *testing.T) {
 	for _, c := range []struct {
-		doc, skip string
-		found     bool
+		doc   string
+		found bool
 	}{
-		{`{"a":1,"b":2}`, "", false},
-		{`{"a":1,"a":2}`, "", true},
-		{`{"x":{"a":1,"a":2}}`, "", true},
-		{`[{"a":1},{"a":2}]`, "", false},
-		{`{"limits":[{"a":1,"a":2}]}`, "", true},
-		{`{"limits":[{"a":1,"a":2}]}`, "limits", false},
-		{`{"limits":{"a":1,"a":2}}`, "limits", false},
-		{`{"items":[{"limits":[{"a":1,"a":2}]}]}`, "limits", false},
-		{`{"items":[{"key":"k","key":"j","limits":[]}]}`, "limits", true},
-		{`{"limits":[],"limits":[]}`, "limits", true},
-		{`{"limits":[{"x":{"a":1,"a":2}}],"b":{"a":1,"a":2}}`, "limits", true},
-		{`{"other":[{"a":1,"a":2}],"limits":[]}`, "limits", true},
+		{`{"a":1,"b":2}`, false},
+		{`{"a":1,"a":2}`, true},
+		{`{"a":1,"\u0061":2}`, true},
+		{`{"a":1,"A":2}`, false}, // two names; the decoder refuses the one it does not take
+		{`{"x":{"a":1,"a":2}}`, true},
+		{`[{"a":1},{"a":2}]`, false},
+		{`{"limits":[{"a":1,"a":2}]}`, true},
+		{`{"items":[{"key":"k","key":"j","limits":[]}]}`, true},
+		{`{"limits":[],"limits":[]}`, true},
 	} {
-		got := DuplicateKeyOutside([]byte(c.doc), c.skip)
+		got := DuplicateKey([]byte(c.doc))
 		if (got != "") != c.found {
-			t.Errorf("DuplicateKeyOutside(%s, %q) = %q, want found=%v", c.doc, c.skip, got, c.found)
+			t.Errorf("DuplicateKey(%s) = %q, want found=%v", c.doc, got, c.found)
 		}
 	}
 }

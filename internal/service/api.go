@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -43,7 +43,11 @@ type DecisionRequest struct {
 	// (ActualCost). The key's usage is corrected by
 	// pipeline.SettleDelta (actual, at least the rule's min_cost and at
 	// most 2^40, less the estimate), as every front end settles; a
-	// refund (a negative correction) needs a settle or admin token.
+	// refund (a negative correction) needs a settle or admin token. With
+	// a check or settle token, estimate and actual are at most the key's
+	// smallest enforced limit, the most one check can take (settleBound;
+	// 400 above): such a token's settle charges no more than its checks
+	// could.
 	Estimate *int64      `json:"estimate,omitempty"`
 	Actual   *ActualCost `json:"actual,omitempty"`
 	// Delta was a settle's correction, given by the caller; it is
@@ -62,7 +66,7 @@ type DecisionRequest struct {
 	FailOpen *bool `json:"fail_open,omitempty"`
 	// Explain adds "explain" to the answer of a check or peek: the rule
 	// and why, the key and cost as used, every limit's evaluation and
-	// the fields sent (ExplainJSON).
+	// the fields sent (ExplainJSON); a settle or reset with it is 400.
 	Explain bool `json:"explain,omitempty"`
 }
 
@@ -180,83 +184,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(b.Bytes())
 }
 
-// jsonTypeName says what a Go type is in JSON's words, so that no Go type
-// name reaches an API error.
-func jsonTypeName(goType string) string {
-	switch {
-	case strings.HasPrefix(goType, "int"), strings.HasPrefix(goType, "*int"):
-		return "an integer"
-	case goType == "string":
-		return "a string"
-	case goType == "bool", goType == "*bool":
-		return "true or false"
-	case strings.HasPrefix(goType, "[]"):
-		return "a list"
-	}
-	return "an object"
-}
-
-// jsonValueKind names what encoding/json found ("number 1e+30", "string").
-func jsonValueKind(v string) string {
-	switch {
-	case v == "number" || strings.HasPrefix(v, "number "):
-		return "a number out of range or not an integer"
-	case v == "":
-		return "something else"
-	}
-	return "a " + v
-}
-
-// readJSON decodes the body into v, strictly: one JSON value, no unknown
-// fields, no key given twice in one object (parsers disagree on which one
-// wins, so a proxy in front could check one rule or key and we decide
-// another), at most maxBody bytes. It answers the error itself and returns
-// false on failure. (The method is checked before: apiEndpoints.)
-func (s *Service) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
-	if err == nil {
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.DisallowUnknownFields()
-		err = dec.Decode(v)
-		if err == nil && dec.More() {
-			err = errors.New("data after the JSON value")
-		}
-	}
-	if err == nil {
-		// Inline limits are ruleconfig.Limits, which refuse a repeated
-		// key themselves, naming its field (invalid_limits).
-		if msg := ruleconfig.DuplicateKeyOutside(data, "limits"); msg != "" {
-			s.apiError(w, http.StatusBadRequest, "invalid_json", msg)
-			return false
-		}
-		return true
-	}
-	var mbe *http.MaxBytesError
-	var te *json.UnmarshalTypeError
-	var ae *actualError
-	switch {
-	case errors.As(err, &mbe):
-		s.apiError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body larger than %d bytes", mbe.Limit))
-	case errors.As(err, &te) && (te.Field == "cost" || strings.HasSuffix(te.Field, ".cost")):
-		s.apiError(w, http.StatusBadRequest, "invalid_cost", fmt.Sprintf("%s: want an integer between 0 and %d, got %s", te.Field, core.MaxCost, jsonValueKind(te.Value)))
-	case errors.As(err, &ae):
-		s.apiError(w, http.StatusBadRequest, "invalid_cost", ae.Error())
-	case errors.As(err, &te) && te.Field == "estimate":
-		s.apiError(w, http.StatusBadRequest, "invalid_cost", fmt.Sprintf("%s: want an integer between 1 and %d, got %s", te.Field, core.MaxCost, jsonValueKind(te.Value)))
-	case errors.As(err, &te) && (te.Field == "delta" || strings.HasSuffix(te.Field, ".delta")):
-		s.apiError(w, http.StatusBadRequest, "invalid_cost", te.Field+": "+deltaRefused)
-	case errors.As(err, &te):
-		s.apiError(w, http.StatusBadRequest, "invalid_json", fmt.Sprintf("field %q: want %s, got %s", te.Field, jsonTypeName(te.Type.String()), jsonValueKind(te.Value)))
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		s.apiError(w, http.StatusBadRequest, "unknown_field", strings.TrimPrefix(err.Error(), "json: ")+" (want rule, limits, key, cost, estimate, actual, fail_open, explain)")
-	case errors.Is(err, io.EOF):
-		s.apiError(w, http.StatusBadRequest, "invalid_json", "empty body: want a JSON object")
-	default:
-		s.apiError(w, http.StatusBadRequest, "invalid_json", "malformed JSON: "+strings.TrimPrefix(err.Error(), "json: "))
-	}
-	return false
-}
-
 // resolve turns a request into a target and cost; on failure it returns an
 // *errClient naming the field (prefix "items[i]." in a batch).
 //
@@ -311,6 +238,8 @@ func (s *Service) resolve(rs *ruleSet, req *DecisionRequest, prefix string, op a
 	}
 	t.forKey(req.Key)
 	switch {
+	case req.Explain && (op == opSettle || op == opReset):
+		return bad("invalid_json", "explain: only a check or a peek is explained")
 	case req.Delta != nil:
 		return bad("invalid_cost", "delta: %s", deltaRefused)
 	case op == opSettle && req.Cost != nil:
@@ -370,7 +299,8 @@ const deltaRefused = "no longer accepted: give a settle estimate, the cost the c
 // minCost: the one rule every front end settles by. A refund (a negative
 // correction) needs a role trusted with one (Role.mayRefund): a check
 // token may only add usage, or a settle would be a reset by another name
-// (a refund of what no check took).
+// (a refund of what no check took). A role that is no admin settles an
+// estimate and an actual of at most settleBound of the key's limits.
 func (s *Service) settleDelta(t target, req *DecisionRequest, prefix string, minCost int64, role Role) (target, int64, error) {
 	bad := func(code, format string, args ...any) (target, int64, error) {
 		return target{}, 0, &errClient{code, fmt.Errorf(prefix+format, args...)}
@@ -387,6 +317,11 @@ func (s *Service) settleDelta(t target, req *DecisionRequest, prefix string, min
 	if delta < 0 && !role.mayRefund() {
 		return target{}, 0, &errClient{"forbidden", fmt.Errorf("%sactual: %d below the estimate %d is a refund, which needs a settle or admin token (this token's role is %s: it may settle an actual cost at least the estimate)",
 			prefix, *req.Actual, *req.Estimate, role)}
+	}
+	if role != RoleAdmin {
+		if err := checkSettleBound(t.policy, *req.Estimate, int64(*req.Actual), role); err != nil {
+			return bad("invalid_cost", "%v", err)
+		}
 	}
 	if len(req.Uncharged) == 0 {
 		return t, delta, nil
@@ -413,6 +348,52 @@ func (s *Service) settleDelta(t target, req *DecisionRequest, prefix string, min
 		delta = 0 // shadow limits only, none charged: nothing to settle
 	}
 	return t, delta, nil
+}
+
+// settleBound is the most a check or settle token may report as a
+// settle's estimate or actual cost on a key decided under p: the smallest
+// limit of p's enforced limits (the most one check of the key can take,
+// since a check of more is denied), or, for shadow limits only, the
+// largest. So a settle with such a token charges a key at most one full
+// limit above what its check took, a debt paid off in about one window
+// (for a bucket, the time it takes to refill), as a check could have
+// drained it; it never locks a key out for longer than its own checks
+// could. An admin token's settle is bounded by 2^40 only
+// (pipeline.SettleDelta).
+func settleBound(p *rl.Policy) int64 {
+	var enforced, shadow int64
+	for _, l := range p.Limits() {
+		switch {
+		case l.Shadow:
+			shadow = max(shadow, l.Limit)
+		case enforced == 0 || l.Limit < enforced:
+			enforced = l.Limit
+		}
+	}
+	if enforced > 0 {
+		return enforced
+	}
+	return shadow
+}
+
+// checkSettleBound refuses a settle's estimate or actual above
+// settleBound(p), for a role that is no admin.
+func checkSettleBound(p *rl.Policy, estimate, actual int64, role Role) error {
+	bound := settleBound(p)
+	switch {
+	case actual > bound:
+		given := strconv.FormatInt(actual, 10)
+		if actual == math.MaxInt64 {
+			given += " or more"
+		}
+		return fmt.Errorf("actual: %s is above %d, the most a settle with a %s token may charge for one call on this key "+
+			"(its smallest enforced limit, the most one check can take); settle an actual of at most %d, "+
+			"or a larger cost with an admin token", given, bound, role, bound)
+	case estimate > bound:
+		return fmt.Errorf("estimate: %d is above %d, the most one check of this key can take (its smallest enforced limit), "+
+			"so no check took it; settle the estimate the check took, at most %d", estimate, bound, bound)
+	}
+	return nil
 }
 
 // apiOp is what a decision-API request does.
@@ -505,7 +486,7 @@ func (s *Service) apiDecide(peek bool) http.HandlerFunc {
 			}
 		}
 		if req.Explain {
-			d.Explain = explainDecision(&t, t.rule, &req, cost, peek, res, out, each, w.Header())
+			d.Explain = explainDecision(&t, t.rule, &req, cost, peek, res, out, each, w.Header(), roleOf(r))
 		}
 		writeDecision(w, status, &d)
 	}

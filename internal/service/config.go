@@ -122,7 +122,8 @@ type Role uint8
 const (
 	// RoleCheck may check, peek and batch configured rules, and settle
 	// debts on them: a settle whose actual cost is at least its estimate
-	// (after the rule's min_cost), which only ever adds usage.
+	// (after the rule's min_cost), which only ever adds usage, and of at
+	// most the key's smallest enforced limit, the most one check can take.
 	RoleCheck Role = iota + 1
 	// RoleAdmin may also reset keys, read the rules, decide inline
 	// limits and settle refunds.
@@ -131,7 +132,8 @@ const (
 	// configured rules: a settle whose actual cost is below its estimate
 	// gives units back, so its holder is trusted, as with a reset, to
 	// report the estimate its check took (a gateway settling the costs it
-	// charged, such as the proxy-wasm filter in global mode).
+	// charged, such as the proxy-wasm filter in global mode). Its
+	// estimate and actual are bounded as a check token's are.
 	RoleSettle
 )
 

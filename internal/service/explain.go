@@ -175,7 +175,7 @@ func (s *Service) ExplainRequest(r *pipeline.Request) ExplainJSON {
 	}
 	policy := ru.policy
 	if ex.Key.Error == "" {
-		ex.Override = explainOverride(ru, key)
+		ex.Override = explainOverride(ru, key, true)
 		if ov := ru.overrideFor(key); ov != nil {
 			policy = ov.policy
 		}
@@ -193,17 +193,29 @@ func (s *Service) ExplainRequest(r *pipeline.Request) ExplainJSON {
 // explainDecision explains a decision of the API on t: the rule named by
 // the request (or its inline limits), the key as given, the cost, every
 // limit's evaluation and the fields sent, read back from h.
+//
+// It shows a caller only what its role may read elsewhere. An admin, who
+// may read GET /v1/ratelimit/rules, sees the whole rule, its overrides
+// included, and every override that also matches the key. A check or
+// settle token sees the rule without its overrides, the limits that
+// decided this key and the label of the override that did (as the
+// decision's "override" says), never another override's key, prefix or
+// API-key digest.
 func explainDecision(t *target, ru *rule, req *DecisionRequest, cost int64, peek bool, res rl.Result, out string,
-	each []rl.LimitResult, h http.Header) *ExplainJSON {
+	each []rl.LimitResult, h http.Header, role Role) *ExplainJSON {
 	ex := &ExplainJSON{Rule: &ExplainRuleJSON{Name: t.name}}
+	whole := role == RoleAdmin
 	if ru != nil {
 		ex.Rule.Why = []string{"named by the request's \"rule\""}
 		ex.Rule.Config = describeRule(ru)
+		if !whole {
+			ex.Rule.Config.Overrides = nil
+		}
 	} else {
 		ex.Rule.Why = []string{"the request's inline \"limits\" (an admin's)"}
 	}
 	ex.Key = &ExplainKeyJSON{Source: "request", Key: req.Key, Stored: t.name + ":" + req.Key, PartitionKey: partitionKey(t.fields, req.Key)}
-	ex.Override = explainOverride(ru, req.Key)
+	ex.Override = explainOverride(ru, req.Key, whole)
 	ex.Cost = &ExplainCostJSON{Cost: cost, Source: "the request's \"cost\""}
 	if req.Cost == nil {
 		ex.Cost.Source = "the rule's cost (the request gave none)"

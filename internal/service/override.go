@@ -164,8 +164,10 @@ type ExplainOverrideJSON struct {
 }
 
 // explainOverride explains which override of ru applies to key; nil when
-// ru has none.
-func explainOverride(ru *rule, key string) *ExplainOverrideJSON {
+// ru has none. With others false, the reasons name no other override (the
+// overrides that match the key too but are not chosen): only why the one
+// that applies does.
+func explainOverride(ru *rule, key string, others bool) *ExplainOverrideJSON {
 	if ru == nil || len(ru.overrides.list) == 0 {
 		return nil
 	}
@@ -174,6 +176,9 @@ func explainOverride(ru *rule, key string) *ExplainOverrideJSON {
 		cs[i] = o.spec.selects()
 	}
 	i, why := ru.overrides.index.Explain(key, cs)
+	if !others && i >= 0 && len(why) > 1 {
+		why = why[:1] // the first is why the chosen one applies (pipeline.Overrides.Explain)
+	}
 	ex := &ExplainOverrideJSON{Why: why}
 	if i >= 0 {
 		ex.Override = ru.overrides.list[i].label

@@ -240,7 +240,7 @@ func TestAPISettle(t *testing.T) {
 		{`{"rule":"r","key":"k","estimate":1,"actual":"1"}`, "invalid_cost", "actual: want an integer, at least 0"},
 		{`{"rule":"nope","key":"k","estimate":1,"actual":1}`, "unknown_rule", `no rule named "nope"`},
 		{`{"rule":"r","estimate":1,"actual":1}`, "invalid_key", "key: missing"},
-		{`{"rule":"r","key":"k","estimate":1,"actual":1,"extra":1}`, "unknown_field", `unknown field "extra" (want rule, limits, key, cost, estimate, actual, fail_open, explain)`},
+		{`{"rule":"r","key":"k","estimate":1,"actual":1,"extra":1}`, "unknown_field", `unknown field "extra" (want rule, limits, key, cost, estimate, actual, uncharged, fail_open, explain)`},
 	} {
 		r := e.post(t, "settle", c.body)
 		require.Equal(t, c.code, r.errorJSON(t).Code, c.body)
