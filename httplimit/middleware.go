@@ -51,6 +51,7 @@ import (
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/outage"
 	"github.com/rlcore/rl/internal/pipeline"
+	"github.com/rlcore/rl/internal/request/engine"
 	"github.com/rlcore/rl/internal/ruleconfig"
 )
 
@@ -179,67 +180,44 @@ const (
 	ProblemsText Problems = Problems(pipeline.ProblemText)
 )
 
-// Outcome is what a middleware did with a request.
-type Outcome uint8
+// Outcome is what a middleware did with a request: the one outcome
+// vocabulary of the project's front ends (rl-wasm-host's proxy, decision
+// API and gRPC service count the same outcomes). Its String is the name in
+// snake case ("fail_open"), fit for a metric label; its Status the
+// response status: 200 for OutcomeAllowed, OutcomeUnkeyed and
+// OutcomeFailOpen (what the next handler writes), 429, 400, 503 or 500.
+type Outcome = engine.Outcome
 
 // Outcomes, as Decision reports them.
 const (
 	// OutcomeAllowed: decided and admitted.
-	OutcomeAllowed Outcome = iota + 1
+	OutcomeAllowed = engine.Allowed
 	// OutcomeDenied: decided and refused, 429.
-	OutcomeDenied
+	OutcomeDenied = engine.Denied
 	// OutcomeMissingKey: the key function failed; 400.
-	OutcomeMissingKey
+	OutcomeMissingKey = engine.MissingKey
 	// OutcomeUnkeyed: the key function failed and Config.AllowMissingKey
 	// is set; served unlimited, without a decision.
-	OutcomeUnkeyed
+	OutcomeUnkeyed = engine.Unkeyed
 	// OutcomeInvalidKey: the limiter refused the key (rl.ErrInvalidKey);
 	// 400.
-	OutcomeInvalidKey
+	OutcomeInvalidKey = engine.InvalidKey
 	// OutcomeInvalidCost: the cost function failed, or the limiter refused
 	// the cost (core.ErrCost); 400.
-	OutcomeInvalidCost
+	OutcomeInvalidCost = engine.InvalidCost
 	// OutcomeFailOpen: the decision failed; served unlimited.
-	OutcomeFailOpen
+	OutcomeFailOpen = engine.FailOpen
 	// OutcomeFailClosed: the decision failed; 503 "Rate limiter
 	// unavailable".
-	OutcomeFailClosed
+	OutcomeFailClosed = engine.FailClosed
 	// OutcomeOverloaded: the decision failed because of load
 	// (store.ErrBusy by default); 503 "Rate limiter overloaded; retry
 	// later", never served.
-	OutcomeOverloaded
+	OutcomeOverloaded = engine.Overloaded
 	// OutcomeError: the decision failed for a reason other than the
 	// store's; 500.
-	OutcomeError
+	OutcomeError = engine.Error
 )
-
-var outcomeNames = [...]string{"", "allowed", "denied", "missing_key", "unkeyed", "invalid_key", "invalid_cost", "fail_open", "fail_closed", "overloaded", "error"}
-
-// String returns the outcome's name in snake case ("fail_open"), fit for a
-// metric label.
-func (o Outcome) String() string {
-	if int(o) < len(outcomeNames) && o != 0 {
-		return outcomeNames[o]
-	}
-	return "unknown"
-}
-
-// Status returns the response status of the outcome: 200 for
-// OutcomeAllowed, OutcomeUnkeyed and OutcomeFailOpen (what the next handler
-// writes), 429, 400, 503 or 500.
-func (o Outcome) Status() int {
-	switch o {
-	case OutcomeAllowed, OutcomeUnkeyed, OutcomeFailOpen:
-		return http.StatusOK
-	case OutcomeDenied:
-		return http.StatusTooManyRequests
-	case OutcomeMissingKey, OutcomeInvalidKey, OutcomeInvalidCost:
-		return http.StatusBadRequest
-	case OutcomeError:
-		return http.StatusInternalServerError
-	}
-	return http.StatusServiceUnavailable
-}
 
 // Decision describes what a middleware did with one request.
 type Decision struct {
@@ -420,23 +398,7 @@ func (h *handler) failure(r *http.Request, begun outage.Token, err error) (Outco
 			return OutcomeFailClosed, fmt.Errorf("httplimit: Config.Fail answered %v, not a failure outcome; answering fail_closed: %w", o, err)
 		}
 	}
-	return outcomeOf(class, h.cfg.FailOpen), err
-}
-
-// outcomeOf is the outcome of a failure of class c, by the rule of
-// outage.Class.
-func outcomeOf(c outage.Class, failOpen bool) Outcome {
-	switch c {
-	case outage.Load:
-		return OutcomeOverloaded
-	case outage.Outage:
-		if failOpen {
-			return OutcomeFailOpen
-		}
-	case outage.Internal:
-		return OutcomeError
-	}
-	return OutcomeFailClosed
+	return engine.OutcomeOf(class, h.cfg.FailOpen), err
 }
 
 func (h *handler) refuse(w http.ResponseWriter, r *http.Request, d Decision) {

@@ -121,6 +121,7 @@ var classes = []struct {
 	{"internal/pipeline", class{layer: layerFrontEnds}},
 	{"internal/ruleconfig", class{layer: layerFrontEnds}},
 	{"internal/outage", class{layer: layerFrontEnds}},
+	{"internal/request/engine", class{layer: layerFrontEnds}},
 	{"proxywasm", class{layer: layerFrontEnds}},
 	// The commands' -version: the module version and those of the
 	// interfaces the deciders define (schema, extension, WebAssembly ABI).
