@@ -21,7 +21,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/rlcore/rl/internal/rls"
-	"github.com/rlcore/rl/internal/service"
 )
 
 // The Envoy rate limit service as Run serves it: started beside the HTTP
@@ -126,7 +125,7 @@ type fakeExtension struct {
 	shutdown bool
 }
 
-func (f *fakeExtension) Start(*service.Service) (string, string, error) {
+func (f *fakeExtension) Start(rls.Host) (string, string, error) {
 	if f.fail {
 		return "", "", errors.New("fake: cannot start")
 	}

@@ -101,7 +101,7 @@ func TestERLExampleYAML(t *testing.T) {
 		// (foo, *), (baz, shady): 3 a minute in shadow_mode: never limited.
 		e := erlEnv(t, "example.yaml", envOpts{})
 		run(t, e, repeat(6, step{h("foo", "pelle", "baz", "shady"), twoHeader, true}))
-		require.Equal(t, float64(3), counter(t, e, "rl", "foo.baz_shady", outShadowDenied))
+		require.Equal(t, float64(3), counter(t, e, "rl", "foo.baz_shady", labelShadowDenied))
 	})
 	t.Run("value-included-in-stats-key-when-unspecified.sh", func(t *testing.T) {
 		// (unspec, *): 2 a minute, detailed_metric. The metric is the
@@ -109,7 +109,7 @@ func TestERLExampleYAML(t *testing.T) {
 		e := erlEnv(t, "example.yaml", envOpts{})
 		s := step{h("unspec", "unspecified_value"), unspec, true}
 		run(t, e, append(repeat(2, s), step{s.headers, unspec, false}))
-		require.Equal(t, float64(1), counter(t, e, "rl", "unspec", outDenied))
+		require.Equal(t, float64(1), counter(t, e, "rl", "unspec", "denied"))
 	})
 	t.Run("replaces.sh", func(t *testing.T) {
 		run(t, erlEnv(t, "example.yaml", envOpts{}), []step{

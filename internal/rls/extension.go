@@ -13,8 +13,6 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
-
-	"github.com/rlcore/rl/internal/service"
 )
 
 // ExtensionConfig configures the rate limit service as rl-wasm-host runs it
@@ -45,7 +43,7 @@ type Extension struct {
 func NewExtension(cfg ExtensionConfig) *Extension { return &Extension{cfg: cfg} }
 
 // Start loads the configuration, checks the listener's trust and binds it.
-func (e *Extension) Start(svc *service.Service) (string, string, error) {
+func (e *Extension) Start(host Host) (string, string, error) {
 	if e.cfg.ConfigPath == "" {
 		return "", "", errors.New("-grpc-listen needs -rls-config (the rate limit service's configuration)")
 	}
@@ -53,26 +51,26 @@ func (e *Extension) Start(svc *service.Service) (string, string, error) {
 	if err != nil {
 		return "", "", err
 	}
-	trusted, err := CheckListen(e.cfg.Listen, len(svc.Config().APITokens) > 0)
+	trusted, err := CheckListen(e.cfg.Listen, host.HasAPITokens())
 	if err != nil {
 		return "", "", err
 	}
 	// A reload of the service's configuration must keep the listener
 	// safe: a gRPC listener others reach keeps needing api_tokens.
-	svc.AddReloadCheck(func(c *service.Config) error {
-		_, err := CheckListen(e.cfg.Listen, len(c.APITokens) > 0)
+	host.AddTokensCheck(func(tokens bool) error {
+		_, err := CheckListen(e.cfg.Listen, tokens)
 		return err
 	})
 	opts := e.cfg.Options
 	opts.Trusted = trusted
-	if e.srv, err = New(svc, cfg, opts); err != nil {
+	if e.srv, err = New(host, cfg, opts); err != nil {
 		return "", "", err
 	}
 	if e.ln, err = net.Listen("tcp", e.cfg.Listen); err != nil {
 		return "", "", fmt.Errorf("rls: listen %s: %w", e.cfg.Listen, err)
 	}
 	e.grpc = NewGRPCServer(e.srv)
-	svc.Logger().Info("rate limit service config loaded", "path", e.cfg.ConfigPath, "domains", len(cfg.Domains))
+	host.Logger().Info("rate limit service config loaded", "path", e.cfg.ConfigPath, "domains", len(cfg.Domains))
 	return "grpc", e.ln.Addr().String(), nil
 }
 
@@ -100,7 +98,7 @@ func NewGRPCServer(s *Server) *grpc.Server {
 	hs := health.NewServer()
 	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(g, hs)
-	s.svc.OnDrain(hs.Shutdown)
+	s.host.OnDrain(hs.Shutdown)
 	return g
 }
 

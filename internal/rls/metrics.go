@@ -4,18 +4,20 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rlcore/rl/internal/request/engine"
 )
 
-// Outcomes of one descriptor, the "outcome" label of
-// rl_rls_descriptor_decisions_total.
+// The "outcome" label of rl_rls_descriptor_decisions_total is the name of
+// the descriptor's engine.Outcome: allowed (admitted, and charged unless
+// the request was denied), denied (over its limit, or not charged because
+// another descriptor was), fail_open (the store was down; answered OK by
+// fail_open), fail_closed (the store was down; the call failed,
+// UNAVAILABLE), overloaded (load: answered OVER_LIMIT with Retry-After 1);
+// or one of two states no decision makes:
 const (
-	outAllowed      = "allowed"       // admitted (and charged, unless the request was denied)
-	outDenied       = "denied"        // over its limit, or not charged because another descriptor was
-	outShadowDenied = "shadow_denied" // over its limit in shadow_mode: answered OK
-	outFailOpen     = "fail_open"     // the store was down; answered OK by fail_open
-	outFailClosed   = "fail_closed"   // the store was down; the call failed (UNAVAILABLE)
-	outOverloaded   = "overloaded"    // load: answered OVER_LIMIT with Retry-After 1
-	outUnlimited    = "unlimited"     // unlimited: true
+	labelShadowDenied = "shadow_denied" // over its limit in shadow_mode: answered OK
+	labelUnlimited    = "unlimited"     // unlimited: true
 )
 
 // unknownDomain is the domain label of requests naming a domain the
@@ -144,8 +146,9 @@ type descMetrics struct {
 
 func (m *metrics) forDescriptor(domain, path string, l *Limit) *descMetrics {
 	c := func(out string) prometheus.Counter { return m.descriptors.WithLabelValues(domain, path, out) }
-	dm := &descMetrics{allowed: c(outAllowed), denied: c(outDenied), shadowDenied: c(outShadowDenied),
-		failOpen: c(outFailOpen), failClosed: c(outFailClosed), overloaded: c(outOverloaded), unlimited: c(outUnlimited)}
+	dm := &descMetrics{allowed: c(engine.Allowed.String()), denied: c(engine.Denied.String()), shadowDenied: c(labelShadowDenied),
+		failOpen: c(engine.FailOpen.String()), failClosed: c(engine.FailClosed.String()), overloaded: c(engine.Overloaded.String()),
+		unlimited: c(labelUnlimited)}
 	for _, s := range l.ShadowLimits {
 		dm.wouldDeny = append(dm.wouldDeny, m.shadow.WithLabelValues(domain, path, s.Name))
 	}

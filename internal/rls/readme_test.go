@@ -155,8 +155,8 @@ func TestReadmeExample8(t *testing.T) {
 	require.Equal(t, 10, e.admitted(t, 11, "example8", d("key1", "unspecified_value")))
 	require.Equal(t, 10, e.admitted(t, 11, "example8", d("key1", "unspecified_value2")))
 	require.Equal(t, 20, e.admitted(t, 21, "example8", d("key1", "value1")))
-	require.Equal(t, float64(20), counter(t, e, "example8", "key1", outAllowed))
-	require.Equal(t, float64(2), counter(t, e, "example8", "key1", outDenied))
+	require.Equal(t, float64(20), counter(t, e, "example8", "key1", "allowed"))
+	require.Equal(t, float64(2), counter(t, e, "example8", "key1", "denied"))
 }
 
 // Example 9, middle and several wildcards.
@@ -179,12 +179,12 @@ func TestReadmeExample10(t *testing.T) {
 	e := erlEnv(t, "readme-example10a.yaml", envOpts{})
 	require.Equal(t, 60, e.admitted(t, 61, "example10", d("route", "api", "http_method", "GET", "subject_id", "123")))
 	require.Equal(t, 60, e.admitted(t, 61, "example10", d("route", "web", "http_method", "POST", "subject_id", "456")))
-	require.Equal(t, float64(120), counter(t, e, "example10", "route.http_method.subject_id", outAllowed))
+	require.Equal(t, float64(120), counter(t, e, "example10", "route.http_method.subject_id", "allowed"))
 
 	e = erlEnv(t, "readme-example10b.yaml", envOpts{})
 	require.Equal(t, 100, e.admitted(t, 101, "example10_wildcard", d("user", "alice", "action", "readfile", "resource", "documents")))
 	require.Nil(t, e.call(t, "example10_wildcard", d("user", "alice", "action", "write", "resource", "documents")).Statuses[0].CurrentLimit)
-	require.Equal(t, float64(100), counter(t, e, "example10_wildcard", "user.action_read*.resource", outAllowed))
+	require.Equal(t, float64(100), counter(t, e, "example10_wildcard", "user.action_read*.resource", "allowed"))
 }
 
 // Example 11: share_threshold.
@@ -200,7 +200,7 @@ func TestReadmeExample11(t *testing.T) {
 	require.Equal(t, 30, e.admitted(t, 30, "example11_metrics", d("route", "api/v1", "method", "GET")))
 	require.Equal(t, 30, e.admitted(t, 31, "example11_metrics", d("route", "api/v2", "method", "GET")), "api/* shares 60")
 	require.Equal(t, 60, e.admitted(t, 61, "example11_metrics", d("route", "api/v1", "method", "POST")), "per method")
-	require.Equal(t, float64(120), counter(t, e, "example11_metrics", "route_api/*.method", outAllowed))
+	require.Equal(t, float64(120), counter(t, e, "example11_metrics", "route_api/*.method", "allowed"))
 }
 
 // counter reads rl_rls_descriptor_decisions_total for a domain, descriptor

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"maps"
 	"math"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -27,11 +27,10 @@ import (
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
-	"github.com/rlcore/rl/httplimit"
 	"github.com/rlcore/rl/internal/outage"
 	"github.com/rlcore/rl/internal/pipeline"
+	"github.com/rlcore/rl/internal/request/engine"
 	"github.com/rlcore/rl/internal/ruleconfig"
-	"github.com/rlcore/rl/internal/service"
 )
 
 type entry = commonv3.RateLimitDescriptor_Entry
@@ -63,12 +62,39 @@ type Options struct {
 	ResponseMetadata bool
 }
 
+// Host is the process the rate limit service runs in, beside other front
+// ends (rl-wasm-host's service is one): the decision engine they share
+// (its store, clock, per-key bound and outage detector), its logger and
+// metrics registry, its api_tokens and its drain. The rate limit service
+// imports no other front end: it reaches the rest through this.
+type Host interface {
+	// Engine decides.
+	Engine() *engine.Engine
+	// Logger receives the logs.
+	Logger() *slog.Logger
+	// Register adds collectors to the metrics the host serves.
+	Register(cs ...prometheus.Collector) error
+	// Authorized reports whether a caller presenting authorization (the
+	// metadata "authorization: Bearer <token>") may call; trusted: the
+	// listener is reached only from loopback.
+	Authorized(trusted bool, authorization string) bool
+	// HasAPITokens reports whether the configuration in force has
+	// api_tokens.
+	HasAPITokens() bool
+	// AddTokensCheck adds a check every reload of the host's
+	// configuration must pass, given whether it has api_tokens.
+	AddTokensCheck(check func(tokens bool) error)
+	// OnDrain registers f to run when the host starts draining.
+	OnDrain(f func())
+}
+
 // Server implements envoy.service.ratelimit.v3.RateLimitService over a
-// Service's store and clock. Create it with New; it is safe for
-// concurrent use, and SetConfig swaps the configuration atomically.
+// Host's decision engine. Create it with New; it is safe for concurrent
+// use, and SetConfig swaps the configuration atomically.
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	svc        *service.Service
+	host       Host
+	eng        *engine.Engine
 	log        *slog.Logger
 	set        atomic.Pointer[ruleSet]
 	m          *metrics
@@ -136,20 +162,21 @@ type domainSet struct {
 	m   *domainMetrics
 }
 
-// New returns a Server deciding by cfg over svc.
-func New(svc *service.Service, cfg *Config, opts Options) (*Server, error) {
-	if svc == nil || cfg == nil {
-		return nil, errors.New("rls: nil Service or Config")
+// New returns a Server deciding by cfg with host's engine.
+func New(host Host, cfg *Config, opts Options) (*Server, error) {
+	if host == nil || cfg == nil {
+		return nil, errors.New("rls: nil Host or Config")
 	}
-	s := &Server{svc: svc, log: svc.Logger(), m: newMetrics(), trusted: opts.Trusted,
-		maxDesc: opts.MaxDescriptors, maxEntries: opts.MaxEntries, maxKey: svc.MaxKeyLength(), respMeta: opts.ResponseMetadata}
+	eng := host.Engine()
+	s := &Server{host: host, eng: eng, log: host.Logger(), m: newMetrics(), trusted: opts.Trusted,
+		maxDesc: opts.MaxDescriptors, maxEntries: opts.MaxEntries, maxKey: eng.MaxKeyLength(), respMeta: opts.ResponseMetadata}
 	if s.maxDesc <= 0 {
 		s.maxDesc = DefaultMaxDescriptors
 	}
 	if s.maxEntries <= 0 {
 		s.maxEntries = DefaultMaxEntries
 	}
-	if err := s.m.register(svc.Register); err != nil {
+	if err := s.m.register(host.Register); err != nil {
 		return nil, fmt.Errorf("rls: metrics: %w", err)
 	}
 	s.unknown = s.m.forDomain(unknownDomain)
@@ -171,8 +198,7 @@ const KeyPrefix = ruleconfig.RLSNamespace + ":"
 func (s *Server) SetConfig(cfg *Config) error {
 	rs := &ruleSet{cfg: cfg, domains: make(map[string]*domainSet, len(cfg.Domains))}
 	for name, d := range cfg.Domains {
-		lim, err := rl.New(rl.Config{Store: s.svc.Store(), BaseKey: KeyPrefix + name, Clock: s.svc.Clock(),
-			MaxKeyLength: s.maxKey})
+		lim, err := s.eng.Limiter(KeyPrefix+name, nil)
 		if err != nil {
 			return fmt.Errorf("rls: domain %q: %w", name, err)
 		}
@@ -182,7 +208,7 @@ func (s *Server) SetConfig(cfg *Config) error {
 			if l.m == nil { // set once: a Config in force may be set again
 				l.m = s.m.forDescriptor(name, path, l)
 			}
-			if no := s.svc.ShadowUnsupported(); no != nil && len(l.ShadowLimits) > 0 && shadowErr == nil {
+			if no := s.eng.ShadowUnsupported(); no != nil && len(l.ShadowLimits) > 0 && shadowErr == nil {
 				shadowErr = fmt.Errorf("rls: domain %q: descriptor %q has shadow_limits, which this store cannot decide: %w", name, path, no)
 			}
 		})
@@ -220,7 +246,7 @@ type item struct {
 	decided  bool
 	taken    bool
 	res      rl.Result
-	out      string
+	out      engine.Outcome
 	// each holds every limit's result of a limit with shadow_limits (the
 	// rate_limit's, then each shadow limit's); nil otherwise.
 	each []rl.LimitResult
@@ -425,7 +451,7 @@ func (s *Server) decideAll(ctx context.Context, ds *domainSet, items []item) (de
 	}
 	fail := func(it *item, err error) (bool, bool, error) {
 		if errors.Is(err, errOverload) {
-			it.out = outOverloaded
+			it.out = engine.Overloaded
 			return true, true, nil
 		}
 		return true, false, err
@@ -444,7 +470,7 @@ func (s *Server) decideAll(ctx context.Context, ds *domainSet, items []item) (de
 		taken := 0
 		for _, i := range enforced {
 			it := &items[i]
-			if it.out == outFailOpen || it.out == outDenied { // a quota without room: not charged
+			if it.out == engine.FailOpen || it.out == engine.Denied { // a quota without room: not charged
 				continue
 			}
 			if err := s.decide(ctx, ds, it, false); err != nil {
@@ -456,7 +482,7 @@ func (s *Server) decideAll(ctx context.Context, ds *domainSet, items []item) (de
 			if it.taken {
 				taken++
 			}
-			if it.out == outDenied && !it.n.limit.Quota {
+			if it.out == engine.Denied && !it.n.limit.Quota {
 				break // raced: denied, whatever comes after
 			}
 		}
@@ -484,9 +510,9 @@ func (s *Server) decideAll(ctx context.Context, ds *domainSet, items []item) (de
 		// charged when the request is admitted, as they would be if
 		// enforced. Their failures deny nothing.
 		if err := s.decide(ctx, ds, it, it.check || denied); err != nil {
-			it.out = ""
+			it.out = 0
 			if errors.Is(err, errOverload) {
-				it.out = outOverloaded
+				it.out = engine.Overloaded
 			}
 		}
 	}
@@ -500,7 +526,7 @@ func (s *Server) decideAll(ctx context.Context, ds *domainSet, items []item) (de
 func verdict(items []item) bool {
 	for i := range items {
 		it := &items[i]
-		if l := it.limit(); l != nil && !l.Unlimited && !l.Quota && !l.Shadow && it.same < 0 && it.out == outDenied {
+		if l := it.limit(); l != nil && !l.Unlimited && !l.Quota && !l.Shadow && it.same < 0 && it.out == engine.Denied {
 			return true
 		}
 	}
@@ -515,7 +541,7 @@ func quotasDeny(items []item) bool {
 	for i := range items {
 		it := &items[i]
 		if l := it.limit(); l != nil && !l.Unlimited && l.Quota && it.same < 0 {
-			if l.Shadow || it.out != outDenied {
+			if l.Shadow || it.out != engine.Denied {
 				return false
 			}
 			quotas = true
@@ -524,18 +550,12 @@ func quotasDeny(items []item) bool {
 	return quotas
 }
 
-// decide decides one descriptor, peek or take, into it. It returns
-// errOverload for load, or the gRPC error answering a store that is down
-// under a fail-closed limit.
+// decide decides one descriptor, peek or take, into it, with the engine
+// (the per-key bound, the store, the outage detector, the failure rule).
+// It returns errOverload for load, or the gRPC error answering a store
+// that is down under a fail-closed limit.
 func (s *Server) decide(ctx context.Context, ds *domainSet, it *item, peek bool) error {
 	l := it.n.limit
-	slot, ok := s.svc.EnterKey(ds.ns, it.key)
-	if !ok {
-		return errOverload
-	}
-	if slot != nil {
-		defer slot.Add(-1)
-	}
 	cost := it.cost
 	if it.check {
 		// A check is a peek of one unit: it denies what one more
@@ -548,37 +568,33 @@ func (s *Server) decide(ctx context.Context, ds *domainSet, it *item, peek bool)
 	if len(l.ShadowLimits) > 0 {
 		each = make([]rl.LimitResult, l.policy.Len())
 	}
-	begun := s.svc.BeginDecision()
-	res, err := ds.lim.Do(ctx, rl.Request{Key: it.key, Cost: cost, Policy: l.policy, Peek: peek, Each: each})
-	if err == nil {
-		s.svc.DecisionSucceeded()
-		it.res, it.decided, it.each = res, true, each
-		it.taken = !peek && res.Allowed
-		if res.Allowed {
-			it.out = outAllowed
-		} else {
-			it.out = outDenied
-		}
+	t := engine.Target{Name: ds.ns, Limiter: ds.lim, Policy: l.policy, FailOpen: l.FailOpen}
+	d := s.eng.Decide(ctx, &t, rl.Request{Key: it.key, Cost: cost, Peek: peek, Each: each}, engine.GateCheck)
+	switch d.Outcome {
+	case engine.Allowed, engine.Denied:
+		it.res, it.decided, it.each, it.out = d.Result, true, each, d.Outcome
+		it.taken = !peek && d.Outcome == engine.Allowed
 		return nil
+	case engine.InvalidKey, engine.InvalidCost:
+		return status.Errorf(codes.InvalidArgument, "%v", d.Err) // not reached: keys are encoded, costs checked
 	}
-	class := s.svc.Classify(begun, err)
-	if class == outage.Invalid {
-		return status.Errorf(codes.InvalidArgument, "%v", err) // not reached: keys are encoded, costs checked
+	if errors.Is(d.Err, engine.ErrOverloaded) {
+		return errOverload // the per-key bound: counted by the engine
 	}
 	ds.m.storeErrors.Inc()
-	if class == outage.Outage {
-		if l.FailOpen {
-			s.logFailure("store down; answering OK (fail_open)", ds, err)
-			it.out = outFailOpen
-			return nil
-		}
-		s.logFailure("store down; failing the call (UNAVAILABLE: Envoy's failure_mode_deny decides)", ds, err)
-		it.out = outFailClosed
+	switch {
+	case d.Outcome == engine.FailOpen:
+		s.logFailure("store down; answering OK (fail_open)", ds, d.Err)
+		it.out = engine.FailOpen
+		return nil
+	case d.Class == outage.Outage:
+		s.logFailure("store down; failing the call (UNAVAILABLE: Envoy's failure_mode_deny decides)", ds, d.Err)
+		it.out = engine.FailClosed
 		return status.Error(codes.Unavailable, "rate limit store unavailable")
 	}
 	// Load, a store failure that is not an outage, a corrupt state:
 	// refused, never admitted.
-	s.logFailure("store busy or failing; answering OVER_LIMIT (load is never admitted)", ds, err)
+	s.logFailure("store busy or failing; answering OVER_LIMIT (load is never admitted)", ds, d.Err)
 	return errOverload
 }
 
@@ -587,9 +603,9 @@ func (s *Server) decide(ctx context.Context, ds *domainSet, it *item, peek bool)
 // passes, nothing stored.
 func (s *Server) denyAll(it *item) {
 	l := it.n.limit
-	it.decided, it.out = true, outDenied
+	it.decided, it.out = true, engine.Denied
 	it.res = rl.Result{LimitResult: rl.LimitResult{Name: "deny_all", Limit: int64(l.RequestsPerUnit), Window: l.window, Never: true,
-		ResetAfter: untilWindowEnd(s.svc.Clock()(), l.window)}}
+		ResetAfter: untilWindowEnd(s.eng.Clock()(), l.window)}}
 }
 
 // unknownDomain counts a call naming a domain rs lacks, answered OK with
@@ -665,17 +681,17 @@ func (s *Server) respond(items []item, denied, overloaded bool) *rlsv3.RateLimit
 		}
 		st.CurrentLimit = l.current
 		switch {
-		case src.out == outOverloaded:
+		case src.out == engine.Overloaded:
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			continue
 		case !src.decided:
 			continue
 		}
-		if src.out == outDenied && !l.Shadow {
+		if src.out == engine.Denied && !l.Shadow {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 		rem := src.res.Remaining
-		if src.out == outAllowed && !src.taken {
+		if src.out == engine.Allowed && !src.taken {
 			// Checked, not charged: what remains is what it had (a
 			// check peeked one unit).
 			if src.check {
@@ -686,7 +702,7 @@ func (s *Server) respond(items []item, denied, overloaded bool) *rlsv3.RateLimit
 		}
 		st.LimitRemaining = uint32(min(rem, math.MaxUint32))
 		st.DurationUntilReset = durationpb.New(src.res.ResetAfter)
-		if l.Shadow || it.same >= 0 || l.Quota && src.out == outDenied && i != quotaRep {
+		if l.Shadow || it.same >= 0 || l.Quota && src.out == engine.Denied && i != quotaRep {
 			continue
 		}
 		// One item of the RateLimit fields per enforced descriptor, named
@@ -708,9 +724,9 @@ func (s *Server) respond(items []item, denied, overloaded bool) *rlsv3.RateLimit
 		switch d := deciding; {
 		case d < 0:
 			deciding = i
-		case src.out == outDenied && (items[d].out != outDenied || laterRetry(&src.res, &items[d].res)):
+		case src.out == engine.Denied && (items[d].out != engine.Denied || laterRetry(&src.res, &items[d].res)):
 			deciding = i
-		case src.out != outDenied && items[d].out != outDenied && src.res.Remaining < items[d].res.Remaining:
+		case src.out != engine.Denied && items[d].out != engine.Denied && src.res.Remaining < items[d].res.Remaining:
 			deciding = i
 		}
 	}
@@ -726,35 +742,37 @@ func (s *Server) respond(items []item, denied, overloaded bool) *rlsv3.RateLimit
 	return resp
 }
 
-// headerNames are the fields httplimit.SetFields writes, in the order
-// they are sent.
+// headerNames are the fields pipeline.AppendFields writes (as every HTTP
+// front end sends them), in the order they are sent.
 var headerNames = []string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"}
 
 // headerValues are the draft-11 RateLimit and RateLimit-Policy fields, the
 // X-RateLimit-* fields and, on a denial a retry can pass, Retry-After, as
-// httplimit.SetFields writes them for the HTTP service: every enforced
-// descriptor's limit (each) listed, the deciding one (r) first on a
-// denial and in the X-RateLimit-* fields.
+// the HTTP front ends write them (engine.Verdict, pipeline.AppendFields):
+// every enforced descriptor's limit (each) listed, the deciding one (r)
+// first on a denial and in the X-RateLimit-* fields.
 func headerValues(r rl.Result, each []rl.LimitResult) []*corev3.HeaderValue {
-	h := make(http.Header, len(headerNames))
-	httplimit.SetFields(h, "", r, each, httplimit.Fields{})
+	var buf [pipeline.MaxFields][2]string
+	v := engine.Verdict(r, each)
+	kvs := pipeline.AppendFields(buf[:0], &v, &pipeline.Fields{})
 	out := make([]*corev3.HeaderValue, 0, len(headerNames))
-	for i, k := range canonicalHeaderNames {
-		if v := h[k]; len(v) > 0 && v[0] != "" {
-			out = append(out, &corev3.HeaderValue{Key: lowerHeaderNames[i], Value: v[0]})
+	for i, k := range headerNames {
+		for _, kv := range kvs {
+			if strings.EqualFold(kv[0], k) && kv[1] != "" {
+				out = append(out, &corev3.HeaderValue{Key: lowerHeaderNames[i], Value: kv[1]})
+				break
+			}
 		}
 	}
 	return out
 }
 
-// canonicalHeaderNames and lowerHeaderNames are headerNames in canonical
-// form (http.Header's keys) and in lower case (HTTP/2's), once.
-var canonicalHeaderNames, lowerHeaderNames = func() (c, l []string) {
+// lowerHeaderNames are headerNames in lower case (HTTP/2's), once.
+var lowerHeaderNames = func() (l []string) {
 	for _, k := range headerNames {
-		c = append(c, http.CanonicalHeaderKey(k))
 		l = append(l, strings.ToLower(k))
 	}
-	return c, l
+	return l
 }()
 
 // laterRetry reports whether a's retry is later than b's (Never latest).
@@ -795,17 +813,17 @@ func (s *Server) count(items []item, denied, overloaded bool) {
 		switch {
 		case l.Unlimited:
 			l.m.unlimited.Inc()
-		case src.out == outOverloaded:
+		case src.out == engine.Overloaded:
 			l.m.overloaded.Inc()
-		case src.out == outFailOpen:
+		case src.out == engine.FailOpen:
 			l.m.failOpen.Inc()
-		case src.out == outFailClosed:
+		case src.out == engine.FailClosed:
 			l.m.failClosed.Inc()
-		case src.out == outDenied && l.Shadow:
+		case src.out == engine.Denied && l.Shadow:
 			l.m.shadowDenied.Inc()
-		case src.out == outDenied, src.out == outAllowed && denied && !l.Shadow && !it.check:
+		case src.out == engine.Denied, src.out == engine.Allowed && denied && !l.Shadow && !it.check:
 			l.m.denied.Inc()
-		case src.out == outAllowed:
+		case src.out == engine.Allowed:
 			l.m.allowed.Inc()
 		}
 		if it.same < 0 && it.taken {
@@ -825,12 +843,12 @@ func (s *Server) count(items []item, denied, overloaded bool) {
 // metadata "authorization: Bearer <token>" with a configured token.
 func (s *Server) authenticate(ctx context.Context) error {
 	var authz string
-	if !s.trusted || len(s.svc.Config().APITokens) > 0 {
+	if !s.trusted || s.host.HasAPITokens() {
 		if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) > 0 {
 			authz = v[0]
 		}
 	}
-	if s.svc.TokenRole(s.trusted, authz) == 0 {
+	if !s.host.Authorized(s.trusted, authz) {
 		return status.Error(codes.Unauthenticated, "the rate limit service needs the metadata \"authorization: Bearer <token>\" with a token of the configuration's api_tokens")
 	}
 	return nil

@@ -62,8 +62,8 @@ func TestShadowLimits(t *testing.T) {
 	}
 	require.Equal(t, float64(2), shadowCount(t, e, "candidate"), "two admitted requests it would have denied")
 	require.Equal(t, float64(1), shadowCount(t, e, "hourly"))
-	require.Equal(t, float64(3), counter(t, e, "s", "user", outAllowed))
-	require.Equal(t, float64(1), counter(t, e, "s", "user", outDenied))
+	require.Equal(t, float64(3), counter(t, e, "s", "user", "allowed"))
+	require.Equal(t, float64(1), counter(t, e, "s", "user", "denied"))
 
 	// A descriptor without shadow limits gets no shadowLimits.
 	e = newEnv(t, "domain: p\ndescriptors: [{key: k, rate_limit: {unit: minute, requests_per_unit: 1}}]\n", envOpts{})

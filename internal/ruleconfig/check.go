@@ -754,3 +754,24 @@ func ParseWindow(s string) (int64, error) {
 	}
 	return int64(d / time.Microsecond), nil
 }
+
+// ConfigError lists every mistake found in a configuration file.
+type ConfigError struct {
+	File     string
+	Problems []Problem
+}
+
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "config %s: %d problem", e.File, len(e.Problems))
+	if len(e.Problems) != 1 {
+		b.WriteString("s")
+	}
+	for _, p := range e.Problems {
+		b.WriteString("\n  ")
+		b.WriteString(e.File)
+		b.WriteString(": ")
+		b.WriteString(p.String())
+	}
+	return b.String()
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/rlcore/rl/internal/outage"
 	"github.com/rlcore/rl/internal/pipeline"
 	"github.com/rlcore/rl/internal/redact"
+	"github.com/rlcore/rl/internal/request/engine"
 	"github.com/rlcore/rl/internal/ruleconfig"
 )
 
@@ -223,17 +224,17 @@ func (s *Service) resolve(rs *ruleSet, req *DecisionRequest, prefix string, op a
 		if err != nil {
 			return target{}, 0, err
 		}
-		if p.Shadowed() && s.noShadow != nil {
-			return bad("invalid_limits", "limits: a shadow limit, which this store cannot decide (%v)", s.noShadow)
+		if no := s.eng.ShadowUnsupported(); p.Shadowed() && no != nil {
+			return bad("invalid_limits", "limits: a shadow limit, which this store cannot decide (%v)", no)
 		}
-		t = target{name: InlineNamespace, lim: rs.inline, policy: p, m: rs.inlineM}
+		t = target{Target: engine.Target{Name: InlineNamespace, Limiter: rs.inline, Policy: p}, m: rs.inlineM}
 		if req.FailOpen != nil {
-			t.failOpen = *req.FailOpen
+			t.FailOpen = *req.FailOpen
 		}
 	default:
 		return bad("invalid_limits", "rule: missing (name a rule, or give limits)")
 	}
-	if err := s.checkKey(t.name, req.Key); err != nil {
+	if err := s.checkKey(t.Name, req.Key); err != nil {
 		return bad("invalid_key", "key: %v", err)
 	}
 	t.forKey(req.Key)
@@ -319,7 +320,7 @@ func (s *Service) settleDelta(t target, req *DecisionRequest, prefix string, min
 			prefix, *req.Actual, *req.Estimate, role)}
 	}
 	if role != RoleAdmin {
-		if err := checkSettleBound(t.policy, *req.Estimate, int64(*req.Actual), role); err != nil {
+		if err := checkSettleBound(t.Policy, *req.Estimate, int64(*req.Actual), role); err != nil {
 			return bad("invalid_cost", "%v", err)
 		}
 	}
@@ -327,7 +328,7 @@ func (s *Service) settleDelta(t target, req *DecisionRequest, prefix string, min
 		return t, delta, nil
 	}
 	// The check's would-denies: settled under the policy without them.
-	ls := t.policy.Limits()
+	ls := t.Policy.Limits()
 	each := make([]rl.LimitResult, len(ls))
 	for i := range each {
 		each[i].Allowed = true
@@ -335,15 +336,15 @@ func (s *Service) settleDelta(t target, req *DecisionRequest, prefix string, min
 	for _, name := range req.Uncharged {
 		i := slices.IndexFunc(ls, func(l rl.Limit) bool { return l.Name == name })
 		if i < 0 || !ls[i].Shadow {
-			return bad("invalid_limits", "uncharged: %q is not a shadow limit of %s", ruleconfig.Clip(name, 64), t.name)
+			return bad("invalid_limits", "uncharged: %q is not a shadow limit of %s", ruleconfig.Clip(name, 64), t.Name)
 		}
 		each[i].Allowed = false
 	}
 	if delta == 0 {
 		return t, 0, nil // nothing to settle: no policy to build
 	}
-	if p := t.policy.Charged(each); p != nil {
-		t.policy = p
+	if p := t.Policy.Charged(each); p != nil {
+		t.Policy = p
 	} else {
 		delta = 0 // shadow limits only, none charged: nothing to settle
 	}
@@ -467,19 +468,19 @@ func (s *Service) apiDecide(peek bool) http.HandlerFunc {
 		each := make([]rl.LimitResult, t.limits())
 		res, out, err := s.decide(r.Context(), &t, req.Key, cost, peek, each)
 		s.metrics.apiLatency.Observe(time.Since(start).Seconds())
-		if out == "" {
+		if out == 0 {
 			s.clientError(w, err)
 			return
 		}
 		t.m.record(out, &res)
-		if out == outFailClosed {
+		if refused(out) {
 			s.failClosed(w, err)
 			return
 		}
-		d := decisionJSON(t.name, req.Key, cost, peek, res, out, each)
+		d := decisionJSON(t.Name, req.Key, cost, peek, res, out, each)
 		d.Override = t.overrideLabel()
 		status := http.StatusOK
-		if out != outFailOpen {
+		if out != engine.FailOpen {
 			httplimit.SetFields(w.Header(), req.Key, res, each, t.fields)
 			if !res.Allowed {
 				status = http.StatusTooManyRequests
@@ -515,34 +516,35 @@ func (s *Service) apiSettle(w http.ResponseWriter, r *http.Request) {
 	// settles, httplimit.serveAndSettle), and the store call would be
 	// cancelled with it, the estimate standing. Within a per-key bound of
 	// its own (settleAPI): refused beyond it (503), as a check is.
-	res, begun, err := s.settleAPI(context.WithoutCancel(r.Context()), &t, rl.Request{Key: req.Key, Cost: delta, Policy: t.policy, Settle: true, Each: each})
-	if err != nil {
-		class := s.Classify(begun, err)
-		if class == outage.Invalid {
-			code := "invalid_key"
-			if errors.Is(err, core.ErrCost) { // a debt beyond what a state holds
-				code = "invalid_cost"
-			}
-			s.clientError(w, &errClient{code, err})
-			return
-		}
-		s.settled(&t, err)
-		s.failClosed(w, outage.Classified(class, err))
+	d := s.do(context.WithoutCancel(r.Context()), &t, rl.Request{Key: req.Key, Cost: delta, Settle: true, Each: each}, engine.GateSettleBounded)
+	switch d.Outcome {
+	case engine.Allowed, engine.Denied:
+	case engine.InvalidKey:
+		s.clientError(w, &errClient{"invalid_key", d.Err})
+		return
+	case engine.InvalidCost: // a debt beyond what a state holds
+		s.clientError(w, &errClient{"invalid_cost", d.Err})
+		return
+	default:
+		// Whatever the fail policy: a settle has nothing to admit.
+		s.settled(&t, d.Err)
+		s.failClosed(w, d.Err)
 		return
 	}
+	res := d.Result
 	s.settled(&t, nil)
-	d := decisionJSON(t.name, req.Key, 0, false, res, outAllowed, each)
-	d.Taken, d.Delta, d.Override = false, &delta, t.overrideLabel()
+	dj := decisionJSON(t.Name, req.Key, 0, false, res, engine.Allowed, each)
+	dj.Taken, dj.Delta, dj.Override = false, &delta, t.overrideLabel()
 	httplimit.SetFields(w.Header(), req.Key, res, each, t.fields)
-	writeDecision(w, http.StatusOK, &d)
+	writeDecision(w, http.StatusOK, &dj)
 }
 
 // limits is the number of limits the target decides.
-func (t *target) limits() int { return t.policy.Len() }
+func (t *target) limits() int { return t.Policy.Len() }
 
-func decisionJSON(rule, key string, cost int64, peek bool, res rl.Result, out string, each []rl.LimitResult) DecisionJSON {
+func decisionJSON(rule, key string, cost int64, peek bool, res rl.Result, out engine.Outcome, each []rl.LimitResult) DecisionJSON {
 	d := DecisionJSON{Rule: rule, Key: key, Cost: cost, Peek: peek, Limits: []LimitJSON{}}
-	if out == outFailOpen {
+	if out == engine.FailOpen {
 		d.Allowed, d.FailOpen = true, true
 		return d
 	}
@@ -618,24 +620,24 @@ func (s *Service) apiReset(w http.ResponseWriter, r *http.Request) {
 		s.clientError(w, err)
 		return
 	}
-	err = t.lim.ResetPolicy(r.Context(), req.Key, t.policy)
+	err = t.Limiter.ResetPolicy(r.Context(), req.Key, t.Policy)
 	if err == nil && t.override != nil {
 		// The rule's limits too: the key's state is kept per limit name,
 		// and a name of the rule's that the override lacks would come back
 		// into use when the override stops applying.
-		err = t.lim.ResetPolicy(r.Context(), req.Key, t.rule.policy)
+		err = t.Limiter.ResetPolicy(r.Context(), req.Key, t.rule.policy)
 	}
 	if err != nil {
 		if errors.Is(err, rl.ErrStore) {
 			t.m.storeErrors.Inc()
-			s.log.Warn("reset failed", "rule", t.name, "err", err)
+			s.log.Warn("reset failed", "rule", t.Name, "err", err)
 			s.apiError(w, http.StatusServiceUnavailable, "store_unavailable", "rate limiter unavailable: "+err.Error())
 			return
 		}
 		s.clientError(w, &errClient{"invalid_key", err})
 		return
 	}
-	answer := map[string]any{"reset": true, "rule": t.name, "key": req.Key}
+	answer := map[string]any{"reset": true, "rule": t.Name, "key": req.Key}
 	if t.override != nil {
 		answer["override"] = t.override.label
 	}
@@ -702,8 +704,8 @@ func (s *Service) checkKey(base, key string) error {
 	if key == "" {
 		return errors.New("missing")
 	}
-	if n := len(base) + 1 + len(key); n > s.maxKey {
-		return fmt.Errorf("%d bytes (%d with the rule's name %q), longer than %d", len(key), n, base, s.maxKey)
+	if n, max := len(base)+1+len(key), s.eng.MaxKeyLength(); n > max {
+		return fmt.Errorf("%d bytes (%d with the rule's name %q), longer than %d", len(key), n, base, max)
 	}
 	for i := 0; i < len(key); i++ {
 		if c := key[i]; c < 0x21 || c > 0x7e {

@@ -10,6 +10,7 @@ import (
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/httplimit"
 	"github.com/rlcore/rl/internal/outage"
+	"github.com/rlcore/rl/internal/request/engine"
 )
 
 // BatchRequest is the body of POST /v1/ratelimit/batch.
@@ -58,7 +59,7 @@ type batchItem struct {
 	key  string
 	cost int64
 	res  rl.Result
-	out  string
+	out  engine.Outcome
 	err  error
 	// taken: the cost was consumed.
 	taken bool
@@ -93,7 +94,7 @@ func (s *Service) apiBatch(w http.ResponseWriter, r *http.Request) {
 			s.clientError(w, err)
 			return
 		}
-		k := nsKey{t.name, req.Items[i].Key}
+		k := nsKey{t.Name, req.Items[i].Key}
 		if j, dup := seen[k]; dup && atomic && !req.Peek {
 			s.apiError(w, http.StatusBadRequest, "invalid_batch",
 				fmt.Sprintf("items[%d]: same rule and key as items[%d]; an atomic batch decides each key once (combine their costs)", i, j))
@@ -125,14 +126,14 @@ func (s *Service) apiBatch(w http.ResponseWriter, r *http.Request) {
 	failed, deciding := 0, -1 // failed: the status of the first item refused for a failure
 	for i := range items {
 		it := &items[i]
-		d := decisionJSON(it.t.name, it.key, it.cost, req.Peek, it.res, it.out, it.each)
+		d := decisionJSON(it.t.Name, it.key, it.cost, req.Peek, it.res, it.out, it.each)
 		d.Override = it.t.overrideLabel()
 		d.Taken = it.taken
 		if !d.Taken {
 			d.Uncharged = nil // nothing taken (an atomic batch refused): nothing to settle
 		}
 		switch it.out {
-		case outFailClosed:
+		case engine.FailClosed, engine.Overloaded, engine.Error:
 			// By the item's class (outage.Class, from Service.failure).
 			status, body := outage.ClassOf(it.err).Refusal()
 			if failed == 0 {
@@ -141,21 +142,21 @@ func (s *Service) apiBatch(w http.ResponseWriter, r *http.Request) {
 			resp.Allowed = false
 			d.Allowed = false
 			d.Error = strings.ToLower(body[:1]) + body[1:] + ": " + it.err.Error()
-		case outDenied:
+		case engine.Denied:
 			resp.Allowed = false
-			if deciding < 0 || items[deciding].out != outDenied || laterRetry(&it.res, &items[deciding].res) {
+			if deciding < 0 || items[deciding].out != engine.Denied || laterRetry(&it.res, &items[deciding].res) {
 				deciding = i
 			}
-		case outAllowed:
-			if deciding < 0 || items[deciding].out == outFailOpen ||
-				(items[deciding].out == outAllowed && it.res.Remaining < items[deciding].res.Remaining) {
+		case engine.Allowed:
+			if deciding < 0 || items[deciding].out == engine.FailOpen ||
+				(items[deciding].out == engine.Allowed && it.res.Remaining < items[deciding].res.Remaining) {
 				deciding = i
 			}
-		case outFailOpen:
+		case engine.FailOpen:
 			if deciding < 0 {
 				deciding = i
 			}
-		case "": // not decided: the atomic batch stopped before this item
+		case 0: // not decided: the atomic batch stopped before this item
 			resp.Allowed = false
 			d.Allowed = false
 			d.Error = "not decided: the batch stopped at an earlier item"
@@ -168,11 +169,11 @@ func (s *Service) apiBatch(w http.ResponseWriter, r *http.Request) {
 	for i := range items {
 		it := &items[i]
 		out := it.out
-		if atomic && !req.Peek && !resp.Allowed && out == outAllowed && !it.taken {
-			out = outDenied
+		if atomic && !req.Peek && !resp.Allowed && out == engine.Allowed && !it.taken {
+			out = engine.Denied
 		}
-		if out == "" {
-			out = outDenied
+		if out == 0 {
+			out = engine.Denied
 		}
 		it.t.m.record(out, &it.res)
 	}
@@ -187,7 +188,7 @@ func (s *Service) apiBatch(w http.ResponseWriter, r *http.Request) {
 		deciding = 0
 	}
 	resp.Deciding = deciding
-	if it := &items[deciding]; it.out == outAllowed || it.out == outDenied {
+	if it := &items[deciding]; it.out == engine.Allowed || it.out == engine.Denied {
 		httplimit.SetFields(w.Header(), it.key, it.res, it.each, it.t.fields)
 	}
 	writeJSON(w, status, resp)
@@ -206,10 +207,10 @@ func (s *Service) decideEach(ctx context.Context, items []batchItem, peek bool) 
 	for i := range items {
 		it := &items[i]
 		it.res, it.out, it.err = s.decide(ctx, &it.t, it.key, it.cost, peek, it.each)
-		if it.out == "" {
+		if it.out == 0 {
 			return it.err
 		}
-		it.taken = !peek && it.out == outAllowed
+		it.taken = !peek && it.out == engine.Allowed
 	}
 	return nil
 }
@@ -222,11 +223,11 @@ func (s *Service) decideAtomic(ctx context.Context, items []batchItem) (partial 
 		it := &items[i]
 		it.res, it.out, it.err = s.decide(ctx, &it.t, it.key, it.cost, true, it.each)
 		switch it.out {
-		case "":
+		case 0:
 			return false, it.err
-		case outFailClosed:
+		case engine.FailClosed, engine.Overloaded, engine.Error:
 			return false, nil // answered 503; nothing taken
-		case outDenied:
+		case engine.Denied:
 			denied = true
 		}
 	}
@@ -237,24 +238,24 @@ func (s *Service) decideAtomic(ctx context.Context, items []batchItem) (partial 
 	taken := 0
 	for i := range items {
 		it := &items[i]
-		if it.out == outFailOpen {
+		if it.out == engine.FailOpen {
 			continue // the store failed on peek; admitted without a take
 		}
 		it.res, it.out, it.err = s.decide(ctx, &it.t, it.key, it.cost, false, it.each)
 		switch it.out {
-		case "":
+		case 0:
 			return taken > 0, it.err
-		case outAllowed:
+		case engine.Allowed:
 			taken++
 			it.taken = true
 			continue
-		case outFailOpen:
+		case engine.FailOpen:
 			continue
 		}
 		// Denied (a concurrent request drained it since the peek) or the
 		// store failed closed: stop; later items are not decided.
 		for j := i + 1; j < len(items); j++ {
-			items[j].out = ""
+			items[j].out = 0
 		}
 		return taken > 0, nil
 	}

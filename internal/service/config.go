@@ -173,26 +173,10 @@ func (r *RuleSpec) Proxied() bool { return r.Endpoint != "" }
 // path and what is wrong.
 type Problem = ruleconfig.Problem
 
-// ConfigError lists every mistake found in a configuration file.
-type ConfigError struct {
-	File     string
-	Problems []Problem
-}
-
-func (e *ConfigError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "config %s: %d problem", e.File, len(e.Problems))
-	if len(e.Problems) != 1 {
-		b.WriteString("s")
-	}
-	for _, p := range e.Problems {
-		b.WriteString("\n  ")
-		b.WriteString(e.File)
-		b.WriteString(": ")
-		b.WriteString(p.String())
-	}
-	return b.String()
-}
+// ConfigError lists every mistake found in a configuration file
+// (ruleconfig.ConfigError, which the rate limit service's configuration
+// reports too).
+type ConfigError = ruleconfig.ConfigError
 
 // LoadConfig reads and validates a configuration file, YAML (.yaml, .yml)
 // or JSON (.json) by its extension. Every mistake is reported in one

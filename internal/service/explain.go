@@ -7,6 +7,7 @@ import (
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/httplimit"
 	"github.com/rlcore/rl/internal/pipeline"
+	"github.com/rlcore/rl/internal/request/engine"
 )
 
 // ExplainJSON says how a request reached its rule, key, cost and limits:
@@ -201,9 +202,9 @@ func (s *Service) ExplainRequest(r *pipeline.Request) ExplainJSON {
 // decided this key and the label of the override that did (as the
 // decision's "override" says), never another override's key, prefix or
 // API-key digest.
-func explainDecision(t *target, ru *rule, req *DecisionRequest, cost int64, peek bool, res rl.Result, out string,
+func explainDecision(t *target, ru *rule, req *DecisionRequest, cost int64, peek bool, res rl.Result, out engine.Outcome,
 	each []rl.LimitResult, h http.Header, role Role) *ExplainJSON {
-	ex := &ExplainJSON{Rule: &ExplainRuleJSON{Name: t.name}}
+	ex := &ExplainJSON{Rule: &ExplainRuleJSON{Name: t.Name}}
 	whole := role == RoleAdmin
 	if ru != nil {
 		ex.Rule.Why = []string{"named by the request's \"rule\""}
@@ -214,17 +215,17 @@ func explainDecision(t *target, ru *rule, req *DecisionRequest, cost int64, peek
 	} else {
 		ex.Rule.Why = []string{"the request's inline \"limits\" (an admin's)"}
 	}
-	ex.Key = &ExplainKeyJSON{Source: "request", Key: req.Key, Stored: t.name + ":" + req.Key, PartitionKey: partitionKey(t.fields, req.Key)}
+	ex.Key = &ExplainKeyJSON{Source: "request", Key: req.Key, Stored: t.Name + ":" + req.Key, PartitionKey: partitionKey(t.fields, req.Key)}
 	ex.Override = explainOverride(ru, req.Key, whole)
 	ex.Cost = &ExplainCostJSON{Cost: cost, Source: "the request's \"cost\""}
 	if req.Cost == nil {
 		ex.Cost.Source = "the rule's cost (the request gave none)"
 	}
 	deciding := -1
-	if out == outAllowed || out == outDenied {
+	if out == engine.Allowed || out == engine.Denied {
 		deciding = res.Index
 	}
-	ex.Limits = explainLimits(t.policy, each, deciding)
+	ex.Limits = explainLimits(t.Policy, each, deciding)
 	for i := range ex.Limits {
 		if e := &ex.Limits[i]; e.Result != nil && e.Mode == "shadow" {
 			e.Outcome = shadowOutcome(e.Result.Allowed, peek, res.Allowed)
@@ -237,13 +238,13 @@ func explainDecision(t *target, ru *rule, req *DecisionRequest, cost int64, peek
 		}
 	}
 	switch {
-	case out == outFailOpen:
+	case out == engine.FailOpen:
 		ex.Decision = "admitted without a decision: the store failed and the rule fails open"
 	case peek && res.Allowed:
 		ex.Decision = "peeked, nothing taken: a check would be admitted"
 	case peek:
 		ex.Decision = "peeked, nothing taken: a check would be denied"
-	case res.Allowed && t.policy.Shadowed():
+	case res.Allowed && t.Policy.Shadowed():
 		ex.Decision = "admitted, cost taken from every enforced limit and from each shadow limit that admits it"
 	case res.Allowed:
 		ex.Decision = "admitted, cost taken from every limit"

@@ -243,29 +243,6 @@ func TestMaxInFlight(t *testing.T) {
 	require.Contains(t, string(m.body), `rl_overload_rejected_total{reason="in_flight"} 1`)
 }
 
-// The per-key bound refuses the excess on one key, not other keys.
-func TestKeyGate(t *testing.T) {
-	g := newKeyGate(2)
-	a1, ok := g.enter("r", "hot")
-	require.True(t, ok)
-	a2, ok := g.enter("r", "hot")
-	require.True(t, ok)
-	_, ok = g.enter("r", "hot")
-	require.False(t, ok, "a third on the hot key")
-	free := 0
-	for i := range 100 {
-		if c, ok := g.enter("r", fmt.Sprint("other", i)); ok {
-			free++
-			c.Add(-1)
-		}
-	}
-	require.GreaterOrEqual(t, free, 99, "other keys are not held back (one may share the hot key's counter)")
-	a1.Add(-1)
-	a2.Add(-1)
-	_, ok = g.enter("r", "hot")
-	require.True(t, ok)
-}
-
 // Issue 9.9: configuration mistakes that were accepted silently.
 func TestConfigMistakes(t *testing.T) {
 	rule := `{"name": "r", "strategy": "fixed", "limit": 1, "window": "1s"}`

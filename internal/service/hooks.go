@@ -1,29 +1,31 @@
 package service
 
 import (
-	"errors"
 	"log/slog"
-	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rlcore/rl"
-	"github.com/rlcore/rl/internal/outage"
+	"github.com/rlcore/rl/internal/request/engine"
 	"github.com/rlcore/rl/store"
 )
 
-// This file holds the hooks another front end uses to decide over the same
-// Service as the HTTP listeners: the Envoy rate limit service (package
-// internal/rls) takes the Service's store and clock, answers store
-// failures by the same rules, authenticates with its api_tokens and reports on
-// its /metrics; the command starts, reloads and stops it beside the
-// Service.
+// This file holds the hooks another front end uses to decide beside the
+// HTTP listeners: the Envoy rate limit service (package internal/rls)
+// decides with the Service's Engine (its store, clock, per-key bound and
+// outage detector), authenticates with its api_tokens and reports on its
+// /metrics; the command starts, reloads and stops it beside the Service.
 
 // Store returns the store the Service decides over.
-func (s *Service) Store() store.Store { return s.store }
+func (s *Service) Store() store.Store { return s.eng.Store() }
 
 // Clock returns the Service's decision clock.
-func (s *Service) Clock() rl.Clock { return s.clock }
+func (s *Service) Clock() rl.Clock { return s.eng.Clock() }
+
+// Engine returns the decision engine the Service decides with: its
+// store, clock, per-key bound and outage detector, which a front end
+// beside the HTTP listeners shares.
+func (s *Service) Engine() *engine.Engine { return s.eng }
 
 // MonitorPool exports the WebAssembly pool's instances in /metrics
 // (rl_wasm_instances{state}, rl_wasm_instances_started_total,
@@ -36,7 +38,7 @@ func (s *Service) MonitorPool(stats func() PoolStats) error {
 func (s *Service) Logger() *slog.Logger { return s.log }
 
 // MaxKeyLength returns the longest key the Service accepts, in bytes.
-func (s *Service) MaxKeyLength() int { return s.maxKey }
+func (s *Service) MaxKeyLength() int { return s.eng.MaxKeyLength() }
 
 // Register adds collectors to the registry the Service's /metrics serves.
 func (s *Service) Register(cs ...prometheus.Collector) error {
@@ -46,44 +48,6 @@ func (s *Service) Register(cs ...prometheus.Collector) error {
 		}
 	}
 	return nil
-}
-
-// Classify tells what err, the error of a decision begun at begun
-// (BeginDecision), means, by the one failure rule (outage.Class), in the
-// Service's outage detector, which the HTTP listeners share: only a store
-// that is down is an Outage, answered by the fail policy. Load from the
-// store (store.ErrBusy, a full store) is counted in
-// rl_overload_rejected_total{reason="store_busy"}.
-func (s *Service) Classify(begun outage.Token, err error) outage.Class {
-	c := s.outage.Classify(begun, err)
-	if c == outage.Load && errors.Is(err, store.ErrBusy) {
-		s.metrics.overload.WithLabelValues("store_busy").Inc()
-	}
-	return c
-}
-
-// BeginDecision returns the outage token of a decision about to be made,
-// for Classify.
-func (s *Service) BeginDecision() outage.Token { return s.outage.Begin() }
-
-// DecisionSucceeded records a decision the store completed: no timeout of
-// a decision begun before it counts toward an outage (Classify).
-func (s *Service) DecisionSucceeded() { s.outage.Success() }
-
-// EnterKey takes a place among the decisions in flight on key of namespace
-// ns under Options.MaxInFlightPerKey. It returns ok false at the bound
-// (counted in rl_overload_rejected_total{reason="key_in_flight"}; answer as
-// overload), and otherwise a slot to give back with slot.Add(-1), nil when
-// there is no bound.
-func (s *Service) EnterKey(ns, key string) (slot *atomic.Int32, ok bool) {
-	if s.perKey == nil {
-		return nil, true
-	}
-	slot, ok = s.perKey.enter(ns, key)
-	if !ok {
-		s.metrics.overload.WithLabelValues("key_in_flight").Inc()
-	}
-	return slot, ok
 }
 
 // TokenRole returns the Role a caller presenting the credentials in an
@@ -96,4 +60,20 @@ func (s *Service) TokenRole(trusted bool, authorization string) Role {
 		return RoleAdmin
 	}
 	return matchToken(tokens, authorization)
+}
+
+// Authorized reports whether a caller presenting authorization may call
+// a front end beside the HTTP listeners (TokenRole is not 0).
+func (s *Service) Authorized(trusted bool, authorization string) bool {
+	return s.TokenRole(trusted, authorization) != 0
+}
+
+// HasAPITokens reports whether the configuration in force has api_tokens.
+func (s *Service) HasAPITokens() bool { return len(s.rules.Load().cfg.APITokens) > 0 }
+
+// AddTokensCheck adds a reload check (AddReloadCheck) given whether the
+// configuration to load has api_tokens: a listener that needs them keeps
+// them.
+func (s *Service) AddTokensCheck(check func(tokens bool) error) {
+	s.AddReloadCheck(func(c *Config) error { return check(len(c.APITokens) > 0) })
 }

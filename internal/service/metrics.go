@@ -5,19 +5,16 @@ import (
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/internal/pipeline"
+	"github.com/rlcore/rl/internal/request/engine"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Outcomes of a decision, the "outcome" label of rl_decisions_total.
-const (
-	outAllowed    = "allowed"     // admitted
-	outDenied     = "denied"      // refused with 429
-	outFailOpen   = "fail_open"   // the store failed; admitted by the rule's fail_open
-	outFailClosed = "fail_closed" // the store failed; refused with 503
-)
+// The "outcome" label of rl_decisions_total is the name of an
+// engine.Outcome: allowed, denied, fail_open and fail_closed, under which
+// a refusal for load or an internal error is counted too (record).
 
 // metrics are the service's Prometheus metrics, on a registry of its own.
 //
@@ -216,10 +213,10 @@ type ruleMetrics struct {
 // (nil: inline limits).
 func (m *metrics) forRule(name string, limits []rl.Limit) *ruleMetrics {
 	rm := &ruleMetrics{
-		allowed:       m.decisions.WithLabelValues(name, outAllowed),
-		denied:        m.decisions.WithLabelValues(name, outDenied),
-		failOpen:      m.decisions.WithLabelValues(name, outFailOpen),
-		failClosed:    m.decisions.WithLabelValues(name, outFailClosed),
+		allowed:       m.decisions.WithLabelValues(name, engine.Allowed.String()),
+		denied:        m.decisions.WithLabelValues(name, engine.Denied.String()),
+		failOpen:      m.decisions.WithLabelValues(name, engine.FailOpen.String()),
+		failClosed:    m.decisions.WithLabelValues(name, engine.FailClosed.String()),
 		failOpenTotal: m.failOpen.WithLabelValues(name),
 		storeErrors:   m.storeErrors.WithLabelValues(name),
 	}

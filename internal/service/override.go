@@ -118,7 +118,7 @@ func (t *target) forKey(key string) {
 }
 
 // use makes t decide under ov, an override of its rule.
-func (t *target) use(ov *override) { t.policy, t.m, t.override = ov.policy, ov.m, ov }
+func (t *target) use(ov *override) { t.Policy, t.m, t.override = ov.policy, ov.m, ov }
 
 // overrideLabel is the label of the override t decides under, "" for none.
 func (t *target) overrideLabel() string {

@@ -12,6 +12,7 @@ import (
 	"github.com/rlcore/rl/httplimit"
 	"github.com/rlcore/rl/internal/outage"
 	"github.com/rlcore/rl/internal/pipeline"
+	"github.com/rlcore/rl/internal/request/engine"
 )
 
 // serveProxy is the reverse proxy filter: it matches the request to the
@@ -63,11 +64,17 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 	t := ru.target()
 	keyBy := ru.spec.KeyBy
 	mw, err := httplimit.New(httplimit.Config{
-		Limiter:  &ruleLimiter{s, t},
-		Key:      ru.key,
-		Cost:     ru.cost,
-		Wait:     ru.spec.Shape,
-		FailOpen: t.failOpen,
+		Limiter: &ruleLimiter{s, t},
+		Key:     ru.key,
+		Cost:    ru.cost,
+		Wait:    ru.spec.Shape,
+		// ruleLimiter's errors are classified by the engine's one outage
+		// detector: the middleware answers by their class, and keeps no
+		// detector of its own (which FailOpen would give it) counting
+		// the same decisions again.
+		Fail: func(_ *http.Request, err error) httplimit.Outcome {
+			return engine.OutcomeOf(outage.ClassOf(err), t.FailOpen)
+		},
 		// The rule's policy, which ruleLimiter decides anyway (or a key's
 		// override, there), named so that the middleware knows how many
 		// limits the fields may list: the most of any.
@@ -95,7 +102,7 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 				if ov := ru.overrideFor(d.Key); ov != nil {
 					m = ov.m // d.Result.Index is among the override's limits
 				}
-				m.record(outDenied, &d.Result)
+				m.record(engine.Denied, &d.Result)
 			case httplimit.OutcomeFailOpen:
 				t.m.failOpen.Inc()
 			case httplimit.OutcomeFailClosed, httplimit.OutcomeOverloaded, httplimit.OutcomeError:
@@ -156,10 +163,10 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 type responseCostKey struct{}
 
 // ruleLimiter decides a rule's requests as the decision API does
-// (Service.do): within the per-key bound, recording them in the outage
-// detector. A failure is classified there, by Service.failure (which
-// counts and logs it), and returned classified: the middleware answers by
-// its class (outage.Class), fail_open only on an outage.
+// (Service.do, the engine): the key's override, within the per-key bound,
+// recorded in the outage detector. A failure is classified there, counted
+// and logged (Service.failed), and returned classified: the middleware
+// answers by its class (outage.Class), fail_open only on an outage.
 type ruleLimiter struct {
 	s *Service
 	t target
@@ -174,22 +181,22 @@ func (l *ruleLimiter) Do(ctx context.Context, req rl.Request) (rl.Result, error)
 	}
 	// The middleware's policy is the widest of the rule's and its
 	// overrides' (it sizes req.Each); the key's own decides.
-	req.Policy = t.policy
-	res, begun, err := l.s.do(ctx, t, req)
+	req.Policy = t.Policy
+	g := engine.GateCheck
 	if req.Settle {
-		return res, err // counted and logged by the middleware's OnSettle (Service.settled)
+		g = engine.GateSettle
 	}
-	if err == nil {
-		return res, nil
+	d := l.s.do(ctx, t, req, g)
+	switch {
+	case d.Err == nil:
+		return d.Result, nil
+	case req.Settle, d.Class == outage.Invalid:
+		// A settle is counted and logged by the middleware's OnSettle
+		// (Service.settled); a request error is answered 400.
+		return d.Result, d.Err
 	}
-	out, ferr := l.s.failure(t, begun, err)
-	switch out {
-	case outFailOpen:
-		return res, outage.Classified(outage.Outage, err)
-	case "":
-		return res, err // a request error: the middleware answers 400
-	}
-	return res, ferr
+	l.s.failed(t, &d)
+	return d.Result, d.Err
 }
 
 func (s *Service) forward(upstream http.Handler, w http.ResponseWriter, r *http.Request) {

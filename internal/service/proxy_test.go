@@ -299,14 +299,14 @@ func TestProxyAnswersFailures(t *testing.T) {
 		outcome    string
 		overloaded bool
 	}{
-		{"outage, fail_open", fmt.Errorf("dial: %w", store.ErrUnavailable), true, 200, "upstream GET /r", outFailOpen, false},
-		{"outage, closed", fmt.Errorf("dial: %w", store.ErrUnavailable), false, 503, unavailable, outFailClosed, false},
-		{"busy, fail_open", fmt.Errorf("pool: %w", store.ErrBusy), true, 503, overloaded, outFailClosed, true},
-		{"busy, closed", fmt.Errorf("pool: %w", store.ErrBusy), false, 503, overloaded, outFailClosed, true},
-		{"one timeout is load", fmt.Errorf("query: %w: %w", store.ErrUnavailable, context.DeadlineExceeded), true, 503, unavailable, outFailClosed, false},
-		{"not an outage", errors.New("protocol error"), true, 503, unavailable, outFailClosed, false},
-		{"corrupt state, fail_open", core.ErrState, true, 500, internal, outFailClosed, false},
-		{"corrupt state, closed", core.ErrState, false, 500, internal, outFailClosed, false},
+		{"outage, fail_open", fmt.Errorf("dial: %w", store.ErrUnavailable), true, 200, "upstream GET /r", "fail_open", false},
+		{"outage, closed", fmt.Errorf("dial: %w", store.ErrUnavailable), false, 503, unavailable, "fail_closed", false},
+		{"busy, fail_open", fmt.Errorf("pool: %w", store.ErrBusy), true, 503, overloaded, "fail_closed", true},
+		{"busy, closed", fmt.Errorf("pool: %w", store.ErrBusy), false, 503, overloaded, "fail_closed", true},
+		{"one timeout is load", fmt.Errorf("query: %w: %w", store.ErrUnavailable, context.DeadlineExceeded), true, 503, unavailable, "fail_closed", false},
+		{"not an outage", errors.New("protocol error"), true, 503, unavailable, "fail_closed", false},
+		{"corrupt state, fail_open", core.ErrState, true, 500, internal, "fail_closed", false},
+		{"corrupt state, closed", core.ErrState, false, 500, internal, "fail_closed", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			up := newUpstream(t)
@@ -329,7 +329,7 @@ func TestProxyAnswersFailures(t *testing.T) {
 			require.Contains(t, m, `rl_decisions_total{outcome="`+c.outcome+`",rule="r"} 1`)
 			require.Contains(t, m, `rl_store_errors_total{rule="r"} 1`)
 			require.Contains(t, m, `rl_decision_duration_seconds_count{source="proxy"} 1`)
-			if c.outcome == outFailOpen {
+			if c.outcome == "fail_open" {
 				require.Contains(t, m, `rate_limiter_fail_open_total{rule="r"} 1`)
 			}
 			if c.overloaded {

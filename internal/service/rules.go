@@ -56,17 +56,12 @@ type ruleSet struct {
 // build compiles cfg into a rule set over the service's store.
 func (s *Service) build(cfg *Config) (*ruleSet, error) {
 	rs := &ruleSet{cfg: cfg, byName: make(map[string]*rule, len(cfg.Rules)), loaded: time.Now()}
-	newLim := func(base string, p *rl.Policy) (*rl.Limiter, error) {
-		return rl.New(rl.Config{Store: s.store, Policy: p, BaseKey: base, Clock: s.clock, MaxKeyLength: s.maxKey})
-	}
+	newLim := s.eng.Limiter
 	for i := range cfg.Rules {
 		spec := cfg.Rules[i]
-		p, err := rl.NewPolicy(spec.Limits...)
-		if err != nil { // not reached: ParseConfig validated the limits
-			return nil, fmt.Errorf("rule %q: %w", spec.Name, err)
-		}
-		if p.Shadowed() && s.noShadow != nil {
-			return nil, fmt.Errorf("rule %q has a shadow limit, which this store cannot decide: %w", spec.Name, s.noShadow)
+		p, err := s.eng.Compile(fmt.Sprintf("rule %q", spec.Name), spec.Limits)
+		if err != nil {
+			return nil, err
 		}
 		lim, err := newLim(spec.Name, p)
 		if err != nil {

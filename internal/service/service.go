@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/rlcore/rl"
-	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/httplimit"
 	"github.com/rlcore/rl/internal/outage"
 	"github.com/rlcore/rl/internal/pipeline"
 	"github.com/rlcore/rl/internal/redact"
+	"github.com/rlcore/rl/internal/request/engine"
 	"github.com/rlcore/rl/store"
 )
 
@@ -72,13 +72,14 @@ type Options struct {
 // proxy filter and the operations endpoints over one rule set, which Reload
 // swaps atomically. It is safe for concurrent use.
 type Service struct {
-	store     store.Store
-	clock     rl.Clock
+	// eng decides: the per-key bound, the store call, the outage
+	// detector and the failure rule, shared by the decision API, the
+	// proxy and the gRPC rate limit service (Engine).
+	eng       *engine.Engine
 	log       *slog.Logger
 	maxBody   int64
 	proxyBody int64
 	maxBatch  int
-	maxKey    int
 	ready     func(context.Context) error
 	transport http.RoundTripper
 	metrics   *metrics
@@ -94,9 +95,6 @@ type Service struct {
 
 	maxInFlight int64
 	inFlight    atomic.Int64
-	outage      outage.Detector // shared by the decision API, the proxy and the RLS front end
-	perKey      *keyGate        // nil: no per-key bound
-	noShadow    error           // Options.ShadowUnsupported
 }
 
 // throttle logs at most one store failure a second, counting the others
@@ -124,14 +122,16 @@ func New(cfg *Config, opts Options) (*Service, error) {
 	if cfg == nil {
 		return nil, errors.New("service: nil Config")
 	}
-	s := &Service{clock: opts.Clock, log: opts.Logger,
+	s := &Service{log: opts.Logger,
 		maxBody: opts.MaxBodyBytes, proxyBody: opts.ProxyMaxBodyBytes, maxBatch: opts.MaxBatch,
-		maxKey: opts.MaxKeyLength, ready: opts.Ready, transport: opts.Transport, metrics: newMetrics(),
-		noShadow: opts.ShadowUnsupported}
-	s.store = &timedStore{Store: opts.Store, m: s.metrics}
-	if s.clock == nil {
-		s.clock = rl.CoarseClock
+		ready: opts.Ready, transport: opts.Transport, metrics: newMetrics()}
+	eng, err := engine.New(engine.Options{Store: &timedStore{Store: opts.Store, m: s.metrics}, Clock: opts.Clock,
+		MaxKeyLength: opts.MaxKeyLength, MaxInFlightPerKey: opts.MaxInFlightPerKey, ShadowUnsupported: opts.ShadowUnsupported,
+		OnOverload: func(reason string) { s.metrics.overload.WithLabelValues(reason).Inc() }})
+	if err != nil {
+		return nil, err
 	}
+	s.eng = eng
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -141,17 +141,11 @@ func New(cfg *Config, opts Options) (*Service, error) {
 	if s.maxBatch <= 0 {
 		s.maxBatch = 100
 	}
-	if s.maxKey <= 0 {
-		s.maxKey = rl.DefaultMaxKeyLength
-	}
 	switch {
 	case opts.MaxInFlight == 0:
 		s.maxInFlight = DefaultMaxInFlight
 	case opts.MaxInFlight > 0:
 		s.maxInFlight = int64(opts.MaxInFlight)
-	}
-	if opts.MaxInFlightPerKey > 0 {
-		s.perKey = newKeyGate(opts.MaxInFlightPerKey)
 	}
 	if s.transport == nil {
 		s.transport = NewTransport()
@@ -232,7 +226,7 @@ func (s *Service) Config() *Config { return s.rules.Load().cfg }
 // ShadowUnsupported returns Options.ShadowUnsupported: nil when the store
 // decides shadow limits, else why it cannot (for front ends with
 // configurations of their own, the rate limit service).
-func (s *Service) ShadowUnsupported() error { return s.noShadow }
+func (s *Service) ShadowUnsupported() error { return s.eng.ShadowUnsupported() }
 
 // SetDraining makes /readyz answer 503 so load balancers stop sending new
 // requests, and runs the OnDrain functions (once); the service keeps
@@ -397,7 +391,7 @@ func (s *Service) overloaded(w http.ResponseWriter, r *http.Request, reason stri
 		s.apiError(w, http.StatusServiceUnavailable, "overloaded", "too many requests in flight; retry later")
 		return
 	}
-	httplimit.WriteRefusedFor(w, r, httplimit.Decision{Outcome: httplimit.OutcomeOverloaded},
+	httplimit.WriteRefusedFor(w, r, httplimit.Decision{Outcome: engine.Overloaded},
 		httplimit.Problems(s.rules.Load().cfg.ProblemDetails))
 }
 
@@ -422,25 +416,21 @@ func (s *Service) serveReady(w http.ResponseWriter, r *http.Request) {
 
 // target is what a decision is made against: a rule, or inline limits.
 type target struct {
-	name     string
-	lim      *rl.Limiter
-	policy   *rl.Policy
-	failOpen bool
-	m        *ruleMetrics
-	fields   httplimit.Fields // the rule's; inline limits have the default
-	rule     *rule            // the rule; nil for inline limits
+	// Target is what the engine decides: the limiter, the key's policy
+	// (the rule's, or its override's: forKey), the fail policy.
+	engine.Target
+	m      *ruleMetrics
+	fields httplimit.Fields // the rule's; inline limits have the default
+	rule   *rule            // the rule; nil for inline limits
 	// override, if set, is the rule's override deciding the key (forKey):
-	// policy and m are its.
+	// Policy and m are its.
 	override *override
 }
 
 func (ru *rule) target() target {
-	return target{name: ru.spec.Name, lim: ru.lim, policy: ru.policy, failOpen: ru.spec.FailOpen, m: ru.m, fields: ru.fields, rule: ru}
+	return target{Target: engine.Target{Name: ru.spec.Name, Limiter: ru.lim, Policy: ru.policy, FailOpen: ru.spec.FailOpen},
+		m: ru.m, fields: ru.fields, rule: ru}
 }
-
-// errOverloaded is a decision refused because too many are in flight on
-// its key: load (outage.ErrOverloaded).
-var errOverloaded = fmt.Errorf("too many decisions in flight on the key: %w", outage.ErrOverloaded)
 
 // errClient marks an error that is the request's fault (4xx).
 type errClient struct {
@@ -451,133 +441,87 @@ type errClient struct {
 func (e *errClient) Error() string { return e.err.Error() }
 func (e *errClient) Unwrap() error { return e.err }
 
-// decide decides key against t. The outcome is one of the out* constants;
-// a request error (invalid key or cost) returns *errClient, a failure
-// refused returns outFailClosed and the error, classified (failure).
-func (s *Service) decide(ctx context.Context, t *target, key string, cost int64, peek bool, each []rl.LimitResult) (rl.Result, string, error) {
-	res, begun, err := s.do(ctx, t, rl.Request{Key: key, Cost: cost, Policy: t.policy, Peek: peek, Each: each})
-	if err == nil {
-		if res.Allowed {
-			return res, outAllowed, nil
-		}
-		return res, outDenied, nil
+// decide decides key against t (a check, or a peek). It returns the
+// outcome: Allowed or Denied; 0 and an *errClient for a request error (an
+// invalid key or cost); FailOpen; or a refusal (FailClosed, Overloaded,
+// Error) with the error classified (outage.Classified), counted and logged
+// (failed).
+func (s *Service) decide(ctx context.Context, t *target, key string, cost int64, peek bool, each []rl.LimitResult) (rl.Result, engine.Outcome, error) {
+	d := s.do(ctx, t, rl.Request{Key: key, Cost: cost, Peek: peek, Each: each}, engine.GateCheck)
+	switch d.Outcome {
+	case engine.Allowed, engine.Denied:
+		return d.Result, d.Outcome, nil
+	case engine.InvalidKey:
+		return d.Result, 0, &errClient{"invalid_key", d.Err}
+	case engine.InvalidCost:
+		return d.Result, 0, &errClient{"invalid_cost", d.Err}
 	}
-	out, err := s.failure(t, begun, err)
-	if out == "" {
-		code := "invalid_key"
-		if errors.Is(err, core.ErrCost) {
-			code = "invalid_cost"
-		}
-		return res, "", &errClient{code, err}
+	s.failed(t, &d)
+	if d.Outcome == engine.FailOpen {
+		return rl.Result{}, d.Outcome, nil
 	}
-	return rl.Result{}, out, err
+	return rl.Result{}, d.Outcome, d.Err
 }
 
-// do decides req against t within the per-key bound (EnterKey): beyond it
-// the decision fails at once with errOverloaded. A settle is never
-// refused by the bound (keyGate.settle): it takes its place in the key's
-// count all the same, over the bound if it must, so the key's decisions
-// meet the bound sooner while it runs. A settle refused would leave the
-// estimate, so load on a key would turn its debts into admissions; and
-// the proxy's settles need no bound of their own, being bounded by
-// admissions: the proxy settles once per admitted request, each of which
-// passed the bound. The decision API's settles follow no admission of
-// theirs: they go through settleAPI instead. It returns the outage token
-// of the decision, for failure; a decision the store completes is
-// recorded (outage.Detector.Success).
-func (s *Service) do(ctx context.Context, t *target, req rl.Request) (rl.Result, outage.Token, error) {
-	var slot *atomic.Int32
-	if req.Settle {
-		if s.perKey != nil {
-			slot = s.perKey.settle(t.name, req.Key)
-		}
-	} else {
-		var ok bool
-		if slot, ok = s.EnterKey(t.name, req.Key); !ok {
-			return rl.Result{}, 0, errOverloaded
-		}
-	}
-	if slot != nil {
-		defer slot.Add(-1)
-	}
-	return s.decideGated(ctx, t, req)
+// refused reports whether o refuses a request for a failure (the answer
+// is failClosed's).
+func refused(o engine.Outcome) bool {
+	return o == engine.FailClosed || o == engine.Overloaded || o == engine.Error
 }
 
-// settleAPI settles req (a decision-API settle) against t as do decides,
-// within a per-key bound of its own (keyGate.enterSettle): beyond
-// Options.MaxInFlightPerKey settles in flight on the key, it fails at once
-// with errOverloaded, counted in
-// rl_overload_rejected_total{reason="key_in_flight"} and answered 503 with
-// Retry-After as a check is, for the caller to retry. A decision-API
-// settle follows no admission the bound counted (a caller may send any
-// number on one key), so without it a flood of settles on one key would
-// take every store connection from the other keys. Only settles count
-// toward it: the key's checks, which its own client may drive, never
-// refuse its settles.
-func (s *Service) settleAPI(ctx context.Context, t *target, req rl.Request) (rl.Result, outage.Token, error) {
-	if s.perKey != nil {
-		slot, ok := s.perKey.enterSettle(t.name, req.Key)
-		if !ok {
-			s.metrics.overload.WithLabelValues("key_in_flight").Inc()
-			return rl.Result{}, 0, errOverloaded
-		}
-		defer slot.leaveSettle()
+// do decides req against t in the engine (engine.Engine.Decide: the
+// per-key bound as g says, the store call, the outage detector, the
+// failure rule), counting the would-denies of the shadow limits of a take
+// that went through. Settles take their place in the bound as
+// engine.GateSettle (the proxy's, which follow an admission) and
+// engine.GateSettleBounded (the decision API's) say; a decision API
+// settle refused by its bound is counted in
+// rl_overload_rejected_total{reason="key_in_flight"} and answered 503
+// with Retry-After, as a check is.
+func (s *Service) do(ctx context.Context, t *target, req rl.Request, g engine.Gate) engine.Decision {
+	d := s.eng.Decide(ctx, &t.Target, req, g)
+	if d.Outcome == engine.Allowed && !req.Peek && !req.Settle && t.Policy.Shadowed() {
+		t.m.wouldDeny(req.Each) // a peek would deny nothing
 	}
-	return s.decideGated(ctx, t, req)
+	return d
 }
 
-// decideGated decides req against t once its place in the per-key bound is
-// taken (do, settleAPI): the store call, recorded in the outage detector.
-func (s *Service) decideGated(ctx context.Context, t *target, req rl.Request) (rl.Result, outage.Token, error) {
-	begun := s.outage.Begin()
-	res, err := t.lim.Do(ctx, req)
-	if err == nil {
-		s.outage.Success()
-		if res.Allowed && !req.Peek && !req.Settle && t.policy.Shadowed() {
-			t.m.wouldDeny(req.Each) // a peek would deny nothing
-		}
-	}
-	return res, begun, err
-}
-
-// failure answers err, the error of a decision on t, begun at begun, by
-// the one failure rule (Classify, outage.Class): "" for a request error
-// (Invalid, the caller's to answer), outFailOpen for an outage of a
-// fail_open target, else outFailClosed and err classified
-// (outage.Classified: Load, Failed, Internal, or an Outage of a closed
-// target). It counts and logs the failure (at most one log line a second).
-func (s *Service) failure(t *target, begun outage.Token, err error) (string, error) {
-	class := s.Classify(begun, err)
-	switch class {
+// failed counts and logs d, a failed decision on t, by its class
+// (outage.Class; at most one log line a second): load, a failure that is
+// not an outage, an internal error, an outage answered by the target's
+// fail policy. A refusal by the per-key bound is counted by the engine
+// (Options.OnOverload) alone.
+func (s *Service) failed(t *target, d *engine.Decision) {
+	err := d.Err
+	switch d.Class {
 	case outage.Invalid:
-		return "", err
+		return
 	case outage.Load:
-		if !errors.Is(err, errOverloaded) { // the per-key bound is counted by EnterKey
+		if !errors.Is(err, engine.ErrOverloaded) {
 			t.m.storeErrors.Inc()
-			s.storeErr.log(s.log, "store busy; refusing (load is never admitted)", t.name, err)
+			s.storeErr.log(s.log, "store busy; refusing (load is never admitted)", t.Name, err)
 		}
-		return outFailClosed, outage.Classified(class, err)
+		return
 	case outage.Failed:
 		t.m.storeErrors.Inc()
 		msg := "store failed; refusing (not an outage, so no fail_open)"
 		if errors.Is(err, context.DeadlineExceeded) {
 			msg = "store timed out; refusing (fail_open waits for 3 timeouts with no decision completing: a slow store may be a loaded one)"
 		}
-		s.storeErr.log(s.log, msg, t.name, err)
-		return outFailClosed, outage.Classified(class, err)
+		s.storeErr.log(s.log, msg, t.Name, err)
+		return
 	case outage.Internal:
 		t.m.storeErrors.Inc()
-		s.storeErr.log(s.log, "decision failed; refusing (a corrupt state or a bug: never fail_open)", t.name, err)
-		return outFailClosed, outage.Classified(class, err)
+		s.storeErr.log(s.log, "decision failed; refusing (a corrupt state or a bug: never fail_open)", t.Name, err)
+		return
 	}
 	t.m.storeErrors.Inc()
-	if t.failOpen {
-		s.storeErr.log(s.log, "store failed; admitting (fail_open)", t.name, err)
+	if d.Outcome == engine.FailOpen {
+		s.storeErr.log(s.log, "store failed; admitting (fail_open)", t.Name, err)
 		t.m.failOpenTotal.Inc()
-		return outFailOpen, nil
+		return
 	}
-	s.storeErr.log(s.log, "store failed; refusing (fail closed)", t.name, err)
-	return outFailClosed, outage.Classified(class, err)
+	s.storeErr.log(s.log, "store failed; refusing (fail closed)", t.Name, err)
 }
 
 // settled counts a settle on t (the proxy's from a response's
@@ -595,34 +539,35 @@ func (s *Service) settled(t *target, err error) {
 		t.m.settles[pipeline.Settled].Inc()
 	case errors.Is(err, httplimit.ErrResponseCost):
 		t.m.settles[pipeline.SettleInvalid].Inc()
-		s.storeErr.log(s.log, "invalid response cost; nothing settled (the estimate stands)", t.name, err)
+		s.storeErr.log(s.log, "invalid response cost; nothing settled (the estimate stands)", t.Name, err)
 	case errors.Is(err, httplimit.ErrAborted):
 		t.m.settles[pipeline.SettleFailed].Inc()
-		s.storeErr.log(s.log, "proxied response cut off before it reported its cost (the client went away, or the upstream failed); nothing settled (the estimate stands)", t.name, err)
-	case errors.Is(err, errOverloaded):
+		s.storeErr.log(s.log, "proxied response cut off before it reported its cost (the client went away, or the upstream failed); nothing settled (the estimate stands)", t.Name, err)
+	case errors.Is(err, engine.ErrOverloaded):
 		t.m.settles[pipeline.SettleFailed].Inc()
-		s.storeErr.log(s.log, "settle refused: too many decisions in flight on the key (the caller may retry)", t.name, err)
+		s.storeErr.log(s.log, "settle refused: too many decisions in flight on the key (the caller may retry)", t.Name, err)
 	default:
 		t.m.settles[pipeline.SettleFailed].Inc()
 		t.m.storeErrors.Inc()
-		s.storeErr.log(s.log, "settle failed; the estimate stands", t.name, err)
+		s.storeErr.log(s.log, "settle failed; the estimate stands", t.Name, err)
 	}
 }
 
-// record counts a decision's outcome and, for a denial a limit decided
-// (res, not nil, denied), the limit that denied.
-func (m *ruleMetrics) record(outcome string, res *rl.Result) {
+// record counts a decision's outcome (a refusal for load or an internal
+// error as fail_closed) and, for a denial a limit decided (res, not nil,
+// denied), the limit that denied. Request errors are not decisions.
+func (m *ruleMetrics) record(outcome engine.Outcome, res *rl.Result) {
 	switch outcome {
-	case outAllowed:
+	case engine.Allowed:
 		m.allowed.Inc()
-	case outDenied:
+	case engine.Denied:
 		m.denied.Inc()
 		if res != nil && !res.Allowed {
 			m.deniedByLimit(res.Index)
 		}
-	case outFailOpen:
+	case engine.FailOpen:
 		m.failOpen.Inc()
-	case outFailClosed:
+	case engine.FailClosed, engine.Overloaded, engine.Error:
 		m.failClosed.Inc()
 	}
 }
