@@ -2,11 +2,9 @@ package httplimit
 
 import (
 	"net/http"
-	"sync/atomic"
 
 	"github.com/rlcore/rl"
-	"github.com/rlcore/rl/internal/pipeline"
-	"github.com/rlcore/rl/internal/request/engine"
+	"github.com/rlcore/rl/internal/request/httpflow"
 )
 
 // Fields chooses what the rate-limit header fields say beyond the limits
@@ -36,8 +34,7 @@ type Fields struct {
 // should be at least 16 random bytes, and the same on every instance so
 // that a client sees one key wherever it lands.
 func PartitionKeyFunc(secret []byte, scope string) func(key string) []byte {
-	secret = append([]byte(nil), secret...)
-	return func(key string) []byte { return pipeline.PartitionKey(secret, scope, key) }
+	return httpflow.PartitionKeyFunc(secret, scope)
 }
 
 // SetFields writes the rate-limit header fields of a decision on key to h:
@@ -64,56 +61,8 @@ func PartitionKeyFunc(secret []byte, scope string) func(key string) []byte {
 // largest Duration (about 292 years, what rl.Result saturates at) gives
 // its whole seconds, 9223372037, never a wrapped or negative value.
 func SetFields(h http.Header, key string, res rl.Result, each []rl.LimitResult, f Fields) {
-	setFields(h, key, res, each, f, nil, nil)
+	httpflow.SetFields(h, key, res, each, httpflow.Fields(f))
 }
-
-// policyField is a RateLimit-Policy value and the policy it lists.
-type policyField struct {
-	p *rl.Policy
-	v string
-}
-
-// setFields is SetFields. With p, the policy each holds every result of,
-// and cache, the RateLimit-Policy value is computed once per policy (it is
-// the same from response to response) unless f has a partition key, which
-// is the request's.
-func setFields(h http.Header, key string, res rl.Result, each []rl.LimitResult, f Fields, p *rl.Policy, cache *atomic.Pointer[policyField]) {
-	var buf [pipeline.MaxFields][2]string
-	v := verdict(res, each)
-	pf := pipeline.Fields{Closest: f.Closest, QuotaUnit: f.QuotaUnit}
-	if f.PartitionKey != nil {
-		pf.PartitionKey = f.PartitionKey(key)
-	} else if cache != nil && p != nil && len(v.Limits) == p.Len() {
-		if c := cache.Load(); c != nil && c.p == p {
-			pf.Policy = c.v
-		} else {
-			pf.Policy = pipeline.PolicyField(&v, &pf)
-			cache.Store(&policyField{p, pf.Policy})
-		}
-	}
-	kvs := pipeline.AppendFields(buf[:0], &v, &pf)
-	// As h.Set each, with the names in canonical form once and one
-	// allocation for the values.
-	vals := make([]string, len(kvs))
-	for i, kv := range kvs {
-		vals[i] = kv[1]
-		name, ok := canonicalFields[kv[0]]
-		if !ok {
-			name = http.CanonicalHeaderKey(kv[0])
-		}
-		h[name] = vals[i : i+1 : i+1]
-	}
-}
-
-// canonicalFields are the canonical forms of the names AppendFields writes.
-var canonicalFields = func() map[string]string {
-	m := map[string]string{}
-	for _, n := range []string{pipeline.FieldPolicy, pipeline.FieldRateLimit, pipeline.FieldLimit, pipeline.FieldRemaining,
-		pipeline.FieldReset, pipeline.FieldRetryAfter} {
-		m[n] = http.CanonicalHeaderKey(n)
-	}
-	return m
-}()
 
 // SetHeaders writes the rate-limit header fields describing r's deciding
 // limit alone (on a denial, the limit that denied), as SetFields does with
@@ -128,6 +77,3 @@ var canonicalFields = func() map[string]string {
 // and Retry-After on a denial a retry can pass. Prefer SetFields, which
 // lists every limit of a policy.
 func SetHeaders(h http.Header, r rl.Result) { SetFields(h, "", r, nil, Fields{}) }
-
-// verdict is a decision in the units of the answer's fields (engine.Verdict).
-func verdict(res rl.Result, each []rl.LimitResult) pipeline.Verdict { return engine.Verdict(res, each) }

@@ -19,7 +19,6 @@ import (
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/ruleconfig"
-	"github.com/rlcore/rl/internal/service"
 )
 
 // Config is a validated rate limit service configuration: the domains of
@@ -140,7 +139,7 @@ var unitSeconds = map[rlsv3.RateLimitResponse_RateLimit_Unit]int64{
 // LoadConfig reads a YAML file of one domain, or every .yaml and .yml file
 // (not starting with ".") of a directory, one domain each, as
 // envoyproxy/ratelimit reads its runtime directory. Every mistake of every
-// file is reported in one *service.ConfigError naming the file, the domain
+// file is reported in one *ruleconfig.ConfigError naming the file, the domain
 // and the field.
 func LoadConfig(path string) (*Config, error) {
 	fi, err := os.Stat(path)
@@ -161,11 +160,11 @@ func LoadConfig(path string) (*Config, error) {
 			}
 		}
 		if len(files) == 0 {
-			return nil, &service.ConfigError{File: path, Problems: []service.Problem{{Message: "no .yaml or .yml file in the directory"}}}
+			return nil, &ruleconfig.ConfigError{File: path, Problems: []ruleconfig.Problem{{Message: "no .yaml or .yml file in the directory"}}}
 		}
 	}
 	cfg := &Config{Path: path, Domains: map[string]*Domain{}}
-	ce := &service.ConfigError{File: path}
+	ce := &ruleconfig.ConfigError{File: path}
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -173,7 +172,7 @@ func LoadConfig(path string) (*Config, error) {
 		}
 		d, err := ParseDomain(f, data)
 		if err != nil {
-			if fe, ok := err.(*service.ConfigError); ok {
+			if fe, ok := err.(*ruleconfig.ConfigError); ok {
 				for _, p := range fe.Problems {
 					if fi.IsDir() {
 						p.Rule = strings.TrimSuffix(filepath.Base(f)+": "+p.Rule, ": ")
@@ -185,7 +184,7 @@ func LoadConfig(path string) (*Config, error) {
 			return nil, err
 		}
 		if prev, dup := cfg.Domains[d.Name]; dup {
-			ce.Problems = append(ce.Problems, service.Problem{Rule: filepath.Base(f), Field: "domain",
+			ce.Problems = append(ce.Problems, ruleconfig.Problem{Rule: filepath.Base(f), Field: "domain",
 				Message: fmt.Sprintf("%q is also the domain of %s (one file per domain)", d.Name, filepath.Base(prev.File))})
 			continue
 		}
@@ -216,19 +215,19 @@ func (c *Config) Portability() []string {
 func ParseDomain(name string, data []byte) (*Domain, error) {
 	var doc any
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, &service.ConfigError{File: name, Problems: []service.Problem{{Message: "YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}}
+		return nil, &ruleconfig.ConfigError{File: name, Problems: []ruleconfig.Problem{{Message: "YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}}
 	}
 	js, err := ruleconfig.AppendJSON(nil, doc)
 	if err != nil {
-		return nil, &service.ConfigError{File: name, Problems: []service.Problem{{Message: "YAML: " + err.Error()}}}
+		return nil, &ruleconfig.ConfigError{File: name, Problems: []ruleconfig.Problem{{Message: "YAML: " + err.Error()}}}
 	}
 	var f domainJSON
 	if ps := ruleconfig.Decode(js, &f); len(ps) > 0 {
-		return nil, &service.ConfigError{File: name, Problems: ps}
+		return nil, &ruleconfig.ConfigError{File: name, Problems: ps}
 	}
 	d, ps := f.Validate(name)
 	if len(ps) > 0 {
-		return nil, &service.ConfigError{File: name, Problems: ps}
+		return nil, &ruleconfig.ConfigError{File: name, Problems: ps}
 	}
 	return d, nil
 }
@@ -374,7 +373,7 @@ func (s scalar) check(c *ruleconfig.Checker, field string) (string, bool) {
 
 // Validate checks the file and returns its domain, or every problem it
 // has.
-func (f *domainJSON) Validate(file string) (*Domain, []service.Problem) {
+func (f *domainJSON) Validate(file string) (*Domain, []ruleconfig.Problem) {
 	c := &ruleconfig.Checker{}
 	d := &Domain{File: file}
 	if !c.Object("", "a mapping with \"domain\" and \"descriptors\"", &f.Fields) {

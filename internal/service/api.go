@@ -17,11 +17,11 @@ import (
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
-	"github.com/rlcore/rl/httplimit"
 	"github.com/rlcore/rl/internal/outage"
 	"github.com/rlcore/rl/internal/pipeline"
 	"github.com/rlcore/rl/internal/redact"
 	"github.com/rlcore/rl/internal/request/engine"
+	"github.com/rlcore/rl/internal/request/httpflow"
 	"github.com/rlcore/rl/internal/ruleconfig"
 )
 
@@ -481,7 +481,7 @@ func (s *Service) apiDecide(peek bool) http.HandlerFunc {
 		d.Override = t.overrideLabel()
 		status := http.StatusOK
 		if out != engine.FailOpen {
-			httplimit.SetFields(w.Header(), req.Key, res, each, t.fields)
+			httpflow.SetFields(w.Header(), req.Key, res, each, t.fields)
 			if !res.Allowed {
 				status = http.StatusTooManyRequests
 			}
@@ -513,7 +513,7 @@ func (s *Service) apiSettle(w http.ResponseWriter, r *http.Request) {
 	each := make([]rl.LimitResult, t.limits())
 	// Not the request's cancellation: a caller that hangs up once it has
 	// sent its settle has still cost what it cost (as the proxy's
-	// settles, httplimit.serveAndSettle), and the store call would be
+	// settles, httpflow.serveAndSettle), and the store call would be
 	// cancelled with it, the estimate standing. Within a per-key bound of
 	// its own (settleAPI): refused beyond it (503), as a check is.
 	d := s.do(context.WithoutCancel(r.Context()), &t, rl.Request{Key: req.Key, Cost: delta, Settle: true, Each: each}, engine.GateSettleBounded)
@@ -535,7 +535,7 @@ func (s *Service) apiSettle(w http.ResponseWriter, r *http.Request) {
 	s.settled(&t, nil)
 	dj := decisionJSON(t.Name, req.Key, 0, false, res, engine.Allowed, each)
 	dj.Taken, dj.Delta, dj.Override = false, &delta, t.overrideLabel()
-	httplimit.SetFields(w.Header(), req.Key, res, each, t.fields)
+	httpflow.SetFields(w.Header(), req.Key, res, each, t.fields)
 	writeDecision(w, http.StatusOK, &dj)
 }
 

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/rlcore/rl"
-	"github.com/rlcore/rl/httplimit"
 	"github.com/rlcore/rl/internal/outage"
 	"github.com/rlcore/rl/internal/request/engine"
+	"github.com/rlcore/rl/internal/request/httpflow"
 )
 
 // BatchRequest is the body of POST /v1/ratelimit/batch.
@@ -189,7 +189,7 @@ func (s *Service) apiBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	resp.Deciding = deciding
 	if it := &items[deciding]; it.out == engine.Allowed || it.out == engine.Denied {
-		httplimit.SetFields(w.Header(), it.key, it.res, it.each, it.t.fields)
+		httpflow.SetFields(w.Header(), it.key, it.res, it.each, it.t.fields)
 	}
 	writeJSON(w, status, resp)
 }

@@ -10,9 +10,12 @@
 // native core, or PL/pgSQL). Each rule is an
 // rl.Limiter whose base key is the rule's name; limits given inline in a
 // decision-API request use the base key "inline". The proxy hands each
-// request its most specific rule matches to that rule's httplimit
-// middleware, built once per rule set with the service's hooks (fail
-// policy, per-key bound, metrics, 400 messages).
+// request its most specific rule matches to that rule's middleware (the
+// HTTP flow httplimit runs too, internal/request/httpflow), built once per
+// rule set with the service's hooks (fail policy, metrics, 400 messages);
+// every decision, the decision API's and the proxy's, is the decision
+// engine's (internal/request/engine: per-key bound, store, outage
+// detector, failure rule).
 //
 //	cfg, err := service.LoadConfig("rules.yaml")   // every mistake, by file, rule and field
 //	svc, err := service.New(cfg, service.Options{Store: memstore.New(&memstore.Config{Decider: pool})})

@@ -5,9 +5,9 @@ import (
 	"net/http"
 
 	"github.com/rlcore/rl"
-	"github.com/rlcore/rl/httplimit"
 	"github.com/rlcore/rl/internal/pipeline"
 	"github.com/rlcore/rl/internal/request/engine"
+	"github.com/rlcore/rl/internal/request/httpflow"
 )
 
 // ExplainJSON says how a request reached its rule, key, cost and limits:
@@ -292,7 +292,7 @@ func shadowOutcome(admits, peek, admitted bool) string {
 
 // partitionKey is the pk the fields f send for key, as written there; ""
 // for none.
-func partitionKey(f httplimit.Fields, key string) string {
+func partitionKey(f httpflow.Fields, key string) string {
 	if f.PartitionKey == nil {
 		return ""
 	}

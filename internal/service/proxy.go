@@ -9,10 +9,10 @@ import (
 	"net/url"
 
 	"github.com/rlcore/rl"
-	"github.com/rlcore/rl/httplimit"
 	"github.com/rlcore/rl/internal/outage"
 	"github.com/rlcore/rl/internal/pipeline"
 	"github.com/rlcore/rl/internal/request/engine"
+	"github.com/rlcore/rl/internal/request/httpflow"
 )
 
 // serveProxy is the reverse proxy filter: it matches the request to the
@@ -53,8 +53,8 @@ func (s *Service) serveProxy(w http.ResponseWriter, r *http.Request) {
 	s.forward(rs.upstream, w, r)
 }
 
-// ruleProxy is the middleware (package httplimit) that decides the
-// requests matched to ru and forwards the ones it serves to rs's upstream.
+// ruleProxy is the middleware (package httpflow, httplimit's flow) that
+// decides the requests matched to ru and forwards the ones it serves to rs's upstream.
 // Built once per rule set, it answers by the service's rules: the rule's
 // key and cost (a bad one is 400, saying why), the per-key bound and
 // outage rules of Service.do and Service.failure (fail_open only on an
@@ -63,7 +63,7 @@ func (s *Service) serveProxy(w http.ResponseWriter, r *http.Request) {
 func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 	t := ru.target()
 	keyBy := ru.spec.KeyBy
-	mw, err := httplimit.New(httplimit.Config{
+	mw, err := httpflow.New(httpflow.Config{
 		Limiter: &ruleLimiter{s, t},
 		Key:     ru.key,
 		Cost:    ru.cost,
@@ -72,7 +72,7 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 		// detector: the middleware answers by their class, and keeps no
 		// detector of its own (which FailOpen would give it) counting
 		// the same decisions again.
-		Fail: func(_ *http.Request, err error) httplimit.Outcome {
+		Fail: func(_ *http.Request, err error) engine.Outcome {
 			return engine.OutcomeOf(outage.ClassOf(err), t.FailOpen)
 		},
 		// The rule's policy, which ruleLimiter decides anyway (or a key's
@@ -80,50 +80,50 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 		// limits the fields may list: the most of any.
 		Policy:   func(*http.Request) *rl.Policy { return ru.widest },
 		Fields:   ru.fields,
-		Problems: httplimit.Problems(rs.cfg.ProblemDetails),
+		Problems: httpflow.Problems(rs.cfg.ProblemDetails),
 		// The upstream's response_cost_header: the actual cost (at
 		// least min_cost), settled against the cost taken, the field
 		// kept from the client.
-		ResponseCost: httplimit.ResponseCost{Field: ru.spec.ResponseCostHeader, Min: ru.spec.MinCost},
-		OnSettle: func(r *http.Request, st httplimit.Settlement) {
+		ResponseCost: httpflow.ResponseCost{Field: ru.spec.ResponseCostHeader, Min: ru.spec.MinCost},
+		OnSettle: func(r *http.Request, st httpflow.Settlement) {
 			s.settled(&t, st.Err)
 		},
-		OnDecision: func(r *http.Request, d httplimit.Decision) {
+		OnDecision: func(r *http.Request, d httpflow.Decision) {
 			switch d.Outcome {
-			case httplimit.OutcomeMissingKey, httplimit.OutcomeInvalidCost:
+			case engine.MissingKey, engine.InvalidCost:
 				s.metrics.rejected.WithLabelValues(d.Outcome.String()).Inc()
 				return
-			case httplimit.OutcomeInvalidKey:
+			case engine.InvalidKey:
 				s.metrics.rejected.WithLabelValues(d.Outcome.String()).Inc()
-			case httplimit.OutcomeAllowed:
+			case engine.Allowed:
 				t.m.allowed.Inc()
-			case httplimit.OutcomeDenied:
+			case engine.Denied:
 				m := t.m
 				if ov := ru.overrideFor(d.Key); ov != nil {
 					m = ov.m // d.Result.Index is among the override's limits
 				}
 				m.record(engine.Denied, &d.Result)
-			case httplimit.OutcomeFailOpen:
+			case engine.FailOpen:
 				t.m.failOpen.Inc()
-			case httplimit.OutcomeFailClosed, httplimit.OutcomeOverloaded, httplimit.OutcomeError:
+			case engine.FailClosed, engine.Overloaded, engine.Error:
 				t.m.failClosed.Inc()
 			}
 			// OutcomeUnkeyed is not reached: the service never sets
 			// AllowMissingKey (a missing key is 400, missing_key).
 			s.metrics.proxyLatency.Observe(d.Latency.Seconds())
 		},
-		Refused: func(w http.ResponseWriter, r *http.Request, d httplimit.Decision) {
+		Refused: func(w http.ResponseWriter, r *http.Request, d httpflow.Decision) {
 			switch d.Outcome {
-			case httplimit.OutcomeMissingKey:
+			case engine.MissingKey:
 				msg := "Missing rate-limit key: " + keyBy.Hint()
 				var ke *pipeline.KeyError
 				if errors.As(d.Err, &ke) {
 					msg = "Missing rate-limit key: " + ke.Reason
 				}
 				http.Error(w, msg, http.StatusBadRequest)
-			case httplimit.OutcomeInvalidKey:
-				http.Error(w, "Invalid rate-limit key ("+keyBy.String()+"): "+cmp.Or(httplimit.KeyReason(d.Err), "refused"), http.StatusBadRequest)
-			case httplimit.OutcomeInvalidCost:
+			case engine.InvalidKey:
+				http.Error(w, "Invalid rate-limit key ("+keyBy.String()+"): "+cmp.Or(httpflow.KeyReason(d.Err), "refused"), http.StatusBadRequest)
+			case engine.InvalidCost:
 				msg := "Invalid rate-limit cost"
 				var ec *pipeline.CostError
 				if errors.As(d.Err, &ec) {
@@ -131,7 +131,7 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 				}
 				http.Error(w, msg, http.StatusBadRequest)
 			default:
-				httplimit.WriteRefusedFor(w, r, d, httplimit.Problems(rs.cfg.ProblemDetails))
+				httpflow.WriteRefusedFor(w, r, d, httpflow.Problems(rs.cfg.ProblemDetails))
 			}
 		},
 	})

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/rlcore/rl"
-	"github.com/rlcore/rl/httplimit"
 	"github.com/rlcore/rl/internal/pipeline"
+	"github.com/rlcore/rl/internal/request/httpflow"
 	"github.com/rlcore/rl/internal/ruleconfig"
 )
 
@@ -27,8 +27,8 @@ type rule struct {
 	lim    *rl.Limiter
 	ip     pipeline.IPKey
 	m      *ruleMetrics
-	fields httplimit.Fields // what its RateLimit fields say
-	proxy  http.Handler     // decides and forwards a matched request (ruleProxy)
+	fields httpflow.Fields // what its RateLimit fields say
+	proxy  http.Handler    // decides and forwards a matched request (ruleProxy)
 	// match selects the rule's proxied requests.
 	match pipeline.Matcher
 	// overrides replace policy for some keys (buildOverrides).
@@ -69,9 +69,9 @@ func (s *Service) build(cfg *Config) (*ruleSet, error) {
 		}
 		ip := pipeline.IPKey{TrustedProxies: cfg.TrustedProxies, IPv4Prefix: cfg.IPv4Prefix, IPv6Prefix: cfg.IPv6Prefix}
 		r := &rule{spec: spec, policy: p, lim: lim, ip: ip, m: s.metrics.forRule(spec.Name, p.Limits()),
-			fields: httplimit.Fields{Closest: spec.Closest, QuotaUnit: spec.QuotaUnit}}
+			fields: httpflow.Fields{Closest: spec.Closest, QuotaUnit: spec.QuotaUnit}}
 		if spec.PartitionKey {
-			r.fields.PartitionKey = httplimit.PartitionKeyFunc(cfg.PartitionKeySecret, spec.Name)
+			r.fields.PartitionKey = httpflow.PartitionKeyFunc(cfg.PartitionKeySecret, spec.Name)
 		}
 		if err := s.buildOverrides(r); err != nil {
 			return nil, fmt.Errorf("rule %q: %w", spec.Name, err)
@@ -133,13 +133,13 @@ func request(r *http.Request, path string) *pipeline.Request {
 		Header: func(n string) []string { return r.Header.Values(n) }, Peer: r.RemoteAddr}
 }
 
-// key is the rule's httplimit.KeyFunc: pipeline.Key over its key source.
+// key is the rule's httpflow.KeyFunc: pipeline.Key over its key source.
 func (ru *rule) key(r *http.Request) (string, error) {
 	path := r.URL.EscapedPath()
 	return pipeline.Key(ru.spec.KeyBy, ru.ip, request(r, path), pipeline.MatchPath(path))
 }
 
-// cost is the rule's httplimit.CostFunc: pipeline.ParseCost over its cost
+// cost is the rule's httpflow.CostFunc: pipeline.ParseCost over its cost
 // header, with its cost and min_cost. A proxied request is never free:
 // cost 0 exists only as a decision-API peek.
 func (ru *rule) cost(r *http.Request) (int64, error) {

@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/rlcore/rl"
-	"github.com/rlcore/rl/httplimit"
 	"github.com/rlcore/rl/internal/outage"
 	"github.com/rlcore/rl/internal/pipeline"
 	"github.com/rlcore/rl/internal/redact"
 	"github.com/rlcore/rl/internal/request/engine"
+	"github.com/rlcore/rl/internal/request/httpflow"
 	"github.com/rlcore/rl/store"
 )
 
@@ -391,8 +391,8 @@ func (s *Service) overloaded(w http.ResponseWriter, r *http.Request, reason stri
 		s.apiError(w, http.StatusServiceUnavailable, "overloaded", "too many requests in flight; retry later")
 		return
 	}
-	httplimit.WriteRefusedFor(w, r, httplimit.Decision{Outcome: engine.Overloaded},
-		httplimit.Problems(s.rules.Load().cfg.ProblemDetails))
+	httpflow.WriteRefusedFor(w, r, httpflow.Decision{Outcome: engine.Overloaded},
+		httpflow.Problems(s.rules.Load().cfg.ProblemDetails))
 }
 
 func (s *Service) serveReady(w http.ResponseWriter, r *http.Request) {
@@ -420,8 +420,8 @@ type target struct {
 	// (the rule's, or its override's: forKey), the fail policy.
 	engine.Target
 	m      *ruleMetrics
-	fields httplimit.Fields // the rule's; inline limits have the default
-	rule   *rule            // the rule; nil for inline limits
+	fields httpflow.Fields // the rule's; inline limits have the default
+	rule   *rule           // the rule; nil for inline limits
 	// override, if set, is the rule's override deciding the key (forKey):
 	// Policy and m are its.
 	override *override
@@ -527,8 +527,8 @@ func (s *Service) failed(t *target, d *engine.Decision) {
 // settled counts a settle on t (the proxy's from a response's
 // response_cost_header, or the decision API's) by its error
 // (pipeline.SettleResult): none, an invalid response cost
-// (httplimit.ErrResponseCost), a proxied request whose response was cut
-// off before it reported the cost (httplimit.ErrAborted: its client went
+// (httpflow.ErrResponseCost), a proxied request whose response was cut
+// off before it reported the cost (httpflow.ErrAborted: its client went
 // away, or the upstream failed mid-response), a failure, or a decision-API
 // settle refused by the per-key bound (errOverloaded, counted in
 // rl_overload_rejected_total too); all but the first logged, at most one
@@ -537,10 +537,10 @@ func (s *Service) settled(t *target, err error) {
 	switch {
 	case err == nil:
 		t.m.settles[pipeline.Settled].Inc()
-	case errors.Is(err, httplimit.ErrResponseCost):
+	case errors.Is(err, httpflow.ErrResponseCost):
 		t.m.settles[pipeline.SettleInvalid].Inc()
 		s.storeErr.log(s.log, "invalid response cost; nothing settled (the estimate stands)", t.Name, err)
-	case errors.Is(err, httplimit.ErrAborted):
+	case errors.Is(err, httpflow.ErrAborted):
 		t.m.settles[pipeline.SettleFailed].Inc()
 		s.storeErr.log(s.log, "proxied response cut off before it reported its cost (the client went away, or the upstream failed); nothing settled (the estimate stands)", t.Name, err)
 	case errors.Is(err, engine.ErrOverloaded):

@@ -122,6 +122,7 @@ var classes = []struct {
 	{"internal/ruleconfig", class{layer: layerFrontEnds}},
 	{"internal/outage", class{layer: layerFrontEnds}},
 	{"internal/request/engine", class{layer: layerFrontEnds}},
+	{"internal/request/httpflow", class{layer: layerFrontEnds}},
 	{"proxywasm", class{layer: layerFrontEnds}},
 	// The commands' -version: the module version and those of the
 	// interfaces the deciders define (schema, extension, WebAssembly ABI).

@@ -15,6 +15,9 @@
 // A limit goes from a validated configuration (internal/request/ruleconfig)
 // to the policy that decides it in one step, Compile.
 //
-// The API takes no net/http type: only Outcome.Status speaks HTTP, the
-// status every HTTP front end answers an outcome with.
+// The package imports no net/http: only Outcome.Status speaks HTTP, the
+// status every HTTP front end answers an outcome with (package httpflow,
+// beside this one, is the net/http flow the proxy and the middleware
+// share). The proxy-wasm filter, whose store is Envoy's shared data and not
+// an rl.Limiter, links the vocabulary (Outcome, OutcomeOf) alone.
 package engine

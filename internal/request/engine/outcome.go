@@ -1,10 +1,6 @@
 package engine
 
-import (
-	"net/http"
-
-	"github.com/rlcore/rl/internal/outage"
-)
+import "github.com/rlcore/rl/internal/outage"
 
 // Outcome is what became of one decision: the one vocabulary of every
 // front end. The proxy and the decision API count it in
@@ -67,17 +63,19 @@ func Outcomes() []Outcome {
 // Status returns the HTTP status of the outcome: 200 for Allowed, Unkeyed
 // and FailOpen (what the next handler writes), 429, 400, 503 or 500.
 func (o Outcome) Status() int {
+	// Numbers, not net/http's names: the proxy-wasm filter links this
+	// package, and net/http would weigh on its WebAssembly module.
 	switch o {
 	case Allowed, Unkeyed, FailOpen:
-		return http.StatusOK
+		return 200
 	case Denied:
-		return http.StatusTooManyRequests
+		return 429
 	case MissingKey, InvalidKey, InvalidCost:
-		return http.StatusBadRequest
+		return 400
 	case Error:
-		return http.StatusInternalServerError
+		return 500
 	}
-	return http.StatusServiceUnavailable
+	return 503
 }
 
 // Failure reports whether the outcome is a failure of the decision itself
