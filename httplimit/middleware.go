@@ -13,7 +13,7 @@
 // decisions while it completes others, and load must never turn into
 // admissions. A busy or full store (store.ErrBusy) is load, answered 503
 // with Retry-After and never served; a corrupt state, 500. This is the one
-// failure rule of the project (internal/outage), which rl-wasm-host's
+// failure rule of the project (internal/request/outage), which rl-wasm-host's
 // proxy, decision API and gRPC service and the proxy-wasm filter follow
 // too. Config.Fail chooses per request and per error instead, OnDecision
 // observes every outcome (for metrics), and Denied and Refused write the
@@ -33,7 +33,7 @@
 // changes both), while Header, Query and APIKey key by whatever the client
 // sends, which bounds nothing unless a component you trust sets or verifies
 // that value. They read a request by rl-wasm-host's key rule
-// (internal/pipeline's Key): one place, given once, never a fallback; an
+// (internal/request/pipeline's Key): one place, given once, never a fallback; an
 // API key kept as its digest.
 package httplimit
 
@@ -43,9 +43,9 @@ import (
 	"time"
 
 	"github.com/rlcore/rl"
-	"github.com/rlcore/rl/internal/pipeline"
 	"github.com/rlcore/rl/internal/request/engine"
 	"github.com/rlcore/rl/internal/request/httpflow"
+	"github.com/rlcore/rl/internal/request/pipeline"
 )
 
 // Limiter decides requests. *rl.Limiter is one; wrap one to add to every

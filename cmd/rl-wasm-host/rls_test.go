@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/rlcore/rl/internal/rls"
+	"github.com/rlcore/rl/internal/frontend/rls"
 )
 
 // -grpc-listen and -rls-config: the Envoy rate limit service served by the

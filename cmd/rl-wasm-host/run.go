@@ -16,9 +16,9 @@ import (
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
-	"github.com/rlcore/rl/internal/redact"
-	"github.com/rlcore/rl/internal/rls"
-	"github.com/rlcore/rl/internal/service"
+	"github.com/rlcore/rl/internal/frontend/rls"
+	"github.com/rlcore/rl/internal/frontend/service"
+	"github.com/rlcore/rl/internal/util/redact"
 	"github.com/rlcore/rl/memstore"
 	"github.com/rlcore/rl/store"
 	"github.com/rlcore/rl/wasm"

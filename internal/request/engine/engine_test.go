@@ -10,7 +10,7 @@ import (
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
-	"github.com/rlcore/rl/internal/outage"
+	"github.com/rlcore/rl/internal/request/outage"
 	"github.com/rlcore/rl/memstore"
 	"github.com/rlcore/rl/store"
 )

@@ -4,11 +4,11 @@ import (
 	"time"
 
 	"github.com/rlcore/rl"
-	"github.com/rlcore/rl/internal/pipeline"
+	"github.com/rlcore/rl/internal/request/pipeline"
 )
 
 // Verdict is a decision in the units of the answer's fields
-// (internal/pipeline, the one source of the fields every front end
+// (internal/request/pipeline, the one source of the fields every front end
 // writes): durations in µs, each rounded up so that nothing is early. each
 // holds every limit's result (rl.Request.Each); res alone when each is
 // shorter than res.Index+1. Results no limit wrote (a slice longer than

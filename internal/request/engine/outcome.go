@@ -1,6 +1,6 @@
 package engine
 
-import "github.com/rlcore/rl/internal/outage"
+import "github.com/rlcore/rl/internal/request/outage"
 
 // Outcome is what became of one decision: the one vocabulary of every
 // front end. The proxy and the decision API count it in

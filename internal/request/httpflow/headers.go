@@ -5,8 +5,8 @@ import (
 	"sync/atomic"
 
 	"github.com/rlcore/rl"
-	"github.com/rlcore/rl/internal/pipeline"
 	"github.com/rlcore/rl/internal/request/engine"
+	"github.com/rlcore/rl/internal/request/pipeline"
 )
 
 // Fields chooses what the rate-limit header fields say beyond the limits

@@ -12,10 +12,10 @@ import (
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
-	"github.com/rlcore/rl/internal/outage"
-	"github.com/rlcore/rl/internal/pipeline"
 	"github.com/rlcore/rl/internal/request/engine"
-	"github.com/rlcore/rl/internal/ruleconfig"
+	"github.com/rlcore/rl/internal/request/outage"
+	"github.com/rlcore/rl/internal/request/pipeline"
+	"github.com/rlcore/rl/internal/request/ruleconfig"
 )
 
 // Limiter decides requests. *rl.Limiter is one; wrap one to add to every

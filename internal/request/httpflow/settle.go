@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/rlcore/rl"
-	"github.com/rlcore/rl/internal/pipeline"
+	"github.com/rlcore/rl/internal/request/pipeline"
 )
 
 // ResponseCost reads the actual cost of an admitted request from its
