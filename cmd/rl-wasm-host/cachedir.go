@@ -20,10 +20,13 @@ func checkCacheDir(dir string) error {
 		return nil
 	}
 	fix := "fix it, or leave -wasm-cache-dir unset (the native core decides while the module compiles, so the cache only saves CPU at start)"
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("-wasm-cache-dir %q: cannot create it: %w: %s", dir, err, fix)
-	}
 	fi, err := os.Stat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("-wasm-cache-dir %q: cannot create it: %w: %s", dir, err, fix)
+		}
+		fi, err = os.Stat(dir)
+	}
 	if err != nil {
 		return fmt.Errorf("-wasm-cache-dir %q: %w: %s", dir, err, fix)
 	}
