@@ -30,8 +30,8 @@ type logRecorder struct {
 func newLogRecorder() *logRecorder { return &logRecorder{seen: make(chan struct{})} }
 
 func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler      { return r }
-func (r *logRecorder) WithGroup(string) slog.Handler           { return r }
+func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *logRecorder) WithGroup(string) slog.Handler            { return r }
 func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s", rec.Level, rec.Message)
