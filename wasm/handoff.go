@@ -22,8 +22,8 @@ type HandoffConfig struct {
 	// OnDone, if set, is called once from the background goroutine when
 	// Open returns, unless Close was called first: after the switch to the
 	// Pool (err nil), or after a failure (err non-nil; the native core
-	// keeps deciding). took is the time Open took: the module's
-	// compilation, mostly.
+	// keeps deciding), and before Ready is closed. took is the time Open
+	// took: the module's compilation, mostly.
 	OnDone func(took time.Duration, err error)
 }
 
@@ -98,10 +98,10 @@ func (h *Handoff) open(ctx context.Context) {
 		h.cur.Store(&deciderBox{pool})
 	}
 	h.mu.Unlock()
-	close(h.ready)
 	if h.cfg.OnDone != nil {
 		h.cfg.OnDone(took, err)
 	}
+	close(h.ready)
 }
 
 // TakeAll is core.TakeAll, decided by the deciding core (Deciding). After
@@ -134,8 +134,8 @@ func (h *Handoff) Deciding() string {
 	return "native"
 }
 
-// Ready is closed once the background build is over: the Pool decides, or
-// Err says why it does not.
+// Ready is closed once the background build is over, after OnDone
+// returned: the Pool decides, or Err says why it does not.
 func (h *Handoff) Ready() <-chan struct{} { return h.ready }
 
 // Err returns why the Pool could not be built (the native core then keeps

@@ -125,7 +125,7 @@ func measure(bin, cfg, home string, args []string, timeout time.Duration) (resul
 				logTail.WriteByte('\n')
 			}
 			var rec struct{ Msg string }
-			if json.Unmarshal(line, &rec) == nil && strings.HasPrefix(rec.Msg, "decider: WebAssembly takes over") {
+			if json.Unmarshal(line, &rec) == nil && strings.Contains(rec.Msg, "takes over from the native core") {
 				handover <- time.Since(start)
 			}
 		}

@@ -180,7 +180,7 @@ func TestServesBeforeCompiled(t *testing.T) {
 	require.Contains(t, metrics, `rl_wasm_instances{state="idle"} 0`)
 
 	close(bp.gate)
-	line := logs.wait(t, "decider: WebAssembly takes over from the native core")
+	line := logs.wait(t, "decider: the WebAssembly core hosted by wazero takes over from the native core")
 	require.Contains(t, line, "compile=")
 
 	code, body = httpDo(t, api+"/readyz", "")

@@ -299,7 +299,7 @@ func (h *host) handedOver(took time.Duration, err error) {
 			"err", err, "after", took.Round(time.Millisecond).String())
 		return
 	}
-	h.log.Info("decider: WebAssembly takes over from the native core", "abi_version", wasm.ABIVersion,
+	h.log.Info("decider: the WebAssembly core hosted by wazero takes over from the native core", "abi_version", wasm.ABIVersion,
 		"compile", took.Round(time.Millisecond).String())
 }
 
