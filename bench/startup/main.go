@@ -114,19 +114,23 @@ func measure(bin, cfg, home string, args []string, timeout time.Duration) (resul
 
 	var r result
 	var wg sync.WaitGroup
+	handoff := make(chan bool, 1) // whether the native core stands in while the module compiles
 	handover := make(chan time.Duration, 1)
-	var logTail bytes.Buffer
+	var logTail lockedBuffer
 	go func() { // the log: the handover line, and the tail for errors
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			line := sc.Bytes()
-			if logTail.Len() < 1<<16 {
-				logTail.Write(line)
-				logTail.WriteByte('\n')
-			}
+			logTail.add(line)
 			var rec struct{ Msg string }
-			if json.Unmarshal(line, &rec) == nil && strings.Contains(rec.Msg, "takes over from the native core") {
+			if json.Unmarshal(line, &rec) != nil {
+				continue
+			}
+			switch {
+			case strings.Contains(rec.Msg, "takes over from the native core"):
 				handover <- time.Since(start)
+			case strings.HasPrefix(rec.Msg, "decider:"): // logged before the listeners bind
+				handoff <- strings.Contains(rec.Msg, "while the WebAssembly module compiles")
 			}
 		}
 		io.Copy(io.Discard, stderr)
@@ -146,13 +150,18 @@ func measure(bin, cfg, home string, args []string, timeout time.Duration) (resul
 	if err := errors.Join(perr, aerr); err != nil {
 		return r, fmt.Errorf("%w; log:\n%s", err, logTail.String())
 	}
-	if slices.Contains(args, "native") {
-		return r, nil
+	select {
+	case h := <-handoff:
+		if !h { // a decider that does not hand over: native, or compiled before serving
+			return r, nil
+		}
+	case <-ctx.Done():
+		return r, fmt.Errorf("no decider line in the log:\n%s", logTail.String())
 	}
 	select {
 	case r.handover = <-handover:
 	case <-ctx.Done():
-		// No handover line: a decider that compiles before serving.
+		return r, fmt.Errorf("the WebAssembly core did not take over:\n%s", logTail.String())
 	}
 	return r, nil
 }
@@ -220,4 +229,26 @@ func check(err error) {
 		fmt.Fprintln(os.Stderr, "startup:", err)
 		os.Exit(1)
 	}
+}
+
+// lockedBuffer keeps the first 64 KiB of the log, written by one goroutine
+// and read by another.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) add(line []byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.buf.Len() < 1<<16 {
+		b.buf.Write(line)
+		b.buf.WriteByte('\n')
+	}
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

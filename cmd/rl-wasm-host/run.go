@@ -314,7 +314,7 @@ func (h *host) openPool(ctx context.Context, cfg wasm.Config) (*wasm.Pool, error
 	}
 	pool, err := newPool(ctx, cfg)
 	if err != nil && cfg.CacheDir != "" {
-		h.log.Warn("WebAssembly compilation cache failed; compiling without it", "cache_dir", cfg.CacheDir, "err", err)
+		h.log.Warn("WebAssembly compilation cache failed; compiling without it (if this repeats at every start, empty the directory)", "cache_dir", cfg.CacheDir, "err", err)
 		cfg.CacheDir = ""
 		pool, err = newPool(ctx, cfg)
 	}
