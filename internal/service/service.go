@@ -94,9 +94,10 @@ type Service struct {
 
 	maxInFlight int64
 	inFlight    atomic.Int64
-	outage      outage.Detector // shared by the decision API, the proxy and the RLS front end
-	perKey      *keyGate        // nil: no per-key bound
-	noShadow    error           // Options.ShadowUnsupported
+	outage      outage.Detector                     // shared by the decision API, the proxy and the RLS front end
+	perKey      *keyGate                            // nil: no per-key bound
+	noShadow    error                               // Options.ShadowUnsupported
+	decider     atomic.Pointer[func() DeciderStats] // MonitorDecider's; nil: not reported
 }
 
 // throttle logs at most one store failure a second, counting the others
@@ -418,6 +419,9 @@ func (s *Service) serveReady(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.Write([]byte("ready\n"))
+	if stats := s.decider.Load(); stats != nil {
+		fmt.Fprintf(w, "decider: %s\n", deciderStatus((*stats)()))
+	}
 }
 
 // target is what a decision is made against: a rule, or inline limits.
@@ -630,4 +634,16 @@ func (m *ruleMetrics) record(outcome string, res *rl.Result) {
 // slogErrorLog adapts the logger for net/http's ErrorLog fields.
 func slogErrorLog(l *slog.Logger) *log.Logger {
 	return slog.NewLogLogger(l.Handler(), slog.LevelWarn)
+}
+
+// deciderStatus is /readyz's account of the decider: its name, and while
+// the native core stands in for the WebAssembly core, why.
+func deciderStatus(st DeciderStats) string {
+	switch {
+	case st.Compiling:
+		return st.Deciding + " (the WebAssembly module is compiling; it takes over once compiled)"
+	case st.Failed:
+		return st.Deciding + " (the WebAssembly module could not start: see the log)"
+	}
+	return st.Deciding
 }

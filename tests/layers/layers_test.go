@@ -84,6 +84,9 @@ var classes = []struct {
 	{"tests/...", class{kind: testCode}},
 
 	{"cmd/...", class{kind: command, layer: layerFrontEnds}},
+	// bench/startup times rl-wasm-host's start from outside: a command
+	// that imports nothing of the module.
+	{"bench/startup", class{kind: command, layer: layerFrontEnds}},
 
 	{"internal/clock", class{kind: utility}},
 	{"internal/redact", class{kind: utility}},
