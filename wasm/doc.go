@@ -30,6 +30,16 @@
 // milliseconds and costs about 3 MB of linear memory plus about as much Go
 // heap. Instances live until Close.
 //
+// # Serving before the module is compiled
+//
+// The first compilation takes over half a second of CPU, and seconds on a
+// busy machine. A Handoff (NewHandoff) is a core.Decider that decides with
+// the native core from its first call while a Pool is built in the
+// background, then switches to the Pool atomically. The switch cannot change
+// a decision: the module is package core, and both take and return the same
+// core.State. If the Pool cannot be built, the native core keeps deciding
+// (Handoff.Err says why).
+//
 // # Pooling
 //
 // An instance owns one buffer in its linear memory, so it serves one call at

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/wasm"
@@ -62,4 +63,34 @@ func ExamplePool_decider() {
 	fmt.Println(i, err, decisions[i].Remaining)
 	// Output:
 	// 0 <nil> 6
+}
+
+// A Handoff serves at once: the native core decides while the module
+// compiles in the background, then the module takes over, deciding the
+// states the native core wrote exactly as it would have.
+func ExampleNewHandoff() {
+	h := wasm.NewHandoff(wasm.HandoffConfig{
+		OnDone: func(took time.Duration, err error) {
+			if err != nil {
+				log.Printf("the module did not start (the native core keeps deciding): %v", err)
+			}
+		},
+	})
+	defer h.Close(context.Background())
+
+	limits := []core.Limit{{Algorithm: core.FixedWindow, Limit: 3, Window: 60_000_000}}
+	states := make([]core.State, 1)
+	decisions := make([]core.Decision, 1)
+	now := int64(1767225600000000)
+	h.TakeAll(limits, states, now, 1, decisions) // decided at once, natively if the module is compiling
+	fmt.Println(decisions[0].Remaining)
+
+	<-h.Ready()
+	fmt.Println(h.Deciding(), h.Err())
+	h.TakeAll(limits, states, now, 1, decisions) // the module continues the count
+	fmt.Println(decisions[0].Remaining)
+	// Output:
+	// 2
+	// wasm <nil>
+	// 1
 }

@@ -66,6 +66,8 @@ func run(args []string) int {
 	explainPeer := fs.String("peer", "127.0.0.1", "with -explain: the client's address, as key_by: ip reads it")
 	fs.StringVar(&rc.Decider, "decider", "wasm", "decision core: wasm (the embedded WebAssembly module hosted by wazero) or native")
 	fs.IntVar(&rc.WasmInstances, "wasm-instances", 0, "most WebAssembly instances (0: 2 × GOMAXPROCS)")
+	fs.BoolVar(&rc.WasmWait, "wasm-wait", false, "compile the WebAssembly module before serving, and fail the start if it cannot start (default: the native core decides while it compiles, then it takes over)")
+	fs.StringVar(&rc.WasmCacheDir, "wasm-cache-dir", "", "keep the compiled WebAssembly module in this directory across starts (owned by the service's user, not writable by group or others; created 0700); off by default")
 	fs.StringVar(&rc.Store, "store", "memory", "state store: memory or postgres")
 	fs.IntVar(&rc.MaxKeys, "max-keys", 0, "cap on keys held in memory (0: 1000000; -1: no cap); a new key beyond it is a store failure")
 	fs.Int64Var(&rc.MaxBytes, "max-bytes", 0, "byte budget of the state held in memory (0: 256 MiB); a new key beyond it is a store failure, existing keys keep being decided")

@@ -185,7 +185,7 @@ func TestNoConfigIsUsage(t *testing.T) {
 
 func TestSampleConfigStarts(t *testing.T) {
 	p := start(t, "-config", "sample.yaml")
-	p.waitLog(t, "WebAssembly core hosted by wazero")
+	p.waitLog(t, "decider: native Go core while the WebAssembly module compiles") // the WebAssembly core takes over once compiled: TestServesBeforeCompiled
 	code, h, body := call(t, "POST", p.api+"/v1/ratelimit/check", `{"rule":"/v1/pay","key":"demo-key"}`)
 	require.Equal(t, 200, code, body)
 	require.Equal(t, `"default";q=100;w=10`, h.Get("RateLimit-Policy"))

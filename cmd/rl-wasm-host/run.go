@@ -48,6 +48,19 @@ type RunConfig struct {
 	Decider string
 	// WasmInstances bounds the WebAssembly instances; 0: 2 × GOMAXPROCS.
 	WasmInstances int
+	// WasmWait compiles the WebAssembly module before serving, as the
+	// only decider: a start then takes the compilation's seconds, and a
+	// module that cannot start stops the start. By default (false) the
+	// native core decides from the start while the module compiles in the
+	// background, and the module takes over once compiled (wasm.Handoff);
+	// should it fail to start, the native core keeps deciding, the failure
+	// logged and in /metrics.
+	WasmWait bool
+	// WasmCacheDir, if set, is where wazero keeps the compiled module
+	// across starts (checkCacheDir says what it must be); later starts
+	// then load it instead of compiling, so the module takes over sooner.
+	// "" (the default): no cache on disk.
+	WasmCacheDir string
 	// Store is "memory" (default) or "postgres".
 	Store string
 	// MaxKeys caps the in-memory store's keys (also the failover store's);
@@ -82,6 +95,11 @@ type RunConfig struct {
 	// same Service (the command's Envoy rate limit service): started once
 	// the Service exists, reloaded after it, shut down with it.
 	Extensions []Extension
+
+	// newPool builds the WebAssembly pool; nil means wasm.New. Tests set
+	// one that blocks, to observe the native phase of the handoff, or
+	// fails.
+	newPool func(context.Context, wasm.Config) (*wasm.Pool, error)
 }
 
 // Run runs the service until ctx is done, then shuts it down gracefully.
@@ -134,6 +152,10 @@ type host struct {
 
 	// openDecider
 	decider core.Decider
+	// deciderStats says which core decides, for /metrics and /readyz;
+	// poolStats, if set, are the WebAssembly pool's.
+	deciderStats func() service.DeciderStats
+	poolStats    func() wasm.Stats
 
 	// openStore
 	store  store.Store
@@ -213,29 +235,91 @@ func (h *host) close() {
 	}
 }
 
-// openDecider is Run's decider phase: the WebAssembly core hosted by
-// wazero (closed when Run returns) or the native core, as rc.Decider says.
+// openDecider is Run's decider phase, as rc.Decider says: the native
+// core, or the WebAssembly core hosted by wazero (closed when Run returns).
+// The WebAssembly core takes over from the native core once compiled
+// (wasm.Handoff), unless rc.WasmWait, which compiles it first.
 func (h *host) openDecider(ctx context.Context) error {
 	switch h.rc.Decider {
 	case "", "wasm":
-		pool, err := wasm.New(ctx, wasm.Config{MaxInstances: h.rc.WasmInstances})
-		if err != nil {
-			return fmt.Errorf("WebAssembly decider: %w", err)
-		}
-		h.closers = append(h.closers, func() {
-			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			pool.Close(cctx)
-		})
-		h.decider = pool
-		h.log.Info("decider: WebAssembly core hosted by wazero", "abi_version", wasm.ABIVersion)
 	case "native":
 		h.decider = core.Native{}
+		h.deciderStats = func() service.DeciderStats { return service.DeciderStats{Deciding: "native"} }
 		h.log.Info("decider: native Go core")
+		return nil
 	default:
 		return fmt.Errorf("-decider %q: want wasm or native", h.rc.Decider)
 	}
+	if err := checkCacheDir(h.rc.WasmCacheDir); err != nil {
+		return err
+	}
+	cfg := wasm.Config{MaxInstances: h.rc.WasmInstances, CacheDir: h.rc.WasmCacheDir}
+	closeWithin := func(close func(context.Context) error) func() {
+		return func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			close(cctx)
+		}
+	}
+	if h.rc.WasmWait {
+		start := time.Now()
+		pool, err := h.openPool(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("WebAssembly decider: %w", err)
+		}
+		took := time.Since(start)
+		h.closers = append(h.closers, closeWithin(pool.Close))
+		h.decider, h.poolStats = pool, pool.Stats
+		h.deciderStats = func() service.DeciderStats {
+			return service.DeciderStats{Deciding: "wasm", CompileSeconds: took.Seconds()}
+		}
+		h.log.Info("decider: WebAssembly core hosted by wazero", "abi_version", wasm.ABIVersion, "compile", took.Round(time.Millisecond).String())
+		return nil
+	}
+	hd := wasm.NewHandoff(wasm.HandoffConfig{Pool: cfg, Open: h.openPool, OnDone: h.handedOver})
+	h.closers = append(h.closers, closeWithin(hd.Close))
+	h.decider, h.poolStats = hd, hd.Stats
+	h.deciderStats = func() service.DeciderStats {
+		select {
+		case <-hd.Ready():
+		default:
+			return service.DeciderStats{Deciding: "native", Compiling: true}
+		}
+		return service.DeciderStats{Deciding: hd.Deciding(), CompileSeconds: hd.Took().Seconds(), Failed: hd.Err() != nil}
+	}
+	h.log.Info("decider: native Go core while the WebAssembly module compiles; the WebAssembly core takes over once it is ready",
+		"cache_dir", h.rc.WasmCacheDir)
 	return nil
+}
+
+// handedOver logs the end of the handoff: the WebAssembly core deciding,
+// or why it could not (the native core then keeps deciding).
+func (h *host) handedOver(took time.Duration, err error) {
+	if err != nil {
+		h.log.Error("decider: the WebAssembly module did not start; the native core keeps deciding (its decisions are the same): restart to retry, or run with -decider native",
+			"err", err, "after", took.Round(time.Millisecond).String())
+		return
+	}
+	h.log.Info("decider: the WebAssembly core hosted by wazero takes over from the native core", "abi_version", wasm.ABIVersion,
+		"compile", took.Round(time.Millisecond).String())
+}
+
+// openPool builds the WebAssembly pool. With a cache directory, a failure
+// is retried without it: wazero fails a compilation whose cache entry
+// cannot be read or written (a corrupt file, a full disk), and the cache
+// only saves time.
+func (h *host) openPool(ctx context.Context, cfg wasm.Config) (*wasm.Pool, error) {
+	newPool := h.rc.newPool
+	if newPool == nil {
+		newPool = wasm.New
+	}
+	pool, err := newPool(ctx, cfg)
+	if err != nil && cfg.CacheDir != "" {
+		h.log.Warn("WebAssembly compilation cache failed; compiling without it (if this repeats at every start, empty the directory)", "cache_dir", cfg.CacheDir, "err", err)
+		cfg.CacheDir = ""
+		pool, err = newPool(ctx, cfg)
+	}
+	return pool, err
 }
 
 // openStore is Run's store phase: the in-memory store or PostgreSQL (with
@@ -288,9 +372,12 @@ func (h *host) newService() error {
 	}
 	h.svc = svc
 	h.svcRef.set(svc)
-	if pool, ok := h.decider.(*wasm.Pool); ok {
+	if err := svc.MonitorDecider(h.deciderStats); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	if poolStats := h.poolStats; poolStats != nil {
 		if err := svc.MonitorPool(func() service.PoolStats {
-			st := pool.Stats()
+			st := poolStats()
 			return service.PoolStats{Instances: st.Instances, Idle: st.Idle, Started: st.Started, Discarded: st.Discarded}
 		}); err != nil {
 			return fmt.Errorf("metrics: %w", err)

@@ -57,6 +57,7 @@ rules:
 	svc, err := service.New(cfg, service.Options{Store: mem, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	require.NoError(t, svc.MonitorPool(func() service.PoolStats { return service.PoolStats{Instances: 1, Idle: 1} }))
+	require.NoError(t, svc.MonitorDecider(func() service.DeciderStats { return service.DeciderStats{Deciding: "wasm", CompileSeconds: 1.5} }))
 	d, err := rls.ParseDomain("d.yaml", []byte("domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"+
 		"  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 5, shadow_limits: [{name: candidate, unit: minute, requests_per_unit: 2}]}\n"))
 	require.NoError(t, err)

@@ -89,6 +89,9 @@ var classes = []struct {
 	{"tests/...", class{kind: testCode}},
 
 	{"cmd/...", class{kind: command, layer: layerFrontEnds}},
+	// bench/startup times rl-wasm-host's start from outside: a command
+	// that imports nothing of the module.
+	{"bench/startup", class{kind: command, layer: layerFrontEnds}},
 
 	// Utilities: a clock, redaction.
 	{"internal/util/...", class{kind: utility}},

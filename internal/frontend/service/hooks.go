@@ -34,6 +34,19 @@ func (s *Service) MonitorPool(stats func() PoolStats) error {
 	return s.Register(poolCollectors(stats)...)
 }
 
+// MonitorDecider reports which decision core decides, read from stats: in
+// /metrics (rl_decider{decider}, rl_wasm_compile_seconds,
+// rl_wasm_start_failed) at each scrape, and on a line of /readyz's body
+// (which stays 200 whichever core decides: both decide alike). Call it
+// once, before serving.
+func (s *Service) MonitorDecider(stats func() DeciderStats) error {
+	if err := s.Register(deciderCollectors(stats)...); err != nil {
+		return err
+	}
+	s.decider.Store(&stats)
+	return nil
+}
+
 // Logger returns the Service's logger.
 func (s *Service) Logger() *slog.Logger { return s.log }
 

@@ -297,3 +297,54 @@ func poolCollectors(stats func() PoolStats) []prometheus.Collector {
 			Help: "WebAssembly instances discarded after a trap (each one a bug: alert on any)."}, func() float64 { return float64(stats().Discarded) }),
 	}
 }
+
+// DeciderStats says which decision core decides, as the command reports
+// it (a wasm.Handoff while the module compiles, then the module).
+type DeciderStats struct {
+	// Deciding is the core deciding now: one of Deciders.
+	Deciding string
+	// Compiling reports that the WebAssembly module is compiling while
+	// the native core decides; it takes over once compiled.
+	Compiling bool
+	// Failed reports that the WebAssembly module could not start: the
+	// native core decides for good.
+	Failed bool
+	// CompileSeconds is the time the WebAssembly module took to compile
+	// and start; 0 until it has, and for the native core.
+	CompileSeconds float64
+}
+
+// Deciders are the names of the decision cores, DeciderStats.Deciding's
+// values: the native core compiled into the binary, and the WebAssembly
+// core hosted by wazero.
+func Deciders() []string { return []string{"native", "wasm"} }
+
+// deciderCollectors are the decider's metrics, read from stats at each
+// scrape: rl_decider{decider} for each of Deciders (1 for the one
+// deciding), rl_wasm_compile_seconds and rl_wasm_start_failed.
+func deciderCollectors(stats func() DeciderStats) []prometheus.Collector {
+	var cs []prometheus.Collector
+	for _, d := range Deciders() {
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rl_decider",
+			Help:        "1 for the decision core deciding now (decider=native or wasm), 0 for the other: with -decider wasm, native while the module compiles, then wasm.",
+			ConstLabels: prometheus.Labels{"decider": d}}, func() float64 {
+			if stats().Deciding == d {
+				return 1
+			}
+			return 0
+		}))
+	}
+	return append(cs,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rl_wasm_compile_seconds",
+			Help: "Time the WebAssembly module took to compile and start (0 until it has, and with -decider native)."},
+			func() float64 { return stats().CompileSeconds }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rl_wasm_start_failed",
+			Help: "1 when the WebAssembly module could not start, so the native core decides for good (the same decisions; the log says why): alert on it."},
+			func() float64 {
+				if stats().Failed {
+					return 1
+				}
+				return 0
+			}),
+	)
+}

@@ -2,6 +2,7 @@ package service
 
 import (
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -90,4 +91,58 @@ rules:
 	m := e.metrics(t)
 	require.NotContains(t, strings.ToLower(m), mark)
 	require.Contains(t, m, `rl_rejected_requests_total{reason="unknown_rule"}`)
+}
+
+// TestMonitorDecider: the decider's metrics and /readyz's line follow what
+// the stats function reports at each request: native while the module
+// compiles (ready all along), then wasm with its compile time, or native
+// for good with rl_wasm_start_failed when the module could not start.
+func TestMonitorDecider(t *testing.T) {
+	e := newEnv(t, `rules: [{name: r, strategy: fixed, limit: 1, window: 1s}]`, nil)
+	r := e.do(t, "GET", "/readyz", "")
+	require.Equal(t, "ready\n", string(r.body), "no decider line unless monitored")
+	var mu sync.Mutex
+	st := DeciderStats{Deciding: "native", Compiling: true}
+	require.NoError(t, e.svc.MonitorDecider(func() DeciderStats {
+		mu.Lock()
+		defer mu.Unlock()
+		return st
+	}))
+	set := func(s DeciderStats) {
+		mu.Lock()
+		st = s
+		mu.Unlock()
+	}
+	for _, c := range []struct {
+		name    string
+		stats   DeciderStats
+		readyz  string
+		metrics []string
+	}{
+		{"compiling", DeciderStats{Deciding: "native", Compiling: true},
+			"ready\ndecider: native (the WebAssembly module is compiling; it takes over once compiled)\n",
+			[]string{`rl_decider{decider="native"} 1`, `rl_decider{decider="wasm"} 0`, "rl_wasm_compile_seconds 0", "rl_wasm_start_failed 0"}},
+		{"switched", DeciderStats{Deciding: "wasm", CompileSeconds: 2.5},
+			"ready\ndecider: wasm\n",
+			[]string{`rl_decider{decider="native"} 0`, `rl_decider{decider="wasm"} 1`, "rl_wasm_compile_seconds 2.5", "rl_wasm_start_failed 0"}},
+		{"failed", DeciderStats{Deciding: "native", Failed: true, CompileSeconds: 0},
+			"ready\ndecider: native (the WebAssembly module could not start: see the log)\n",
+			[]string{`rl_decider{decider="native"} 1`, `rl_decider{decider="wasm"} 0`, "rl_wasm_start_failed 1"}},
+		{"native by choice", DeciderStats{Deciding: "native"},
+			"ready\ndecider: native\n",
+			[]string{`rl_decider{decider="native"} 1`, `rl_decider{decider="wasm"} 0`, "rl_wasm_start_failed 0"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			set(c.stats)
+			r := e.do(t, "GET", "/readyz", "")
+			require.Equal(t, 200, r.code)
+			require.Equal(t, c.readyz, string(r.body))
+			m := e.metrics(t)
+			for _, s := range c.metrics {
+				require.Contains(t, m, s+"\n")
+			}
+		})
+	}
+	e.svc.SetDraining()
+	require.Equal(t, 503, e.do(t, "GET", "/readyz", "").code, "draining whichever core decides")
 }

@@ -95,6 +95,7 @@ type Service struct {
 
 	maxInFlight int64
 	inFlight    atomic.Int64
+	decider     atomic.Pointer[func() DeciderStats] // MonitorDecider's; nil: not reported
 }
 
 // throttle logs at most one store failure a second, counting the others
@@ -412,6 +413,9 @@ func (s *Service) serveReady(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.Write([]byte("ready\n"))
+	if stats := s.decider.Load(); stats != nil {
+		fmt.Fprintf(w, "decider: %s\n", deciderStatus((*stats)()))
+	}
 }
 
 // target is what a decision is made against: a rule, or inline limits.
@@ -575,4 +579,16 @@ func (m *ruleMetrics) record(outcome engine.Outcome, res *rl.Result) {
 // slogErrorLog adapts the logger for net/http's ErrorLog fields.
 func slogErrorLog(l *slog.Logger) *log.Logger {
 	return slog.NewLogLogger(l.Handler(), slog.LevelWarn)
+}
+
+// deciderStatus is /readyz's account of the decider: its name, and while
+// the native core stands in for the WebAssembly core, why.
+func deciderStatus(st DeciderStats) string {
+	switch {
+	case st.Compiling:
+		return st.Deciding + " (the WebAssembly module is compiling; it takes over once compiled)"
+	case st.Failed:
+		return st.Deciding + " (the WebAssembly module could not start: see the log)"
+	}
+	return st.Deciding
 }
