@@ -213,12 +213,12 @@ func readmeYAML(t *testing.T, path, heading string, i int) string {
 // value's usage.
 func TestOverridesReadmeExample(t *testing.T) {
 	// The project README's shorter example (its second YAML block there).
-	e := newEnv(t, readmeYAML(t, "../../README.md", "### Per-key overrides\n", 1), envOpts{})
+	e := newEnv(t, readmeYAML(t, "../../../README.md", "### Per-key overrides\n", 1), envOpts{})
 	for v, want := range map[string]int{"tenant-a:u1": 50, "tenant-b:ops": 200, "tenant-b:u1": 10} {
 		require.Equal(t, want, e.admitted(t, want+5, "api", d("user", v)), v)
 	}
 
-	yaml := readmeYAML(t, "../../cmd/rl-wasm-host/README.md", "#### Per-value overrides\n", 0)
+	yaml := readmeYAML(t, "../../../cmd/rl-wasm-host/README.md", "#### Per-value overrides\n", 0)
 	e = newEnv(t, yaml, envOpts{})
 	limitOf := func(desc ...string) uint32 {
 		return e.call(t, "api", d(desc...)).Statuses[0].CurrentLimit.RequestsPerUnit

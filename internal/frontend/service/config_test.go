@@ -291,7 +291,7 @@ func TestLoadConfigByExtension(t *testing.T) {
 }
 
 func TestSampleConfigIsValid(t *testing.T) {
-	cfg, err := LoadConfig("../../cmd/rl-wasm-host/sample.yaml")
+	cfg, err := LoadConfig("../../../cmd/rl-wasm-host/sample.yaml")
 	require.NoError(t, err)
 	require.Equal(t, "demo", cfg.Upstream)
 	names := []string{}

@@ -13,7 +13,7 @@ import (
 
 func sampleEnv(t *testing.T) *env {
 	t.Helper()
-	data, err := os.ReadFile("../../cmd/rl-wasm-host/sample.yaml")
+	data, err := os.ReadFile("../../../cmd/rl-wasm-host/sample.yaml")
 	require.NoError(t, err)
 	return newEnv(t, string(data), nil)
 }
@@ -163,4 +163,4 @@ func byName(cs []ExplainCandidateJSON, name string) ExplainCandidateJSON {
 
 func last(s []string) string { return s[len(s)-1] }
 
-func readSample() ([]byte, error) { return os.ReadFile("../../cmd/rl-wasm-host/sample.yaml") }
+func readSample() ([]byte, error) { return os.ReadFile("../../../cmd/rl-wasm-host/sample.yaml") }

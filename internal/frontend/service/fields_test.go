@@ -17,7 +17,7 @@ import (
 // on a 429 the denying limit is first. The proxy and the decision API
 // write the same fields from the same code.
 func TestSampleSearchFields(t *testing.T) {
-	data, err := os.ReadFile("../../cmd/rl-wasm-host/sample.yaml")
+	data, err := os.ReadFile("../../../cmd/rl-wasm-host/sample.yaml")
 	require.NoError(t, err)
 	e := newEnv(t, string(data), nil)
 	r := e.do(t, "GET", "/v1/search", "")

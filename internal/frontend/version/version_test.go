@@ -70,7 +70,7 @@ func TestResolve(t *testing.T) {
 func TestInterfaceVersions(t *testing.T) {
 	info := Get()
 
-	ups, err := filepath.Glob("../../sql/migrations/*.up.sql")
+	ups, err := filepath.Glob("../../../sql/migrations/*.up.sql")
 	require.NoError(t, err)
 	require.NotEmpty(t, ups)
 	newest := 0
@@ -81,13 +81,13 @@ func TestInterfaceVersions(t *testing.T) {
 	}
 	require.Equal(t, newest, info.Schema, "schema: the newest migration in sql/migrations")
 
-	control, err := os.ReadFile("../../sql/extension/rl.control")
+	control, err := os.ReadFile("../../../sql/extension/rl.control")
 	require.NoError(t, err)
 	m := regexp.MustCompile(`(?m)^default_version = '([^']+)'$`).FindSubmatch(control)
 	require.NotNil(t, m, "rl.control has no default_version")
 	require.Equal(t, string(m[1]), info.Extension, "extension: rl.control's default_version")
 
-	abi, err := os.ReadFile("../../wasm/ABI.md")
+	abi, err := os.ReadFile("../../../wasm/ABI.md")
 	require.NoError(t, err)
 	m = regexp.MustCompile("\\| `abi_version` \\| `\\(\\) -> i32` \\| the ABI version: `(\\d+)` \\|").FindSubmatch(abi)
 	require.NotNil(t, m, "ABI.md's export table has no abi_version row")
