@@ -1,7 +1,6 @@
 package service
 
 import (
-	"fmt"
 	"net/netip"
 
 	"github.com/rlcore/rl"
@@ -84,9 +83,11 @@ func (s *Service) buildOverrides(ru *rule) error {
 	cs := make([]ruleconfig.OverrideSpec, len(specs))
 	for i := range specs {
 		o := &specs[i]
-		p, err := rl.NewPolicy(o.Limits...)
-		if err != nil { // not reached: ParseConfig validated the limits
-			return fmt.Errorf("override %s: %w", o.Label(), err)
+		// As the rule's own limits: one step, the engine's (a shadow
+		// limit the store cannot decide is refused here too).
+		p, err := s.eng.Compile("override "+o.Label(), o.Limits)
+		if err != nil {
+			return err
 		}
 		ru.overrides.list = append(ru.overrides.list, &override{spec: o, label: o.Label(), policy: p, m: s.metrics.forRule(ru.spec.Name, p.Limits())})
 		if p.Len() > ru.widest.Len() {

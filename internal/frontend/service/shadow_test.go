@@ -142,6 +142,14 @@ func TestShadowUnsupported(t *testing.T) {
 	_, err = New(cfg, Options{Store: memstore.New(nil), Logger: quietLogger(), ShadowUnsupported: errNo})
 	require.ErrorIs(t, err, errNo)
 	require.ErrorContains(t, err, `rule "search" has a shadow limit`)
+	// An override's shadow limit too: its policy is compiled as the
+	// rule's is (engine.Compile).
+	cfg, err = ParseConfig("test.yaml", "yaml", []byte(`rules: [{name: r, strategy: fixed, limit: 2, window: 1m,
+  overrides: [{key: vip, limits: [{name: a, strategy: fixed, limit: 9, window: 1m}, {name: c, strategy: fixed, limit: 5, window: 1m, shadow: true}]}]}]`))
+	require.NoError(t, err)
+	_, err = New(cfg, Options{Store: memstore.New(nil), Logger: quietLogger(), ShadowUnsupported: errNo})
+	require.ErrorIs(t, err, errNo)
+	require.ErrorContains(t, err, `override key:vip has a shadow limit`)
 
 	e := newEnv(t, `rules: [{name: r, strategy: fixed, limit: 2, window: 1m}]`, func(o *Options) { o.ShadowUnsupported = errNo })
 	path := filepath.Join(t.TempDir(), "rules.yaml")
