@@ -115,19 +115,5 @@ var canonicalFields = func() map[string]string {
 	return m
 }()
 
-// SetHeaders writes the rate-limit header fields describing r's deciding
-// limit alone (on a denial, the limit that denied), as SetFields does with
-// no other limit's result:
-//
-//	RateLimit-Policy: "minute";q=100;w=60
-//	RateLimit: "minute";r=42;t=17
-//	X-RateLimit-Limit: 100
-//	X-RateLimit-Remaining: 42
-//	X-RateLimit-Reset: 17
-//
-// and Retry-After on a denial a retry can pass. Prefer SetFields, which
-// lists every limit of a policy.
-func SetHeaders(h http.Header, r rl.Result) { SetFields(h, "", r, nil, Fields{}) }
-
 // verdict is a decision in the units of the answer's fields (engine.Verdict).
 func verdict(res rl.Result, each []rl.LimitResult) pipeline.Verdict { return engine.Verdict(res, each) }
