@@ -37,8 +37,8 @@
 //
 // Costs: a descriptor's hits_addend when set (0: check without charging),
 // else the request's hits_addend, 0 meaning 1. Store failures follow the
-// one failure rule (outage.Class, through Service.Classify and the
-// Service's outage detector): a store that is down is answered OK for a
+// one failure rule (outage.Class, in the decision engine the Host shares:
+// engine.Engine.Decide, one outage detector for every front end): a store that is down is answered OK for a
 // fail_open limit and UNAVAILABLE otherwise (Envoy's failure_mode_deny then
 // decides); load, a store failure that is not an outage and a corrupt
 // state are answered OVER_LIMIT with Retry-After 1, never admitted.

@@ -515,7 +515,8 @@ func (s *Service) apiSettle(w http.ResponseWriter, r *http.Request) {
 	// sent its settle has still cost what it cost (as the proxy's
 	// settles, httpflow.serveAndSettle), and the store call would be
 	// cancelled with it, the estimate standing. Within a per-key bound of
-	// its own (settleAPI): refused beyond it (503), as a check is.
+	// its own (engine.GateSettleBounded): refused beyond it (503), as a
+	// check is.
 	d := s.do(context.WithoutCancel(r.Context()), &t, rl.Request{Key: req.Key, Cost: delta, Settle: true, Each: each}, engine.GateSettleBounded)
 	switch d.Outcome {
 	case engine.Allowed, engine.Denied:
@@ -579,7 +580,7 @@ func limitJSON(l *rl.LimitResult) LimitJSON {
 // ceilDiv rounds d up to whole units, 0 for a negative d. It saturates
 // rather than overflows: d + unit - 1 would wrap within a unit of the
 // largest Duration and turn a 292-year wait into a negative one.
-// failClosed answers a decision refused for a failure (Service.failure):
+// failClosed answers a decision refused for a failure (Service.decide):
 // by its class (outage.Class), 503 with Retry-After for load and store
 // failures, 500 for the rest.
 func (s *Service) failClosed(w http.ResponseWriter, err error) {

@@ -134,7 +134,7 @@ func (s *Service) apiBatch(w http.ResponseWriter, r *http.Request) {
 		}
 		switch it.out {
 		case engine.FailClosed, engine.Overloaded, engine.Error:
-			// By the item's class (outage.Class, from Service.failure).
+			// By the item's class (outage.Class, from the engine: Service.decide).
 			status, body := outage.ClassOf(it.err).Refusal()
 			if failed == 0 {
 				failed = status

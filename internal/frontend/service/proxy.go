@@ -54,12 +54,12 @@ func (s *Service) serveProxy(w http.ResponseWriter, r *http.Request) {
 }
 
 // ruleProxy is the middleware (package httpflow, httplimit's flow) that
-// decides the requests matched to ru and forwards the ones it serves to rs's upstream.
-// Built once per rule set, it answers by the service's rules: the rule's
-// key and cost (a bad one is 400, saying why), the per-key bound and
-// outage rules of Service.do and Service.failure (fail_open only on an
-// outage; load is 503 with Retry-After, never admitted), shaping with
-// shape: true, and the rule's metrics.
+// decides the requests matched to ru and forwards the ones it serves to
+// rs's upstream. Built once per rule set, it answers by the service's
+// rules: the rule's key and cost (a bad one is 400, saying why), the
+// per-key bound and outage rules of the engine (Service.do, Service.failed:
+// fail_open only on an outage; load is 503 with Retry-After, never
+// admitted), shaping with shape: true, and the rule's metrics.
 func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 	t := ru.target()
 	keyBy := ru.spec.KeyBy

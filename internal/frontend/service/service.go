@@ -534,7 +534,7 @@ func (s *Service) failed(t *target, d *engine.Decision) {
 // (httpflow.ErrResponseCost), a proxied request whose response was cut
 // off before it reported the cost (httpflow.ErrAborted: its client went
 // away, or the upstream failed mid-response), a failure, or a decision-API
-// settle refused by the per-key bound (errOverloaded, counted in
+// settle refused by the per-key bound (engine.ErrOverloaded, counted in
 // rl_overload_rejected_total too); all but the first logged, at most one
 // line a second, and a failure of the store is a store error too.
 func (s *Service) settled(t *target, err error) {
