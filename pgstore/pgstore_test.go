@@ -35,6 +35,7 @@ var (
 
 func database(t testing.TB) string {
 	t.Helper()
+	pgtest.SkipShort(t)
 	dbOnce.Do(func() {
 		// The database outlives the first test that asks for it: it is
 		// dropped by TestMain.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rlcore/rl/internal/testkit/pgtest"
 	"github.com/rlcore/rl/sql/migrations"
 	"github.com/rlcore/rl/sql/plproxy"
 )
@@ -32,6 +33,7 @@ type pgCluster struct {
 
 // pgBin finds the PostgreSQL 15 server programs.
 func pgBin(t *testing.T) string {
+	pgtest.SkipShort(t)
 	for _, d := range []string{"/usr/lib/postgresql/15/bin"} {
 		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
 			return d
