@@ -179,6 +179,7 @@ func OrdinaryOwner(ctx context.Context, dbURL string) (ownerURL string, dropOwne
 // URL for the superuser of DATABASE_URL and for the owner.
 func NewOwnedDatabase(t testing.TB) (superuserURL, ownerURL string) {
 	t.Helper()
+	SkipShort(t)
 	ctx := context.Background()
 	su, drop, err := Create(ctx, URL())
 	if err != nil {
