@@ -143,9 +143,10 @@ same() {
 need_pgxs
 build=$(mktemp -d)
 trap 'rm -rf "$build"' EXIT
-cp sql/native/Makefile sql/native/*.c sql/native/*.control sql/native/*.sql "$build"/
+cp -R sql/native/. "$build"/
 (
   cd "$build"
+  rm -f ./*.o ./*.bc ./*.so # an in-tree build's leftovers: built afresh
   make -s PG_CONFIG="$pg_config" PG_CFLAGS="-ffile-prefix-map=$build=sql/native" >/dev/null
   files=(rl_native.so rl_native.control rl_native--*.sql)
   if same . "${files[@]}"; then
