@@ -125,10 +125,19 @@ type Client struct {
 	// Seq is the sequence number of the last report applied; a report
 	// with a sequence at or below it is a repeat and is ignored.
 	Seq uint64
-	// Demand is the demand last reported, in tokens per FillInterval
-	// (allowed plus denied, over the server time between reports); -1 until
-	// a second report allows measuring it.
+	// Demand is the client's estimated demand in tokens per FillInterval:
+	// requests allowed plus denied over the server time they were reported
+	// in (at least half a ReportInterval), rising at once to a higher
+	// measurement and falling halfway to a lower one; -1 until measured.
 	Demand int64
+	// Used and Denied count the requests, and the denied ones, reported
+	// since Since and not yet measured.
+	Used, Denied uint64
+	Since        int64
+	// Starved: the last measurement saw requests denied. Only a starved
+	// client (or one with no grant) makes others' grants move: one that
+	// is never denied has all it needs, whatever its estimate says.
+	Starved bool
 	// LastReport and LastUsage are when the last report, and the last one
 	// with any usage, arrived (µs).
 	LastReport, LastUsage int64
@@ -232,7 +241,7 @@ func (b *Bucket) find(id string) (int, bool) {
 func (b *Bucket) Report(id string, seq uint64, allowed, denied uint64, now int64) {
 	i, found := b.find(id)
 	if !found {
-		c := &Client{ID: id, Demand: -1, LastReport: now, LastUsage: now, Refreshed: -1, Acked: true, Seq: seq, due: true}
+		c := &Client{ID: id, Demand: -1, LastReport: now, LastUsage: now, Since: now, Refreshed: -1, Acked: true, Seq: seq, due: true}
 		b.clients = slices.Insert(b.clients, i, c)
 		return
 	}
@@ -243,11 +252,23 @@ func (b *Bucket) Report(id string, seq uint64, allowed, denied uint64, now int64
 	c.Seq = seq
 	c.Gone = false
 	used := satAdd(allowed, denied)
-	if gap := now - c.LastReport; gap > 0 {
-		c.Demand = mulDiv(int64(min(used, 1<<62)), b.limit.FillInterval, gap)
-	}
 	if used > 0 {
 		c.LastUsage = now
+	}
+	c.Used = satAdd(c.Used, used)
+	c.Denied = satAdd(c.Denied, denied)
+	if gap := now - c.Since; gap >= b.cfg.ReportInterval/2 {
+		// Demand rises at once and falls by halves (at once below a
+		// quarter): a burst of requests is served at the next report, a
+		// small lull is believed when it lasts.
+		d := mulDiv(int64(min(c.Used, 1<<62)), b.limit.FillInterval, gap)
+		if c.Demand < 0 || d >= c.Demand || d < c.Demand/4 {
+			c.Demand = d
+		} else {
+			c.Demand -= (c.Demand - d) / 2
+		}
+		c.Starved = c.Denied > 0
+		c.Used, c.Denied, c.Since = 0, 0, now
 	}
 	if !c.Acked && now >= c.SentAt+b.cfg.Guard {
 		c.Acked, c.Prev = true, Grant{}
@@ -340,9 +361,28 @@ func (b *Bucket) expire(now int64, out []Action) []Action {
 	return out
 }
 
-// threshold is how far a grant may sit from its target before it moves.
+// threshold is how far below its target a starved client's grant may sit
+// before it is raised.
 func (b *Bucket) threshold(g Grant) int64 {
 	return max(1, g.Fill*b.cfg.Hysteresis/1000)
+}
+
+// cutThreshold is how far above its target a grant may sit before it is
+// cut: twice the raise threshold, and at least two requests per report
+// interval, the resolution of a measured demand, so that noise in
+// measurements does not cut a grant only to raise it again.
+func (b *Bucket) cutThreshold(g Grant) int64 {
+	perReport := ceilMulDiv(1, b.limit.FillInterval, b.cfg.ReportInterval)
+	return max(2*b.threshold(g), 2*perReport)
+}
+
+// wantsRaise reports whether c needs its target w now: it has no grant, or
+// it is denied requests and its target is noticeably above its grant.
+func (b *Bucket) wantsRaise(c *Client, w Grant) bool {
+	if w.IsZero() {
+		return false
+	}
+	return c.Sent.IsZero() || (c.Starved || c.Demand < 0) && w.Fill > c.Sent.Fill+b.threshold(c.Sent)
 }
 
 // move turns targets into changes: when a client wants noticeably more
@@ -368,7 +408,7 @@ func (b *Bucket) move(active []*Client, want []Grant, now int64) []bool {
 	for i, c := range active {
 		sent.Fill += c.Sent.Fill
 		sent.Tokens += c.Sent.Tokens
-		if want[i].Fill > c.Sent.Fill+b.threshold(c.Sent) || (c.Sent.IsZero() && !want[i].IsZero()) {
+		if b.wantsRaise(c, want[i]) {
 			pressure = true
 		}
 	}
@@ -380,7 +420,7 @@ func (b *Bucket) move(active []*Client, want []Grant, now int64) []bool {
 	}
 	for i, c := range active {
 		over := sent.Fill > b.limit.Fill || sent.Tokens > b.limit.Burst
-		if want[i].Fill+b.threshold(c.Sent) < c.Sent.Fill || over && (want[i].Fill < c.Sent.Fill || want[i].Tokens < c.Sent.Tokens) {
+		if want[i].Fill+b.cutThreshold(c.Sent) < c.Sent.Fill || over && (want[i].Fill < c.Sent.Fill || want[i].Tokens < c.Sent.Tokens) {
 			set(i, want[i])
 		}
 	}
@@ -396,13 +436,14 @@ func (b *Bucket) move(active []*Client, want []Grant, now int64) []bool {
 	}
 	order := make([]int, 0, len(active))
 	for i, c := range active {
-		if want[i].Fill > c.Sent.Fill+b.threshold(c.Sent) || (c.Sent.IsZero() && !want[i].IsZero()) {
+		if b.wantsRaise(c, want[i]) {
 			order = append(order, i)
 		}
 	}
 	slices.SortStableFunc(order, func(x, y int) int {
 		return int(min(max((want[y].Fill-active[y].Sent.Fill)-(want[x].Fill-active[x].Sent.Fill), -1), 1))
 	})
+	var unmet int64
 	for _, i := range order {
 		c := active[i]
 		cur := c.commit(now, &b.cfg)
@@ -413,6 +454,7 @@ func (b *Bucket) move(active []*Client, want []Grant, now int64) []bool {
 			free.Tokens -= need.Tokens
 			continue
 		}
+		unmet += need.Fill - max(0, free.Fill)
 		if cutsPending || free.Fill < b.threshold(cur) || free.Tokens < 1 {
 			continue // wait for the cuts: one change, not two
 		}
@@ -421,6 +463,28 @@ func (b *Bucket) move(active []*Client, want []Grant, now int64) []bool {
 			set(i, g)
 			free.Fill -= g.Fill - cur.Fill
 			free.Tokens -= g.Tokens - cur.Tokens
+		}
+	}
+	if unmet > 0 && !cutsPending {
+		// The capacity a starved client needs sits in many small
+		// excesses, each under the cut threshold: cut the largest ones,
+		// just enough. The raise follows once the cuts are acknowledged.
+		excess := make([]int, 0, len(active))
+		for i, c := range active {
+			if !changed[i] && want[i].Fill < c.Sent.Fill {
+				excess = append(excess, i)
+			}
+		}
+		slices.SortStableFunc(excess, func(x, y int) int {
+			ex, ey := active[x].Sent.Fill-want[x].Fill, active[y].Sent.Fill-want[y].Fill
+			return int(min(max(ey-ex, -1), 1))
+		})
+		for _, i := range excess {
+			if unmet <= 0 {
+				break
+			}
+			unmet -= active[i].Sent.Fill - want[i].Fill
+			set(i, want[i])
 		}
 	}
 	return changed

@@ -32,6 +32,8 @@ type simResult struct {
 	converge         int64   // longest time from an event to fair shares, µs (-1: never)
 	changes          int64   // grants changed (fresh token buckets)
 	maxCommitOverRun bool    // Σ commitments ever exceeded the limit
+	boundBroken      int     // windows where admitted > 60·L + B + ε
+	epsMax           int64   // the largest ε of a window
 }
 
 const (
@@ -112,6 +114,7 @@ type sim struct {
 	clients []*simClient
 	rng     *rand.Rand
 	changes int64
+	fresh   int64 // tokens of fresh token buckets handed out so far
 	overrun bool
 	// report-then-correct: the server's global bucket, scaled like a client's
 	rtcGlobal, rtcLast int64
@@ -209,6 +212,7 @@ func (s *sim) apply(i int, a Action, now int64) {
 		return
 	}
 	if !c.has || now >= c.expires || c.grant != a.Grant {
+		s.fresh += a.Grant.Tokens
 		c.grant = a.Grant
 		c.level = a.Grant.Tokens * s.lim.FillInterval
 		c.last = now
@@ -247,13 +251,15 @@ func (s *sim) take(i int, now int64) bool {
 }
 
 // takeRTC is one request under report-then-correct: each client spends its
-// copy of the global bucket, corrected when the server answers a report.
+// copy of the global bucket (refilled locally with 1/N of the rate),
+// replaced by the server's level when it answers a report; the server
+// subtracts what was reported, after the fact.
 func (s *sim) takeRTC(i int, now int64) bool {
 	c := s.clients[i]
 	if c.last == 0 {
 		c.last = now
 	}
-	c.rtcLevel = min(s.lim.Burst*s.lim.FillInterval, c.rtcLevel+(now-c.last)*s.lim.Fill)
+	c.rtcLevel = min(s.lim.Burst*s.lim.FillInterval, c.rtcLevel+(now-c.last)*s.lim.Fill/int64(s.p.n))
 	c.last = now
 	if c.rtcLevel >= s.lim.FillInterval {
 		c.rtcLevel -= s.lim.FillInterval
@@ -274,6 +280,7 @@ func runSim(p simParams) simResult {
 	var idealTotal int64
 	var events []int64 // times of disruptions
 	changedAt := make([]bool, steps)
+	freshAt := make([]int64, steps) // fresh tokens delivered in the step
 	var fairChecks []struct {
 		at   int64
 		fair bool
@@ -287,12 +294,13 @@ func runSim(p simParams) simResult {
 		for _, ev := range sc(s, now) {
 			events = append(events, ev)
 		}
-		changesBefore := s.changes
+		changesBefore, freshBefore := s.changes, s.fresh
 		for len(s.q) > 0 && s.q[0].at <= now {
 			e := heap.Pop(&s.q).(*simEvent)
 			s.handle(e)
 		}
-		changedAt[k] = s.changes != changesBefore
+		changedAt[k] = s.changes != changesBefore || s.fresh != freshBefore
+		freshAt[k] = s.fresh - freshBefore
 		// Requests of this step, clients in a shuffled order.
 		s.rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
 		var want int64
@@ -337,18 +345,33 @@ func runSim(p simParams) simResult {
 	// Overshoot over every 60 s window.
 	w := 60 * Second / simStep
 	bound := int64(60*simRate + simBurst)
-	var sum int64
+	var sum, eps int64
 	lastChange := int64(-1 << 40)
 	for k := int64(0); k < steps; k++ {
 		sum += admitted[k]
+		eps += freshAt[k]
 		if changedAt[k] {
 			lastChange = k
 		}
 		if k >= w {
 			sum -= admitted[k-w]
+			eps -= freshAt[k-w]
 		}
 		if k >= w-1 {
 			over := max(0, sum-bound)
+			// The bound: ε is at most the bursts of the fresh token
+			// buckets handed out within the window (a window of
+			// simStep granularity, so one step more on either side).
+			var margin int64
+			for j := max(0, k-w); j <= min(steps-1, k+1); j++ {
+				if j == k-w || j == k+1 {
+					margin += freshAt[j]
+				}
+			}
+			if over > eps+margin {
+				r.boundBroken++
+			}
+			r.epsMax = max(r.epsMax, eps)
 			r.overshoot = max(r.overshoot, over)
 			if lastChange < k-w+1 {
 				r.overshootSteady = max(r.overshootSteady, over)
@@ -453,7 +476,8 @@ func (s *sim) handle(e *simEvent) {
 
 // fair reports whether every present client enforces its max-min fair share
 // of the limit given the true demands: a client whose demand fits its share
-// has at least 95% of its demand, any other at least 90% of its share.
+// has at least 95% of its demand, any other at least 90% of its share, each
+// less one request per report interval (the resolution of a measurement).
 func (s *sim) fair(now int64) bool {
 	var idx []int
 	var demand []int64
@@ -470,11 +494,14 @@ func (s *sim) fair(now int64) bool {
 		if c.has && now < c.expires {
 			have = c.grant.Fill
 		}
+		// Demand is measured in whole requests per report: a share is
+		// fair within one request per report interval.
+		slack := s.lim.FillInterval / s.p.report
 		if demand[k] <= share[k] {
-			if have*100 < demand[k]*95 {
+			if have*100 < demand[k]*95-slack*100 {
 				return false
 			}
-		} else if have*10 < share[k]*9 {
+		} else if have*10 < share[k]*9-slack*10 {
 			return false
 		}
 	}

@@ -6,6 +6,23 @@ import (
 	"testing"
 )
 
+// TestSimulation runs every scenario for N ∈ {2, 10, 50, 200} clients
+// reporting every 1 s and every 5 s, with the divided limit (rlqs) and the
+// report-then-correct anchor (rtc), prints the table BENCHMARKS.md holds
+// and asserts, for the divided limit:
+//   - the sums of committed rates and bursts never exceed the limit;
+//   - in every 60 s window, admitted ≤ 60·L + B + ε, ε the bursts of the
+//     fresh token buckets handed out in the window (docs/rlqs.md);
+//   - in every window where no grant changed, no overshoot at all;
+//   - at least 95% of the limit used in settled saturated seconds;
+//   - fair shares reached after every disruption within 45 s (the issue
+//     asks for 2 report intervals: docs/rlqs.md says why that is out of
+//     reach when every cut must be acknowledged by a report before the
+//     raise it pays for, and shows what is measured).
+//
+// The overshoot criterion of the issue, at most 1% of the limit over every
+// 60 s window, is printed (✗ where missed) rather than asserted: ε is a
+// property of Envoy's client, which starts every changed assignment full.
 func TestSimulation(t *testing.T) {
 	var rows []simResult
 	for _, sc := range scenarioOrder {
@@ -17,20 +34,53 @@ func TestSimulation(t *testing.T) {
 			}
 		}
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "| scenario | report | N | design | admitted/ideal | overshoot (%% of 60·L) | steady overshoot | used (settled) | used (all) | fair after | grant changes |\n")
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|\n")
+	t.Log("\n" + simTable(rows))
 	for _, r := range rows {
-		conv := "-"
-		if r.design != "rtc" {
-			conv = fmt.Sprintf("%.1f s", float64(r.converge)/float64(Second))
+		if r.design != "rlqs" {
+			continue
+		}
+		name := fmt.Sprintf("%s/report=%ds/N=%d", r.scenario, r.report/Second, r.n)
+		if r.maxCommitOverRun {
+			t.Errorf("%s: the committed grants exceeded the limit", name)
+		}
+		if r.boundBroken > 0 {
+			t.Errorf("%s: %d windows admitted more than 60·L + B + ε", name, r.boundBroken)
+		}
+		if r.overshootSteady != 0 {
+			t.Errorf("%s: %d tokens over 60·L + B in a window where no grant changed", name, r.overshootSteady)
+		}
+		if r.utilisation < 0.95 {
+			t.Errorf("%s: %.1f%% of the limit used in settled saturated seconds, want ≥ 95%%", name, 100*r.utilisation)
+		}
+		if r.converge < 0 || r.converge > 45*Second {
+			t.Errorf("%s: fair shares after %d µs, want within 45 s", name, r.converge)
+		}
+	}
+}
+
+// simTable writes the results as a Markdown table.
+func simTable(rows []simResult) string {
+	var b strings.Builder
+	b.WriteString("| scenario | report | N | design | admitted / ideal | overshoot, % of 60·L | ≤ 1%? | largest ε | overshoot, steady windows | used, settled | used, all saturated | fair after | grants changed |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		conv, eps, changes := "–", "–", "–"
+		if r.design == "rlqs" {
+			conv = fmt.Sprintf("%d s (%.1f intervals)", r.converge/Second, float64(r.converge)/float64(r.report))
 			if r.converge < 0 {
 				conv = "never"
 			}
+			eps = fmt.Sprint(r.epsMax)
+			changes = fmt.Sprint(r.changes)
 		}
-		fmt.Fprintf(&b, "| %s | %ds | %d | %s | %.3f | %.2f%% | %d | %.1f%% | %.1f%% | %s | %d |\n",
+		ok := "✓"
+		if r.overshoot*100 > 60*simRate {
+			ok = "✗"
+		}
+		fmt.Fprintf(&b, "| %s | %d s | %d | %s | %.3f | %.2f%% | %s | %s | %d | %.1f%% | %.1f%% | %s | %s |\n",
 			r.scenario, r.report/Second, r.n, r.design, ratio(r.admitted, r.ideal),
-			100*float64(r.overshoot)/float64(60*simRate), r.overshootSteady, 100*r.utilisation, 100*r.utilisationAll, conv, r.changes)
+			100*float64(r.overshoot)/float64(60*simRate), ok, eps, r.overshootSteady,
+			100*r.utilisation, 100*r.utilisationAll, conv, changes)
 	}
-	t.Log("\n" + b.String())
+	return b.String()
 }
