@@ -43,8 +43,8 @@ type Config struct {
 	HoldUntil int64
 }
 
-// withDefaults returns c with its zero fields set.
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with its zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
 	if c.ReportInterval <= 0 {
 		c.ReportInterval = 5 * Second
 	}
@@ -68,7 +68,7 @@ func (c Config) withDefaults() Config {
 
 // Validate reports whether c, its defaults applied, is usable.
 func (c Config) Validate() error {
-	d := c.withDefaults()
+	d := c.WithDefaults()
 	switch {
 	case d.TTL%Second != 0:
 		return fmt.Errorf("quota: TTL %dµs is not a whole number of seconds (Envoy ignores fractions)", d.TTL)
@@ -185,7 +185,7 @@ func NewBucket(l Limit, cfg Config) (*Bucket, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Bucket{limit: l, cfg: cfg.withDefaults()}, nil
+	return &Bucket{limit: l, cfg: cfg.WithDefaults()}, nil
 }
 
 // Limit returns the limit b divides.

@@ -148,7 +148,7 @@ func newSim(p simParams) *sim {
 func (s *sim) restartServer(now int64, hold bool) {
 	cfg := s.cfg
 	if hold {
-		d := cfg.withDefaults()
+		d := cfg.WithDefaults()
 		cfg.HoldUntil = now + d.TTL + d.Guard
 	}
 	b, err := NewBucket(s.lim, cfg)
@@ -380,7 +380,7 @@ func runSim(p simParams) simResult {
 	}
 	// Utilisation over saturated seconds, and over those settled: at
 	// least the settling time after the last disruption.
-	d := s.cfg.withDefaults()
+	d := s.cfg.WithDefaults()
 	settle := 3*p.report + d.TTL + d.Guard
 	var satAll, satAllN, sat, satN int64
 	for sec := int64(0); sec < simDuration/Second; sec++ {
