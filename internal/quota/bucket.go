@@ -33,6 +33,12 @@ type Config struct {
 	// never takes capacity from demand: with demand at or above the limit
 	// nothing is reserved.
 	Reserve int64
+	// BurstReserve, in thousandths of Limit.Burst, is never handed out;
+	// default 250. Envoy starts every changed assignment's token bucket
+	// full, so each change can add its burst to what the clients admit
+	// (ε of the bound in docs/rlqs.md); the reserve absorbs that much:
+	// admitted(W) ≤ L·W + B − reserve + ε. At most 900.
+	BurstReserve int64
 	// AbandonAfter is how long a client may report no usage at all before
 	// it is told to abandon the bucket; default 5 minutes.
 	AbandonAfter int64
@@ -60,6 +66,9 @@ func (c Config) WithDefaults() Config {
 	if c.Reserve <= 0 {
 		c.Reserve = 100
 	}
+	if c.BurstReserve <= 0 {
+		c.BurstReserve = 250
+	}
 	if c.AbandonAfter <= 0 {
 		c.AbandonAfter = 300 * Second
 	}
@@ -76,6 +85,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("quota: TTL %dµs does not outlive the report interval %dµs: grants would lapse between reports; use at least two intervals", d.TTL, d.ReportInterval)
 	case d.Hysteresis > 1000 || d.Reserve > 1000:
 		return fmt.Errorf("quota: hysteresis %d and reserve %d are thousandths, at most 1000", d.Hysteresis, d.Reserve)
+	case d.BurstReserve > 900:
+		return fmt.Errorf("quota: burst reserve %d thousandths leaves clients almost no burst; at most 900", d.BurstReserve)
 	}
 	return nil
 }
@@ -320,8 +331,12 @@ func (b *Bucket) Step(now int64) []Action {
 			active = append(active, c)
 		}
 	}
-	want := b.targets(active)
-	changed := b.move(active, want, now)
+	var changed []bool
+	if b.mayMove(active) {
+		changed = b.move(active, b.targets(active), now)
+	} else {
+		changed = make([]bool, len(active))
+	}
 	for i, c := range active {
 		switch {
 		case changed[i]:
@@ -374,6 +389,22 @@ func (b *Bucket) threshold(g Grant) int64 {
 func (b *Bucket) cutThreshold(g Grant) int64 {
 	perReport := ceilMulDiv(1, b.limit.FillInterval, b.cfg.ReportInterval)
 	return max(2*b.threshold(g), 2*perReport)
+}
+
+// mayMove reports whether any grant may have to move: some client has no
+// grant, is starved or is new, or the grants sent exceed a lowered limit.
+// When none does, the targets need not be computed (the common case under
+// steady demand below the limit).
+func (b *Bucket) mayMove(active []*Client) bool {
+	var sent Grant
+	for _, c := range active {
+		if c.Sent.IsZero() || c.Starved || c.Demand < 0 {
+			return true
+		}
+		sent.Fill += c.Sent.Fill
+		sent.Tokens += c.Sent.Tokens
+	}
+	return sent.Fill > b.limit.Fill || sent.Tokens > b.limit.Burst
 }
 
 // wantsRaise reports whether c needs its target w now: it has no grant, or
@@ -492,7 +523,8 @@ func (b *Bucket) move(active []*Client, want []Grant, now int64) []bool {
 
 // targets returns each active client's fair grant: Fill divided max-min
 // fairly over demands (an unknown demand wanting a full share), capacity
-// left over spread evenly less the reserve, Burst in proportion to Fill.
+// left over spread evenly less the reserve, Burst less its reserve in
+// proportion to Fill.
 func (b *Bucket) targets(active []*Client) []Grant {
 	n := len(active)
 	if n == 0 {
@@ -521,14 +553,15 @@ func (b *Bucket) targets(active []*Client) []Grant {
 		}
 	}
 	out := make([]Grant, n)
+	burst := b.limit.Burst - b.limit.Burst*b.cfg.BurstReserve/1000
 	var tokens int64
 	for i, f := range fill {
-		out[i] = Grant{Fill: f, Tokens: mulDiv(b.limit.Burst, f, b.limit.Fill)}
+		out[i] = Grant{Fill: f, Tokens: mulDiv(burst, f, b.limit.Fill)}
 		tokens += out[i].Tokens
 	}
 	// A token bucket needs a token: give the rounded-away burst to those
 	// with none, and deny those it cannot reach.
-	left := b.limit.Burst - tokens
+	left := burst - tokens
 	for i := range out {
 		if out[i].Fill > 0 && out[i].Tokens == 0 {
 			if left > 0 {
@@ -550,44 +583,51 @@ func (b *Bucket) targets(active []*Client) []Grant {
 // rounding leaves go to the first in order.
 func waterFill(total int64, demand []int64) []int64 {
 	n := len(demand)
-	idx := make([]int, n)
-	for i := range idx {
-		idx[i] = i
-	}
-	key := func(i int) int64 {
-		if demand[i] < 0 {
-			return 1<<63 - 1
+	type entry struct{ key, i int64 }
+	order := make([]entry, n)
+	for i, d := range demand {
+		if d < 0 {
+			d = 1<<63 - 1
 		}
-		return demand[i]
+		order[i] = entry{d, int64(i)}
 	}
-	slices.SortStableFunc(idx, func(a, b int) int {
-		switch ka, kb := key(a), key(b); {
-		case ka < kb:
-			return -1
-		case ka > kb:
-			return 1
+	slices.SortFunc(order, func(a, b entry) int {
+		switch {
+		case a.key != b.key:
+			return cmpInt(a.key, b.key)
+		default:
+			return cmpInt(a.i, b.i)
 		}
-		return 0
 	})
 	out := make([]int64, n)
 	left := total
-	for k, i := range idx {
+	for k, e := range order {
 		rest := int64(n - k)
-		if key(i) <= left/rest {
-			out[i] = key(i)
-			left -= key(i)
+		if e.key <= left/rest {
+			out[e.i] = e.key
+			left -= e.key
 			continue
 		}
 		each, extra := left/rest, left%rest
-		for j, i := range idx[k:] {
-			out[i] = each
+		for j, e := range order[k:] {
+			out[e.i] = each
 			if int64(j) < extra {
-				out[i]++
+				out[e.i]++
 			}
 		}
 		break
 	}
 	return out
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 func satAdd(a, b uint64) uint64 {

@@ -11,18 +11,15 @@ import (
 // report-then-correct anchor (rtc), prints the table BENCHMARKS.md holds
 // and asserts, for the divided limit:
 //   - the sums of committed rates and bursts never exceed the limit;
-//   - in every 60 s window, admitted ≤ 60·L + B + ε, ε the bursts of the
-//     fresh token buckets handed out in the window (docs/rlqs.md);
-//   - in every window where no grant changed, no overshoot at all;
+//   - in every 60 s window, admitted ≤ 60·L + B − reserve + ε, ε the bursts
+//     of the fresh token buckets handed out in the window (docs/rlqs.md);
+//   - at most 1% of 60·L over 60·L + B in every 60 s window, and nothing
+//     over it in windows where no grant changed;
 //   - at least 95% of the limit used in settled saturated seconds;
-//   - fair shares reached after every disruption within 45 s (the issue
-//     asks for 2 report intervals: docs/rlqs.md says why that is out of
-//     reach when every cut must be acknowledged by a report before the
-//     raise it pays for, and shows what is measured).
-//
-// The overshoot criterion of the issue, at most 1% of the limit over every
-// 60 s window, is printed (✗ where missed) rather than asserted: ε is a
-// property of Envoy's client, which starts every changed assignment full.
+//   - fair shares reached after every disruption within 45 s (the
+//     acceptance asks for 2 report intervals: docs/rlqs.md says why that
+//     is out of reach when every cut must be acknowledged by a report
+//     before the raise it pays for, and shows what is measured).
 func TestSimulation(t *testing.T) {
 	var rows []simResult
 	for _, sc := range scenarioOrder {
@@ -45,6 +42,9 @@ func TestSimulation(t *testing.T) {
 		}
 		if r.boundBroken > 0 {
 			t.Errorf("%s: %d windows admitted more than 60·L + B + ε", name, r.boundBroken)
+		}
+		if r.overshoot*100 > 60*simRate {
+			t.Errorf("%s: %d tokens over 60·L + B in a 60 s window, more than 1%% of 60·L", name, r.overshoot)
 		}
 		if r.overshootSteady != 0 {
 			t.Errorf("%s: %d tokens over 60·L + B in a window where no grant changed", name, r.overshootSteady)

@@ -118,7 +118,7 @@ func TestTwoEnvoysShareABucket(t *testing.T) {
 	require.Equal(t, 15*time.Second, ttl, "TTL: three of Envoy's 5 s report intervals, whole seconds")
 	require.Equal(t, 60*time.Second, tbA.FillInterval.AsDuration())
 	require.Equal(t, uint32(6000), tbA.TokensPerFill.GetValue(), "alone, A gets the whole rate")
-	require.Equal(t, uint32(100), tbA.MaxTokens)
+	require.Equal(t, uint32(75), tbA.MaxTokens, "the burst less its 25% reserve")
 
 	// B subscribes: A is cut at once, B gets nothing until the cut is
 	// acknowledged (A's grant is spent to the last token).
@@ -146,7 +146,7 @@ func TestTwoEnvoysShareABucket(t *testing.T) {
 	_, _, _ = tokenBucket(t, a) // A's extension
 	raiseB, _, _ := tokenBucket(t, b)
 	require.LessOrEqual(t, cutA.TokensPerFill.GetValue()+raiseB.TokensPerFill.GetValue(), uint32(6000))
-	require.LessOrEqual(t, cutA.MaxTokens+raiseB.MaxTokens, uint32(100))
+	require.LessOrEqual(t, cutA.MaxTokens+raiseB.MaxTokens, uint32(75))
 	require.Greater(t, raiseB.TokensPerFill.GetValue(), uint32(0))
 }
 
