@@ -104,6 +104,8 @@ func (g Grant) IsZero() bool { return g.Fill == 0 || g.Tokens == 0 }
 
 func maxGrant(a, b Grant) Grant { return Grant{max(a.Fill, b.Fill), max(a.Tokens, b.Tokens)} }
 
+func minGrant(a, b Grant) Grant { return Grant{min(a.Fill, b.Fill), min(a.Tokens, b.Tokens)} }
+
 // ActionKind says what an Action asks of a client.
 type ActionKind uint8
 
@@ -450,9 +452,12 @@ func (b *Bucket) move(active []*Client, want []Grant, now int64) []bool {
 		return changed
 	}
 	for i, c := range active {
+		// A cut never raises either part: a target with more fill but
+		// fewer tokens (or the reverse) is reached in two steps, the raise
+		// paid for like any other.
 		over := sent.Fill > b.limit.Fill || sent.Tokens > b.limit.Burst
 		if want[i].Fill+b.cutThreshold(c.Sent) < c.Sent.Fill || over && (want[i].Fill < c.Sent.Fill || want[i].Tokens < c.Sent.Tokens) {
-			set(i, want[i])
+			set(i, minGrant(want[i], c.Sent))
 		}
 	}
 	// Raises, largest shortfall first, from what is free of every
@@ -515,7 +520,7 @@ func (b *Bucket) move(active []*Client, want []Grant, now int64) []bool {
 				break
 			}
 			unmet -= active[i].Sent.Fill - want[i].Fill
-			set(i, want[i])
+			set(i, minGrant(want[i], active[i].Sent))
 		}
 	}
 	return changed

@@ -20,6 +20,12 @@
 // BucketQuotaUsage> shape of an earlier draft of rlqs.proto looks like to
 // this parser) ends the stream with InvalidArgument.
 //
+// RLQS has no authentication of its own: serve it on loopback or a trusted
+// network (or behind mTLS). A caller that reaches it can claim a share of
+// every bucket (it cannot raise a limit: each stream is one more client
+// dividing the same one), and with ClientIDMetadata set can take over
+// another client's identity.
+//
 // State lives in a Store; MemStore keeps it in memory, so a restarted
 // server holds back grants for one TTL plus the guard (quota.Config.HoldUntil)
 // while its predecessor's may still be in force.
