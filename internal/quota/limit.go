@@ -15,6 +15,9 @@ const Second int64 = 1_000_000
 // carries max_tokens and tokens_per_fill as uint32.
 const MaxTokens int64 = math.MaxUint32
 
+// maxFillInterval is the longest FillInterval, about 12 days.
+const maxFillInterval = 1 << 20 * Second
+
 // Limit is one global limit: a sustained rate of Fill tokens per
 // FillInterval, summed over every client, and a burst of Burst tokens, the
 // most the clients together may hold at once.
@@ -40,8 +43,8 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("quota: fill %d is outside [1, %d]: raise or lower the limit's rate", l.Fill, MaxTokens)
 	case l.FillInterval < Second || l.FillInterval%Second != 0:
 		return fmt.Errorf("quota: fill interval %dµs is not a whole number of seconds ≥ 1s (Envoy ignores fractions of a second)", l.FillInterval)
-	case l.FillInterval > 1<<20*Second:
-		return fmt.Errorf("quota: fill interval %dµs is longer than %ds", l.FillInterval, 1<<20)
+	case l.FillInterval > maxFillInterval:
+		return fmt.Errorf("quota: fill interval %dµs is longer than %ds", l.FillInterval, maxFillInterval/Second)
 	case l.Burst < 1 || l.Burst > MaxTokens:
 		return fmt.Errorf("quota: burst %d is outside [1, %d]: change the limit's capacity", l.Burst, MaxTokens)
 	}
@@ -64,9 +67,9 @@ func (l Limit) PerSecond() float64 {
 //     Window, Rate 0 meaning Limit): rate Rate/Window, burst Limit.
 //
 // The rate is written as Fill tokens per FillInterval: FillInterval is the
-// Window rounded up to whole seconds when that is longer than a minute, else
-// one minute (finer shares: one token per minute), shortened to a second if
-// Fill would not fit a uint32. Fill is rounded down, so the divided limit is
+// Window rounded up to whole seconds when that is longer than a minute (at
+// most about 12 days), else one minute (finer shares: one token per minute),
+// shortened to a second if Fill would not fit a uint32. Fill is rounded down, so the divided limit is
 // never looser than the original.
 func FromCore(l core.Limit) (Limit, error) {
 	if err := l.Validate(); err != nil {
@@ -76,7 +79,7 @@ func FromCore(l core.Limit) (Limit, error) {
 	if rate == 0 || l.Algorithm.Windowed() {
 		rate = l.Limit
 	}
-	interval := max(60*Second, (l.Window+Second-1)/Second*Second)
+	interval := min(max(60*Second, (l.Window+Second-1)/Second*Second), maxFillInterval)
 	fill := mulDiv(rate, interval, l.Window)
 	if fill > MaxTokens {
 		interval = Second
