@@ -21,10 +21,19 @@ import (
 //     is out of reach when every cut must be acknowledged by a report
 //     before the raise it pays for, and shows what is measured).
 func TestSimulation(t *testing.T) {
+	clients := []int{2, 10, 50, 200}
+	if raceEnabled || testing.Short() {
+		// The simulator is one goroutine: the race detector finds
+		// nothing in it and makes it 15 times slower. The whole matrix
+		// runs without it (make test: go test -run TestSimulation
+		// ./internal/quota).
+		clients = clients[:2]
+		t.Logf("race detector or -short: N = %v only", clients)
+	}
 	var rows []simResult
 	for _, sc := range scenarioOrder {
 		for _, report := range []int64{Second, 5 * Second} {
-			for _, n := range []int{2, 10, 50, 200} {
+			for _, n := range clients {
 				for _, design := range []string{"rlqs", "rtc"} {
 					rows = append(rows, runSim(simParams{scenario: sc, n: n, report: report, design: design}))
 				}
