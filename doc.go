@@ -46,7 +46,8 @@
 //	front ends  thin adapters that import no other front end: the net/http
 //	            middleware (httplimit); rl-wasm-host's decision API and proxy
 //	            (internal/frontend/service) and Envoy's gRPC rate limit
-//	            service (internal/frontend/rls); the proxy-wasm filter; and
+//	            service (internal/frontend/rls) and quota server
+//	            (internal/frontend/rlqs); the proxy-wasm filter; and
 //	            rl_allow() in SQL and triggers
 //
 // No package imports one of a layer above its own, and a folder holds one

@@ -74,7 +74,10 @@ func ExampleLimiter_Wait() {
 // rejecting).
 func ExampleLimiter_Reserve() {
 	policy := rl.MustPolicy(rl.Limit{Algorithm: core.LeakyBucket, Limit: 5, Window: time.Second})
-	lim, err := rl.New(rl.Config{Policy: policy})
+	// A clock held still, so that the delays printed are exact however long
+	// the calls take; leave Clock out to use the real time.
+	still := time.Now().UnixMicro()
+	lim, err := rl.New(rl.Config{Policy: policy, Clock: func() int64 { return still }})
 	if err != nil {
 		panic(err)
 	}

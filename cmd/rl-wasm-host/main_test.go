@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,10 +16,10 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rlcore/rl/internal/testkit/await"
 	"github.com/rlcore/rl/internal/testkit/pgtest"
 )
 
@@ -98,7 +99,8 @@ func start(t *testing.T, args ...string) *proc {
 			t.Logf("rl-wasm-host logs:\n%s", p.log())
 		}
 	})
-	for p.base == "" || p.api == "" {
+	// Bounded by the test's deadline alone: a loaded machine starts it late.
+	await.Until(t, "rl-wasm-host to listen", func() bool {
 		select {
 		case a := <-p.addr:
 			switch a[0] {
@@ -111,10 +113,10 @@ func start(t *testing.T, args ...string) *proc {
 			}
 		case err := <-p.exited:
 			t.Fatalf("rl-wasm-host exited at start: %v\n%s", err, p.log())
-		case <-time.After(30 * time.Second):
-			t.Fatalf("rl-wasm-host did not start listening\n%s", p.log())
+		default:
 		}
-	}
+		return p.base != "" && p.api != ""
+	})
 	return p
 }
 
@@ -127,31 +129,24 @@ func (p *proc) log() string {
 // waitLog waits for a log line containing s.
 func (p *proc) waitLog(t *testing.T, s string) string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	var line string
+	await.Until(t, fmt.Sprintf("a log line with %q", s), func() bool {
 		p.mu.Lock()
+		defer p.mu.Unlock()
 		for _, l := range p.logs {
 			if strings.Contains(l, s) {
-				p.mu.Unlock()
-				return l
+				line = l
+				return true
 			}
 		}
-		p.mu.Unlock()
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("no log line with %q:\n%s", s, p.log())
-	return ""
+		return false
+	})
+	return line
 }
 
 func (p *proc) wait(t *testing.T) error {
 	t.Helper()
-	select {
-	case err := <-p.exited:
-		return err
-	case <-time.After(20 * time.Second):
-		t.Fatal("rl-wasm-host did not exit")
-		return nil
-	}
+	return await.Recv(t, "rl-wasm-host to exit", p.exited)
 }
 
 func call(t *testing.T, method, url, body string, hdr ...string) (int, http.Header, string) {
@@ -309,14 +304,18 @@ func TestEndToEnd(t *testing.T) {
 		resp.Body.Close()
 		slow <- resp.StatusCode
 	}()
-	select {
-	case <-arrived: // the request is in flight, held by the upstream
-	case <-time.After(10 * time.Second):
-		t.Fatal("the slow request never reached the upstream")
-	}
+	await.Done(t, "the slow request to reach the upstream", arrived) // in flight, held by the upstream
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	p.waitLog(t, "shutting down")
-	time.Sleep(200 * time.Millisecond)
+	// The shutdown is under way once the proxy's listener is closed: only
+	// then is the request released.
+	await.Until(t, "the proxy to stop accepting connections", func() bool {
+		c, err := net.Dial("tcp", strings.TrimPrefix(proxy, "http://"))
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
 	slowOnce.Do(func() { close(release) })
 	require.Equal(t, 200, <-slow, "the request in flight was served")
 	require.NoError(t, p.wait(t), "clean exit")
@@ -328,9 +327,10 @@ func TestPostgresStore(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "rules.yaml")
 	writeFile(t, cfg, "rules: [{name: r, strategy: sliding_log, limit: 2, window: 1m}]\n")
-	// A generous store timeout: on a loaded machine a slow first decision would
+	// Generous store timeouts: on a loaded machine a slow first decision would
 	// be answered by the failover (in memory) and the counts would differ.
-	p := start(t, "-config", cfg, "-store", "postgres", "-database-url", db, "-migrate", "-failover", "-store-timeout", "10s")
+	p := start(t, "-config", cfg, "-store", "postgres", "-database-url", db, "-migrate", "-failover",
+		"-store-timeout", "10m", "-store-queue-timeout", "10m")
 	p.waitLog(t, "database migrated")
 	for i, want := range []int{200, 200, 429} {
 		code, _, body := call(t, "POST", p.api+"/v1/ratelimit/check", `{"rule":"r","key":"k"}`)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/testkit/await"
 	"github.com/rlcore/rl/internal/testkit/pgtest"
 	"github.com/rlcore/rl/internal/testkit/tcpproxy"
 	"github.com/rlcore/rl/store"
@@ -49,7 +50,7 @@ func TestOpenPostgres(t *testing.T) {
 	u.Host = px.Addr()
 	var mu sync.Mutex
 	var events []string
-	h, err := openPostgres(ctx, PostgresConfig{URL: u.String(), Migrate: true, Decide: "go", Timeout: 2 * time.Second,
+	h, err := openPostgres(ctx, PostgresConfig{URL: u.String(), Migrate: true, Decide: "go", Timeout: 10 * time.Minute, QueueTimeout: 10 * time.Minute,
 		Failover: true, FailoverThreshold: 1, FailoverCooldown: 100 * time.Millisecond}, core.Native{}, nil, log,
 		storeHooks{failover: func(to string) {
 			mu.Lock()
@@ -72,12 +73,12 @@ func TestOpenPostgres(t *testing.T) {
 	require.Equal(t, []string{"memory"}, events)
 	mu.Unlock()
 	px.Restore()
-	require.Eventually(t, func() bool {
+	await.Until(t, "the failover back to PostgreSQL", func() bool {
 		h.store.Decide(ctx, req, nil) // calls drive the half-open probe
 		mu.Lock()
 		defer mu.Unlock()
 		return len(events) == 2 && events[1] == "primary"
-	}, 15*time.Second, 50*time.Millisecond)
+	})
 }
 
 // TestOpenPostgresShadow: both -pg-decide sql (migration 18's shadow

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -21,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/rlcore/rl/internal/frontend/rls"
+	"github.com/rlcore/rl/internal/testkit/await"
 )
 
 // The Envoy rate limit service as Run serves it: started beside the HTTP
@@ -54,11 +54,11 @@ func TestRunExtension(t *testing.T) {
 		cancel()
 		require.NoError(t, <-done)
 	}()
-	require.Eventually(t, func() bool {
+	await.Until(t, "the gRPC and API listeners", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return addrs["grpc"] != "" && addrs["api"] != ""
-	}, 5*time.Second, 10*time.Millisecond)
+	})
 	conn, err := grpc.NewClient(addrs["grpc"], grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	defer conn.Close()
@@ -73,17 +73,17 @@ func TestRunExtension(t *testing.T) {
 
 	write("7")
 	reload <- os.Interrupt
-	require.Eventually(t, func() bool { return limitOf() == 7 }, 5*time.Second, 10*time.Millisecond)
+	await.Until(t, "the reloaded limit", func() bool { return limitOf() == 7 })
 	write("oops")
 	reload <- os.Interrupt
 
-	require.Eventually(t, func() bool {
+	await.Until(t, "the failed reload counted", func() bool {
 		resp, err := http.Get("http://" + addrs["api"] + "/metrics")
 		require.NoError(t, err)
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		return strings.Contains(string(b), `rl_rls_config_reloads_total{result="failure"} 1`)
-	}, 5*time.Second, 10*time.Millisecond)
+	})
 	require.Equal(t, uint32(7), limitOf(), "an invalid file keeps the configuration in force")
 	resp, err := http.Get("http://" + addrs["api"] + "/metrics")
 	require.NoError(t, err)
@@ -186,11 +186,11 @@ func TestPprofListen(t *testing.T) {
 		cancel()
 		require.NoError(t, <-done)
 	}()
-	require.Eventually(t, func() bool {
+	await.Until(t, "the pprof listener", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return addrs["pprof"] != ""
-	}, 5*time.Second, 10*time.Millisecond)
+	})
 	resp, err := http.Get("http://" + addrs["pprof"] + "/debug/pprof/cmdline")
 	require.NoError(t, err)
 	resp.Body.Close()

@@ -29,6 +29,9 @@ const installHint = "make -C sql/extension install (as root; PG_CONFIG=... for a
 // is needed to install and test the extension.
 func pgConfig(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs PostgreSQL's pg_config and PGXS: not run in the quick tier (go test -short)")
+	}
 	if p := os.Getenv("PG_CONFIG"); p != "" {
 		return p
 	}

@@ -9,11 +9,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/rlcore/rl/internal/testkit/await"
 )
 
 var algorithms = []string{"fixed_window", "sliding_window", "sliding_log", "token_bucket", "leaky_bucket", "gcra"}
@@ -21,6 +22,16 @@ var algorithms = []string{"fixed_window", "sliding_window", "sliding_log", "toke
 // now is fixed in these tests so that time does not move: exactly the limit
 // may pass.
 const concNow = int64(1767225600000000)
+
+// waitsForLock reports whether conn's session is waiting for a lock (seen
+// from another session).
+func waitsForLock(t *testing.T, conn *pgx.Conn) bool {
+	t.Helper()
+	var waiting bool
+	require.NoError(t, db.QueryRow(context.Background(),
+		"SELECT coalesce(bool_or(wait_event_type = 'Lock'), false) FROM pg_stat_activity WHERE pid = $1", conn.PgConn().PID()).Scan(&waiting))
+	return waiting
+}
 
 func uniqueKey(prefix string) string {
 	return fmt.Sprintf("%s:%x", prefix, rand.Uint64())
@@ -184,19 +195,20 @@ func TestCreateRace(t *testing.T) {
 				r.err = b.QueryRow(ctx, tc.call, key, concNow).Scan(&r.ok)
 				done <- r
 			}()
-			select {
-			case r := <-done:
-				t.Fatalf("second session did not wait for the first: %+v", r)
-			case <-time.After(300 * time.Millisecond):
-			}
+			// The second session must be seen waiting for the first's lock
+			// (an event, however slow the machine), never answer first.
+			await.Until(t, "the second session to wait for the first's lock", func() bool {
+				select {
+				case r := <-done:
+					t.Fatalf("second session did not wait for the first: %+v", r)
+				default:
+				}
+				return waitsForLock(t, b)
+			})
 			require.NoError(t, txA.Commit(ctx))
-			select {
-			case r := <-done:
-				require.NoError(t, r.err)
-				require.False(t, r.ok, "the limit of 1 was taken by the first session")
-			case <-time.After(10 * time.Second):
-				t.Fatal("second session still blocked")
-			}
+			r := await.Recv(t, "the second session to answer once the first committed", done)
+			require.NoError(t, r.err)
+			require.False(t, r.ok, "the limit of 1 was taken by the first session")
 			var x int64
 			require.NoError(t, db.QueryRow(ctx, `SELECT x FROM rl.state WHERE key = $1 AND name IN ('default', 'a')`, key).Scan(&x))
 			require.Equal(t, int64(1), x)
@@ -224,7 +236,7 @@ func TestCreateRaceRepeatableRead(t *testing.T) {
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- txB.QueryRow(ctx, call, key, concNow).Scan(&ok) }()
-	time.Sleep(200 * time.Millisecond)
+	await.Until(t, "the loser to wait for the winner's row", func() bool { return waitsForLock(t, b) })
 	require.NoError(t, txA.Commit(ctx))
 	err = <-done
 	require.Equal(t, "40001", sqlState(err), "%v", err)
@@ -249,11 +261,27 @@ func TestPeekTakesNoLock(t *testing.T) {
 	defer tx.Rollback(ctx)
 	_, err = tx.Exec(ctx, `SELECT 1 FROM rl.state WHERE key = $1 FOR UPDATE`, key)
 	require.NoError(t, err)
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
+	// The peek must answer while the row is held: seen waiting for a lock
+	// instead, it fails at once (no time bound: the lock is held until the
+	// test releases it).
+	p := connect(t, dbURL)
+	peeked := make(chan error, 1)
 	var allowed bool
-	require.NoError(t, db.QueryRow(pctx, `SELECT allowed FROM rl.rl_peek_us($1, 'token_bucket', 2, 1000000, 1, 0, 'default', $2)`,
-		key, concNow).Scan(&allowed))
+	go func() {
+		peeked <- p.QueryRow(ctx, `SELECT allowed FROM rl.rl_peek_us($1, 'token_bucket', 2, 1000000, 1, 0, 'default', $2)`,
+			key, concNow).Scan(&allowed)
+	}()
+	var perr error
+	await.Until(t, "the peek to answer", func() bool {
+		select {
+		case perr = <-peeked:
+			return true
+		default:
+		}
+		require.False(t, waitsForLock(t, p), "the peek waits for the row's lock")
+		return false
+	})
+	require.NoError(t, perr)
 	require.False(t, allowed)
 	require.NoError(t, tx.Rollback(ctx))
 

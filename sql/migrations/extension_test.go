@@ -26,7 +26,7 @@ import (
 // and fail, never skip, when the server does not offer it.
 
 const extensionInstallHint = "install the extension's files into the server's share directory: " +
-	"make -C sql/extension install (as root; .ci/run does it; PG_CONFIG=... for another server than pg_config's)"
+	"make -C sql/extension install (as root; scripts/test-setup.sh, which make test runs, does it; PG_CONFIG=... for another server than pg_config's)"
 
 // TestExtensionCatalog: CREATE EXTENSION rl gives the catalog the
 // migrations give (the renderer's text: functions with their

@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"testing"
@@ -33,6 +34,13 @@ func TestMain(m *testing.M) {
 }
 
 func testMain(m *testing.M) int {
+	flag.Parse()
+	if testing.Short() {
+		// Every test of this package runs SQL on PostgreSQL: none in the
+		// quick tier.
+		fmt.Println("sql/migrations:", pgtest.ShortReason)
+		return 0
+	}
 	ctx := context.Background()
 	u, drop, err := pgtest.Create(ctx, pgtest.URL())
 	if err != nil {

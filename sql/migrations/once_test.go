@@ -3,10 +3,11 @@ package migrations_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/rlcore/rl/internal/testkit/await"
 
 	"github.com/rlcore/rl/core"
 )
@@ -136,12 +137,12 @@ func TestEvalOnceWaiter(t *testing.T) {
 				r.evals = after - before
 				r.err = tx.Commit(ctx)
 			}()
-			require.Eventually(t, func() bool {
+			await.Until(t, "the waiter to wait for the row", func() bool {
 				var waiting bool
 				err := db.QueryRow(ctx, `SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity
 					WHERE pid = $1`, pid).Scan(&waiting)
 				return err == nil && waiting
-			}, 10*time.Second, time.Millisecond, "the waiter waits for the row")
+			})
 			require.NoError(t, holder.Commit(ctx))
 			got := <-done
 			require.NoError(t, got.err)

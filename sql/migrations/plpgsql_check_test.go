@@ -70,7 +70,7 @@ var plpgsqlAllowed = map[[2]string]string{}
 // schema rl, trigger functions on a table of their own, with the security
 // checks on, and fails on every error and security finding not in
 // plpgsqlAllowed. It needs the extension on the server: Debian's
-// postgresql-15-plpgsql-check, which .ci/install-plpgsql-check.sh installs.
+// postgresql-15-plpgsql-check, which scripts/test-setup.sh (make test) installs.
 func TestPlpgsqlCheck(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -81,7 +81,7 @@ func TestPlpgsqlCheck(t *testing.T) {
 	conn := connect(t, u)
 	if _, err := conn.Exec(ctx, "CREATE EXTENSION plpgsql_check"); err != nil {
 		t.Fatalf("CREATE EXTENSION plpgsql_check: %v\n"+
-			"install it on the server: the Debian package postgresql-15-plpgsql-check (bash .ci/install-plpgsql-check.sh)", err)
+			"install it on the server: the Debian package postgresql-15-plpgsql-check (bash scripts/test-setup.sh, as root)", err)
 	}
 	// The table every trigger function is checked on: rl.enforce_limit reads
 	// its row as JSON, so any table will do.

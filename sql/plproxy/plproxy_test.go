@@ -55,6 +55,7 @@ func randomKey(r *rand.Rand) string {
 // of every length up to 300 bytes, so the Go store and the router agree on
 // every key's partition.
 func TestHashText(t *testing.T) {
+	pgtest.SkipShort(t)
 	r := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
 	keys := []string{"", "a", "b", "user:42", "api:user:42", strings.Repeat("x", 256), "ключ", "鍵🔑"}
 	for n := range 40 { // every tail length, aligned and not

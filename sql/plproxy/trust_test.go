@@ -422,7 +422,7 @@ func TestRouterTrust(t *testing.T) {
 // TestRouterDefinerRules holds the router's definer-rights code to the rules
 // of sql/README.md, "Definer rights", as on a node: every SECURITY DEFINER
 // function pins its search_path with pg_temp last, and plpgsql_check (the
-// Debian package postgresql-15-plpgsql-check, installed by .ci/run) finds no
+// Debian package postgresql-15-plpgsql-check, installed by scripts/test-setup.sh) finds no
 // error and no security finding in any PL/pgSQL function of the router,
 // checked under an empty search_path.
 func TestRouterDefinerRules(t *testing.T) {
@@ -439,7 +439,7 @@ func TestRouterDefinerRules(t *testing.T) {
 	require.Empty(t, unpinned, "SECURITY DEFINER without SET search_path = pg_catalog[, rl], pg_temp")
 
 	_, err = conn.Exec(ctx, "CREATE EXTENSION plpgsql_check; CREATE TABLE public.check_rows (key text); SET search_path = ''")
-	require.NoError(t, err, "install plpgsql_check on the server: bash .ci/install-plpgsql-check.sh")
+	require.NoError(t, err, "install plpgsql_check on the server: bash scripts/test-setup.sh")
 	rows, err = conn.Query(ctx, `
 		SELECT p.oid::pg_catalog.regprocedure::pg_catalog.text || ' line ' || coalesce(r.lineno, 0) || ': ' || r.level
 		       || ' ' || coalesce(r.sqlstate, '') || ': ' || coalesce(r.message, '')

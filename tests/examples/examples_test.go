@@ -34,6 +34,7 @@ import (
 
 	// The extensions the examples name in typed_config, registered for
 	// protojson and anypb.
+	rlqsfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
@@ -70,6 +71,8 @@ type envoyConfig struct {
 	plugins    [][]byte // the proxy-wasm filters' plugin configurations
 	domains    []string // the rate limit filters' domains
 	actions    []string // descriptor keys of the routes' rate limit actions
+	// the rate_limit_quota filters' bucket settings
+	quotaBuckets []*rlqsfilterv3.RateLimitQuotaBucketSettings
 }
 
 // inspect validates m and every message packed in an Any below it, and
@@ -93,6 +96,8 @@ func walk(t *testing.T, name string, m protoreflect.Message, ec *envoyConfig) {
 		return
 	}
 	switch x := m.Interface().(type) {
+	case *rlqsfilterv3.RateLimitQuotaBucketSettings:
+		ec.quotaBuckets = append(ec.quotaBuckets, x)
 	case *wasmv3.PluginConfig:
 		var sv wrapperspb.StringValue
 		require.NoError(t, x.GetConfiguration().UnmarshalTo(&sv), "%s: the filter's configuration is a StringValue", name)
@@ -181,6 +186,18 @@ func TestEnvoyWasmFilter(t *testing.T) {
 	}
 	checkReferences(t, path, ec)
 	// proxywasm TestExampleConfigurations loads its plugin configuration.
+}
+
+// The RLQS example: the filter's server is a defined cluster, and an Envoy
+// without a live assignment denies (the condition of docs/rlqs.md's bound).
+func TestEnvoyRLQS(t *testing.T) {
+	const path = "examples/envoy/rlqs.yaml"
+	ec := loadBootstrap(t, path)
+	checkReferences(t, path, ec)
+	require.Len(t, ec.quotaBuckets, 1, "%s: one bucket settings action", path)
+	bs := ec.quotaBuckets[0]
+	require.Equal(t, "DENY_ALL", bs.GetNoAssignmentBehavior().GetFallbackRateLimit().GetBlanketRule().String(), "%s: no_assignment_behavior", path)
+	require.Equal(t, "DENY_ALL", bs.GetExpiredAssignmentBehavior().GetFallbackRateLimit().GetBlanketRule().String(), "%s: expired_assignment_behavior", path)
 }
 
 func TestEnvoyRateLimitService(t *testing.T) {

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -23,6 +22,7 @@ import (
 	"github.com/rlcore/rl/internal/frontend/rls"
 	"github.com/rlcore/rl/internal/frontend/service"
 	"github.com/rlcore/rl/internal/request/pipeline"
+	"github.com/rlcore/rl/internal/testkit/await"
 	"github.com/rlcore/rl/memstore"
 	"github.com/rlcore/rl/tests/frontends"
 )
@@ -252,15 +252,10 @@ func TestProxy(t *testing.T) {
 // (settled or invalid): the proxy settles after the response.
 func waitSettles(t *testing.T, svc *service.Service, n float64) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+	await.Until(t, fmt.Sprintf("%v settles counted", n), func() bool {
 		got := metricValue(t, svc, `rl_settles_total{result="settled",rule="r"}`) + metricValue(t, svc, `rl_settles_total{result="invalid",rule="r"}`)
-		if got == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%v settles counted, want %v", got, n)
-		}
-	}
+		return got == n
+	})
 }
 
 // rawRequest sends s as written (methods, hosts and paths a client library

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"time"
 )
 
 type rawResp struct {
@@ -17,12 +16,13 @@ type rawResp struct {
 
 // roundTripRaw writes req on a new connection and reads one response.
 func roundTripRaw(addr, req string, head bool) (rawResp, error) {
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	// No time bound but the test's: a loaded machine answers late, not
+	// wrongly.
+	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		return rawResp{}, err
 	}
 	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.WriteString(conn, req); err != nil {
 		return rawResp{}, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -27,6 +28,19 @@ type ExtensionConfig struct {
 	ConfigPath string
 	// Options of the Server (Trusted is set from Listen).
 	Options Options
+	// Companions are further gRPC services served on the same listener
+	// (rl-wasm-host's -rlqs-config: the RLQS server). Having no
+	// authentication of their own, they are served on a loopback Listen
+	// only.
+	Companions []Companion
+}
+
+// Companion is a gRPC service served beside the rate limit service.
+type Companion interface {
+	// Register adds the service to the gRPC server.
+	Register(grpc.ServiceRegistrar)
+	// Run does the service's background work until ctx ends.
+	Run(ctx context.Context) error
 }
 
 // Extension is the rate limit service as rl-wasm-host runs it beside its
@@ -37,6 +51,8 @@ type Extension struct {
 	srv  *Server
 	grpc *grpc.Server
 	ln   net.Listener
+	stop chan struct{} // closed by Shutdown: the companions' Run ends
+	once sync.Once
 }
 
 // NewExtension returns the rate limit service configured by cfg, to Start.
@@ -61,6 +77,9 @@ func (e *Extension) Start(host Host) (string, string, error) {
 		_, err := CheckListen(e.cfg.Listen, tokens)
 		return err
 	})
+	if len(e.cfg.Companions) > 0 && !trusted {
+		return "", "", fmt.Errorf("-grpc-listen %q is not loopback: the RLQS server (-rlqs-config) has no authentication; serve it on a loopback address", e.cfg.Listen)
+	}
 	opts := e.cfg.Options
 	opts.Trusted = trusted
 	if e.srv, err = New(host, cfg, opts); err != nil {
@@ -70,6 +89,10 @@ func (e *Extension) Start(host Host) (string, string, error) {
 		return "", "", fmt.Errorf("rls: listen %s: %w", e.cfg.Listen, err)
 	}
 	e.grpc = NewGRPCServer(e.srv)
+	for _, c := range e.cfg.Companions {
+		c.Register(e.grpc)
+	}
+	e.stop = make(chan struct{})
 	host.Logger().Info("rate limit service config loaded", "path", e.cfg.ConfigPath, "domains", len(cfg.Domains))
 	return "grpc", e.ln.Addr().String(), nil
 }
@@ -104,6 +127,19 @@ func NewGRPCServer(s *Server) *grpc.Server {
 
 // Serve serves until Shutdown; it returns nil after a Shutdown.
 func (e *Extension) Serve() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-e.stop
+		cancel()
+	}()
+	for _, c := range e.cfg.Companions {
+		go func() {
+			if err := c.Run(ctx); err != nil {
+				e.srv.log.Error("grpc companion stopped", "err", err)
+			}
+		}()
+	}
 	if err := e.grpc.Serve(e.ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("rls: serve grpc: %w", err)
 	}
@@ -132,6 +168,7 @@ func (e *Extension) Shutdown(ctx context.Context) {
 	if e.grpc == nil {
 		return
 	}
+	e.once.Do(func() { close(e.stop) })
 	defer e.ln.Close() // grpc closes it too once Serve has it; the second close is harmless
 	done := make(chan struct{})
 	go func() {

@@ -56,7 +56,7 @@ func loadEnv(t testing.TB) (api string, rls rlsv3.RateLimitServiceClient) {
 // the same run, over the same Service, decider and store: 64 concurrent
 // streams on ONE gRPC connection against 64 keep-alive HTTP/1.1 clients,
 // 1000 keys, every decision admitted. It prints decisions/s and the ratio
-// (go test -run TestLoad -v ./internal/rls) and asserts only that every
+// (go test -run TestLoad -v ./internal/frontend/rls) and asserts only that every
 // call succeeded, never a timing. RL_LOAD_DURATION sets each phase's length
 // (default 1s).
 func TestLoad(t *testing.T) {

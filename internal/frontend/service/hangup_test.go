@@ -9,10 +9,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rlcore/rl/internal/testkit/await"
 	"github.com/rlcore/rl/internal/testkit/hangup"
 )
 
@@ -35,16 +35,10 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// waitFor waits until cond holds.
+// waitFor waits until cond holds, bounded only by the test's deadline.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	await.Until(t, what, cond)
 }
 
 // TestProxySettlesWhenClientHangsUp: a client that resets its connection

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rlcore/rl/internal/testkit/await"
 	"github.com/rlcore/rl/internal/testkit/pgtest"
 )
 
@@ -31,10 +32,11 @@ rules:
 `))
 	require.NoError(t, err)
 	const conns = 4
-	st, _ := openPGStore(t, pgStoreConfig{URL: dbURL, MaxConns: conns, Decide: "sql",
-		// Generous, so that the test's own load on two cores (the attack
-		// runs in-process) is not what is measured.
-		Timeout: 2 * time.Second, QueueTimeout: 5 * time.Second})
+	// The store's timeouts are the default minute: the excess on the hot
+	// key must be refused by the per-key bound, never by a timeout, and no
+	// answer may depend on how loaded the machine is (the attack runs
+	// in-process).
+	st, _ := openPGStore(t, pgStoreConfig{URL: dbURL, MaxConns: conns, Decide: "sql"})
 	s, err := New(cfg, Options{Store: st, Logger: quietLogger(), MaxInFlightPerKey: conns / 2})
 	require.NoError(t, err)
 	srv := httptest.NewServer(s.ProxyHandler())
@@ -87,7 +89,13 @@ rules:
 			}
 		})
 	}
-	time.Sleep(4 * time.Second)
+	// Until the hot key has seen 4 times its limit and the other keys 40
+	// answers: counts, not a time, however slow the machine.
+	await.Until(t, "1600 requests on the hot key and 40 answers on the others", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return hotSeen.Load() >= 1600 && len(lightLatency) >= 40
+	})
 	stop.Store(true)
 	wg.Wait()
 
@@ -101,6 +109,5 @@ rules:
 	for _, n := range light {
 		total += n
 	}
-	require.GreaterOrEqual(t, total, 8, "other keys got answers at all")
 	require.GreaterOrEqual(t, float64(light[200]), 0.9*float64(total), "other keys keep being decided")
 }

@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -17,7 +16,7 @@ func TestPostgresBatchedExactness(t *testing.T) {
 			p := newPGEnv(t, `
 rules:
   - {name: hot, strategy: sliding_log, limit: 100, window: 1h}
-`, pgStoreConfig{Decide: mode, Batch: true, Timeout: 30 * time.Second})
+`, pgStoreConfig{Decide: mode, Batch: true}) // the timeouts are a minute: exactness, not latency
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 			r := runLoad(client, 32, 0, 400, func(int) *http.Request {
 				r, _ := http.NewRequest("POST", p.srv.URL+APIPrefix+"check", strings.NewReader(`{"rule":"hot","key":"k"}`))

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/testkit/await"
 	"github.com/rlcore/rl/store"
 )
 
@@ -235,16 +236,22 @@ func TestReloadUnderLoad(t *testing.T) {
 			}
 		})
 	}
+	// Requests answered after each reload: the reloads interleave with
+	// them however slow the machine is.
+	answered := func() {
+		n := done.Load() + bad.Load()
+		await.Until(t, "a request answered after the reload", func() bool { return done.Load()+bad.Load() > n })
+	}
 	for i := range 20 {
 		write(1_000_000 + i)
 		require.NoError(t, e.svc.Reload(path))
-		time.Sleep(5 * time.Millisecond)
+		answered()
 	}
 	require.NoError(t, os.WriteFile(path, []byte("rules: [{name: r, strategy: nope}]"), 0o600))
 	err = e.svc.Reload(path)
 	var ce *ConfigError
 	require.ErrorAs(t, err, &ce)
-	time.Sleep(20 * time.Millisecond)
+	answered()
 	cancel()
 	wg.Wait()
 	require.Zero(t, bad.Load(), "requests failed during reloads")

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/testkit/await"
 	"github.com/rlcore/rl/store"
 )
 
@@ -62,13 +63,7 @@ func (e *env) metric(t *testing.T, series string) float64 {
 // the response, in a goroutine of its own.
 func (e *env) waitMetric(t *testing.T, series string, want float64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for e.metric(t, series) != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s is %v, want %v", series, e.metric(t, series), want)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	await.Until(t, fmt.Sprintf("%s to reach %v", series, want), func() bool { return e.metric(t, series) == want })
 }
 
 // TestProxyResponseCost (issue 22, item 3): a rule's response_cost_header

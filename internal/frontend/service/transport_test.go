@@ -14,20 +14,25 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rlcore/rl/internal/testkit/await"
 )
 
 // countingUpstream is an upstream that counts the connections it accepted.
 type countingUpstream struct {
 	*httptest.Server
-	conns atomic.Int64
+	conns, closed atomic.Int64
 }
 
 func newCountingUpstream(t *testing.T, h http.HandlerFunc) *countingUpstream {
 	u := &countingUpstream{}
 	u.Server = httptest.NewUnstartedServer(h)
 	u.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
+		switch s {
+		case http.StateNew:
 			u.conns.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			u.closed.Add(1)
 		}
 	}
 	u.Start()
@@ -99,7 +104,7 @@ func TestTransportStaleConnection(t *testing.T) {
 	defer tr.CloseIdleConnections()
 	get(t, tr, "GET", up.URL)
 	up.CloseClientConnections()
-	time.Sleep(10 * time.Millisecond) // let the close reach our side
+	await.Until(t, "the upstream to close its connection", func() bool { return up.closed.Load() == 1 })
 	_, body := get(t, tr, "GET", up.URL)
 	require.Equal(t, "ok", body)
 	require.Equal(t, int64(2), up.conns.Load())
@@ -145,12 +150,18 @@ func TestTransportNotReused(t *testing.T) {
 // TestTransportTimeoutAndCancel: the header timeout fails a request with
 // errUpstreamTimeout, a canceled request fails with its context's error,
 // and neither connection is reused.
+//
+// The upstream never answers /slow (until the test ends), so the header
+// timeout must fire; the cancel comes once /slow has reached the upstream,
+// an event, so that its connection exists whatever the machine's speed.
 func TestTransportTimeoutAndCancel(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	arrived := make(chan struct{}, 2)
 	up := newCountingUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
+			arrived <- struct{}{}
 			select {
 			case <-release:
 			case <-r.Context().Done():
@@ -161,18 +172,35 @@ func TestTransportTimeoutAndCancel(t *testing.T) {
 	tr := NewTransport()
 	defer tr.CloseIdleConnections()
 	ht := &headerTimeout{rt: tr, d: 50 * time.Millisecond}
+	// A kept-alive connection first, which the timed-out request reuses:
+	// it is there before the timeout can fire. The requests that must be
+	// answered go through tr, with no timeout.
+	_, body := get(t, tr, "GET", up.URL+"/")
+	require.Equal(t, "ok", body)
 	req, _ := http.NewRequest("GET", up.URL+"/slow", nil)
 	_, err := ht.RoundTrip(req)
 	require.ErrorIs(t, err, errUpstreamTimeout)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ = http.NewRequestWithContext(ctx, "GET", up.URL+"/slow", nil)
-	time.AfterFunc(20*time.Millisecond, cancel)
+	go func() {
+		for range 2 { // the timed-out request's arrival may be the first
+			select {
+			case <-arrived:
+			case <-ctx.Done():
+				return
+			}
+			if up.conns.Load() == 2 {
+				cancel()
+				return
+			}
+		}
+	}()
 	_, err = tr.RoundTrip(req)
 	require.True(t, errors.Is(err, context.Canceled), "%v", err)
 
 	once.Do(func() { close(release) })
-	_, body := get(t, ht, "GET", up.URL+"/")
+	_, body = get(t, tr, "GET", up.URL+"/")
 	require.Equal(t, "ok", body)
 	require.Equal(t, int64(3), up.conns.Load())
 }

@@ -4,6 +4,9 @@
 // DefaultURL. Each database is created as rltest_<random> so parallel test
 // runs never collide, and dropped when the test ends. An unreachable server
 // fails the test: database tests never skip, so CI cannot pass without them.
+// The one exception is the quick tier, go test -short, which needs no
+// PostgreSQL: there every database test skips (SkipShort), whether a server
+// is reachable or not.
 //
 //	func TestX(t *testing.T) {
 //		url := pgtest.NewDatabase(t) // empty database
@@ -72,10 +75,26 @@ func Create(ctx context.Context, serverURL string) (dbURL string, drop func(cont
 	return u.String(), drop, nil
 }
 
+// ShortReason is why a test that needs PostgreSQL does not run with -short.
+const ShortReason = "needs PostgreSQL (DATABASE_URL): not run in the quick tier (go test -short)"
+
+// SkipShort skips t in the quick tier (go test -short) and does nothing
+// otherwise: every test that needs PostgreSQL calls it first (NewDatabase
+// does), so that the quick tier needs no server while the full tier still
+// fails without one.
+func SkipShort(t testing.TB) {
+	if testing.Short() {
+		t.Helper()
+		t.Skip(ShortReason)
+	}
+}
+
 // NewDatabase creates a new empty database for t, dropped when t ends, and
-// returns its URL. It fails t when the server is unreachable.
+// returns its URL. It fails t when the server is unreachable, and skips t
+// with -short (SkipShort).
 func NewDatabase(t testing.TB) string {
 	t.Helper()
+	SkipShort(t)
 	dbURL, drop, err := Create(context.Background(), URL())
 	if err != nil {
 		t.Fatal(err)
@@ -160,6 +179,7 @@ func OrdinaryOwner(ctx context.Context, dbURL string) (ownerURL string, dropOwne
 // URL for the superuser of DATABASE_URL and for the owner.
 func NewOwnedDatabase(t testing.TB) (superuserURL, ownerURL string) {
 	t.Helper()
+	SkipShort(t)
 	ctx := context.Background()
 	su, drop, err := Create(ctx, URL())
 	if err != nil {

@@ -17,7 +17,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
+
+	"github.com/rlcore/rl/internal/testkit/await"
 )
 
 // buildRLWasmHost builds cmd/rl-wasm-host once for the package's tests.
@@ -56,7 +57,10 @@ func startRLWasmHost(t *testing.T, config string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	addr := make(chan string, 1)
+	// The address it listens on, or "" once its log ends (it exited):
+	// waiting is bounded by the test's deadline alone, not by how fast a
+	// loaded machine starts it.
+	addr := make(chan string, 2)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -65,14 +69,13 @@ func startRLWasmHost(t *testing.T, config string) string {
 				addr <- rec.Addr
 			}
 		}
+		addr <- ""
 	}()
-	select {
-	case a := <-addr:
-		return "http://" + a
-	case <-time.After(60 * time.Second):
-		t.Fatal("rl-wasm-host did not start listening")
+	a := await.Recv(t, "rl-wasm-host to listen", addr)
+	if a == "" {
+		t.Fatal("rl-wasm-host exited before it listened")
 	}
-	return ""
+	return "http://" + a
 }
 
 // TestGlobalWithRLWasmHost: two Envoy replicas (two hosts, two VMs each, no
@@ -171,7 +174,7 @@ func TestGlobalWithRLWasmHost(t *testing.T) {
 // forwarder plays Envoy's part of a callout to rl-wasm-host at base: the
 // HTTP request to the cluster, the answer for the VM.
 func forwarder(t *testing.T, base string) func(c *Callout) CalloutResponse {
-	client := &http.Client{Timeout: 10 * time.Second}
+	client := &http.Client{} // no time bound but the test's: rl-wasm-host answers
 	return func(c *Callout) CalloutResponse {
 		var method, path string
 		for _, kv := range c.Headers {

@@ -4,8 +4,9 @@
 // test ends. The shards commit with synchronous_commit = off (each call
 // through the router commits on its shard; the tests are about decisions,
 // not crash durability). The server needs the PL/Proxy extension (Debian package
-// postgresql-15-plproxy; .ci/run installs it). Like internal/testkit/pgtest, an
-// unreachable server or a missing extension fails the test, never skips it.
+// postgresql-15-plproxy; scripts/test-setup.sh, which make test runs, installs it). Like internal/testkit/pgtest, an
+// unreachable server or a missing extension fails the test, never skips it
+// (but with -short, where every test needing PostgreSQL skips).
 //
 // The router logs in to the shards as a login role of its own (ShardLogin),
 // an ordinary role granted rl_app and rl_admin: the trusted shard login an
@@ -45,6 +46,7 @@ type Cluster struct {
 // two).
 func New(t testing.TB, shards, partitions int) *Cluster {
 	t.Helper()
+	pgtest.SkipShort(t)
 	b := make([]byte, 6)
 	rand.Read(b)
 	c := &Cluster{ShardLogin: "rlshard_" + hex.EncodeToString(b), Owner: "rlrouter_" + hex.EncodeToString(b)}
