@@ -119,7 +119,7 @@ func newMetrics() *metrics {
 	}, []string{"rule"})
 	m.storeErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rl_store_errors_total",
-		Help: "Decisions and resets that failed because the store failed (down, timed out, full).",
+		Help: "Decisions, resets and settles that failed because the store failed (down, timed out, full). Alert when it keeps growing.",
 	}, []string{"rule"})
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "rl_decision_duration_seconds",
@@ -136,7 +136,7 @@ func newMetrics() *metrics {
 	}, []string{"result"})
 	m.configOK = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "rl_config_last_reload_success",
-		Help: "1 if the last configuration load succeeded, 0 if it failed (the previous rules are in force).",
+		Help: "1 if the last configuration load succeeded, 0 if it failed (the previous rules are in force): alert on 0.",
 	})
 	m.rules = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "rl_rules",
@@ -148,11 +148,11 @@ func newMetrics() *metrics {
 	}, []string{"to"})
 	m.failoverActive = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "rl_failover_active",
-		Help: "1 while decisions are served by the in-memory failover store instead of PostgreSQL.",
+		Help: "1 while decisions are served by the in-memory failover store instead of PostgreSQL: alert when it stays 1.",
 	})
 	overload := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rl_overload_rejected_total",
-		Help: "Requests answered 503 with Retry-After because of load, never admitted nor forwarded, by reason: in_flight (Options.MaxInFlight), key_in_flight (MaxInFlightPerKey), store_busy (every database connection in use past the queue timeout, or a full memory store).",
+		Help: "Requests answered 503 with Retry-After because of load, never admitted nor forwarded, by reason: in_flight (Options.MaxInFlight), key_in_flight (MaxInFlightPerKey), store_busy (every database connection in use past the queue timeout, or a full memory store). Alert when it keeps growing.",
 	}, []string{"reason"})
 	m.limitDenials = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rl_limit_denials_total",
@@ -164,7 +164,7 @@ func newMetrics() *metrics {
 	}, []string{"rule", "limit"})
 	m.settles = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rl_settles_total",
-		Help: "Costs settled after the response, by rule and result: settled (the actual cost from the rule's response_cost_header, or a decision-API settle, corrected the estimate; a cost equal to it needs no store call), invalid (a response cost that is not one; nothing settled), failed (the store failed the settle). Inline limits count under rule \"inline\".",
+		Help: "Costs settled after the response, by rule and result: settled (the actual cost from the rule's response_cost_header, or a decision-API settle, corrected the estimate; a cost equal to it needs no store call), invalid (a response cost that is not one; nothing settled), failed (the store failed the settle: alert when it grows). Inline limits count under rule \"inline\".",
 	}, []string{"rule", "result"})
 	storeLatency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "rl_store_duration_seconds",

@@ -1,8 +1,12 @@
 // Package dashboard_test holds the committed Grafana dashboard
-// (docs/grafana/rl-wasm-host.json) and the metrics reference table of
+// (docs/grafana/rl-wasm-host.json), the alerting rules
+// (deploy/prometheus/alerts.yaml) and the metrics reference table of
 // cmd/rl-wasm-host/README.md to what rl-wasm-host's /metrics exports: every
-// metric a panel, variable or annotation queries exists with every label
-// the query names, and every metric the service exports is in the table.
+// metric a panel, variable, annotation or alert queries exists with every
+// label the query names, and every metric the service exports is in the
+// table. With Debian's package prometheus it also runs the dashboard's
+// queries and the rules on a real Prometheus scraping the service, and the
+// rules' unit tests with promtool.
 package dashboard_test
 
 import (
@@ -31,10 +35,10 @@ const (
 	readmeFile    = "../../cmd/rl-wasm-host/README.md"
 )
 
-// family is one exported metric: its type and label names.
+// family is one exported metric: its type, help text and label names.
 type family struct {
-	typ    string
-	labels map[string]bool
+	typ, help string
+	labels    map[string]bool
 }
 
 // exported runs rl-wasm-host's service as the command wires it (rules, the
@@ -82,10 +86,16 @@ var labelPair = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="(?:[^"\\]|\\.)*"`)
 // _count samples to the histogram's).
 func parseExposition(t *testing.T, text string) map[string]*family {
 	fams := map[string]*family{}
+	help := map[string]string{}
 	for _, line := range strings.Split(text, "\n") {
+		if f, ok := strings.CutPrefix(line, "# HELP "); ok {
+			name, h, _ := strings.Cut(f, " ")
+			help[name] = h
+			continue
+		}
 		if f, ok := strings.CutPrefix(line, "# TYPE "); ok {
 			name, typ, _ := strings.Cut(f, " ")
-			fams[name] = &family{typ: typ, labels: map[string]bool{}}
+			fams[name] = &family{typ: typ, help: help[name], labels: map[string]bool{}}
 			continue
 		}
 		m := sampleLine.FindStringSubmatch(line)

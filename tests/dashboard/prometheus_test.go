@@ -475,7 +475,9 @@ var labelValuesCall = regexp.MustCompile(`^label_values\((.*),\s*([a-zA-Z_][a-zA
 // variables set as Grafana sets them; and they read only rl-wasm-host's
 // targets: Prometheus scrapes itself too, as a shared one scrapes other
 // services, and none of its series shows, nor does any with the job
-// variable set to its job.
+// variable set to its job. The same Prometheus evaluates the alerting
+// rules on those series: each evaluates without error, and none is
+// active for the healthy service.
 func TestDashboardOnPrometheus(t *testing.T) {
 	ctx := testContext(t)
 	dir := t.TempDir()
@@ -485,17 +487,20 @@ func TestDashboardOnPrometheus(t *testing.T) {
 	tool(t, "prometheus")
 	h := startHost(t, ctx, "-config", cfgPath, "-listen", "127.0.0.1:0", "-api-listen", "127.0.0.1:0",
 		"-grpc-listen", "127.0.0.1:0", "-rls-config", rlsPath)
+	alerts, err := filepath.Abs(alertsFile)
+	require.NoError(t, err)
 	p := startPrometheus(t, ctx, fmt.Sprintf(`
 global:
   scrape_interval: 200ms
   scrape_timeout: 200ms
   evaluation_interval: 200ms
+rule_files: [%q]
 scrape_configs:
   - job_name: rl-wasm-host
     static_configs: [{targets: [%q]}]
   - job_name: prometheus
     static_configs: [{targets: ["$PROMETHEUS"]}]
-`, h.api))
+`, alerts, h.api))
 
 	conn, err := grpc.NewClient(h.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
@@ -524,6 +529,17 @@ scrape_configs:
 		s := p.query(t, `count(up == 1) == 2 and count(rl_config_reloads_total{job="rl-wasm-host",result="success"} == 0) == 1`)
 		return len(s) == 1, fmt.Sprint(p.query(t, "up"))
 	})
+	// The alerting rules evaluate on the real series, and a healthy
+	// service raises none of them, not even pending.
+	requireRulesHealthy(t, p, func(what string, cond func() (bool, string)) { until(t, ctx, what, cond) })
+	var active struct {
+		Data struct {
+			Alerts []map[string]any `json:"alerts"`
+		} `json:"data"`
+	}
+	p.get(t, "/api/v1/alerts", &active)
+	require.Empty(t, active.Data.Alerts, "alerts of a healthy service")
+
 	require.NoError(t, h.cmd.Process.Signal(syscall.SIGHUP))
 	until(t, ctx, "the reload", func() (bool, string) { return h.logged(`"config reloaded"`), "no \"config reloaded\" in the log" })
 
