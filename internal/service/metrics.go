@@ -2,9 +2,12 @@ package service
 
 import (
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/internal/pipeline"
+	"github.com/rlcore/rl/internal/version"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -36,6 +39,7 @@ type metrics struct {
 	rejected       *fixedCounters
 	reloads        *prometheus.CounterVec
 	configOK       prometheus.Gauge
+	configLoadedAt prometheus.Gauge
 	rules          prometheus.Gauge
 	failover       *prometheus.CounterVec
 	failoverActive prometheus.Gauge
@@ -138,6 +142,10 @@ func newMetrics() *metrics {
 		Name: "rl_config_last_reload_success",
 		Help: "1 if the last configuration load succeeded, 0 if it failed (the previous rules are in force): alert on 0.",
 	})
+	m.configLoadedAt = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "rl_config_last_reload_timestamp_seconds",
+		Help: "When the rules in force were loaded (at start, or by the last successful reload), in seconds since the Unix epoch: time() minus it is their age.",
+	})
 	m.rules = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "rl_rules",
 		Help: "Rules in force.",
@@ -172,7 +180,7 @@ func newMetrics() *metrics {
 		Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 	}, []string{"op", "result"})
 	m.reg.MustRegister(m.decisions, m.failOpen, m.storeErrors, m.latency, rejected, m.reloads, m.configOK,
-		m.rules, m.failover, m.failoverActive, overload, m.limitDenials, m.shadowDenials, m.settles, storeLatency,
+		m.configLoadedAt, buildInfo(version.Get()), m.rules, m.failover, m.failoverActive, overload, m.limitDenials, m.shadowDenials, m.settles, storeLatency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.rejected, m.overload = newFixedCounters(rejected, RejectReasons()), newFixedCounters(overload, OverloadReasons())
 	for i, op := range StoreOps() {
@@ -189,6 +197,27 @@ func newMetrics() *metrics {
 		m.failover.WithLabelValues(t)
 	}
 	return m
+}
+
+// buildInfo is rl_build_info: a gauge of 1 whose labels say which build
+// is running (package version), for dashboards and alerts to tell
+// versions apart in a rollout.
+func buildInfo(v version.Info) prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "rl_build_info",
+		Help: "1, labelled with the build: version (the module version), revision (the commit, or unknown), goversion, schema (the database migration it expects), extension (the extension rl's version) and wasm_abi (the WebAssembly module's abi_version); rl-wasm-host -version prints the same.",
+		ConstLabels: prometheus.Labels{"version": v.Module, "revision": v.Commit, "goversion": v.Go,
+			"schema": strconv.Itoa(v.Schema), "extension": v.Extension, "wasm_abi": strconv.Itoa(v.ABI)},
+	})
+	g.Set(1)
+	return g
+}
+
+// configLoaded records that a configuration was loaded and is in force
+// (at start or by a reload): rl_config_last_reload_success 1, and its time.
+func (m *metrics) configLoaded(at time.Time) {
+	m.configOK.Set(1)
+	m.configLoadedAt.Set(float64(at.UnixNano()) / 1e9)
 }
 
 func (m *metrics) handler() http.Handler {

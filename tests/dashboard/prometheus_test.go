@@ -581,7 +581,7 @@ scrape_configs:
 	for _, w := range []string{"Decisions/s", "Denied", "Denials by limit", "Requests refused before a decision",
 		"Shadow limits: would-denies", "Shadow limits: would-denies\" target 1", "Settles", "Calls by domain and code",
 		"Descriptor decisions", "Descriptor decisions\" target 1", "Decision latency", "Store latency\" target 2",
-		"CPU", "Reloads", "Instances"} {
+		"CPU", "Reloads", "Instances", "Builds", "Rules in force", "Last reload"} {
 		if !strings.Contains(w, "target") {
 			w += `" target 0`
 		}
