@@ -57,7 +57,9 @@ func run(args []string) int {
 	rlsMetadata := fs.Bool("rls-response-metadata", false, "the rate limit service sets each response's dynamic_metadata (the domain, the descriptors, and the configured metadata of those that passed), as envoyproxy/ratelimit with RESPONSE_DYNAMIC_METADATA=true")
 	rlsCheck := fs.String("rls-check-config", "", "check a rate limit service configuration (a file or a directory, as -rls-config) and exit: 0 valid and portable to envoyproxy/ratelimit, 1 valid but using rl's extensions (listed), 2 invalid (every mistake listed)")
 	hashToken := fs.Bool("hash-token", false, "read an API token on stdin, print the sha256 to put in api_tokens, and exit")
-	checkCfg := fs.String("check-config", "", "check a configuration file and print it in canonical form (every default written out), then exit: 0 valid, 2 invalid (every mistake listed)")
+	checkCfg := fs.String("check-config", "", "check a configuration file and print it in canonical form (every default written out), in the file's format, then exit: 0 valid, 2 invalid (every mistake listed on stderr)")
+	checkFormat := fs.String("check-config-format", "auto", "with -check-config: the canonical form's format, auto (the file's: YAML for .yaml and .yml, JSON for .json), yaml or json")
+	quiet := fs.Bool("q", false, "with -check-config or -rls-check-config: print nothing on stdout, answer by the exit status alone (mistakes still on stderr)")
 	explain := fs.String("explain", "", "explain how the proxy would answer a request under -config, deciding nothing, and exit: 'METHOD URL' (e.g. 'GET https://api.example.com/v1/search'); see -H and -peer")
 	var explainHeader []string
 	fs.Func("H", "with -explain: a request header field 'Name: value' (repeatable)", func(v string) error {
@@ -135,11 +137,19 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "rl-wasm-host: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
+	stdout := io.Writer(os.Stdout)
+	if *quiet {
+		stdout = io.Discard
+	}
 	if *rlsCheck != "" {
-		return checkRLSConfig(*rlsCheck, os.Stdout, os.Stderr)
+		return checkRLSConfig(*rlsCheck, stdout, os.Stderr)
 	}
 	if *checkCfg != "" {
-		return checkConfig(*checkCfg, os.Stdout, os.Stderr)
+		return checkConfig(*checkCfg, *checkFormat, *quiet, stdout, os.Stderr)
+	}
+	if *quiet {
+		fmt.Fprintln(os.Stderr, "rl-wasm-host: -q is for -check-config and -rls-check-config")
+		return 2
 	}
 	if *explain != "" {
 		if rc.ConfigPath == "" {
