@@ -47,6 +47,7 @@ func run(args []string) int {
 		logLevel    string
 	)
 	fs.StringVar(&rc.ConfigPath, "config", "", "rules file, YAML (.yaml, .yml) or JSON (.json); reloaded on SIGHUP (required)")
+	watch := fs.Duration("watch-config", 0, "also reload -config and -rls-config when their content changes, read this often (e.g. 2s; a Kubernetes ConfigMap's update is seen); 0: on SIGHUP only")
 	fs.StringVar(&rc.Listen, "listen", ":8080", "address of the proxy listener (every path proxied)")
 	fs.StringVar(&rc.APIListen, "api-listen", DefaultAPIListen, "address of the decision API, /healthz, /readyz and /metrics; not loopback, or \"main\" (on -listen), only with api_tokens in the config")
 	fs.IntVar(&rc.MaxInFlight, "max-in-flight", service.DefaultMaxInFlight, "requests served at once; beyond: 503 with Retry-After (-1: no bound)")
@@ -197,6 +198,10 @@ func run(args []string) int {
 		return 2
 	}
 
+	if *watch < 0 {
+		fmt.Fprintf(os.Stderr, "rl-wasm-host: -watch-config %v: want a positive duration such as 2s, or 0 (SIGHUP only)\n", *watch)
+		return 2
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 		fmt.Fprintf(os.Stderr, "rl-wasm-host: -log-level %q: want debug, info, warn or error\n", logLevel)
@@ -222,6 +227,13 @@ func run(args []string) int {
 	defer stop()
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
+	if *watch > 0 {
+		w := newConfigWatcher(rc.Logger, rc.ConfigPath, *rlsConfig)
+		tick := time.NewTicker(*watch)
+		defer tick.Stop()
+		go w.run(ctx, tick.C, hup)
+		rc.Logger.Info("-watch-config: reloading when the configuration changes", "every", watch.String())
+	}
 
 	if err := Run(ctx, rc, hup); err != nil {
 		var ce *service.ConfigError

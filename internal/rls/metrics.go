@@ -60,7 +60,7 @@ func newMetrics() *metrics {
 		}, []string{"domain"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rl_rls_config_reloads_total",
-			Help: "Reloads of the rate limit service configuration (SIGHUP) by result: success, or failure (the old configuration stays in force: alert when it grows).",
+			Help: "Reloads of the rate limit service configuration (SIGHUP, or a change -watch-config saw) by result: success, or failure (the old configuration stays in force: alert when it grows).",
 		}, []string{"result"}),
 		shadow: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rl_rls_shadow_denials_total",

@@ -136,7 +136,7 @@ func newMetrics() *metrics {
 	}, []string{"reason"})
 	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rl_config_reloads_total",
-		Help: "Configuration reloads (SIGHUP) by result: success, or failure (the old rules stay in force).",
+		Help: "Configuration reloads (SIGHUP, or a change -watch-config saw) by result: success, or failure (the old rules stay in force).",
 	}, []string{"result"})
 	m.configOK = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "rl_config_last_reload_success",
