@@ -14,7 +14,10 @@
 #      install: the TestExtension* tests CREATE EXTENSION rl);
 #   6. builds and installs the native step rl_native (make -C sql/native
 #      install: TestNative creates the extension rl_native);
-#   7. checks for Node.js >= 20 (wasm's TestNode hosts the module in it).
+#   7. checks for Node.js >= 20 (wasm's TestNode hosts the module in it);
+#   8. installs Prometheus and promtool (Debian prometheus: tests/dashboard
+#      scrapes rl-wasm-host with it and runs the alert rules' unit tests),
+#      without starting the package's own server.
 #
 # Each step first checks what is there and changes nothing that is in
 # place, so a second run only reads (a few seconds: it compiles rl_native to
@@ -185,3 +188,21 @@ if [ "$node_major" -lt 20 ]; then
   exit 1
 fi
 say "node $(node --version): ok"
+
+# 8. Prometheus and promtool, from one Debian package. Its service is not
+# started: the tests run their own server on a free port.
+if command -v prometheus >/dev/null && command -v promtool >/dev/null; then
+  say "prometheus $(prometheus --version 2>&1 | sed -nE '1s/^prometheus, version ([^ ]+).*/\1/p'), promtool: installed"
+else
+  need_root "Prometheus (Debian prometheus)"
+  say "prometheus, promtool: missing, installing prometheus (its service not started)"
+  policy=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    policy=1
+  fi
+  apt_install --no-install-recommends prometheus
+  if [ -n "$policy" ]; then rm -f /usr/sbin/policy-rc.d; fi
+  command -v prometheus >/dev/null && command -v promtool >/dev/null
+fi

@@ -14,26 +14,6 @@ import (
 	"github.com/rlcore/rl/memstore"
 )
 
-// checkConfig is -check-config: it loads the configuration at path as
-// -config does and prints it in canonical form (service.NormalizedJSON:
-// every default written out, itself a configuration that loads the same)
-// on stdout. Exit status: 0 valid; 2 invalid or unreadable, every mistake
-// on stderr, as a start with it would report them.
-func checkConfig(path string, stdout, stderr io.Writer) int {
-	cfg, err := service.LoadConfig(path)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
-	}
-	b, err := cfg.MarshalNormalized()
-	if err != nil {
-		fmt.Fprintln(stderr, "rl-wasm-host: -check-config:", err)
-		return 2
-	}
-	stdout.Write(b)
-	return 0
-}
-
 // explainRequest is -explain: how the proxy would answer a request under
 // the configuration at path, deciding nothing (service.ExplainRequest),
 // printed as JSON. target is "METHOD URL" or a URL (GET), header "Name:

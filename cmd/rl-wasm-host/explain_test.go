@@ -4,46 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlcore/rl/internal/frontend/service"
 )
-
-// TestCheckConfig: -check-config prints a valid configuration in
-// canonical form, which is itself a configuration that loads the same,
-// and exits 0; an invalid one exits 2 listing every mistake by rule and
-// field.
-func TestCheckConfig(t *testing.T) {
-	var out, errb bytes.Buffer
-	require.Equal(t, 0, checkConfig("sample.yaml", &out, &errb), errb.String())
-	var n service.NormalizedJSON
-	require.NoError(t, json.Unmarshal(out.Bytes(), &n))
-	require.Equal(t, "demo", n.Upstream)
-	require.Equal(t, "auto", n.ProblemDetails)
-	require.Equal(t, "search", n.Rules[1].Name)
-	require.Equal(t, "token_bucket", n.Rules[1].Limits[0].Strategy)
-	again := filepath.Join(t.TempDir(), "normalized.json")
-	require.NoError(t, os.WriteFile(again, out.Bytes(), 0o600))
-	var out2 bytes.Buffer
-	require.Equal(t, 0, checkConfig(again, &out2, &errb))
-	require.Equal(t, out.String(), out2.String(), "the canonical form is a fixed point")
-
-	bad := filepath.Join(t.TempDir(), "bad.yaml")
-	require.NoError(t, os.WriteFile(bad, []byte("rules:\n  - {name: a, strategy: tokn, limit: 1, window: 1s, ratelimit_fields: some}\n  - {name: b, strategy: fixed, limit: 0, window: 1s}\n"), 0o600))
-	out.Reset()
-	errb.Reset()
-	require.Equal(t, 2, checkConfig(bad, &out, &errb))
-	require.Empty(t, out.String())
-	require.Contains(t, errb.String(), `rules[0] "a": strategy: unknown strategy "tokn"`)
-	require.Contains(t, errb.String(), `rules[0] "a": ratelimit_fields: "some"`)
-	require.Contains(t, errb.String(), `rules[1] "b": limit: 0 is outside`)
-	require.Equal(t, 2, checkConfig(filepath.Join(t.TempDir(), "missing.yaml"), &out, &errb))
-}
 
 // TestExplainFlag: -explain prints how the proxy would answer a request
 // (the rule tried and chosen, the key and cost as derived), deciding
@@ -88,7 +55,16 @@ func TestExplainAndCheckFlagsExit(t *testing.T) {
 	}
 	code, out := status("-check-config", "sample.yaml")
 	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "\nrules:\n  - name: /v1/pay\n", "a YAML file's canonical form is YAML")
+	code, out = status("-check-config", "sample.yaml", "-check-config-format", "json")
+	require.Equal(t, 0, code, out)
 	require.Contains(t, out, `"rules": [`)
+	code, out = status("-check-config", "sample.yaml", "-q")
+	require.Equal(t, 0, code, out)
+	require.Empty(t, out, "-q: the exit status alone")
+	code, out = status("-q")
+	require.Equal(t, 2, code)
+	require.Contains(t, out, "-q is for -check-config")
 	code, out = status("-config", "sample.yaml", "-explain", "GET https://api.example.com/v1/search", "-H", "X-User: u")
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, `"name": "search"`)

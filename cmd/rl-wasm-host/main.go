@@ -7,7 +7,7 @@
 //
 // -version prints the build (the module version, the commit, and the
 // schema, extension and WebAssembly ABI versions; package
-// internal/frontend/version documents each line). -health URL is a health check for
+// internal/request/version documents each line). -health URL is a health check for
 // images without a shell: it asks URL (such as
 // http://127.0.0.1:8081/readyz) and exits 0 on 200, 1 otherwise.
 package main
@@ -31,7 +31,7 @@ import (
 
 	"github.com/rlcore/rl/internal/frontend/rls"
 	"github.com/rlcore/rl/internal/frontend/service"
-	"github.com/rlcore/rl/internal/frontend/version"
+	"github.com/rlcore/rl/internal/request/version"
 )
 
 func main() {
@@ -47,6 +47,7 @@ func run(args []string) int {
 		logLevel    string
 	)
 	fs.StringVar(&rc.ConfigPath, "config", "", "rules file, YAML (.yaml, .yml) or JSON (.json); reloaded on SIGHUP (required)")
+	watch := fs.Duration("watch-config", 0, "also reload -config and -rls-config when their content changes, read this often (e.g. 2s; a Kubernetes ConfigMap's update is seen); 0: on SIGHUP only")
 	fs.StringVar(&rc.Listen, "listen", ":8080", "address of the proxy listener (every path proxied)")
 	fs.StringVar(&rc.APIListen, "api-listen", DefaultAPIListen, "address of the decision API, /healthz, /readyz and /metrics; not loopback, or \"main\" (on -listen), only with api_tokens in the config")
 	fs.IntVar(&rc.MaxInFlight, "max-in-flight", service.DefaultMaxInFlight, "requests served at once; beyond: 503 with Retry-After (-1: no bound)")
@@ -57,7 +58,9 @@ func run(args []string) int {
 	rlsMetadata := fs.Bool("rls-response-metadata", false, "the rate limit service sets each response's dynamic_metadata (the domain, the descriptors, and the configured metadata of those that passed), as envoyproxy/ratelimit with RESPONSE_DYNAMIC_METADATA=true")
 	rlsCheck := fs.String("rls-check-config", "", "check a rate limit service configuration (a file or a directory, as -rls-config) and exit: 0 valid and portable to envoyproxy/ratelimit, 1 valid but using rl's extensions (listed), 2 invalid (every mistake listed)")
 	hashToken := fs.Bool("hash-token", false, "read an API token on stdin, print the sha256 to put in api_tokens, and exit")
-	checkCfg := fs.String("check-config", "", "check a configuration file and print it in canonical form (every default written out), then exit: 0 valid, 2 invalid (every mistake listed)")
+	checkCfg := fs.String("check-config", "", "check a configuration file and print it in canonical form (every default written out), in the file's format, then exit: 0 valid, 2 invalid (every mistake listed on stderr)")
+	checkFormat := fs.String("check-config-format", "auto", "with -check-config: the canonical form's format, auto (the file's: YAML for .yaml and .yml, JSON for .json), yaml or json")
+	quiet := fs.Bool("q", false, "with -check-config or -rls-check-config: print nothing on stdout, answer by the exit status alone (mistakes still on stderr)")
 	explain := fs.String("explain", "", "explain how the proxy would answer a request under -config, deciding nothing, and exit: 'METHOD URL' (e.g. 'GET https://api.example.com/v1/search'); see -H and -peer")
 	var explainHeader []string
 	fs.Func("H", "with -explain: a request header field 'Name: value' (repeatable)", func(v string) error {
@@ -135,11 +138,19 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "rl-wasm-host: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
+	stdout := io.Writer(os.Stdout)
+	if *quiet {
+		stdout = io.Discard
+	}
 	if *rlsCheck != "" {
-		return checkRLSConfig(*rlsCheck, os.Stdout, os.Stderr)
+		return checkRLSConfig(*rlsCheck, stdout, os.Stderr)
 	}
 	if *checkCfg != "" {
-		return checkConfig(*checkCfg, os.Stdout, os.Stderr)
+		return checkConfig(*checkCfg, *checkFormat, *quiet, stdout, os.Stderr)
+	}
+	if *quiet {
+		fmt.Fprintln(os.Stderr, "rl-wasm-host: -q is for -check-config and -rls-check-config")
+		return 2
 	}
 	if *explain != "" {
 		if rc.ConfigPath == "" {
@@ -187,6 +198,10 @@ func run(args []string) int {
 		return 2
 	}
 
+	if *watch < 0 {
+		fmt.Fprintf(os.Stderr, "rl-wasm-host: -watch-config %v: want a positive duration such as 2s, or 0 (SIGHUP only)\n", *watch)
+		return 2
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 		fmt.Fprintf(os.Stderr, "rl-wasm-host: -log-level %q: want debug, info, warn or error\n", logLevel)
@@ -212,6 +227,13 @@ func run(args []string) int {
 	defer stop()
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
+	if *watch > 0 {
+		w := newConfigWatcher(rc.Logger, rc.ConfigPath, *rlsConfig)
+		tick := time.NewTicker(*watch)
+		defer tick.Stop()
+		go w.run(ctx, tick.C, hup)
+		rc.Logger.Info("-watch-config: reloading when the configuration changes", "every", watch.String())
+	}
 
 	if err := Run(ctx, rc, hup); err != nil {
 		var ce *service.ConfigError

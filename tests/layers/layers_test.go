@@ -123,13 +123,14 @@ var classes = []struct {
 
 	// The shared request packages: the decision engine, the request
 	// pipeline, the rule configuration, the failure rule, the net/http
-	// flow the proxy and the middleware run.
+	// flow the proxy and the middleware run, the division of a global
+	// limit (quota), and the versions the front ends report (version: the
+	// module's and those of the interfaces the deciders define, for the
+	// commands' -version and the service's rl_build_info).
 	{"internal/request/...", class{layer: layerRequest}},
 
 	// Front ends: the middleware, rl-wasm-host's decision API and proxy,
-	// the gRPC rate limit service, the proxy-wasm filter, and the
-	// commands' -version (the module version and those of the
-	// interfaces the deciders define: schema, extension, WebAssembly ABI).
+	// the gRPC rate limit and quota services, the proxy-wasm filter.
 	{"httplimit", class{layer: layerFrontEnds}},
 	{"internal/frontend/...", class{layer: layerFrontEnds}},
 	{"proxywasm", class{layer: layerFrontEnds}},

@@ -136,32 +136,45 @@ var unitSeconds = map[rlsv3.RateLimitResponse_RateLimit_Unit]int64{
 	rlsv3.RateLimitResponse_RateLimit_YEAR:   365 * 86400,
 }
 
+// ConfigFiles returns the files LoadConfig reads for path: path itself,
+// or for a directory the .yaml and .yml files in it whose names do not
+// begin with "." (a Kubernetes ConfigMap's ..data and its timestamped
+// directories are skipped; its files, symbolic links through ..data, are
+// read), in name order. A directory with none is a *ruleconfig.ConfigError.
+func ConfigFiles(path string) ([]string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("rls: config: %w", err)
+	}
+	if !fi.IsDir() {
+		return []string{path}, nil
+	}
+	ents, err := os.ReadDir(path)
+	if err != nil {
+		return nil, fmt.Errorf("rls: config: %w", err)
+	}
+	var files []string
+	for _, e := range ents {
+		ext := strings.ToLower(filepath.Ext(e.Name()))
+		if !e.IsDir() && !strings.HasPrefix(e.Name(), ".") && (ext == ".yaml" || ext == ".yml") {
+			files = append(files, filepath.Join(path, e.Name()))
+		}
+	}
+	if len(files) == 0 {
+		return nil, &ruleconfig.ConfigError{File: path, Problems: []ruleconfig.Problem{{Message: "no .yaml or .yml file in the directory"}}}
+	}
+	return files, nil
+}
+
 // LoadConfig reads a YAML file of one domain, or every .yaml and .yml file
 // (not starting with ".") of a directory, one domain each, as
 // envoyproxy/ratelimit reads its runtime directory. Every mistake of every
 // file is reported in one *ruleconfig.ConfigError naming the file, the domain
 // and the field.
 func LoadConfig(path string) (*Config, error) {
-	fi, err := os.Stat(path)
+	files, err := ConfigFiles(path)
 	if err != nil {
-		return nil, fmt.Errorf("rls: config: %w", err)
-	}
-	files := []string{path}
-	if fi.IsDir() {
-		ents, err := os.ReadDir(path)
-		if err != nil {
-			return nil, fmt.Errorf("rls: config: %w", err)
-		}
-		files = files[:0]
-		for _, e := range ents {
-			ext := strings.ToLower(filepath.Ext(e.Name()))
-			if !e.IsDir() && !strings.HasPrefix(e.Name(), ".") && (ext == ".yaml" || ext == ".yml") {
-				files = append(files, filepath.Join(path, e.Name()))
-			}
-		}
-		if len(files) == 0 {
-			return nil, &ruleconfig.ConfigError{File: path, Problems: []ruleconfig.Problem{{Message: "no .yaml or .yml file in the directory"}}}
-		}
+		return nil, err
 	}
 	cfg := &Config{Path: path, Domains: map[string]*Domain{}}
 	ce := &ruleconfig.ConfigError{File: path}
@@ -174,7 +187,7 @@ func LoadConfig(path string) (*Config, error) {
 		if err != nil {
 			if fe, ok := err.(*ruleconfig.ConfigError); ok {
 				for _, p := range fe.Problems {
-					if fi.IsDir() {
+					if f != path { // a file of a directory
 						p.Rule = strings.TrimSuffix(filepath.Base(f)+": "+p.Rule, ": ")
 					}
 					ce.Problems = append(ce.Problems, p)

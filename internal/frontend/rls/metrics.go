@@ -58,11 +58,11 @@ func newMetrics() *metrics {
 		}, []string{"domain"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rl_rls_store_errors_total",
-			Help: "Descriptor decisions the store failed, by domain.",
+			Help: "Descriptor decisions the store failed, by domain. Alert when it keeps growing.",
 		}, []string{"domain"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rl_rls_config_reloads_total",
-			Help: "Reloads of the rate limit service configuration (SIGHUP) by result: success, or failure (the old configuration stays in force).",
+			Help: "Reloads of the rate limit service configuration (SIGHUP, or a change -watch-config saw) by result: success, or failure (the old configuration stays in force: alert when it grows).",
 		}, []string{"result"}),
 		shadow: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rl_rls_shadow_denials_total",
@@ -70,7 +70,7 @@ func newMetrics() *metrics {
 		}, []string{"domain", "descriptor", "limit"}),
 		unknownDomain: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rl_rls_unknown_domain_total",
-			Help: "Calls naming a domain the configuration lacks, answered OK with nothing limited: Envoy's rate limit domain must be one of the configured domains (each unknown domain is logged the first time it is seen, up to 64 per configuration).",
+			Help: "Calls naming a domain the configuration lacks, answered OK with nothing limited: Envoy's rate limit domain must be one of the configured domains (each unknown domain is logged the first time it is seen, up to 64 per configuration). Alert when it grows.",
 		}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "rl_rls_duration_seconds",

@@ -2,10 +2,13 @@ package service
 
 import (
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/internal/request/engine"
 	"github.com/rlcore/rl/internal/request/pipeline"
+	"github.com/rlcore/rl/internal/request/version"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -33,6 +36,7 @@ type metrics struct {
 	rejected       *fixedCounters
 	reloads        *prometheus.CounterVec
 	configOK       prometheus.Gauge
+	configLoadedAt prometheus.Gauge
 	rules          prometheus.Gauge
 	failover       *prometheus.CounterVec
 	failoverActive prometheus.Gauge
@@ -116,7 +120,7 @@ func newMetrics() *metrics {
 	}, []string{"rule"})
 	m.storeErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rl_store_errors_total",
-		Help: "Decisions and resets that failed because the store failed (down, timed out, full).",
+		Help: "Decisions, resets and settles that failed because the store failed (down, timed out, full). Alert when it keeps growing.",
 	}, []string{"rule"})
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "rl_decision_duration_seconds",
@@ -129,11 +133,15 @@ func newMetrics() *metrics {
 	}, []string{"reason"})
 	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rl_config_reloads_total",
-		Help: "Configuration reloads (SIGHUP) by result: success, or failure (the old rules stay in force).",
+		Help: "Configuration reloads (SIGHUP, or a change -watch-config saw) by result: success, or failure (the old rules stay in force).",
 	}, []string{"result"})
 	m.configOK = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "rl_config_last_reload_success",
-		Help: "1 if the last configuration load succeeded, 0 if it failed (the previous rules are in force).",
+		Help: "1 if the last configuration load succeeded, 0 if it failed (the previous rules are in force): alert on 0.",
+	})
+	m.configLoadedAt = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "rl_config_last_reload_timestamp_seconds",
+		Help: "When the rules in force were loaded (at start, or by the last successful reload), in seconds since the Unix epoch: time() minus it is their age.",
 	})
 	m.rules = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "rl_rules",
@@ -145,11 +153,11 @@ func newMetrics() *metrics {
 	}, []string{"to"})
 	m.failoverActive = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "rl_failover_active",
-		Help: "1 while decisions are served by the in-memory failover store instead of PostgreSQL.",
+		Help: "1 while decisions are served by the in-memory failover store instead of PostgreSQL: alert when it stays 1.",
 	})
 	overload := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rl_overload_rejected_total",
-		Help: "Requests answered 503 with Retry-After because of load, never admitted nor forwarded, by reason: in_flight (Options.MaxInFlight), key_in_flight (MaxInFlightPerKey), store_busy (every database connection in use past the queue timeout, or a full memory store).",
+		Help: "Requests answered 503 with Retry-After because of load, never admitted nor forwarded, by reason: in_flight (Options.MaxInFlight), key_in_flight (MaxInFlightPerKey), store_busy (every database connection in use past the queue timeout, or a full memory store). Alert when it keeps growing.",
 	}, []string{"reason"})
 	m.limitDenials = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rl_limit_denials_total",
@@ -161,7 +169,7 @@ func newMetrics() *metrics {
 	}, []string{"rule", "limit"})
 	m.settles = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rl_settles_total",
-		Help: "Costs settled after the response, by rule and result: settled (the actual cost from the rule's response_cost_header, or a decision-API settle, corrected the estimate; a cost equal to it needs no store call), invalid (a response cost that is not one; nothing settled), failed (the store failed the settle). Inline limits count under rule \"inline\".",
+		Help: "Costs settled after the response, by rule and result: settled (the actual cost from the rule's response_cost_header, or a decision-API settle, corrected the estimate; a cost equal to it needs no store call), invalid (a response cost that is not one; nothing settled), failed (the store failed the settle: alert when it grows). Inline limits count under rule \"inline\".",
 	}, []string{"rule", "result"})
 	storeLatency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "rl_store_duration_seconds",
@@ -169,7 +177,7 @@ func newMetrics() *metrics {
 		Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 	}, []string{"op", "result"})
 	m.reg.MustRegister(m.decisions, m.failOpen, m.storeErrors, m.latency, rejected, m.reloads, m.configOK,
-		m.rules, m.failover, m.failoverActive, overload, m.limitDenials, m.shadowDenials, m.settles, storeLatency,
+		m.configLoadedAt, buildInfo(version.Get()), m.rules, m.failover, m.failoverActive, overload, m.limitDenials, m.shadowDenials, m.settles, storeLatency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.rejected, m.overload = newFixedCounters(rejected, RejectReasons()), newFixedCounters(overload, OverloadReasons())
 	for i, op := range StoreOps() {
@@ -186,6 +194,27 @@ func newMetrics() *metrics {
 		m.failover.WithLabelValues(t)
 	}
 	return m
+}
+
+// buildInfo is rl_build_info: a gauge of 1 whose labels say which build
+// is running (package version), for dashboards and alerts to tell
+// versions apart in a rollout.
+func buildInfo(v version.Info) prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "rl_build_info",
+		Help: "1, labelled with the build: version (the module version), revision (the commit, or unknown), goversion, schema (the database migration it expects), extension (the extension rl's version) and wasm_abi (the WebAssembly module's abi_version); rl-wasm-host -version prints the same.",
+		ConstLabels: prometheus.Labels{"version": v.Module, "revision": v.Commit, "goversion": v.Go,
+			"schema": strconv.Itoa(v.Schema), "extension": v.Extension, "wasm_abi": strconv.Itoa(v.ABI)},
+	})
+	g.Set(1)
+	return g
+}
+
+// configLoaded records that a configuration was loaded and is in force
+// (at start or by a reload): rl_config_last_reload_success 1, and its time.
+func (m *metrics) configLoaded(at time.Time) {
+	m.configOK.Set(1)
+	m.configLoadedAt.Set(float64(at.UnixNano()) / 1e9)
 }
 
 func (m *metrics) handler() http.Handler {

@@ -156,7 +156,7 @@ func New(cfg *Config, opts Options) (*Service, error) {
 		return nil, err
 	}
 	s.rules.Store(rs)
-	s.metrics.configOK.Set(1)
+	s.metrics.configLoaded(time.Now())
 	s.metrics.rules.Set(float64(len(cfg.Rules)))
 	return s, nil
 }
@@ -216,7 +216,7 @@ func (s *Service) Reload(path string) error {
 		return err
 	}
 	s.metrics.reloads.WithLabelValues("success").Inc()
-	s.metrics.configOK.Set(1)
+	s.metrics.configLoaded(time.Now())
 	s.log.Info("config reloaded", "file", path, "rules", len(cfg.Rules), "upstream", redact.String(cfg.Upstream))
 	return nil
 }

@@ -16,7 +16,7 @@
 // or the one go build stamps from the checkout's tag (a pseudo-version such
 // as v0.1.1-0.20261129080000-3f5c0e4a9d1b when the commit is past a tag,
 // "+dirty" with uncommitted changes); else the one given at link time
-// (-ldflags "-X github.com/rlcore/rl/internal/frontend/version.version=v0.1.0", for a
+// (-ldflags "-X github.com/rlcore/rl/internal/request/version.version=v0.1.0", for a
 // build outside a checkout); else "devel".
 //
 //   - commit: the commit the binary was built from (vcs.revision), "unknown"
@@ -49,7 +49,7 @@ import (
 )
 
 // version is the module version given at link time, for a build that has
-// no other: go build -ldflags "-X github.com/rlcore/rl/internal/frontend/version.version=v0.1.0".
+// no other: go build -ldflags "-X github.com/rlcore/rl/internal/request/version.version=v0.1.0".
 var version = ""
 
 // Devel is the module version of a build that has none: built in a
