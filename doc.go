@@ -34,13 +34,28 @@
 //	            ModeSQL decides in PL/pgSQL, ModeGo with a Go or WebAssembly
 //	            decider; Batched coalesces; Sharded spreads keys), failover
 //	            (PostgreSQL with memory behind a breaker)
-//	front ends  this package's Limiter (keys, policies, Wait, Reserve); the
-//	            net/http middleware (httplimit); the rl-wasm-host command
-//	            (decision API, proxy, Envoy's gRPC rate limit service) and
+//	limiter     this package's Limiter (keys, policies, Wait, Reserve): the
+//	            Go API, and the compiled policy every other front end decides
+//	            with
+//	request     what every front end of rl-wasm-host and the middleware share
+//	            (internal/request/...): the decision engine (per-key bound,
+//	            store call, outage detector, one failure rule, one outcome
+//	            vocabulary), the request pipeline (path, host, key, cost,
+//	            match, overrides, answer fields), the rule configuration and
+//	            the net/http flow
+//	front ends  thin adapters that import no other front end: the net/http
+//	            middleware (httplimit); rl-wasm-host's decision API and proxy
+//	            (internal/frontend/service) and Envoy's gRPC rate limit
+//	            service (internal/frontend/rls) and quota server
+//	            (internal/frontend/rlqs); the proxy-wasm filter; and
 //	            rl_allow() in SQL and triggers
 //
-// No package imports one of a layer above its own; tests/layers holds every
-// import of the module to that (and says which import breaks which rule).
+// No package imports one of a layer above its own, and a folder holds one
+// layer (internal/frontend, internal/request, internal/testkit,
+// internal/util for the utilities); tests/layers holds every import of the
+// module to that (and says which import breaks which rule).
+// ARCHITECTURE.md draws the layers, the flow of a request and of a
+// configuration value.
 //
 // The decider is chosen with the store (memstore.Config.Decider,
 // pgstore.Config.Mode and Decider), once, not per call. A Policy is checked

@@ -11,7 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/rlcore/rl/core"
-	"github.com/rlcore/rl/internal/clock"
+	"github.com/rlcore/rl/internal/util/clock"
 	"github.com/rlcore/rl/memstore"
 	"github.com/rlcore/rl/store"
 )

@@ -10,7 +10,7 @@ import (
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
-	"github.com/rlcore/rl/internal/ruleconfig"
+	"github.com/rlcore/rl/internal/request/ruleconfig"
 )
 
 // A limit's default name is a state row's key: a Go app's policy
@@ -63,12 +63,12 @@ func TestDefaultLimitNamesAgree(t *testing.T) {
 // TestRootImports: the root package (the Go API) sits below the front ends'
 // configuration: the default limit names and the window format it shares
 // with them live in core, so it imports no front-end package (it imported
-// internal/ruleconfig for them).
+// internal/request/ruleconfig for them).
 func TestRootImports(t *testing.T) {
 	pkg, err := build.Default.ImportDir(".", 0)
 	require.NoError(t, err)
 	for _, imp := range pkg.Imports {
-		for _, above := range []string{"internal/ruleconfig", "internal/pipeline", "internal/outage", "internal/service", "internal/rls", "httplimit"} {
+		for _, above := range []string{"internal/request/ruleconfig", "internal/request/pipeline", "internal/request/outage", "internal/frontend/service", "internal/frontend/rls", "httplimit"} {
 			require.NotEqual(t, "github.com/rlcore/rl/"+above, imp, "the root package imports %s", imp)
 		}
 	}

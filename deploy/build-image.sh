@@ -67,7 +67,7 @@ trap 'rm -rf "$ctx"' EXIT
 # or the checkout's exact v* tag as the fallback.
 fallback=${RL_VERSION:-$(git describe --tags --exact-match --match 'v[0-9]*' 2>/dev/null || true)}
 ldflags="-s -w"
-[ -z "$fallback" ] || ldflags="$ldflags -X github.com/rlcore/rl/internal/version.version=$fallback"
+[ -z "$fallback" ] || ldflags="$ldflags -X github.com/rlcore/rl/internal/request/version.version=$fallback"
 mkdir -p "$ctx/bin"
 for c in rl-wasm-host rl-migrate; do
 	CGO_ENABLED=0 go build -trimpath -buildvcs=auto -ldflags "$ldflags" -o "$ctx/bin/$c" "./cmd/$c"

@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/rlcore/rl/core"
-	"github.com/rlcore/rl/internal/clock"
+	"github.com/rlcore/rl/internal/util/clock"
 	"github.com/rlcore/rl/store"
 )
 

@@ -2,11 +2,9 @@ package httplimit
 
 import (
 	"net/http"
-	"sync/atomic"
-	"time"
 
 	"github.com/rlcore/rl"
-	"github.com/rlcore/rl/internal/pipeline"
+	"github.com/rlcore/rl/internal/request/httpflow"
 )
 
 // Fields chooses what the rate-limit header fields say beyond the limits
@@ -36,8 +34,7 @@ type Fields struct {
 // should be at least 16 random bytes, and the same on every instance so
 // that a client sees one key wherever it lands.
 func PartitionKeyFunc(secret []byte, scope string) func(key string) []byte {
-	secret = append([]byte(nil), secret...)
-	return func(key string) []byte { return pipeline.PartitionKey(secret, scope, key) }
+	return httpflow.PartitionKeyFunc(secret, scope)
 }
 
 // SetFields writes the rate-limit header fields of a decision on key to h:
@@ -64,56 +61,8 @@ func PartitionKeyFunc(secret []byte, scope string) func(key string) []byte {
 // largest Duration (about 292 years, what rl.Result saturates at) gives
 // its whole seconds, 9223372037, never a wrapped or negative value.
 func SetFields(h http.Header, key string, res rl.Result, each []rl.LimitResult, f Fields) {
-	setFields(h, key, res, each, f, nil, nil)
+	httpflow.SetFields(h, key, res, each, httpflow.Fields(f))
 }
-
-// policyField is a RateLimit-Policy value and the policy it lists.
-type policyField struct {
-	p *rl.Policy
-	v string
-}
-
-// setFields is SetFields. With p, the policy each holds every result of,
-// and cache, the RateLimit-Policy value is computed once per policy (it is
-// the same from response to response) unless f has a partition key, which
-// is the request's.
-func setFields(h http.Header, key string, res rl.Result, each []rl.LimitResult, f Fields, p *rl.Policy, cache *atomic.Pointer[policyField]) {
-	var buf [pipeline.MaxFields][2]string
-	v := verdict(res, each)
-	pf := pipeline.Fields{Closest: f.Closest, QuotaUnit: f.QuotaUnit}
-	if f.PartitionKey != nil {
-		pf.PartitionKey = f.PartitionKey(key)
-	} else if cache != nil && p != nil && len(v.Limits) == p.Len() {
-		if c := cache.Load(); c != nil && c.p == p {
-			pf.Policy = c.v
-		} else {
-			pf.Policy = pipeline.PolicyField(&v, &pf)
-			cache.Store(&policyField{p, pf.Policy})
-		}
-	}
-	kvs := pipeline.AppendFields(buf[:0], &v, &pf)
-	// As h.Set each, with the names in canonical form once and one
-	// allocation for the values.
-	vals := make([]string, len(kvs))
-	for i, kv := range kvs {
-		vals[i] = kv[1]
-		name, ok := canonicalFields[kv[0]]
-		if !ok {
-			name = http.CanonicalHeaderKey(kv[0])
-		}
-		h[name] = vals[i : i+1 : i+1]
-	}
-}
-
-// canonicalFields are the canonical forms of the names AppendFields writes.
-var canonicalFields = func() map[string]string {
-	m := map[string]string{}
-	for _, n := range []string{pipeline.FieldPolicy, pipeline.FieldRateLimit, pipeline.FieldLimit, pipeline.FieldRemaining,
-		pipeline.FieldReset, pipeline.FieldRetryAfter} {
-		m[n] = http.CanonicalHeaderKey(n)
-	}
-	return m
-}()
 
 // SetHeaders writes the rate-limit header fields describing r's deciding
 // limit alone (on a denial, the limit that denied), as SetFields does with
@@ -128,43 +77,3 @@ var canonicalFields = func() map[string]string {
 // and Retry-After on a denial a retry can pass. Prefer SetFields, which
 // lists every limit of a policy.
 func SetHeaders(h http.Header, r rl.Result) { SetFields(h, "", r, nil, Fields{}) }
-
-// verdict is a decision in the units of the answer's fields
-// (internal/pipeline, the one source of the fields every front end
-// writes): durations in µs, each rounded up so that nothing is early.
-func verdict(res rl.Result, each []rl.LimitResult) pipeline.Verdict {
-	each = trimResults(each)
-	if res.Index >= len(each) {
-		return pipeline.Verdict{Allowed: res.Allowed, Limits: []pipeline.LimitState{limitState(&res.LimitResult)}}
-	}
-	v := pipeline.Verdict{Allowed: res.Allowed, Deciding: res.Index, Limits: make([]pipeline.LimitState, len(each))}
-	for i := range each {
-		v.Limits[i] = limitState(&each[i])
-	}
-	return v
-}
-
-// trimResults drops the results no limit wrote: a slice longer than the
-// policy (rl.MaxLimits long, for a policy not known ahead) ends in zero
-// results, and a limit's result always has a name.
-func trimResults(each []rl.LimitResult) []rl.LimitResult {
-	for len(each) > 0 && each[len(each)-1].Name == "" {
-		each = each[:len(each)-1]
-	}
-	return each
-}
-
-func limitState(r *rl.LimitResult) pipeline.LimitState {
-	return pipeline.LimitState{Name: r.Name, Allowed: r.Allowed, Never: r.Never, Shadow: r.Shadow, Limit: r.Limit, Remaining: r.Remaining,
-		Window: ceilMicros(r.Window), ResetAfter: ceilMicros(r.ResetAfter), RetryAfter: ceilMicros(r.RetryAfter),
-		NextAfter: ceilMicros(r.NextAfter)}
-}
-
-// ceilMicros rounds d up to whole µs.
-func ceilMicros(d time.Duration) int64 {
-	us := int64(d / time.Microsecond)
-	if d%time.Microsecond > 0 {
-		us++
-	}
-	return us
-}

@@ -7,8 +7,8 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/rlcore/rl/internal/pipeline"
-	"github.com/rlcore/rl/internal/ruleconfig"
+	"github.com/rlcore/rl/internal/request/pipeline"
+	"github.com/rlcore/rl/internal/request/ruleconfig"
 )
 
 // KeyFunc returns the rate-limit key of a request. An error means the

@@ -13,7 +13,7 @@
 // decisions while it completes others, and load must never turn into
 // admissions. A busy or full store (store.ErrBusy) is load, answered 503
 // with Retry-After and never served; a corrupt state, 500. This is the one
-// failure rule of the project (internal/outage), which rl-wasm-host's
+// failure rule of the project (internal/request/outage), which rl-wasm-host's
 // proxy, decision API and gRPC service and the proxy-wasm filter follow
 // too. Config.Fail chooses per request and per error instead, OnDecision
 // observes every outcome (for metrics), and Denied and Refused write the
@@ -33,25 +33,19 @@
 // changes both), while Header, Query and APIKey key by whatever the client
 // sends, which bounds nothing unless a component you trust sets or verifies
 // that value. They read a request by rl-wasm-host's key rule
-// (internal/pipeline's Key): one place, given once, never a fallback; an
+// (internal/request/pipeline's Key): one place, given once, never a fallback; an
 // API key kept as its digest.
 package httplimit
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/http"
-	"net/textproto"
-	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/rlcore/rl"
-	"github.com/rlcore/rl/core"
-	"github.com/rlcore/rl/internal/outage"
-	"github.com/rlcore/rl/internal/pipeline"
-	"github.com/rlcore/rl/internal/ruleconfig"
+	"github.com/rlcore/rl/internal/request/engine"
+	"github.com/rlcore/rl/internal/request/httpflow"
+	"github.com/rlcore/rl/internal/request/pipeline"
 )
 
 // Limiter decides requests. *rl.Limiter is one; wrap one to add to every
@@ -179,67 +173,44 @@ const (
 	ProblemsText Problems = Problems(pipeline.ProblemText)
 )
 
-// Outcome is what a middleware did with a request.
-type Outcome uint8
+// Outcome is what a middleware did with a request: the one outcome
+// vocabulary of the project's front ends (rl-wasm-host's proxy, decision
+// API and gRPC service count the same outcomes). Its String is the name in
+// snake case ("fail_open"), fit for a metric label; its Status the
+// response status: 200 for OutcomeAllowed, OutcomeUnkeyed and
+// OutcomeFailOpen (what the next handler writes), 429, 400, 503 or 500.
+type Outcome = engine.Outcome
 
 // Outcomes, as Decision reports them.
 const (
 	// OutcomeAllowed: decided and admitted.
-	OutcomeAllowed Outcome = iota + 1
+	OutcomeAllowed = engine.Allowed
 	// OutcomeDenied: decided and refused, 429.
-	OutcomeDenied
+	OutcomeDenied = engine.Denied
 	// OutcomeMissingKey: the key function failed; 400.
-	OutcomeMissingKey
+	OutcomeMissingKey = engine.MissingKey
 	// OutcomeUnkeyed: the key function failed and Config.AllowMissingKey
 	// is set; served unlimited, without a decision.
-	OutcomeUnkeyed
+	OutcomeUnkeyed = engine.Unkeyed
 	// OutcomeInvalidKey: the limiter refused the key (rl.ErrInvalidKey);
 	// 400.
-	OutcomeInvalidKey
+	OutcomeInvalidKey = engine.InvalidKey
 	// OutcomeInvalidCost: the cost function failed, or the limiter refused
 	// the cost (core.ErrCost); 400.
-	OutcomeInvalidCost
+	OutcomeInvalidCost = engine.InvalidCost
 	// OutcomeFailOpen: the decision failed; served unlimited.
-	OutcomeFailOpen
+	OutcomeFailOpen = engine.FailOpen
 	// OutcomeFailClosed: the decision failed; 503 "Rate limiter
 	// unavailable".
-	OutcomeFailClosed
+	OutcomeFailClosed = engine.FailClosed
 	// OutcomeOverloaded: the decision failed because of load
 	// (store.ErrBusy by default); 503 "Rate limiter overloaded; retry
 	// later", never served.
-	OutcomeOverloaded
+	OutcomeOverloaded = engine.Overloaded
 	// OutcomeError: the decision failed for a reason other than the
 	// store's; 500.
-	OutcomeError
+	OutcomeError = engine.Error
 )
-
-var outcomeNames = [...]string{"", "allowed", "denied", "missing_key", "unkeyed", "invalid_key", "invalid_cost", "fail_open", "fail_closed", "overloaded", "error"}
-
-// String returns the outcome's name in snake case ("fail_open"), fit for a
-// metric label.
-func (o Outcome) String() string {
-	if int(o) < len(outcomeNames) && o != 0 {
-		return outcomeNames[o]
-	}
-	return "unknown"
-}
-
-// Status returns the response status of the outcome: 200 for
-// OutcomeAllowed, OutcomeUnkeyed and OutcomeFailOpen (what the next handler
-// writes), 429, 400, 503 or 500.
-func (o Outcome) Status() int {
-	switch o {
-	case OutcomeAllowed, OutcomeUnkeyed, OutcomeFailOpen:
-		return http.StatusOK
-	case OutcomeDenied:
-		return http.StatusTooManyRequests
-	case OutcomeMissingKey, OutcomeInvalidKey, OutcomeInvalidCost:
-		return http.StatusBadRequest
-	case OutcomeError:
-		return http.StatusInternalServerError
-	}
-	return http.StatusServiceUnavailable
-}
 
 // Decision describes what a middleware did with one request.
 type Decision struct {
@@ -263,191 +234,25 @@ type Decision struct {
 // New returns the middleware. It refuses a Config without a Limiter (nil,
 // or a nil *rl.Limiter: a nil pointer of another type is yours to avoid)
 // or a Key, and one with both Fail and FailOpen.
+//
+// The middleware is rl-wasm-host's proxy flow (internal/request/httpflow:
+// key, cost, decide, classify, answer, settle), which the proxy runs too:
+// the same request gets the same answer from both.
 func New(cfg Config) (func(http.Handler) http.Handler, error) {
-	if l, ok := cfg.Limiter.(*rl.Limiter); cfg.Limiter == nil || ok && l == nil {
-		return nil, errors.New("httplimit: Config.Limiter is nil")
+	fc := httpflow.Config{Limiter: cfg.Limiter, Key: cfg.Key, Policy: cfg.Policy, Cost: cfg.Cost, FailOpen: cfg.FailOpen,
+		Fail: cfg.Fail, OnError: cfg.OnError, Denied: cfg.Denied, AllowMissingKey: cfg.AllowMissingKey, Wait: cfg.Wait,
+		Fields: httpflow.Fields(cfg.Fields), Problems: httpflow.Problems(cfg.Problems),
+		ResponseCost: httpflow.ResponseCost(cfg.ResponseCost)}
+	if f := cfg.OnDecision; f != nil {
+		fc.OnDecision = func(r *http.Request, d httpflow.Decision) { f(r, Decision(d)) }
 	}
-	if cfg.Key == nil {
-		return nil, errors.New("httplimit: Config.Key is nil")
+	if f := cfg.Refused; f != nil {
+		fc.Refused = func(w http.ResponseWriter, r *http.Request, d httpflow.Decision) { f(w, r, Decision(d)) }
 	}
-	if cfg.Fail != nil && cfg.FailOpen {
-		return nil, errors.New("httplimit: Config.Fail and Config.FailOpen are both set: Fail decides alone (return OutcomeFailOpen from it)")
+	if f := cfg.OnSettle; f != nil {
+		fc.OnSettle = func(r *http.Request, s httpflow.Settlement) { f(r, Settlement(s)) }
 	}
-	if rc := cfg.ResponseCost; rc.Field != "" && !ruleconfig.IsToken(rc.Field) || rc.Min < 0 || rc.Min > core.MaxCost {
-		return nil, fmt.Errorf("httplimit: Config.ResponseCost: want a header name and a Min in [0, %d], got %q and %d", core.MaxCost, rc.Field, rc.Min)
-	}
-	// One detector for the middleware, shared by every handler it wraps:
-	// the store's health is the same for all of them. Only FailOpen
-	// without Fail reads it.
-	var out *outage.Detector
-	if cfg.FailOpen {
-		out = new(outage.Detector)
-	}
-	return func(next http.Handler) http.Handler {
-		return &handler{cfg: cfg, next: next, outage: out}
-	}, nil
-}
-
-type handler struct {
-	cfg    Config
-	next   http.Handler
-	outage *outage.Detector // nil without FailOpen
-	policy atomic.Pointer[policyField]
-}
-
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c := &h.cfg
-	var start time.Time
-	if c.OnDecision != nil {
-		start = time.Now()
-	}
-	key, err := c.Key(r)
-	if err != nil {
-		d := Decision{Outcome: OutcomeMissingKey, Err: err}
-		if c.AllowMissingKey {
-			d.Outcome = OutcomeUnkeyed
-		}
-		h.report(r, &d, start)
-		if c.AllowMissingKey {
-			h.serve(w, r)
-			return
-		}
-		h.refuse(w, r, d)
-		return
-	}
-	req := rl.Request{Key: key, Cost: 1}
-	if c.Policy != nil {
-		req.Policy = c.Policy(r)
-	}
-	policy := req.Policy
-	if l, ok := c.Limiter.(*rl.Limiter); ok && policy == nil {
-		policy = l.Policy()
-	}
-	req.Each = h.results(policy)
-	if c.Cost != nil {
-		if req.Cost, err = c.Cost(r); err != nil {
-			d := Decision{Outcome: OutcomeInvalidCost, Key: key, Err: err}
-			h.report(r, &d, start)
-			h.refuse(w, r, d)
-			return
-		}
-	}
-	var begun outage.Token
-	if h.outage != nil {
-		begun = h.outage.Begin()
-	}
-	res, err := c.Limiter.Do(r.Context(), req)
-	d := Decision{Key: key, Cost: req.Cost, Err: err}
-	if err == nil && h.outage != nil {
-		h.outage.Success()
-	}
-	switch {
-	case err == nil && res.Allowed:
-		d.Outcome, d.Result = OutcomeAllowed, res
-	case err == nil:
-		d.Outcome, d.Result = OutcomeDenied, res
-	default:
-		d.Outcome, d.Err = h.failure(r, begun, err)
-	}
-	h.report(r, &d, start)
-	switch d.Outcome {
-	case OutcomeAllowed:
-		setFields(w.Header(), key, res, req.Each, c.Fields, policy, &h.policy)
-		if c.Wait && res.Delay > 0 && !wait(r.Context(), res.Delay) {
-			return // the client went away
-		}
-		if c.ResponseCost.Field != "" {
-			h.serveAndSettle(w, r, &req, policy)
-			return
-		}
-		h.next.ServeHTTP(w, r)
-	case OutcomeDenied:
-		setFields(w.Header(), key, res, req.Each, c.Fields, policy, &h.policy)
-		if c.Denied != nil {
-			c.Denied.ServeHTTP(w, r)
-			return
-		}
-		WriteDeniedFor(w, r, res, req.Each, c.Problems)
-	case OutcomeFailOpen:
-		h.serve(w, r)
-	default:
-		h.refuse(w, r, d)
-	}
-}
-
-// serve serves a request that was not decided (unkeyed, failed open):
-// nothing was taken, so nothing is settled, but the ResponseCost field is
-// kept from the client all the same.
-func (h *handler) serve(w http.ResponseWriter, r *http.Request) {
-	if h.cfg.ResponseCost.Field == "" {
-		h.next.ServeHTTP(w, r)
-		return
-	}
-	cw := &costWriter{ResponseWriter: w, field: textproto.CanonicalMIMEHeaderKey(h.cfg.ResponseCost.Field)}
-	h.next.ServeHTTP(cw, r)
-	cw.finish()
-}
-
-// results returns the slice a decision under p (nil: not known ahead)
-// writes every limit's result to (rl.Request.Each), for the RateLimit
-// fields: as long as the policy when it is known, else rl.MaxLimits long
-// (SetFields drops the results no limit wrote).
-func (h *handler) results(p *rl.Policy) []rl.LimitResult {
-	if p != nil {
-		return make([]rl.LimitResult, p.Len())
-	}
-	return make([]rl.LimitResult, rl.MaxLimits)
-}
-
-// failure is the answer to a failed decision, begun at begun, by the one
-// failure rule (outage.Classify): an invalid key or cost is 400; with
-// Config.Fail, the hook answers the rest; without, load is
-// OutcomeOverloaded, an outage OutcomeFailOpen or OutcomeFailClosed as
-// configured, another store failure OutcomeFailClosed, anything else
-// OutcomeError.
-func (h *handler) failure(r *http.Request, begun outage.Token, err error) (Outcome, error) {
-	class := h.outage.Classify(begun, err)
-	switch {
-	case class == outage.Invalid && errors.Is(err, core.ErrCost):
-		return OutcomeInvalidCost, err
-	case class == outage.Invalid:
-		return OutcomeInvalidKey, err
-	case h.cfg.Fail != nil:
-		switch o := h.cfg.Fail(r, err); o {
-		case OutcomeFailOpen, OutcomeFailClosed, OutcomeOverloaded, OutcomeError:
-			return o, err
-		default:
-			return OutcomeFailClosed, fmt.Errorf("httplimit: Config.Fail answered %v, not a failure outcome; answering fail_closed: %w", o, err)
-		}
-	}
-	return outcomeOf(class, h.cfg.FailOpen), err
-}
-
-// outcomeOf is the outcome of a failure of class c, by the rule of
-// outage.Class.
-func outcomeOf(c outage.Class, failOpen bool) Outcome {
-	switch c {
-	case outage.Load:
-		return OutcomeOverloaded
-	case outage.Outage:
-		if failOpen {
-			return OutcomeFailOpen
-		}
-	case outage.Internal:
-		return OutcomeError
-	}
-	return OutcomeFailClosed
-}
-
-func (h *handler) refuse(w http.ResponseWriter, r *http.Request, d Decision) {
-	if d.Outcome.Status() == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", "1")
-	}
-	if h.cfg.Refused != nil {
-		h.cfg.Refused(w, r, d)
-		return
-	}
-	WriteRefusedFor(w, r, d, h.cfg.Problems)
+	return httpflow.New(fc)
 }
 
 // WriteRefusedFor answers r, refused for an error, as WriteRefused does,
@@ -455,16 +260,7 @@ func (h *handler) refuse(w http.ResponseWriter, r *http.Request, d Decision) {
 // problem details when p says so for r: the temporary-reduced-capacity
 // type, WriteRefused's words as its detail.
 func WriteRefusedFor(w http.ResponseWriter, r *http.Request, d Decision, p Problems) {
-	if d.Outcome.Status() != http.StatusServiceUnavailable || !pipeline.ProblemMode(p).Wants(r.Header.Values("Accept")) {
-		WriteRefused(w, d)
-		return
-	}
-	msg := "Rate limiter unavailable"
-	if d.Outcome == OutcomeOverloaded {
-		msg = "Rate limiter overloaded; retry later"
-	}
-	pr := pipeline.ReducedCapacity(msg)
-	writeProblem(w, &pr)
+	httpflow.WriteRefusedFor(w, r, httpflow.Decision(d), httpflow.Problems(p))
 }
 
 // WriteDeniedFor answers r, denied, as WriteDenied does, or with RFC 9457
@@ -473,24 +269,7 @@ func WriteRefusedFor(w http.ResponseWriter, r *http.Request, d Decision, p Probl
 // result, as SetFields takes it; res alone when it is shorter). Call
 // SetFields first.
 func WriteDeniedFor(w http.ResponseWriter, r *http.Request, res rl.Result, each []rl.LimitResult, p Problems) {
-	if !pipeline.ProblemMode(p).Wants(r.Header.Values("Accept")) {
-		WriteDenied(w, res)
-		return
-	}
-	v := verdict(res, each)
-	pr := pipeline.QuotaExceeded(&v)
-	writeProblem(w, &pr)
-}
-
-// writeProblem writes pr's status and body.
-func writeProblem(w http.ResponseWriter, pr *pipeline.Problem) {
-	b := pr.JSON()
-	h := w.Header()
-	h.Set("Content-Type", pipeline.ProblemContentType)
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(pr.Status)
-	w.Write(b)
+	httpflow.WriteDeniedFor(w, r, res, each, httpflow.Problems(p))
 }
 
 // WriteRefused answers a request refused for an error with the status
@@ -503,71 +282,13 @@ func writeProblem(w http.ResponseWriter, pr *pipeline.Problem) {
 //	503 Rate limiter unavailable                           (OutcomeFailClosed)
 //	503 Rate limiter overloaded; retry later               (OutcomeOverloaded)
 //	500 Rate limiter error                                 (OutcomeError)
-func WriteRefused(w http.ResponseWriter, d Decision) {
-	var msg string
-	switch d.Outcome {
-	case OutcomeMissingKey:
-		msg = "Missing or invalid rate-limit key"
-	case OutcomeInvalidKey:
-		msg = "Invalid rate-limit key"
-		if reason := KeyReason(d.Err); reason != "" {
-			msg += ": " + reason
-		}
-	case OutcomeInvalidCost:
-		msg = "Invalid rate-limit cost"
-	case OutcomeOverloaded:
-		msg = "Rate limiter overloaded; retry later"
-	case OutcomeError:
-		msg = "Rate limiter error"
-	default:
-		msg = "Rate limiter unavailable"
-	}
-	http.Error(w, msg, d.Outcome.Status())
-}
+func WriteRefused(w http.ResponseWriter, d Decision) { httpflow.WriteRefused(w, httpflow.Decision(d)) }
 
 // KeyReason says why the limiter refused a key (the Reason of an
 // *rl.KeyError in err's chain), without the key; "" when err has none.
-func KeyReason(err error) string {
-	var ke *rl.KeyError
-	if errors.As(err, &ke) {
-		return ke.Reason
-	}
-	return ""
-}
+func KeyReason(err error) string { return httpflow.KeyReason(err) }
 
 // WriteDenied answers a denied request: status 429 and the plain-text body
 // "Rate limit exceeded" (saying so when the cost can never fit). Call
 // SetFields first.
-func WriteDenied(w http.ResponseWriter, res rl.Result) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusTooManyRequests)
-	if res.Never {
-		w.Write([]byte("Rate limit exceeded: the request's cost exceeds the limit\n"))
-	} else {
-		w.Write([]byte("Rate limit exceeded\n"))
-	}
-}
-
-// report tells OnError and OnDecision of d, reached in the time since
-// start.
-func (h *handler) report(r *http.Request, d *Decision, start time.Time) {
-	if d.Err != nil && h.cfg.OnError != nil {
-		h.cfg.OnError(r, d.Err)
-	}
-	if h.cfg.OnDecision != nil {
-		d.Latency = time.Since(start)
-		h.cfg.OnDecision(r, *d)
-	}
-}
-
-func wait(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
+func WriteDenied(w http.ResponseWriter, res rl.Result) { httpflow.WriteDenied(w, res) }

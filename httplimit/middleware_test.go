@@ -18,7 +18,7 @@ import (
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/httplimit"
-	"github.com/rlcore/rl/internal/pipeline"
+	"github.com/rlcore/rl/internal/request/pipeline"
 	"github.com/rlcore/rl/store"
 )
 

@@ -523,7 +523,7 @@ func classify(ctx context.Context, err error) error {
 		case pe.Code == "57014":
 			// query_canceled: statement_timeout (or a cancel request).
 			// A timeout, which counts toward an outage only as one of a
-			// run (internal/outage), not at once.
+			// run (internal/request/outage), not at once.
 			return &unavailable{err: err, timeout: true}
 		case pe.Code[:2] == "08", pe.Code[:2] == "53", pe.Code[:2] == "57": // connection exception, insufficient resources, operator intervention
 			return &unavailable{err: err}

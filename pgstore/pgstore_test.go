@@ -582,7 +582,7 @@ func TestNoDeadlock(t *testing.T) {
 // A statement the server cancels for statement_timeout (SQLSTATE 57014) is
 // a timeout, like one the client's deadline ends: store.ErrUnavailable and
 // context.DeadlineExceeded, so that one alone is not taken for an outage
-// (internal/outage counts runs of timeouts). The decision waits on a row
+// (internal/request/outage counts runs of timeouts). The decision waits on a row
 // another session holds locked.
 func TestStatementTimeoutIsATimeout(t *testing.T) {
 	u := database(t)

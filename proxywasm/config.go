@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/rlcore/rl/core"
-	"github.com/rlcore/rl/internal/pipeline"
-	"github.com/rlcore/rl/internal/ruleconfig"
+	"github.com/rlcore/rl/internal/request/pipeline"
+	"github.com/rlcore/rl/internal/request/ruleconfig"
 	rlstore "github.com/rlcore/rl/store"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/rlcore/rl/core"
-	"github.com/rlcore/rl/internal/ruleconfig"
+	"github.com/rlcore/rl/internal/request/ruleconfig"
 )
 
 func TestParseConfig(t *testing.T) {

@@ -9,8 +9,9 @@ import (
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/rlcore/rl/core"
-	"github.com/rlcore/rl/internal/outage"
-	"github.com/rlcore/rl/internal/pipeline"
+	"github.com/rlcore/rl/internal/request/engine"
+	"github.com/rlcore/rl/internal/request/outage"
+	"github.com/rlcore/rl/internal/request/pipeline"
 	rlstore "github.com/rlcore/rl/store"
 )
 
@@ -241,7 +242,7 @@ func (h *httpContext) decided(r *rule, key string, v *pipeline.Verdict) types.Ac
 func (h *httpContext) failed(r *rule, begun outage.Token, err error) types.Action {
 	p := h.p
 	class := p.outage.Classify(begun, err)
-	open := class == outage.Outage && r.FailOpen
+	open := engine.OutcomeOf(class, r.FailOpen) == engine.FailOpen // the one failure rule's outcome
 	verb := "refusing"
 	if open {
 		verb = "failing open"

@@ -11,7 +11,7 @@ import (
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/proxytest"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
-	"github.com/rlcore/rl/internal/pipeline"
+	"github.com/rlcore/rl/internal/request/pipeline"
 	rlstore "github.com/rlcore/rl/store"
 )
 
@@ -430,7 +430,7 @@ func TestFilterAttacks(t *testing.T) {
 // time until more quota comes back), the denying limit first on a 429, and
 // a rule's options (only the closest limit, a quota unit, a partition key
 // keyed by the plugin's secret): the fields rl-wasm-host writes, from the
-// same code (internal/pipeline).
+// same code (internal/request/pipeline).
 func TestFilterFields(t *testing.T) {
 	secret := "0123456789abcdef-secret"
 	host := emulate(t, `{"slots":16,"partition_key_secret":"`+secret+`","rules":[

@@ -12,9 +12,9 @@ import (
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/rlcore/rl/core"
-	"github.com/rlcore/rl/internal/outage"
-	"github.com/rlcore/rl/internal/pipeline"
-	"github.com/rlcore/rl/internal/ruleconfig"
+	"github.com/rlcore/rl/internal/request/outage"
+	"github.com/rlcore/rl/internal/request/pipeline"
+	"github.com/rlcore/rl/internal/request/ruleconfig"
 	rlstore "github.com/rlcore/rl/store"
 )
 

@@ -6,8 +6,8 @@ import (
 
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
-	"github.com/rlcore/rl/internal/pipeline"
-	"github.com/rlcore/rl/internal/ruleconfig"
+	"github.com/rlcore/rl/internal/request/pipeline"
+	"github.com/rlcore/rl/internal/request/ruleconfig"
 )
 
 // TestGlobalRuleKey (review of issue 22): a rule naming rl-wasm-host's rule

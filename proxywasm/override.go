@@ -5,8 +5,8 @@ import (
 	"strings"
 
 	"github.com/rlcore/rl/core"
-	"github.com/rlcore/rl/internal/pipeline"
-	"github.com/rlcore/rl/internal/ruleconfig"
+	"github.com/rlcore/rl/internal/request/pipeline"
+	"github.com/rlcore/rl/internal/request/ruleconfig"
 )
 
 // A rule's overrides (ruleconfig.OverrideSpec) replace its limits for the

@@ -8,10 +8,10 @@ import (
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
-	"github.com/rlcore/rl/internal/pipeline"
+	"github.com/rlcore/rl/internal/request/pipeline"
 )
 
-// The filter's request rules are the pipeline's (internal/pipeline), the
+// The filter's request rules are the pipeline's (internal/request/pipeline), the
 // ones rl-wasm-host's proxy, decision API and gRPC service follow: this file
 // only reads proxy-wasm's request form into it. The filter matches and keys
 // on the canonical form of the path and, as rl-wasm-host's proxy does,

@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/rlcore/rl/internal/pipeline"
+	"github.com/rlcore/rl/internal/request/pipeline"
 )
 
 func TestMatch(t *testing.T) {
@@ -48,7 +48,7 @@ func TestMatch(t *testing.T) {
 }
 
 // TestKeys: the filter reads proxy-wasm's header pairs into the pipeline
-// (internal/pipeline, which tests every key source): names in any case,
+// (internal/request/pipeline, which tests every key source): names in any case,
 // every value of a field, the query split from :path.
 func TestKeys(t *testing.T) {
 	cfg := mustConfig(t, `[

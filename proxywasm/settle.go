@@ -7,7 +7,7 @@ import (
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/rlcore/rl/core"
-	"github.com/rlcore/rl/internal/pipeline"
+	"github.com/rlcore/rl/internal/request/pipeline"
 )
 
 // A rule with response_cost_header settles the cost of each request it

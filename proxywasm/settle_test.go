@@ -6,7 +6,7 @@ import (
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/proxytest"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
-	"github.com/rlcore/rl/internal/pipeline"
+	"github.com/rlcore/rl/internal/request/pipeline"
 )
 
 // respond runs a request through the filter and, if it continues, the

@@ -6,7 +6,7 @@ import (
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 
 	"github.com/rlcore/rl/core"
-	"github.com/rlcore/rl/internal/outage"
+	"github.com/rlcore/rl/internal/request/outage"
 )
 
 // TestCorruptStateIsInternal: the filter's store follows the one failure

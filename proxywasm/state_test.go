@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/rlcore/rl/core"
-	"github.com/rlcore/rl/internal/outage"
+	"github.com/rlcore/rl/internal/request/outage"
 )
 
 // memData is shared data as Envoy's proxy-wasm host keeps it: one cas

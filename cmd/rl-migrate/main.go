@@ -22,7 +22,7 @@
 // -version prints the build: the module version, then one line each for
 // the commit, modified, go, schema (the newest migration, the version "up"
 // migrates to), extension (the extension rl's default version) and
-// wasm-abi; package internal/version documents each line.
+// wasm-abi; package internal/request/version documents each line.
 package main
 
 import (
@@ -40,7 +40,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rlcore/rl/internal/version"
+	"github.com/rlcore/rl/internal/request/version"
 	"github.com/rlcore/rl/sql/migrations"
 	"github.com/rlcore/rl/sql/plproxy"
 )

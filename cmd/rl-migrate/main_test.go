@@ -35,7 +35,7 @@ func build(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "rl-migrate")
-		if out, err := exec.Command("go", "build", "-ldflags", "-X github.com/rlcore/rl/internal/version.version=v0.0.0-test", "-o", binPath, ".").CombinedOutput(); err != nil {
+		if out, err := exec.Command("go", "build", "-ldflags", "-X github.com/rlcore/rl/internal/request/version.version=v0.0.0-test", "-o", binPath, ".").CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
 	})

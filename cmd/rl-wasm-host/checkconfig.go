@@ -9,7 +9,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/rlcore/rl/internal/service"
+	"github.com/rlcore/rl/internal/frontend/service"
 )
 
 // CheckFormats are the values of -check-config-format: auto (the

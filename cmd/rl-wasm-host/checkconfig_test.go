@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rlcore/rl/internal/service"
+	"github.com/rlcore/rl/internal/frontend/service"
 )
 
 // TestCheckConfig: -check-config prints a valid configuration in

@@ -8,9 +8,9 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/rlcore/rl/internal/pipeline"
-	"github.com/rlcore/rl/internal/ruleconfig"
-	"github.com/rlcore/rl/internal/service"
+	"github.com/rlcore/rl/internal/frontend/service"
+	"github.com/rlcore/rl/internal/request/pipeline"
+	"github.com/rlcore/rl/internal/request/ruleconfig"
 	"github.com/rlcore/rl/memstore"
 )
 

@@ -7,7 +7,7 @@
 //
 // -version prints the build (the module version, the commit, and the
 // schema, extension and WebAssembly ABI versions; package
-// internal/version documents each line). -health URL is a health check for
+// internal/request/version documents each line). -health URL is a health check for
 // images without a shell: it asks URL (such as
 // http://127.0.0.1:8081/readyz) and exits 0 on 200, 1 otherwise.
 package main
@@ -29,9 +29,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rlcore/rl/internal/rls"
-	"github.com/rlcore/rl/internal/service"
-	"github.com/rlcore/rl/internal/version"
+	"github.com/rlcore/rl/internal/frontend/rls"
+	"github.com/rlcore/rl/internal/frontend/service"
+	"github.com/rlcore/rl/internal/request/version"
 )
 
 func main() {

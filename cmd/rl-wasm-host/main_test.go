@@ -40,7 +40,7 @@ func binary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "rl-wasm-host")
-		out, err := exec.Command("go", "build", "-buildvcs=auto", "-ldflags", "-X github.com/rlcore/rl/internal/version.version=v0.0.0-e2e", "-o", binPath, ".").CombinedOutput()
+		out, err := exec.Command("go", "build", "-buildvcs=auto", "-ldflags", "-X github.com/rlcore/rl/internal/request/version.version=v0.0.0-e2e", "-o", binPath, ".").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}

@@ -1,6 +1,6 @@
 package main
 
-import "github.com/rlcore/rl/internal/rlqs"
+import "github.com/rlcore/rl/internal/frontend/rlqs"
 
 // newRLQS loads -rlqs-config and returns the RLQS server it configures, its
 // state in memory.

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/rlcore/rl/internal/rls"
+	"github.com/rlcore/rl/internal/frontend/rls"
 )
 
 // -grpc-listen and -rls-config: the Envoy rate limit service served by the
@@ -100,7 +100,7 @@ func TestRLSCheckConfig(t *testing.T) {
 	writeFile(t, filepath.Join(ext, "b.yaml"), "domain: b\ndescriptors:\n  - key: k\n    descriptors: [{key: j, rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 1}}]\n")
 	bad := filepath.Join(dir, "bad.yaml")
 	writeFile(t, bad, "domain: d\ndescriptors: [{key: k, rate_limit: {unit: fortnight, requests_per_unit: 1}}]\n")
-	erl := filepath.Join("..", "..", "internal", "rls", "testdata", "envoyproxy-ratelimit", "example.yaml")
+	erl := filepath.Join("..", "..", "internal", "frontend", "rls", "testdata", "envoyproxy-ratelimit", "example.yaml")
 	for _, tc := range []struct {
 		name, path string
 		code       int

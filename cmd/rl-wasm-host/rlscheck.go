@@ -5,7 +5,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/rlcore/rl/internal/rls"
+	"github.com/rlcore/rl/internal/frontend/rls"
 )
 
 // checkRLSConfig is -rls-check-config: it loads path as -rls-config does

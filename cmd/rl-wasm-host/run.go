@@ -16,8 +16,9 @@ import (
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
-	"github.com/rlcore/rl/internal/redact"
-	"github.com/rlcore/rl/internal/service"
+	"github.com/rlcore/rl/internal/frontend/rls"
+	"github.com/rlcore/rl/internal/frontend/service"
+	"github.com/rlcore/rl/internal/util/redact"
 	"github.com/rlcore/rl/memstore"
 	"github.com/rlcore/rl/store"
 	"github.com/rlcore/rl/wasm"
@@ -550,11 +551,12 @@ func (h *host) shutdown() {
 // *rls.Extension.
 type Extension interface {
 	// Start loads what the extension needs and binds its listener, once
-	// the Service exists. It returns the listener's role and address for
-	// the logs and RunConfig.OnListen. An error (a *service.ConfigError
-	// for an invalid configuration file) stops Run before anything is
-	// served.
-	Start(svc *service.Service) (role, addr string, err error)
+	// the Service exists, over the Service as its host (its engine, logs,
+	// metrics, api_tokens and drain: the *service.Service is an
+	// rls.Host). It returns the listener's role and address for the logs
+	// and RunConfig.OnListen. An error (a *service.ConfigError for an
+	// invalid configuration file) stops Run before anything is served.
+	Start(host rls.Host) (role, addr string, err error)
 	// Serve serves until Shutdown; it returns nil after a Shutdown.
 	Serve() error
 	// Reload reloads the extension's configuration (SIGHUP), after the

@@ -19,8 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/rlcore/rl/internal/rls"
-	"github.com/rlcore/rl/internal/service"
+	"github.com/rlcore/rl/internal/frontend/rls"
 	"github.com/rlcore/rl/internal/testkit/await"
 )
 
@@ -126,7 +125,7 @@ type fakeExtension struct {
 	shutdown bool
 }
 
-func (f *fakeExtension) Start(*service.Service) (string, string, error) {
+func (f *fakeExtension) Start(rls.Host) (string, string, error) {
 	if f.fail {
 		return "", "", errors.New("fake: cannot start")
 	}

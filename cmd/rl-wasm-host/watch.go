@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rlcore/rl/internal/rls"
+	"github.com/rlcore/rl/internal/frontend/rls"
 )
 
 // configWatcher is -watch-config: it polls the configuration files'

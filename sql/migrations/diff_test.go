@@ -3,8 +3,8 @@ package migrations_test
 import (
 	"testing"
 
-	"github.com/rlcore/rl/internal/sqldecider"
 	"github.com/rlcore/rl/internal/testkit/difftest"
+	"github.com/rlcore/rl/internal/testkit/sqldecider"
 	"github.com/rlcore/rl/tests/vectors/vectorstest"
 )
 

@@ -9,7 +9,7 @@ import (
 )
 
 // Helpers of the table-function runner (table_test.go). The pure functions
-// are run by vectorstest and difftest through internal/sqldecider.
+// are run by vectorstest and difftest through internal/testkit/sqldecider.
 
 var indexDetail = regexp.MustCompile(`^limit index (\d+)`)
 

@@ -37,7 +37,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/rlcore/rl/internal/redact"
+	"github.com/rlcore/rl/internal/util/redact"
 )
 
 // FS holds the migration files.

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rlcore/rl/internal/sqldecider"
 	"github.com/rlcore/rl/internal/testkit/difftest"
+	"github.com/rlcore/rl/internal/testkit/sqldecider"
 	"github.com/rlcore/rl/sql/migrations"
 	"github.com/rlcore/rl/tests/vectors/vectorstest"
 )

@@ -3,7 +3,7 @@ package migrations_test
 import (
 	"testing"
 
-	"github.com/rlcore/rl/internal/sqldecider"
+	"github.com/rlcore/rl/internal/testkit/sqldecider"
 	"github.com/rlcore/rl/tests/vectors/vectorstest"
 )
 

@@ -25,8 +25,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rlcore/rl/internal/rls"
-	"github.com/rlcore/rl/internal/service"
+	"github.com/rlcore/rl/internal/frontend/rls"
+	"github.com/rlcore/rl/internal/frontend/service"
 	"github.com/rlcore/rl/memstore"
 )
 

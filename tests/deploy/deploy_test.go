@@ -21,7 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/rlcore/rl/internal/service"
+	"github.com/rlcore/rl/internal/frontend/service"
 )
 
 const root = "../.."

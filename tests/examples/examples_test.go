@@ -4,7 +4,7 @@
 // into go-control-plane's types (the bootstrap, every typed_config
 // unpacked), validated with their ValidateAll and checked to define every
 // cluster it names; Istio's WasmPlugin is checked against its fields; the
-// rate limit service's configurations are loaded by internal/rls (and the
+// rate limit service's configurations are loaded by internal/frontend/rls (and the
 // filter's, by the filter's own parser in proxywasm's tests);
 // and every such block in the Markdown files is the example file it names,
 // byte for byte, or a fragment that decodes.
@@ -40,7 +40,7 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 
-	"github.com/rlcore/rl/internal/rls"
+	"github.com/rlcore/rl/internal/frontend/rls"
 )
 
 const root = "../.."

@@ -12,8 +12,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rlcore/rl/internal/rls"
-	"github.com/rlcore/rl/internal/service"
+	"github.com/rlcore/rl/internal/frontend/rls"
+	"github.com/rlcore/rl/internal/frontend/service"
 	"github.com/rlcore/rl/tests/frontends"
 )
 
@@ -35,7 +35,7 @@ func fieldsOf(get func(string) string) string {
 
 // TestFieldsAgree: the proxy, the decision API and the gRPC service answer
 // the same decisions with the same rate-limit fields (one code writes
-// them, internal/pipeline): case 1 of the table, a limit of 2 an hour,
+// them, internal/request/pipeline): case 1 of the table, a limit of 2 an hour,
 // admitted twice and denied.
 func TestFieldsAgree(t *testing.T) {
 	c := frontends.Cases[0]

@@ -5,7 +5,7 @@
 // (proxywasm/internal/pwhost), deciding on its shared data and in global
 // mode, by a callout to a real rl-wasm-host whose rule is the case's. It is what keeps the front ends from
 // drifting apart, as tests/vectors does for the decision function: a
-// request rule lives once, in internal/pipeline, and this table holds
+// request rule lives once, in internal/request/pipeline, and this table holds
 // every front end to it.
 //
 // A case is one rule and a list of steps taken in order on one fresh

@@ -19,9 +19,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/rlcore/rl/internal/pipeline"
-	"github.com/rlcore/rl/internal/rls"
-	"github.com/rlcore/rl/internal/service"
+	"github.com/rlcore/rl/internal/frontend/rls"
+	"github.com/rlcore/rl/internal/frontend/service"
+	"github.com/rlcore/rl/internal/request/pipeline"
 	"github.com/rlcore/rl/internal/testkit/await"
 	"github.com/rlcore/rl/memstore"
 	"github.com/rlcore/rl/tests/frontends"

@@ -1,6 +1,8 @@
 // Package layers holds the module's layering to the rules the root
-// package's doc.go draws ("# Layers"): core, deciders, stores, front ends,
-// each built on the ones below it and never on one above. It reads every
+// package's doc.go draws ("# Layers") and ARCHITECTURE.md: core, deciders,
+// stores, the limiter, the shared request packages, front ends, each built
+// on the ones below it and never on one above; front ends import no other
+// front end; and each folder of internal/ holds one layer. It reads every
 // Go file of the module, whatever its build constraints (the WebAssembly
 // guest builds only for wasip1), and checks each import against the rules,
 // naming the file, the import and the rule it breaks.
@@ -8,6 +10,7 @@ package layers
 
 import (
 	"encoding/json"
+	"fmt"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -43,10 +46,12 @@ const (
 	layerCore = iota
 	layerDeciders
 	layerStores
+	layerLimiter
+	layerRequest
 	layerFrontEnds
 )
 
-var layerNames = []string{"core", "deciders", "stores", "front ends"}
+var layerNames = []string{"core", "deciders", "stores", "limiter", "request", "front ends"}
 
 // class is where a package sits.
 type class struct {
@@ -75,8 +80,8 @@ var classes = []struct {
 	pattern string
 	class   class
 }{
-	// Test code: the test kits, the proxy-wasm test host, the
-	// conformance tables.
+	// Test code: the test kits (the test-only PL/pgSQL decider among
+	// them), the proxy-wasm test host, the conformance tables.
 	{"internal/testkit/...", class{kind: testCode}},
 	{"store/storetest", class{kind: testCode}},
 	{"sql/plproxy/plproxytest", class{kind: testCode}},
@@ -88,17 +93,15 @@ var classes = []struct {
 	// that imports nothing of the module.
 	{"bench/startup", class{kind: command, layer: layerFrontEnds}},
 
-	{"internal/clock", class{kind: utility}},
-	{"internal/redact", class{kind: utility}},
+	// Utilities: a clock, redaction.
+	{"internal/util/...", class{kind: utility}},
 	{"sql/internal/sqltext", class{kind: utility}},
 
 	{"core", class{layer: layerCore}},
 
 	// Deciders: the WebAssembly build and its host, the PL/pgSQL port
-	// (the migrations, and the extension made from them) and its Go
-	// adapter.
+	// (the migrations, and the extension made from them).
 	{"wasm/...", class{layer: layerDeciders}},
-	{"internal/sqldecider", class{layer: layerDeciders}},
 	{"sql/migrations", class{layer: layerDeciders}},
 	{"sql/extension", class{layer: layerDeciders}},
 	// The SQL source's generator: it writes the port's SQL and C from
@@ -114,20 +117,36 @@ var classes = []struct {
 	{"failover", class{layer: layerStores}},
 	{"sql/plproxy", class{layer: layerStores}},
 
-	// Front ends: the Go API (the root package), the middleware, the
-	// service, the gRPC rate limit service, the proxy-wasm filter, and
-	// the request pipeline, rule configuration and failure rule they share.
-	{"", class{layer: layerFrontEnds}},
+	// The limiter: the root package, the Go API, whose Limiter (a
+	// compiled policy over a store) every front end decides with.
+	{"", class{layer: layerLimiter}},
+
+	// The shared request packages: the decision engine, the request
+	// pipeline, the rule configuration, the failure rule, the net/http
+	// flow the proxy and the middleware run, the division of a global
+	// limit (quota), and the versions the front ends report (version: the
+	// module's and those of the interfaces the deciders define, for the
+	// commands' -version and the service's rl_build_info).
+	{"internal/request/...", class{layer: layerRequest}},
+
+	// Front ends: the middleware, rl-wasm-host's decision API and proxy,
+	// the gRPC rate limit and quota services, the proxy-wasm filter.
 	{"httplimit", class{layer: layerFrontEnds}},
-	{"internal/service", class{layer: layerFrontEnds}},
-	{"internal/rls", class{layer: layerFrontEnds}},
-	{"internal/pipeline", class{layer: layerFrontEnds}},
-	{"internal/ruleconfig", class{layer: layerFrontEnds}},
-	{"internal/outage", class{layer: layerFrontEnds}},
+	{"internal/frontend/...", class{layer: layerFrontEnds}},
 	{"proxywasm", class{layer: layerFrontEnds}},
-	// The commands' -version: the module version and those of the
-	// interfaces the deciders define (schema, extension, WebAssembly ABI).
-	{"internal/version", class{layer: layerFrontEnds}},
+}
+
+// folders are the folders of internal/ and the one class each holds: a
+// package of internal/ lies in one of them, and has its class, so that
+// nothing imports from a folder that also holds a higher layer.
+var folders = []struct {
+	folder string
+	class  class
+}{
+	{"internal/util/", class{kind: utility}},
+	{"internal/request/", class{layer: layerRequest}},
+	{"internal/frontend/", class{layer: layerFrontEnds}},
+	{"internal/testkit/", class{kind: testCode}},
 }
 
 // classOf returns the class of the package at rel, a path in the module.
@@ -157,7 +176,8 @@ type rule struct {
 	broken func(i imp, from, to class) bool
 }
 
-// rules are the layering, as doc.go ("# Layers") and issue 19 state it.
+// rules are the layering, as doc.go ("# Layers") and ARCHITECTURE.md
+// state it.
 // _test.go files are tests, free to use every layer, and are held only to
 // "cmd is imported by nothing".
 var rules = []rule{
@@ -167,8 +187,8 @@ var rules = []rule{
 	{"a layer builds on the layers below it: core < deciders < stores < front ends; none imports one above its own (doc.go, Layers)", func(i imp, from, to class) bool {
 		return !i.test && (from.kind == layered || from.kind == command) && to.kind == layered && to.layer > from.layer
 	}},
-	{"the root package, the Go API, is the lowest front end (httplimit, the service and the failure rule build on it): it imports no other front end (issue 19: it no longer imports internal/ruleconfig)", func(i imp, from, to class) bool {
-		return !i.test && i.from == "" && to.kind == layered && to.layer == layerFrontEnds
+	{"a front end imports no other front end: what two share belongs to the request layer (internal/request/...)", func(i imp, from, to class) bool {
+		return !i.test && from.kind == layered && from.layer == layerFrontEnds && to.kind == layered && to.layer == layerFrontEnds
 	}},
 	{"a utility package imports nothing of the module, so every layer but core may import it", func(i imp, from, to class) bool {
 		return !i.test && from.kind == utility
@@ -291,8 +311,13 @@ func TestLayers(t *testing.T) {
 	}
 
 	for _, p := range slices.Sorted(maps.Keys(pkgs)) {
-		if _, ok := classOf(p); !ok {
+		c, ok := classOf(p)
+		if !ok {
 			t.Errorf("package %s has no place in the layers: add it to classes in tests/layers/layers_test.go (doc.go's Layers says where)", name(p))
+			continue
+		}
+		if err := folderOf(p, c); err != "" {
+			t.Errorf("package %s: %s", name(p), err)
 		}
 	}
 
@@ -314,6 +339,49 @@ func TestLayers(t *testing.T) {
 	t.Logf("%d packages, %d imports of module packages checked against %d rules; %d broken", len(pkgs), len(imps), len(rules), broken)
 }
 
+// folderOf checks that rel, a package of class c, lies in a folder of its
+// class; "" when it does (or is not under internal/).
+func folderOf(rel string, c class) string {
+	if !strings.HasPrefix(rel, "internal/") {
+		return ""
+	}
+	for _, f := range folders {
+		if strings.HasPrefix(rel, f.folder) {
+			if f.class != c {
+				return fmt.Sprintf("is %s, but lies in %s, the folder of %s: move it to its layer's folder", c, f.folder, f.class)
+			}
+			return ""
+		}
+	}
+	var names []string
+	for _, f := range folders {
+		names = append(names, f.folder)
+	}
+	return "lies in no layer's folder of internal/: move it to one of " + strings.Join(names, ", ")
+}
+
+// TestFolderOf pins the folder rule: a package of internal/ outside the
+// layers' folders, or in the folder of another layer, breaks it.
+func TestFolderOf(t *testing.T) {
+	for _, tc := range []struct {
+		rel  string
+		c    class
+		fail bool
+	}{
+		{"internal/request/engine", class{layer: layerRequest}, false},
+		{"internal/frontend/rls", class{layer: layerFrontEnds}, false},
+		{"internal/testkit/sqldecider", class{kind: testCode}, false},
+		{"internal/util/clock", class{kind: utility}, false},
+		{"internal/engine", class{layer: layerRequest}, true},
+		{"internal/request/service", class{layer: layerFrontEnds}, true},
+		{"httplimit", class{layer: layerFrontEnds}, false},
+	} {
+		if got := folderOf(tc.rel, tc.c); (got != "") != tc.fail {
+			t.Errorf("folderOf(%q, %v) = %q, want failure %v", tc.rel, tc.c, got, tc.fail)
+		}
+	}
+}
+
 // TestClassOf pins the patterns' matching: exact paths, "/..." subtrees,
 // first match wins.
 func TestClassOf(t *testing.T) {
@@ -321,7 +389,10 @@ func TestClassOf(t *testing.T) {
 		rel  string
 		want string
 	}{
-		{"", "front ends"},
+		{"", "limiter"},
+		{"internal/request/engine", "request"},
+		{"internal/frontend/service", "front ends"},
+		{"internal/util/redact", "utility"},
 		{"core", "core"},
 		{"wasm/internal/abi", "deciders"},
 		{"store", "stores"},

@@ -13,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rlcore/rl/core"
-	"github.com/rlcore/rl/internal/sqldecider"
 	"github.com/rlcore/rl/internal/testkit/difftest"
 	"github.com/rlcore/rl/internal/testkit/pgtest"
+	"github.com/rlcore/rl/internal/testkit/sqldecider"
 	"github.com/rlcore/rl/sql/migrations"
 	"github.com/rlcore/rl/tests/vectors/vectorstest"
 	"github.com/rlcore/rl/wasm"

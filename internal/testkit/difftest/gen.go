@@ -5,7 +5,7 @@
 // divergence with the seed that replays it and a minimized sequence.
 //
 // The native core (core.Native), the WebAssembly module (package wasm) and
-// the SQL port (package internal/sqldecider) are compared with it by the
+// the SQL port (package internal/testkit/sqldecider) are compared with it by the
 // tests of core, wasm and sql/migrations, and all three at once by this
 // package's own tests.
 package difftest

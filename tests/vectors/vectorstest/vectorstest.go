@@ -1,6 +1,6 @@
 // Package vectorstest runs the conformance vectors (package vectors) against
 // anything with the core's decision API: package core itself (Native), the
-// WebAssembly host (package wasm) or the SQL functions (internal/sqldecider).
+// WebAssembly host (package wasm) or the SQL functions (internal/testkit/sqldecider).
 package vectorstest
 
 import (

@@ -1,0 +1,248 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rlcore/rl"
+	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/request/outage"
+	"github.com/rlcore/rl/memstore"
+	"github.com/rlcore/rl/store"
+)
+
+// failing is a store whose every decision fails with err.
+type failing struct{ err error }
+
+func (f failing) Decide(context.Context, store.Request, []core.Decision) (int, core.Decision, error) {
+	return 0, core.Decision{}, f.err
+}
+func (f failing) Reset(context.Context, string, string, []string) error { return f.err }
+
+// held is a store whose decisions wait until release is closed, telling
+// arrived of each.
+type held struct {
+	store.Store
+	arrived chan struct{}
+	release chan struct{}
+}
+
+func (h held) Decide(ctx context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
+	h.arrived <- struct{}{}
+	<-h.release
+	return h.Store.Decide(ctx, req, each)
+}
+
+func newEngine(t *testing.T, s store.Store, opts Options) *Engine {
+	t.Helper()
+	opts.Store = s
+	opts.Clock = func() int64 { return 1_000_000 }
+	e, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func target(t *testing.T, e *Engine, failOpen bool) *Target {
+	t.Helper()
+	p, err := e.Compile("rule \"r\"", []rl.Limit{{Name: "l", Algorithm: core.FixedWindow, Limit: 2, Window: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := e.Limiter("r", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Target{Name: "r", Limiter: lim, Policy: p, FailOpen: failOpen}
+}
+
+// Decide's outcome for every class of result: the one vocabulary.
+func TestDecideOutcomes(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		store    store.Store
+		failOpen bool
+		steps    int // decisions before the one checked
+		key      string
+		cost     int64
+		want     Outcome
+		class    outage.Class
+	}{
+		{name: "allowed", store: memstore.New(nil), key: "k", cost: 1, want: Allowed},
+		{name: "denied after the limit", store: memstore.New(nil), steps: 2, key: "k", cost: 1, want: Denied},
+		{name: "invalid key", store: memstore.New(nil), key: "a b", cost: 1, want: InvalidKey, class: outage.Invalid},
+		{name: "invalid cost", store: memstore.New(nil), key: "k", cost: core.MaxCost + 1, want: InvalidCost, class: outage.Invalid},
+		{name: "outage fails open", store: failing{store.ErrUnavailable}, failOpen: true, key: "k", cost: 1, want: FailOpen, class: outage.Outage},
+		{name: "outage fails closed", store: failing{store.ErrUnavailable}, key: "k", cost: 1, want: FailClosed, class: outage.Outage},
+		{name: "busy store is load, never open", store: failing{store.ErrBusy}, failOpen: true, key: "k", cost: 1, want: Overloaded, class: outage.Load},
+		{name: "one timeout is no outage", store: failing{fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded)}, failOpen: true, key: "k", cost: 1, want: FailClosed, class: outage.Failed},
+		{name: "corrupt state is internal", store: failing{core.ErrState}, failOpen: true, key: "k", cost: 1, want: Error, class: outage.Internal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEngine(t, tc.store, Options{})
+			tg := target(t, e, tc.failOpen)
+			for range tc.steps {
+				e.Decide(context.Background(), tg, rl.Request{Key: tc.key, Cost: tc.cost}, GateCheck)
+			}
+			d := e.Decide(context.Background(), tg, rl.Request{Key: tc.key, Cost: tc.cost}, GateCheck)
+			if d.Outcome != tc.want || d.Class != tc.class {
+				t.Fatalf("outcome %v class %v (err %v), want %v %v", d.Outcome, d.Class, d.Err, tc.want, tc.class)
+			}
+			switch {
+			case tc.class == 0 && d.Err != nil:
+				t.Fatalf("decided with an error: %v", d.Err)
+			case tc.class > outage.Invalid && outage.ClassOf(d.Err) != tc.class:
+				t.Fatalf("error %v is not classified %v", d.Err, tc.class)
+			}
+		})
+	}
+}
+
+// Three timeouts of decisions begun after the last success, none
+// completing since, are an outage: counted once per decision, in the
+// Engine's one detector.
+func TestDecideTimeoutsMakeAnOutage(t *testing.T) {
+	e := newEngine(t, failing{fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded)}, Options{})
+	tg := target(t, e, true)
+	var got []Outcome
+	for range outage.Timeouts {
+		got = append(got, e.Decide(context.Background(), tg, rl.Request{Key: "k", Cost: 1}, GateCheck).Outcome)
+	}
+	want := []Outcome{FailClosed, FailClosed, FailOpen}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("outcomes %v, want %v", got, want)
+	}
+}
+
+// The per-key gate refuses a check beyond the bound as load, never a
+// proxy's settle, and a decision API settle only beyond the bound's number
+// of settles.
+func TestDecideGate(t *testing.T) {
+	h := held{Store: memstore.New(nil), arrived: make(chan struct{}), release: make(chan struct{})}
+	var reasons []string
+	var mu sync.Mutex
+	e := newEngine(t, h, Options{MaxInFlightPerKey: 1, OnOverload: func(r string) { mu.Lock(); reasons = append(reasons, r); mu.Unlock() }})
+	tg := target(t, e, true)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); e.Decide(ctx, tg, rl.Request{Key: "hot", Cost: 1}, GateCheck) }()
+	<-h.arrived
+	if d := e.Decide(ctx, tg, rl.Request{Key: "hot", Cost: 1}, GateCheck); d.Outcome != Overloaded || !errors.Is(d.Err, ErrOverloaded) {
+		t.Fatalf("a second check on the hot key: %v %v, want overloaded", d.Outcome, d.Err)
+	}
+	// A settle goes through all the same, over the bound.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if d := e.Decide(ctx, tg, rl.Request{Key: "hot", Cost: 1, Settle: true}, GateSettle); d.Outcome != Allowed {
+			t.Errorf("settle: %v %v", d.Outcome, d.Err)
+		}
+	}()
+	<-h.arrived
+	// A bounded settle too: no other settle of the decision API is in flight.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if d := e.Decide(ctx, tg, rl.Request{Key: "hot", Cost: 1, Settle: true}, GateSettleBounded); d.Outcome != Allowed {
+			t.Errorf("bounded settle: %v %v", d.Outcome, d.Err)
+		}
+	}()
+	<-h.arrived
+	if d := e.Decide(ctx, tg, rl.Request{Key: "hot", Cost: 1, Settle: true}, GateSettleBounded); d.Outcome != Overloaded {
+		t.Fatalf("a second bounded settle: %v, want overloaded", d.Outcome)
+	}
+	// Another key is not held back.
+	wg.Add(1)
+	go func() { defer wg.Done(); e.Decide(ctx, tg, rl.Request{Key: "cold", Cost: 1}, GateCheck) }()
+	<-h.arrived
+	close(h.release)
+	wg.Wait()
+	if fmt.Sprint(reasons) != "[key_in_flight key_in_flight]" {
+		t.Fatalf("overload reasons %v", reasons)
+	}
+}
+
+// The per-key bound refuses the excess on one key, not other keys.
+func TestKeyGate(t *testing.T) {
+	g := newKeyGate(2)
+	a1, ok := g.enter("r", "hot")
+	if !ok {
+		t.Fatal("first")
+	}
+	a2, ok := g.enter("r", "hot")
+	if !ok {
+		t.Fatal("second")
+	}
+	if _, ok = g.enter("r", "hot"); ok {
+		t.Fatal("a third on the hot key")
+	}
+	free := 0
+	for i := range 100 {
+		if c, ok := g.enter("r", fmt.Sprint("other", i)); ok {
+			free++
+			c.Add(-1)
+		}
+	}
+	if free < 99 {
+		t.Fatalf("other keys held back: %d of 100 free (one may share the hot key's counter)", free)
+	}
+	a1.Add(-1)
+	a2.Add(-1)
+	if _, ok = g.enter("r", "hot"); !ok {
+		t.Fatal("after release")
+	}
+}
+
+// A shadow limit is refused at compile time by a store that cannot decide
+// it, naming what holds it and wrapping why.
+func TestCompileShadow(t *testing.T) {
+	why := errors.New("no shadow here")
+	e := newEngine(t, memstore.New(nil), Options{ShadowUnsupported: why})
+	_, err := e.Compile(`rule "r"`, []rl.Limit{{Name: "l", Algorithm: core.FixedWindow, Limit: 1, Window: time.Second, Shadow: true},
+		{Name: "m", Algorithm: core.FixedWindow, Limit: 1, Window: time.Second}})
+	if !errors.Is(err, why) {
+		t.Fatalf("err %v, want wrapping %v", err, why)
+	}
+	if _, err := e.Compile(`rule "r"`, []rl.Limit{{Name: "l", Algorithm: core.FixedWindow, Limit: 0, Window: time.Second}}); err == nil {
+		t.Fatal("limit 0 compiled")
+	}
+}
+
+// Every outcome has a name and a status; the failures are the four.
+func TestOutcomes(t *testing.T) {
+	seen := map[string]bool{}
+	failures := 0
+	for _, o := range Outcomes() {
+		if n := o.String(); n == "unknown" || seen[n] {
+			t.Fatalf("outcome %d: name %q", o, n)
+		}
+		seen[o.String()] = true
+		if o.Status() < 200 {
+			t.Fatalf("%v: status %d", o, o.Status())
+		}
+		if o.Failure() {
+			failures++
+		}
+	}
+	if len(seen) != 10 || failures != 4 || Outcome(0).String() != "unknown" {
+		t.Fatalf("%d outcomes, %d failures", len(seen), failures)
+	}
+	for _, tc := range []struct {
+		c        outage.Class
+		failOpen bool
+		want     Outcome
+	}{
+		{outage.Load, true, Overloaded}, {outage.Outage, true, FailOpen}, {outage.Outage, false, FailClosed},
+		{outage.Failed, true, FailClosed}, {outage.Internal, true, Error}, {outage.Invalid, false, InvalidKey},
+	} {
+		if got := OutcomeOf(tc.c, tc.failOpen); got != tc.want {
+			t.Errorf("OutcomeOf(%v, %v) = %v, want %v", tc.c, tc.failOpen, got, tc.want)
+		}
+	}
+}
