@@ -3,4 +3,4 @@
 package migrations
 
 // Latest is the version of the newest migration in FS.
-const Latest = 20
+const Latest = 21

@@ -18,7 +18,7 @@ CREATE ROLE regress_rl_owner NOSUPERUSER NOCREATEROLE NOCREATEDB;
 DO $$ BEGIN EXECUTE format('GRANT CREATE ON DATABASE %I TO regress_rl_owner', current_database()); END $$;
 
 SELECT name, version FROM pg_available_extension_versions WHERE name = 'rl' ORDER BY version::int;
-SELECT path FROM pg_extension_update_paths('rl') WHERE source = '11' AND target = '20';
+SELECT path FROM pg_extension_update_paths('rl') WHERE source = '11' AND target = '21';
 
 SET ROLE regress_rl_owner;
 CREATE EXTENSION rl VERSION '11';
