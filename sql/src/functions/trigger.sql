@@ -1,41 +1,23 @@
-
-CREATE OR REPLACE FUNCTION rl._enforce_limit(p_relid oid, p_trigger text, p_args text[], p_has_col boolean, p_val text)
- RETURNS void
- LANGUAGE plpgsql
- SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
-AS $function$
+-- rl._trigger_args reads the arguments of a trigger of rl.enforce_limit()
+-- (a, counted from 1) on the table tbl (its name, for messages): the key
+-- column, the limit, the cost, the key prefix and the limit's name
+-- (default: the table's name). It raises the error that names the argument
+-- at fault, or the missing key column when p_has_col is not true: the one
+-- rule that the trigger applies at each row and rl.check_limit_trigger and
+-- rl.create_limit_trigger apply at once.
+CREATE FUNCTION rl._trigger_args(tbl text, p_trigger text, a text[], p_has_col boolean,
+                                 OUT col text, OUT alg integer, OUT lim bigint, OUT win bigint, OUT cost bigint,
+                                 OUT prefix text, OUT lname text)
+    LANGUAGE plpgsql STABLE
+AS $fn$
 DECLARE
-    usage  constant text := 'rl.enforce_limit(key_column, algorithm, limit, window [, cost [, key_prefix [, name]]])';
-    a      text[];
-    nargs  integer;
-    tbl    text;
-    owner  name;
-    col    text;
-    alg    integer;
-    lim    bigint;
-    win    bigint;
-    cost   bigint := 1;
-    prefix text := '';
-    lname  text;
-    d      rl.decision;
-    secs   bigint;
-    e      integer;
-    what   text;
+    usage constant text := 'rl.enforce_limit(key_column, algorithm, limit, window [, cost [, key_prefix [, name]]])';
+    nargs integer;
+    e     integer;
+    what  text;
 BEGIN
-    -- The table, as the trigger names it in messages, and its owner.
-    SELECT n.nspname::text || '.' || c.relname::text, r.rolname
-      INTO tbl, owner
-      FROM pg_catalog.pg_class c
-      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-      JOIN pg_catalog.pg_roles r ON r.oid = c.relowner
-     WHERE c.oid = p_relid;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'ratelimit: % is called by rl.enforce_limit() with its trigger''s table, not %', 'rl._enforce_limit', p_relid
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    -- TG_ARGV counts from 0: the arguments, counted from 1.
-    a := ARRAY(SELECT u.v FROM pg_catalog.unnest(p_args) WITH ORDINALITY AS u(v, i) ORDER BY u.i);
+    cost := 1;
+    prefix := '';
     nargs := pg_catalog.cardinality(a);
     IF nargs < 4 OR nargs > 7 THEN
         RAISE EXCEPTION 'ratelimit: trigger % on % has % arguments; usage: %', p_trigger, tbl, nargs, usage
@@ -92,6 +74,169 @@ BEGIN
             p_trigger, tbl, pg_catalog.quote_ident(col)
             USING ERRCODE = 'undefined_column', HINT = 'usage: ' || usage;
     END IF;
+END
+$fn$;
+
+-- rl.check_limit_trigger checks a trigger of rl.enforce_limit() on table
+-- tbl at once, as the first INSERT would: it runs BEFORE INSERT (or UPDATE)
+-- FOR EACH ROW, its arguments are good and the table has its key column.
+-- It raises the error the first INSERT would raise, naming the argument at
+-- fault, and returns the trigger's arguments otherwise.
+CREATE FUNCTION rl.check_limit_trigger(tbl regclass, trigger_name name) RETURNS text[]
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+DECLARE
+    tg   record;
+    p    record;
+    rest bytea;
+    k    integer;
+    args text[] := '{}';
+BEGIN
+    SELECT t.tgfoid, t.tgtype, t.tgnargs, t.tgargs INTO tg
+      FROM pg_catalog.pg_trigger t WHERE t.tgrelid = tbl AND t.tgname = trigger_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'ratelimit: table % has no trigger %', tbl, pg_catalog.quote_ident(trigger_name)
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    IF tg.tgfoid <> 'rl.enforce_limit()'::pg_catalog.regprocedure THEN
+        RAISE EXCEPTION 'ratelimit: trigger % on % does not run rl.enforce_limit()', pg_catalog.quote_ident(trigger_name), tbl
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- tgtype: 1 row, 2 before, 4 insert, 8 delete, 16 update (pg_trigger.h).
+    IF tg.tgtype & 3 <> 3 OR tg.tgtype & 8 <> 0 THEN
+        RAISE EXCEPTION 'ratelimit: % must run BEFORE INSERT (or UPDATE) FOR EACH ROW',
+            'rl.enforce_limit(key_column, algorithm, limit, window [, cost [, key_prefix [, name]]])'
+            USING ERRCODE = 'invalid_object_definition',
+                  DETAIL = pg_catalog.format('Trigger %s on %s does not.', pg_catalog.quote_ident(trigger_name), tbl);
+    END IF;
+    -- tgargs: each argument followed by a zero byte.
+    rest := tg.tgargs;
+    FOR i IN 1 .. tg.tgnargs LOOP
+        k := pg_catalog.position(rest, '\x00'::bytea);
+        args[i] := pg_catalog.convert_from(pg_catalog.substr(rest, 1, k - 1), pg_catalog.getdatabaseencoding());
+        rest := pg_catalog.substr(rest, k + 1);
+    END LOOP;
+    p := rl._check_limit_trigger_args(tbl, trigger_name, args);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+    END IF;
+    RETURN args;
+END
+$fn$;
+COMMENT ON FUNCTION rl.check_limit_trigger(regclass, name) IS
+    'Checks a trigger of rl.enforce_limit() at once, raising the error its first INSERT would; returns its arguments';
+
+-- rl._check_limit_trigger_args checks the arguments of a trigger of
+-- rl.enforce_limit() on table tbl, the key column included, as the first
+-- INSERT would (rl._trigger_args), and returns the error it would raise as
+-- OUT values (all NULL when they are good), for its caller to raise.
+CREATE FUNCTION rl._check_limit_trigger_args(tbl regclass, trigger_name name, args text[],
+                                             OUT code text, OUT message text, OUT detail text, OUT hint text)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+DECLARE
+    tname text;
+BEGIN
+    -- The table as the trigger names it: schema.table.
+    SELECT n.nspname::text || '.' || c.relname::text INTO tname
+      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+     WHERE c.oid = tbl;
+    PERFORM rl._trigger_args(tname, trigger_name::text, args,
+                             EXISTS (SELECT FROM pg_catalog.pg_attribute t
+                                      WHERE t.attrelid = tbl AND t.attname::text = args[1] AND t.attnum > 0
+                                        AND NOT t.attisdropped));
+EXCEPTION WHEN OTHERS THEN
+    -- Only a check runs here (no decision, no write): the subtransaction costs nothing that matters.
+    GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT, detail = PG_EXCEPTION_DETAIL,
+                            hint = PG_EXCEPTION_HINT;
+    detail := nullif(detail, '');
+    hint := nullif(hint, '');
+END
+$fn$;
+
+-- rl.create_limit_trigger checks the arguments of a trigger of
+-- rl.enforce_limit() at once, as the first INSERT would, then creates it on
+-- table tbl (BEFORE INSERT FOR EACH ROW), with the rights of its caller,
+-- who needs the TRIGGER privilege on the table. It returns the trigger's
+-- name (default: rl_limit_ and the limit's name, else the key column).
+CREATE FUNCTION rl.create_limit_trigger(tbl regclass, key_column text, algorithm text, lim bigint, win interval,
+                                        cost bigint DEFAULT 1, key_prefix text DEFAULT '', name text DEFAULT NULL,
+                                        trigger_name name DEFAULT NULL) RETURNS name
+    LANGUAGE plpgsql VOLATILE SECURITY INVOKER
+    SET search_path = pg_catalog, pg_temp
+    SET IntervalStyle = postgres
+AS $fn$
+DECLARE
+    args text[] := ARRAY[key_column, algorithm, lim::text, win::text, cost::text, coalesce(key_prefix, ''),
+                         coalesce(name, '')];
+    tg   text := coalesce(trigger_name::text, 'rl_limit_' || coalesce(nullif(name, ''), key_column));
+    p    record;
+BEGIN
+    p := rl._check_limit_trigger_args(tbl, tg::pg_catalog.name, args);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+    END IF;
+    EXECUTE pg_catalog.format('CREATE TRIGGER %I BEFORE INSERT ON %s FOR EACH ROW EXECUTE FUNCTION rl.enforce_limit(%s)',
+                              tg, tbl, (SELECT pg_catalog.string_agg(pg_catalog.quote_literal(coalesce(v, '')), ', ')
+                                          FROM pg_catalog.unnest(args) AS u(v)));
+    RETURN tg::pg_catalog.name;
+END
+$fn$;
+COMMENT ON FUNCTION rl.create_limit_trigger(regclass, text, text, bigint, interval, bigint, text, text, name) IS
+    'Checks the arguments of a trigger of rl.enforce_limit() at once, as the first INSERT would, then creates it (BEFORE INSERT FOR EACH ROW); returns its name';
+
+CREATE OR REPLACE FUNCTION rl._enforce_limit(p_relid oid, p_trigger text, p_args text[], p_has_col boolean, p_val text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
+AS $function$
+DECLARE
+    a      text[];
+    tbl    text;
+    owner  name;
+    col    text;
+    alg    integer;
+    lim    bigint;
+    win    bigint;
+    cost   bigint;
+    prefix text;
+    lname  text;
+    d      rl.decision;
+    secs   bigint;
+BEGIN
+    -- The table, as the trigger names it in messages, and its owner.
+    SELECT n.nspname::text || '.' || c.relname::text, r.rolname
+      INTO tbl, owner
+      FROM pg_catalog.pg_class c
+      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+      JOIN pg_catalog.pg_roles r ON r.oid = c.relowner
+     WHERE c.oid = p_relid;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'ratelimit: % is called by rl.enforce_limit() with its trigger''s table, not %', 'rl._enforce_limit', p_relid
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- TG_ARGV counts from 0: the arguments, counted from 1.
+    a := ARRAY(SELECT u.v FROM pg_catalog.unnest(p_args) WITH ORDINALITY AS u(v, i) ORDER BY u.i);
+    SELECT * INTO col, alg, lim, win, cost, prefix, lname FROM rl._trigger_args(tbl, p_trigger, a, p_has_col);
     IF p_val IS NULL THEN
         RAISE EXCEPTION 'ratelimit: invalid key: column % is NULL', pg_catalog.quote_ident(col)
             USING ERRCODE = 'RL011',
