@@ -80,6 +80,26 @@ BEGIN
 END
 $fn$;
 
+CREATE OR REPLACE FUNCTION rl.rl_reset(key text, name text DEFAULT NULL) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+DECLARE
+    n     bigint;
+    names text[];
+BEGIN
+    PERFORM rl._check_tenant_key($1, NULL);
+    -- Lock in name order first, as every writer does, then delete exactly
+    -- the rows locked (rows created meanwhile are not waited for).
+    SELECT array_agg(l.name) INTO names
+      FROM (SELECT s.name FROM rl.state s WHERE s.key = $1 AND ($2 IS NULL OR s.name = $2)
+             ORDER BY s.name COLLATE "C" FOR UPDATE) l;
+    DELETE FROM rl.state s WHERE s.key = $1 AND s.name = ANY (names);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$fn$;
+
 CREATE OR REPLACE FUNCTION rl._enforce_limit(p_relid oid, p_trigger text, p_args text[], p_has_col boolean, p_val text)
  RETURNS void
  LANGUAGE plpgsql
