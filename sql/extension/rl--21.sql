@@ -2784,8 +2784,8 @@ BEGIN
     IF code IS NOT NULL THEN
         RETURN;
     END IF;
-    SELECT * INTO code, message, detail, hint FROM rl._key_problem(p_name, 'limit name');
-    IF code IS NOT NULL THEN
+    IF (octet_length(p_name) BETWEEN 1 AND 256) IS NOT TRUE THEN
+        SELECT * INTO code, message, detail, hint FROM rl._key_problem(p_name, 'limit name');
         RETURN;
     END IF;
     IF a = 0 THEN
