@@ -39,7 +39,9 @@ type Config struct {
 	// Limiter.Close, swept with the limiter's clock.
 	Store store.Store
 	// Policy is the policy of calls that do not name one (Allow, AllowN,
-	// Peek, Reset). It may be nil if every call passes its own.
+	// Peek, Settle, Reset, Wait, Reserve). It may be nil if every call
+	// passes its own (Do with Request.Policy, ResetPolicy); the calls
+	// that name none then fail with ErrNoPolicy.
 	Policy *Policy
 	// BaseKey prefixes every key, keeping limiters that share a store
 	// apart. pgstore keeps a key as BaseKey + ":" + key, so limiters
@@ -77,8 +79,9 @@ type Limiter struct {
 var (
 	// ErrInvalidKey is matched by every *KeyError.
 	ErrInvalidKey = errors.New("rl: invalid key")
-	// ErrNoPolicy: a call without a policy on a Limiter without one.
-	ErrNoPolicy = errors.New("rl: no policy")
+	// ErrNoPolicy: a call without a policy on a Limiter without one
+	// (Config.Policy nil). Its message says what to set.
+	ErrNoPolicy = errors.New("rl: no policy: set Config.Policy, or pass Request.Policy to Do (ResetPolicy for Reset)")
 	// ErrStore is matched by every failure of the store (a down store
 	// also matches store.ErrUnavailable, a busy or full one
 	// store.ErrBusy).
@@ -104,7 +107,12 @@ func (e *KeyError) Error() string {
 }
 func (e *KeyError) Is(target error) bool { return target == ErrInvalidKey }
 
-// New returns a Limiter.
+// New returns a Limiter. cfg.Policy is the policy of the calls that name
+// none (Allow, AllowN, Peek, Settle, Reset, Wait, Reserve). Leave it nil
+// only for a Limiter whose every call passes its own policy, through Do
+// (Request.Policy) and ResetPolicy, as a limiter serving several plans
+// does: then those calls return ErrNoPolicy, whose message says to set
+// Config.Policy. New itself refuses nothing: every field has a default.
 func New(cfg Config) (*Limiter, error) {
 	l := &Limiter{store: cfg.Store, policy: cfg.Policy, base: cfg.BaseKey, clock: cfg.Clock,
 		maxKey: cfg.MaxKeyLength, anyKey: cfg.AnyKey}
