@@ -303,7 +303,7 @@ func (l *Limiter) decide(ctx context.Context, op store.Op, key string, cost int6
 	// fromCore does, without fromCore's call (it is too big to inline).
 	i, d, err := l.store.Decide(ctx, store.Request{Policy: p.sp, Prefix: l.base, Key: key, Op: op, Now: now, Cost: cost}, nil)
 	if err != nil {
-		return storeError(key, err)
+		return storeError(key, err, op, now, cost)
 	}
 	lim := &p.src[i]
 	r.Name, r.Window, r.Index, r.Shadow = lim.Name, lim.Window, i, lim.Shadow
@@ -313,10 +313,15 @@ func (l *Limiter) decide(ctx context.Context, op store.Op, key string, cost int6
 	return nil
 }
 
-// storeError wraps an error of the store's Decide.
-func storeError(key string, err error) error {
+// storeError wraps an error of the store's Decide of a call (op, now,
+// cost). The core's bare ErrTime or ErrCost (a store deciding in Go) is
+// described as a core.CallError, naming the value and the range allowed.
+func storeError(key string, err error, op store.Op, now, cost int64) error {
 	var ce core.Error
 	if errors.As(err, &ce) {
+		if err == core.ErrTime || err == core.ErrCost {
+			err = &core.CallError{Code: ce, Now: now, Cost: cost, Settle: op == store.Settle}
+		}
 		return fmt.Errorf("rl: %q: %w", key, err)
 	}
 	return fmt.Errorf("%w: %w", ErrStore, err)
@@ -327,9 +332,10 @@ func storeError(key string, err error) error {
 func (l *Limiter) decideEach(ctx context.Context, op store.Op, key string, cost int64, p *Policy, each []LimitResult, r *Result) error {
 	var buf [MaxLimits]core.Decision
 	ds := buf[:len(p.src)]
-	i, d, err := l.store.Decide(ctx, store.Request{Policy: p.sp, Prefix: l.base, Key: key, Op: op, Now: l.now(), Cost: cost}, ds)
+	now := l.now()
+	i, d, err := l.store.Decide(ctx, store.Request{Policy: p.sp, Prefix: l.base, Key: key, Op: op, Now: now, Cost: cost}, ds)
 	if err != nil {
-		return storeError(key, err)
+		return storeError(key, err, op, now, cost)
 	}
 	for j := range ds {
 		fromCore(&p.src[j], &ds[j], &each[j])

@@ -52,8 +52,9 @@
 // for an invalid limit, which names the parameter, its value, the range
 // allowed and the algorithm in the words the SQL functions and the
 // configuration checker use ("limit 0: outside [1, 1099511627776] for
-// fixed_window"), and matches the same Error with errors.Is. No input
-// makes the package panic.
+// fixed_window"), and matches the same Error with errors.Is; a CallError
+// does the same for a time or a cost, for a caller that knows the call (rl's
+// Limiter builds one). No input makes the package panic.
 //
 // # Carrying usage when a limit changes
 //

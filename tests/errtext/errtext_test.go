@@ -1,5 +1,5 @@
 // Package errtext_test holds the runtimes to one wording of an invalid
-// limit: the same bad parameters given to the Go API (core.Limit.Validate,
+// limit (and of an invalid call: TestSameWordsCall): the same bad parameters given to the Go API (core.Limit.Validate,
 // rl.NewPolicy), to the configuration checker of rl-wasm-host and the
 // proxy-wasm filter (service.ParseConfig over ruleconfig) and to the SQL
 // functions (rl.decide, in a database of the test's own migrated by
@@ -119,6 +119,59 @@ func TestSameWords(t *testing.T) {
 			require.Equal(t, "", p.Field, "the message names the parameter")
 			require.Equal(t, c.want, p.Message)
 			require.Contains(t, err.Error(), `rules.yaml: rules[0] "r": `+c.want)
+		})
+	}
+}
+
+// TestSameWordsCall: an invalid call (a time, a cost, a settle's delta)
+// is refused in the same words by the Go API (a Limiter over the memory
+// store, which decides with the core in Go) and by SQL.
+func TestSameWordsCall(t *testing.T) {
+	db := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	require.NoError(t, migrations.Up(ctx, db))
+	pool := pgtest.Pool(t, db)
+	const t0 = int64(1_767_225_600_000_000)
+	for _, c := range []struct {
+		name      string
+		now, cost int64
+		settle    bool
+		code      core.Error
+		want      string
+	}{
+		// (A Limiter over the memory store never decides before the
+		// store's horizon, so a negative clock reads as 0 there.)
+		{"negative time", -5, 1, false, core.ErrTime, "time -5 µs: outside [0, 253402300799999999] µs since the Unix epoch"},
+		{"time past 9999", core.MaxTime + 1, 1, false, core.ErrTime, "time 253402300800000000 µs: outside [0, 253402300799999999] µs since the Unix epoch"},
+		{"negative cost", t0, -1, false, core.ErrCost, "cost -1: outside [0, 1099511627776]"},
+		{"cost too high", t0, core.MaxCost + 1, false, core.ErrCost, "cost 1099511627777: outside [0, 1099511627776]"},
+		{"settle delta", t0, -core.MaxCost - 1, true, core.ErrCost, "settle delta -1099511627777: outside [-1099511627776, 1099511627776]"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ce := &core.CallError{Code: c.code, Now: c.now, Cost: c.cost, Settle: c.settle}
+			require.EqualError(t, ce, "ratelimit: "+c.want)
+			require.ErrorIs(t, ce, c.code)
+			if c.now >= 0 {
+				p := rl.MustPolicy(rl.Limit{Algorithm: core.TokenBucket, Limit: 10, Window: time.Second})
+				now := c.now
+				l, err := rl.New(rl.Config{Policy: p, Clock: func() int64 { return now }})
+				require.NoError(t, err)
+				defer l.Close()
+				_, err = l.Do(ctx, rl.Request{Key: "k", Cost: c.cost, Settle: c.settle})
+				require.EqualError(t, err, `rl: "k": ratelimit: `+c.want)
+				require.ErrorIs(t, err, c.code)
+				require.ErrorAs(t, err, &ce)
+			}
+
+			op := "take"
+			if c.settle {
+				op = "settle"
+			}
+			_, err := pool.Exec(ctx, `SELECT * FROM rl.decide(4, 10, 1000000, 0, 0, 0, 0, 0, '{}', $1, $2, $3)`, c.now, c.cost, op)
+			var pe *pgconn.PgError
+			require.ErrorAs(t, err, &pe)
+			require.Equal(t, fmt.Sprintf("RL%03d", int(c.code)), pe.Code)
+			require.Equal(t, "ratelimit: "+c.want, pe.Message)
 		})
 	}
 }

@@ -114,3 +114,24 @@ func TestValidateAllocs(t *testing.T) {
 		t.Fatalf("Validate of a valid limit: %v allocations, want 0", n)
 	}
 }
+
+// TestCallError: a CallError names the value and the range; a code that
+// does not describe its value falls back to the code's own words.
+func TestCallError(t *testing.T) {
+	for _, c := range []struct {
+		e    core.CallError
+		want string
+	}{
+		{core.CallError{Code: core.ErrTime, Now: -1}, "ratelimit: time -1 µs: outside [0, 253402300799999999] µs since the Unix epoch"},
+		{core.CallError{Code: core.ErrCost, Cost: -1}, "ratelimit: cost -1: outside [0, 1099511627776]"},
+		{core.CallError{Code: core.ErrCost, Cost: -1, Settle: true}, "ratelimit: cost out of range"},
+		{core.CallError{Code: core.ErrCost, Cost: core.MaxCost + 1, Settle: true}, "ratelimit: settle delta 1099511627777: outside [-1099511627776, 1099511627776]"},
+		{core.CallError{Code: core.ErrTime, Now: 5}, "ratelimit: time out of range"},
+	} {
+		require.EqualError(t, &c.e, c.want)
+		require.ErrorIs(t, &c.e, c.e.Code)
+		var code core.Error
+		require.ErrorAs(t, &c.e, &code)
+		require.Equal(t, c.e.Code, code)
+	}
+}

@@ -94,7 +94,7 @@ func (e *LimitError) Message() string {
 		return "limit " + itoa64(l.Limit) + " × window " + itoa64(l.Window) + " µs: too large for " + alg +
 			" (limit × window in µs must be at most " + itoa64(MaxUnits) + ")"
 	}
-	return e.Code.Error()[len("ratelimit: "):]
+	return e.Code.Error()[len("ratelimit: "):] // not the call's fault: the code's own words
 }
 
 // AlgorithmList names every algorithm for a message, in number order:
@@ -147,4 +147,44 @@ func itoa64(v int64) string {
 		return "-" + itoa(uint64(-(v+1))+1)
 	}
 	return itoa(uint64(v))
+}
+
+// CallError is an invalid call: a now outside [0, MaxTime] (ErrTime) or a
+// cost outside [0, MaxCost] (ErrCost; a settle's delta outside [−MaxCost,
+// MaxCost]). The decisions return the bare Error; a caller that knows the
+// call builds a CallError from it to say more: rl's Limiter does. It
+// matches Code with errors.Is and errors.As, through Unwrap, and its
+// message is the SQL functions' for the same call.
+type CallError struct {
+	// Code is ErrTime or ErrCost.
+	Code Error
+	// Now and Cost are the call's: its time (µs since the Unix epoch)
+	// and its cost, or a settle's delta.
+	Now, Cost int64
+	// Settle marks a settle, whose Cost is a delta.
+	Settle bool
+}
+
+// Error returns "ratelimit: " and Message.
+func (e *CallError) Error() string { return "ratelimit: " + e.Message() }
+
+// Unwrap returns Code.
+func (e *CallError) Unwrap() error { return e.Code }
+
+// Message says what is wrong and what is allowed, as the SQL functions say
+// it:
+//
+//	time -5 µs: outside [0, 253402300799999999] µs since the Unix epoch
+//	cost -1: outside [0, 1099511627776]
+//	settle delta 1099511627777: outside [-1099511627776, 1099511627776]
+func (e *CallError) Message() string {
+	switch {
+	case e.Code == ErrTime && (e.Now < 0 || e.Now > MaxTime):
+		return "time " + itoa64(e.Now) + " µs: outside [0, " + itoa64(MaxTime) + "] µs since the Unix epoch"
+	case e.Code == ErrCost && e.Settle && (e.Cost < -MaxCost || e.Cost > MaxCost):
+		return "settle delta " + itoa64(e.Cost) + ": outside [-" + itoa64(MaxCost) + ", " + itoa64(MaxCost) + "]"
+	case e.Code == ErrCost && !e.Settle && (e.Cost < 0 || e.Cost > MaxCost):
+		return "cost " + itoa64(e.Cost) + ": outside [0, " + itoa64(MaxCost) + "]"
+	}
+	return e.Code.Error()[len("ratelimit: "):] // not the call's fault: the code's own words
 }
