@@ -55,4 +55,103 @@ $rl_owner_check$;
 -- above; once released this file is history and never changes.
 SET LOCAL search_path = pg_catalog, pg_temp;
 
--- No change.
+-- sql/src/steps/0021.up.sql
+
+-- Migration 0021 up, handwritten: the tables of the RLQS server's PostgreSQL store (sql/src/tables.sql).
+CREATE TABLE rl.quota_bucket (
+    key           bytea  PRIMARY KEY,
+    bucket_id     bytea  NOT NULL,
+    fill          bigint NOT NULL,
+    fill_interval bigint NOT NULL,
+    burst         bigint NOT NULL
+);
+
+CREATE TABLE rl.quota_client (
+    key         bytea   NOT NULL REFERENCES rl.quota_bucket (key) ON DELETE CASCADE,
+    client      text    NOT NULL,
+    seq         bigint  NOT NULL,
+    demand      bigint  NOT NULL,
+    used        bigint  NOT NULL,
+    denied      bigint  NOT NULL,
+    since       bigint  NOT NULL,
+    starved     boolean NOT NULL,
+    last_report bigint  NOT NULL,
+    last_usage  bigint  NOT NULL,
+    sent_fill   bigint  NOT NULL,
+    sent_tokens bigint  NOT NULL,
+    prev_fill   bigint  NOT NULL,
+    prev_tokens bigint  NOT NULL,
+    sent_at     bigint  NOT NULL,
+    acked       boolean NOT NULL,
+    refreshed   bigint  NOT NULL,
+    gone        boolean NOT NULL,
+    PRIMARY KEY (key, client)
+);
+
+COMMENT ON TABLE rl.quota_bucket IS
+    'One bucket of the RLQS server: a global limit divided among the clients (Envoys) that report for it. '
+    'Written by the server only; a bucket with no client left is deleted.';
+COMMENT ON COLUMN rl.quota_bucket.key IS 'the server''s key of the bucket: the report''s domain, a zero byte, the bucket_id''s entries sorted, each length-prefixed';
+COMMENT ON COLUMN rl.quota_bucket.bucket_id IS 'the BucketId Envoy named the bucket by, protobuf wire form (envoy.service.rate_limit_quota.v3.BucketId)';
+COMMENT ON COLUMN rl.quota_bucket.fill IS 'quota.Limit.Fill: tokens the whole bucket regains per fill_interval';
+COMMENT ON COLUMN rl.quota_bucket.fill_interval IS 'quota.Limit.FillInterval, µs (whole seconds)';
+COMMENT ON COLUMN rl.quota_bucket.burst IS 'quota.Limit.Burst: the most tokens the clients together may hold';
+COMMENT ON TABLE rl.quota_client IS
+    'One client of one RLQS bucket: the exported fields of quota.Client (internal/request/quota). Times are µs since the Unix epoch.';
+COMMENT ON COLUMN rl.quota_client.client IS 'quota.Client.ID: the client''s stream, or the identity it presents in gRPC metadata';
+COMMENT ON COLUMN rl.quota_client.seq IS 'quota.Client.Seq: the sequence number of the last report applied; a report at or below it is a repeat and counts nothing';
+COMMENT ON COLUMN rl.quota_client.demand IS 'quota.Client.Demand: estimated demand, tokens per fill_interval; -1 until measured';
+COMMENT ON COLUMN rl.quota_client.used IS 'quota.Client.Used: requests reported since since and not yet measured (saturates at 2^63-1)';
+COMMENT ON COLUMN rl.quota_client.denied IS 'quota.Client.Denied: the denied ones among used (saturates at 2^63-1)';
+COMMENT ON COLUMN rl.quota_client.since IS 'quota.Client.Since: start of the measurement in progress';
+COMMENT ON COLUMN rl.quota_client.starved IS 'quota.Client.Starved: the last measurement saw requests denied';
+COMMENT ON COLUMN rl.quota_client.last_report IS 'quota.Client.LastReport';
+COMMENT ON COLUMN rl.quota_client.last_usage IS 'quota.Client.LastUsage: the last report with any usage';
+COMMENT ON COLUMN rl.quota_client.sent_fill IS 'quota.Client.Sent.Fill: the last grant sent';
+COMMENT ON COLUMN rl.quota_client.sent_tokens IS 'quota.Client.Sent.Tokens';
+COMMENT ON COLUMN rl.quota_client.prev_fill IS 'quota.Client.Prev.Fill: the largest earlier grant the client may still enforce';
+COMMENT ON COLUMN rl.quota_client.prev_tokens IS 'quota.Client.Prev.Tokens';
+COMMENT ON COLUMN rl.quota_client.sent_at IS 'quota.Client.SentAt: when sent_* was first sent';
+COMMENT ON COLUMN rl.quota_client.acked IS 'quota.Client.Acked: a report has shown the client enforces sent_*';
+COMMENT ON COLUMN rl.quota_client.refreshed IS 'quota.Client.Refreshed: when a grant was last sent (-1 never)';
+COMMENT ON COLUMN rl.quota_client.gone IS 'quota.Client.Gone: the stream closed or the bucket was abandoned; counted until the grant expires';
+
+-- The grants (each is idempotent).
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA rl FROM PUBLIC;
+GRANT USAGE ON SCHEMA rl TO rl_app, rl_admin;
+GRANT EXECUTE ON FUNCTION
+    rl.algorithm_id(text),
+    rl.algorithm_name(integer),
+    rl.decide(integer, bigint, bigint, bigint, integer, bigint, bigint, bigint, bigint[], bigint, bigint, text, bigint, bigint, bigint),
+    rl.decide_all(rl.limit_spec[], rl.state_words[], bigint, bigint, text),
+    rl.enforce_limit(),
+    rl._enforce_limit(oid, text, text[], boolean, text),
+    rl.rl_allow(text, text, bigint, interval, bigint, bigint, text, bigint),
+    rl.rl_allow_us(text, text, bigint, bigint, bigint, bigint, text, bigint),
+    rl.rl_peek(text, text, bigint, interval, bigint, bigint, text, bigint),
+    rl.rl_peek_us(text, text, bigint, bigint, bigint, bigint, text, bigint),
+    rl.rl_settle(text, text, bigint, interval, bigint, bigint, text, bigint),
+    rl.rl_settle_us(text, text, bigint, bigint, bigint, bigint, text, bigint),
+    rl.rl_allow_multi(text, jsonb, bigint, bigint),
+    rl.rl_peek_multi(text, jsonb, bigint, bigint),
+    rl.rl_settle_multi(text, jsonb, bigint, bigint),
+    rl.rl_decide_multi(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint, boolean, boolean[]),
+    rl.rl_settle_decide(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint),
+    rl.rl_decide_batch(text[], text[], integer[], bigint[], bigint[], bigint[], bigint[], integer[], bigint[], boolean[], boolean[], boolean[]),
+    rl.rl_reset(text, text)
+    TO rl_app;
+GRANT EXECUTE ON FUNCTION
+    rl._now(),
+    rl.rl_expire(bigint, integer),
+    rl.lock_states(text, text[]),
+    rl.lock_states_batch(text[], text[]),
+    rl.drop_fresh_states(text[], text[])
+    TO rl_admin;
+GRANT SELECT, UPDATE ON rl.state TO rl_admin;
+GRANT SELECT, INSERT, UPDATE, DELETE ON rl.quota_bucket, rl.quota_client TO rl_admin;
+
+-- The rows pg_dump keeps (an extension's tables are dumped without them unless marked)
+-- ====================================================================================
+
+SELECT pg_catalog.pg_extension_config_dump('rl.quota_bucket', '');
+SELECT pg_catalog.pg_extension_config_dump('rl.quota_client', '');

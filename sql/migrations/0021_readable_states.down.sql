@@ -5,4 +5,69 @@
 -- above; once released this file is history and never changes.
 SET LOCAL search_path = pg_catalog, pg_temp;
 
--- No change.
+COMMENT ON TABLE rl.quota_bucket IS NULL;
+COMMENT ON COLUMN rl.quota_bucket.key IS NULL;
+COMMENT ON COLUMN rl.quota_bucket.bucket_id IS NULL;
+COMMENT ON COLUMN rl.quota_bucket.fill IS NULL;
+COMMENT ON COLUMN rl.quota_bucket.fill_interval IS NULL;
+COMMENT ON COLUMN rl.quota_bucket.burst IS NULL;
+COMMENT ON TABLE rl.quota_client IS NULL;
+COMMENT ON COLUMN rl.quota_client.client IS NULL;
+COMMENT ON COLUMN rl.quota_client.seq IS NULL;
+COMMENT ON COLUMN rl.quota_client.demand IS NULL;
+COMMENT ON COLUMN rl.quota_client.used IS NULL;
+COMMENT ON COLUMN rl.quota_client.denied IS NULL;
+COMMENT ON COLUMN rl.quota_client.since IS NULL;
+COMMENT ON COLUMN rl.quota_client.starved IS NULL;
+COMMENT ON COLUMN rl.quota_client.last_report IS NULL;
+COMMENT ON COLUMN rl.quota_client.last_usage IS NULL;
+COMMENT ON COLUMN rl.quota_client.sent_fill IS NULL;
+COMMENT ON COLUMN rl.quota_client.sent_tokens IS NULL;
+COMMENT ON COLUMN rl.quota_client.prev_fill IS NULL;
+COMMENT ON COLUMN rl.quota_client.prev_tokens IS NULL;
+COMMENT ON COLUMN rl.quota_client.sent_at IS NULL;
+COMMENT ON COLUMN rl.quota_client.acked IS NULL;
+COMMENT ON COLUMN rl.quota_client.refreshed IS NULL;
+COMMENT ON COLUMN rl.quota_client.gone IS NULL;
+
+-- The grants (each is idempotent).
+REVOKE SELECT, INSERT, UPDATE, DELETE ON TABLE rl.quota_bucket FROM rl_admin;
+REVOKE SELECT, INSERT, UPDATE, DELETE ON TABLE rl.quota_client FROM rl_admin;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA rl FROM PUBLIC;
+GRANT USAGE ON SCHEMA rl TO rl_app, rl_admin;
+GRANT EXECUTE ON FUNCTION
+    rl.algorithm_id(text),
+    rl.algorithm_name(integer),
+    rl.decide(integer, bigint, bigint, bigint, integer, bigint, bigint, bigint, bigint[], bigint, bigint, text, bigint, bigint, bigint),
+    rl.decide_all(rl.limit_spec[], rl.state_words[], bigint, bigint, text),
+    rl.enforce_limit(),
+    rl._enforce_limit(oid, text, text[], boolean, text),
+    rl.rl_allow(text, text, bigint, interval, bigint, bigint, text, bigint),
+    rl.rl_allow_us(text, text, bigint, bigint, bigint, bigint, text, bigint),
+    rl.rl_peek(text, text, bigint, interval, bigint, bigint, text, bigint),
+    rl.rl_peek_us(text, text, bigint, bigint, bigint, bigint, text, bigint),
+    rl.rl_settle(text, text, bigint, interval, bigint, bigint, text, bigint),
+    rl.rl_settle_us(text, text, bigint, bigint, bigint, bigint, text, bigint),
+    rl.rl_allow_multi(text, jsonb, bigint, bigint),
+    rl.rl_peek_multi(text, jsonb, bigint, bigint),
+    rl.rl_settle_multi(text, jsonb, bigint, bigint),
+    rl.rl_decide_multi(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint, boolean, boolean[]),
+    rl.rl_settle_decide(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint),
+    rl.rl_decide_batch(text[], text[], integer[], bigint[], bigint[], bigint[], bigint[], integer[], bigint[], boolean[], boolean[], boolean[]),
+    rl.rl_reset(text, text)
+    TO rl_app;
+GRANT EXECUTE ON FUNCTION
+    rl._now(),
+    rl.rl_expire(bigint, integer),
+    rl.lock_states(text, text[]),
+    rl.lock_states_batch(text[], text[]),
+    rl.drop_fresh_states(text[], text[])
+    TO rl_admin;
+GRANT SELECT, UPDATE ON rl.state TO rl_admin;
+
+-- sql/src/steps/0021.down.sql
+
+-- Migration 0021 down, handwritten: drop the RLQS server's tables with their rows (the division restarts; a
+-- server without them holds grants back for one TTL after it starts).
+DROP TABLE rl.quota_client;
+DROP TABLE rl.quota_bucket;

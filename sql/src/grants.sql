@@ -9,7 +9,10 @@
 --   Grant it to the application's login role: GRANT rl_app TO myapp;
 -- * rl_admin (NOLOGIN): trusted. It has what rl_app has (it is a member),
 --   rl_expire and rl.lock_states, and SELECT and UPDATE on rl.state with
---   rl._now() for pgstore's Go/WebAssembly path (lock, decide, write back).
+--   rl._now() for pgstore's Go/WebAssembly path (lock, decide, write back),
+--   and the RLQS server's tables (rl.quota_bucket, rl.quota_client): the
+--   server divides global limits among Envoys, so whoever writes them is
+--   trusted as much as whoever writes rl.state. rl_app has no access.
 DO $do$
 BEGIN
     FOR attempt IN 1 .. 5 LOOP
@@ -73,3 +76,5 @@ GRANT EXECUTE ON FUNCTION
     TO rl_admin;
 
 GRANT SELECT, UPDATE ON rl.state TO rl_admin;
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON rl.quota_bucket, rl.quota_client TO rl_admin;
