@@ -28,7 +28,9 @@
 //
 // State lives in a Store; MemStore keeps it in memory, so a restarted
 // server holds back grants for one TTL plus the guard (quota.Config.HoldUntil)
-// while its predecessor's may still be in force.
+// while its predecessor's may still be in force. PGStore keeps it in
+// PostgreSQL: with KeepsState, a restarted server, or another one over the
+// same database, continues the division where it was.
 package rlqs
 
 import (
@@ -103,6 +105,9 @@ type Config struct {
 	// MaxBuckets bounds the buckets held, default 10000: a report for a
 	// new bucket beyond it is answered DENY_ALL.
 	MaxBuckets int
+	// OnTickError, if set, hears of every Tick of Run that failed (the
+	// Store unreachable, say); Run tries again a second later.
+	OnTickError func(error)
 }
 
 // Server serves RLQS. Create it with New; call Run to step buckets whose
@@ -345,7 +350,9 @@ func (s *Server) Tick(ctx context.Context) error {
 	return nil
 }
 
-// Run calls Tick every second until ctx ends.
+// Run calls Tick every second until ctx ends. A Tick that fails is
+// tried again at the next second, Config.OnTickError told of it: a store
+// that is down for a while must not stop the expiries for good.
 func (s *Server) Run(ctx context.Context) error {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -354,8 +361,8 @@ func (s *Server) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			if err := s.Tick(ctx); err != nil && ctx.Err() == nil {
-				return err
+			if err := s.Tick(ctx); err != nil && ctx.Err() == nil && s.cfg.OnTickError != nil {
+				s.cfg.OnTickError(err)
 			}
 		}
 	}
