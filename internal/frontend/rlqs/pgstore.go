@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
+	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"github.com/jackc/pgx/v5"
@@ -35,7 +37,17 @@ import (
 type PGStore struct {
 	pool *pgxpool.Pool
 	cfg  quota.Config
+
+	// The count of buckets Len returns: counted at most once per
+	// lenFresh, and moved by this store's own creations and deletions in
+	// between (the Server asks before every report's Update).
+	mu      sync.Mutex
+	n       int
+	counted time.Time
 }
+
+// lenFresh is how long Len trusts its last count of the table.
+const lenFresh = time.Second
 
 var _ Store = (*PGStore)(nil)
 
@@ -62,9 +74,17 @@ const maxAttempts = 5
 func (p *PGStore) Update(ctx context.Context, key string, create func() (*Entry, error), fn func(*Entry)) error {
 	var err error
 	for range maxAttempts {
+		var delta int
 		err = pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-			return p.update(ctx, tx, key, create, fn)
+			var err error
+			delta, err = p.update(ctx, tx, key, create, fn)
+			return err
 		})
+		if err == nil && delta != 0 {
+			p.mu.Lock()
+			p.n = max(0, p.n+delta)
+			p.mu.Unlock()
+		}
 		if !retryable(err) {
 			return err
 		}
@@ -81,51 +101,57 @@ func retryable(err error) bool {
 	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
 }
 
-// update is one run of Update in tx: read, fn, write.
-func (p *PGStore) update(ctx context.Context, tx pgx.Tx, key string, create func() (*Entry, error), fn func(*Entry)) error {
+// update is one run of Update in tx: read, fn, write. It returns the
+// change in the number of buckets: 1 created, -1 deleted.
+func (p *PGStore) update(ctx context.Context, tx pgx.Tx, key string, create func() (*Entry, error), fn func(*Entry)) (int, error) {
 	e, before, err := p.load(ctx, tx, key)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	created := false
 	if e == nil {
 		if create == nil {
-			return nil
+			return 0, nil
 		}
 		if e, err = create(); err != nil {
-			return err
+			return 0, err
 		}
 		created = true
 	}
 	lim := e.Bucket.Limit()
 	fn(e)
-	if e.Bucket.Empty() {
-		if !created {
-			_, err = tx.Exec(ctx, `DELETE FROM rl.quota_bucket WHERE key = $1`, []byte(key))
-		}
-		return err
-	}
-	if created {
+	switch {
+	case e.Bucket.Empty() && created:
+		return 0, nil
+	case e.Bucket.Empty():
+		_, err = tx.Exec(ctx, `DELETE FROM rl.quota_bucket WHERE key = $1`, []byte(key))
+		return -1, err
+	case created:
 		id, err := proto.MarshalOptions{Deterministic: true}.Marshal(e.ID)
 		if err != nil {
-			return fmt.Errorf("rlqs: bucket_id: %w", err)
+			return 0, fmt.Errorf("rlqs: bucket_id: %w", err)
 		}
 		l := e.Bucket.Limit()
 		tag, err := tx.Exec(ctx, `INSERT INTO rl.quota_bucket (key, bucket_id, fill, fill_interval, burst)
 			VALUES ($1, $2, $3, $4, $5) ON CONFLICT (key) DO NOTHING`, []byte(key), id, l.Fill, l.FillInterval, l.Burst)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if tag.RowsAffected() == 0 {
-			return errRaced
+			return 0, errRaced
 		}
-	} else if l := e.Bucket.Limit(); l != lim {
+	case e.Bucket.Limit() != lim:
+		l := e.Bucket.Limit()
 		if _, err := tx.Exec(ctx, `UPDATE rl.quota_bucket SET fill = $2, fill_interval = $3, burst = $4 WHERE key = $1`,
 			[]byte(key), l.Fill, l.FillInterval, l.Burst); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return writeClients(ctx, tx, key, before, e.Bucket.Clients())
+	delta := 0
+	if created {
+		delta = 1
+	}
+	return delta, writeClients(ctx, tx, key, before, e.Bucket.Clients())
 }
 
 // load reads and locks the bucket of key and its clients: nil when it has
@@ -238,9 +264,23 @@ func (p *PGStore) Keys(ctx context.Context) ([]string, error) {
 	})
 }
 
-// Len implements Store.
+// Len implements Store. It counts the table at most once a second, and
+// adds this store's own creations and deletions since: other servers'
+// show within a second.
 func (p *PGStore) Len(ctx context.Context) (int, error) {
+	p.mu.Lock()
+	if !p.counted.IsZero() && time.Since(p.counted) < lenFresh {
+		n := p.n
+		p.mu.Unlock()
+		return n, nil
+	}
+	p.mu.Unlock()
 	var n int
-	err := p.pool.QueryRow(ctx, `SELECT count(*) FROM rl.quota_bucket`).Scan(&n)
-	return n, err
+	if err := p.pool.QueryRow(ctx, `SELECT count(*) FROM rl.quota_bucket`).Scan(&n); err != nil {
+		return 0, err
+	}
+	p.mu.Lock()
+	p.n, p.counted = n, time.Now()
+	p.mu.Unlock()
+	return n, nil
 }

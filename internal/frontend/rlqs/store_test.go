@@ -155,6 +155,9 @@ func TestStoreContract(t *testing.T) {
 			keys, err := s.Keys(ctx)
 			require.NoError(t, err)
 			require.Equal(t, []string{keyB}, keys)
+			n, err := s.Len(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
 			ran := false
 			require.NoError(t, s.Update(ctx, keyA, nil, func(*Entry) { ran = true }))
 			require.False(t, ran)
