@@ -144,3 +144,24 @@ func migratedPoolOn(t *testing.T, p *pgxpool.Pool) *pgxpool.Pool {
 	t.Cleanup(q.Close)
 	return q
 }
+
+// A client that reconnects keeps numbering its reports where its previous
+// stream stopped, so the first report on the new stream counts even when
+// the clock has not moved (a repeat would be ignored).
+func TestReconnectCountsEveryReport(t *testing.T) { eachStore(t, testReconnectCountsEveryReport) }
+
+func testReconnectCountsEveryReport(t *testing.T, newStore func(*testing.T) Store) {
+	store := newStore(t)
+	f := newFixtureCfg(t, func(c *Config) { c.Store, c.KeepsState, c.ClientIDMetadata = store, true, "x-rlqs-client" })
+	s1, _ := f.openAs(t, "e1")
+	report(t, s1, api, 0, 1, 0) // creates the client: counts nothing
+	_, _, _ = tokenBucket(t, s1)
+	report(t, s1, api, 5, 0, 0)
+	_, _, _ = tokenBucket(t, s1)
+	s2, _ := f.openAs(t, "e1")
+	report(t, s2, api, 7, 0, 0)
+	_, _, _ = tokenBucket(t, s2)
+	require.NoError(t, store.Update(context.Background(), apiKey, nil, func(e *Entry) {
+		require.Equal(t, uint64(5+7), client(e, "id:e1").Used)
+	}))
+}
