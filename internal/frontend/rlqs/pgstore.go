@@ -35,8 +35,9 @@ import (
 // The role needs rl_admin (or to own schema rl): rl_app has no access to
 // the tables. The pool is the caller's; PGStore never closes it.
 type PGStore struct {
-	pool *pgxpool.Pool
-	cfg  quota.Config
+	pool    *pgxpool.Pool
+	cfg     quota.Config
+	timeout time.Duration // opTimeout; tests shorten it
 
 	// The count of buckets Len returns: counted at most once per
 	// lenFresh, and moved by this store's own creations and deletions in
@@ -49,12 +50,18 @@ type PGStore struct {
 // lenFresh is how long Len trusts its last count of the table.
 const lenFresh = time.Second
 
+// opTimeout bounds each Update (all its attempts), Keys and Len: a hung
+// database fails the report (the stream ends, Envoy opens another at its
+// next report) or the tick (tried again a second later) instead of holding
+// them forever.
+const opTimeout = 5 * time.Second
+
 var _ Store = (*PGStore)(nil)
 
 // NewPGStore returns a store over pool. New gives it the Server's
 // quota.Config (the buckets it rebuilds divide with it); until then it uses
 // quota's defaults.
-func NewPGStore(pool *pgxpool.Pool) *PGStore { return &PGStore{pool: pool} }
+func NewPGStore(pool *pgxpool.Pool) *PGStore { return &PGStore{pool: pool, timeout: opTimeout} }
 
 // setQuota is called by New with the Server's configuration.
 func (p *PGStore) setQuota(c quota.Config) { p.cfg = c }
@@ -72,6 +79,8 @@ const maxAttempts = 5
 
 // Update implements Store.
 func (p *PGStore) Update(ctx context.Context, key string, create func() (*Entry, error), fn func(*Entry)) error {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
 	var err error
 	for range maxAttempts {
 		var delta int
@@ -253,6 +262,8 @@ func clampInt64(v uint64) int64 { return int64(min(v, math.MaxInt64)) }
 
 // Keys implements Store.
 func (p *PGStore) Keys(ctx context.Context) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
 	rows, err := p.pool.Query(ctx, `SELECT key FROM rl.quota_bucket ORDER BY key`)
 	if err != nil {
 		return nil, err
@@ -275,6 +286,8 @@ func (p *PGStore) Len(ctx context.Context) (int, error) {
 		return n, nil
 	}
 	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
 	var n int
 	if err := p.pool.QueryRow(ctx, `SELECT count(*) FROM rl.quota_bucket`).Scan(&n); err != nil {
 		return 0, err

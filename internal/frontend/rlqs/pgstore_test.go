@@ -14,6 +14,7 @@ import (
 
 	"github.com/rlcore/rl/internal/request/quota"
 	"github.com/rlcore/rl/internal/testkit/await"
+	"github.com/rlcore/rl/internal/testkit/pgtest"
 )
 
 // openAs opens a stream presenting client ID id in the metadata the
@@ -164,4 +165,23 @@ func testReconnectCountsEveryReport(t *testing.T, newStore func(*testing.T) Stor
 	require.NoError(t, store.Update(context.Background(), apiKey, nil, func(e *Entry) {
 		require.Equal(t, uint64(5+7), client(e, "id:e1").Used)
 	}))
+}
+
+// A database that never answers fails each operation after its timeout,
+// rather than holding a report's stream or the tick forever.
+func TestPGStoreHungDatabase(t *testing.T) {
+	pgtest.SkipShort(t)
+	cfg, err := pgxpool.ParseConfig("postgres://postgres@" + pgtest.HungServer(t) + "/db?sslmode=disable")
+	require.NoError(t, err)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s := NewPGStore(pool)
+	s.timeout = 200 * time.Millisecond
+	err = s.Update(context.Background(), apiKey, newEntry("api", testLimit), func(*Entry) { t.Error("fn ran") })
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	_, err = s.Keys(context.Background())
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	_, err = s.Len(context.Background())
+	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
