@@ -54,6 +54,7 @@ func run(args []string) int {
 	fs.IntVar(&rc.MaxInFlightPerKey, "max-in-flight-per-key", 0, "decisions on one key waiting for the store at once; beyond: 503 (0: half the PostgreSQL pool, none in memory; -1: no bound)")
 	grpcListen := fs.String("grpc-listen", "", "address of the Envoy rate limit service (gRPC, envoy.service.ratelimit.v3; off by default); not loopback only with api_tokens in the config")
 	rlqsConfig := fs.String("rlqs-config", "", "serve Envoy's rate limit quota service (RLQS, envoy.service.rate_limit_quota.v3) on -grpc-listen (loopback only), dividing each bucket's global limit among the Envoys that report for it: the rules file (docs/rlqs.md); not reloaded")
+	rlqsStore := fs.String("rlqs-store", "", "where the RLQS server keeps its state: memory (a restart holds grants back for one TTL) or postgres (-database-url, tables of migration 0021, role rl_admin or the owner: a restarted server or another replica continues the division); default: -store's")
 	rlsConfig := fs.String("rls-config", "", "the rate limit service's configuration in envoyproxy/ratelimit's format: a YAML file, or a directory of them (one domain each); reloaded on SIGHUP")
 	rlsMetadata := fs.Bool("rls-response-metadata", false, "the rate limit service sets each response's dynamic_metadata (the domain, the descriptors, and the configured metadata of those that passed), as envoyproxy/ratelimit with RESPONSE_DYNAMIC_METADATA=true")
 	rlsCheck := fs.String("rls-check-config", "", "check a rate limit service configuration (a file or a directory, as -rls-config) and exit: 0 valid and portable to envoyproxy/ratelimit, 1 valid but using rl's extensions (listed), 2 invalid (every mistake listed)")
@@ -176,17 +177,28 @@ func run(args []string) int {
 	case *grpcListen != "":
 		var companions []rls.Companion
 		if *rlqsConfig != "" {
-			q, err := newRLQS(*rlqsConfig)
+			kind := *rlqsStore
+			if kind == "" && rc.Store == "postgres" {
+				kind = "postgres"
+			} else if kind == "" {
+				kind = "memory"
+			}
+			q, closeStore, err := newRLQS(*rlqsConfig, kind, rc.Postgres)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "rl-wasm-host: -rlqs-config: %v\n", err)
 				return 2
 			}
+			defer closeStore()
 			companions = append(companions, q)
 		}
 		rc.Extensions = append(rc.Extensions, rls.NewExtension(rls.ExtensionConfig{Listen: *grpcListen, ConfigPath: *rlsConfig,
 			Options: rls.Options{ResponseMetadata: *rlsMetadata}, Companions: companions}))
 	case *rlsConfig != "":
 		fmt.Fprintln(os.Stderr, "rl-wasm-host: -rls-config needs -grpc-listen (the rate limit service's address)")
+		return 2
+	}
+	if *rlqsStore != "" && *rlqsConfig == "" {
+		fmt.Fprintln(os.Stderr, "rl-wasm-host: -rlqs-store is for -rlqs-config (the RLQS server's state)")
 		return 2
 	}
 	if *rlqsConfig != "" && *grpcListen == "" {

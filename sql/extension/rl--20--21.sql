@@ -55,6 +55,39 @@ $rl_owner_check$;
 -- above; once released this file is history and never changes.
 SET LOCAL search_path = pg_catalog, pg_temp;
 
+-- sql/src/steps/0021.up.sql
+
+-- Migration 0021 up, handwritten: the tables of the RLQS server's PostgreSQL store (sql/src/tables.sql).
+CREATE TABLE rl.quota_bucket (
+    key           bytea  PRIMARY KEY,
+    bucket_id     bytea  NOT NULL,
+    fill          bigint NOT NULL,
+    fill_interval bigint NOT NULL,
+    burst         bigint NOT NULL
+);
+
+CREATE TABLE rl.quota_client (
+    key         bytea   NOT NULL REFERENCES rl.quota_bucket (key) ON DELETE CASCADE,
+    client      text    NOT NULL,
+    seq         bigint  NOT NULL,
+    demand      bigint  NOT NULL,
+    used        bigint  NOT NULL,
+    denied      bigint  NOT NULL,
+    since       bigint  NOT NULL,
+    starved     boolean NOT NULL,
+    last_report bigint  NOT NULL,
+    last_usage  bigint  NOT NULL,
+    sent_fill   bigint  NOT NULL,
+    sent_tokens bigint  NOT NULL,
+    prev_fill   bigint  NOT NULL,
+    prev_tokens bigint  NOT NULL,
+    sent_at     bigint  NOT NULL,
+    acked       boolean NOT NULL,
+    refreshed   bigint  NOT NULL,
+    gone        boolean NOT NULL,
+    PRIMARY KEY (key, client)
+);
+
 CREATE OR REPLACE FUNCTION rl.us_to_interval(us bigint) RETURNS interval
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
     RETURN CASE WHEN us >= 0 THEN us * interval '1 microsecond' END;
@@ -828,6 +861,33 @@ SELECT v.key, v.name, rl.algorithm_name(v.algorithm) AS algorithm, nullif(v.l, 0
           FROM rl.state s CROSS JOIN (SELECT rl._now() AS now) n
         OFFSET 0) v;
 
+COMMENT ON TABLE rl.quota_bucket IS
+    'One bucket of the RLQS server: a global limit divided among the clients (Envoys) that report for it. '
+    'Written by the server only; a bucket with no client left is deleted.';
+COMMENT ON COLUMN rl.quota_bucket.key IS 'the server''s key of the bucket: the report''s domain, a zero byte, the bucket_id''s entries sorted, each length-prefixed';
+COMMENT ON COLUMN rl.quota_bucket.bucket_id IS 'the BucketId Envoy named the bucket by, protobuf wire form (envoy.service.rate_limit_quota.v3.BucketId)';
+COMMENT ON COLUMN rl.quota_bucket.fill IS 'quota.Limit.Fill: tokens the whole bucket regains per fill_interval';
+COMMENT ON COLUMN rl.quota_bucket.fill_interval IS 'quota.Limit.FillInterval, µs (whole seconds)';
+COMMENT ON COLUMN rl.quota_bucket.burst IS 'quota.Limit.Burst: the most tokens the clients together may hold';
+COMMENT ON TABLE rl.quota_client IS
+    'One client of one RLQS bucket: the exported fields of quota.Client (internal/request/quota). Times are µs since the Unix epoch.';
+COMMENT ON COLUMN rl.quota_client.client IS 'quota.Client.ID: the client''s stream, or the identity it presents in gRPC metadata';
+COMMENT ON COLUMN rl.quota_client.seq IS 'quota.Client.Seq: the sequence number of the last report applied; a report at or below it is a repeat and counts nothing';
+COMMENT ON COLUMN rl.quota_client.demand IS 'quota.Client.Demand: estimated demand, tokens per fill_interval; -1 until measured';
+COMMENT ON COLUMN rl.quota_client.used IS 'quota.Client.Used: requests reported since since and not yet measured (saturates at 2^63-1)';
+COMMENT ON COLUMN rl.quota_client.denied IS 'quota.Client.Denied: the denied ones among used (saturates at 2^63-1)';
+COMMENT ON COLUMN rl.quota_client.since IS 'quota.Client.Since: start of the measurement in progress';
+COMMENT ON COLUMN rl.quota_client.starved IS 'quota.Client.Starved: the last measurement saw requests denied';
+COMMENT ON COLUMN rl.quota_client.last_report IS 'quota.Client.LastReport';
+COMMENT ON COLUMN rl.quota_client.last_usage IS 'quota.Client.LastUsage: the last report with any usage';
+COMMENT ON COLUMN rl.quota_client.sent_fill IS 'quota.Client.Sent.Fill: the last grant sent';
+COMMENT ON COLUMN rl.quota_client.sent_tokens IS 'quota.Client.Sent.Tokens';
+COMMENT ON COLUMN rl.quota_client.prev_fill IS 'quota.Client.Prev.Fill: the largest earlier grant the client may still enforce';
+COMMENT ON COLUMN rl.quota_client.prev_tokens IS 'quota.Client.Prev.Tokens';
+COMMENT ON COLUMN rl.quota_client.sent_at IS 'quota.Client.SentAt: when sent_* was first sent';
+COMMENT ON COLUMN rl.quota_client.acked IS 'quota.Client.Acked: a report has shown the client enforces sent_*';
+COMMENT ON COLUMN rl.quota_client.refreshed IS 'quota.Client.Refreshed: when a grant was last sent (-1 never)';
+COMMENT ON COLUMN rl.quota_client.gone IS 'quota.Client.Gone: the stream closed or the bucket was abandoned; counted until the grant expires';
 COMMENT ON FUNCTION rl.us_to_interval(bigint) IS 'µs as an interval; a negative value (-1: never) is NULL';
 COMMENT ON FUNCTION rl.us_to_timestamptz(bigint) IS 'a time in µs since the Unix epoch as a timestamptz';
 COMMENT ON FUNCTION rl.readable(rl.decision) IS
@@ -894,3 +954,10 @@ GRANT EXECUTE ON FUNCTION
     TO rl_admin;
 GRANT SELECT, UPDATE ON rl.state TO rl_admin;
 GRANT SELECT ON rl.states TO rl_admin;
+GRANT SELECT, INSERT, UPDATE, DELETE ON rl.quota_bucket, rl.quota_client TO rl_admin;
+
+-- The rows pg_dump keeps (an extension's tables are dumped without them unless marked)
+-- ====================================================================================
+
+SELECT pg_catalog.pg_extension_config_dump('rl.quota_bucket', '');
+SELECT pg_catalog.pg_extension_config_dump('rl.quota_client', '');

@@ -512,8 +512,34 @@ DROP FUNCTION rl.us_to_interval(bigint);
 COMMENT ON FUNCTION rl._enforce_limit(oid,text,text[],boolean,text) IS 'rl: the definer-rights part of rl.enforce_limit(): plain values in (the trigger''s table, name, arguments and key as text), the decision on the database clock';
 COMMENT ON FUNCTION rl.rl_settle(text,text,bigint,interval,bigint,bigint,text,bigint) IS 'Settles delta units on the limit name of key (core.Settle): positive, a debt beyond the limit; negative, a refund never below nothing used. The decision of a call of cost 0 afterwards. See sql/README.md.';
 COMMENT ON FUNCTION rl.rl_settle_us(text,text,bigint,bigint,bigint,bigint,text,bigint) IS 'rl_settle with the window in µs';
+COMMENT ON TABLE rl.quota_bucket IS NULL;
+COMMENT ON COLUMN rl.quota_bucket.key IS NULL;
+COMMENT ON COLUMN rl.quota_bucket.bucket_id IS NULL;
+COMMENT ON COLUMN rl.quota_bucket.fill IS NULL;
+COMMENT ON COLUMN rl.quota_bucket.fill_interval IS NULL;
+COMMENT ON COLUMN rl.quota_bucket.burst IS NULL;
+COMMENT ON TABLE rl.quota_client IS NULL;
+COMMENT ON COLUMN rl.quota_client.client IS NULL;
+COMMENT ON COLUMN rl.quota_client.seq IS NULL;
+COMMENT ON COLUMN rl.quota_client.demand IS NULL;
+COMMENT ON COLUMN rl.quota_client.used IS NULL;
+COMMENT ON COLUMN rl.quota_client.denied IS NULL;
+COMMENT ON COLUMN rl.quota_client.since IS NULL;
+COMMENT ON COLUMN rl.quota_client.starved IS NULL;
+COMMENT ON COLUMN rl.quota_client.last_report IS NULL;
+COMMENT ON COLUMN rl.quota_client.last_usage IS NULL;
+COMMENT ON COLUMN rl.quota_client.sent_fill IS NULL;
+COMMENT ON COLUMN rl.quota_client.sent_tokens IS NULL;
+COMMENT ON COLUMN rl.quota_client.prev_fill IS NULL;
+COMMENT ON COLUMN rl.quota_client.prev_tokens IS NULL;
+COMMENT ON COLUMN rl.quota_client.sent_at IS NULL;
+COMMENT ON COLUMN rl.quota_client.acked IS NULL;
+COMMENT ON COLUMN rl.quota_client.refreshed IS NULL;
+COMMENT ON COLUMN rl.quota_client.gone IS NULL;
 
 -- The grants (each is idempotent).
+REVOKE SELECT, INSERT, UPDATE, DELETE ON TABLE rl.quota_bucket FROM rl_admin;
+REVOKE SELECT, INSERT, UPDATE, DELETE ON TABLE rl.quota_client FROM rl_admin;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA rl FROM PUBLIC;
 GRANT USAGE ON SCHEMA rl TO rl_app, rl_admin;
 GRANT EXECUTE ON FUNCTION
@@ -545,3 +571,10 @@ GRANT EXECUTE ON FUNCTION
     rl.drop_fresh_states(text[], text[])
     TO rl_admin;
 GRANT SELECT, UPDATE ON rl.state TO rl_admin;
+
+-- sql/src/steps/0021.down.sql
+
+-- Migration 0021 down, handwritten: drop the RLQS server's tables with their rows (the division restarts; a
+-- server without them holds grants back for one TTL after it starts).
+DROP TABLE rl.quota_client;
+DROP TABLE rl.quota_bucket;

@@ -10,7 +10,10 @@
 -- * rl_admin (NOLOGIN): trusted. It has what rl_app has (it is a member),
 --   rl_expire and rl.lock_states, and SELECT and UPDATE on rl.state with
 --   rl._now() for pgstore's Go/WebAssembly path (lock, decide, write back),
---   and SELECT on the view rl.states.
+--   SELECT on the view rl.states, and the RLQS server's tables
+--   (rl.quota_bucket, rl.quota_client): the server divides global limits
+--   among Envoys, so whoever writes them is trusted as much as whoever
+--   writes rl.state. rl_app has no access.
 DO $do$
 BEGIN
     FOR attempt IN 1 .. 5 LOOP
@@ -85,3 +88,5 @@ GRANT SELECT, UPDATE ON rl.state TO rl_admin;
 
 -- rl.states shows every key: trusted roles only, as rl.state.
 GRANT SELECT ON rl.states TO rl_admin;
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON rl.quota_bucket, rl.quota_client TO rl_admin;

@@ -52,3 +52,68 @@ COMMENT ON COLUMN rl.tenants.role IS
     'the tenant role (an OID: renaming the role keeps the entry; drop the entry when dropping the role)';
 COMMENT ON COLUMN rl.tenants.key_prefix IS
     'a prefix of the keys the role may use, bytewise (not a pattern); end it with a separator such as '':''';
+
+-- rl.quota_bucket and rl.quota_client: the state of rl-wasm-host's RLQS
+-- server (internal/frontend/rlqs, PGStore), so that a restarted server or
+-- another replica continues the division of each global limit. A bucket's
+-- row is locked FOR UPDATE while one report or tick changes it; its client
+-- rows are written only under that lock (docs/rlqs.md, "State in
+-- PostgreSQL").
+CREATE TABLE rl.quota_bucket (
+    key           bytea  PRIMARY KEY,
+    bucket_id     bytea  NOT NULL,
+    fill          bigint NOT NULL,
+    fill_interval bigint NOT NULL,
+    burst         bigint NOT NULL
+);
+
+COMMENT ON TABLE rl.quota_bucket IS
+    'One bucket of the RLQS server: a global limit divided among the clients (Envoys) that report for it. '
+    'Written by the server only; a bucket with no client left is deleted.';
+COMMENT ON COLUMN rl.quota_bucket.key IS 'the server''s key of the bucket: the report''s domain, a zero byte, the bucket_id''s entries sorted, each length-prefixed';
+COMMENT ON COLUMN rl.quota_bucket.bucket_id IS 'the BucketId Envoy named the bucket by, protobuf wire form (envoy.service.rate_limit_quota.v3.BucketId)';
+COMMENT ON COLUMN rl.quota_bucket.fill IS 'quota.Limit.Fill: tokens the whole bucket regains per fill_interval';
+COMMENT ON COLUMN rl.quota_bucket.fill_interval IS 'quota.Limit.FillInterval, µs (whole seconds)';
+COMMENT ON COLUMN rl.quota_bucket.burst IS 'quota.Limit.Burst: the most tokens the clients together may hold';
+
+CREATE TABLE rl.quota_client (
+    key         bytea   NOT NULL REFERENCES rl.quota_bucket (key) ON DELETE CASCADE,
+    client      text    NOT NULL,
+    seq         bigint  NOT NULL,
+    demand      bigint  NOT NULL,
+    used        bigint  NOT NULL,
+    denied      bigint  NOT NULL,
+    since       bigint  NOT NULL,
+    starved     boolean NOT NULL,
+    last_report bigint  NOT NULL,
+    last_usage  bigint  NOT NULL,
+    sent_fill   bigint  NOT NULL,
+    sent_tokens bigint  NOT NULL,
+    prev_fill   bigint  NOT NULL,
+    prev_tokens bigint  NOT NULL,
+    sent_at     bigint  NOT NULL,
+    acked       boolean NOT NULL,
+    refreshed   bigint  NOT NULL,
+    gone        boolean NOT NULL,
+    PRIMARY KEY (key, client)
+);
+
+COMMENT ON TABLE rl.quota_client IS
+    'One client of one RLQS bucket: the exported fields of quota.Client (internal/request/quota). Times are µs since the Unix epoch.';
+COMMENT ON COLUMN rl.quota_client.client IS 'quota.Client.ID: the client''s stream, or the identity it presents in gRPC metadata';
+COMMENT ON COLUMN rl.quota_client.seq IS 'quota.Client.Seq: the sequence number of the last report applied; a report at or below it is a repeat and counts nothing';
+COMMENT ON COLUMN rl.quota_client.demand IS 'quota.Client.Demand: estimated demand, tokens per fill_interval; -1 until measured';
+COMMENT ON COLUMN rl.quota_client.used IS 'quota.Client.Used: requests reported since since and not yet measured (saturates at 2^63-1)';
+COMMENT ON COLUMN rl.quota_client.denied IS 'quota.Client.Denied: the denied ones among used (saturates at 2^63-1)';
+COMMENT ON COLUMN rl.quota_client.since IS 'quota.Client.Since: start of the measurement in progress';
+COMMENT ON COLUMN rl.quota_client.starved IS 'quota.Client.Starved: the last measurement saw requests denied';
+COMMENT ON COLUMN rl.quota_client.last_report IS 'quota.Client.LastReport';
+COMMENT ON COLUMN rl.quota_client.last_usage IS 'quota.Client.LastUsage: the last report with any usage';
+COMMENT ON COLUMN rl.quota_client.sent_fill IS 'quota.Client.Sent.Fill: the last grant sent';
+COMMENT ON COLUMN rl.quota_client.sent_tokens IS 'quota.Client.Sent.Tokens';
+COMMENT ON COLUMN rl.quota_client.prev_fill IS 'quota.Client.Prev.Fill: the largest earlier grant the client may still enforce';
+COMMENT ON COLUMN rl.quota_client.prev_tokens IS 'quota.Client.Prev.Tokens';
+COMMENT ON COLUMN rl.quota_client.sent_at IS 'quota.Client.SentAt: when sent_* was first sent';
+COMMENT ON COLUMN rl.quota_client.acked IS 'quota.Client.Acked: a report has shown the client enforces sent_*';
+COMMENT ON COLUMN rl.quota_client.refreshed IS 'quota.Client.Refreshed: when a grant was last sent (-1 never)';
+COMMENT ON COLUMN rl.quota_client.gone IS 'quota.Client.Gone: the stream closed or the bucket was abandoned; counted until the grant expires';

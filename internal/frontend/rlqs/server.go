@@ -28,11 +28,15 @@
 //
 // State lives in a Store; MemStore keeps it in memory, so a restarted
 // server holds back grants for one TTL plus the guard (quota.Config.HoldUntil)
-// while its predecessor's may still be in force.
+// while its predecessor's may still be in force. PGStore keeps it in
+// PostgreSQL: with KeepsState, a restarted server, or another one over the
+// same database, continues the division where it was.
 package rlqs
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -101,6 +105,9 @@ type Config struct {
 	// MaxBuckets bounds the buckets held, default 10000: a report for a
 	// new bucket beyond it is answered DENY_ALL.
 	MaxBuckets int
+	// OnTickError, if set, hears of every Tick of Run that failed (the
+	// Store unreachable, say); Run tries again a second later.
+	OnTickError func(error)
 }
 
 // Server serves RLQS. Create it with New; call Run to step buckets whose
@@ -111,6 +118,9 @@ type Server struct {
 	rules  []rule
 	now    func() int64
 	nextID atomic.Uint64
+	// instance tells this server's streams from those of other servers
+	// (and of its predecessors) sharing a Store: random.
+	instance string
 
 	mu    sync.Mutex
 	conns map[string]*conn // by client ID
@@ -140,7 +150,12 @@ func New(cfg Config) (*Server, error) {
 		d := cfg.Quota.WithDefaults()
 		cfg.Quota.HoldUntil = cfg.Now() + d.TTL + d.Guard
 	}
-	s := &Server{cfg: cfg, now: cfg.Now, conns: map[string]*conn{}}
+	if qc, ok := cfg.Store.(quotaConfigured); ok {
+		qc.setQuota(cfg.Quota) // it rebuilds buckets: with the same configuration
+	}
+	var inst [8]byte
+	_, _ = rand.Read(inst[:]) // never fails (crypto/rand)
+	s := &Server{cfg: cfg, now: cfg.Now, conns: map[string]*conn{}, instance: hex.EncodeToString(inst[:])}
 	for i, r := range cfg.Rules {
 		l, err := quota.FromCore(r.Limit)
 		if err != nil {
@@ -165,6 +180,11 @@ type conn struct {
 	out     chan *rlqsv3.RateLimitQuotaResponse
 	buckets map[string]bool // keys reported on this stream
 	domain  string
+	// seq numbers the client's reports (quota.Bucket.Report's seq), so
+	// that a report a store applies twice counts once: the server's clock
+	// in µs, or one more than the last when that is not above it,
+	// continued from the client's previous stream on a reconnect.
+	seq atomic.Uint64
 }
 
 // StreamRateLimitQuotas serves one Envoy's stream: every report is applied
@@ -176,6 +196,9 @@ func (s *Server) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlqsv3.Ra
 	s.mu.Lock()
 	old := s.conns[c.id]
 	s.conns[c.id] = c
+	if old != nil {
+		c.seq.Store(old.seq.Load())
+	}
 	s.mu.Unlock()
 	if old != nil {
 		close(old.out) // the client reconnected: its old stream gets nothing more
@@ -220,7 +243,7 @@ func (s *Server) clientID(ctx context.Context) string {
 			}
 		}
 	}
-	return fmt.Sprintf("stream:%d", s.nextID.Add(1))
+	return fmt.Sprintf("stream:%s:%d", s.instance, s.nextID.Add(1))
 }
 
 func (s *Server) read(ctx context.Context, stream grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse], c *conn) error {
@@ -252,6 +275,8 @@ func (s *Server) report(ctx context.Context, c *conn, r *rlqsv3.RateLimitQuotaUs
 		return status.Errorf(codes.InvalidArgument, "rlqs: %d bucket usages in one report, at most %d", n, maxUsages)
 	}
 	now := s.now()
+	seq := max(uint64(max(now, 0)), c.seq.Load()+1)
+	c.seq.Store(seq)
 	for i, u := range r.GetBucketQuotaUsages() {
 		id := u.GetBucketId()
 		if err := checkBucketID(id); err != nil {
@@ -284,7 +309,7 @@ func (s *Server) report(ctx context.Context, c *conn, r *rlqsv3.RateLimitQuotaUs
 			if e.Bucket.Limit() != lim {
 				_ = e.Bucket.SetLimit(lim) // validated by FromCore
 			}
-			e.Bucket.Report(c.id, 0, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), now)
+			e.Bucket.Report(c.id, seq, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), now)
 			acts, bid = e.Bucket.Step(now), e.ID
 		})
 		if full {
@@ -325,7 +350,9 @@ func (s *Server) Tick(ctx context.Context) error {
 	return nil
 }
 
-// Run calls Tick every second until ctx ends.
+// Run calls Tick every second until ctx ends. A Tick that fails is
+// tried again at the next second, Config.OnTickError told of it: a store
+// that is down for a while must not stop the expiries for good.
 func (s *Server) Run(ctx context.Context) error {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -334,8 +361,8 @@ func (s *Server) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			if err := s.Tick(ctx); err != nil && ctx.Err() == nil {
-				return err
+			if err := s.Tick(ctx); err != nil && ctx.Err() == nil && s.cfg.OnTickError != nil {
+				s.cfg.OnTickError(err)
 			}
 		}
 	}

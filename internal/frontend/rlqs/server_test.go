@@ -32,18 +32,25 @@ type fixture struct {
 
 const t0 = int64(1_700_000_000) * quota.Second
 
-func newFixture(t *testing.T, keepsState bool) *fixture {
+func newFixture(t *testing.T, keepsState bool, store Store) *fixture {
+	t.Helper()
+	return newFixtureCfg(t, func(c *Config) { c.KeepsState, c.Store = keepsState, store })
+}
+
+// newFixtureCfg is newFixture with the Config edited by set.
+func newFixtureCfg(t *testing.T, set func(*Config)) *fixture {
 	t.Helper()
 	f := &fixture{}
 	f.now.Store(t0)
-	srv, err := New(Config{
+	cfg := Config{
 		Rules: []Rule{
 			// 100 requests per second, burst 100: 6000 per 60 s.
 			{Domain: "envoy", Match: map[string]string{"name": "api"}, Limit: core.Limit{Algorithm: core.TokenBucket, Limit: 100, Window: quota.Second, Rate: 100}},
 		},
-		KeepsState: keepsState,
-		Now:        f.now.Load,
-	})
+		Now: f.now.Load,
+	}
+	set(&cfg)
+	srv, err := New(cfg)
 	require.NoError(t, err)
 	f.srv = srv
 	lis := bufconn.Listen(1 << 20)
@@ -108,8 +115,10 @@ var api = map[string]string{"name": "api"}
 // Two Envoys share one bucket: the second is raised only after the first
 // has reported since its cut, the raise reaching the second's stream in
 // answer to the first's report; the sums never exceed the limit.
-func TestTwoEnvoysShareABucket(t *testing.T) {
-	f := newFixture(t, true)
+func TestTwoEnvoysShareABucket(t *testing.T) { eachStore(t, testTwoEnvoysShareABucket) }
+
+func testTwoEnvoysShareABucket(t *testing.T, newStore func(*testing.T) Store) {
+	f := newFixture(t, true, newStore(t))
 	a, b := f.open(t), f.open(t)
 
 	report(t, a, api, 0, 1, 0) // the first request: denied, no assignment yet
@@ -152,8 +161,10 @@ func TestTwoEnvoysShareABucket(t *testing.T) {
 
 // A bucket no rule matches is denied; a report without a bucket_id (the
 // map shape of an earlier rlqs.proto draft reads so) ends the stream.
-func TestUnmatchedAndMalformed(t *testing.T) {
-	f := newFixture(t, true)
+func TestUnmatchedAndMalformed(t *testing.T) { eachStore(t, testUnmatchedAndMalformed) }
+
+func testUnmatchedAndMalformed(t *testing.T, newStore func(*testing.T) Store) {
+	f := newFixture(t, true, newStore(t))
 	s := f.open(t)
 	report(t, s, map[string]string{"name": "other"}, 1, 0, 0)
 	tb, ttl, id := tokenBucket(t, s)
@@ -177,8 +188,10 @@ func TestUnmatchedAndMalformed(t *testing.T) {
 
 // A server keeping state in memory holds grants back for one TTL plus the
 // guard after it starts: its predecessor's grants may still be in force.
-func TestRestartHold(t *testing.T) {
-	f := newFixture(t, false)
+func TestRestartHold(t *testing.T) { eachStore(t, testRestartHold) }
+
+func testRestartHold(t *testing.T, newStore func(*testing.T) Store) {
+	f := newFixture(t, false, newStore(t))
 	s := f.open(t)
 	report(t, s, api, 0, 1, 0)
 	// Unanswered: the next answer is the DENY_ALL of an unmatched bucket.
@@ -196,8 +209,10 @@ func TestRestartHold(t *testing.T) {
 
 // A closed stream's grant is counted until it expires: a new client gets
 // only what is free until then.
-func TestClosedStreamCountsUntilExpiry(t *testing.T) {
-	f := newFixture(t, true)
+func TestClosedStreamCountsUntilExpiry(t *testing.T) { eachStore(t, testClosedStreamCountsUntilExpiry) }
+
+func testClosedStreamCountsUntilExpiry(t *testing.T, newStore func(*testing.T) Store) {
+	f := newFixture(t, true, newStore(t))
 	a := f.open(t)
 	report(t, a, api, 0, 1, 0)
 	tbA, _, _ := tokenBucket(t, a)

@@ -17,15 +17,11 @@ type Entry struct {
 }
 
 // Store holds the buckets of a Server. A bucket is changed only inside
-// Update, which serialises the changes of one key.
-//
-// A PostgreSQL store would keep one row per bucket (its key and limit) and
-// one per bucket and client (quota.Client's exported fields), lock the
-// bucket's row FOR UPDATE, rebuild the bucket with quota.Bucket.Restore,
-// run fn, and write back the client rows that changed, in one transaction;
-// reports would carry a sequence number per client so that a report
-// applied twice (a retried transaction) counts once (quota.Bucket.Report's
-// seq). Not written yet: see docs/rlqs.md.
+// Update, which serialises the changes of one key. MemStore keeps them in
+// memory; PGStore in PostgreSQL, one row per bucket and one per bucket and
+// client, so that they outlive the server and several servers share them.
+// fn may run more than once for one Update (a store retrying a
+// transaction): the Server numbers reports so that a repeat counts once.
 type Store interface {
 	// Update runs fn on the entry of key. When the key has none, create
 	// makes it (a nil create: do nothing). An entry whose bucket is Empty
