@@ -41,3 +41,19 @@ func TestReadmeServiceQuickStart(t *testing.T) {
 		require.Equal(t, value, r.h.Get(name), "the README's 429: %s", name)
 	}
 }
+
+// TestDocsConfigurations: every configuration docs/service.md shows (a
+// YAML block of rules, or a bare list of them) loads.
+func TestDocsConfigurations(t *testing.T) {
+	b, err := os.ReadFile("../../../docs/service.md")
+	require.NoError(t, err)
+	n := 0
+	for _, part := range strings.Split(string(b), "```yaml\n")[1:] {
+		block, _, ok := strings.Cut(part, "```\n")
+		require.True(t, ok)
+		_, err := ParseConfig("docs/service.md", "yaml", []byte(block))
+		require.NoError(t, err, "docs/service.md:\n%s", block)
+		n++
+	}
+	require.GreaterOrEqual(t, n, 3, "docs/service.md shows its configurations in yaml blocks")
+}
