@@ -9,7 +9,7 @@ import (
 )
 
 // The plugin configurations of the Envoy and Istio examples (examples/,
-// which the READMEs show; tests/examples checks the Envoy and Istio sides)
+// which docs/envoy.md shows; tests/examples checks the Envoy and Istio sides)
 // load as the filter loads them at on_configure.
 func TestExampleConfigurations(t *testing.T) {
 	read := func(path string) map[string]any {

@@ -134,11 +134,11 @@ func TestRLSCheckConfig(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 }
 
-// The README names exactly rl's extensions of envoyproxy/ratelimit's
+// docs/envoy.md names exactly rl's extensions of envoyproxy/ratelimit's
 // format, in its sentence and in its table of fields, so that a file
 // without them moves both ways.
 func TestReadmeListsRLSExtensions(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
+	readme, err := os.ReadFile("../../docs/envoy.md")
 	require.NoError(t, err)
 	sentence := regexp.MustCompile("rl's extensions are exactly \\w+ fields of `rate_limit`: ([^.]*)\\.").FindSubmatch(readme)
 	require.NotNil(t, sentence)

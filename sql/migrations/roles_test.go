@@ -204,7 +204,7 @@ func TestDefinerRunsNoCallerCode(t *testing.T) {
 	require.Equal(t, int64(1), n)
 }
 
-// definerListStart and definerListEnd delimit sql/README.md's list of the
+// definerListStart and definerListEnd delimit docs/postgresql.md's list of the
 // SECURITY DEFINER functions, which TestDefinerFunctions holds the catalog
 // to.
 const (
@@ -213,7 +213,7 @@ const (
 )
 
 // TestDefinerFunctions holds every SECURITY DEFINER function in schema rl
-// to the rules in sql/README.md ("Definer rights"): it is on the README's
+// to the rules in docs/postgresql.md ("Definer rights"): it is on the page's
 // list and the list has nothing else; its search_path is pinned to
 // pg_catalog, rl, pg_temp (pg_temp last); its arguments and result are of
 // types from pg_catalog or rl (no polymorphic or caller-defined type to
@@ -224,11 +224,11 @@ const (
 func TestDefinerFunctions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../../docs/postgresql.md")
 	require.NoError(t, err)
 	doc := string(readme)
 	i, j := strings.Index(doc, definerListStart), strings.Index(doc, definerListEnd)
-	require.True(t, i >= 0 && j > i, "sql/README.md has no definer list between %q and %q", definerListStart, definerListEnd)
+	require.True(t, i >= 0 && j > i, "docs/postgresql.md has no definer list between %q and %q", definerListStart, definerListEnd)
 	var listed []string
 	for _, m := range regexp.MustCompile("(?m)^- `(rl\\.[^`]+)`").FindAllStringSubmatch(doc[i:j], -1) {
 		listed = append(listed, m[1])
@@ -288,7 +288,7 @@ func TestDefinerFunctions(t *testing.T) {
 			require.False(t, rlFunc[m[1]], "%s: calls %s( without the schema rl.", f.sig, m[1])
 		}
 	}
-	require.Equal(t, listed, found, "sql/README.md's definer list differs from the catalog")
+	require.Equal(t, listed, found, "docs/postgresql.md's definer list differs from the catalog")
 
 	// The trigger function itself runs with the caller's rights.
 	var secdef bool

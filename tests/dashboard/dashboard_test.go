@@ -1,7 +1,7 @@
 // Package dashboard_test holds the committed Grafana dashboard
 // (docs/grafana/rl-wasm-host.json), the alerting rules
 // (deploy/prometheus/alerts.yaml) and the metrics reference table of
-// cmd/rl-wasm-host/README.md to what rl-wasm-host's /metrics exports: every
+// docs/operations.md to what rl-wasm-host's /metrics exports: every
 // metric a panel, variable, annotation or alert queries exists with every
 // label the query names, and every metric the service exports is in the
 // table. With Debian's package prometheus it also runs the dashboard's
@@ -32,7 +32,7 @@ import (
 
 const (
 	dashboardFile = "../../docs/grafana/rl-wasm-host.json"
-	readmeFile    = "../../cmd/rl-wasm-host/README.md"
+	readmeFile    = "../../docs/operations.md"
 )
 
 // family is one exported metric: its type, help text and label names.
@@ -331,7 +331,7 @@ func TestParsePromQL(t *testing.T) {
 var tableRow = regexp.MustCompile("(?m)^\\| `([a-z_:]+)` \\|")
 
 // TestReadmeListsEveryMetric: the metrics reference table of
-// cmd/rl-wasm-host/README.md names every rl_ metric /metrics exports (and
+// docs/operations.md names every rl_ metric /metrics exports (and
 // no metric it does not), with the labels it has.
 func TestReadmeListsEveryMetric(t *testing.T) {
 	fams := exported(t)
@@ -339,7 +339,7 @@ func TestReadmeListsEveryMetric(t *testing.T) {
 	require.NoError(t, err)
 	readme := string(b)
 	start := strings.Index(readme, "## Metrics reference")
-	require.GreaterOrEqual(t, start, 0, "README has a metrics reference")
+	require.GreaterOrEqual(t, start, 0, "docs/operations.md has a metrics reference")
 	end := strings.Index(readme[start+1:], "\n## ")
 	table := readme[start:]
 	if end >= 0 {
@@ -361,18 +361,18 @@ func TestReadmeListsEveryMetric(t *testing.T) {
 	for _, name := range names {
 		line, ok := listed[name]
 		if !ok {
-			t.Errorf("README's metrics reference does not list %s", name)
+			t.Errorf("docs/operations.md's metrics reference does not list %s", name)
 			continue
 		}
 		for l := range fams[name].labels {
 			if !strings.Contains(line, "`"+l+"`") {
-				t.Errorf("README's row of %s does not name its label %q", name, l)
+				t.Errorf("docs/operations.md's row of %s does not name its label %q", name, l)
 			}
 		}
 	}
 	for name := range listed {
 		if fams[name] == nil {
-			t.Errorf("README lists %s, which /metrics does not export", name)
+			t.Errorf("docs/operations.md lists %s, which /metrics does not export", name)
 		}
 	}
 }

@@ -206,10 +206,10 @@ func TestEnvoyRateLimitService(t *testing.T) {
 	checkReferences(t, path, ec)
 
 	// The domain the filter sends is configured in examples/ratelimit (the
-	// -rls-config directory the README runs), and every descriptor key its
+	// -rls-config directory the README and docs/envoy.md run), and every descriptor key its
 	// routes send is one of that domain's.
 	cfg, err := rls.LoadConfig(filepath.Join(root, "examples/ratelimit"))
-	require.NoError(t, err, "examples/ratelimit: the -rls-config of the README's run line")
+	require.NoError(t, err, "examples/ratelimit: the -rls-config of the run lines in README.md and docs/envoy.md")
 	require.Len(t, ec.domains, 1)
 	files, err := filepath.Glob(filepath.Join(root, "examples/ratelimit/*.yaml"))
 	require.NoError(t, err)

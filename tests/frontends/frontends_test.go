@@ -358,8 +358,8 @@ func settleAPI(t *testing.T, base string, s frontends.Step) {
 // TestGRPC runs the table through the Envoy rate limit service: the key as
 // the descriptor entry user=<key>, the cost as the descriptor's
 // hits_addend. Envoy's protocol has no settle: cases with a response cost
-// are not run (cmd/rl-wasm-host/README.md, settling with the rate limit
-// service), nor are cases keyed by ip (Case.On).
+// are not run (docs/envoy.md: the gRPC service has no settle), nor are
+// cases keyed by ip (Case.On).
 func TestGRPC(t *testing.T) {
 	for _, c := range frontends.Cases {
 		if !c.On(frontends.GRPC) {

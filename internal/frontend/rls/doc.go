@@ -2,7 +2,7 @@
 // envoy.service.ratelimit.v3.RateLimitService (ShouldRateLimit) deciding
 // with the same store and clock as the HTTP service it runs beside
 // (internal: its configuration and behaviour are the command's interface,
-// documented in cmd/rl-wasm-host/README.md).
+// documented in docs/envoy.md).
 //
 // Configuration is envoyproxy/ratelimit's format, every field of it, read
 // by LoadConfig from a file or a directory of files (one domain each):

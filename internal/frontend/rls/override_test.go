@@ -206,20 +206,17 @@ func readmeYAML(t *testing.T, path, heading string, i int) string {
 	return yaml
 }
 
-// TestOverridesReadmeExample: the examples of README.md's "Per-key
-// overrides" (the gRPC form) and of cmd/rl-wasm-host/README.md's
-// "Per-value overrides" load and decide as the text says, and a reload
-// adding an override (of another unit than the generic limit's) carries a
-// value's usage.
+// TestOverridesReadmeExample: the example of docs/envoy.md's "Per-value
+// overrides" loads and decides as the text says, and a reload adding an
+// override (of another unit than the generic limit's) carries a value's
+// usage.
 func TestOverridesReadmeExample(t *testing.T) {
-	// The project README's shorter example (its second YAML block there).
-	e := newEnv(t, readmeYAML(t, "../../../README.md", "### Per-key overrides\n", 1), envOpts{})
-	for v, want := range map[string]int{"tenant-a:u1": 50, "tenant-b:ops": 200, "tenant-b:u1": 10} {
-		require.Equal(t, want, e.admitted(t, want+5, "api", d("user", v)), v)
+	yaml := readmeYAML(t, "../../../docs/envoy.md", "#### Per-value overrides\n", 0)
+	e := newEnv(t, yaml, envOpts{})
+	// The generic limit per value, and a wildcard's, admit what they say.
+	for v, want := range map[string]int{"k-1": 100, "tenant-a:u1": 1000} {
+		require.Equal(t, want, e.admitted(t, want+5, "api", d("api_key", v)), v)
 	}
-
-	yaml := readmeYAML(t, "../../../cmd/rl-wasm-host/README.md", "#### Per-value overrides\n", 0)
-	e = newEnv(t, yaml, envOpts{})
 	limitOf := func(desc ...string) uint32 {
 		return e.call(t, "api", d(desc...)).Statuses[0].CurrentLimit.RequestsPerUnit
 	}

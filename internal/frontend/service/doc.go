@@ -1,6 +1,6 @@
 // Package service is the rate-limiting HTTP service that cmd/rl-wasm-host
 // runs (internal: its configuration language and JSON API are the
-// command's interface, documented in cmd/rl-wasm-host/README.md, not a Go
+// command's interface, documented in docs/service.md, not a Go
 // API): a JSON decision API, a reverse proxy filter and the operations
 // endpoints, over rules read from a YAML or JSON file.
 //

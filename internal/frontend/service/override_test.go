@@ -304,28 +304,26 @@ func readmeYAML(t *testing.T, path, heading string, i int) string {
 	return yaml
 }
 
-// TestOverrideReadmeExample: the examples of README.md's and
-// cmd/rl-wasm-host/README.md's "Per-key overrides" load and decide as the
-// text says.
+// TestOverrideReadmeExample: the example of docs/service.md's "Per-key
+// overrides" loads and decides as the text says.
 func TestOverrideReadmeExample(t *testing.T) {
-	// The project README's shorter example loads, and decides by its
-	// overrides.
-	e := newEnv(t, readmeYAML(t, "../../../README.md", "### Per-key overrides\n", 0), nil)
+	// The example loads, and decides by its overrides.
+	e := newEnv(t, readmeYAML(t, "../../../docs/service.md", "### Per-key overrides\n", 0), nil)
 	// A client that sets X-Tenant-User itself gets tenant A's tier, afresh
-	// for each new key: what the README warns of (SECURITY.md, known
+	// for each new key: what the docs warn of (docs/security.md, known
 	// limits), so its example's header must come from a trusted layer.
 	for key, want := range map[string]int{"tenant-a:u1": 50, "tenant-b:ops": 200, "tenant-b:u1": 10, "tenant-a:random-1": 50, "tenant-a:random-2": 50} {
 		n, _ := admitsRule(t, e, key, "api")
 		require.Equal(t, want, n, key)
 	}
-	require.Contains(t, readmeYAML(t, "../../../README.md", "### Per-key overrides\n", 0), "never by the client")
+	require.Contains(t, readmeYAML(t, "../../../docs/service.md", "### Per-key overrides\n", 0), "never by the client")
 	for key, want := range map[string]string{"198.51.100.7": "key_prefix:198.51.100.0/24", "198.51.10.7": "",
 		"2001:db8:42:1::/64": "key_prefix:2001:db8:42::/48", "2001:db8:4:2::/64": ""} {
 		r := e.post(t, "peek", `{"rule":"partners","key":"`+key+`"}`)
 		require.Equal(t, want, r.decision(t).Override, key)
 	}
 
-	e = newEnv(t, readmeYAML(t, "../../../cmd/rl-wasm-host/README.md", "### Per-key overrides\n", 0), nil)
+	e = newEnv(t, readmeYAML(t, "../../../docs/service.md", "### Per-key overrides\n", 0), nil)
 	full := e.svc.Config()
 	for key, want := range map[string]string{
 		"tenant-a:u42": "key_prefix:tenant-a:", "tenant-a:": "key_prefix:tenant-a:", "tenant-a:batch-7": "key_prefix:tenant-a:batch-",
