@@ -102,6 +102,21 @@ const (
 	Abandon
 )
 
+// String names the kind as the protocol does.
+func (k Kind) String() string {
+	switch k {
+	case TokenBucket:
+		return "token_bucket"
+	case DenyAll:
+		return "deny_all"
+	case AllowAll:
+		return "allow_all"
+	case Abandon:
+		return "abandon"
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
 // Action is one bucket action of the server, checked (parseAction).
 type Action struct {
 	Kind Kind
@@ -149,7 +164,7 @@ type Bucket struct {
 // bucketStats are a bucket's counters since it was made.
 type bucketStats struct {
 	allowedReqs, deniedReqs, fallbackReqs atomic.Int64
-	assignments, clamped                  atomic.Int64
+	assignments, clamped, fresh           atomic.Int64
 }
 
 // Stats are a bucket's counters since it was made.
@@ -161,6 +176,11 @@ type Stats struct {
 	// Assignments counts the assignments applied (abandons included);
 	// Clamped those above the ceiling, applied as the ceiling.
 	Assignments, Clamped int64
+	// Fresh sums the tokens assignments made available at once, beyond
+	// what the local bucket carried: all of an assignment's max_tokens
+	// when none was live before it, the raise of max_tokens otherwise.
+	// It is the replica's part of ε in the bound (docs/rlqs.md).
+	Fresh int64
 	// Live reports whether an assignment is in force at the time asked.
 	Live bool
 }
@@ -191,7 +211,7 @@ func (b *Bucket) Spec() BucketSpec { return b.spec }
 func (b *Bucket) Stats(now int64) Stats {
 	a := b.cur.Load()
 	return Stats{Allowed: b.stats.allowedReqs.Load(), Denied: b.stats.deniedReqs.Load(), Fallback: b.stats.fallbackReqs.Load(),
-		Assignments: b.stats.assignments.Load(), Clamped: b.stats.clamped.Load(), Live: a != nil && now < a.expires}
+		Assignments: b.stats.assignments.Load(), Clamped: b.stats.clamped.Load(), Fresh: b.stats.fresh.Load(), Live: a != nil && now < a.expires}
 }
 
 // limit returns the compiled limit deciding at now: the live assignment's,
@@ -319,22 +339,47 @@ var errAction = errors.New("quotaclient: action refused")
 // assignment it makes holds until now + TTL. A token bucket above the
 // ceiling's burst or rate is clamped to it; ALLOW_ALL is the ceiling.
 func (b *Bucket) Apply(a Action, now int64) error {
+	_, err := b.apply(a, now)
+	return err
+}
+
+// apply is Apply; changed reports an assignment other than the one live
+// before (not an extension).
+func (b *Bucket) apply(a Action, now int64) (changed bool, err error) {
 	b.stats.assignments.Add(1)
+	next := &assignment{act: a, expires: now + a.TTL}
 	switch a.Kind {
 	case Abandon:
 		b.cur.Store(nil)
 		b.dormant.Store(true)
-		return nil
+		return true, nil
 	case DenyAll:
-		b.cur.Store(&assignment{act: a, deny: true, expires: now + a.TTL})
-		return nil
+		next.deny = true
 	case AllowAll:
-		b.cur.Store(&assignment{act: a, c: b.ceil, expires: now + a.TTL})
-		return nil
+		next.c = b.ceil
 	case TokenBucket:
+		if next.c, next.clamped, err = b.tokenBucket(a); err != nil {
+			return false, err
+		}
 	default:
-		return fmt.Errorf("%w: unknown kind %d", errAction, a.Kind)
+		return false, fmt.Errorf("%w: unknown kind %d", errAction, a.Kind)
 	}
+	prev := b.cur.Swap(next)
+	live := prev != nil && now < prev.expires
+	switch {
+	case next.deny:
+		return !live || !prev.deny, nil
+	case live && !prev.deny:
+		raise := next.c.Limit().Limit - prev.c.Limit().Limit
+		b.stats.fresh.Add(max(0, raise))
+		return next.c.Limit() != prev.c.Limit(), nil
+	}
+	b.stats.fresh.Add(next.c.Limit().Limit)
+	return true, nil
+}
+
+// tokenBucket is a TokenBucket action's limit, clamped to the ceiling.
+func (b *Bucket) tokenBucket(a Action) (core.Compiled, bool, error) {
 	lim := core.Limit{Algorithm: core.TokenBucket, Limit: a.MaxTokens, Rate: a.TokensPerFill, Window: a.FillInterval}
 	cl := b.ceil.Limit()
 	clamped := false
@@ -349,11 +394,10 @@ func (b *Bucket) Apply(a Action, now int64) error {
 	}
 	c, err := core.Compile(lim)
 	if err != nil {
-		return fmt.Errorf("%w: token bucket %d tokens, %d per %dµs: %v", errAction, a.MaxTokens, a.TokensPerFill, a.FillInterval, err)
+		return core.Compiled{}, false, fmt.Errorf("%w: token bucket %d tokens, %d per %dµs: %v", errAction, a.MaxTokens, a.TokensPerFill, a.FillInterval, err)
 	}
 	if clamped {
 		b.stats.clamped.Add(1)
 	}
-	b.cur.Store(&assignment{act: a, c: c, expires: now + a.TTL, clamped: clamped})
-	return nil
+	return c, clamped, nil
 }

@@ -239,3 +239,31 @@ func TestParseAction(t *testing.T) {
 		})
 	}
 }
+
+// TestBucketFresh: the tokens assignments add at once, ε's part.
+func TestBucketFresh(t *testing.T) {
+	b := testBucket(t, nil)
+	steps := []struct {
+		at      int64
+		a       Action
+		changed bool
+		fresh   int64
+	}{
+		{0, *tb(5, 1, 60*sec, 2*sec), true, 5},         // the first: full
+		{sec, *tb(5, 1, 60*sec, 2*sec), false, 5},      // an extension: nothing
+		{sec, *tb(8, 1, 60*sec, 2*sec), true, 8},       // a raise: its 3
+		{sec, *tb(4, 1, 60*sec, 2*sec), true, 8},       // a cut: nothing
+		{10 * sec, *tb(4, 1, 60*sec, 2*sec), true, 12}, // after an expiry: full
+		{10 * sec, Action{Kind: DenyAll, TTL: sec}, true, 12},
+		{10 * sec, *tb(2, 1, 60*sec, 2*sec), true, 14}, // after DENY_ALL: full
+	}
+	for i, s := range steps {
+		changed, err := b.apply(s.a, t0+s.at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := b.Stats(t0 + s.at); changed != s.changed || st.Fresh != s.fresh {
+			t.Fatalf("step %d: changed %v, fresh %d; want %v, %d", i, changed, st.Fresh, s.changed, s.fresh)
+		}
+	}
+}

@@ -319,8 +319,15 @@ func (c *Client) apply(r *rlqsv3.RateLimitQuotaResponse) {
 			continue
 		}
 		a, err := parseAction(ba)
+		changed := false
 		if err == nil {
-			err = b.Apply(a, now)
+			changed, err = b.apply(a, now)
+		}
+		if changed {
+			st := b.Stats(now)
+			c.cfg.Logger.Info("rlqs client: assignment changed", "server", c.cfg.Address, "bucket", b.spec.ID, "kind", a.Kind.String(),
+				"max_tokens", a.MaxTokens, "tokens_per_fill", a.TokensPerFill, "fill_interval_us", a.FillInterval, "ttl_us", a.TTL,
+				"fresh_total", st.Fresh, "clamped_total", st.Clamped)
 		}
 		if err != nil {
 			c.refused.Add(1)
