@@ -1,6 +1,7 @@
 package service
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -105,5 +106,28 @@ func TestGlobalConfigSameBucketTwice(t *testing.T) {
 	_, err = ParseConfig("x.yaml", "yaml", []byte(globalRule+strings.Replace(second, "domain: edge", "domain: other", 1)))
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestGlobalConfigDocs: the example of docs/rlqs.md's client section is a
+// valid configuration, read as the docs say.
+func TestGlobalConfigDocs(t *testing.T) {
+	b, err := os.ReadFile("../../../docs/rlqs.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "## rl-wasm-host as a client")
+	_, block, ok2 := strings.Cut(sec, "```yaml\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("docs/rlqs.md has no YAML example in its client section")
+	}
+	cfg, err := ParseConfig("rlqs.md.yaml", "yaml", []byte(block))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := cfg.Rules[0].Global
+	if g == nil || g.Domain != DefaultGlobalDomain || g.ReportInterval != time.Second || g.Fallback == nil || g.Fallback.Limit != 5 {
+		t.Fatalf("global %+v", g)
 	}
 }
