@@ -204,6 +204,19 @@ type replica struct {
 	api atomic.Pointer[string]
 	// gone holds the processes this slot ran before, for their ε.
 	gone []*proc
+	// started is closed when the slot's next process is stored.
+	mu      sync.Mutex
+	started chan struct{}
+}
+
+// next is closed when the slot has a new process.
+func (r *replica) next() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.started == nil {
+		r.started = make(chan struct{})
+	}
+	return r.started
 }
 
 var client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: time.Minute}
@@ -251,13 +264,19 @@ func load(fleet []*replica, workers int, stop <-chan struct{}) (*tally, func()) 
 						return
 					default:
 					}
+					next := r.next()
 					t0 := time.Now()
 					ok, err := check(*r.api.Load())
 					d := time.Since(t0)
 					switch {
 					case err != nil:
+						// The replica is down: wait for its next
+						// process rather than spin.
 						tl.failed.Add(1)
-						time.Sleep(time.Millisecond) // a replica restarting: do not spin
+						select {
+						case <-next:
+						case <-stop:
+						}
 						continue
 					case ok:
 						tl.admitted.Add(1)
@@ -344,6 +363,12 @@ func startReplica(t *testing.T, dir, name string, r *replica) {
 	api := "http://" + p.addr(t, "api")
 	r.p.Store(p)
 	r.api.Store(&api)
+	r.mu.Lock()
+	if r.started != nil {
+		close(r.started)
+		r.started = nil
+	}
+	r.mu.Unlock()
 }
 
 func TestGlobalLimitAcrossProcesses(t *testing.T) {

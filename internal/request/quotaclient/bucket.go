@@ -204,6 +204,15 @@ func newBucket(spec BucketSpec) (*Bucket, error) {
 	return b, nil
 }
 
+// same reports whether s is the bucket's spec.
+func (b *Bucket) same(s *BucketSpec) bool {
+	o := &b.spec
+	if o.Key() != s.Key() || o.Ceiling != s.Ceiling || o.RetryAfter != s.RetryAfter || (o.Fallback == nil) != (s.Fallback == nil) {
+		return false
+	}
+	return o.Fallback == nil || *o.Fallback == *s.Fallback
+}
+
 // Spec returns the spec the bucket was made with.
 func (b *Bucket) Spec() BucketSpec { return b.spec }
 

@@ -129,8 +129,10 @@ func (c *Client) Config() Config { return c.cfg }
 
 // Bucket registers the bucket spec describes and returns it; it is
 // reported from the next report on. A bucket of the same id already
-// registered is replaced by one of the new spec that keeps its
-// assignment and its state (a configuration reload changes no grant).
+// registered is returned as it is when its spec is the same (a reload
+// that changes nothing shares it), else replaced by one of the new spec
+// that keeps its assignment and its state (a configuration reload changes
+// no grant).
 func (c *Client) Bucket(spec BucketSpec) (*Bucket, error) {
 	b, err := newBucket(spec)
 	if err != nil {
@@ -138,7 +140,9 @@ func (c *Client) Bucket(spec BucketSpec) (*Bucket, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if old := c.buckets[b.key]; old != nil {
+	if old := c.buckets[b.key]; old != nil && old.same(&b.spec) {
+		return old, nil
+	} else if old != nil {
 		old.mu.Lock()
 		b.state = old.state
 		old.mu.Unlock()

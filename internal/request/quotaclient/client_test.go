@@ -190,3 +190,43 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestClientBucketReload: registering a bucket again with the same spec
+// returns the same bucket; with another spec, a new one that keeps the
+// assignment and the units used.
+func TestClientBucketReload(t *testing.T) {
+	c, err := New(Config{Address: "127.0.0.1:1", Domain: "rl", MinBackoff: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	spec := BucketSpec{ID: map[string]string{"name": "api"}, Ceiling: ceiling100, RetryAfter: sec}
+	b1, err := c.Bucket(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b1.Apply(*tb(5, 1, 60*sec, 10*sec), t0); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := b1.Decide(store.Take, t0, 3); !d.Allowed {
+		t.Fatal("denied on a live assignment")
+	}
+	if b, _ := c.Bucket(spec); b != b1 {
+		t.Fatal("the same spec registered again made another bucket")
+	}
+	fb := ceiling100
+	spec.Fallback = &fb
+	b2, err := c.Bucket(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b2 == b1 {
+		t.Fatal("another spec kept the old bucket")
+	}
+	if d, _ := b2.Decide(store.Take, t0, 2); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("new bucket: %+v; want the assignment kept and 3 of its 5 tokens used", d)
+	}
+	if d, _ := b2.Decide(store.Take, t0, 1); d.Allowed {
+		t.Fatal("admitted past the assignment kept")
+	}
+}
