@@ -38,6 +38,7 @@ const (
 )
 
 const serverRules = `report_interval: 1s
+client_id_metadata: x-rlqs-client
 ttl: 3s
 rules:
   - domain: rl-wasm-host
@@ -59,6 +60,7 @@ const replicaRules = `rules:
       rlqs: %s
       bucket: {name: api}
       report_interval: 1s
+      client_id_metadata: x-rlqs-client
 `
 
 var (

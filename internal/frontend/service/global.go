@@ -1,6 +1,7 @@
 package service
 
 import (
+	"crypto/rand"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -28,12 +29,15 @@ func (g *globalPool) bucket(spec RuleSpec, clock rl.Clock, log *slog.Logger) (*q
 	if g.closed {
 		return nil, fmt.Errorf("global: the service is closed")
 	}
-	k := fmt.Sprintf("%s\x00%s\x00%d", gs.Server, gs.Domain, gs.ReportInterval)
+	k := fmt.Sprintf("%s\x00%s\x00%d\x00%s", gs.Server, gs.Domain, gs.ReportInterval, gs.ClientIDMetadata)
 	c := g.clients[k]
 	if c == nil {
+		cfg := quotaclient.Config{Address: gs.Server, Domain: gs.Domain, ReportInterval: gs.ReportInterval, Clock: clock, Logger: log}
+		if gs.ClientIDMetadata != "" {
+			cfg.ClientIDMetadata, cfg.ClientID = gs.ClientIDMetadata, processID()
+		}
 		var err error
-		c, err = quotaclient.New(quotaclient.Config{Address: gs.Server, Domain: gs.Domain, ReportInterval: gs.ReportInterval,
-			Clock: clock, Logger: log})
+		c, err = quotaclient.New(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("global: %w", err)
 		}
@@ -49,6 +53,12 @@ func (g *globalPool) bucket(spec RuleSpec, clock rl.Clock, log *slog.Logger) (*q
 	}
 	return b, nil
 }
+
+// processID is this process's identity as an RLQS client: random, drawn
+// once, so a reopened stream continues the process's grant and a
+// restarted process is a new client (its first bucket starts full: the
+// server must count it as another client's, not continue the old grant).
+var processID = sync.OnceValue(func() string { return "rl-wasm-host-" + rand.Text() })
 
 // close ends every client's stream.
 func (g *globalPool) close() {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rlcore/rl"
@@ -31,6 +32,12 @@ type GlobalSpec struct {
 	// "report_interval", 100ms to 1m; default 1s). Give the server's
 	// report_interval the same value.
 	ReportInterval time.Duration
+	// ClientIDMetadata, if set, is the gRPC metadata key (field
+	// "client_id_metadata") under which each stream names this process
+	// (a random identity drawn at its start), so that a server with the
+	// same client_id_metadata continues the process's grant when its
+	// stream is reopened.
+	ClientIDMetadata string
 	// Fallback is what this replica admits on its own while it holds no
 	// live assignment (none yet, expired, abandoned): a limit of its own
 	// (field "fallback"), or, nil, nothing.
@@ -48,6 +55,7 @@ type globalJSON struct {
 	Domain         ruleconfig.String `json:"domain"`
 	Bucket         bucketJSON        `json:"bucket"`
 	ReportInterval ruleconfig.String `json:"report_interval"`
+	ClientIDMeta   ruleconfig.String `json:"client_id_metadata"`
 	Fallback       ruleconfig.Limit  `json:"fallback"`
 }
 
@@ -99,7 +107,7 @@ func (r *ruleJSON) checkGlobal(c *ruleconfig.Checker, spec *RuleSpec) {
 	if !g.Set {
 		return
 	}
-	if !c.Object("global", "a mapping {rlqs, bucket, domain, report_interval, fallback}", &g.Fields) {
+	if !c.Object("global", "a mapping {rlqs, bucket, domain, report_interval, client_id_metadata, fallback}", &g.Fields) {
 		return
 	}
 	out := &GlobalSpec{Domain: DefaultGlobalDomain, ReportInterval: quotaclient.DefaultReportInterval}
@@ -152,6 +160,13 @@ func (r *ruleJSON) checkGlobal(c *ruleconfig.Checker, spec *RuleSpec) {
 			c.Fail("global.report_interval", "%s is outside [%s, %s] (whole milliseconds)", d, quotaclient.MinReportInterval, quotaclient.MaxReportInterval)
 		}
 		out.ReportInterval = d
+	}
+	if s, ok := c.String("global.client_id_metadata", g.ClientIDMeta); ok {
+		if !validMetadataKey(s) {
+			c.Fail("global.client_id_metadata", "%q: want a gRPC metadata key: 1 to 64 bytes of a-z, 0-9, -, _ and ., not starting with \"grpc-\" nor ending with \"-bin\" (e.g. x-rlqs-client)",
+				ruleconfig.Clip(s, 64))
+		}
+		out.ClientIDMetadata = s
 	}
 	if g.Fallback.Set {
 		if lim, ok := ruleconfig.CheckLimit(c, "global.fallback", &g.Fallback); ok {
@@ -213,4 +228,19 @@ func checkGlobals(c *ruleconfig.Checker, rules []RuleSpec) {
 // globalLimit is the rule's one limit as core's.
 func globalLimit(l rl.Limit) core.Limit {
 	return core.Limit{Algorithm: l.Algorithm, Limit: l.Limit, Window: l.Window.Microseconds(), Rate: l.Rate}
+}
+
+// validMetadataKey reports whether s can name a gRPC metadata entry of
+// text: lower case, not reserved by gRPC, not binary.
+func validMetadataKey(s string) bool {
+	if s == "" || len(s) > 64 || strings.HasPrefix(s, "grpc-") || strings.HasSuffix(s, "-bin") {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
 }

@@ -23,6 +23,7 @@ const globalRule = `rules:
       bucket: {name: api, tier: gold}
       domain: edge
       report_interval: 2s
+      client_id_metadata: x-rlqs-client
       fallback: {strategy: token, limit: 5, rate: 1, window: 1s}
 `
 
@@ -35,7 +36,7 @@ func TestGlobalConfig(t *testing.T) {
 	want := GlobalSpec{Server: "127.0.0.1:8082", Domain: "edge", Bucket: map[string]string{"name": "api", "tier": "gold"}, ReportInterval: 2 * time.Second,
 		Fallback: &core.Limit{Algorithm: core.TokenBucket, Limit: 5, Rate: 1, Window: 1_000_000}}
 	if g == nil || g.Server != want.Server || g.Domain != want.Domain || len(g.Bucket) != 2 || g.Bucket["tier"] != "gold" ||
-		g.ReportInterval != want.ReportInterval || *g.Fallback != *want.Fallback {
+		g.ReportInterval != want.ReportInterval || *g.Fallback != *want.Fallback || g.ClientIDMetadata != "x-rlqs-client" {
 		t.Fatalf("global %+v, want %+v", g, want)
 	}
 	cfg, err = ParseConfig("x.yaml", "yaml", []byte(`rules:
@@ -69,6 +70,9 @@ func TestGlobalConfigErrors(t *testing.T) {
 		{"bucket key twice", "{name: api, tier: gold}", "{name: api, name: b}", "mapping key \"name\" already defined"},
 		{"report_interval short", "report_interval: 2s", "report_interval: 10ms", "global.report_interval: 10ms is outside [100ms, 1m0s]"},
 		{"report_interval bad", "report_interval: 2s", "report_interval: soon", "global.report_interval: \"soon\""},
+		{"client_id_metadata upper case", "client_id_metadata: x-rlqs-client", "client_id_metadata: X-Rlqs", `global.client_id_metadata: "X-Rlqs": want a gRPC metadata key`},
+		{"client_id_metadata reserved", "client_id_metadata: x-rlqs-client", "client_id_metadata: grpc-x", `global.client_id_metadata: "grpc-x"`},
+		{"client_id_metadata binary", "client_id_metadata: x-rlqs-client", "client_id_metadata: x-bin", `global.client_id_metadata: "x-bin"`},
 		{"fallback not a limit", "fallback: {strategy: token, limit: 5, rate: 1, window: 1s}", "fallback: deny", "global.fallback: want an object"},
 		{"fallback invalid", "fallback: {strategy: token, limit: 5, rate: 1, window: 1s}", "fallback: {strategy: token, limit: 0, window: 1s}", "global.fallback.limit: 0 is outside"},
 		{"fallback named", "fallback: {strategy: token,", "fallback: {name: x, strategy: token,", "global.fallback.name: a fallback has no name"},

@@ -15,6 +15,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rlcore/rl/internal/util/clock"
@@ -57,6 +58,11 @@ type Config struct {
 	// (insecure.NewCredentials()): serve RLQS on loopback or a private
 	// network.
 	DialOptions []grpc.DialOption
+	// ClientIDMetadata, if set, is the gRPC metadata key each stream
+	// sends ClientID under, so that a server configured with the same key
+	// (its client_id_metadata) takes a reopened stream for the same client
+	// and continues its grant. Both or neither.
+	ClientIDMetadata, ClientID string
 	// MinBackoff and MaxBackoff bound the wait before a stream is
 	// reopened after it failed: it doubles from MinBackoff to MaxBackoff
 	// (with ±20% jitter), and starts over once a stream has received an
@@ -93,6 +99,9 @@ func New(cfg Config) (*Client, error) {
 		return nil, errors.New("quotaclient: Config.Domain is empty")
 	case cfg.ReportInterval == 0:
 		cfg.ReportInterval = DefaultReportInterval
+	}
+	if (cfg.ClientIDMetadata == "") != (cfg.ClientID == "") {
+		return nil, errors.New("quotaclient: Config.ClientIDMetadata and ClientID go together: set both or neither")
 	}
 	if cfg.ReportInterval < MinReportInterval || cfg.ReportInterval > MaxReportInterval {
 		return nil, fmt.Errorf("quotaclient: report interval %s is outside [%s, %s]", cfg.ReportInterval, MinReportInterval, MaxReportInterval)
@@ -219,6 +228,9 @@ func (c *Client) stream(ctx context.Context) (answered bool, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	c.attempts.Add(1)
+	if c.cfg.ClientIDMetadata != "" {
+		sctx = metadata.AppendToOutgoingContext(sctx, c.cfg.ClientIDMetadata, c.cfg.ClientID)
+	}
 	st, err := rlqsv3.NewRateLimitQuotaServiceClient(c.conn).StreamRateLimitQuotas(sctx)
 	if err != nil {
 		return false, err

@@ -9,6 +9,7 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -24,13 +25,15 @@ type fakeServer struct {
 }
 
 type fakeStream struct {
+	client  []string // the x-rlqs-client metadata
 	reports chan *rlqsv3.RateLimitQuotaUsageReports
 	send    chan *rlqsv3.RateLimitQuotaResponse
 	end     chan struct{}
 }
 
 func (f *fakeServer) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) error {
-	fs := &fakeStream{reports: make(chan *rlqsv3.RateLimitQuotaUsageReports, 100), send: make(chan *rlqsv3.RateLimitQuotaResponse), end: make(chan struct{})}
+	md, _ := metadata.FromIncomingContext(st.Context())
+	fs := &fakeStream{client: md.Get("x-rlqs-client"), reports: make(chan *rlqsv3.RateLimitQuotaUsageReports, 100), send: make(chan *rlqsv3.RateLimitQuotaResponse), end: make(chan struct{})}
 	f.streams <- fs
 	go func() {
 		for {
@@ -89,7 +92,7 @@ func TestClientStream(t *testing.T) {
 	var now atomic.Int64
 	now.Store(t0)
 	c, err := New(Config{Address: addr, Domain: "rl", ReportInterval: MinReportInterval, Clock: now.Load,
-		MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond})
+		MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond, ClientIDMetadata: "x-rlqs-client", ClientID: "r1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +103,9 @@ func TestClientStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	s1 := await.Recv(t, "the first stream", f.streams)
+	if len(s1.client) != 1 || s1.client[0] != "r1" {
+		t.Fatalf("client id metadata %q, want [r1]", s1.client)
+	}
 	r := await.Recv(t, "a report", s1.reports)
 	if r.GetDomain() != "rl" || len(r.GetBucketQuotaUsages()) != 1 || r.GetBucketQuotaUsages()[0].GetBucketId().GetBucket()["name"] != "api" {
 		t.Fatalf("first report %v: want domain rl and the bucket {name: api}", r)
@@ -132,6 +138,9 @@ func TestClientStream(t *testing.T) {
 	}
 	close(s1.end)
 	s2 := await.Recv(t, "the stream reopened", f.streams)
+	if len(s2.client) != 1 || s2.client[0] != "r1" {
+		t.Fatalf("client id metadata %q on the reopened stream, want [r1]", s2.client)
+	}
 	if r := await.Recv(t, "a report on the new stream", s2.reports); r.GetDomain() != "rl" {
 		t.Fatalf("report %v without the domain", r)
 	}
@@ -183,6 +192,7 @@ func TestConfigErrors(t *testing.T) {
 		{Address: "127.0.0.1:1"},
 		{Address: "127.0.0.1:1", Domain: "rl", ReportInterval: time.Millisecond},
 		{Address: "127.0.0.1:1", Domain: "rl", ReportInterval: time.Hour},
+		{Address: "127.0.0.1:1", Domain: "rl", ClientIDMetadata: "x-rlqs-client"},
 	} {
 		if c, err := New(cfg); err == nil {
 			c.Close()
