@@ -37,9 +37,12 @@ const (
 	reserveR = burstB / 4
 )
 
+// serverRules: the bound's second condition is a round trip under the
+// guard; a guard of 2 s keeps it on a loaded machine.
 const serverRules = `report_interval: 1s
 client_id_metadata: x-rlqs-client
 ttl: 3s
+guard: 2s
 rules:
   - domain: rl-wasm-host
     match: {name: api}
