@@ -39,7 +39,9 @@ type Config struct {
 	// Limiter.Close, swept with the limiter's clock.
 	Store store.Store
 	// Policy is the policy of calls that do not name one (Allow, AllowN,
-	// Peek, Reset). It may be nil if every call passes its own.
+	// Peek, Settle, Reset, Wait, Reserve). It may be nil if every call
+	// passes its own (Do with Request.Policy, ResetPolicy); the calls
+	// that name none then fail with ErrNoPolicy.
 	Policy *Policy
 	// BaseKey prefixes every key, keeping limiters that share a store
 	// apart. pgstore keeps a key as BaseKey + ":" + key, so limiters
@@ -77,8 +79,9 @@ type Limiter struct {
 var (
 	// ErrInvalidKey is matched by every *KeyError.
 	ErrInvalidKey = errors.New("rl: invalid key")
-	// ErrNoPolicy: a call without a policy on a Limiter without one.
-	ErrNoPolicy = errors.New("rl: no policy")
+	// ErrNoPolicy: a call without a policy on a Limiter without one
+	// (Config.Policy nil). Its message says what to set.
+	ErrNoPolicy = errors.New("rl: no policy: set Config.Policy, or pass Request.Policy to Do (ResetPolicy for Reset)")
 	// ErrStore is matched by every failure of the store (a down store
 	// also matches store.ErrUnavailable, a busy or full one
 	// store.ErrBusy).
@@ -104,7 +107,12 @@ func (e *KeyError) Error() string {
 }
 func (e *KeyError) Is(target error) bool { return target == ErrInvalidKey }
 
-// New returns a Limiter.
+// New returns a Limiter. cfg.Policy is the policy of the calls that name
+// none (Allow, AllowN, Peek, Settle, Reset, Wait, Reserve). Leave it nil
+// only for a Limiter whose every call passes its own policy, through Do
+// (Request.Policy) and ResetPolicy, as a limiter serving several plans
+// does: then those calls return ErrNoPolicy, whose message says to set
+// Config.Policy. New itself refuses nothing: every field has a default.
 func New(cfg Config) (*Limiter, error) {
 	l := &Limiter{store: cfg.Store, policy: cfg.Policy, base: cfg.BaseKey, clock: cfg.Clock,
 		maxKey: cfg.MaxKeyLength, anyKey: cfg.AnyKey}
@@ -295,7 +303,7 @@ func (l *Limiter) decide(ctx context.Context, op store.Op, key string, cost int6
 	// fromCore does, without fromCore's call (it is too big to inline).
 	i, d, err := l.store.Decide(ctx, store.Request{Policy: p.sp, Prefix: l.base, Key: key, Op: op, Now: now, Cost: cost}, nil)
 	if err != nil {
-		return storeError(key, err)
+		return storeError(key, err, op, now, cost)
 	}
 	lim := &p.src[i]
 	r.Name, r.Window, r.Index, r.Shadow = lim.Name, lim.Window, i, lim.Shadow
@@ -305,10 +313,15 @@ func (l *Limiter) decide(ctx context.Context, op store.Op, key string, cost int6
 	return nil
 }
 
-// storeError wraps an error of the store's Decide.
-func storeError(key string, err error) error {
+// storeError wraps an error of the store's Decide of a call (op, now,
+// cost). The core's bare ErrTime or ErrCost (a store deciding in Go) is
+// described as a core.CallError, naming the value and the range allowed.
+func storeError(key string, err error, op store.Op, now, cost int64) error {
 	var ce core.Error
 	if errors.As(err, &ce) {
+		if err == core.ErrTime || err == core.ErrCost {
+			err = &core.CallError{Code: ce, Now: now, Cost: cost, Settle: op == store.Settle}
+		}
 		return fmt.Errorf("rl: %q: %w", key, err)
 	}
 	return fmt.Errorf("%w: %w", ErrStore, err)
@@ -319,9 +332,10 @@ func storeError(key string, err error) error {
 func (l *Limiter) decideEach(ctx context.Context, op store.Op, key string, cost int64, p *Policy, each []LimitResult, r *Result) error {
 	var buf [MaxLimits]core.Decision
 	ds := buf[:len(p.src)]
-	i, d, err := l.store.Decide(ctx, store.Request{Policy: p.sp, Prefix: l.base, Key: key, Op: op, Now: l.now(), Cost: cost}, ds)
+	now := l.now()
+	i, d, err := l.store.Decide(ctx, store.Request{Policy: p.sp, Prefix: l.base, Key: key, Op: op, Now: now, Cost: cost}, ds)
 	if err != nil {
-		return storeError(key, err)
+		return storeError(key, err, op, now, cost)
 	}
 	for j := range ds {
 		fromCore(&p.src[j], &ds[j], &each[j])

@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"errors"
 	"slices"
 	"testing"
 
@@ -32,12 +33,12 @@ func TestAlgorithms(t *testing.T) {
 		}
 		// Windowed: a rate is refused; otherwise accepted.
 		l := core.Limit{Algorithm: a, Limit: 10, Window: 1_000_000, Rate: 5}
-		if err := l.Validate(); (err == core.ErrRate) != a.Windowed() {
+		if err := l.Validate(); errors.Is(err, core.ErrRate) != a.Windowed() {
 			t.Errorf("%v: Windowed %v, a rate: %v", a, a.Windowed(), err)
 		}
 		// UnitsBounded: limit × window past MaxUnits is ErrUnits.
 		l = core.Limit{Algorithm: a, Limit: 4096, Window: core.MaxWindow}
-		if err := l.Validate(); (err == core.ErrUnits) != a.UnitsBounded() {
+		if err := l.Validate(); errors.Is(err, core.ErrUnits) != a.UnitsBounded() {
 			t.Errorf("%v: UnitsBounded %v, limit × window past MaxUnits: %v", a, a.UnitsBounded(), err)
 		}
 	}
@@ -45,7 +46,7 @@ func TestAlgorithms(t *testing.T) {
 		if a.Valid() || a.String() != "unknown" || a.Names() != nil || a.Windowed() || a.UnitsBounded() {
 			t.Errorf("%d reads as valid", a)
 		}
-		if err := (core.Limit{Algorithm: a, Limit: 1, Window: 1}).Validate(); err != core.ErrAlgorithm {
+		if err := (core.Limit{Algorithm: a, Limit: 1, Window: 1}).Validate(); !errors.Is(err, core.ErrAlgorithm) {
 			t.Errorf("%d: %v", a, err)
 		}
 	}

@@ -24,12 +24,13 @@ type Compiled struct {
 	rdiv      divisor // by rate; prepared by Compile only
 }
 
-// Compile checks l and prepares it for deciding. It returns the Error Take
-// would return for l when l is invalid.
+// Compile checks l and prepares it for deciding. When l is invalid it
+// returns Validate's *LimitError, which matches (errors.Is) the Error Take
+// would return for l.
 func Compile(l Limit) (Compiled, error) {
 	var c Compiled
 	if err := c.set(&l); err != 0 {
-		return Compiled{}, err
+		return Compiled{}, newLimitError(err, &l)
 	}
 	c.wdiv, c.rdiv = newDivisor(l.Window), newDivisor(c.rate)
 	return c, nil

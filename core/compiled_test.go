@@ -135,8 +135,9 @@ func TestCompiledDifferential(t *testing.T) {
 	t.Log(stats)
 }
 
-// TestCompileErrors: Compile returns the Error Take returns for the same
-// limit, and the zero Compiled decides nothing.
+// TestCompileErrors: Compile returns Validate's *LimitError, which matches
+// the Error Take returns for the same limit, and the zero Compiled decides
+// nothing.
 func TestCompileErrors(t *testing.T) {
 	for _, l := range []core.Limit{
 		{},
@@ -149,7 +150,11 @@ func TestCompileErrors(t *testing.T) {
 		_, _, want := core.Take(l, core.State{}, 0, 1)
 		require.Error(t, want)
 		_, err := core.Compile(l)
-		require.Equal(t, want, err, "%+v", l)
+		require.ErrorIs(t, err, want, "%+v", l)
+		var le *core.LimitError
+		require.ErrorAs(t, err, &le, "%+v", l)
+		require.Equal(t, want, le.Code, "%+v", l)
+		require.Equal(t, l.Validate(), err, "%+v", l)
 	}
 	var zero core.Compiled
 	_, _, err := zero.Take(core.State{}, 0, 1)

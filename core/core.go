@@ -234,9 +234,11 @@ type Decision struct {
 	NextAfter int64
 }
 
-// Error is the type of every error the package returns. Its values are
+// Error is the code of every error the package returns. Its values are
 // constants, comparable with == and errors.Is; their numbers are the status
-// codes of the WebAssembly ABI and appear in the SQL functions' messages.
+// codes of the WebAssembly ABI and the SQL functions' SQLSTATEs (RL0NN).
+// The decisions return it bare; Validate and Compile return a *LimitError,
+// which says more and matches its Error with errors.Is.
 type Error int32
 
 // The errors.
@@ -296,11 +298,12 @@ func (e Error) Error() string {
 	return "ratelimit: unknown error"
 }
 
-// Validate reports whether l is a valid limit, returning the Error that
-// Take would return for it.
+// Validate reports whether l is a valid limit: nil, or a *LimitError
+// naming the parameter at fault, its value and the range allowed, which
+// matches (errors.Is) the Error that Take would return for l.
 func (l Limit) Validate() error {
 	if err := l.check(); err != 0 {
-		return err
+		return newLimitError(err, &l)
 	}
 	return nil
 }

@@ -47,8 +47,14 @@
 //
 // Denial is a result (Decision.Allowed == false), not an error. Errors mean
 // the input was invalid: bad parameters, a time outside the range, a corrupt
-// state. They are values of type Error and can be matched with errors.Is.
-// No input makes the package panic.
+// state. The decisions return values of type Error, matched with errors.Is
+// (or ==), and allocate nothing. Validate and Compile return a *LimitError
+// for an invalid limit, which names the parameter, its value, the range
+// allowed and the algorithm in the words the SQL functions and the
+// configuration checker use ("limit 0: outside [1, 1099511627776] for
+// fixed_window"), and matches the same Error with errors.Is; a CallError
+// does the same for a time or a cost, for a caller that knows the call (rl's
+// Limiter builds one). No input makes the package panic.
 //
 // # Carrying usage when a limit changes
 //

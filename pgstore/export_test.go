@@ -1,5 +1,10 @@
 package pgstore
 
+import (
+	"context"
+	"errors"
+)
+
 // QueueLen and InFlight let tests see a Batched store's queue.
 func QueueLen(b *Batched) int {
 	b.mu.Lock()
@@ -22,3 +27,12 @@ func InFlight(b *Batched) int {
 
 // ExpiresAt is expiresAt, for comparing with rl._expires_at.
 func ExpiresAt(now, resetAfter int64) int64 { return expiresAt(now, resetAfter) }
+
+// IsNotMigrated reports whether classify reads err as an unmigrated
+// database.
+func IsNotMigrated(err error) bool {
+	return errors.Is(classify(context.Background(), err), ErrNotMigrated)
+}
+
+// Classify is classify, for a test's own errors.
+func Classify(err error) error { return classify(context.Background(), err) }

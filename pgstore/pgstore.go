@@ -56,7 +56,9 @@
 // instance shares one clock; Config.RequestClock uses the limiter's instead.
 //
 // Errors: invalid input is a core.Error (the functions' SQLSTATE RL0NN
-// mapped back); a server that is down, unreachable or slower than
+// mapped back); a database without rl's schema, or with an older one,
+// gives an error matching ErrNotMigrated that names the fix
+// (migrations.Up, or "rl-migrate up"); a server that is down, unreachable or slower than
 // Config.Timeout gives an error matching store.ErrUnavailable, and a
 // timeout (Config.Timeout, or the server's statement_timeout: SQLSTATE
 // 57014) matches context.DeadlineExceeded too; a canceled caller context
@@ -149,7 +151,9 @@ type Store struct {
 var _ store.Store = (*Store)(nil)
 
 // New returns a Store over pool, whose database must have been migrated
-// (sql/migrations).
+// (migrations.Up of package github.com/rlcore/rl/sql/migrations, or
+// "rl-migrate up"). New does no I/O: on a database that is not, the first
+// call fails with an error matching ErrNotMigrated that says so.
 func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("pgstore: nil pool")
@@ -491,6 +495,47 @@ func (e *unavailable) Is(target error) bool {
 	return target == store.ErrUnavailable || e.timeout && target == context.DeadlineExceeded
 }
 
+// ErrNotMigrated is matched by the error of a call on a database without
+// rl's schema, or with an older one than this package needs (a function
+// or table of the schema rl missing): the database must be migrated first,
+// with migrations.Up (package github.com/rlcore/rl/sql/migrations) or the
+// rl-migrate command ("rl-migrate up"), as the error says. It is a
+// configuration mistake, not an outage: it does not match
+// store.ErrUnavailable.
+var ErrNotMigrated = errors.New("pgstore: database not migrated")
+
+// notMigrated is the error of a call on an unmigrated database: the
+// server's error (an undefined schema, function or table of rl) with what
+// to do.
+type notMigrated struct{ err error }
+
+func (e *notMigrated) Error() string {
+	what := "database not migrated"
+	var pe *pgconn.PgError
+	if errors.As(e.err, &pe) && pe.Code != "3F000" { // the schema is there, older
+		what = "database migrated to an older version than this package needs"
+	}
+	return "pgstore: " + what + ": " + e.err.Error() +
+		`: run migrations.Up(ctx, url) (package github.com/rlcore/rl/sql/migrations) or "rl-migrate up" on it`
+}
+func (e *notMigrated) Unwrap() error        { return e.err }
+func (e *notMigrated) Is(target error) bool { return target == ErrNotMigrated }
+
+// unmigrated reports whether pe says rl's schema, or one of its functions
+// or tables, does not exist: SQLSTATE 3F000 (invalid_schema_name), 42883
+// (undefined_function) or 42P01 (undefined_table) naming the schema rl.
+func unmigrated(pe *pgconn.PgError) bool {
+	switch pe.Code {
+	case "3F000":
+		return strings.Contains(pe.Message, `schema "rl"`)
+	case "42883":
+		return strings.Contains(pe.Message, "function rl.")
+	case "42P01":
+		return strings.Contains(pe.Message, `"rl.`)
+	}
+	return false
+}
+
 // classify maps a pgx error to this package's errors, remembering
 // failures of the database.
 func (s *Store) classify(ctx context.Context, err error) error {
@@ -512,6 +557,9 @@ func classify(ctx context.Context, err error) error {
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
+		if unmigrated(pe) {
+			return &notMigrated{err: err}
+		}
 		if len(pe.Code) == 5 && pe.Code[:3] == "RL0" {
 			if n, perr := strconv.Atoi(pe.Code[3:]); perr == nil && n >= 1 && n <= 10 {
 				return fmt.Errorf("pgstore: %s: %w", pe.Message, core.Error(n))

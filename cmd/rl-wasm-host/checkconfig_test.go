@@ -93,7 +93,7 @@ func TestCheckConfig(t *testing.T) {
 		require.Empty(t, out)
 		require.Contains(t, errs, `rules[0] "a": strategy: unknown strategy "tokn"`)
 		require.Contains(t, errs, `rules[0] "a": ratelimit_fields: "some"`)
-		require.Contains(t, errs, `rules[1] "b": limit: 0 is outside`)
+		require.Contains(t, errs, `rules[1] "b": limit 0: outside`)
 	}
 	code, _, _ = check(filepath.Join(dir, "missing.yaml"), "auto", false)
 	require.Equal(t, 2, code)

@@ -205,7 +205,7 @@ func TestInvalidConfigAtStart(t *testing.T) {
 	require.ErrorAs(t, err, &ee)
 	require.Equal(t, 2, ee.ExitCode())
 	require.Contains(t, string(out), `bad.yaml: rules[0] "a": strategy: unknown strategy "tokn"`)
-	require.Contains(t, string(out), `bad.yaml: rules[1] "b": limit: 0 is outside`)
+	require.Contains(t, string(out), `bad.yaml: rules[1] "b": limit 0: outside`)
 
 	out, err = exec.Command(binary(t), "-decider", "nope", "-config", "sample.yaml", "-listen", "127.0.0.1:0").CombinedOutput()
 	require.Error(t, err)
@@ -285,7 +285,7 @@ func TestEndToEnd(t *testing.T) {
 	writeFile(t, cfg, `{"rules":[{"endpoint":"/v1/pay","strategy":"token_bucket","limit":-1,"window":"10s"}]}`)
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
 	line := p.waitLog(t, "config reload failed")
-	require.Contains(t, line, `rules[0] \"/v1/pay\": limit: -1 is outside`)
+	require.Contains(t, line, `rules[0] \"/v1/pay\": limit -1: outside`)
 	require.Equal(t, int64(5), limitOf())
 	_, _, metrics := call(t, "GET", api+"/metrics", "")
 	require.Contains(t, metrics, `rl_config_reloads_total{result="failure"} 1`)

@@ -1346,6 +1346,70 @@ BEGIN
 END
 $function$;
 
+-- rl.us_to_interval is µs as an interval, for people reading a result of
+-- the functions (retry_after_us, reset_after_us, ...); a negative value,
+-- -1 for never, is NULL.
+CREATE FUNCTION rl.us_to_interval(us bigint) RETURNS interval
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN CASE WHEN us >= 0 THEN us * interval '1 microsecond' END;
+COMMENT ON FUNCTION rl.us_to_interval(bigint) IS 'µs as an interval; a negative value (-1: never) is NULL';
+
+-- rl.us_to_timestamptz is a time in µs since the Unix epoch (now_us,
+-- rl.state.expires_at) as a timestamptz, exact to the µs.
+CREATE FUNCTION rl.us_to_timestamptz(us bigint) RETURNS timestamptz
+    LANGUAGE sql STABLE STRICT PARALLEL SAFE
+    RETURN pg_catalog.to_timestamp(0) + us * interval '1 microsecond';
+COMMENT ON FUNCTION rl.us_to_timestamptz(bigint) IS 'a time in µs since the Unix epoch as a timestamptz';
+
+-- rl.readable is a decision of rl_allow, rl_peek or rl_settle (and their
+-- _us forms) for people: durations as intervals, instants as timestamptz;
+-- retry_after and retry_at are NULL when the cost can never pass (-1 in
+-- retry_after_us). Call it in FROM, after the decision, so that the
+-- decision runs once: SELECT r.* FROM rl.rl_allow(...) d, rl.readable(d) r.
+CREATE FUNCTION rl.readable(d rl.decision, OUT allowed boolean, OUT lim bigint, OUT remaining bigint,
+                            OUT retry_after interval, OUT reset_after interval, OUT delay interval,
+                            OUT next_after interval, OUT decided_at timestamptz, OUT retry_at timestamptz,
+                            OUT reset_at timestamptz)
+    LANGUAGE sql STABLE PARALLEL SAFE
+AS $fn$
+        SELECT d.allowed, d.lim, d.remaining, rl.us_to_interval(d.retry_after_us), rl.us_to_interval(d.reset_after_us),
+               rl.us_to_interval(d.delay_us), rl.us_to_interval(d.next_after_us), rl.us_to_timestamptz(d.now_us),
+               CASE WHEN d.retry_after_us >= 0 THEN rl.us_to_timestamptz(d.now_us + d.retry_after_us) END,
+               rl.us_to_timestamptz(d.now_us + d.reset_after_us)
+$fn$;
+COMMENT ON FUNCTION rl.readable(rl.decision) IS
+    'A decision (rl_allow, rl_peek, rl_settle) with intervals and timestamptz instead of µs; NULL retry_after: never. Call it in FROM: SELECT r.* FROM rl.rl_allow(...) d, rl.readable(d) r';
+
+-- rl.readable of a row of the functions deciding several limits
+-- (rl_allow_multi, rl_peek_multi, rl_settle_multi, rl_decide_multi, ...):
+-- SELECT r.* FROM rl.rl_allow_multi(...) d, rl.readable(d) r.
+CREATE FUNCTION rl.readable(d rl.multi_decision, OUT ord integer, OUT name text, OUT allowed boolean, OUT lim bigint,
+                            OUT remaining bigint, OUT retry_after interval, OUT reset_after interval,
+                            OUT delay interval, OUT deciding boolean, OUT next_after interval,
+                            OUT decided_at timestamptz, OUT retry_at timestamptz, OUT reset_at timestamptz)
+    LANGUAGE sql STABLE PARALLEL SAFE
+AS $fn$
+        SELECT d.ord, d.name, d.allowed, d.lim, d.remaining, rl.us_to_interval(d.retry_after_us),
+               rl.us_to_interval(d.reset_after_us), rl.us_to_interval(d.delay_us), d.deciding,
+               rl.us_to_interval(d.next_after_us), rl.us_to_timestamptz(d.now_us),
+               CASE WHEN d.retry_after_us >= 0 THEN rl.us_to_timestamptz(d.now_us + d.retry_after_us) END,
+               rl.us_to_timestamptz(d.now_us + d.reset_after_us)
+$fn$;
+COMMENT ON FUNCTION rl.readable(rl.multi_decision) IS
+    'A row of the multi-limit functions with intervals and timestamptz instead of µs; NULL retry_after: never. Call it in FROM: SELECT r.* FROM rl.rl_allow_multi(...) d, rl.readable(d) r';
+
+-- rl._state_peek is a peek of cost p_cost at p_now on a stored state, under
+-- the limit that wrote it (its l, w, r), by the decision functions
+-- (rl._eval): what rl_peek with that limit would answer at that time
+-- (rl.states). NULL for a state that does not record its limit (fresh, or
+-- written before migration 17); err set for a corrupt one. It raises
+-- nothing.
+CREATE FUNCTION rl._state_peek(s_alg integer, s_t bigint, s_x bigint, s_y bigint, s_log bigint[], s_l bigint,
+                               s_w bigint, s_r bigint, p_now bigint, p_cost bigint) RETURNS rl._eval_result
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+    RETURN CASE WHEN s_l <> 0 THEN rl._eval(s_alg, s_l, s_w, s_r, s_alg, s_t, s_x, s_y, s_log, s_l, s_w, s_r, p_now, p_cost, false) END;
+
 CREATE OR REPLACE FUNCTION rl._lock_batch(p_keys text[], p_names text[], OUT states rl.state_words[], OUT created boolean[])
  RETURNS record
  LANGUAGE plpgsql
@@ -1900,51 +1964,245 @@ BEGIN
 END
 $function$;
 
+-- rl._trigger_args reads the arguments of a trigger of rl.enforce_limit()
+-- (a, counted from 1) on the table tbl (its name, for messages): the key
+-- column, the limit, the cost, the key prefix and the limit's name
+-- (default: the table's name). A bad argument, or the key column missing
+-- when p_has_col is not true, is an error that names it, returned as code,
+-- message, detail and hint for the caller to raise (all NULL when the
+-- arguments are good): the one rule that the trigger applies at each row
+-- and rl.check_limit_trigger and rl.create_limit_trigger apply at once.
+CREATE FUNCTION rl._trigger_args(tbl text, p_trigger text, a text[], p_has_col boolean,
+                                 OUT col text, OUT alg integer, OUT lim bigint, OUT win bigint, OUT cost bigint,
+                                 OUT prefix text, OUT lname text,
+                                 OUT code text, OUT message text, OUT detail text, OUT hint text)
+    LANGUAGE plpgsql STABLE
+AS $fn$
+DECLARE
+    usage constant text := 'rl.enforce_limit(key_column, algorithm, limit, window [, cost [, key_prefix [, name]]])';
+    nargs integer;
+    e     integer;
+    what  text;
+BEGIN
+    cost := 1;
+    prefix := '';
+    nargs := pg_catalog.cardinality(a);
+    IF nargs < 4 OR nargs > 7 THEN
+        code := '22023'; -- invalid_parameter_value
+        message := pg_catalog.format('ratelimit: trigger %s on %s has %s arguments; usage: %s', p_trigger, tbl, nargs, usage);
+        RETURN;
+    END IF;
+    hint := 'usage: ' || usage; -- of every error below
+    col := a[1];
+    alg := rl._alg(a[2]);
+    IF alg = 0 THEN
+        code := 'RL001';
+        message := pg_catalog.format('ratelimit: trigger %s on %s, argument 2 (algorithm): %s is not an algorithm (want %s)',
+                                     p_trigger, tbl, pg_catalog.quote_literal(a[2]), rl._algorithm_list('plain'));
+        RETURN;
+    END IF;
+    IF a[3] !~ '^\s*-?[0-9]{1,19}\s*$' THEN
+        code := '22023';
+        message := pg_catalog.format('ratelimit: trigger %s on %s, argument 3 (limit): %s is not an integer',
+                                     p_trigger, tbl, pg_catalog.quote_literal(a[3]));
+        RETURN;
+    END IF;
+    lim := a[3]::bigint;
+    BEGIN
+        win := rl._interval_us(a[4]::interval);
+    EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
+        code := '22023';
+        message := pg_catalog.format('ratelimit: trigger %s on %s, argument 4 (window): %s is not an interval such as ''1 minute''',
+                                     p_trigger, tbl, pg_catalog.quote_literal(a[4]));
+        RETURN;
+    END;
+    IF nargs > 4 AND a[5] <> '' THEN
+        IF a[5] !~ '^\s*-?[0-9]{1,19}\s*$' THEN
+            code := '22023';
+            message := pg_catalog.format('ratelimit: trigger %s on %s, argument 5 (cost): %s is not an integer',
+                                         p_trigger, tbl, pg_catalog.quote_literal(a[5]));
+            RETURN;
+        END IF;
+        cost := a[5]::bigint;
+    END IF;
+    -- The limit's parameters and the cost, checked as the decision would,
+    -- naming the argument at fault.
+    e := coalesce(nullif(rl._limit_error(alg, lim, win, 0), 0), nullif(rl._call_error(0, cost), 0), 0);
+    IF e <> 0 THEN
+        what := CASE e WHEN 2 THEN 'argument 3 (limit)' WHEN 3 THEN 'argument 4 (window)'
+                       WHEN 5 THEN 'arguments 3 and 4 (limit and window)' ELSE 'argument 5 (cost)' END;
+        code := 'RL0' || pg_catalog.lpad(e::text, 2, '0');
+        message := pg_catalog.format('ratelimit: trigger %s on %s, %s: %s', p_trigger, tbl, what,
+            CASE WHEN e = 3 THEN pg_catalog.format('%L: outside [1 µs, %s µs]', a[4], rl._max_window())
+                 ELSE pg_catalog.substr(rl._explain(e, alg, lim, win, 0, 0, cost, 0, 0, 0, 0, '{}', 0, 0, 0, false), 12) END);
+        RETURN;
+    END IF;
+    IF nargs > 5 THEN
+        prefix := a[6];
+    END IF;
+    lname := tbl;
+    IF nargs > 6 AND a[7] <> '' THEN
+        lname := a[7];
+    END IF;
+    IF p_has_col IS NOT TRUE THEN
+        code := '42703'; -- undefined_column
+        message := pg_catalog.format('ratelimit: trigger %s on %s, argument 1 (key_column): the table has no column %s',
+                                     p_trigger, tbl, pg_catalog.quote_ident(col));
+        RETURN;
+    END IF;
+    hint := NULL;
+END
+$fn$;
+
+-- rl._check_limit_trigger_args checks the arguments of a trigger of
+-- rl.enforce_limit() on table tbl, the key column included, as the first
+-- INSERT would (rl._trigger_args), and returns the error that INSERT would
+-- raise as OUT values (all NULL when they are good), for its caller to
+-- raise.
+CREATE FUNCTION rl._check_limit_trigger_args(tbl regclass, trigger_name name, args text[],
+                                             OUT code text, OUT message text, OUT detail text, OUT hint text)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+DECLARE
+    tname text;
+BEGIN
+    -- The table as the trigger names it: schema.table.
+    SELECT n.nspname::text || '.' || c.relname::text INTO tname
+      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+     WHERE c.oid = tbl;
+    SELECT t.code, t.message, t.detail, t.hint INTO code, message, detail, hint
+      FROM rl._trigger_args(tname, trigger_name::text, args,
+                            EXISTS (SELECT FROM pg_catalog.pg_attribute c
+                                     WHERE c.attrelid = tbl AND c.attname::text = args[1] AND c.attnum > 0
+                                       AND NOT c.attisdropped)) t;
+END
+$fn$;
+
+-- rl.check_limit_trigger checks a trigger of rl.enforce_limit() on table
+-- tbl at once, as the first INSERT would: it runs BEFORE INSERT (or UPDATE)
+-- FOR EACH ROW, its arguments are good and the table has its key column.
+-- It raises the error the first INSERT would raise, naming the argument at
+-- fault, and returns the trigger's arguments otherwise.
+CREATE FUNCTION rl.check_limit_trigger(tbl regclass, trigger_name name) RETURNS text[]
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+DECLARE
+    tg   record;
+    p    record;
+    rest bytea;
+    k    integer;
+    args text[] := '{}';
+BEGIN
+    SELECT t.tgfoid, t.tgtype, t.tgnargs, t.tgargs INTO tg
+      FROM pg_catalog.pg_trigger t WHERE t.tgrelid = tbl AND t.tgname = trigger_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'ratelimit: table % has no trigger %', tbl, pg_catalog.quote_ident(trigger_name)
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    IF tg.tgfoid <> 'rl.enforce_limit()'::pg_catalog.regprocedure THEN
+        RAISE EXCEPTION 'ratelimit: trigger % on % does not run rl.enforce_limit()', pg_catalog.quote_ident(trigger_name), tbl
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- tgtype: 1 row, 2 before, 4 insert, 8 delete, 16 update (pg_trigger.h).
+    IF tg.tgtype & 3 <> 3 OR tg.tgtype & 8 <> 0 THEN
+        RAISE EXCEPTION 'ratelimit: % must run BEFORE INSERT (or UPDATE) FOR EACH ROW',
+            'rl.enforce_limit(key_column, algorithm, limit, window [, cost [, key_prefix [, name]]])'
+            USING ERRCODE = 'invalid_object_definition',
+                  DETAIL = pg_catalog.format('Trigger %s on %s does not.', pg_catalog.quote_ident(trigger_name), tbl);
+    END IF;
+    -- tgargs: each argument followed by a zero byte.
+    rest := tg.tgargs;
+    FOR i IN 1 .. tg.tgnargs LOOP
+        k := pg_catalog.position(rest, '\x00'::bytea);
+        args[i] := pg_catalog.convert_from(pg_catalog.substr(rest, 1, k - 1), pg_catalog.getdatabaseencoding());
+        rest := pg_catalog.substr(rest, k + 1);
+    END LOOP;
+    p := rl._check_limit_trigger_args(tbl, trigger_name, args);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+    END IF;
+    RETURN args;
+END
+$fn$;
+COMMENT ON FUNCTION rl.check_limit_trigger(regclass, name) IS
+    'Checks a trigger of rl.enforce_limit() at once, raising the error its first INSERT would; returns its arguments';
+
+-- rl.create_limit_trigger checks the arguments of a trigger of
+-- rl.enforce_limit() at once, as the first INSERT would, then creates it on
+-- table tbl (BEFORE INSERT FOR EACH ROW), with the rights of its caller,
+-- who needs the TRIGGER privilege on the table. It returns the trigger's
+-- name (default: rl_limit_ and the limit's name, else the key column).
+CREATE FUNCTION rl.create_limit_trigger(tbl regclass, key_column text, algorithm text, lim bigint, win interval,
+                                        cost bigint DEFAULT 1, key_prefix text DEFAULT '', name text DEFAULT NULL,
+                                        trigger_name name DEFAULT NULL) RETURNS name
+    LANGUAGE plpgsql VOLATILE SECURITY INVOKER
+    SET search_path = pg_catalog, pg_temp
+    SET IntervalStyle = postgres
+AS $fn$
+DECLARE
+    -- As the trigger will be given them: text, NULL as '' (a NULL cost is the default, 1).
+    args text[] := ARRAY[coalesce(key_column, ''), coalesce(algorithm, ''), coalesce(lim::text, ''),
+                         coalesce(win::text, ''), coalesce(cost::text, ''), coalesce(key_prefix, ''), coalesce(name, '')];
+    tg   text := coalesce(trigger_name::text, 'rl_limit_' || coalesce(nullif(name, ''), key_column));
+    p    record;
+BEGIN
+    p := rl._check_limit_trigger_args(tbl, tg::pg_catalog.name, args);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+    END IF;
+    EXECUTE pg_catalog.format('CREATE TRIGGER %I BEFORE INSERT ON %s FOR EACH ROW EXECUTE FUNCTION rl.enforce_limit(%s)',
+                              tg, tbl, (SELECT pg_catalog.string_agg(pg_catalog.quote_literal(v), ', ')
+                                          FROM pg_catalog.unnest(args) AS u(v)));
+    RETURN tg::pg_catalog.name;
+END
+$fn$;
+COMMENT ON FUNCTION rl.create_limit_trigger(regclass, text, text, bigint, interval, bigint, text, text, name) IS
+    'Checks the arguments of a trigger of rl.enforce_limit() at once, as the first INSERT would, then creates it (BEFORE INSERT FOR EACH ROW); returns its name';
+
+-- rl._key_problem is the error of an invalid key (what names it: 'key',
+-- 'limit name'), RL011 unless it is 1 to 256 bytes, as the OUT values a
+-- caller raises; all NULL for a valid one. Any bytes are accepted: the rule
+-- of the stores (pgstore, memstore), not the printable-ASCII default of
+-- rl.Limiter (sql/README.md, "Keys").
+CREATE FUNCTION rl._key_problem(key text, what text, OUT code text, OUT message text, OUT detail text, OUT hint text)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN key IS NULL OR key = '' OR octet_length(key) > 256
+                THEN ROW('RL011'::text, pg_catalog.format('ratelimit: invalid %s: it must be 1 to 256 bytes', what),
+                         CASE WHEN key IS NULL THEN pg_catalog.format('The %s is NULL.', what)
+                              ELSE pg_catalog.format('The %s is %s bytes long.', what, octet_length(key)) END,
+                         NULL::text)
+                ELSE ROW(NULL::text, NULL::text, NULL::text, NULL::text)
+           END;
+
 -- rl._check_key raises RL011 unless key is 1 to 256 bytes. what names it.
 CREATE FUNCTION rl._check_key(key text, what text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $fn$
+DECLARE
+    p record;
 BEGIN
-    IF key IS NULL THEN
-        RAISE EXCEPTION 'ratelimit: invalid %: it must be 1 to 256 bytes', what
-            USING ERRCODE = 'RL011', DETAIL = format('The %s is NULL.', what);
+    SELECT * INTO p FROM rl._key_problem(key, what);
+    IF p.code IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
     END IF;
-    IF key = '' OR octet_length(key) > 256 THEN
-        RAISE EXCEPTION 'ratelimit: invalid %: it must be 1 to 256 bytes', what
-            USING ERRCODE = 'RL011', DETAIL = format('The %s is %s bytes long.', what, octet_length(key));
-    END IF;
-END
-$fn$;
-
--- rl._bad_window raises RL003 naming the interval a caller passed, when the
--- window is the first thing wrong (the limit name, algorithm and limit are
--- checked first, as rl._take1 and the core would); else it returns and the
--- decision reports the first error.
-CREATE FUNCTION rl._bad_window(p_win interval, p_alg integer, p_lim bigint, p_rate bigint, p_name text) RETURNS void
-    LANGUAGE plpgsql
-AS $fn$
-BEGIN
-    PERFORM rl._check_key(p_name, 'limit name');
-    IF rl._limit_error(p_alg, coalesce(p_lim, 0), coalesce(rl._interval_us(p_win), 0), coalesce(p_rate, -1)) = 3 THEN
-        RAISE EXCEPTION USING ERRCODE = 'RL003',
-            MESSAGE = pg_catalog.format('ratelimit: window %s: outside [1 µs, %s µs]', coalesce(quote_literal(p_win), 'NULL'),
-                                        rl._max_window()),
-            HINT = 'The longest window is about 31.7 years.';
-    END IF;
-END
-$fn$;
-
--- rl._unknown_algorithm raises RL001 for an algorithm name rl._alg does not
--- know, after checking the limit name (the check order of rl._take1).
-CREATE FUNCTION rl._unknown_algorithm(p_algorithm text, p_name text) RETURNS void
-    LANGUAGE plpgsql
-AS $fn$
-BEGIN
-    PERFORM rl._check_key(p_name, 'limit name');
-    RAISE EXCEPTION USING ERRCODE = 'RL001',
-        MESSAGE = pg_catalog.format('ratelimit: algorithm %s: unknown (want %s)',
-            coalesce(quote_literal(p_algorithm), 'NULL'), rl._algorithm_list('plain')),
-        HINT = 'The short names fixed, sliding, log, token and leaky are accepted too.';
 END
 $fn$;
 
@@ -2465,16 +2723,19 @@ CREATE OR REPLACE FUNCTION rl._caller() RETURNS name
 COMMENT ON FUNCTION rl._caller() IS
     'rl: the role a call is held to: the current role, or the login role when the login is a tenant and the current role is not';
 
--- rl._check_tenant_key: RL011 for an invalid key; 42501 when p_who (NULL:
--- the caller) is a tenant and the key is not under one of its prefixes.
-CREATE FUNCTION rl._check_tenant_key(p_key text, p_who name) RETURNS void
+-- rl._tenant_problem is the error of a key p_who (NULL: the caller) may not
+-- use, as OUT values a caller raises (all NULL when it may): RL011 for an
+-- invalid key; 42501 when p_who is a tenant and the key is not under one of
+-- its prefixes.
+CREATE FUNCTION rl._tenant_problem(p_key text, p_who name, OUT code text, OUT message text, OUT detail text, OUT hint text)
     LANGUAGE plpgsql STABLE PARALLEL SAFE
 AS $fn$
 DECLARE
     pfx text[];
 BEGIN
     IF (pg_catalog.octet_length(p_key) BETWEEN 1 AND 256) IS NOT TRUE THEN
-        PERFORM rl._check_key(p_key, 'key');
+        SELECT * INTO code, message, detail, hint FROM rl._key_problem(p_key, 'key');
+        RETURN;
     END IF;
     -- One query when rl.tenants is empty (about 6 µs), the common case.
     IF NOT EXISTS (SELECT FROM rl.tenants) THEN
@@ -2489,13 +2750,69 @@ BEGIN
     IF pfx IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest(pfx) AS u(p) WHERE pg_catalog.starts_with(p_key, u.p)) THEN
         RETURN;
     END IF;
-    RAISE EXCEPTION 'ratelimit: role % may not use key %', pg_catalog.quote_ident(p_who), pg_catalog.quote_literal(p_key)
-        USING ERRCODE = 'insufficient_privilege',
-              DETAIL = pg_catalog.format('Role %s is a tenant (rl.tenants); its keys start with %s.',
-                                         pg_catalog.quote_ident(p_who),
-                                         pg_catalog.array_to_string(
-                                             ARRAY(SELECT pg_catalog.quote_literal(u.p) FROM pg_catalog.unnest(pfx) AS u(p)),
-                                             ' or '));
+    code := '42501'; -- insufficient_privilege
+    message := pg_catalog.format('ratelimit: role %s may not use key %s', pg_catalog.quote_ident(p_who),
+                                 pg_catalog.quote_literal(p_key));
+    detail := pg_catalog.format('Role %s is a tenant (rl.tenants); its keys start with %s.',
+                                pg_catalog.quote_ident(p_who),
+                                pg_catalog.array_to_string(
+                                    ARRAY(SELECT pg_catalog.quote_literal(u.p) FROM pg_catalog.unnest(pfx) AS u(p)),
+                                    ' or '));
+END
+$fn$;
+
+-- rl._single_problem is the first error of a call of one limit (rl_allow,
+-- rl_peek, rl_settle and their _us forms) that its arguments alone decide,
+-- in the order the decision would report it, as OUT values (all NULL when
+-- the arguments are good): the key and the tenant's prefixes, the
+-- algorithm, the window given as an interval (p_win_iv, when p_interval),
+-- the limit name, then the limit, the time and the cost (p_settle: a
+-- settle's delta). The caller raises it itself, so that the error carries
+-- no CONTEXT lines of rl's internal functions. Only a corrupt stored state
+-- (RL008) and a settle's debt are found later, by the decision.
+CREATE FUNCTION rl._single_problem(p_key text, p_name text, p_algorithm text, p_lim bigint, p_win bigint,
+                                   p_interval boolean, p_win_iv interval, p_rate bigint, p_cost bigint,
+                                   p_now bigint, p_settle boolean,
+                                   OUT code text, OUT message text, OUT detail text, OUT hint text)
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+AS $fn$
+DECLARE
+    a integer := rl._alg(p_algorithm);
+    e integer;
+BEGIN
+    SELECT * INTO code, message, detail, hint FROM rl._tenant_problem(p_key, NULL);
+    IF code IS NOT NULL THEN
+        RETURN;
+    END IF;
+    IF (octet_length(p_name) BETWEEN 1 AND 256) IS NOT TRUE THEN
+        SELECT * INTO code, message, detail, hint FROM rl._key_problem(p_name, 'limit name');
+        RETURN;
+    END IF;
+    IF a = 0 THEN
+        code := 'RL001';
+        message := pg_catalog.format('ratelimit: algorithm %s: unknown (want %s)',
+                                     coalesce(quote_literal(p_algorithm), 'NULL'), rl._algorithm_list('plain'));
+        hint := 'The short names fixed, sliding, log, token and leaky are accepted too.';
+        RETURN;
+    END IF;
+    e := coalesce(nullif(rl._limit_error(a, coalesce(p_lim, 0), coalesce(p_win, 0), coalesce(p_rate, -1)), 0),
+                  CASE WHEN NOT p_settle THEN nullif(rl._call_error(coalesce(p_now, -1), coalesce(p_cost, -1)), 0)
+                       ELSE coalesce(nullif(rl._call_error(coalesce(p_now, -1), 0), 0),
+                                     CASE WHEN (p_cost BETWEEN -rl._max_cost() AND rl._max_cost()) IS NOT TRUE THEN 6 END)
+                  END,
+                  0);
+    IF e = 0 THEN
+        RETURN;
+    END IF;
+    code := 'RL0' || pg_catalog.lpad(e::text, 2, '0');
+    IF e = 3 AND p_interval THEN
+        message := pg_catalog.format('ratelimit: window %s: outside [1 µs, %s µs]', coalesce(quote_literal(p_win_iv), 'NULL'),
+                                     rl._max_window());
+        hint := 'The longest window is about 31.7 years.';
+        RETURN;
+    END IF;
+    message := rl._explain(e, a, p_lim, p_win, p_rate, p_now, p_cost, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                           p_settle);
 END
 $fn$;
 
@@ -2507,8 +2824,13 @@ AS $fn$
 DECLARE
     n     bigint;
     names text[];
+    p     record;
 BEGIN
-    PERFORM rl._check_tenant_key($1, NULL);
+    SELECT * INTO p FROM rl._tenant_problem($1, NULL);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+    END IF;
     -- Lock in name order first, as every writer does, then delete exactly
     -- the rows locked (rows created meanwhile are not waited for).
     SELECT array_agg(l.name) INTO names
@@ -2520,6 +2842,23 @@ BEGIN
 END
 $fn$;
 
+-- rl._check_tenant_key raises rl._tenant_problem's error, if any.
+CREATE FUNCTION rl._check_tenant_key(p_key text, p_who name) RETURNS void
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+AS $fn$
+DECLARE
+    p record;
+BEGIN
+    IF (pg_catalog.octet_length(p_key) BETWEEN 1 AND 256) IS TRUE AND NOT EXISTS (SELECT FROM rl.tenants) THEN
+        RETURN; -- the common case, one query
+    END IF;
+    SELECT * INTO p FROM rl._tenant_problem(p_key, p_who);
+    IF p.code IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+    END IF;
+END
+$fn$;
+
 CREATE OR REPLACE FUNCTION rl._enforce_limit(p_relid oid, p_trigger text, p_args text[], p_has_col boolean, p_val text)
  RETURNS void
  LANGUAGE plpgsql
@@ -2527,22 +2866,19 @@ CREATE OR REPLACE FUNCTION rl._enforce_limit(p_relid oid, p_trigger text, p_args
  SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
 AS $function$
 DECLARE
-    usage  constant text := 'rl.enforce_limit(key_column, algorithm, limit, window [, cost [, key_prefix [, name]]])';
     a      text[];
-    nargs  integer;
     tbl    text;
     owner  name;
     col    text;
     alg    integer;
     lim    bigint;
     win    bigint;
-    cost   bigint := 1;
-    prefix text := '';
+    cost   bigint;
+    prefix text;
     lname  text;
+    ta     record;
     d      rl.decision;
     secs   bigint;
-    e      integer;
-    what   text;
 BEGIN
     -- The table, as the trigger names it in messages, and its owner.
     SELECT n.nspname::text || '.' || c.relname::text, r.rolname
@@ -2557,62 +2893,25 @@ BEGIN
     END IF;
     -- TG_ARGV counts from 0: the arguments, counted from 1.
     a := ARRAY(SELECT u.v FROM pg_catalog.unnest(p_args) WITH ORDINALITY AS u(v, i) ORDER BY u.i);
-    nargs := pg_catalog.cardinality(a);
-    IF nargs < 4 OR nargs > 7 THEN
-        RAISE EXCEPTION 'ratelimit: trigger % on % has % arguments; usage: %', p_trigger, tbl, nargs, usage
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    col := a[1];
-    alg := rl._alg(a[2]);
-    IF alg = 0 THEN
-        RAISE EXCEPTION 'ratelimit: trigger % on %, argument 2 (algorithm): % is not an algorithm (want %)',
-            p_trigger, tbl, pg_catalog.quote_literal(a[2]), rl._algorithm_list('plain')
-            USING ERRCODE = 'RL001', HINT = 'usage: ' || usage;
-    END IF;
-    IF a[3] !~ '^\s*-?[0-9]{1,19}\s*$' THEN
-        RAISE EXCEPTION 'ratelimit: trigger % on %, argument 3 (limit): % is not an integer',
-            p_trigger, tbl, pg_catalog.quote_literal(a[3])
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'usage: ' || usage;
-    END IF;
-    lim := a[3]::bigint;
-    BEGIN
-        win := rl._interval_us(a[4]::interval);
-    EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
-        RAISE EXCEPTION 'ratelimit: trigger % on %, argument 4 (window): % is not an interval such as ''1 minute''',
-            p_trigger, tbl, pg_catalog.quote_literal(a[4])
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'usage: ' || usage;
-    END;
-    IF nargs > 4 AND a[5] <> '' THEN
-        IF a[5] !~ '^\s*-?[0-9]{1,19}\s*$' THEN
-            RAISE EXCEPTION 'ratelimit: trigger % on %, argument 5 (cost): % is not an integer',
-                p_trigger, tbl, pg_catalog.quote_literal(a[5])
-                USING ERRCODE = 'invalid_parameter_value', HINT = 'usage: ' || usage;
+    SELECT * INTO ta FROM rl._trigger_args(tbl, p_trigger, a, p_has_col);
+    IF ta.code IS NOT NULL THEN
+        -- Raised here, not by a helper: no CONTEXT line of rl's internals but this function's.
+        IF ta.detail IS NULL AND ta.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = ta.code, MESSAGE = ta.message;
+        ELSIF ta.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = ta.code, MESSAGE = ta.message, DETAIL = ta.detail;
+        ELSIF ta.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = ta.code, MESSAGE = ta.message, HINT = ta.hint;
         END IF;
-        cost := a[5]::bigint;
+        RAISE EXCEPTION USING ERRCODE = ta.code, MESSAGE = ta.message, DETAIL = ta.detail, HINT = ta.hint;
     END IF;
-    -- The limit's parameters and the cost, checked as the decision would,
-    -- naming the argument at fault.
-    e := coalesce(nullif(rl._limit_error(alg, lim, win, 0), 0), nullif(rl._call_error(0, cost), 0), 0);
-    IF e <> 0 THEN
-        what := CASE e WHEN 2 THEN 'argument 3 (limit)' WHEN 3 THEN 'argument 4 (window)'
-                       WHEN 5 THEN 'arguments 3 and 4 (limit and window)' ELSE 'argument 5 (cost)' END;
-        RAISE EXCEPTION 'ratelimit: trigger % on %, %: %', p_trigger, tbl, what,
-            CASE WHEN e = 3 THEN pg_catalog.format('%L: outside [1 µs, %s µs]', a[4], rl._max_window())
-                 ELSE pg_catalog.substr(rl._explain(e, alg, lim, win, 0, 0, cost, 0, 0, 0, 0, '{}', 0, 0, 0, false), 12) END
-            USING ERRCODE = 'RL0' || pg_catalog.lpad(e::text, 2, '0'), HINT = 'usage: ' || usage;
-    END IF;
-    IF nargs > 5 THEN
-        prefix := a[6];
-    END IF;
-    lname := tbl;
-    IF nargs > 6 AND a[7] <> '' THEN
-        lname := a[7];
-    END IF;
-    IF p_has_col IS NOT TRUE THEN
-        RAISE EXCEPTION 'ratelimit: trigger % on %, argument 1 (key_column): the table has no column %',
-            p_trigger, tbl, pg_catalog.quote_ident(col)
-            USING ERRCODE = 'undefined_column', HINT = 'usage: ' || usage;
-    END IF;
+    col := ta.col;
+    alg := ta.alg;
+    lim := ta.lim;
+    win := ta.win;
+    cost := ta.cost;
+    prefix := ta.prefix;
+    lname := ta.lname;
     IF p_val IS NULL THEN
         RAISE EXCEPTION 'ratelimit: invalid key: column % is NULL', pg_catalog.quote_ident(col)
             USING ERRCODE = 'RL011',
@@ -3320,8 +3619,9 @@ CREATE OR REPLACE FUNCTION rl.rl_allow(key text, algorithm text, lim bigint, win
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
-    a integer;
     w bigint;
+    v_now bigint;
+    p record;
     res rl.decision;
 BEGIN
     -- 0015: the common call (its row there, rl.tenants empty, valid input) in one statement, rl._eval
@@ -3368,16 +3668,21 @@ BEGIN
     IF FOUND THEN
         RETURN res;
     END IF;
-    PERFORM rl._check_tenant_key($1, NULL);
-    a := rl._alg($2);
-    IF a = 0 THEN
-        PERFORM rl._unknown_algorithm($2, $7);
-    END IF;
+    v_now := rl._request_now($8);
     w := rl._interval_us($4);
-    IF (w BETWEEN 1 AND rl._max_window()) IS NOT TRUE THEN
-        PERFORM rl._bad_window($4, a, $3, $6, $7);
+    p := rl._single_problem($1, $7, $2, $3, w, true, $4, $6, $5, v_now, false);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
     END IF;
-    RETURN rl._take1($1, $7, a, $3, w, $6, $5, rl._request_now($8), true);
+    RETURN rl._take1($1, $7, rl._alg($2), $3, w, $6, $5, v_now, true);
 END
 $function$;
 
@@ -3389,7 +3694,8 @@ CREATE OR REPLACE FUNCTION rl.rl_allow_us(key text, algorithm text, lim bigint, 
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
-    a integer;
+    v_now bigint;
+    p record;
     res rl.decision;
 BEGIN
     -- 0015: the common call (its row there, rl.tenants empty, valid input) in one statement, rl._eval
@@ -3436,12 +3742,20 @@ BEGIN
     IF FOUND THEN
         RETURN res;
     END IF;
-    PERFORM rl._check_tenant_key($1, NULL);
-    a := rl._alg($2);
-    IF a = 0 THEN
-        PERFORM rl._unknown_algorithm($2, $7);
+    v_now := rl._request_now($8);
+    p := rl._single_problem($1, $7, $2, $3, $4, false, NULL, $6, $5, v_now, false);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
     END IF;
-    RETURN rl._take1($1, $7, a, $3, $4, $6, $5, rl._request_now($8), true);
+    RETURN rl._take1($1, $7, rl._alg($2), $3, $4, $6, $5, v_now, true);
 END
 $function$;
 
@@ -3453,8 +3767,9 @@ CREATE OR REPLACE FUNCTION rl.rl_peek(key text, algorithm text, lim bigint, win 
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
-    a integer;
     w bigint;
+    v_now bigint;
+    p record;
     res rl.decision;
 BEGIN
     -- 0014: the common call (its row there, rl.tenants empty, valid input) in one statement;
@@ -3473,16 +3788,21 @@ BEGIN
     IF FOUND THEN
         RETURN res;
     END IF;
-    PERFORM rl._check_tenant_key($1, NULL);
-    a := rl._alg($2);
-    IF a = 0 THEN
-        PERFORM rl._unknown_algorithm($2, $7);
-    END IF;
+    v_now := rl._request_now($8);
     w := rl._interval_us($4);
-    IF (w BETWEEN 1 AND rl._max_window()) IS NOT TRUE THEN
-        PERFORM rl._bad_window($4, a, $3, $6, $7);
+    p := rl._single_problem($1, $7, $2, $3, w, true, $4, $6, $5, v_now, false);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
     END IF;
-    RETURN rl._take1($1, $7, a, $3, w, $6, $5, rl._request_now($8), false);
+    RETURN rl._take1($1, $7, rl._alg($2), $3, w, $6, $5, v_now, false);
 END
 $function$;
 
@@ -3494,7 +3814,8 @@ CREATE OR REPLACE FUNCTION rl.rl_peek_us(key text, algorithm text, lim bigint, w
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
-    a integer;
+    v_now bigint;
+    p record;
     res rl.decision;
 BEGIN
     -- 0014: the common call (its row there, rl.tenants empty, valid input) in one statement;
@@ -3513,12 +3834,20 @@ BEGIN
     IF FOUND THEN
         RETURN res;
     END IF;
-    PERFORM rl._check_tenant_key($1, NULL);
-    a := rl._alg($2);
-    IF a = 0 THEN
-        PERFORM rl._unknown_algorithm($2, $7);
+    v_now := rl._request_now($8);
+    p := rl._single_problem($1, $7, $2, $3, $4, false, NULL, $6, $5, v_now, false);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
     END IF;
-    RETURN rl._take1($1, $7, a, $3, $4, $6, $5, rl._request_now($8), false);
+    RETURN rl._take1($1, $7, rl._alg($2), $3, $4, $6, $5, v_now, false);
 END
 $function$;
 
@@ -3529,22 +3858,26 @@ CREATE FUNCTION rl.rl_settle(key text, algorithm text, lim bigint, win interval,
  SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
 AS $function$
 DECLARE
-    a     integer;
     w     bigint;
     v_now bigint;
+    p     record;
     r     rl._eval_result;
 BEGIN
-    PERFORM rl._check_tenant_key($1, NULL);
-    a := rl._alg($2);
-    IF a = 0 THEN
-        PERFORM rl._unknown_algorithm($2, $7);
-    END IF;
-    w := rl._interval_us($4);
-    IF (w BETWEEN 1 AND rl._max_window()) IS NOT TRUE THEN
-        PERFORM rl._bad_window($4, a, $3, $6, $7);
-    END IF;
     v_now := coalesce(rl._request_now($8), rl._now());
-    r := rl._settle1($1, $7, a, $3, w, $6, $5, v_now);
+    w := rl._interval_us($4);
+    p := rl._single_problem($1, $7, $2, $3, w, true, $4, $6, $5, v_now, true);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+    END IF;
+    r := rl._settle1($1, $7, rl._alg($2), $3, w, $6, $5, v_now);
     RETURN ROW(r.allowed, r.lim, r.remaining, r.reset_after, r.retry_after, r.delay, v_now, r.next_after)::rl.decision;
 END
 $function$;
@@ -3557,17 +3890,24 @@ CREATE FUNCTION rl.rl_settle_us(key text, algorithm text, lim bigint, window_us 
  SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
 AS $function$
 DECLARE
-    a     integer;
     v_now bigint;
+    p     record;
     r     rl._eval_result;
 BEGIN
-    PERFORM rl._check_tenant_key($1, NULL);
-    a := rl._alg($2);
-    IF a = 0 THEN
-        PERFORM rl._unknown_algorithm($2, $7);
-    END IF;
     v_now := coalesce(rl._request_now($8), rl._now());
-    r := rl._settle1($1, $7, a, $3, $4, $6, $5, v_now);
+    p := rl._single_problem($1, $7, $2, $3, $4, false, NULL, $6, $5, v_now, true);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+    END IF;
+    r := rl._settle1($1, $7, rl._alg($2), $3, $4, $6, $5, v_now);
     RETURN ROW(r.allowed, r.lim, r.remaining, r.reset_after, r.retry_after, r.delay, v_now, r.next_after)::rl.decision;
 END
 $function$;
@@ -3700,6 +4040,52 @@ BEGIN
 END
 $fn$;
 
+-- sql/src/views.sql
+-- =================
+
+-- rl.states: rl.state for people, readable by rl_admin only (it shows every
+-- tenant's keys). One row per limit of a key: the algorithm by name, the
+-- limit that wrote the state, and the state as peeks at the current time
+-- read it (rl._state_peek: the decision functions, not a copy of their
+-- arithmetic): how many units remain (a peek of cost 0) and whether the key
+-- is limited now (a peek of cost 1 is denied). Each row is decided when
+-- read: filter by key to read few. A state that does not record its limit
+-- (written before migration 17) has NULL there until its next decision.
+CREATE VIEW rl.states AS
+SELECT v.key, v.name, rl.algorithm_name(v.algorithm) AS algorithm, nullif(v.l, 0) AS lim,
+       rl.us_to_interval(nullif(v.w, 0)) AS win, nullif(v.r, 0) AS rate,
+       (v.p0).remaining AS remaining, NOT (v.p1).allowed AS limited,
+       CASE WHEN NOT (v.p1).allowed THEN rl.us_to_timestamptz(v.now + (v.p1).retry_after) END AS retry_at,
+       rl.us_to_timestamptz(v.now + (v.p0).reset_after) AS reset_at,
+       rl.us_to_timestamptz(v.expires_at) AS expires_at,
+       rl.us_to_timestamptz(v.now) AS as_of
+  FROM (SELECT s.key, s.name, s.algorithm, s.l, s.w, s.r, s.expires_at, n.now,
+               rl._state_peek(s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, n.now, 0) AS p0,
+               rl._state_peek(s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, n.now, 1) AS p1
+          FROM rl.state s CROSS JOIN (SELECT rl._now() AS now) n
+        OFFSET 0) v;
+
+COMMENT ON VIEW rl.states IS
+    'rl.state for people (rl_admin): algorithm names, timestamptz, and what peeks now answer: remaining units, limited now';
+
+COMMENT ON COLUMN rl.states.lim IS 'the limit that wrote the state (NULL: not recorded, a state written before migration 17)';
+
+COMMENT ON COLUMN rl.states.win IS 'the window of that limit';
+
+COMMENT ON COLUMN rl.states.rate IS 'its rate, units per window (token_bucket, leaky_bucket, gcra; NULL for the window algorithms)';
+
+COMMENT ON COLUMN rl.states.remaining IS 'units a call could take now (a peek of cost 0 at as_of)';
+
+COMMENT ON COLUMN rl.states.limited IS 'true when a call of cost 1 would be denied now (a peek of cost 1 at as_of)';
+
+COMMENT ON COLUMN rl.states.retry_at IS 'when a call of cost 1 passes again; NULL when not limited';
+
+COMMENT ON COLUMN rl.states.reset_at IS 'when the state is back to a fresh one if nothing more is taken';
+
+COMMENT ON COLUMN rl.states.expires_at IS 'after this time rl_expire may delete the row (an upper bound of reset_at)';
+
+COMMENT ON COLUMN rl.states.as_of IS 'the time the row was read at (rl.now_us if set, else the database clock)';
+
 -- sql/src/grants.sql
 -- ==================
 
@@ -3714,7 +4100,8 @@ $fn$;
 --   Grant it to the application's login role: GRANT rl_app TO myapp;
 -- * rl_admin (NOLOGIN): trusted. It has what rl_app has (it is a member),
 --   rl_expire and rl.lock_states, and SELECT and UPDATE on rl.state with
---   rl._now() for pgstore's Go/WebAssembly path (lock, decide, write back).
+--   rl._now() for pgstore's Go/WebAssembly path (lock, decide, write back),
+--   and SELECT on the view rl.states.
 DO $do$
 BEGIN
     FOR attempt IN 1 .. 5 LOOP
@@ -3766,7 +4153,14 @@ GRANT EXECUTE ON FUNCTION
     rl.rl_decide_multi(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint, boolean, boolean[]),
     rl.rl_settle_decide(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint),
     rl.rl_decide_batch(text[], text[], integer[], bigint[], bigint[], bigint[], bigint[], integer[], bigint[], boolean[], boolean[], boolean[]),
-    rl.rl_reset(text, text)
+    rl.rl_reset(text, text),
+    rl.us_to_interval(bigint),
+    rl.us_to_timestamptz(bigint),
+    rl.readable(rl.decision),
+    rl.readable(rl.multi_decision),
+    rl.check_limit_trigger(regclass, name),
+    rl._check_limit_trigger_args(regclass, name, text[]),
+    rl.create_limit_trigger(regclass, text, text, bigint, interval, bigint, text, text, name)
     TO rl_app;
 
 GRANT EXECUTE ON FUNCTION
@@ -3774,10 +4168,14 @@ GRANT EXECUTE ON FUNCTION
     rl.rl_expire(bigint, integer),
     rl.lock_states(text, text[]),
     rl.lock_states_batch(text[], text[]),
-    rl.drop_fresh_states(text[], text[])
+    rl.drop_fresh_states(text[], text[]),
+    rl._state_peek(integer, bigint, bigint, bigint, bigint[], bigint, bigint, bigint, bigint, bigint)
     TO rl_admin;
 
 GRANT SELECT, UPDATE ON rl.state TO rl_admin;
+
+-- rl.states shows every key: trusted roles only, as rl.state.
+GRANT SELECT ON rl.states TO rl_admin;
 
 -- The rows pg_dump keeps (an extension's tables are dumped without them unless marked)
 -- ====================================================================================

@@ -5,4 +5,543 @@
 -- above; once released this file is history and never changes.
 SET LOCAL search_path = pg_catalog, pg_temp;
 
--- No change.
+DROP VIEW rl.states;
+
+CREATE OR REPLACE FUNCTION rl._check_key(key text, what text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $fn$
+BEGIN
+    IF key IS NULL THEN
+        RAISE EXCEPTION 'ratelimit: invalid %: it must be 1 to 256 bytes', what
+            USING ERRCODE = 'RL011', DETAIL = format('The %s is NULL.', what);
+    END IF;
+    IF key = '' OR octet_length(key) > 256 THEN
+        RAISE EXCEPTION 'ratelimit: invalid %: it must be 1 to 256 bytes', what
+            USING ERRCODE = 'RL011', DETAIL = format('The %s is %s bytes long.', what, octet_length(key));
+    END IF;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl._bad_window(p_win interval, p_alg integer, p_lim bigint, p_rate bigint, p_name text) RETURNS void
+    LANGUAGE plpgsql
+AS $fn$
+BEGIN
+    PERFORM rl._check_key(p_name, 'limit name');
+    IF rl._limit_error(p_alg, coalesce(p_lim, 0), coalesce(rl._interval_us(p_win), 0), coalesce(p_rate, -1)) = 3 THEN
+        RAISE EXCEPTION USING ERRCODE = 'RL003',
+            MESSAGE = pg_catalog.format('ratelimit: window %s: outside [1 µs, %s µs]', coalesce(quote_literal(p_win), 'NULL'),
+                                        rl._max_window()),
+            HINT = 'The longest window is about 31.7 years.';
+    END IF;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl._unknown_algorithm(p_algorithm text, p_name text) RETURNS void
+    LANGUAGE plpgsql
+AS $fn$
+BEGIN
+    PERFORM rl._check_key(p_name, 'limit name');
+    RAISE EXCEPTION USING ERRCODE = 'RL001',
+        MESSAGE = pg_catalog.format('ratelimit: algorithm %s: unknown (want %s)',
+            coalesce(quote_literal(p_algorithm), 'NULL'), rl._algorithm_list('plain')),
+        HINT = 'The short names fixed, sliding, log, token and leaky are accepted too.';
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl._check_tenant_key(p_key text, p_who name) RETURNS void
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+AS $fn$
+DECLARE
+    pfx text[];
+BEGIN
+    IF (pg_catalog.octet_length(p_key) BETWEEN 1 AND 256) IS NOT TRUE THEN
+        PERFORM rl._check_key(p_key, 'key');
+    END IF;
+    -- One query when rl.tenants is empty (about 6 µs), the common case.
+    IF NOT EXISTS (SELECT FROM rl.tenants) THEN
+        RETURN;
+    END IF;
+    p_who := coalesce(p_who, rl._caller());
+    IF rl._trusted(p_who) THEN
+        RETURN;
+    END IF;
+    SELECT pg_catalog.array_agg(t.key_prefix ORDER BY t.key_prefix COLLATE "C") INTO pfx
+      FROM rl.tenants t WHERE pg_catalog.pg_has_role(p_who, t.role, 'MEMBER');
+    IF pfx IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest(pfx) AS u(p) WHERE pg_catalog.starts_with(p_key, u.p)) THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION 'ratelimit: role % may not use key %', pg_catalog.quote_ident(p_who), pg_catalog.quote_literal(p_key)
+        USING ERRCODE = 'insufficient_privilege',
+              DETAIL = pg_catalog.format('Role %s is a tenant (rl.tenants); its keys start with %s.',
+                                         pg_catalog.quote_ident(p_who),
+                                         pg_catalog.array_to_string(
+                                             ARRAY(SELECT pg_catalog.quote_literal(u.p) FROM pg_catalog.unnest(pfx) AS u(p)),
+                                             ' or '));
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl.rl_reset(key text, name text DEFAULT NULL) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+DECLARE
+    n     bigint;
+    names text[];
+BEGIN
+    PERFORM rl._check_tenant_key($1, NULL);
+    -- Lock in name order first, as every writer does, then delete exactly
+    -- the rows locked (rows created meanwhile are not waited for).
+    SELECT array_agg(l.name) INTO names
+      FROM (SELECT s.name FROM rl.state s WHERE s.key = $1 AND ($2 IS NULL OR s.name = $2)
+             ORDER BY s.name COLLATE "C" FOR UPDATE) l;
+    DELETE FROM rl.state s WHERE s.key = $1 AND s.name = ANY (names);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl._enforce_limit(p_relid oid, p_trigger text, p_args text[], p_has_col boolean, p_val text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
+AS $function$
+DECLARE
+    usage  constant text := 'rl.enforce_limit(key_column, algorithm, limit, window [, cost [, key_prefix [, name]]])';
+    a      text[];
+    nargs  integer;
+    tbl    text;
+    owner  name;
+    col    text;
+    alg    integer;
+    lim    bigint;
+    win    bigint;
+    cost   bigint := 1;
+    prefix text := '';
+    lname  text;
+    d      rl.decision;
+    secs   bigint;
+    e      integer;
+    what   text;
+BEGIN
+    -- The table, as the trigger names it in messages, and its owner.
+    SELECT n.nspname::text || '.' || c.relname::text, r.rolname
+      INTO tbl, owner
+      FROM pg_catalog.pg_class c
+      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+      JOIN pg_catalog.pg_roles r ON r.oid = c.relowner
+     WHERE c.oid = p_relid;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'ratelimit: % is called by rl.enforce_limit() with its trigger''s table, not %', 'rl._enforce_limit', p_relid
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- TG_ARGV counts from 0: the arguments, counted from 1.
+    a := ARRAY(SELECT u.v FROM pg_catalog.unnest(p_args) WITH ORDINALITY AS u(v, i) ORDER BY u.i);
+    nargs := pg_catalog.cardinality(a);
+    IF nargs < 4 OR nargs > 7 THEN
+        RAISE EXCEPTION 'ratelimit: trigger % on % has % arguments; usage: %', p_trigger, tbl, nargs, usage
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    col := a[1];
+    alg := rl._alg(a[2]);
+    IF alg = 0 THEN
+        RAISE EXCEPTION 'ratelimit: trigger % on %, argument 2 (algorithm): % is not an algorithm (want %)',
+            p_trigger, tbl, pg_catalog.quote_literal(a[2]), rl._algorithm_list('plain')
+            USING ERRCODE = 'RL001', HINT = 'usage: ' || usage;
+    END IF;
+    IF a[3] !~ '^\s*-?[0-9]{1,19}\s*$' THEN
+        RAISE EXCEPTION 'ratelimit: trigger % on %, argument 3 (limit): % is not an integer',
+            p_trigger, tbl, pg_catalog.quote_literal(a[3])
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'usage: ' || usage;
+    END IF;
+    lim := a[3]::bigint;
+    BEGIN
+        win := rl._interval_us(a[4]::interval);
+    EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
+        RAISE EXCEPTION 'ratelimit: trigger % on %, argument 4 (window): % is not an interval such as ''1 minute''',
+            p_trigger, tbl, pg_catalog.quote_literal(a[4])
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'usage: ' || usage;
+    END;
+    IF nargs > 4 AND a[5] <> '' THEN
+        IF a[5] !~ '^\s*-?[0-9]{1,19}\s*$' THEN
+            RAISE EXCEPTION 'ratelimit: trigger % on %, argument 5 (cost): % is not an integer',
+                p_trigger, tbl, pg_catalog.quote_literal(a[5])
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'usage: ' || usage;
+        END IF;
+        cost := a[5]::bigint;
+    END IF;
+    -- The limit's parameters and the cost, checked as the decision would,
+    -- naming the argument at fault.
+    e := coalesce(nullif(rl._limit_error(alg, lim, win, 0), 0), nullif(rl._call_error(0, cost), 0), 0);
+    IF e <> 0 THEN
+        what := CASE e WHEN 2 THEN 'argument 3 (limit)' WHEN 3 THEN 'argument 4 (window)'
+                       WHEN 5 THEN 'arguments 3 and 4 (limit and window)' ELSE 'argument 5 (cost)' END;
+        RAISE EXCEPTION 'ratelimit: trigger % on %, %: %', p_trigger, tbl, what,
+            CASE WHEN e = 3 THEN pg_catalog.format('%L: outside [1 µs, %s µs]', a[4], rl._max_window())
+                 ELSE pg_catalog.substr(rl._explain(e, alg, lim, win, 0, 0, cost, 0, 0, 0, 0, '{}', 0, 0, 0, false), 12) END
+            USING ERRCODE = 'RL0' || pg_catalog.lpad(e::text, 2, '0'), HINT = 'usage: ' || usage;
+    END IF;
+    IF nargs > 5 THEN
+        prefix := a[6];
+    END IF;
+    lname := tbl;
+    IF nargs > 6 AND a[7] <> '' THEN
+        lname := a[7];
+    END IF;
+    IF p_has_col IS NOT TRUE THEN
+        RAISE EXCEPTION 'ratelimit: trigger % on %, argument 1 (key_column): the table has no column %',
+            p_trigger, tbl, pg_catalog.quote_ident(col)
+            USING ERRCODE = 'undefined_column', HINT = 'usage: ' || usage;
+    END IF;
+    IF p_val IS NULL THEN
+        RAISE EXCEPTION 'ratelimit: invalid key: column % is NULL', pg_catalog.quote_ident(col)
+            USING ERRCODE = 'RL011',
+                  HINT = pg_catalog.format('To exempt such rows, add WHEN (NEW.%s IS NOT NULL) to trigger %s.',
+                                           pg_catalog.quote_ident(col), p_trigger);
+    END IF;
+    -- Tenants: the key must be one that the inserting role may use, and one
+    -- that the table's owner may use, since the owner (or whoever it let
+    -- create triggers) chose the trigger's arguments.
+    PERFORM rl._check_tenant_key(prefix || p_val, NULL);
+    IF EXISTS (SELECT FROM rl.tenants) THEN
+        PERFORM rl._check_tenant_key(prefix || p_val, owner);
+    END IF;
+    -- The database clock, never rl.now_us: a session inserting rows must not
+    -- be able to move its own time forward past the limit.
+    d := rl._take1(prefix || p_val, lname, alg, lim, win, 0, cost, rl._clock(), true);
+    IF NOT d.allowed THEN
+        IF d.retry_after_us < 0 THEN
+            RAISE EXCEPTION 'rate limit exceeded'
+                USING ERRCODE = 'RL429',
+                      DETAIL = pg_catalog.format('The cost %s is above the limit %s (%s): never admitted.', cost, lim, lname),
+                      HINT = 'Lower the cost or raise the limit.';
+        END IF;
+        secs := (d.retry_after_us + 999999) / 1000000;
+        RAISE EXCEPTION 'rate limit exceeded'
+            USING ERRCODE = 'RL429',
+                  DETAIL = pg_catalog.format('Retry after %s s (%s µs); limit %s: %s per %s.', secs, d.retry_after_us,
+                                             lname, lim, a[4]),
+                  HINT = pg_catalog.format('Wait %s seconds before inserting again.', secs);
+    END IF;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION rl.rl_allow(key text, algorithm text, lim bigint, win interval, cost bigint DEFAULT 1, rate bigint DEFAULT 0, name text DEFAULT 'default'::text, now_us bigint DEFAULT NULL::bigint)
+ RETURNS rl.decision
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+DECLARE
+    a integer;
+    w bigint;
+    res rl.decision;
+BEGIN
+    -- 0015: the common call (its row there, rl.tenants empty, valid input) in one statement, rl._eval
+    -- evaluated once: e decides on the row as the statement's snapshot has it, and the UPDATE writes e's
+    -- state when the row it locks is still that row. If another decision wrote the row meanwhile (a hot
+    -- key: the UPDATE waited for the row and reads its latest version), it decides again on that
+    -- version, as 0014's did. Anything else, or an error, the way below, which raises it.
+    WITH e AS MATERIALIZED (
+             SELECT o.now, o.algorithm, o.t, o.x, o.y, o.log, o.l AS sl, o.w AS sw, o.r AS sr,
+                    rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, o.algorithm, o.t, o.x, o.y, o.log, o.l, o.w, o.r, o.now, $5, true) AS r
+               FROM (SELECT rl._request_now($8) AS now, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r
+                       FROM rl.state s
+                      WHERE s.key = $1 AND s.name = $7 AND NOT EXISTS (SELECT FROM rl.tenants)
+                        AND octet_length($1) BETWEEN 1 AND 256 AND octet_length($7) BETWEEN 1 AND 256
+                        AND $5 > 0) o),
+         u AS (UPDATE rl.state s
+                  SET (algorithm, t, x, y, log, l, w, r, expires_at) =
+                      (SELECT (v.r).algorithm, (v.r).t, (v.r).x, (v.r).y, (v.r).log, (v.r).l, (v.r).w, (v.r).r, rl._expires_at(e.now, (v.r).reset_after)
+                         FROM (SELECT CASE WHEN (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = (e.algorithm, e.t, e.x, e.y, e.log, e.sl, e.sw, e.sr)
+                                           THEN e.r
+                                           ELSE rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, $5, true)
+                                      END AS r
+                               OFFSET 0) v)
+                 FROM e
+                WHERE s.key = $1 AND s.name = $7
+                  AND CASE WHEN (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = (e.algorithm, e.t, e.x, e.y, e.log, e.sl, e.sw, e.sr)
+                           THEN (e.r).err = 0 AND (e.r).allowed
+                           ELSE (SELECT ev.err = 0 AND ev.allowed
+                                   FROM rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, $5, false) AS ev)
+                      END
+            RETURNING e.now, s.t, s.x,
+                      (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log, (e.r).l, (e.r).w, (e.r).r) AS same,
+                      CASE WHEN (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log, (e.r).l, (e.r).w, (e.r).r)
+                           THEN e.r
+                           ELSE rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, 0, false)
+                      END AS r)
+    SELECT true, (u.r).lim, (u.r).remaining, (u.r).reset_after, 0::bigint,
+           CASE WHEN u.same THEN (u.r).delay
+                WHEN rl._alg($2) = 5 AND u.x - $5 * rl._interval_us($4) > 0
+                THEN rl._ceil_div(u.x - $5 * rl._interval_us($4), CASE WHEN $6 = 0 THEN $3 ELSE $6 END) + u.t - u.now
+                ELSE 0 END, u.now, (u.r).next_after
+      INTO res
+      FROM u;
+    IF FOUND THEN
+        RETURN res;
+    END IF;
+    PERFORM rl._check_tenant_key($1, NULL);
+    a := rl._alg($2);
+    IF a = 0 THEN
+        PERFORM rl._unknown_algorithm($2, $7);
+    END IF;
+    w := rl._interval_us($4);
+    IF (w BETWEEN 1 AND rl._max_window()) IS NOT TRUE THEN
+        PERFORM rl._bad_window($4, a, $3, $6, $7);
+    END IF;
+    RETURN rl._take1($1, $7, a, $3, w, $6, $5, rl._request_now($8), true);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION rl.rl_allow_us(key text, algorithm text, lim bigint, window_us bigint, cost bigint DEFAULT 1, rate bigint DEFAULT 0, name text DEFAULT 'default'::text, now_us bigint DEFAULT NULL::bigint)
+ RETURNS rl.decision
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+DECLARE
+    a integer;
+    res rl.decision;
+BEGIN
+    -- 0015: the common call (its row there, rl.tenants empty, valid input) in one statement, rl._eval
+    -- evaluated once: e decides on the row as the statement's snapshot has it, and the UPDATE writes e's
+    -- state when the row it locks is still that row. If another decision wrote the row meanwhile (a hot
+    -- key: the UPDATE waited for the row and reads its latest version), it decides again on that
+    -- version, as 0014's did. Anything else, or an error, the way below, which raises it.
+    WITH e AS MATERIALIZED (
+             SELECT o.now, o.algorithm, o.t, o.x, o.y, o.log, o.l AS sl, o.w AS sw, o.r AS sr,
+                    rl._eval(rl._alg($2), $3, $4, $6, o.algorithm, o.t, o.x, o.y, o.log, o.l, o.w, o.r, o.now, $5, true) AS r
+               FROM (SELECT rl._request_now($8) AS now, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r
+                       FROM rl.state s
+                      WHERE s.key = $1 AND s.name = $7 AND NOT EXISTS (SELECT FROM rl.tenants)
+                        AND octet_length($1) BETWEEN 1 AND 256 AND octet_length($7) BETWEEN 1 AND 256
+                        AND $5 > 0) o),
+         u AS (UPDATE rl.state s
+                  SET (algorithm, t, x, y, log, l, w, r, expires_at) =
+                      (SELECT (v.r).algorithm, (v.r).t, (v.r).x, (v.r).y, (v.r).log, (v.r).l, (v.r).w, (v.r).r, rl._expires_at(e.now, (v.r).reset_after)
+                         FROM (SELECT CASE WHEN (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = (e.algorithm, e.t, e.x, e.y, e.log, e.sl, e.sw, e.sr)
+                                           THEN e.r
+                                           ELSE rl._eval(rl._alg($2), $3, $4, $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, $5, true)
+                                      END AS r
+                               OFFSET 0) v)
+                 FROM e
+                WHERE s.key = $1 AND s.name = $7
+                  AND CASE WHEN (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = (e.algorithm, e.t, e.x, e.y, e.log, e.sl, e.sw, e.sr)
+                           THEN (e.r).err = 0 AND (e.r).allowed
+                           ELSE (SELECT ev.err = 0 AND ev.allowed
+                                   FROM rl._eval(rl._alg($2), $3, $4, $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, $5, false) AS ev)
+                      END
+            RETURNING e.now, s.t, s.x,
+                      (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log, (e.r).l, (e.r).w, (e.r).r) AS same,
+                      CASE WHEN (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log, (e.r).l, (e.r).w, (e.r).r)
+                           THEN e.r
+                           ELSE rl._eval(rl._alg($2), $3, $4, $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, 0, false)
+                      END AS r)
+    SELECT true, (u.r).lim, (u.r).remaining, (u.r).reset_after, 0::bigint,
+           CASE WHEN u.same THEN (u.r).delay
+                WHEN rl._alg($2) = 5 AND u.x - $5 * $4 > 0
+                THEN rl._ceil_div(u.x - $5 * $4, CASE WHEN $6 = 0 THEN $3 ELSE $6 END) + u.t - u.now
+                ELSE 0 END, u.now, (u.r).next_after
+      INTO res
+      FROM u;
+    IF FOUND THEN
+        RETURN res;
+    END IF;
+    PERFORM rl._check_tenant_key($1, NULL);
+    a := rl._alg($2);
+    IF a = 0 THEN
+        PERFORM rl._unknown_algorithm($2, $7);
+    END IF;
+    RETURN rl._take1($1, $7, a, $3, $4, $6, $5, rl._request_now($8), true);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION rl.rl_peek(key text, algorithm text, lim bigint, win interval, cost bigint DEFAULT 1, rate bigint DEFAULT 0, name text DEFAULT 'default'::text, now_us bigint DEFAULT NULL::bigint)
+ RETURNS rl.decision
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+DECLARE
+    a integer;
+    w bigint;
+    res rl.decision;
+BEGIN
+    -- 0014: the common call (its row there, rl.tenants empty, valid input) in one statement;
+    -- anything else, or an error, the way below, which raises it.
+    WITH d AS MATERIALIZED (
+             SELECT rl._request_now($8) AS now, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r
+               FROM rl.state s
+              WHERE s.key = $1 AND s.name = $7 AND NOT EXISTS (SELECT FROM rl.tenants)
+                AND octet_length($1) BETWEEN 1 AND 256 AND octet_length($7) BETWEEN 1 AND 256),
+         e AS MATERIALIZED (
+             SELECT d.now, rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, d.algorithm, d.t, d.x, d.y, d.log, d.l, d.w, d.r, d.now, $5, false) AS r
+               FROM d)
+    SELECT (d.r).allowed, (d.r).lim, (d.r).remaining, (d.r).reset_after, (d.r).retry_after, (d.r).delay, d.now,
+           (d.r).next_after
+      INTO res FROM e d WHERE (d.r).err = 0;
+    IF FOUND THEN
+        RETURN res;
+    END IF;
+    PERFORM rl._check_tenant_key($1, NULL);
+    a := rl._alg($2);
+    IF a = 0 THEN
+        PERFORM rl._unknown_algorithm($2, $7);
+    END IF;
+    w := rl._interval_us($4);
+    IF (w BETWEEN 1 AND rl._max_window()) IS NOT TRUE THEN
+        PERFORM rl._bad_window($4, a, $3, $6, $7);
+    END IF;
+    RETURN rl._take1($1, $7, a, $3, w, $6, $5, rl._request_now($8), false);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION rl.rl_peek_us(key text, algorithm text, lim bigint, window_us bigint, cost bigint DEFAULT 1, rate bigint DEFAULT 0, name text DEFAULT 'default'::text, now_us bigint DEFAULT NULL::bigint)
+ RETURNS rl.decision
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+DECLARE
+    a integer;
+    res rl.decision;
+BEGIN
+    -- 0014: the common call (its row there, rl.tenants empty, valid input) in one statement;
+    -- anything else, or an error, the way below, which raises it.
+    WITH d AS MATERIALIZED (
+             SELECT rl._request_now($8) AS now, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r
+               FROM rl.state s
+              WHERE s.key = $1 AND s.name = $7 AND NOT EXISTS (SELECT FROM rl.tenants)
+                AND octet_length($1) BETWEEN 1 AND 256 AND octet_length($7) BETWEEN 1 AND 256),
+         e AS MATERIALIZED (
+             SELECT d.now, rl._eval(rl._alg($2), $3, $4, $6, d.algorithm, d.t, d.x, d.y, d.log, d.l, d.w, d.r, d.now, $5, false) AS r
+               FROM d)
+    SELECT (d.r).allowed, (d.r).lim, (d.r).remaining, (d.r).reset_after, (d.r).retry_after, (d.r).delay, d.now,
+           (d.r).next_after
+      INTO res FROM e d WHERE (d.r).err = 0;
+    IF FOUND THEN
+        RETURN res;
+    END IF;
+    PERFORM rl._check_tenant_key($1, NULL);
+    a := rl._alg($2);
+    IF a = 0 THEN
+        PERFORM rl._unknown_algorithm($2, $7);
+    END IF;
+    RETURN rl._take1($1, $7, a, $3, $4, $6, $5, rl._request_now($8), false);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION rl.rl_settle(key text, algorithm text, lim bigint, win interval, delta bigint, rate bigint DEFAULT 0, name text DEFAULT 'default'::text, now_us bigint DEFAULT NULL::bigint)
+ RETURNS rl.decision
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
+AS $function$
+DECLARE
+    a     integer;
+    w     bigint;
+    v_now bigint;
+    r     rl._eval_result;
+BEGIN
+    PERFORM rl._check_tenant_key($1, NULL);
+    a := rl._alg($2);
+    IF a = 0 THEN
+        PERFORM rl._unknown_algorithm($2, $7);
+    END IF;
+    w := rl._interval_us($4);
+    IF (w BETWEEN 1 AND rl._max_window()) IS NOT TRUE THEN
+        PERFORM rl._bad_window($4, a, $3, $6, $7);
+    END IF;
+    v_now := coalesce(rl._request_now($8), rl._now());
+    r := rl._settle1($1, $7, a, $3, w, $6, $5, v_now);
+    RETURN ROW(r.allowed, r.lim, r.remaining, r.reset_after, r.retry_after, r.delay, v_now, r.next_after)::rl.decision;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION rl.rl_settle_us(key text, algorithm text, lim bigint, window_us bigint, delta bigint, rate bigint DEFAULT 0, name text DEFAULT 'default'::text, now_us bigint DEFAULT NULL::bigint)
+ RETURNS rl.decision
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
+AS $function$
+DECLARE
+    a     integer;
+    v_now bigint;
+    r     rl._eval_result;
+BEGIN
+    PERFORM rl._check_tenant_key($1, NULL);
+    a := rl._alg($2);
+    IF a = 0 THEN
+        PERFORM rl._unknown_algorithm($2, $7);
+    END IF;
+    v_now := coalesce(rl._request_now($8), rl._now());
+    r := rl._settle1($1, $7, a, $3, $4, $6, $5, v_now);
+    RETURN ROW(r.allowed, r.lim, r.remaining, r.reset_after, r.retry_after, r.delay, v_now, r.next_after)::rl.decision;
+END
+$function$;
+
+DROP FUNCTION rl._single_problem(text,text,text,bigint,bigint,boolean,interval,bigint,bigint,bigint,boolean);
+
+DROP FUNCTION rl._tenant_problem(text,name);
+
+DROP FUNCTION rl._key_problem(text,text);
+
+DROP FUNCTION rl.create_limit_trigger(regclass,text,text,bigint,interval,bigint,text,text,name);
+
+DROP FUNCTION rl.check_limit_trigger(regclass,name);
+
+DROP FUNCTION rl._check_limit_trigger_args(regclass,name,text[]);
+
+DROP FUNCTION rl._trigger_args(text,text,text[],boolean);
+
+DROP FUNCTION rl._state_peek(integer,bigint,bigint,bigint,bigint[],bigint,bigint,bigint,bigint,bigint);
+
+DROP FUNCTION rl.readable(rl.multi_decision);
+
+DROP FUNCTION rl.readable(rl.decision);
+
+DROP FUNCTION rl.us_to_timestamptz(bigint);
+
+DROP FUNCTION rl.us_to_interval(bigint);
+
+COMMENT ON FUNCTION rl._enforce_limit(oid,text,text[],boolean,text) IS 'rl: the definer-rights part of rl.enforce_limit(): plain values in (the trigger''s table, name, arguments and key as text), the decision on the database clock';
+COMMENT ON FUNCTION rl.rl_settle(text,text,bigint,interval,bigint,bigint,text,bigint) IS 'Settles delta units on the limit name of key (core.Settle): positive, a debt beyond the limit; negative, a refund never below nothing used. The decision of a call of cost 0 afterwards. See sql/README.md.';
+COMMENT ON FUNCTION rl.rl_settle_us(text,text,bigint,bigint,bigint,bigint,text,bigint) IS 'rl_settle with the window in µs';
+
+-- The grants (each is idempotent).
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA rl FROM PUBLIC;
+GRANT USAGE ON SCHEMA rl TO rl_app, rl_admin;
+GRANT EXECUTE ON FUNCTION
+    rl.algorithm_id(text),
+    rl.algorithm_name(integer),
+    rl.decide(integer, bigint, bigint, bigint, integer, bigint, bigint, bigint, bigint[], bigint, bigint, text, bigint, bigint, bigint),
+    rl.decide_all(rl.limit_spec[], rl.state_words[], bigint, bigint, text),
+    rl.enforce_limit(),
+    rl._enforce_limit(oid, text, text[], boolean, text),
+    rl.rl_allow(text, text, bigint, interval, bigint, bigint, text, bigint),
+    rl.rl_allow_us(text, text, bigint, bigint, bigint, bigint, text, bigint),
+    rl.rl_peek(text, text, bigint, interval, bigint, bigint, text, bigint),
+    rl.rl_peek_us(text, text, bigint, bigint, bigint, bigint, text, bigint),
+    rl.rl_settle(text, text, bigint, interval, bigint, bigint, text, bigint),
+    rl.rl_settle_us(text, text, bigint, bigint, bigint, bigint, text, bigint),
+    rl.rl_allow_multi(text, jsonb, bigint, bigint),
+    rl.rl_peek_multi(text, jsonb, bigint, bigint),
+    rl.rl_settle_multi(text, jsonb, bigint, bigint),
+    rl.rl_decide_multi(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint, boolean, boolean[]),
+    rl.rl_settle_decide(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint),
+    rl.rl_decide_batch(text[], text[], integer[], bigint[], bigint[], bigint[], bigint[], integer[], bigint[], boolean[], boolean[], boolean[]),
+    rl.rl_reset(text, text)
+    TO rl_app;
+GRANT EXECUTE ON FUNCTION
+    rl._now(),
+    rl.rl_expire(bigint, integer),
+    rl.lock_states(text, text[]),
+    rl.lock_states_batch(text[], text[]),
+    rl.drop_fresh_states(text[], text[])
+    TO rl_admin;
+GRANT SELECT, UPDATE ON rl.state TO rl_admin;

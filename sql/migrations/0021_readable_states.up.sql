@@ -5,4 +5,842 @@
 -- above; once released this file is history and never changes.
 SET LOCAL search_path = pg_catalog, pg_temp;
 
--- No change.
+CREATE OR REPLACE FUNCTION rl.us_to_interval(us bigint) RETURNS interval
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN CASE WHEN us >= 0 THEN us * interval '1 microsecond' END;
+
+CREATE OR REPLACE FUNCTION rl.us_to_timestamptz(us bigint) RETURNS timestamptz
+    LANGUAGE sql STABLE STRICT PARALLEL SAFE
+    RETURN pg_catalog.to_timestamp(0) + us * interval '1 microsecond';
+
+CREATE OR REPLACE FUNCTION rl.readable(d rl.decision, OUT allowed boolean, OUT lim bigint, OUT remaining bigint,
+                            OUT retry_after interval, OUT reset_after interval, OUT delay interval,
+                            OUT next_after interval, OUT decided_at timestamptz, OUT retry_at timestamptz,
+                            OUT reset_at timestamptz)
+    LANGUAGE sql STABLE PARALLEL SAFE
+AS $fn$
+        SELECT d.allowed, d.lim, d.remaining, rl.us_to_interval(d.retry_after_us), rl.us_to_interval(d.reset_after_us),
+               rl.us_to_interval(d.delay_us), rl.us_to_interval(d.next_after_us), rl.us_to_timestamptz(d.now_us),
+               CASE WHEN d.retry_after_us >= 0 THEN rl.us_to_timestamptz(d.now_us + d.retry_after_us) END,
+               rl.us_to_timestamptz(d.now_us + d.reset_after_us)
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl.readable(d rl.multi_decision, OUT ord integer, OUT name text, OUT allowed boolean, OUT lim bigint,
+                            OUT remaining bigint, OUT retry_after interval, OUT reset_after interval,
+                            OUT delay interval, OUT deciding boolean, OUT next_after interval,
+                            OUT decided_at timestamptz, OUT retry_at timestamptz, OUT reset_at timestamptz)
+    LANGUAGE sql STABLE PARALLEL SAFE
+AS $fn$
+        SELECT d.ord, d.name, d.allowed, d.lim, d.remaining, rl.us_to_interval(d.retry_after_us),
+               rl.us_to_interval(d.reset_after_us), rl.us_to_interval(d.delay_us), d.deciding,
+               rl.us_to_interval(d.next_after_us), rl.us_to_timestamptz(d.now_us),
+               CASE WHEN d.retry_after_us >= 0 THEN rl.us_to_timestamptz(d.now_us + d.retry_after_us) END,
+               rl.us_to_timestamptz(d.now_us + d.reset_after_us)
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl._state_peek(s_alg integer, s_t bigint, s_x bigint, s_y bigint, s_log bigint[], s_l bigint,
+                               s_w bigint, s_r bigint, p_now bigint, p_cost bigint) RETURNS rl._eval_result
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+    RETURN CASE WHEN s_l <> 0 THEN rl._eval(s_alg, s_l, s_w, s_r, s_alg, s_t, s_x, s_y, s_log, s_l, s_w, s_r, p_now, p_cost, false) END;
+
+CREATE OR REPLACE FUNCTION rl._trigger_args(tbl text, p_trigger text, a text[], p_has_col boolean,
+                                 OUT col text, OUT alg integer, OUT lim bigint, OUT win bigint, OUT cost bigint,
+                                 OUT prefix text, OUT lname text,
+                                 OUT code text, OUT message text, OUT detail text, OUT hint text)
+    LANGUAGE plpgsql STABLE
+AS $fn$
+DECLARE
+    usage constant text := 'rl.enforce_limit(key_column, algorithm, limit, window [, cost [, key_prefix [, name]]])';
+    nargs integer;
+    e     integer;
+    what  text;
+BEGIN
+    cost := 1;
+    prefix := '';
+    nargs := pg_catalog.cardinality(a);
+    IF nargs < 4 OR nargs > 7 THEN
+        code := '22023'; -- invalid_parameter_value
+        message := pg_catalog.format('ratelimit: trigger %s on %s has %s arguments; usage: %s', p_trigger, tbl, nargs, usage);
+        RETURN;
+    END IF;
+    hint := 'usage: ' || usage; -- of every error below
+    col := a[1];
+    alg := rl._alg(a[2]);
+    IF alg = 0 THEN
+        code := 'RL001';
+        message := pg_catalog.format('ratelimit: trigger %s on %s, argument 2 (algorithm): %s is not an algorithm (want %s)',
+                                     p_trigger, tbl, pg_catalog.quote_literal(a[2]), rl._algorithm_list('plain'));
+        RETURN;
+    END IF;
+    IF a[3] !~ '^\s*-?[0-9]{1,19}\s*$' THEN
+        code := '22023';
+        message := pg_catalog.format('ratelimit: trigger %s on %s, argument 3 (limit): %s is not an integer',
+                                     p_trigger, tbl, pg_catalog.quote_literal(a[3]));
+        RETURN;
+    END IF;
+    lim := a[3]::bigint;
+    BEGIN
+        win := rl._interval_us(a[4]::interval);
+    EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
+        code := '22023';
+        message := pg_catalog.format('ratelimit: trigger %s on %s, argument 4 (window): %s is not an interval such as ''1 minute''',
+                                     p_trigger, tbl, pg_catalog.quote_literal(a[4]));
+        RETURN;
+    END;
+    IF nargs > 4 AND a[5] <> '' THEN
+        IF a[5] !~ '^\s*-?[0-9]{1,19}\s*$' THEN
+            code := '22023';
+            message := pg_catalog.format('ratelimit: trigger %s on %s, argument 5 (cost): %s is not an integer',
+                                         p_trigger, tbl, pg_catalog.quote_literal(a[5]));
+            RETURN;
+        END IF;
+        cost := a[5]::bigint;
+    END IF;
+    -- The limit's parameters and the cost, checked as the decision would,
+    -- naming the argument at fault.
+    e := coalesce(nullif(rl._limit_error(alg, lim, win, 0), 0), nullif(rl._call_error(0, cost), 0), 0);
+    IF e <> 0 THEN
+        what := CASE e WHEN 2 THEN 'argument 3 (limit)' WHEN 3 THEN 'argument 4 (window)'
+                       WHEN 5 THEN 'arguments 3 and 4 (limit and window)' ELSE 'argument 5 (cost)' END;
+        code := 'RL0' || pg_catalog.lpad(e::text, 2, '0');
+        message := pg_catalog.format('ratelimit: trigger %s on %s, %s: %s', p_trigger, tbl, what,
+            CASE WHEN e = 3 THEN pg_catalog.format('%L: outside [1 µs, %s µs]', a[4], rl._max_window())
+                 ELSE pg_catalog.substr(rl._explain(e, alg, lim, win, 0, 0, cost, 0, 0, 0, 0, '{}', 0, 0, 0, false), 12) END);
+        RETURN;
+    END IF;
+    IF nargs > 5 THEN
+        prefix := a[6];
+    END IF;
+    lname := tbl;
+    IF nargs > 6 AND a[7] <> '' THEN
+        lname := a[7];
+    END IF;
+    IF p_has_col IS NOT TRUE THEN
+        code := '42703'; -- undefined_column
+        message := pg_catalog.format('ratelimit: trigger %s on %s, argument 1 (key_column): the table has no column %s',
+                                     p_trigger, tbl, pg_catalog.quote_ident(col));
+        RETURN;
+    END IF;
+    hint := NULL;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl._check_limit_trigger_args(tbl regclass, trigger_name name, args text[],
+                                             OUT code text, OUT message text, OUT detail text, OUT hint text)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+DECLARE
+    tname text;
+BEGIN
+    -- The table as the trigger names it: schema.table.
+    SELECT n.nspname::text || '.' || c.relname::text INTO tname
+      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+     WHERE c.oid = tbl;
+    SELECT t.code, t.message, t.detail, t.hint INTO code, message, detail, hint
+      FROM rl._trigger_args(tname, trigger_name::text, args,
+                            EXISTS (SELECT FROM pg_catalog.pg_attribute c
+                                     WHERE c.attrelid = tbl AND c.attname::text = args[1] AND c.attnum > 0
+                                       AND NOT c.attisdropped)) t;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl.check_limit_trigger(tbl regclass, trigger_name name) RETURNS text[]
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+DECLARE
+    tg   record;
+    p    record;
+    rest bytea;
+    k    integer;
+    args text[] := '{}';
+BEGIN
+    SELECT t.tgfoid, t.tgtype, t.tgnargs, t.tgargs INTO tg
+      FROM pg_catalog.pg_trigger t WHERE t.tgrelid = tbl AND t.tgname = trigger_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'ratelimit: table % has no trigger %', tbl, pg_catalog.quote_ident(trigger_name)
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    IF tg.tgfoid <> 'rl.enforce_limit()'::pg_catalog.regprocedure THEN
+        RAISE EXCEPTION 'ratelimit: trigger % on % does not run rl.enforce_limit()', pg_catalog.quote_ident(trigger_name), tbl
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- tgtype: 1 row, 2 before, 4 insert, 8 delete, 16 update (pg_trigger.h).
+    IF tg.tgtype & 3 <> 3 OR tg.tgtype & 8 <> 0 THEN
+        RAISE EXCEPTION 'ratelimit: % must run BEFORE INSERT (or UPDATE) FOR EACH ROW',
+            'rl.enforce_limit(key_column, algorithm, limit, window [, cost [, key_prefix [, name]]])'
+            USING ERRCODE = 'invalid_object_definition',
+                  DETAIL = pg_catalog.format('Trigger %s on %s does not.', pg_catalog.quote_ident(trigger_name), tbl);
+    END IF;
+    -- tgargs: each argument followed by a zero byte.
+    rest := tg.tgargs;
+    FOR i IN 1 .. tg.tgnargs LOOP
+        k := pg_catalog.position(rest, '\x00'::bytea);
+        args[i] := pg_catalog.convert_from(pg_catalog.substr(rest, 1, k - 1), pg_catalog.getdatabaseencoding());
+        rest := pg_catalog.substr(rest, k + 1);
+    END LOOP;
+    p := rl._check_limit_trigger_args(tbl, trigger_name, args);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+    END IF;
+    RETURN args;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl.create_limit_trigger(tbl regclass, key_column text, algorithm text, lim bigint, win interval,
+                                        cost bigint DEFAULT 1, key_prefix text DEFAULT '', name text DEFAULT NULL,
+                                        trigger_name name DEFAULT NULL) RETURNS name
+    LANGUAGE plpgsql VOLATILE SECURITY INVOKER
+    SET search_path = pg_catalog, pg_temp
+    SET IntervalStyle = postgres
+AS $fn$
+DECLARE
+    -- As the trigger will be given them: text, NULL as '' (a NULL cost is the default, 1).
+    args text[] := ARRAY[coalesce(key_column, ''), coalesce(algorithm, ''), coalesce(lim::text, ''),
+                         coalesce(win::text, ''), coalesce(cost::text, ''), coalesce(key_prefix, ''), coalesce(name, '')];
+    tg   text := coalesce(trigger_name::text, 'rl_limit_' || coalesce(nullif(name, ''), key_column));
+    p    record;
+BEGIN
+    p := rl._check_limit_trigger_args(tbl, tg::pg_catalog.name, args);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+    END IF;
+    EXECUTE pg_catalog.format('CREATE TRIGGER %I BEFORE INSERT ON %s FOR EACH ROW EXECUTE FUNCTION rl.enforce_limit(%s)',
+                              tg, tbl, (SELECT pg_catalog.string_agg(pg_catalog.quote_literal(v), ', ')
+                                          FROM pg_catalog.unnest(args) AS u(v)));
+    RETURN tg::pg_catalog.name;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl._key_problem(key text, what text, OUT code text, OUT message text, OUT detail text, OUT hint text)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN key IS NULL OR key = '' OR octet_length(key) > 256
+                THEN ROW('RL011'::text, pg_catalog.format('ratelimit: invalid %s: it must be 1 to 256 bytes', what),
+                         CASE WHEN key IS NULL THEN pg_catalog.format('The %s is NULL.', what)
+                              ELSE pg_catalog.format('The %s is %s bytes long.', what, octet_length(key)) END,
+                         NULL::text)
+                ELSE ROW(NULL::text, NULL::text, NULL::text, NULL::text)
+           END;
+
+CREATE OR REPLACE FUNCTION rl._check_key(key text, what text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $fn$
+DECLARE
+    p record;
+BEGIN
+    SELECT * INTO p FROM rl._key_problem(key, what);
+    IF p.code IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+    END IF;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl._tenant_problem(p_key text, p_who name, OUT code text, OUT message text, OUT detail text, OUT hint text)
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+AS $fn$
+DECLARE
+    pfx text[];
+BEGIN
+    IF (pg_catalog.octet_length(p_key) BETWEEN 1 AND 256) IS NOT TRUE THEN
+        SELECT * INTO code, message, detail, hint FROM rl._key_problem(p_key, 'key');
+        RETURN;
+    END IF;
+    -- One query when rl.tenants is empty (about 6 µs), the common case.
+    IF NOT EXISTS (SELECT FROM rl.tenants) THEN
+        RETURN;
+    END IF;
+    p_who := coalesce(p_who, rl._caller());
+    IF rl._trusted(p_who) THEN
+        RETURN;
+    END IF;
+    SELECT pg_catalog.array_agg(t.key_prefix ORDER BY t.key_prefix COLLATE "C") INTO pfx
+      FROM rl.tenants t WHERE pg_catalog.pg_has_role(p_who, t.role, 'MEMBER');
+    IF pfx IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest(pfx) AS u(p) WHERE pg_catalog.starts_with(p_key, u.p)) THEN
+        RETURN;
+    END IF;
+    code := '42501'; -- insufficient_privilege
+    message := pg_catalog.format('ratelimit: role %s may not use key %s', pg_catalog.quote_ident(p_who),
+                                 pg_catalog.quote_literal(p_key));
+    detail := pg_catalog.format('Role %s is a tenant (rl.tenants); its keys start with %s.',
+                                pg_catalog.quote_ident(p_who),
+                                pg_catalog.array_to_string(
+                                    ARRAY(SELECT pg_catalog.quote_literal(u.p) FROM pg_catalog.unnest(pfx) AS u(p)),
+                                    ' or '));
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl._single_problem(p_key text, p_name text, p_algorithm text, p_lim bigint, p_win bigint,
+                                   p_interval boolean, p_win_iv interval, p_rate bigint, p_cost bigint,
+                                   p_now bigint, p_settle boolean,
+                                   OUT code text, OUT message text, OUT detail text, OUT hint text)
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+AS $fn$
+DECLARE
+    a integer := rl._alg(p_algorithm);
+    e integer;
+BEGIN
+    SELECT * INTO code, message, detail, hint FROM rl._tenant_problem(p_key, NULL);
+    IF code IS NOT NULL THEN
+        RETURN;
+    END IF;
+    IF (octet_length(p_name) BETWEEN 1 AND 256) IS NOT TRUE THEN
+        SELECT * INTO code, message, detail, hint FROM rl._key_problem(p_name, 'limit name');
+        RETURN;
+    END IF;
+    IF a = 0 THEN
+        code := 'RL001';
+        message := pg_catalog.format('ratelimit: algorithm %s: unknown (want %s)',
+                                     coalesce(quote_literal(p_algorithm), 'NULL'), rl._algorithm_list('plain'));
+        hint := 'The short names fixed, sliding, log, token and leaky are accepted too.';
+        RETURN;
+    END IF;
+    e := coalesce(nullif(rl._limit_error(a, coalesce(p_lim, 0), coalesce(p_win, 0), coalesce(p_rate, -1)), 0),
+                  CASE WHEN NOT p_settle THEN nullif(rl._call_error(coalesce(p_now, -1), coalesce(p_cost, -1)), 0)
+                       ELSE coalesce(nullif(rl._call_error(coalesce(p_now, -1), 0), 0),
+                                     CASE WHEN (p_cost BETWEEN -rl._max_cost() AND rl._max_cost()) IS NOT TRUE THEN 6 END)
+                  END,
+                  0);
+    IF e = 0 THEN
+        RETURN;
+    END IF;
+    code := 'RL0' || pg_catalog.lpad(e::text, 2, '0');
+    IF e = 3 AND p_interval THEN
+        message := pg_catalog.format('ratelimit: window %s: outside [1 µs, %s µs]', coalesce(quote_literal(p_win_iv), 'NULL'),
+                                     rl._max_window());
+        hint := 'The longest window is about 31.7 years.';
+        RETURN;
+    END IF;
+    message := rl._explain(e, a, p_lim, p_win, p_rate, p_now, p_cost, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                           p_settle);
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl.rl_reset(key text, name text DEFAULT NULL) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, rl, pg_temp
+AS $fn$
+DECLARE
+    n     bigint;
+    names text[];
+    p     record;
+BEGIN
+    SELECT * INTO p FROM rl._tenant_problem($1, NULL);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+    END IF;
+    -- Lock in name order first, as every writer does, then delete exactly
+    -- the rows locked (rows created meanwhile are not waited for).
+    SELECT array_agg(l.name) INTO names
+      FROM (SELECT s.name FROM rl.state s WHERE s.key = $1 AND ($2 IS NULL OR s.name = $2)
+             ORDER BY s.name COLLATE "C" FOR UPDATE) l;
+    DELETE FROM rl.state s WHERE s.key = $1 AND s.name = ANY (names);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl._check_tenant_key(p_key text, p_who name) RETURNS void
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+AS $fn$
+DECLARE
+    p record;
+BEGIN
+    IF (pg_catalog.octet_length(p_key) BETWEEN 1 AND 256) IS TRUE AND NOT EXISTS (SELECT FROM rl.tenants) THEN
+        RETURN; -- the common case, one query
+    END IF;
+    SELECT * INTO p FROM rl._tenant_problem(p_key, p_who);
+    IF p.code IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+    END IF;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl._enforce_limit(p_relid oid, p_trigger text, p_args text[], p_has_col boolean, p_val text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
+AS $function$
+DECLARE
+    a      text[];
+    tbl    text;
+    owner  name;
+    col    text;
+    alg    integer;
+    lim    bigint;
+    win    bigint;
+    cost   bigint;
+    prefix text;
+    lname  text;
+    ta     record;
+    d      rl.decision;
+    secs   bigint;
+BEGIN
+    -- The table, as the trigger names it in messages, and its owner.
+    SELECT n.nspname::text || '.' || c.relname::text, r.rolname
+      INTO tbl, owner
+      FROM pg_catalog.pg_class c
+      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+      JOIN pg_catalog.pg_roles r ON r.oid = c.relowner
+     WHERE c.oid = p_relid;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'ratelimit: % is called by rl.enforce_limit() with its trigger''s table, not %', 'rl._enforce_limit', p_relid
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- TG_ARGV counts from 0: the arguments, counted from 1.
+    a := ARRAY(SELECT u.v FROM pg_catalog.unnest(p_args) WITH ORDINALITY AS u(v, i) ORDER BY u.i);
+    SELECT * INTO ta FROM rl._trigger_args(tbl, p_trigger, a, p_has_col);
+    IF ta.code IS NOT NULL THEN
+        -- Raised here, not by a helper: no CONTEXT line of rl's internals but this function's.
+        IF ta.detail IS NULL AND ta.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = ta.code, MESSAGE = ta.message;
+        ELSIF ta.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = ta.code, MESSAGE = ta.message, DETAIL = ta.detail;
+        ELSIF ta.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = ta.code, MESSAGE = ta.message, HINT = ta.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = ta.code, MESSAGE = ta.message, DETAIL = ta.detail, HINT = ta.hint;
+    END IF;
+    col := ta.col;
+    alg := ta.alg;
+    lim := ta.lim;
+    win := ta.win;
+    cost := ta.cost;
+    prefix := ta.prefix;
+    lname := ta.lname;
+    IF p_val IS NULL THEN
+        RAISE EXCEPTION 'ratelimit: invalid key: column % is NULL', pg_catalog.quote_ident(col)
+            USING ERRCODE = 'RL011',
+                  HINT = pg_catalog.format('To exempt such rows, add WHEN (NEW.%s IS NOT NULL) to trigger %s.',
+                                           pg_catalog.quote_ident(col), p_trigger);
+    END IF;
+    -- Tenants: the key must be one that the inserting role may use, and one
+    -- that the table's owner may use, since the owner (or whoever it let
+    -- create triggers) chose the trigger's arguments.
+    PERFORM rl._check_tenant_key(prefix || p_val, NULL);
+    IF EXISTS (SELECT FROM rl.tenants) THEN
+        PERFORM rl._check_tenant_key(prefix || p_val, owner);
+    END IF;
+    -- The database clock, never rl.now_us: a session inserting rows must not
+    -- be able to move its own time forward past the limit.
+    d := rl._take1(prefix || p_val, lname, alg, lim, win, 0, cost, rl._clock(), true);
+    IF NOT d.allowed THEN
+        IF d.retry_after_us < 0 THEN
+            RAISE EXCEPTION 'rate limit exceeded'
+                USING ERRCODE = 'RL429',
+                      DETAIL = pg_catalog.format('The cost %s is above the limit %s (%s): never admitted.', cost, lim, lname),
+                      HINT = 'Lower the cost or raise the limit.';
+        END IF;
+        secs := (d.retry_after_us + 999999) / 1000000;
+        RAISE EXCEPTION 'rate limit exceeded'
+            USING ERRCODE = 'RL429',
+                  DETAIL = pg_catalog.format('Retry after %s s (%s µs); limit %s: %s per %s.', secs, d.retry_after_us,
+                                             lname, lim, a[4]),
+                  HINT = pg_catalog.format('Wait %s seconds before inserting again.', secs);
+    END IF;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION rl.rl_allow(key text, algorithm text, lim bigint, win interval, cost bigint DEFAULT 1, rate bigint DEFAULT 0, name text DEFAULT 'default'::text, now_us bigint DEFAULT NULL::bigint)
+ RETURNS rl.decision
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+DECLARE
+    w bigint;
+    v_now bigint;
+    p record;
+    res rl.decision;
+BEGIN
+    -- 0015: the common call (its row there, rl.tenants empty, valid input) in one statement, rl._eval
+    -- evaluated once: e decides on the row as the statement's snapshot has it, and the UPDATE writes e's
+    -- state when the row it locks is still that row. If another decision wrote the row meanwhile (a hot
+    -- key: the UPDATE waited for the row and reads its latest version), it decides again on that
+    -- version, as 0014's did. Anything else, or an error, the way below, which raises it.
+    WITH e AS MATERIALIZED (
+             SELECT o.now, o.algorithm, o.t, o.x, o.y, o.log, o.l AS sl, o.w AS sw, o.r AS sr,
+                    rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, o.algorithm, o.t, o.x, o.y, o.log, o.l, o.w, o.r, o.now, $5, true) AS r
+               FROM (SELECT rl._request_now($8) AS now, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r
+                       FROM rl.state s
+                      WHERE s.key = $1 AND s.name = $7 AND NOT EXISTS (SELECT FROM rl.tenants)
+                        AND octet_length($1) BETWEEN 1 AND 256 AND octet_length($7) BETWEEN 1 AND 256
+                        AND $5 > 0) o),
+         u AS (UPDATE rl.state s
+                  SET (algorithm, t, x, y, log, l, w, r, expires_at) =
+                      (SELECT (v.r).algorithm, (v.r).t, (v.r).x, (v.r).y, (v.r).log, (v.r).l, (v.r).w, (v.r).r, rl._expires_at(e.now, (v.r).reset_after)
+                         FROM (SELECT CASE WHEN (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = (e.algorithm, e.t, e.x, e.y, e.log, e.sl, e.sw, e.sr)
+                                           THEN e.r
+                                           ELSE rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, $5, true)
+                                      END AS r
+                               OFFSET 0) v)
+                 FROM e
+                WHERE s.key = $1 AND s.name = $7
+                  AND CASE WHEN (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = (e.algorithm, e.t, e.x, e.y, e.log, e.sl, e.sw, e.sr)
+                           THEN (e.r).err = 0 AND (e.r).allowed
+                           ELSE (SELECT ev.err = 0 AND ev.allowed
+                                   FROM rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, $5, false) AS ev)
+                      END
+            RETURNING e.now, s.t, s.x,
+                      (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log, (e.r).l, (e.r).w, (e.r).r) AS same,
+                      CASE WHEN (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log, (e.r).l, (e.r).w, (e.r).r)
+                           THEN e.r
+                           ELSE rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, 0, false)
+                      END AS r)
+    SELECT true, (u.r).lim, (u.r).remaining, (u.r).reset_after, 0::bigint,
+           CASE WHEN u.same THEN (u.r).delay
+                WHEN rl._alg($2) = 5 AND u.x - $5 * rl._interval_us($4) > 0
+                THEN rl._ceil_div(u.x - $5 * rl._interval_us($4), CASE WHEN $6 = 0 THEN $3 ELSE $6 END) + u.t - u.now
+                ELSE 0 END, u.now, (u.r).next_after
+      INTO res
+      FROM u;
+    IF FOUND THEN
+        RETURN res;
+    END IF;
+    v_now := rl._request_now($8);
+    w := rl._interval_us($4);
+    p := rl._single_problem($1, $7, $2, $3, w, true, $4, $6, $5, v_now, false);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+    END IF;
+    RETURN rl._take1($1, $7, rl._alg($2), $3, w, $6, $5, v_now, true);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION rl.rl_allow_us(key text, algorithm text, lim bigint, window_us bigint, cost bigint DEFAULT 1, rate bigint DEFAULT 0, name text DEFAULT 'default'::text, now_us bigint DEFAULT NULL::bigint)
+ RETURNS rl.decision
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+DECLARE
+    v_now bigint;
+    p record;
+    res rl.decision;
+BEGIN
+    -- 0015: the common call (its row there, rl.tenants empty, valid input) in one statement, rl._eval
+    -- evaluated once: e decides on the row as the statement's snapshot has it, and the UPDATE writes e's
+    -- state when the row it locks is still that row. If another decision wrote the row meanwhile (a hot
+    -- key: the UPDATE waited for the row and reads its latest version), it decides again on that
+    -- version, as 0014's did. Anything else, or an error, the way below, which raises it.
+    WITH e AS MATERIALIZED (
+             SELECT o.now, o.algorithm, o.t, o.x, o.y, o.log, o.l AS sl, o.w AS sw, o.r AS sr,
+                    rl._eval(rl._alg($2), $3, $4, $6, o.algorithm, o.t, o.x, o.y, o.log, o.l, o.w, o.r, o.now, $5, true) AS r
+               FROM (SELECT rl._request_now($8) AS now, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r
+                       FROM rl.state s
+                      WHERE s.key = $1 AND s.name = $7 AND NOT EXISTS (SELECT FROM rl.tenants)
+                        AND octet_length($1) BETWEEN 1 AND 256 AND octet_length($7) BETWEEN 1 AND 256
+                        AND $5 > 0) o),
+         u AS (UPDATE rl.state s
+                  SET (algorithm, t, x, y, log, l, w, r, expires_at) =
+                      (SELECT (v.r).algorithm, (v.r).t, (v.r).x, (v.r).y, (v.r).log, (v.r).l, (v.r).w, (v.r).r, rl._expires_at(e.now, (v.r).reset_after)
+                         FROM (SELECT CASE WHEN (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = (e.algorithm, e.t, e.x, e.y, e.log, e.sl, e.sw, e.sr)
+                                           THEN e.r
+                                           ELSE rl._eval(rl._alg($2), $3, $4, $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, $5, true)
+                                      END AS r
+                               OFFSET 0) v)
+                 FROM e
+                WHERE s.key = $1 AND s.name = $7
+                  AND CASE WHEN (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = (e.algorithm, e.t, e.x, e.y, e.log, e.sl, e.sw, e.sr)
+                           THEN (e.r).err = 0 AND (e.r).allowed
+                           ELSE (SELECT ev.err = 0 AND ev.allowed
+                                   FROM rl._eval(rl._alg($2), $3, $4, $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, $5, false) AS ev)
+                      END
+            RETURNING e.now, s.t, s.x,
+                      (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log, (e.r).l, (e.r).w, (e.r).r) AS same,
+                      CASE WHEN (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log, (e.r).l, (e.r).w, (e.r).r)
+                           THEN e.r
+                           ELSE rl._eval(rl._alg($2), $3, $4, $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, 0, false)
+                      END AS r)
+    SELECT true, (u.r).lim, (u.r).remaining, (u.r).reset_after, 0::bigint,
+           CASE WHEN u.same THEN (u.r).delay
+                WHEN rl._alg($2) = 5 AND u.x - $5 * $4 > 0
+                THEN rl._ceil_div(u.x - $5 * $4, CASE WHEN $6 = 0 THEN $3 ELSE $6 END) + u.t - u.now
+                ELSE 0 END, u.now, (u.r).next_after
+      INTO res
+      FROM u;
+    IF FOUND THEN
+        RETURN res;
+    END IF;
+    v_now := rl._request_now($8);
+    p := rl._single_problem($1, $7, $2, $3, $4, false, NULL, $6, $5, v_now, false);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+    END IF;
+    RETURN rl._take1($1, $7, rl._alg($2), $3, $4, $6, $5, v_now, true);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION rl.rl_peek(key text, algorithm text, lim bigint, win interval, cost bigint DEFAULT 1, rate bigint DEFAULT 0, name text DEFAULT 'default'::text, now_us bigint DEFAULT NULL::bigint)
+ RETURNS rl.decision
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+DECLARE
+    w bigint;
+    v_now bigint;
+    p record;
+    res rl.decision;
+BEGIN
+    -- 0014: the common call (its row there, rl.tenants empty, valid input) in one statement;
+    -- anything else, or an error, the way below, which raises it.
+    WITH d AS MATERIALIZED (
+             SELECT rl._request_now($8) AS now, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r
+               FROM rl.state s
+              WHERE s.key = $1 AND s.name = $7 AND NOT EXISTS (SELECT FROM rl.tenants)
+                AND octet_length($1) BETWEEN 1 AND 256 AND octet_length($7) BETWEEN 1 AND 256),
+         e AS MATERIALIZED (
+             SELECT d.now, rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, d.algorithm, d.t, d.x, d.y, d.log, d.l, d.w, d.r, d.now, $5, false) AS r
+               FROM d)
+    SELECT (d.r).allowed, (d.r).lim, (d.r).remaining, (d.r).reset_after, (d.r).retry_after, (d.r).delay, d.now,
+           (d.r).next_after
+      INTO res FROM e d WHERE (d.r).err = 0;
+    IF FOUND THEN
+        RETURN res;
+    END IF;
+    v_now := rl._request_now($8);
+    w := rl._interval_us($4);
+    p := rl._single_problem($1, $7, $2, $3, w, true, $4, $6, $5, v_now, false);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+    END IF;
+    RETURN rl._take1($1, $7, rl._alg($2), $3, w, $6, $5, v_now, false);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION rl.rl_peek_us(key text, algorithm text, lim bigint, window_us bigint, cost bigint DEFAULT 1, rate bigint DEFAULT 0, name text DEFAULT 'default'::text, now_us bigint DEFAULT NULL::bigint)
+ RETURNS rl.decision
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+DECLARE
+    v_now bigint;
+    p record;
+    res rl.decision;
+BEGIN
+    -- 0014: the common call (its row there, rl.tenants empty, valid input) in one statement;
+    -- anything else, or an error, the way below, which raises it.
+    WITH d AS MATERIALIZED (
+             SELECT rl._request_now($8) AS now, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r
+               FROM rl.state s
+              WHERE s.key = $1 AND s.name = $7 AND NOT EXISTS (SELECT FROM rl.tenants)
+                AND octet_length($1) BETWEEN 1 AND 256 AND octet_length($7) BETWEEN 1 AND 256),
+         e AS MATERIALIZED (
+             SELECT d.now, rl._eval(rl._alg($2), $3, $4, $6, d.algorithm, d.t, d.x, d.y, d.log, d.l, d.w, d.r, d.now, $5, false) AS r
+               FROM d)
+    SELECT (d.r).allowed, (d.r).lim, (d.r).remaining, (d.r).reset_after, (d.r).retry_after, (d.r).delay, d.now,
+           (d.r).next_after
+      INTO res FROM e d WHERE (d.r).err = 0;
+    IF FOUND THEN
+        RETURN res;
+    END IF;
+    v_now := rl._request_now($8);
+    p := rl._single_problem($1, $7, $2, $3, $4, false, NULL, $6, $5, v_now, false);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+    END IF;
+    RETURN rl._take1($1, $7, rl._alg($2), $3, $4, $6, $5, v_now, false);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION rl.rl_settle(key text, algorithm text, lim bigint, win interval, delta bigint, rate bigint DEFAULT 0, name text DEFAULT 'default'::text, now_us bigint DEFAULT NULL::bigint)
+ RETURNS rl.decision
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
+AS $function$
+DECLARE
+    w     bigint;
+    v_now bigint;
+    p     record;
+    r     rl._eval_result;
+BEGIN
+    v_now := coalesce(rl._request_now($8), rl._now());
+    w := rl._interval_us($4);
+    p := rl._single_problem($1, $7, $2, $3, w, true, $4, $6, $5, v_now, true);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+    END IF;
+    r := rl._settle1($1, $7, rl._alg($2), $3, w, $6, $5, v_now);
+    RETURN ROW(r.allowed, r.lim, r.remaining, r.reset_after, r.retry_after, r.delay, v_now, r.next_after)::rl.decision;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION rl.rl_settle_us(key text, algorithm text, lim bigint, window_us bigint, delta bigint, rate bigint DEFAULT 0, name text DEFAULT 'default'::text, now_us bigint DEFAULT NULL::bigint)
+ RETURNS rl.decision
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
+AS $function$
+DECLARE
+    v_now bigint;
+    p     record;
+    r     rl._eval_result;
+BEGIN
+    v_now := coalesce(rl._request_now($8), rl._now());
+    p := rl._single_problem($1, $7, $2, $3, $4, false, NULL, $6, $5, v_now, true);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+    END IF;
+    r := rl._settle1($1, $7, rl._alg($2), $3, $4, $6, $5, v_now);
+    RETURN ROW(r.allowed, r.lim, r.remaining, r.reset_after, r.retry_after, r.delay, v_now, r.next_after)::rl.decision;
+END
+$function$;
+
+DROP FUNCTION rl._unknown_algorithm(text,text);
+
+DROP FUNCTION rl._bad_window(interval,integer,bigint,bigint,text);
+
+CREATE VIEW rl.states AS
+SELECT v.key, v.name, rl.algorithm_name(v.algorithm) AS algorithm, nullif(v.l, 0) AS lim,
+       rl.us_to_interval(nullif(v.w, 0)) AS win, nullif(v.r, 0) AS rate,
+       (v.p0).remaining AS remaining, NOT (v.p1).allowed AS limited,
+       CASE WHEN NOT (v.p1).allowed THEN rl.us_to_timestamptz(v.now + (v.p1).retry_after) END AS retry_at,
+       rl.us_to_timestamptz(v.now + (v.p0).reset_after) AS reset_at,
+       rl.us_to_timestamptz(v.expires_at) AS expires_at,
+       rl.us_to_timestamptz(v.now) AS as_of
+  FROM (SELECT s.key, s.name, s.algorithm, s.l, s.w, s.r, s.expires_at, n.now,
+               rl._state_peek(s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, n.now, 0) AS p0,
+               rl._state_peek(s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, n.now, 1) AS p1
+          FROM rl.state s CROSS JOIN (SELECT rl._now() AS now) n
+        OFFSET 0) v;
+
+COMMENT ON FUNCTION rl.us_to_interval(bigint) IS 'µs as an interval; a negative value (-1: never) is NULL';
+COMMENT ON FUNCTION rl.us_to_timestamptz(bigint) IS 'a time in µs since the Unix epoch as a timestamptz';
+COMMENT ON FUNCTION rl.readable(rl.decision) IS
+    'A decision (rl_allow, rl_peek, rl_settle) with intervals and timestamptz instead of µs; NULL retry_after: never. Call it in FROM: SELECT r.* FROM rl.rl_allow(...) d, rl.readable(d) r';
+COMMENT ON FUNCTION rl.readable(rl.multi_decision) IS
+    'A row of the multi-limit functions with intervals and timestamptz instead of µs; NULL retry_after: never. Call it in FROM: SELECT r.* FROM rl.rl_allow_multi(...) d, rl.readable(d) r';
+COMMENT ON FUNCTION rl.rl_settle(text,text,bigint,interval,bigint,bigint,text,bigint) IS 'Settles delta units on the limit name of key (core.Settle): positive, a debt beyond the limit; negative, a refund never below nothing used. The decision of a call of cost 0 afterwards. See sql/README.md.';
+COMMENT ON FUNCTION rl.rl_settle_us(text,text,bigint,bigint,bigint,bigint,text,bigint) IS 'rl_settle with the window in µs';
+COMMENT ON FUNCTION rl.check_limit_trigger(regclass, name) IS
+    'Checks a trigger of rl.enforce_limit() at once, raising the error its first INSERT would; returns its arguments';
+COMMENT ON FUNCTION rl.create_limit_trigger(regclass, text, text, bigint, interval, bigint, text, text, name) IS
+    'Checks the arguments of a trigger of rl.enforce_limit() at once, as the first INSERT would, then creates it (BEFORE INSERT FOR EACH ROW); returns its name';
+COMMENT ON FUNCTION rl._enforce_limit(oid,text,text[],boolean,text) IS 'rl: the definer-rights part of rl.enforce_limit(): plain values in (the trigger''s table, name, arguments and key as text), the decision on the database clock';
+COMMENT ON VIEW rl.states IS
+    'rl.state for people (rl_admin): algorithm names, timestamptz, and what peeks now answer: remaining units, limited now';
+COMMENT ON COLUMN rl.states.lim IS 'the limit that wrote the state (NULL: not recorded, a state written before migration 17)';
+COMMENT ON COLUMN rl.states.win IS 'the window of that limit';
+COMMENT ON COLUMN rl.states.rate IS 'its rate, units per window (token_bucket, leaky_bucket, gcra; NULL for the window algorithms)';
+COMMENT ON COLUMN rl.states.remaining IS 'units a call could take now (a peek of cost 0 at as_of)';
+COMMENT ON COLUMN rl.states.limited IS 'true when a call of cost 1 would be denied now (a peek of cost 1 at as_of)';
+COMMENT ON COLUMN rl.states.retry_at IS 'when a call of cost 1 passes again; NULL when not limited';
+COMMENT ON COLUMN rl.states.reset_at IS 'when the state is back to a fresh one if nothing more is taken';
+COMMENT ON COLUMN rl.states.expires_at IS 'after this time rl_expire may delete the row (an upper bound of reset_at)';
+COMMENT ON COLUMN rl.states.as_of IS 'the time the row was read at (rl.now_us if set, else the database clock)';
+
+-- The grants (each is idempotent).
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA rl FROM PUBLIC;
+GRANT USAGE ON SCHEMA rl TO rl_app, rl_admin;
+GRANT EXECUTE ON FUNCTION
+    rl.algorithm_id(text),
+    rl.algorithm_name(integer),
+    rl.decide(integer, bigint, bigint, bigint, integer, bigint, bigint, bigint, bigint[], bigint, bigint, text, bigint, bigint, bigint),
+    rl.decide_all(rl.limit_spec[], rl.state_words[], bigint, bigint, text),
+    rl.enforce_limit(),
+    rl._enforce_limit(oid, text, text[], boolean, text),
+    rl.rl_allow(text, text, bigint, interval, bigint, bigint, text, bigint),
+    rl.rl_allow_us(text, text, bigint, bigint, bigint, bigint, text, bigint),
+    rl.rl_peek(text, text, bigint, interval, bigint, bigint, text, bigint),
+    rl.rl_peek_us(text, text, bigint, bigint, bigint, bigint, text, bigint),
+    rl.rl_settle(text, text, bigint, interval, bigint, bigint, text, bigint),
+    rl.rl_settle_us(text, text, bigint, bigint, bigint, bigint, text, bigint),
+    rl.rl_allow_multi(text, jsonb, bigint, bigint),
+    rl.rl_peek_multi(text, jsonb, bigint, bigint),
+    rl.rl_settle_multi(text, jsonb, bigint, bigint),
+    rl.rl_decide_multi(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint, boolean, boolean[]),
+    rl.rl_settle_decide(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint),
+    rl.rl_decide_batch(text[], text[], integer[], bigint[], bigint[], bigint[], bigint[], integer[], bigint[], boolean[], boolean[], boolean[]),
+    rl.rl_reset(text, text),
+    rl.us_to_interval(bigint),
+    rl.us_to_timestamptz(bigint),
+    rl.readable(rl.decision),
+    rl.readable(rl.multi_decision),
+    rl.check_limit_trigger(regclass, name),
+    rl._check_limit_trigger_args(regclass, name, text[]),
+    rl.create_limit_trigger(regclass, text, text, bigint, interval, bigint, text, text, name)
+    TO rl_app;
+GRANT EXECUTE ON FUNCTION
+    rl._now(),
+    rl.rl_expire(bigint, integer),
+    rl.lock_states(text, text[]),
+    rl.lock_states_batch(text[], text[]),
+    rl.drop_fresh_states(text[], text[]),
+    rl._state_peek(integer, bigint, bigint, bigint, bigint[], bigint, bigint, bigint, bigint, bigint)
+    TO rl_admin;
+GRANT SELECT, UPDATE ON rl.state TO rl_admin;
+GRANT SELECT ON rl.states TO rl_admin;

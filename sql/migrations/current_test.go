@@ -382,6 +382,9 @@ func (r renderer) functions(ctx context.Context) (string, error) {
 			n.Text += "\n" + *f.Comment
 		}
 		for _, c := range sqltext.Calls(f.Definition) {
+			if c == f.Name {
+				continue // its own name (the CREATE line, recursion): overloads need no order
+			}
 			n.Deps = append(n.Deps, overloads[c]...)
 		}
 		nodes = append(nodes, n)

@@ -21,12 +21,13 @@
 --
 --   * Who the caller is, who is trusted and who is a tenant: the node's own
 --     functions rl._caller, rl._trusted, rl._tenant_role,
---     rl._check_tenant_key, rl._require_trusted, rl._request_now, rl._now
---     and rl._check_key, copied verbatim below (TestTrustFunctionsMatchNode
---     compares them with a migrated node's, so the copy cannot drift), over
---     the router's own table rl.tenants (maintained by the owner of this
---     schema, as on a node) and the router's roles: trusted means a member
---     of the owner of this schema or of the router's rl_admin.
+--     rl._check_tenant_key, rl._tenant_problem, rl._require_trusted,
+--     rl._request_now, rl._now, rl._check_key and rl._key_problem, copied
+--     verbatim below (TestTrustFunctionsMatchNode compares them with a
+--     migrated node's, so the copy cannot drift), over the router's own
+--     table rl.tenants (maintained by the owner of this schema, as on a
+--     node) and the router's roles: trusted means a member of the owner of
+--     this schema or of the router's rl_admin.
 --   * The public functions are SECURITY DEFINER wrappers: each checks its
 --     key with rl._check_tenant_key (42501 for a tenant's foreign key; in
 --     rl_decide_batch the request's error row, as on one node), and passes
@@ -164,18 +165,31 @@ BEGIN
 END
 $fn$;
 
+-- rl._key_problem is the error of an invalid key (what names it: 'key',
+-- 'limit name'), RL011 unless it is 1 to 256 bytes, as the OUT values a
+-- caller raises; all NULL for a valid one. Any bytes are accepted: the rule
+-- of the stores (pgstore, memstore), not the printable-ASCII default of
+-- rl.Limiter (sql/README.md, "Keys").
+CREATE OR REPLACE FUNCTION rl._key_problem(key text, what text, OUT code text, OUT message text, OUT detail text, OUT hint text)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN key IS NULL OR key = '' OR octet_length(key) > 256
+                THEN ROW('RL011'::text, pg_catalog.format('ratelimit: invalid %s: it must be 1 to 256 bytes', what),
+                         CASE WHEN key IS NULL THEN pg_catalog.format('The %s is NULL.', what)
+                              ELSE pg_catalog.format('The %s is %s bytes long.', what, octet_length(key)) END,
+                         NULL::text)
+                ELSE ROW(NULL::text, NULL::text, NULL::text, NULL::text)
+           END;
+
 -- rl._check_key raises RL011 unless key is 1 to 256 bytes. what names it.
 CREATE OR REPLACE FUNCTION rl._check_key(key text, what text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $fn$
+DECLARE
+    p record;
 BEGIN
-    IF key IS NULL THEN
-        RAISE EXCEPTION 'ratelimit: invalid %: it must be 1 to 256 bytes', what
-            USING ERRCODE = 'RL011', DETAIL = format('The %s is NULL.', what);
-    END IF;
-    IF key = '' OR octet_length(key) > 256 THEN
-        RAISE EXCEPTION 'ratelimit: invalid %: it must be 1 to 256 bytes', what
-            USING ERRCODE = 'RL011', DETAIL = format('The %s is %s bytes long.', what, octet_length(key));
+    SELECT * INTO p FROM rl._key_problem(key, what);
+    IF p.code IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
     END IF;
 END
 $fn$;
@@ -224,16 +238,19 @@ CREATE OR REPLACE FUNCTION rl._request_now(p_now bigint) RETURNS bigint
         ELSE rl._clock()
     END;
 
--- rl._check_tenant_key: RL011 for an invalid key; 42501 when p_who (NULL:
--- the caller) is a tenant and the key is not under one of its prefixes.
-CREATE OR REPLACE FUNCTION rl._check_tenant_key(p_key text, p_who name) RETURNS void
+-- rl._tenant_problem is the error of a key p_who (NULL: the caller) may not
+-- use, as OUT values a caller raises (all NULL when it may): RL011 for an
+-- invalid key; 42501 when p_who is a tenant and the key is not under one of
+-- its prefixes.
+CREATE OR REPLACE FUNCTION rl._tenant_problem(p_key text, p_who name, OUT code text, OUT message text, OUT detail text, OUT hint text)
     LANGUAGE plpgsql STABLE PARALLEL SAFE
 AS $fn$
 DECLARE
     pfx text[];
 BEGIN
     IF (pg_catalog.octet_length(p_key) BETWEEN 1 AND 256) IS NOT TRUE THEN
-        PERFORM rl._check_key(p_key, 'key');
+        SELECT * INTO code, message, detail, hint FROM rl._key_problem(p_key, 'key');
+        RETURN;
     END IF;
     -- One query when rl.tenants is empty (about 6 µs), the common case.
     IF NOT EXISTS (SELECT FROM rl.tenants) THEN
@@ -248,13 +265,31 @@ BEGIN
     IF pfx IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest(pfx) AS u(p) WHERE pg_catalog.starts_with(p_key, u.p)) THEN
         RETURN;
     END IF;
-    RAISE EXCEPTION 'ratelimit: role % may not use key %', pg_catalog.quote_ident(p_who), pg_catalog.quote_literal(p_key)
-        USING ERRCODE = 'insufficient_privilege',
-              DETAIL = pg_catalog.format('Role %s is a tenant (rl.tenants); its keys start with %s.',
-                                         pg_catalog.quote_ident(p_who),
-                                         pg_catalog.array_to_string(
-                                             ARRAY(SELECT pg_catalog.quote_literal(u.p) FROM pg_catalog.unnest(pfx) AS u(p)),
-                                             ' or '));
+    code := '42501'; -- insufficient_privilege
+    message := pg_catalog.format('ratelimit: role %s may not use key %s', pg_catalog.quote_ident(p_who),
+                                 pg_catalog.quote_literal(p_key));
+    detail := pg_catalog.format('Role %s is a tenant (rl.tenants); its keys start with %s.',
+                                pg_catalog.quote_ident(p_who),
+                                pg_catalog.array_to_string(
+                                    ARRAY(SELECT pg_catalog.quote_literal(u.p) FROM pg_catalog.unnest(pfx) AS u(p)),
+                                    ' or '));
+END
+$fn$;
+
+-- rl._check_tenant_key raises rl._tenant_problem's error, if any.
+CREATE OR REPLACE FUNCTION rl._check_tenant_key(p_key text, p_who name) RETURNS void
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+AS $fn$
+DECLARE
+    p record;
+BEGIN
+    IF (pg_catalog.octet_length(p_key) BETWEEN 1 AND 256) IS TRUE AND NOT EXISTS (SELECT FROM rl.tenants) THEN
+        RETURN; -- the common case, one query
+    END IF;
+    SELECT * INTO p FROM rl._tenant_problem(p_key, p_who);
+    IF p.code IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+    END IF;
 END
 $fn$;
 

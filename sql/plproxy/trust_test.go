@@ -22,7 +22,7 @@ import (
 // who the caller is, who is trusted, who is a tenant, the request time, and
 // the trigger's caller-rights half.
 var sharedTrust = []string{"_now", "_check_key", "_trusted", "_tenant_role", "_caller", "_request_now",
-	"_check_tenant_key", "_require_trusted", "enforce_limit"}
+	"_check_tenant_key", "_require_trusted", "enforce_limit", "_key_problem", "_tenant_problem"}
 
 // routerOwn are the functions the copies call that the router defines its
 // own way: rl._clock (NULL: the key's shard decides on its clock) and

@@ -9,7 +9,8 @@
 --   Grant it to the application's login role: GRANT rl_app TO myapp;
 -- * rl_admin (NOLOGIN): trusted. It has what rl_app has (it is a member),
 --   rl_expire and rl.lock_states, and SELECT and UPDATE on rl.state with
---   rl._now() for pgstore's Go/WebAssembly path (lock, decide, write back).
+--   rl._now() for pgstore's Go/WebAssembly path (lock, decide, write back),
+--   and SELECT on the view rl.states.
 DO $do$
 BEGIN
     FOR attempt IN 1 .. 5 LOOP
@@ -61,7 +62,14 @@ GRANT EXECUTE ON FUNCTION
     rl.rl_decide_multi(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint, boolean, boolean[]),
     rl.rl_settle_decide(text, text[], integer[], bigint[], bigint[], bigint[], bigint, bigint),
     rl.rl_decide_batch(text[], text[], integer[], bigint[], bigint[], bigint[], bigint[], integer[], bigint[], boolean[], boolean[], boolean[]),
-    rl.rl_reset(text, text)
+    rl.rl_reset(text, text),
+    rl.us_to_interval(bigint),
+    rl.us_to_timestamptz(bigint),
+    rl.readable(rl.decision),
+    rl.readable(rl.multi_decision),
+    rl.check_limit_trigger(regclass, name),
+    rl._check_limit_trigger_args(regclass, name, text[]),
+    rl.create_limit_trigger(regclass, text, text, bigint, interval, bigint, text, text, name)
     TO rl_app;
 
 GRANT EXECUTE ON FUNCTION
@@ -69,7 +77,11 @@ GRANT EXECUTE ON FUNCTION
     rl.rl_expire(bigint, integer),
     rl.lock_states(text, text[]),
     rl.lock_states_batch(text[], text[]),
-    rl.drop_fresh_states(text[], text[])
+    rl.drop_fresh_states(text[], text[]),
+    rl._state_peek(integer, bigint, bigint, bigint, bigint[], bigint, bigint, bigint, bigint, bigint)
     TO rl_admin;
 
 GRANT SELECT, UPDATE ON rl.state TO rl_admin;
+
+-- rl.states shows every key: trusted roles only, as rl.state.
+GRANT SELECT ON rl.states TO rl_admin;

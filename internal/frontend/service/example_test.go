@@ -45,6 +45,6 @@ rules:
 	// Output:
 	// config rules.yaml: 3 problems
 	//   rules.yaml: rules[0] "pay": strategy: unknown strategy "tokn" (want one of fixed, sliding, sliding_log, token, leaky, gcra (or fixed_window, sliding_window, token_bucket, leaky_bucket))
-	//   rules.yaml: rules[1] "search": limit: 0 is outside [1, 1099511627776] for fixed_window
+	//   rules.yaml: rules[1] "search": limit 0: outside [1, 1099511627776] for fixed_window
 	//   rules.yaml: rules[1] "search": key_by: "cookie": want ip, api_key, api_key:<header>, header:<name>, query:<name> or global
 }

@@ -2,6 +2,7 @@ package ruleconfig
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/netip"
@@ -312,8 +313,8 @@ func (l *LimitFields) check(c *Checker, prefix string) (core.Limit, bool) {
 	if len(c.Problems) != before {
 		return lim, false
 	}
-	if field, msg := checkLimit(lim); field != "" {
-		c.Fail(prefix+field, "%s", msg)
+	if field, msg := checkLimit(lim, prefix); msg != "" {
+		c.Fail(field, "%s", msg)
 		return lim, false
 	}
 	return lim, true
@@ -359,41 +360,18 @@ func CheckLimits(c *Checker, field string, ls []Limit) (out []NamedLimit, ok boo
 	return out, len(c.Problems) == before
 }
 
-// rated lists the short names of the algorithms that take a rate ("token,
-// leaky and gcra").
-func rated() string {
-	var names []string
-	for _, a := range core.Algorithms() {
-		if !a.Windowed() {
-			names = append(names, a.ShortName())
-		}
-	}
-	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
-}
-
-// checkLimit validates l as core does, naming the field at fault ("" if l
-// is valid).
-func checkLimit(l core.Limit) (field, msg string) {
-	switch l.Validate() {
-	case nil:
+// checkLimit validates l as core does: it returns the object at fault
+// (prefix without its final ".": "limits[1]", or "" for the rule's own
+// limit) and the core's message, which names the parameter, its value and
+// the range allowed in the words of Go's error and SQL's
+// (core.LimitError.Message), or "", "" if l is valid. A limit without an
+// algorithm is reported before, as a missing strategy.
+func checkLimit(l core.Limit, prefix string) (field, msg string) {
+	var le *core.LimitError
+	if !errors.As(l.Validate(), &le) {
 		return "", ""
-	case core.ErrLimit:
-		hi := core.MaxLimit
-		if l.Algorithm == core.SlidingLog {
-			hi = core.MaxLogLimit
-		}
-		return "limit", fmt.Sprintf("%d is outside [1, %d] for %s", l.Limit, hi, l.Algorithm)
-	case core.ErrWindow:
-		return "window", fmt.Sprintf("%s is outside [1µs, %s]", core.FormatWindow(l.Window), core.FormatWindow(core.MaxWindow))
-	case core.ErrRate:
-		if l.Algorithm.Windowed() {
-			return "rate", fmt.Sprintf("must be absent or 0 for %s (rate applies to %s)", l.Algorithm, rated())
-		}
-		return "rate", fmt.Sprintf("%d is outside [0, %d]", l.Rate, core.MaxLimit)
-	case core.ErrUnits:
-		return "limit", fmt.Sprintf("limit %d × window %s is too large for %s (limit × window in µs must stay below 2^61)", l.Limit, core.FormatWindow(l.Window), l.Algorithm)
 	}
-	return "strategy", "missing or unknown"
+	return strings.TrimSuffix(prefix, "."), le.Message()
 }
 
 // Rule is one rule as written: the fields both front ends read. A front

@@ -73,7 +73,7 @@ func TestOverridesValidation(t *testing.T) {
 		{"limits and shorthand", `"overrides": [{"key": "a", "limit": 3, "limits": [{` + lim + `}]}]`,
 			[]string{`overrides[0].limits: give either limits or strategy/limit/window/rate, not both`}},
 		{"bad limits", `"overrides": [{"key": "a", "limits": [{"strategy": "fixed", "limit": 0, "window": "1s"}, {"strategy": "fixed", "limit": 1, "window": "1s"}, {"strategy": "fixed", "limit": 2, "window": "1s"}]}, {"key": "b", "limits": []}]`,
-			[]string{`overrides[0].limits[0].limit: 0 is outside [1, 1099511627776] for fixed_window`,
+			[]string{`overrides[0].limits[0]: limit 0: outside [1, 1099511627776] for fixed_window`,
 				`overrides[0].limits[2].name: "fixed_window_1s" names two limits of the rule`,
 				`overrides[1].limits: 0 limits, want 1 to 16`}},
 		{"bad shorthand", `"overrides": [{"key_prefix": "a", "strategy": "tokn", "limit": 1, "window": "1s"}]`,

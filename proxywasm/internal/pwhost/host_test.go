@@ -401,7 +401,7 @@ func TestGlobalCallout(t *testing.T) {
 func TestBadConfiguration(t *testing.T) {
 	h := newHost(t)
 	_, err := h.NewVM(context.Background(), []byte(`[{"name":"r","strategy":"fixed","limit":0,"window":"1s"}]`))
-	if err == nil || !strings.Contains(err.Error(), `rules[0] \"r\": limit: 0 is outside [1, 1099511627776]`) {
+	if err == nil || !strings.Contains(err.Error(), `rules[0] \"r\": limit 0: outside [1, 1099511627776]`) {
 		t.Fatalf("err = %v", err)
 	}
 }

@@ -101,12 +101,49 @@ func firstLine(s string) string {
 	return s
 }
 
+// views returns the views of t by name.
+func (t *Tree) views() map[string]Object {
+	out := map[string]Object{}
+	for _, o := range t.Objects {
+		if o.Kind == View {
+			out[o.Key] = o
+		}
+	}
+	return out
+}
+
+// viewOf is the view a comment of t is on (COMMENT ON VIEW v, COMMENT ON
+// COLUMN v.c), or "".
+func viewOf(comment string, views map[string]Object) string {
+	for name := range views {
+		if comment == "VIEW "+name || strings.HasPrefix(comment, "COLUMN "+name+".") {
+			return name
+		}
+	}
+	return ""
+}
+
 // changes is the generated part of a migration from the objects of from
-// to those of to.
+// to those of to. The views changed or gone are dropped first and the views
+// new or changed created last, so that the functions they call can change
+// in between.
 func changes(from, to *Tree) (string, error) {
 	fns, err := to.Functions()
 	if err != nil {
 		return "", err
+	}
+	fromViews, toViews := from.views(), to.views()
+	var b strings.Builder
+	viewDropped, viewMade := map[string]bool{}, map[string]bool{}
+	for i := len(from.Objects) - 1; i >= 0; i-- {
+		o := from.Objects[i]
+		if o.Kind != View {
+			continue
+		}
+		if n, ok := toViews[o.Key]; !ok || norm(n.Text) != norm(o.Text) {
+			viewDropped[o.Key] = true
+			fmt.Fprintf(&b, "\nDROP VIEW %s;\n", o.Key)
+		}
 	}
 	old := map[string]Object{}
 	for _, o := range from.Objects {
@@ -115,7 +152,6 @@ func changes(from, to *Tree) (string, error) {
 		}
 	}
 	now := map[string]bool{}
-	var b strings.Builder
 	replaced := map[string]bool{}
 	for _, f := range fns {
 		now[f.Key] = true
@@ -136,6 +172,20 @@ func changes(from, to *Tree) (string, error) {
 			fmt.Fprintf(&b, "\nDROP FUNCTION %s;\n", f.Key)
 		}
 	}
+	for _, o := range to.Objects {
+		if o.Kind != View {
+			continue
+		}
+		if p, ok := fromViews[o.Key]; !ok || norm(p.Text) != norm(o.Text) {
+			viewMade[o.Key] = true
+			b.WriteString("\n" + o.Text + "\n")
+		}
+	}
+	for name := range viewDropped {
+		if !viewMade[name] {
+			dropped[name] = true // no grants or comments to undo
+		}
+	}
 	// Comments.
 	oldComments, newComments := map[string]string{}, map[string]bool{}
 	for _, o := range from.Objects {
@@ -149,12 +199,12 @@ func changes(from, to *Tree) (string, error) {
 			continue
 		}
 		newComments[o.Key] = true
-		if oldComments[o.Key] != norm(o.Text) || replaced[o.Target] {
+		if oldComments[o.Key] != norm(o.Text) || replaced[o.Target] || viewMade[viewOf(o.Key, toViews)] {
 			cb.WriteString(o.Text + "\n")
 		}
 	}
 	for _, o := range from.Objects {
-		if o.Kind == Comment && !newComments[o.Key] && !dropped[o.Target] {
+		if o.Kind == Comment && !newComments[o.Key] && !dropped[o.Target] && !dropped[viewOf(o.Key, fromViews)] {
 			fmt.Fprintf(&cb, "COMMENT ON %s IS NULL;\n", o.Key)
 		}
 	}

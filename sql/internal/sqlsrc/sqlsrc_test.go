@@ -90,6 +90,37 @@ func TestMigration(t *testing.T) {
 			t.Errorf("up:\n%s", up)
 		}
 	})
+	t.Run("view added, changed, dropped", func(t *testing.T) {
+		view := "CREATE VIEW rl.v AS SELECT rl.f(1, 2) AS a;\nCOMMENT ON VIEW rl.v IS 'v';\nGRANT SELECT ON rl.v TO rl_admin;\n"
+		withView := parse(t, base+view)
+		up, down, err := Migration(prev, withView, Step{}, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(up, "CREATE VIEW rl.v AS") || !strings.Contains(up, "COMMENT ON VIEW rl.v IS 'v';") ||
+			!strings.Contains(up, "GRANT SELECT ON rl.v TO rl_admin;") || strings.Contains(up, "DROP VIEW") {
+			t.Errorf("up (view added):\n%s", up)
+		}
+		// Down drops the view before anything it calls, and undoes nothing
+		// else of it.
+		if !strings.Contains(down, "DROP VIEW rl.v;") || strings.Contains(down, "REVOKE SELECT ON rl.v") ||
+			strings.Contains(down, "COMMENT ON VIEW rl.v IS NULL") {
+			t.Errorf("down (view added):\n%s", down)
+		}
+		// A changed view, and a function changed with it: dropped first,
+		// created last, its comment and grant set again.
+		changed := parse(t, strings.NewReplacer("RETURN a;", "RETURN a + 1;").Replace(base)+
+			strings.Replace(view, "AS a;", "AS a, 2 AS b;", 1))
+		up, _, err = Migration(withView, changed, Step{}, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, f, c, cm := strings.Index(up, "DROP VIEW rl.v;"), strings.Index(up, "CREATE OR REPLACE FUNCTION rl.g"),
+			strings.Index(up, "CREATE VIEW rl.v AS"), strings.Index(up, "COMMENT ON VIEW rl.v IS 'v';")
+		if d < 0 || f < 0 || c < 0 || cm < 0 || !(d < f && f < c && c < cm) || !strings.Contains(up, "GRANT SELECT ON rl.v TO rl_admin;") {
+			t.Errorf("up (view changed): want DROP VIEW, the function, CREATE VIEW, its comment, in order:\n%s", up)
+		}
+	})
 	t.Run("table changed needs a step", func(t *testing.T) {
 		cur := parse(t, strings.Replace(base, "(a int)", "(a int, b int)", 1))
 		if _, _, err := Migration(prev, cur, Step{}, 20); err == nil || !strings.Contains(err.Error(), "sql/src/steps/0020.up.sql") {

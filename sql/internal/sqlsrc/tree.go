@@ -28,21 +28,25 @@ const (
 
 // sections are the files of the source tree in install order; functions/
 // holds every function, one file per concern (installed in the order their
-// calls need, whatever the file).
-var sections = []string{"schema.sql", "types.sql", "tables.sql", "functions/*.sql", "grants.sql"}
+// calls need, whatever the file); views.sql the views, which read tables
+// and call functions.
+var sections = []string{"schema.sql", "types.sql", "tables.sql", "functions/*.sql", "views.sql", "grants.sql"}
 
 // Kind is the kind of a statement of the source.
 type Kind int
 
-// The kinds of statements: a function (CREATE FUNCTION), a comment (COMMENT
-// ON), a grant (GRANT or REVOKE of privileges on objects), and everything
-// else, structural (schema, types, tables, indexes, DO blocks), which a
-// migration changes only through a handwritten step.
+// The kinds of statements: a function (CREATE FUNCTION), a view (CREATE
+// VIEW: it holds no data, so a migration drops and creates it as it
+// replaces a function), a comment (COMMENT ON), a grant (GRANT or REVOKE of
+// privileges on objects), and everything else, structural (schema, types,
+// tables, indexes, DO blocks), which a migration changes only through a
+// handwritten step.
 const (
 	Structural Kind = iota
 	Function
 	Comment
 	Grant
+	View
 )
 
 // An Object is one statement of the source.
@@ -51,8 +55,8 @@ type Object struct {
 	File  string // the file it is in, relative to sql/src
 	Lead  string // the comment lines above it
 	Text  string // the statement, with its trailing comment if any
-	Key   string // function: rl.name(type,...); comment: its target; structural: its text, spaces collapsed
-	Name  string // function: rl.name
+	Key   string // function: rl.name(type,...); view: rl.name; comment: its target; structural: its text, spaces collapsed
+	Name  string // function, view: rl.name
 	Calls []string
 	// Target is, for a comment on a function, the function's Key.
 	Target string
@@ -150,6 +154,7 @@ func sourceFiles(dir string, extra map[string]string) ([]string, error) {
 
 var (
 	reFunction = regexp.MustCompile(`(?is)^CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+(rl\.[a-z_][a-z0-9_$]*)\s*\(`)
+	reView     = regexp.MustCompile(`(?is)^CREATE\s+(?:OR\s+REPLACE\s+)?VIEW\s+(rl\.[a-z_][a-z0-9_$]*)[\s(]`)
 	reComment  = regexp.MustCompile(`(?is)^COMMENT\s+ON\s+(.+?)\s+IS\s`)
 	reGrant    = regexp.MustCompile(`(?is)^(GRANT|REVOKE)\s`)
 	reSpaces   = regexp.MustCompile(`\s+`)
@@ -183,6 +188,10 @@ func (t *Tree) add(file, text string) error {
 			for _, c := range sqltext.Calls(s.Text) {
 				o.Calls = append(o.Calls, "rl."+c)
 			}
+		case reView.MatchString(code):
+			m := reView.FindStringSubmatch(code)
+			o.Kind, o.Name = View, strings.ToLower(m[1])
+			o.Key = o.Name
 		case reComment.MatchString(code):
 			m := reComment.FindStringSubmatchIndex(code)
 			target := reSpaces.ReplaceAllString(s.Text[m[2]:m[3]], " ")
@@ -221,14 +230,14 @@ func (t *Tree) add(file, text string) error {
 	return nil
 }
 
-// check fails on two functions with one signature and on a comment on a
-// function that is not there.
+// check fails on two functions with one signature or two views with one
+// name and on a comment on a function that is not there.
 func (t *Tree) check() error {
 	seen := map[string]bool{}
 	for _, o := range t.Objects {
-		if o.Kind == Function {
+		if o.Kind == Function || o.Kind == View {
 			if seen[o.Key] {
-				return fmt.Errorf("%s: function %s is defined twice", o.File, o.Key)
+				return fmt.Errorf("%s: %s is defined twice", o.File, o.Key)
 			}
 			seen[o.Key] = true
 		}
@@ -257,6 +266,9 @@ func (t *Tree) Functions() ([]Object, error) {
 	for i, f := range fns {
 		nodes[i] = sqltext.Node{Name: fmt.Sprintf("%05d", i)}
 		for _, c := range f.Calls {
+			if c == f.Name {
+				continue // its own name (the CREATE line, recursion): overloads need no order
+			}
 			nodes[i].Deps = append(nodes[i].Deps, byName[c]...)
 		}
 	}

@@ -71,24 +71,6 @@ CREATE FUNCTION rl._limit_error(p_alg integer, p_lim bigint, p_win bigint, p_rat
         ELSE 0
     END;
 
--- rl._bad_window raises RL003 naming the interval a caller passed, when the
--- window is the first thing wrong (the limit name, algorithm and limit are
--- checked first, as rl._take1 and the core would); else it returns and the
--- decision reports the first error.
-CREATE FUNCTION rl._bad_window(p_win interval, p_alg integer, p_lim bigint, p_rate bigint, p_name text) RETURNS void
-    LANGUAGE plpgsql
-AS $fn$
-BEGIN
-    PERFORM rl._check_key(p_name, 'limit name');
-    IF rl._limit_error(p_alg, coalesce(p_lim, 0), coalesce(rl._interval_us(p_win), 0), coalesce(p_rate, -1)) = 3 THEN
-        RAISE EXCEPTION USING ERRCODE = 'RL003',
-            MESSAGE = pg_catalog.format('ratelimit: window %s: outside [1 µs, %s µs]', coalesce(quote_literal(p_win), 'NULL'),
-                                        rl._max_window()),
-            HINT = 'The longest window is about 31.7 years.';
-    END IF;
-END
-$fn$;
-
 -- rl._params_valid is core paramsValid: l, w and r are the parameters of a
 -- valid limit of algorithm alg, r its effective rate (0 for the window
 -- algorithms, at least 1 for the others).
@@ -200,16 +182,57 @@ BEGIN
 END
 $fn$;
 
--- rl._unknown_algorithm raises RL001 for an algorithm name rl._alg does not
--- know, after checking the limit name (the check order of rl._take1).
-CREATE FUNCTION rl._unknown_algorithm(p_algorithm text, p_name text) RETURNS void
-    LANGUAGE plpgsql
+-- rl._single_problem is the first error of a call of one limit (rl_allow,
+-- rl_peek, rl_settle and their _us forms) that its arguments alone decide,
+-- in the order the decision would report it, as OUT values (all NULL when
+-- the arguments are good): the key and the tenant's prefixes, the
+-- algorithm, the window given as an interval (p_win_iv, when p_interval),
+-- the limit name, then the limit, the time and the cost (p_settle: a
+-- settle's delta). The caller raises it itself, so that the error carries
+-- no CONTEXT lines of rl's internal functions. Only a corrupt stored state
+-- (RL008) and a settle's debt are found later, by the decision.
+CREATE FUNCTION rl._single_problem(p_key text, p_name text, p_algorithm text, p_lim bigint, p_win bigint,
+                                   p_interval boolean, p_win_iv interval, p_rate bigint, p_cost bigint,
+                                   p_now bigint, p_settle boolean,
+                                   OUT code text, OUT message text, OUT detail text, OUT hint text)
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
 AS $fn$
+DECLARE
+    a integer := rl._alg(p_algorithm);
+    e integer;
 BEGIN
-    PERFORM rl._check_key(p_name, 'limit name');
-    RAISE EXCEPTION USING ERRCODE = 'RL001',
-        MESSAGE = pg_catalog.format('ratelimit: algorithm %s: unknown (want %s)',
-            coalesce(quote_literal(p_algorithm), 'NULL'), rl._algorithm_list('plain')),
-        HINT = 'The short names fixed, sliding, log, token and leaky are accepted too.';
+    SELECT * INTO code, message, detail, hint FROM rl._tenant_problem(p_key, NULL);
+    IF code IS NOT NULL THEN
+        RETURN;
+    END IF;
+    IF (octet_length(p_name) BETWEEN 1 AND 256) IS NOT TRUE THEN
+        SELECT * INTO code, message, detail, hint FROM rl._key_problem(p_name, 'limit name');
+        RETURN;
+    END IF;
+    IF a = 0 THEN
+        code := 'RL001';
+        message := pg_catalog.format('ratelimit: algorithm %s: unknown (want %s)',
+                                     coalesce(quote_literal(p_algorithm), 'NULL'), rl._algorithm_list('plain'));
+        hint := 'The short names fixed, sliding, log, token and leaky are accepted too.';
+        RETURN;
+    END IF;
+    e := coalesce(nullif(rl._limit_error(a, coalesce(p_lim, 0), coalesce(p_win, 0), coalesce(p_rate, -1)), 0),
+                  CASE WHEN NOT p_settle THEN nullif(rl._call_error(coalesce(p_now, -1), coalesce(p_cost, -1)), 0)
+                       ELSE coalesce(nullif(rl._call_error(coalesce(p_now, -1), 0), 0),
+                                     CASE WHEN (p_cost BETWEEN -rl._max_cost() AND rl._max_cost()) IS NOT TRUE THEN 6 END)
+                  END,
+                  0);
+    IF e = 0 THEN
+        RETURN;
+    END IF;
+    code := 'RL0' || pg_catalog.lpad(e::text, 2, '0');
+    IF e = 3 AND p_interval THEN
+        message := pg_catalog.format('ratelimit: window %s: outside [1 µs, %s µs]', coalesce(quote_literal(p_win_iv), 'NULL'),
+                                     rl._max_window());
+        hint := 'The longest window is about 31.7 years.';
+        RETURN;
+    END IF;
+    message := rl._explain(e, a, p_lim, p_win, p_rate, p_now, p_cost, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                           p_settle);
 END
 $fn$;

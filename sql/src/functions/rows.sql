@@ -210,8 +210,13 @@ AS $fn$
 DECLARE
     n     bigint;
     names text[];
+    p     record;
 BEGIN
-    PERFORM rl._check_tenant_key($1, NULL);
+    SELECT * INTO p FROM rl._tenant_problem($1, NULL);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+    END IF;
     -- Lock in name order first, as every writer does, then delete exactly
     -- the rows locked (rows created meanwhile are not waited for).
     SELECT array_agg(l.name) INTO names

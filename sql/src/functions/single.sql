@@ -119,8 +119,9 @@ CREATE OR REPLACE FUNCTION rl.rl_allow(key text, algorithm text, lim bigint, win
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
-    a integer;
     w bigint;
+    v_now bigint;
+    p record;
     res rl.decision;
 BEGIN
     -- 0015: the common call (its row there, rl.tenants empty, valid input) in one statement, rl._eval
@@ -167,16 +168,21 @@ BEGIN
     IF FOUND THEN
         RETURN res;
     END IF;
-    PERFORM rl._check_tenant_key($1, NULL);
-    a := rl._alg($2);
-    IF a = 0 THEN
-        PERFORM rl._unknown_algorithm($2, $7);
-    END IF;
+    v_now := rl._request_now($8);
     w := rl._interval_us($4);
-    IF (w BETWEEN 1 AND rl._max_window()) IS NOT TRUE THEN
-        PERFORM rl._bad_window($4, a, $3, $6, $7);
+    p := rl._single_problem($1, $7, $2, $3, w, true, $4, $6, $5, v_now, false);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
     END IF;
-    RETURN rl._take1($1, $7, a, $3, w, $6, $5, rl._request_now($8), true);
+    RETURN rl._take1($1, $7, rl._alg($2), $3, w, $6, $5, v_now, true);
 END
 $function$;
 
@@ -188,7 +194,8 @@ CREATE OR REPLACE FUNCTION rl.rl_allow_us(key text, algorithm text, lim bigint, 
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
-    a integer;
+    v_now bigint;
+    p record;
     res rl.decision;
 BEGIN
     -- 0015: the common call (its row there, rl.tenants empty, valid input) in one statement, rl._eval
@@ -235,12 +242,20 @@ BEGIN
     IF FOUND THEN
         RETURN res;
     END IF;
-    PERFORM rl._check_tenant_key($1, NULL);
-    a := rl._alg($2);
-    IF a = 0 THEN
-        PERFORM rl._unknown_algorithm($2, $7);
+    v_now := rl._request_now($8);
+    p := rl._single_problem($1, $7, $2, $3, $4, false, NULL, $6, $5, v_now, false);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
     END IF;
-    RETURN rl._take1($1, $7, a, $3, $4, $6, $5, rl._request_now($8), true);
+    RETURN rl._take1($1, $7, rl._alg($2), $3, $4, $6, $5, v_now, true);
 END
 $function$;
 
@@ -252,8 +267,9 @@ CREATE OR REPLACE FUNCTION rl.rl_peek(key text, algorithm text, lim bigint, win 
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
-    a integer;
     w bigint;
+    v_now bigint;
+    p record;
     res rl.decision;
 BEGIN
     -- 0014: the common call (its row there, rl.tenants empty, valid input) in one statement;
@@ -272,16 +288,21 @@ BEGIN
     IF FOUND THEN
         RETURN res;
     END IF;
-    PERFORM rl._check_tenant_key($1, NULL);
-    a := rl._alg($2);
-    IF a = 0 THEN
-        PERFORM rl._unknown_algorithm($2, $7);
-    END IF;
+    v_now := rl._request_now($8);
     w := rl._interval_us($4);
-    IF (w BETWEEN 1 AND rl._max_window()) IS NOT TRUE THEN
-        PERFORM rl._bad_window($4, a, $3, $6, $7);
+    p := rl._single_problem($1, $7, $2, $3, w, true, $4, $6, $5, v_now, false);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
     END IF;
-    RETURN rl._take1($1, $7, a, $3, w, $6, $5, rl._request_now($8), false);
+    RETURN rl._take1($1, $7, rl._alg($2), $3, w, $6, $5, v_now, false);
 END
 $function$;
 
@@ -293,7 +314,8 @@ CREATE OR REPLACE FUNCTION rl.rl_peek_us(key text, algorithm text, lim bigint, w
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
-    a integer;
+    v_now bigint;
+    p record;
     res rl.decision;
 BEGIN
     -- 0014: the common call (its row there, rl.tenants empty, valid input) in one statement;
@@ -312,12 +334,20 @@ BEGIN
     IF FOUND THEN
         RETURN res;
     END IF;
-    PERFORM rl._check_tenant_key($1, NULL);
-    a := rl._alg($2);
-    IF a = 0 THEN
-        PERFORM rl._unknown_algorithm($2, $7);
+    v_now := rl._request_now($8);
+    p := rl._single_problem($1, $7, $2, $3, $4, false, NULL, $6, $5, v_now, false);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
     END IF;
-    RETURN rl._take1($1, $7, a, $3, $4, $6, $5, rl._request_now($8), false);
+    RETURN rl._take1($1, $7, rl._alg($2), $3, $4, $6, $5, v_now, false);
 END
 $function$;
 
@@ -328,22 +358,26 @@ CREATE FUNCTION rl.rl_settle(key text, algorithm text, lim bigint, win interval,
  SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
 AS $function$
 DECLARE
-    a     integer;
     w     bigint;
     v_now bigint;
+    p     record;
     r     rl._eval_result;
 BEGIN
-    PERFORM rl._check_tenant_key($1, NULL);
-    a := rl._alg($2);
-    IF a = 0 THEN
-        PERFORM rl._unknown_algorithm($2, $7);
-    END IF;
-    w := rl._interval_us($4);
-    IF (w BETWEEN 1 AND rl._max_window()) IS NOT TRUE THEN
-        PERFORM rl._bad_window($4, a, $3, $6, $7);
-    END IF;
     v_now := coalesce(rl._request_now($8), rl._now());
-    r := rl._settle1($1, $7, a, $3, w, $6, $5, v_now);
+    w := rl._interval_us($4);
+    p := rl._single_problem($1, $7, $2, $3, w, true, $4, $6, $5, v_now, true);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+    END IF;
+    r := rl._settle1($1, $7, rl._alg($2), $3, w, $6, $5, v_now);
     RETURN ROW(r.allowed, r.lim, r.remaining, r.reset_after, r.retry_after, r.delay, v_now, r.next_after)::rl.decision;
 END
 $function$;
@@ -356,17 +390,24 @@ CREATE FUNCTION rl.rl_settle_us(key text, algorithm text, lim bigint, window_us 
  SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
 AS $function$
 DECLARE
-    a     integer;
     v_now bigint;
+    p     record;
     r     rl._eval_result;
 BEGIN
-    PERFORM rl._check_tenant_key($1, NULL);
-    a := rl._alg($2);
-    IF a = 0 THEN
-        PERFORM rl._unknown_algorithm($2, $7);
-    END IF;
     v_now := coalesce(rl._request_now($8), rl._now());
-    r := rl._settle1($1, $7, a, $3, $4, $6, $5, v_now);
+    p := rl._single_problem($1, $7, $2, $3, $4, false, NULL, $6, $5, v_now, true);
+    IF p.code IS NOT NULL THEN
+        -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+    END IF;
+    r := rl._settle1($1, $7, rl._alg($2), $3, $4, $6, $5, v_now);
     RETURN ROW(r.allowed, r.lim, r.remaining, r.reset_after, r.retry_after, r.delay, v_now, r.next_after)::rl.decision;
 END
 $function$;
