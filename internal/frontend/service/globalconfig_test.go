@@ -74,7 +74,7 @@ func TestGlobalConfigErrors(t *testing.T) {
 		{"client_id_metadata reserved", "client_id_metadata: x-rlqs-client", "client_id_metadata: grpc-x", `global.client_id_metadata: "grpc-x"`},
 		{"client_id_metadata binary", "client_id_metadata: x-rlqs-client", "client_id_metadata: x-bin", `global.client_id_metadata: "x-bin"`},
 		{"fallback not a limit", "fallback: {strategy: token, limit: 5, rate: 1, window: 1s}", "fallback: deny", "global.fallback: want an object"},
-		{"fallback invalid", "fallback: {strategy: token, limit: 5, rate: 1, window: 1s}", "fallback: {strategy: token, limit: 0, window: 1s}", "global.fallback.limit: 0 is outside"},
+		{"fallback invalid", "fallback: {strategy: token, limit: 5, rate: 1, window: 1s}", "fallback: {strategy: token, limit: 0, window: 1s}", "global.fallback: limit 0: outside [1, "},
 		{"fallback named", "fallback: {strategy: token,", "fallback: {name: x, strategy: token,", "global.fallback.name: a fallback has no name"},
 		{"fallback shadow", "fallback: {strategy: token,", "fallback: {shadow: true, strategy: token,", "global.fallback.shadow:"},
 		{"key_by not global", "key_by: global", "key_by: ip", "key_by: a global rule has one bucket for every request"},
