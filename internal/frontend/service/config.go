@@ -114,6 +114,9 @@ type RuleSpec struct {
 	// Overrides replace Limits for the keys they select (field
 	// "overrides"; see OverrideSpec), in file order.
 	Overrides []OverrideSpec
+	// Global, if set, makes Limits one global limit divided among the
+	// replicas by an RLQS server (field "global"; see GlobalSpec).
+	Global *GlobalSpec
 }
 
 // Role is what a decision-API caller may do.
@@ -259,6 +262,8 @@ type ruleJSON struct {
 	ruleconfig.Rule
 	// Shape holds admitted requests for their leaky-bucket delay.
 	Shape ruleconfig.Bool `json:"shape"`
+	// Global takes the rule's limit from an RLQS server (globalconfig.go).
+	Global globalJSON `json:"global"`
 }
 
 // DefaultMaxInlineLimits is the default of Config.MaxInlineLimits.
@@ -371,6 +376,7 @@ func (f *fileJSON) Validate(path string) (*Config, []Problem) {
 		}
 		return s, s.Name, ok
 	})
+	checkGlobals(c, cfg.Rules)
 	return cfg, c.Problems
 }
 
@@ -476,5 +482,6 @@ func (r *ruleJSON) check(c *ruleconfig.Checker, ip4, ip6 int) (RuleSpec, bool) {
 			c.Fail("shape", "shaping holds proxied requests, and this rule has no endpoint")
 		}
 	}
+	r.checkGlobal(c, &spec)
 	return spec, len(c.Problems) == before
 }

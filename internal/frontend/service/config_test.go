@@ -199,7 +199,7 @@ rules:
 	}
 	require.Equal(t, []string{
 		`api_tokens[0].scope: unknown field (want one of name, role, sha256)`,
-		`rules[0] "a": 2: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, shadow, limits, key_by, cost, min_cost, cost_header, response_cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, shape)`,
+		`rules[0] "a": 2: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, shadow, limits, key_by, cost, min_cost, cost_header, response_cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, shape, global)`,
 		`rules[0] "a": limit: want an integer, got the string "+Inf"`,
 		`rules[1] "b": limits[0].brust: unknown field (want one of name, strategy, algorithm, limit, window, rate, shadow)`,
 		`rules[1] "b": min_cost: want an integer, got the string "2"`,

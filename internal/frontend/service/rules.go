@@ -63,7 +63,7 @@ func (s *Service) build(cfg *Config) (*ruleSet, error) {
 		if err != nil {
 			return nil, err
 		}
-		lim, err := newLim(spec.Name, p)
+		lim, err := s.ruleLimiter(spec, p)
 		if err != nil {
 			return nil, fmt.Errorf("rule %q: %w", spec.Name, err)
 		}

@@ -96,6 +96,7 @@ type Service struct {
 	maxInFlight int64
 	inFlight    atomic.Int64
 	decider     atomic.Pointer[func() DeciderStats] // MonitorDecider's; nil: not reported
+	global      globalPool                          // the global rules' RLQS clients (global.go)
 }
 
 // throttle logs at most one store failure a second, counting the others
