@@ -277,8 +277,8 @@ func (r *ruleJSON) check(c *ruleconfig.Checker) (*rule, bool) {
 	s, _ := r.Check(c, ruleconfig.Options{Proxied: true, PathKey: true})
 	ru := &rule{
 		Name: s.Name, Endpoint: s.Endpoint, Host: s.Host, Methods: s.Methods,
-		Reading:  engine.Reading{KeyBy: s.KeyBy, Cost: s.Cost, MinCost: s.MinCost, CostHeader: s.CostHeader},
-		FailOpen: s.FailOpen,
+		Reading:            engine.Reading{KeyBy: s.KeyBy, Cost: s.Cost, MinCost: s.MinCost, CostHeader: s.CostHeader},
+		FailOpen:           s.FailOpen,
 		ResponseCostHeader: strings.ToLower(s.ResponseCostHeader),
 		fields:             pipeline.Fields{Closest: s.Closest, QuotaUnit: s.QuotaUnit}, PartitionKey: s.PartitionKey,
 	}
@@ -379,4 +379,3 @@ func (gj *globalJSON) check(c *ruleconfig.Checker) *globalSpec {
 	}
 	return g
 }
-
