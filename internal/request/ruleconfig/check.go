@@ -254,8 +254,10 @@ type NamedLimit struct {
 
 // Compile compiles limits that CheckLimits (or Check) validated into the
 // store's policy that decides them, in one step: named, compiled
-// (core.Compile), shadow limits marked (store.Policy.WithShadow). It checks
-// nothing Check has checked; an error means ls did not come from Check.
+// (core.Compile), shadow limits marked (store.Policy.WithShadow). Nothing
+// is validated again beyond what compiling is (core.Compile refuses what
+// Check refused, so an error means ls did not come from Check); no
+// default name, no conversion, no second pass of rl.NewPolicy's.
 // Every front end compiles its limits through it: rl-wasm-host's rules,
 // overrides and inline limits and the gRPC service's descriptors (as an
 // rl.Policy, engine.Policy), the proxy-wasm filter's rules (as they are).
