@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
@@ -15,9 +14,9 @@ import (
 
 // Options configures an Engine. Zero fields take the documented defaults.
 type Options struct {
-	// Store keeps the state and decides, for the limiters of Limiter.
-	// Nil: an Engine that decides only through the limiters its rules
-	// bring (the middleware's: httplimit), and Limiter fails.
+	// Store keeps the state and decides: the store of the limiters that
+	// Limiter returns. Nil: an Engine that decides only through the
+	// limiters its rules bring (httplimit's), whose Limiter fails.
 	Store store.Store
 	// Clock is the decision clock. Default rl.CoarseClock.
 	Clock rl.Clock
@@ -114,19 +113,10 @@ func (e *Engine) Compile(what string, limits []ruleconfig.NamedLimit) (*rl.Polic
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	if err := e.CheckShadow(what, p); err != nil {
-		return nil, err
+	if p.Shadowed() && e.noShadow != nil {
+		return nil, fmt.Errorf("%s has a shadow limit, which this store cannot decide: %w", what, e.noShadow)
 	}
 	return p, nil
-}
-
-// CheckShadow refuses p, a policy of what, when it has a shadow limit
-// and the store cannot decide one (Options.ShadowUnsupported).
-func (e *Engine) CheckShadow(what string, p *rl.Policy) error {
-	if p.Shadowed() && e.noShadow != nil {
-		return fmt.Errorf("%s has a shadow limit, which this store cannot decide: %w", what, e.noShadow)
-	}
-	return nil
 }
 
 // Gate is how a decision takes its place in the per-key bound
@@ -160,7 +150,7 @@ var ErrOverloaded = fmt.Errorf("too many decisions in flight on the key: %w", ou
 // decide is the per-key gate, decide and classify steps of Run: it takes
 // the key's place in the per-key bound as g says, calls r's limiter,
 // records the decision in the outage detector and, when it fails,
-// classifies the failure by the one failure rule (Classify) into res's
+// classifies the failure by the one failure rule (classify) into res's
 // Outcome (fail, when set, answering a failure that is not the request's
 // in its place).
 func (e *Engine) decide(ctx context.Context, r *Rule, req rl.Request, g Gate, fail func(error) (Outcome, error), res *Result) {
@@ -201,7 +191,7 @@ func (e *Engine) decide(ctx context.Context, r *Rule, req rl.Request, g Gate, fa
 
 // fail classifies err, the error of a decision begun at begun, into res.
 func (e *Engine) fail(begun outage.Token, err error, failOpen bool, hook func(error) (Outcome, error), res *Result) {
-	class := e.Classify(begun, err)
+	class := e.classify(begun, err)
 	res.Class = class
 	switch {
 	case class == outage.Invalid && errors.Is(err, core.ErrCost):
@@ -222,49 +212,14 @@ func (e *Engine) fail(begun outage.Token, err error, failOpen bool, hook func(er
 	res.Outcome, res.Err = o, herr
 }
 
-// Classify tells what err, the error of a decision begun at begun (an
-// outage.Token of Begin), means by the one failure rule (outage.Class), in
-// the Engine's one outage detector: only a store that is down is an
-// Outage. Load from the store (store.ErrBusy) is reported to
-// Options.OnOverload.
-func (e *Engine) Classify(begun outage.Token, err error) outage.Class {
+// classify tells what err, the error of a decision begun at begun, means
+// by the one failure rule (outage.Class), in the Engine's one outage
+// detector: only a store that is down is an Outage. Load from the store
+// (store.ErrBusy) is reported to Options.OnOverload.
+func (e *Engine) classify(begun outage.Token, err error) outage.Class {
 	c := e.outage.Classify(begun, err)
 	if c == outage.Load && errors.Is(err, store.ErrBusy) {
 		e.onOverload("store_busy")
 	}
 	return c
-}
-
-// Begin returns the outage token of a decision about to be made outside
-// Decide, for Classify; Success records one the store completed.
-func (e *Engine) Begin() outage.Token { return e.outage.Begin() }
-
-// Success records a decision the store completed: no timeout of a
-// decision begun before it counts toward an outage.
-func (e *Engine) Success() { e.outage.Success() }
-
-// Slot is a place in the per-key bound, taken by Enter; Leave gives it
-// back.
-type Slot struct{ c *atomic.Int32 }
-
-// Leave gives the place back; a zero Slot (no bound) does nothing.
-func (s Slot) Leave() {
-	if s.c != nil {
-		s.c.Add(-1)
-	}
-}
-
-// Enter takes a place among the decisions in flight on key of namespace
-// ns, for a front end that calls the store itself (a reset). It reports
-// false at the bound (reported to Options.OnOverload: answer as load).
-func (e *Engine) Enter(ns, key string) (Slot, bool) {
-	if e.gate == nil {
-		return Slot{}, true
-	}
-	c, ok := e.gate.enter(ns, key)
-	if !ok {
-		e.onOverload("key_in_flight")
-		return Slot{}, false
-	}
-	return Slot{c}, true
 }

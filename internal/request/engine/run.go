@@ -164,7 +164,7 @@ func (r *Result) Verdict() pipeline.Verdict { return Verdict(r.Result, r.Each) }
 // match, written once for every front end: the key and the cost (read
 // from in.Request by r.Reading, or as given), the override (Rule.For),
 // the per-key gate (in.Gate), the decision (r.Limiter over the store),
-// the outage detector and the failure rule (Classify), into one Result,
+// the outage detector and the failure rule (outage.Class), into one Result,
 // from which the answer's fields follow (Result.Verdict,
 // pipeline.AppendFields).
 func (e *Engine) Run(ctx context.Context, r *Rule, in *Input) Result {
