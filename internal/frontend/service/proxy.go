@@ -67,8 +67,8 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 		Wait:   ru.spec.Shape,
 		OnResult: func(_ *http.Request, res *engine.Result) {
 			t := ru.target()
-			if ov := ru.overrideFor(res.Key); ov != nil && res.Outcome != engine.MissingKey {
-				t.use(ov)
+			if res.Override >= 0 {
+				t.use(ru.overrides[res.Override]) // its counters
 			}
 			s.account(&t, res)
 		},
