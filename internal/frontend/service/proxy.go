@@ -65,12 +65,12 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 		Engine: s.eng,
 		Rule:   &ru.eng,
 		Wait:   ru.spec.Shape,
-		OnResult: func(_ *http.Request, res *engine.Result) {
+		OnResult: func(_ *http.Request, res engine.Result) {
 			t := ru.target()
 			if res.Override >= 0 {
 				t.use(ru.overrides[res.Override]) // its counters
 			}
-			s.account(&t, res)
+			s.account(&t, &res)
 		},
 		Fields:   ru.fields,
 		Problems: httpflow.Problems(rs.cfg.ProblemDetails),

@@ -128,7 +128,7 @@ type Config struct {
 	// OnResult, if set, is called with the engine's result of every
 	// decision and of every settle's store call, before OnDecision or
 	// OnSettle (rl-wasm-host's proxy counts and logs failures by it).
-	OnResult func(r *http.Request, res *engine.Result)
+	OnResult func(r *http.Request, res engine.Result)
 }
 
 // Problems chooses between plain text and RFC 9457 problem details
@@ -219,9 +219,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c.OnDecision != nil {
 		start = time.Now()
 	}
-	res := h.eng.Run(r.Context(), h.rule, h.input(r))
+	var in engine.Input
+	h.input(r, &in)
+	res := h.eng.Run(r.Context(), h.rule, &in)
 	if c.OnResult != nil {
-		c.OnResult(r, &res)
+		c.OnResult(r, res)
 	}
 	d := Decision{Outcome: res.Outcome, Key: res.Key, Cost: res.Cost, Result: res.Result, Err: res.Err}
 	switch res.Outcome {
@@ -257,18 +259,18 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// input reads r for the engine: through the rule's Reading (Config.Rule),
-// or by the Config's Key, Cost, Policy and Fail.
-func (h *handler) input(r *http.Request) *engine.Input {
-	in := &engine.Input{Results: true}
+// input reads r into in for the engine: through the rule's Reading
+// (Config.Rule), or by the Config's Key, Cost, Policy and Fail.
+func (h *handler) input(r *http.Request, in *engine.Input) {
+	in.Results = true
 	if h.read {
 		path := r.URL.EscapedPath()
 		in.Request, in.Match = Request(r, path), pipeline.MatchPath(path)
-		return in
+		return
 	}
 	c := &h.cfg
 	if in.Key, in.KeyErr = c.Key(r); in.KeyErr != nil {
-		return in
+		return
 	}
 	in.Cost = 1
 	if c.Cost != nil {
@@ -287,7 +289,6 @@ func (h *handler) input(r *http.Request) *engine.Input {
 			}
 		}
 	}
-	return in
 }
 
 // Request reads r into the pipeline's form; path is its escaped path (the

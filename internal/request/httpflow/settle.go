@@ -146,19 +146,19 @@ func (h *handler) settle(r *http.Request, cw *costWriter, res *engine.Result, re
 			return
 		}
 	}
-	ctx := context.WithoutCancel(r.Context())
+	ctx, key := context.WithoutCancel(r.Context()), res.Key
 	go func() {
 		start := time.Now()
 		sr := h.eng.Run(ctx, h.rule, in)
 		s.Latency = time.Since(start)
 		if h.cfg.OnResult != nil {
-			h.cfg.OnResult(r, &sr)
+			h.cfg.OnResult(r, sr)
 		}
 		if err := sr.Err; err != nil {
 			if ce, ok := err.(*outage.Error); ok {
 				err = ce.Err
 			}
-			s.Err = fmt.Errorf("httplimit: settling %d for key %q: %w", delta, res.Key, err)
+			s.Err = fmt.Errorf("httplimit: settling %d for key %q: %w", delta, key, err)
 		} else {
 			s.Result = sr.Result
 		}
