@@ -167,8 +167,18 @@ func (r *Result) Verdict() pipeline.Verdict { return Verdict(r.Result, r.Each) }
 // the outage detector and the failure rule (outage.Class), into one Result,
 // from which the answer's fields follow (Result.Verdict,
 // pipeline.AppendFields).
+//
+// Every request a front end decides, or refuses for its key or cost,
+// leaves Run as one Result, here: the one place that sees them all.
 func (e *Engine) Run(ctx context.Context, r *Rule, in *Input) Result {
-	res := Result{Override: -1, Key: in.Key, Cost: in.Cost, Peek: in.Peek, Settle: in.Settle, Err: in.KeyErr}
+	var res Result
+	e.run(ctx, r, in, &res)
+	return res
+}
+
+// run is Run, into *res.
+func (e *Engine) run(ctx context.Context, r *Rule, in *Input, res *Result) {
+	*res = Result{Override: -1, Key: in.Key, Cost: in.Cost, Peek: in.Peek, Settle: in.Settle, Err: in.KeyErr}
 	if in.Request != nil {
 		res.Key, res.Err = r.Reading.Key(in.Request, in.Match)
 	}
@@ -177,7 +187,7 @@ func (e *Engine) Run(ctx context.Context, r *Rule, in *Input) Result {
 		if r.AllowMissingKey {
 			res.Outcome = Unkeyed
 		}
-		return res
+		return
 	}
 	if in.Request != nil {
 		res.Cost, res.Err = r.Reading.ReadCost(in.Request)
@@ -186,7 +196,7 @@ func (e *Engine) Run(ctx context.Context, r *Rule, in *Input) Result {
 	}
 	if res.Err != nil {
 		res.Cost, res.Outcome = 0, InvalidCost
-		return res
+		return
 	}
 	res.Policy = in.Policy
 	if res.Policy == nil {
@@ -206,6 +216,5 @@ func (e *Engine) Run(ctx context.Context, r *Rule, in *Input) Result {
 		req.Each = make([]rl.LimitResult, n)
 	}
 	res.Each = req.Each
-	e.decide(ctx, r, req, in.Gate, in.Fail, &res)
-	return res
+	e.decide(ctx, r, req, in.Gate, in.Fail, res)
 }
