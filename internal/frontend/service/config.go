@@ -76,8 +76,9 @@ type RuleSpec struct {
 	Endpoint string
 	Host     string
 	Methods  []string
-	// Limits are decided together, all or nothing.
-	Limits []rl.Limit
+	// Limits are decided together, all or nothing: validated, named, as
+	// the engine compiles them (engine.Engine.Compile).
+	Limits []ruleconfig.NamedLimit
 	// KeyBy is where the proxy reads a request's key: exactly one place
 	// (pipeline.Key).
 	KeyBy ruleconfig.KeyBy
@@ -438,16 +439,6 @@ func checkTokens(c *ruleconfig.Checker, ts []tokenJSON) []APIToken {
 	return out
 }
 
-// rlLimits converts validated limits to rl's.
-func rlLimits(ls []ruleconfig.NamedLimit) []rl.Limit {
-	var out []rl.Limit
-	for _, l := range ls {
-		out = append(out, rl.Limit{Name: l.Name, Algorithm: l.Algorithm, Limit: l.Limit.Limit, Window: time.Duration(l.Window) * time.Microsecond, Rate: l.Rate,
-			Shadow: l.Shadow})
-	}
-	return out
-}
-
 // check validates the rule: the shared fields, then the service's.
 func (r *ruleJSON) check(c *ruleconfig.Checker, ip4, ip6 int) (RuleSpec, bool) {
 	before := len(c.Problems)
@@ -457,8 +448,7 @@ func (r *ruleJSON) check(c *ruleconfig.Checker, ip4, ip6 int) (RuleSpec, bool) {
 		KeyBy: s.KeyBy, Cost: s.Cost, MinCost: s.MinCost, CostHeader: s.CostHeader, ResponseCostHeader: s.ResponseCostHeader,
 		FailOpen: s.FailOpen, Closest: s.Closest, QuotaUnit: s.QuotaUnit, PartitionKey: s.PartitionKey,
 	}
-	spec.Limits = rlLimits(s.Limits)
-	spec.Overrides = overrideSpecs(s.Overrides)
+	spec.Limits, spec.Overrides = s.Limits, s.Overrides
 	if !r.Fields.Set || r.Got != "" {
 		return spec, false
 	}
@@ -475,7 +465,7 @@ func (r *ruleJSON) check(c *ruleconfig.Checker, ip4, ip6 int) (RuleSpec, bool) {
 	}
 	if b, ok := c.Bool("shape", r.Shape); ok && b {
 		spec.Shape = true
-		if len(spec.Limits) > 0 && !slices.ContainsFunc(spec.Limits, func(l rl.Limit) bool { return l.Algorithm == core.LeakyBucket }) {
+		if len(spec.Limits) > 0 && !slices.ContainsFunc(spec.Limits, func(l ruleconfig.NamedLimit) bool { return l.Algorithm == core.LeakyBucket }) {
 			c.Fail("shape", "only a leaky bucket delays admitted requests, and this rule has none (strategy: leaky)")
 		}
 		if spec.Endpoint == "" {

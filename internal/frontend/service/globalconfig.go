@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/request/quota"
 	"github.com/rlcore/rl/internal/request/quotaclient"
@@ -226,9 +225,7 @@ func checkGlobals(c *ruleconfig.Checker, rules []RuleSpec) {
 }
 
 // globalLimit is the rule's one limit as core's.
-func globalLimit(l rl.Limit) core.Limit {
-	return core.Limit{Algorithm: l.Algorithm, Limit: l.Limit, Window: l.Window.Microseconds(), Rate: l.Rate}
-}
+func globalLimit(l ruleconfig.NamedLimit) core.Limit { return l.Limit }
 
 // validMetadataKey reports whether s can name a gRPC metadata entry of
 // text: lower case, not reserved by gRPC, not binary.

@@ -256,7 +256,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	wg.Wait()
 	require.Zero(t, bad.Load(), "requests failed during reloads")
 	require.Positive(t, done.Load())
-	require.Equal(t, int64(1_000_019), e.svc.Config().Rules[0].Limits[0].Limit, "the invalid file left the last good rules")
+	require.Equal(t, int64(1_000_019), e.svc.Config().Rules[0].Limits[0].Limit.Limit, "the invalid file left the last good rules")
 	m := string(e.do(t, "GET", "/metrics", "").body)
 	require.Contains(t, m, `rl_config_reloads_total{result="success"} 20`)
 	require.Contains(t, m, `rl_config_reloads_total{result="failure"} 1`)
