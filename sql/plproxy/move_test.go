@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlcore/rl/internal/testkit/pgtest"
-	"github.com/rlcore/rl/sql/migrations"
 	"github.com/rlcore/rl/sql/plproxy"
 	"github.com/rlcore/rl/sql/plproxy/plproxytest"
 )
@@ -21,8 +20,7 @@ import (
 func TestMovePartition(t *testing.T) {
 	const parts, moved = 4, 2
 	c := plproxytest.New(t, 2, parts) // p0, p2 on shard 0; p1, p3 on shard 1
-	newShard := pgtest.NewDatabase(t)
-	require.NoError(t, migrations.Up(ctx, newShard))
+	newShard := pgtest.NewMigrated(t)
 
 	router := pool(t, c.Router, 4)
 	decide := func(k string) error {

@@ -22,7 +22,6 @@ import (
 	"github.com/rlcore/rl/internal/testkit/pgtest"
 	"github.com/rlcore/rl/memstore"
 	"github.com/rlcore/rl/pgstore"
-	"github.com/rlcore/rl/sql/migrations"
 	"github.com/rlcore/rl/store"
 )
 
@@ -246,15 +245,13 @@ func TestExactHotDescriptor(t *testing.T) {
 			return m
 		},
 		"postgres": func(t *testing.T) store.Store {
-			url := pgtest.NewDatabase(t)
-			require.NoError(t, migrations.Up(context.Background(), url))
+			url := pgtest.NewMigrated(t)
 			s, err := pgstore.New(pgtest.Pool(t, url), pgstore.Config{})
 			require.NoError(t, err)
 			return s
 		},
 		"postgres_batched": func(t *testing.T) store.Store {
-			url := pgtest.NewDatabase(t)
-			require.NoError(t, migrations.Up(context.Background(), url))
+			url := pgtest.NewMigrated(t)
 			s, err := pgstore.NewBatched(pgtest.Pool(t, url), pgstore.Config{}, pgstore.BatchConfig{})
 			require.NoError(t, err)
 			t.Cleanup(func() { s.Close() })
