@@ -38,8 +38,8 @@ import (
 // can hold it open, which would make CREATE DATABASE ... TEMPLATE fail.
 //
 // Templates stay on the server for the next run (rebuilding costs what
-// they save); one older than templateMaxAge whose content is not the
-// current one is dropped by the next build of another.
+// they save); one not used for templateMaxAge is dropped by the next build
+// of another.
 const (
 	templatePrefix = "rltpl_"
 	templateMaxAge = 7 * 24 * time.Hour
@@ -67,6 +67,9 @@ func Template(ctx context.Context, serverURL, key string, build func(ctx context
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if ok, err := templateExists(ctx, conn, name); err != nil || ok {
+		if ok {
+			touchTemplate(ctx, conn, name)
+		}
 		return name, err
 	}
 	// Another process may be building it: wait for its lock, then look
@@ -103,14 +106,26 @@ func Template(ctx context.Context, serverURL, key string, build func(ctx context
 		"SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE datname = '" + building + "' AND pid <> pg_backend_pid()",
 		"ALTER DATABASE " + building + " RENAME TO " + name,
 		"ALTER DATABASE " + name + " WITH IS_TEMPLATE true ALLOW_CONNECTIONS false",
-		"COMMENT ON DATABASE " + name + " IS 'rl test template, built " + time.Now().UTC().Format(time.RFC3339) + "'",
 	} {
 		if _, err := conn.Exec(ctx, q); err != nil {
 			return "", fmt.Errorf("pgtest: finish template %s: %w", name, err)
 		}
 	}
+	touchTemplate(ctx, conn, name)
 	return name, nil
 }
+
+// touchTemplate records in the template's comment that it was used now,
+// for pruneTemplates. Failures are ignored (two processes writing the
+// comment at once may meet "tuple concurrently updated"): pruning is
+// housekeeping.
+func touchTemplate(ctx context.Context, conn *pgx.Conn, name string) {
+	conn.Exec(ctx, "COMMENT ON DATABASE "+name+" IS '"+templateComment+time.Now().UTC().Format(time.RFC3339)+"'")
+}
+
+// templateComment starts a template's comment; the time it was last used
+// follows.
+const templateComment = "rl test template, last used "
 
 func templateExists(ctx context.Context, conn *pgx.Conn, name string) (bool, error) {
 	var n int
@@ -121,7 +136,7 @@ func templateExists(ctx context.Context, conn *pgx.Conn, name string) (bool, err
 	return n > 0, nil
 }
 
-// pruneTemplates drops the templates other than keep built more than
+// pruneTemplates drops the templates other than keep last used more than
 // templateMaxAge ago (their comment says when). A template in use by a copy
 // at that moment is not dropped (DROP DATABASE refuses); failures are
 // ignored: pruning is housekeeping.
@@ -137,7 +152,7 @@ func pruneTemplates(ctx context.Context, conn *pgx.Conn, keep string) {
 		if rows.Scan(&name, &comment) != nil {
 			continue
 		}
-		_, at, _ := strings.Cut(comment, "built ")
+		at, _ := strings.CutPrefix(comment, templateComment)
 		built, err := time.Parse(time.RFC3339, at)
 		if err == nil && time.Since(built) > templateMaxAge {
 			old = append(old, name)
