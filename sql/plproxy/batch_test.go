@@ -76,6 +76,7 @@ func runBatch(t *testing.T, p *pgxpool.Pool, b batchCall) []string {
 // each, peeks, costs 0, invalid requests), round after round as the states
 // evolve; and a malformed call fails whole, with the shard's error.
 func TestBatch(t *testing.T) {
+	t.Parallel() // a cluster of its own (plproxytest.New)
 	c := plproxytest.New(t, 2, 0)
 	single := pgtest.NewMigrated(t)
 	router, one := pool(t, c.Router, 2), pool(t, single, 2)

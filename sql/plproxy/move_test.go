@@ -18,6 +18,7 @@ import (
 // and every other key keeps deciding; afterwards its keys decide on the new
 // server with the states they had, and nothing of it is left on shard 0.
 func TestMovePartition(t *testing.T) {
+	t.Parallel() // a cluster of its own (plproxytest.New)
 	const parts, moved = 4, 2
 	c := plproxytest.New(t, 2, parts) // p0, p2 on shard 0; p1, p3 on shard 1
 	newShard := pgtest.NewMigrated(t)
