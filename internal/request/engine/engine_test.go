@@ -13,31 +13,10 @@ import (
 	"github.com/rlcore/rl/internal/request/outage"
 	"github.com/rlcore/rl/internal/request/pipeline"
 	"github.com/rlcore/rl/internal/request/ruleconfig"
+	"github.com/rlcore/rl/internal/testkit/fakestore"
 	"github.com/rlcore/rl/memstore"
 	"github.com/rlcore/rl/store"
 )
-
-// failing is a store whose every decision fails with err.
-type failing struct{ err error }
-
-func (f failing) Decide(context.Context, store.Request, []core.Decision) (int, core.Decision, error) {
-	return 0, core.Decision{}, f.err
-}
-func (f failing) Reset(context.Context, string, string, []string) error { return f.err }
-
-// held is a store whose decisions wait until release is closed, telling
-// arrived of each.
-type held struct {
-	store.Store
-	arrived chan struct{}
-	release chan struct{}
-}
-
-func (h held) Decide(ctx context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
-	h.arrived <- struct{}{}
-	<-h.release
-	return h.Store.Decide(ctx, req, each)
-}
 
 func newEngine(t *testing.T, s store.Store, opts Options) *Engine {
 	t.Helper()
@@ -67,7 +46,7 @@ func target(t *testing.T, e *Engine, failOpen bool) *Rule {
 func TestDecideOutcomes(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		store    store.Store
+		fail     error // the store's error; nil: it decides
 		failOpen bool
 		steps    int // decisions before the one checked
 		key      string
@@ -75,18 +54,20 @@ func TestDecideOutcomes(t *testing.T) {
 		want     Outcome
 		class    outage.Class
 	}{
-		{name: "allowed", store: memstore.New(nil), key: "k", cost: 1, want: Allowed},
-		{name: "denied after the limit", store: memstore.New(nil), steps: 2, key: "k", cost: 1, want: Denied},
-		{name: "invalid key", store: memstore.New(nil), key: "a b", cost: 1, want: InvalidKey, class: outage.Invalid},
-		{name: "invalid cost", store: memstore.New(nil), key: "k", cost: core.MaxCost + 1, want: InvalidCost, class: outage.Invalid},
-		{name: "outage fails open", store: failing{store.ErrUnavailable}, failOpen: true, key: "k", cost: 1, want: FailOpen, class: outage.Outage},
-		{name: "outage fails closed", store: failing{store.ErrUnavailable}, key: "k", cost: 1, want: FailClosed, class: outage.Outage},
-		{name: "busy store is load, never open", store: failing{store.ErrBusy}, failOpen: true, key: "k", cost: 1, want: Overloaded, class: outage.Load},
-		{name: "one timeout is no outage", store: failing{fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded)}, failOpen: true, key: "k", cost: 1, want: FailClosed, class: outage.Failed},
-		{name: "corrupt state is internal", store: failing{core.ErrState}, failOpen: true, key: "k", cost: 1, want: Error, class: outage.Internal},
+		{name: "allowed", key: "k", cost: 1, want: Allowed},
+		{name: "denied after the limit", steps: 2, key: "k", cost: 1, want: Denied},
+		{name: "invalid key", key: "a b", cost: 1, want: InvalidKey, class: outage.Invalid},
+		{name: "invalid cost", key: "k", cost: core.MaxCost + 1, want: InvalidCost, class: outage.Invalid},
+		{name: "outage fails open", fail: store.ErrUnavailable, failOpen: true, key: "k", cost: 1, want: FailOpen, class: outage.Outage},
+		{name: "outage fails closed", fail: store.ErrUnavailable, key: "k", cost: 1, want: FailClosed, class: outage.Outage},
+		{name: "busy store is load, never open", fail: store.ErrBusy, failOpen: true, key: "k", cost: 1, want: Overloaded, class: outage.Load},
+		{name: "one timeout is no outage", fail: fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded), failOpen: true, key: "k", cost: 1, want: FailClosed, class: outage.Failed},
+		{name: "corrupt state is internal", fail: core.ErrState, failOpen: true, key: "k", cost: 1, want: Error, class: outage.Internal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEngine(t, tc.store, Options{})
+			s := fakestore.New(t, fakestore.Config{})
+			s.Fail(tc.fail)
+			e := newEngine(t, s, Options{})
 			tg := target(t, e, tc.failOpen)
 			for range tc.steps {
 				e.Run(context.Background(), tg, &Input{Key: tc.key, Cost: tc.cost})
@@ -109,7 +90,9 @@ func TestDecideOutcomes(t *testing.T) {
 // completing since, are an outage: counted once per decision, in the
 // Engine's one detector.
 func TestDecideTimeoutsMakeAnOutage(t *testing.T) {
-	e := newEngine(t, failing{fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded)}, Options{})
+	s := fakestore.New(t, fakestore.Config{})
+	s.Fail(fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded))
+	e := newEngine(t, s, Options{})
 	tg := target(t, e, true)
 	var got []Outcome
 	for range outage.Timeouts {
@@ -125,16 +108,17 @@ func TestDecideTimeoutsMakeAnOutage(t *testing.T) {
 // proxy's settle, and a decision API settle only beyond the bound's number
 // of settles.
 func TestDecideGate(t *testing.T) {
-	h := held{Store: memstore.New(nil), arrived: make(chan struct{}), release: make(chan struct{})}
+	s := fakestore.New(t, fakestore.Config{})
+	h := s.Hold(fakestore.All)
 	var reasons []string
 	var mu sync.Mutex
-	e := newEngine(t, h, Options{MaxInFlightPerKey: 1, OnOverload: func(r string) { mu.Lock(); reasons = append(reasons, r); mu.Unlock() }})
+	e := newEngine(t, s, Options{MaxInFlightPerKey: 1, OnOverload: func(r string) { mu.Lock(); reasons = append(reasons, r); mu.Unlock() }})
 	tg := target(t, e, true)
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); e.Run(ctx, tg, &Input{Key: "hot", Cost: 1}) }()
-	<-h.arrived
+	<-h.Arrived()
 	if d := e.Run(ctx, tg, &Input{Key: "hot", Cost: 1}); d.Outcome != Overloaded || !errors.Is(d.Err, ErrOverloaded) {
 		t.Fatalf("a second check on the hot key: %v %v, want overloaded", d.Outcome, d.Err)
 	}
@@ -146,7 +130,7 @@ func TestDecideGate(t *testing.T) {
 			t.Errorf("settle: %v %v", d.Outcome, d.Err)
 		}
 	}()
-	<-h.arrived
+	<-h.Arrived()
 	// A bounded settle too: no other settle of the decision API is in flight.
 	wg.Add(1)
 	go func() {
@@ -155,15 +139,15 @@ func TestDecideGate(t *testing.T) {
 			t.Errorf("bounded settle: %v %v", d.Outcome, d.Err)
 		}
 	}()
-	<-h.arrived
+	<-h.Arrived()
 	if d := e.Run(ctx, tg, &Input{Key: "hot", Cost: 1, Settle: true, Gate: GateSettleBounded}); d.Outcome != Overloaded {
 		t.Fatalf("a second bounded settle: %v, want overloaded", d.Outcome)
 	}
 	// Another key is not held back.
 	wg.Add(1)
 	go func() { defer wg.Done(); e.Run(ctx, tg, &Input{Key: "cold", Cost: 1}) }()
-	<-h.arrived
-	close(h.release)
+	<-h.Arrived()
+	h.Release()
 	wg.Wait()
 	if fmt.Sprint(reasons) != "[key_in_flight key_in_flight]" {
 		t.Fatalf("overload reasons %v", reasons)
@@ -283,7 +267,9 @@ func TestRunSteps(t *testing.T) {
 			return nil
 		}}
 	}
-	failing := &Rule{Name: "f", Limiter: rlLimiter(t, failing{store.ErrUnavailable}, base)}
+	down := fakestore.New(t, fakestore.Config{})
+	down.Fail(store.ErrUnavailable)
+	failing := &Rule{Name: "f", Limiter: rlLimiter(t, down, base)}
 	for _, tc := range []struct {
 		name     string
 		rule     *Rule
