@@ -105,7 +105,7 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-var algorithms = []core.Algorithm{core.FixedWindow, core.SlidingWindow, core.SlidingLog, core.TokenBucket, core.LeakyBucket, core.GCRA}
+var algorithms = core.Algorithms()
 
 // TestExactness: 32 goroutines over one pool on a hot key, limit 100:
 // exactly the limit admitted, zero errors; and two pools (two app

@@ -426,7 +426,7 @@ func (r *routerCore) do(op string, single bool, ls []core.Limit, ss []core.State
 	if single {
 		fn := map[string]string{"take": "rl.rl_allow_us", "peek": "rl.rl_peek_us", "settle": "rl.rl_settle_us"}[op]
 		alg := fmt.Sprintf("unknown-%d", ls[0].Algorithm)
-		if a := ls[0].Algorithm; a >= 1 && a <= 6 {
+		if a := ls[0].Algorithm; a.Valid() {
 			alg = a.String()
 		}
 		d := &ds[0]
@@ -518,7 +518,7 @@ func TestVectors(t *testing.T) {
 	t.Run("all", func(t *testing.T) { t.Parallel(); vectorstest.Run(t, r, true) })
 }
 
-var algorithms = []core.Algorithm{core.FixedWindow, core.SlidingWindow, core.SlidingLog, core.TokenBucket, core.LeakyBucket, core.GCRA}
+var algorithms = core.Algorithms()
 
 // TestExactness: 32 goroutines on one key through the router admit exactly
 // the limit, for every algorithm, with keys on both shards. They share 16
