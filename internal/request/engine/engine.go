@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
@@ -35,6 +36,12 @@ type Options struct {
 	// per-key bound) or "store_busy" (store.ErrBusy). It is the place for
 	// a metric (rl_overload_rejected_total{reason}).
 	OnOverload func(reason string)
+	// OnDecision, if set, is called after every decision Decide makes,
+	// whatever its outcome, with the target, the request, the decision
+	// and how long the store took (0 for a decision refused before it:
+	// the per-key bound). It is the place for a log of decisions
+	// (internal/request/decisionlog); unset, Decide reads no clock for it.
+	OnDecision func(ctx context.Context, t *Target, req rl.Request, d Decision, took time.Duration)
 }
 
 // Engine decides requests over one store: the per-key gate, the store
@@ -48,6 +55,7 @@ type Engine struct {
 	outage     outage.Detector
 	noShadow   error
 	onOverload func(string)
+	onDecision func(context.Context, *Target, rl.Request, Decision, time.Duration)
 }
 
 // New returns an Engine over opts.Store.
@@ -56,7 +64,7 @@ func New(opts Options) (*Engine, error) {
 		return nil, errors.New("engine: Options.Store is nil")
 	}
 	e := &Engine{store: opts.Store, clock: opts.Clock, maxKey: opts.MaxKeyLength, noShadow: opts.ShadowUnsupported,
-		onOverload: opts.OnOverload}
+		onOverload: opts.OnOverload, onDecision: opts.OnDecision}
 	if e.clock == nil {
 		e.clock = rl.CoarseClock
 	}
@@ -167,7 +175,25 @@ var ErrOverloaded = fmt.Errorf("too many decisions in flight on the key: %w", ou
 // as g says, calls the store, records the decision in the outage detector
 // and, when it fails, classifies the failure by the one failure rule
 // (Classify) into the Decision's Outcome. req.Policy defaults to t.Policy.
+// It then reports the decision to Options.OnDecision, if set.
 func (e *Engine) Decide(ctx context.Context, t *Target, req rl.Request, g Gate) Decision {
+	if e.onDecision == nil {
+		return e.decide(ctx, t, req, g, nil)
+	}
+	return e.decideReported(ctx, t, req, g)
+}
+
+// decideReported is Decide with Options.OnDecision, apart from it so that
+// Decide stays as lean as it was when no one listens.
+func (e *Engine) decideReported(ctx context.Context, t *Target, req rl.Request, g Gate) Decision {
+	var took time.Duration
+	d := e.decide(ctx, t, req, g, &took)
+	e.onDecision(ctx, t, req, d, took)
+	return d
+}
+
+// decide is Decide, writing the store's time to *took when took is set.
+func (e *Engine) decide(ctx context.Context, t *Target, req rl.Request, g Gate, took *time.Duration) Decision {
 	if req.Policy == nil {
 		req.Policy = t.Policy
 	}
@@ -192,7 +218,14 @@ func (e *Engine) Decide(ctx context.Context, t *Target, req rl.Request, g Gate) 
 		}
 	}
 	begun := e.outage.Begin()
+	var start time.Time
+	if took != nil {
+		start = time.Now()
+	}
 	res, err := t.Limiter.Do(ctx, req)
+	if took != nil {
+		*took = time.Since(start)
+	}
 	if err == nil {
 		e.outage.Success()
 		if res.Allowed {
