@@ -41,7 +41,7 @@ func TestHostedRuleShapeAsIs(t *testing.T) {
 			require.Equal(t, "api_key", r.KeyBy.String())
 			require.False(t, r.FailOpen)
 			require.Equal(t, int64(1), r.Cost)
-			require.Equal(t, []rl.Limit{{Name: "default", Algorithm: core.TokenBucket, Limit: 100, Window: 10 * time.Second}}, r.Limits)
+			require.Equal(t, []rl.Limit{{Name: "/v1/pay", Algorithm: core.TokenBucket, Limit: 100, Window: 10 * time.Second}}, r.Limits)
 			require.True(t, cfg.InlineLimits)
 		})
 	}
