@@ -28,6 +28,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -204,7 +206,7 @@ func (l *Logger) debug(ctx context.Context, e *Entry) {
 		attrs = append(attrs, slog.Int64("store_us", e.Took.Microseconds()))
 	}
 	if e.Err != nil {
-		attrs = append(attrs, slog.String("err", errText(e.Err)))
+		attrs = append(attrs, slog.String("err", errText(e.Err, e.Key)))
 	}
 	l.log.LogAttrs(ctx, slog.LevelDebug, "decision", attrs...)
 }
@@ -223,14 +225,25 @@ func retryAfter(r *rl.Result) slog.Attr {
 	return slog.Int64("retry_after_ms", int64(ms))
 }
 
-// errText is err's text without the key: an invalid key's error
-// (*rl.KeyError) holds it, so only its reason is written.
-func errText(err error) string {
+// errText is err's text without key: an invalid key's error
+// (*rl.KeyError) holds it, so only its reason is written; the limiter's
+// error for a core.Error (an invalid cost, a corrupt state) names it, so
+// the core.Error alone is; and any other error that spells key, as it is
+// or quoted, has it replaced by its digest.
+func errText(err error, key string) string {
 	if ke := (*rl.KeyError)(nil); errors.As(err, &ke) {
 		return rl.ErrInvalidKey.Error() + ": " + ke.Reason
 	}
 	if errors.Is(err, rl.ErrInvalidKey) {
 		return rl.ErrInvalidKey.Error()
 	}
-	return err.Error()
+	if ce := core.Error(0); errors.As(err, &ce) {
+		return "rl: " + ce.Error()
+	}
+	s := err.Error()
+	if key != "" {
+		d := "<key " + redact.Digest(key) + ">"
+		s = strings.ReplaceAll(strings.ReplaceAll(s, strconv.Quote(key), d), key, d)
+	}
+	return s
 }

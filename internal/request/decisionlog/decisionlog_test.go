@@ -191,6 +191,10 @@ func TestDebugLines(t *testing.T) {
 	l.Log(ctx, &Entry{Rule: "search", Key: bad, Op: "check", Cost: 1, Outcome: engine.InvalidKey,
 		Err: &rl.KeyError{Key: bad, Reason: "byte 0x20 at 24 is not printable ASCII"}})
 	l.Log(ctx, &Entry{Rule: "rls:api", Key: secret, Op: "check", Cost: 1, Outcome: engine.FailClosed, Err: errors.New("store: unavailable")})
+	l.Log(ctx, &Entry{Rule: "search", Key: secret, Op: "check", Cost: 1, Outcome: engine.Error,
+		Err: fmt.Errorf("rl: %q: %w", secret, core.ErrState)})
+	l.Log(ctx, &Entry{Rule: "search", Key: secret, Op: "check", Cost: 1, Outcome: engine.FailClosed,
+		Err: fmt.Errorf("store: row %s locked, then %q timed out", secret, secret)})
 	lines := s.lines(t)
 	want := []map[string]any{
 		{"msg": "decision", "level": "DEBUG", "rule": "search", "key_digest": redact.Digest(secret), "op": "check", "cost": 3.0,
@@ -201,6 +205,10 @@ func TestDebugLines(t *testing.T) {
 			"outcome": "invalid_key", "err": "rl: invalid key: byte 0x20 at 24 is not printable ASCII"},
 		{"msg": "decision", "level": "DEBUG", "rule": "rls:api", "key_digest": redact.Digest(secret), "op": "check", "cost": 1.0,
 			"outcome": "fail_closed", "err": "store: unavailable"},
+		{"msg": "decision", "level": "DEBUG", "rule": "search", "key_digest": redact.Digest(secret), "op": "check", "cost": 1.0,
+			"outcome": "error", "err": "rl: " + core.ErrState.Error()},
+		{"msg": "decision", "level": "DEBUG", "rule": "search", "key_digest": redact.Digest(secret), "op": "check", "cost": 1.0,
+			"outcome": "fail_closed", "err": "store: row <key " + redact.Digest(secret) + "> locked, then <key " + redact.Digest(secret) + "> timed out"},
 	}
 	if len(lines) != len(want) {
 		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), s.text())
