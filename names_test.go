@@ -16,8 +16,11 @@ import (
 // A limit's default name is a state row's key: a Go app's policy
 // (rl.NewPolicy) and a configuration's rules (ruleconfig.CheckLimits, used
 // by rl-wasm-host, its decision API and the proxy-wasm filter) must give an
-// unnamed limit the same one, for every algorithm and many windows. Some
-// names are pinned, so that neither side can change them unnoticed.
+// unnamed limit among several the same one, for every algorithm and many
+// windows. Some names are pinned, so that neither side can change them
+// unnoticed. A rule's one unnamed limit is named after the rule
+// (ruleconfig.LoneLimitName), where a Go app's is "default": an app
+// sharing a rule's state names its limit so.
 func TestDefaultLimitNamesAgree(t *testing.T) {
 	windows := []time.Duration{time.Microsecond, 999 * time.Microsecond, time.Millisecond, 1500 * time.Microsecond,
 		time.Second, 90 * time.Second, time.Minute, 61 * time.Minute, time.Hour, 25 * time.Hour, 24 * time.Hour,
@@ -41,7 +44,7 @@ func TestDefaultLimitNamesAgree(t *testing.T) {
 				{Fields: ruleconfig.Fields{Set: true}, LimitFields: ruleconfig.LimitFields{
 					Strategy: ruleconfig.String{V: other.Algorithm.String(), Set: true}, Limit: ruleconfig.Int{V: 1, Set: true}, Window: win}},
 			}
-			out, ok := ruleconfig.CheckLimits(c, "limits", ls)
+			out, ok := ruleconfig.CheckLimits(c, "limits", ls, "rule")
 			require.True(t, ok, "%v", c.Problems)
 			want := p.Limits()
 			require.Equal(t, want[0].Name, out[0].Name, w)
@@ -58,6 +61,13 @@ func TestDefaultLimitNamesAgree(t *testing.T) {
 		require.Equal(t, name, core.DefaultLimitName(core.FixedWindow, int64(w/time.Microsecond), 3))
 	}
 	require.Equal(t, "default", rl.DefaultLimitName(rl.Limit{Algorithm: core.GCRA, Window: time.Second}, 1))
+	one := []ruleconfig.Limit{{Fields: ruleconfig.Fields{Set: true}, LimitFields: ruleconfig.LimitFields{
+		Strategy: ruleconfig.String{V: "gcra", Set: true}, Limit: ruleconfig.Int{V: 1, Set: true}, Window: ruleconfig.String{V: "1s", Set: true}}}}
+	for alone, want := range map[string]string{"": "default", "search": "search"} {
+		out, ok := ruleconfig.CheckLimits(&ruleconfig.Checker{}, "limits", one, alone)
+		require.True(t, ok)
+		require.Equal(t, want, out[0].Name, "a lone limit given %q", alone)
+	}
 }
 
 // TestRootImports: the root package (the Go API) sits below the front ends'

@@ -28,7 +28,7 @@ func TestParseConfig(t *testing.T) {
 	}
 	pay, search, lg := cfg.Rules[0], cfg.Rules[1], cfg.Rules[2]
 	if pay.Name != "/v1/pay" || pay.KeyBy.String() != "api_key" || pay.Cost != 1 || pay.FailOpen ||
-		pay.Limits[0] != (core.Limit{Algorithm: core.TokenBucket, Limit: 100, Window: 10_000_000}) || pay.LimitNames[0] != "default" {
+		pay.Limits[0] != (core.Limit{Algorithm: core.TokenBucket, Limit: 100, Window: 10_000_000}) || pay.LimitNames[0] != "/v1/pay" {
 		t.Errorf("pay: %+v", pay)
 	}
 	if search.Host != "api.example.com" || strings.Join(search.Methods, ",") != "GET,POST" || search.KeyBy.String() != "header:X-User" ||

@@ -80,10 +80,10 @@ func TestFilterLocal(t *testing.T) {
 		if act != types.ActionContinue || local != nil {
 			t.Fatalf("request %d: %v %+v", i, act, local)
 		}
-		if got, want := headerValues(resp, "ratelimit"), []string{`"upstream";r=1;t=1, "default";r=` + string(rune('1'-i)) + ";t=1"}; strings.Join(got, "|") != strings.Join(want, "|") {
+		if got, want := headerValues(resp, "ratelimit"), []string{`"upstream";r=1;t=1, "users";r=` + string(rune('1'-i)) + ";t=1"}; strings.Join(got, "|") != strings.Join(want, "|") {
 			t.Errorf("request %d: RateLimit %q, want %q", i, got, want)
 		}
-		if got := headerValue(resp, "ratelimit-policy"); got != `"default";q=2;w=1` {
+		if got := headerValue(resp, "ratelimit-policy"); got != `"users";q=2;w=1` {
 			t.Errorf("request %d: RateLimit-Policy %q", i, got)
 		}
 		if got := headerValues(resp, "x-ratelimit-limit"); len(got) != 1 || got[0] != "2" {
@@ -97,7 +97,7 @@ func TestFilterLocal(t *testing.T) {
 	if got := headerValue(local.Headers, "retry-after"); got != "1" { // 0.75 s rounded up
 		t.Errorf("Retry-After %q", got)
 	}
-	if got := headerValue(local.Headers, "ratelimit"); got != `"default";r=0;t=1` {
+	if got := headerValue(local.Headers, "ratelimit"); got != `"users";r=0;t=1` {
 		t.Errorf("RateLimit %q", got)
 	}
 	if string(local.Data) != "Rate limit exceeded\n" {

@@ -99,8 +99,8 @@ func TestFilterOverrideGlobal(t *testing.T) {
 	host := emulate(t, `{"rules":[{"name":"g","strategy":"fixed","limit":1,"window":"1s","key_by":"header:x-user",
 		"global":{"cluster":"rl_service"},"overrides":[{"key_prefix":"pro-","strategy":"gcra","limit":7,"window":"1m"}]}]}`)
 	for user, want := range map[string]string{
-		"plain": `[{"name":"default","strategy":"fixed_window","limit":1,"window":"1s"}]`,
-		"pro-1": `[{"name":"default","strategy":"gcra","limit":7,"window":"1m"}]`,
+		"plain": `[{"name":"g","strategy":"fixed_window","limit":1,"window":"1s"}]`,
+		"pro-1": `[{"name":"g","strategy":"gcra","limit":7,"window":"1m"}]`,
 	} {
 		id := host.InitializeHttpContext()
 		if act := host.CallOnRequestHeaders(id, get("/", [2]string{"x-user", user}), true); act != types.ActionPause {

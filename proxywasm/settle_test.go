@@ -167,8 +167,8 @@ func TestFilterResponseCostGlobal(t *testing.T) {
 		path, check, answer, settlePath, settle string
 	}{
 		{"/n", `{"rule":"llm","key":"alice","cost":1}`, plain, "/v1/ratelimit/settle", `{"rule":"llm","key":"alice","estimate":1,"actual":7}`},
-		{"/i", `{"limits":[{"name":"default","strategy":"fixed_window","limit":5,"window":"1s"}],"key":"inline:alice","cost":2,"fail_open":false}`,
-			plain, "/rl/settle", `{"limits":[{"name":"default","strategy":"fixed_window","limit":5,"window":"1s"}],"key":"inline:alice","estimate":2,"actual":7}`},
+		{"/i", `{"limits":[{"name":"inline","strategy":"fixed_window","limit":5,"window":"1s"}],"key":"inline:alice","cost":2,"fail_open":false}`,
+			plain, "/rl/settle", `{"limits":[{"name":"inline","strategy":"fixed_window","limit":5,"window":"1s"}],"key":"inline:alice","estimate":2,"actual":7}`},
 		{"/n", `{"rule":"llm","key":"alice","cost":1}`, wouldDeny, "/v1/ratelimit/settle", `{"rule":"llm","key":"alice","estimate":1,"actual":7,"uncharged":["small"]}`},
 	} {
 		id := host.InitializeHttpContext()

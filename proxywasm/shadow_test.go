@@ -46,7 +46,7 @@ func TestFilterShadow(t *testing.T) {
 			}
 		}
 	}
-	for name, want := range map[string]uint64{shadowMetric("s", "candidate"): 2, shadowMetric("w", "default"): 2} {
+	for name, want := range map[string]uint64{shadowMetric("s", "candidate"): 2, shadowMetric("w", "w"): 2} {
 		if n, err := host.GetCounterMetric(name); err != nil || n != want {
 			t.Errorf("metric %s: %d %v, want %d", name, n, err, want)
 		}

@@ -31,6 +31,7 @@ import (
 
 	"github.com/rlcore/rl/internal/frontend/rls"
 	"github.com/rlcore/rl/internal/frontend/service"
+	"github.com/rlcore/rl/internal/request/decisionlog"
 	"github.com/rlcore/rl/internal/request/version"
 )
 
@@ -97,7 +98,8 @@ func run(args []string) int {
 	fs.Int64Var(&rc.ProxyMaxBodyBytes, "proxy-max-body", 0, "largest proxied request body in bytes (0: no limit)")
 	fs.StringVar(&rc.PprofListen, "pprof-listen", "", "serve the Go profiler (net/http/pprof, /debug/pprof/) on this loopback address (off by default)")
 	fs.StringVar(&logFormat, "log-format", "json", "log format: json or text")
-	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error; debug adds a line per decision (rule, key digest, cost, outcome, deciding limit, store time)")
+	fs.IntVar(&rc.LogDenials, "log-denials", 0, "log each denied request at info level (rule, limit, key digest, retry-after), at most this many lines a second, counting those left out (in the next line and rl_denial_log_suppressed_total); 0: off")
 	fs.BoolVar(&showVersion, "version", false, "print the version and exit: the module version, then one line each for the commit, modified, go, schema (the newest migration), extension (its default version) and wasm-abi")
 	health := fs.String("health", "", "health check, for a container's HEALTHCHECK: GET this http(s) URL (e.g. http://127.0.0.1:8081/readyz) and exit 0 on 200, 1 otherwise")
 	healthTimeout := fs.Duration("health-timeout", 3*time.Second, "with -health: how long to wait for the answer")
@@ -212,6 +214,10 @@ func run(args []string) int {
 
 	if *watch < 0 {
 		fmt.Fprintf(os.Stderr, "rl-wasm-host: -watch-config %v: want a positive duration such as 2s, or 0 (SIGHUP only)\n", *watch)
+		return 2
+	}
+	if rc.LogDenials < 0 || rc.LogDenials > decisionlog.MaxDenialsPerSecond {
+		fmt.Fprintf(os.Stderr, "rl-wasm-host: -log-denials %d: want 0 (off) to %d lines a second\n", rc.LogDenials, decisionlog.MaxDenialsPerSecond)
 		return 2
 	}
 	var level slog.Level

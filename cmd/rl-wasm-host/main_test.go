@@ -183,7 +183,7 @@ func TestSampleConfigStarts(t *testing.T) {
 	p.waitLog(t, "decider: native Go core while the WebAssembly module compiles") // the WebAssembly core takes over once compiled: TestServesBeforeCompiled
 	code, h, body := call(t, "POST", p.api+"/v1/ratelimit/check", `{"rule":"/v1/pay","key":"demo-key"}`)
 	require.Equal(t, 200, code, body)
-	require.Equal(t, `"default";q=100;w=10`, h.Get("RateLimit-Policy"))
+	require.Equal(t, `"/v1/pay";q=100;w=10`, h.Get("RateLimit-Policy"))
 	code, _, body = call(t, "GET", p.base+"/v1/pay", "", "Authorization", "Bearer demo-key")
 	require.Equal(t, 200, code)
 	require.Contains(t, body, "demo upstream")

@@ -18,6 +18,7 @@ import (
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/frontend/rls"
 	"github.com/rlcore/rl/internal/frontend/service"
+	"github.com/rlcore/rl/internal/request/decisionlog"
 	"github.com/rlcore/rl/internal/util/redact"
 	"github.com/rlcore/rl/memstore"
 	"github.com/rlcore/rl/store"
@@ -82,8 +83,14 @@ type RunConfig struct {
 	DrainDelay time.Duration
 	// MaxBodyBytes and ProxyMaxBodyBytes: see service.Options.
 	MaxBodyBytes, ProxyMaxBodyBytes int64
-	// Logger; default slog.Default().
+	// Logger; default slog.Default(). At debug level it has a line per
+	// decision (internal/request/decisionlog).
 	Logger *slog.Logger
+	// LogDenials, if positive, logs each denied request at info level
+	// (the rule, the limit, the key's digest, the retry-after), at most
+	// this many lines a second; those left out are counted in the next
+	// line and in rl_denial_log_suppressed_total. 0: off (the default).
+	LogDenials int
 	// OnListen, if set, hears each listener's role ("all", "proxy", "api")
 	// and bound address, once it is listening.
 	OnListen func(role, addr string)
@@ -364,9 +371,14 @@ func (h *host) openStore(ctx context.Context) error {
 // the configuration, and warns of an upstream timeout the write timeout
 // would cut short.
 func (h *host) newService() error {
+	dl, err := decisionlog.New(decisionlog.Config{Logger: h.log, DenialsPerSecond: h.rc.LogDenials})
+	if err != nil {
+		return err
+	}
+	h.closers = append(h.closers, func() { dl.Close() })
 	svc, err := service.New(h.cfg, service.Options{Store: h.store, Logger: h.log, MaxBodyBytes: h.rc.MaxBodyBytes,
 		ProxyMaxBodyBytes: h.rc.ProxyMaxBodyBytes, Ready: h.ready, MaxInFlight: h.rc.MaxInFlight, MaxInFlightPerKey: max(h.perKey, 0),
-		ShadowUnsupported: h.noShadow})
+		ShadowUnsupported: h.noShadow, DecisionLog: dl})
 	if err != nil {
 		return err
 	}

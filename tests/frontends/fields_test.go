@@ -23,8 +23,8 @@ var fieldNames = []string{"Ratelimit-Policy", "Ratelimit", "X-Ratelimit-Limit", 
 var sfName = regexp.MustCompile(`"[^"]*"`)
 
 // fieldsOf is the fields of one answer, the policies' names left out (the
-// gRPC service names a limit by its descriptor, "user", where a rule names
-// it "default").
+// gRPC service names a limit by its descriptor, "user", where a rule's one
+// unnamed limit is named after the rule, "r": TestFieldsAgree pins that).
 func fieldsOf(get func(string) string) string {
 	var b strings.Builder
 	for _, n := range fieldNames {
@@ -41,6 +41,7 @@ func TestFieldsAgree(t *testing.T) {
 	c := frontends.Cases[0]
 	require.Equal(t, 1, c.ID)
 	answers := map[frontends.Front][]string{}
+	policies := map[frontends.Front]string{} // RateLimit-Policy, names and all
 
 	svc := newService(t, c)
 	srv := httptest.NewServer(svc.ProxyHandler())
@@ -59,11 +60,13 @@ func TestFieldsAgree(t *testing.T) {
 		require.NoError(t, err)
 		resp.Body.Close()
 		answers[frontends.Proxy] = append(answers[frontends.Proxy], resp.Status+"\n"+fieldsOf(resp.Header.Get))
+		policies[frontends.Proxy] = resp.Header.Get("RateLimit-Policy")
 
 		resp, err = http.Post(api.URL+service.APIPrefix+"check", "application/json", strings.NewReader(`{"rule":"r","key":"`+s.Key+`"}`))
 		require.NoError(t, err)
 		resp.Body.Close()
 		answers[frontends.API] = append(answers[frontends.API], resp.Status+"\n"+fieldsOf(resp.Header.Get))
+		policies[frontends.API] = resp.Header.Get("RateLimit-Policy")
 
 		r, err := grpc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d",
 			Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user", Value: s.Key}}}}})
@@ -79,6 +82,11 @@ func TestFieldsAgree(t *testing.T) {
 		answers[frontends.GRPC] = append(answers[frontends.GRPC], status+"\n"+fieldsOf(h.Get))
 	}
 	require.Equal(t, answers[frontends.Proxy], answers[frontends.API], "proxy and decision API")
+	// A rule's one unnamed limit is named after the rule, not "default":
+	// a client of two rules sees two policies by name.
+	for _, f := range []frontends.Front{frontends.Proxy, frontends.API} {
+		require.Equal(t, `"r";q=2;w=3600`, policies[f], f)
+	}
 	require.Equal(t, answers[frontends.Proxy], answers[frontends.GRPC], "proxy and gRPC service")
 	// t0 is 800 s into an hour: the window ends in 2800 s.
 	require.Equal(t, "429 Too Many Requests\nRatelimit-Policy: \"*\";q=2;w=3600\nRatelimit: \"*\";r=0;t=2800\n"+

@@ -417,7 +417,7 @@ func inlinePolicy(ls []ruleconfig.Limit, prefix string, max int) (*rl.Policy, er
 		return nil, &errClient{"invalid_limits", fmt.Errorf("%slimits: %d limits, want 1 to %d (max_inline_limits)", prefix, len(ls), max)}
 	}
 	c := &ruleconfig.Checker{}
-	checked, _ := ruleconfig.CheckLimits(c, prefix+"limits", ls)
+	checked, _ := ruleconfig.CheckLimits(c, prefix+"limits", ls, "")
 	if len(c.Problems) > 0 {
 		msgs := make([]string, len(c.Problems))
 		for i, pr := range c.Problems {

@@ -120,8 +120,8 @@ func TestCheckPeekReset(t *testing.T) {
 	require.True(t, d.Allowed)
 	require.True(t, d.Taken)
 	require.Equal(t, int64(1), d.Remaining)
-	require.Equal(t, `"default";q=2;w=60`, r.h.Get("RateLimit-Policy"))
-	require.Equal(t, `"default";r=1;t=50`, r.h.Get("RateLimit"))
+	require.Equal(t, `"r";q=2;w=60`, r.h.Get("RateLimit-Policy"), "a rule's one limit is named after the rule")
+	require.Equal(t, `"r";r=1;t=50`, r.h.Get("RateLimit"))
 	require.Equal(t, "50", r.h.Get("X-RateLimit-Reset"))
 	require.Empty(t, r.h.Get("Retry-After"))
 
@@ -338,7 +338,7 @@ func TestBatchAtomic(t *testing.T) {
 		require.True(t, d.Taken)
 	}
 	require.Equal(t, 0, b.Deciding, "fewest remaining: a has 1")
-	require.Equal(t, `"default";r=1;t=50`, r.h.Get("RateLimit"))
+	require.Equal(t, `"r";r=1;t=50`, r.h.Get("RateLimit"))
 
 	// a has one left; asking 2 of a and 1 of b is refused whole.
 	r, b = batch(`{"items":[{"rule":"s","key":"b"},{"rule":"r","key":"a","cost":2}]}`)

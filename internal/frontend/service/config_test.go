@@ -40,7 +40,7 @@ func TestHostedRuleShapeAsIs(t *testing.T) {
 			require.Equal(t, "api_key", r.KeyBy.String())
 			require.False(t, r.FailOpen)
 			require.Equal(t, int64(1), r.Cost)
-			require.Equal(t, []ruleconfig.NamedLimit{{Name: "default", Limit: core.Limit{Algorithm: core.TokenBucket, Limit: 100, Window: 10_000_000}}}, r.Limits)
+			require.Equal(t, []ruleconfig.NamedLimit{{Name: "/v1/pay", Limit: core.Limit{Algorithm: core.TokenBucket, Limit: 100, Window: 10_000_000}}}, r.Limits)
 			require.True(t, cfg.InlineLimits)
 		})
 	}

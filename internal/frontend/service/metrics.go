@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rlcore/rl"
+	"github.com/rlcore/rl/internal/request/decisionlog"
 	"github.com/rlcore/rl/internal/request/engine"
 	"github.com/rlcore/rl/internal/request/pipeline"
 	"github.com/rlcore/rl/internal/request/version"
@@ -194,6 +195,15 @@ func newMetrics() *metrics {
 		m.failover.WithLabelValues(t)
 	}
 	return m
+}
+
+// denialLogSuppressed is rl_denial_log_suppressed_total: the denials the
+// denial log left out for its rate.
+func denialLogSuppressed(dl *decisionlog.Logger) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "rl_denial_log_suppressed_total",
+		Help: "Denials the denial log (-log-denials) left out to keep to its rate; each line reports those left out since the line before. Exported when the denial log is on.",
+	}, func() float64 { return float64(dl.Suppressed()) })
 }
 
 // buildInfo is rl_build_info: a gauge of 1 whose labels say which build

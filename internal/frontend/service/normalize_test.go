@@ -72,7 +72,7 @@ rules:
 	require.NoError(t, err)
 	require.Equal(t, NormalizedJSON{TrustedProxies: []string{}, IPv4Prefix: 32, IPv6Prefix: 64, UpstreamTimeout: "30s",
 		InlineLimits: true, MaxInlineLimits: 4, ProblemDetails: "auto", Rules: []RuleJSON{{Name: "a", KeyBy: "ip", Cost: 1, MinCost: 1,
-			RateLimitFields: "all", QuotaUnit: "requests", Limits: []LimitSpecJSON{{Name: "default", Strategy: "fixed_window", Limit: 1, Window: "1s"}}}}}, n)
+			RateLimitFields: "all", QuotaUnit: "requests", Limits: []LimitSpecJSON{{Name: "a", Strategy: "fixed_window", Limit: 1, Window: "1s"}}}}}, n)
 }
 
 func sampleYAML(t *testing.T) string {

@@ -149,6 +149,8 @@ func newPGEnv(t *testing.T, yaml string, pc pgStoreConfig) *pgEnv {
 	return &pgEnv{env: e, px: px, dbURL: dbURL}
 }
 
+// A rule's one unnamed limit is named after the rule: name is the rule's
+// name, as the service's key is "<rule>:<key>".
 func (p *pgEnv) sqlRemaining(t *testing.T, key, alg string, limit int64, window string) int64 {
 	t.Helper()
 	ctx := context.Background()
@@ -156,11 +158,12 @@ func (p *pgEnv) sqlRemaining(t *testing.T, key, alg string, limit int64, window 
 	require.NoError(t, err)
 	defer c.Close(ctx)
 	var rem int64
-	require.NoError(t, c.QueryRow(ctx, "SELECT remaining FROM rl.rl_peek($1, $2, $3, $4::interval, 0)", key, alg, limit, window).Scan(&rem))
+	require.NoError(t, c.QueryRow(ctx, "SELECT remaining FROM rl.rl_peek($1, $2, $3, $4::interval, 0, name => $5)", key, alg, limit, window, strings.SplitN(key, ":", 2)[0]).Scan(&rem))
 	return rem
 }
 
-// The service decides on the same rows as rl_allow(): "rule:key".
+// The service decides on the same rows as rl_allow(): "rule:key", its one
+// limit named after the rule.
 func TestPostgresSharesRowsWithSQL(t *testing.T) {
 	for _, mode := range []string{"go", "sql"} {
 		t.Run("decide="+mode, func(t *testing.T) {
@@ -173,7 +176,7 @@ func TestPostgresSharesRowsWithSQL(t *testing.T) {
 			c, err := pgx.Connect(ctx, p.dbURL)
 			require.NoError(t, err)
 			defer c.Close(ctx)
-			_, err = c.Exec(ctx, "SELECT rl.rl_allow('r:k', 'fixed_window', 5, '1 hour', 2)")
+			_, err = c.Exec(ctx, "SELECT rl.rl_allow('r:k', 'fixed_window', 5, '1 hour', 2, name => 'r')")
 			require.NoError(t, err)
 			r := p.post(t, "check", `{"rule":"r","key":"k"}`)
 			require.Equal(t, 200, r.code)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rlcore/rl"
+	"github.com/rlcore/rl/internal/request/decisionlog"
 	"github.com/rlcore/rl/internal/request/engine"
 	"github.com/rlcore/rl/internal/request/httpflow"
 	"github.com/rlcore/rl/internal/request/outage"
@@ -66,6 +67,12 @@ type Options struct {
 	// so a bound may occasionally cover two keys. 0: no bound (the default;
 	// the command sets half the PostgreSQL pool).
 	MaxInFlightPerKey int
+	// DecisionLog, if set, logs the decisions of every front end deciding
+	// in the Service's engine (the proxy, the decision API, the gRPC rate
+	// limit service): the denial log and the debug log. With its denial
+	// log on, /metrics exports rl_denial_log_suppressed_total. The
+	// caller closes it after the Service.
+	DecisionLog *decisionlog.Logger
 }
 
 // Service is the rate-limiting HTTP service: the decision API, the reverse
@@ -129,9 +136,12 @@ func New(cfg *Config, opts Options) (*Service, error) {
 		ready: opts.Ready, transport: opts.Transport, metrics: newMetrics()}
 	eng, err := engine.New(engine.Options{Store: &timedStore{Store: opts.Store, m: s.metrics}, Clock: opts.Clock,
 		MaxKeyLength: opts.MaxKeyLength, MaxInFlightPerKey: opts.MaxInFlightPerKey, ShadowUnsupported: opts.ShadowUnsupported,
-		OnOverload: func(reason string) { s.metrics.overload.WithLabelValues(reason).Inc() }})
+		OnOverload: func(reason string) { s.metrics.overload.WithLabelValues(reason).Inc() }, OnDecision: opts.DecisionLog.Hook()})
 	if err != nil {
 		return nil, err
+	}
+	if dl := opts.DecisionLog; dl != nil && dl.Denials() {
+		s.metrics.reg.MustRegister(denialLogSuppressed(dl))
 	}
 	s.eng = eng
 	if s.log == nil {

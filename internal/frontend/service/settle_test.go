@@ -103,7 +103,7 @@ rules:
 			require.Equal(t, 200, r.code)
 			require.Equal(t, "first part, the rest", string(r.body))
 			require.Empty(t, r.h.Values("X-Cost-Actual"), "the field is the upstream's message to the proxy")
-			require.Equal(t, `"default";r=2;t=1`, r.h.Get("RateLimit"), "the fields describe the decision on the estimate")
+			require.Equal(t, `"llm";r=2;t=1`, r.h.Get("RateLimit"), "the fields describe the decision on the estimate")
 			n++
 			e.waitMetric(t, settled, n)
 			r = send(debtor)
@@ -175,7 +175,7 @@ func TestAPISettle(t *testing.T) {
 	require.Equal(t, int64(0), d.Remaining)
 	require.Contains(t, string(r.body), `"cost":0,"delta":4,`)
 	require.Empty(t, r.h.Get("Retry-After"))
-	require.Equal(t, `"default";q=2;w=1`, r.h.Get("RateLimit-Policy"))
+	require.Equal(t, `"r";q=2;w=1`, r.h.Get("RateLimit-Policy"))
 	// 5 used of a burst of 2, one back a second: the next passes at 4 s.
 	c := e.post(t, "check", `{"rule":"r","key":"k"}`)
 	require.Equal(t, 429, c.code)

@@ -38,7 +38,7 @@ func TestShadowDecisionAPI(t *testing.T) {
 	e := newEnv(t, shadowRules, nil)
 	m := e.metrics(t)
 	for _, s := range []string{`rl_shadow_denials_total{limit="candidate",rule="search"} 0`,
-		`rl_shadow_denials_total{limit="default",rule="watch"} 0`, `rl_shadow_denials_total{limit="_inline",rule="inline"} 0`} {
+		`rl_shadow_denials_total{limit="watch",rule="watch"} 0`, `rl_shadow_denials_total{limit="_inline",rule="inline"} 0`} {
 		require.Contains(t, m, s+"\n", "exported from the start")
 	}
 	require.NotContains(t, m, `rl_shadow_denials_total{limit="minute"`, "an enforced limit has none")
@@ -128,7 +128,7 @@ func TestShadowProxy(t *testing.T) {
 	}
 	m := e.metrics(t)
 	require.Contains(t, m, `rl_shadow_denials_total{limit="candidate",rule="search"} 2`+"\n")
-	require.Contains(t, m, `rl_shadow_denials_total{limit="default",rule="watch"} 2`+"\n")
+	require.Contains(t, m, `rl_shadow_denials_total{limit="watch",rule="watch"} 2`+"\n")
 	require.Contains(t, m, `rl_decisions_total{outcome="allowed",rule="watch"} 3`+"\n")
 }
 

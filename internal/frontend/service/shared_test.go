@@ -16,8 +16,9 @@ import (
 )
 
 // Issue 10: a Go app and the service on one database share counts: unnamed
-// limits get one default name in both (rl.DefaultLimitName), and a rule's
-// base key is its name. Before, the app named a one-minute fixed window
+// limits among several get one default name in both (rl.DefaultLimitName),
+// a rule's one unnamed limit is named after the rule, and a rule's base
+// key is its name. Before, the app named a one-minute fixed window
 // "fixed_window_1m0s" and the service "fixed_window_1m": two rows, twice
 // the quota.
 func TestGoAppAndServiceShareCounts(t *testing.T) {
@@ -51,8 +52,10 @@ rules:
 			)})
 			require.NoError(t, err)
 			t.Cleanup(func() { app.Close() })
+			// A rule's one unnamed limit is named after the rule: the app
+			// names its limit so.
 			one, err := rl.New(rl.Config{Store: st, BaseKey: rule + "one", Policy: rl.MustPolicy(
-				rl.Limit{Algorithm: core.GCRA, Limit: 2, Window: time.Hour})})
+				rl.Limit{Name: rule + "one", Algorithm: core.GCRA, Limit: 2, Window: time.Hour})})
 			require.NoError(t, err)
 			t.Cleanup(func() { one.Close() })
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
@@ -37,6 +38,12 @@ type Options struct {
 	// per-key bound) or "store_busy" (store.ErrBusy). It is the place for
 	// a metric (rl_overload_rejected_total{reason}).
 	OnOverload func(reason string)
+	// OnDecision, if set, is called with every Result Run returns, whatever
+	// its outcome (requests refused for their key or cost included), with
+	// the rule and how long the limiter took (0 when it was not called).
+	// It is the place for a log of decisions (internal/request/decisionlog);
+	// unset, Run reads no clock for it.
+	OnDecision func(ctx context.Context, r *Rule, res *Result, took time.Duration)
 }
 
 // Engine decides requests over one store: the per-key gate, the store
@@ -50,12 +57,13 @@ type Engine struct {
 	outage     outage.Detector
 	noShadow   error
 	onOverload func(string)
+	onDecision func(context.Context, *Rule, *Result, time.Duration)
 }
 
 // New returns an Engine over opts.Store.
 func New(opts Options) (*Engine, error) {
 	e := &Engine{store: opts.Store, clock: opts.Clock, maxKey: opts.MaxKeyLength, noShadow: opts.ShadowUnsupported,
-		onOverload: opts.OnOverload}
+		onOverload: opts.OnOverload, onDecision: opts.OnDecision}
 	if e.clock == nil {
 		e.clock = rl.CoarseClock
 	}
@@ -153,7 +161,7 @@ var ErrOverloaded = fmt.Errorf("too many decisions in flight on the key: %w", ou
 // classifies the failure by the one failure rule (classify) into res's
 // Outcome (fail, when set, answering a failure that is not the request's
 // in its place).
-func (e *Engine) decide(ctx context.Context, r *Rule, req rl.Request, g Gate, fail func(error) (Outcome, error), res *Result) {
+func (e *Engine) decide(ctx context.Context, r *Rule, req rl.Request, g Gate, fail func(error) (Outcome, error), res *Result, took *time.Duration) {
 	if e.gate != nil {
 		switch g {
 		case GateCheck:
@@ -177,7 +185,14 @@ func (e *Engine) decide(ctx context.Context, r *Rule, req rl.Request, g Gate, fa
 		}
 	}
 	begun := e.outage.Begin()
+	var start time.Time
+	if took != nil {
+		start = time.Now()
+	}
 	lr, err := r.Limiter.Do(ctx, req)
+	if took != nil {
+		*took = time.Since(start)
+	}
 	if err == nil {
 		e.outage.Success()
 		res.Result, res.Outcome = lr, Denied

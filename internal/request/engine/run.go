@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"time"
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/internal/request/outage"
@@ -172,12 +173,18 @@ func (r *Result) Verdict() pipeline.Verdict { return Verdict(r.Result, r.Each) }
 // leaves Run as one Result, here: the one place that sees them all.
 func (e *Engine) Run(ctx context.Context, r *Rule, in *Input) Result {
 	var res Result
-	e.run(ctx, r, in, &res)
+	if e.onDecision == nil {
+		e.run(ctx, r, in, &res, nil)
+		return res
+	}
+	var took time.Duration
+	e.run(ctx, r, in, &res, &took)
+	e.onDecision(ctx, r, &res, took)
 	return res
 }
 
 // run is Run, into *res.
-func (e *Engine) run(ctx context.Context, r *Rule, in *Input, res *Result) {
+func (e *Engine) run(ctx context.Context, r *Rule, in *Input, res *Result, took *time.Duration) {
 	*res = Result{Override: -1, Key: in.Key, Cost: in.Cost, Peek: in.Peek, Settle: in.Settle, Err: in.KeyErr}
 	if in.Request != nil {
 		res.Key, res.Err = r.Reading.Key(in.Request, in.Match)
@@ -216,5 +223,5 @@ func (e *Engine) run(ctx context.Context, r *Rule, in *Input, res *Result) {
 		req.Each = make([]rl.LimitResult, n)
 	}
 	res.Each = req.Each
-	e.decide(ctx, r, req, in.Gate, in.Fail, res)
+	e.decide(ctx, r, req, in.Gate, in.Fail, res, took)
 }

@@ -351,9 +351,12 @@ func (l *LimitFields) check(c *Checker, prefix string) (core.Limit, bool) {
 }
 
 // CheckLimits validates the limits of a list at field ("limits"): 1 to
-// core.MaxLimits of them, each valid, named or given its default name
-// (core.DefaultLimitName), no name twice. ok is false if any has a problem.
-func CheckLimits(c *Checker, field string, ls []Limit) (out []NamedLimit, ok bool) {
+// core.MaxLimits of them, each valid, named or given its default name, no
+// name twice. The default name of a limit alone is alone (LoneLimitName:
+// its rule's name), or core.DefaultLimitName's "default" when alone is "";
+// among several, core.DefaultLimitName's. ok is false if any has a
+// problem.
+func CheckLimits(c *Checker, field string, ls []Limit, alone string) (out []NamedLimit, ok bool) {
 	before := len(c.Problems)
 	if len(ls) == 0 || len(ls) > core.MaxLimits {
 		c.Fail(field, "%d limits, want 1 to %d", len(ls), core.MaxLimits)
@@ -380,6 +383,9 @@ func CheckLimits(c *Checker, field string, ls []Limit) (out []NamedLimit, ok boo
 		}
 		if name == "" {
 			name = core.DefaultLimitName(lim.Algorithm, lim.Window, len(ls))
+			if len(ls) == 1 && alone != "" {
+				name = alone
+			}
 		}
 		if names[name] {
 			c.Fail(f+".name", "%q names two limits of the rule", name)
@@ -587,10 +593,10 @@ func (r *Rule) Check(c *Checker, o Options) (s Spec, ok bool) {
 			c.Fail("limits", "give either limits or strategy/limit/window/rate, not both")
 		}
 		if c.Want("limits", "a list of limits", r.Limits.Got) {
-			s.Limits, _ = CheckLimits(c, "limits", r.Limits.Items)
+			s.Limits, _ = CheckLimits(c, "limits", r.Limits.Items, LoneLimitName(s.Name))
 		}
 	} else if lim, ok := r.LimitFields.check(c, ""); ok {
-		s.Limits = []NamedLimit{{Name: "default", Limit: lim, Shadow: r.LimitFields.Shadow.V}}
+		s.Limits = []NamedLimit{{Name: LoneLimitName(s.Name), Limit: lim, Shadow: r.LimitFields.Shadow.V}}
 	}
 
 	if v, ok := c.String("key_by", r.KeyBy); ok {
@@ -656,9 +662,25 @@ func (r *Rule) Check(c *Checker, o Options) (s Spec, ok bool) {
 		// the keys its callers send, as text: its key_by is a default
 		// that derives nothing.
 		derived := r.KeyBy.Set || s.Endpoint != ""
-		s.Overrides = checkOverrides(c, s.KeyBy, derived, o, r.Overrides)
+		s.Overrides = checkOverrides(c, s.KeyBy, derived, o, r.Overrides, LoneLimitName(s.Name))
 	}
 	return s, len(c.Problems) == before
+}
+
+// LoneLimitName is the name of a rule's limit when it is the rule's only
+// one and names itself nothing: the rule's name, so that a client of two
+// rules sees two policies by name in the answer's fields (RateLimit-Policy,
+// the decision API's limits), not two "default". A rule's name is a valid
+// limit name (CheckName accepts both alike, and SQL's limit names, 1 to
+// 256 bytes of a key's characters, take it); a rule without a valid name
+// (one already refused) gives "default". The state of the key's limit is
+// kept under this name: an override's lone unnamed limit has it too, so
+// that it carries the rule's state.
+func LoneLimitName(rule string) string {
+	if rule == "" || CheckName(rule) != nil {
+		return "default"
+	}
+	return rule
 }
 
 // CheckName accepts rule and limit names: 1 to 64 bytes of printable ASCII

@@ -88,8 +88,9 @@ const apiKeyDigestLen = len("sha256:") + 32
 // for key_by: ip, the front end's prefix lengths in opt); a problem makes
 // the rule's check fail. derived is false for a rule of the decision API
 // only that gives no key_by: its keys are its callers' text, whatever the
-// default key source, and so are its overrides'.
-func checkOverrides(c *Checker, kb KeyBy, derived bool, opt Options, l List[Override]) []OverrideSpec {
+// default key source, and so are its overrides'. alone is the name of
+// an override's lone unnamed limit: the rule's (LoneLimitName).
+func checkOverrides(c *Checker, kb KeyBy, derived bool, opt Options, l List[Override], alone string) []OverrideSpec {
 	if !c.Want("overrides", "a list of overrides {key or key_prefix, limits}", l.Got) {
 		return nil
 	}
@@ -143,12 +144,12 @@ func checkOverrides(c *Checker, kb KeyBy, derived bool, opt Options, l List[Over
 				c.Fail(f+".limits", "give either limits or strategy/limit/window/rate, not both")
 			}
 			if c.Want(f+".limits", "a list of limits", o.Limits.Got) {
-				s.Limits, _ = CheckLimits(c, f+".limits", o.Limits.Items)
+				s.Limits, _ = CheckLimits(c, f+".limits", o.Limits.Items, alone)
 			}
 		} else if !o.LimitFields.Given() {
 			c.Fail(f+".limits", "missing: an override replaces the rule's limits for its keys (give limits, or strategy/limit/window/rate)")
 		} else if lim, ok := o.LimitFields.check(c, f+"."); ok {
-			s.Limits = []NamedLimit{{Name: "default", Limit: lim}}
+			s.Limits = []NamedLimit{{Name: alone, Limit: lim}}
 		}
 		if len(c.Problems) == before {
 			out = append(out, s)

@@ -13,7 +13,7 @@ import (
 const digest = "sha256:a4ef3bba4f8e5b1a8b2b4a7c1b1c0b5e"
 
 // TestOverridesDecode: overrides decode in file order, each with its kind,
-// value and limits (a list, or the shorthand named "default"); an exact
+// value and limits (a list, or the shorthand, named after the rule); an exact
 // key and a prefix of the same text may both be given.
 func TestOverridesDecode(t *testing.T) {
 	for _, c := range []struct {
@@ -29,17 +29,17 @@ func TestOverridesDecode(t *testing.T) {
 				{Kind: OverrideKey, Value: "k1", Limits: []NamedLimit{
 					{"burst", core.Limit{Algorithm: core.TokenBucket, Limit: 100, Window: 1_000_000}, false},
 					{"fixed_window_1d", core.Limit{Algorithm: core.FixedWindow, Limit: 1000, Window: 86_400_000_000}, false}}},
-				{Kind: OverrideKeyPrefix, Value: "tenant-a:", Limits: []NamedLimit{{"default", core.Limit{Algorithm: core.FixedWindow, Limit: 50, Window: 1_000_000}, false}}},
+				{Kind: OverrideKeyPrefix, Value: "tenant-a:", Limits: []NamedLimit{{"r", core.Limit{Algorithm: core.FixedWindow, Limit: 50, Window: 1_000_000}, false}}},
 			}},
 		{"the same text as a key and as a prefix", `"strategy": "fixed", "limit": 1, "window": "1s", "overrides": [
 		    {"key_prefix": "a", "strategy": "fixed", "limit": 2, "window": "1s"}, {"key": "a", "strategy": "fixed", "limit": 3, "window": "1s"}]`,
 			[]OverrideSpec{
-				{Kind: OverrideKeyPrefix, Value: "a", Limits: []NamedLimit{{"default", core.Limit{Algorithm: core.FixedWindow, Limit: 2, Window: 1_000_000}, false}}},
-				{Kind: OverrideKey, Value: "a", Limits: []NamedLimit{{"default", core.Limit{Algorithm: core.FixedWindow, Limit: 3, Window: 1_000_000}, false}}},
+				{Kind: OverrideKeyPrefix, Value: "a", Limits: []NamedLimit{{"r", core.Limit{Algorithm: core.FixedWindow, Limit: 2, Window: 1_000_000}, false}}},
+				{Kind: OverrideKey, Value: "a", Limits: []NamedLimit{{"r", core.Limit{Algorithm: core.FixedWindow, Limit: 3, Window: 1_000_000}, false}}},
 			}},
 		{"an API key's digest, in either case", `"key_by": "api_key", "strategy": "fixed", "limit": 1, "window": "1s", "overrides": [
 		    {"key": "` + strings.ToUpper(digest) + `", "strategy": "gcra", "limit": 9, "window": "1m"}]`,
-			[]OverrideSpec{{Kind: OverrideKey, Value: digest, Limits: []NamedLimit{{"default", core.Limit{Algorithm: core.GCRA, Limit: 9, Window: 60_000_000}, false}}}}},
+			[]OverrideSpec{{Kind: OverrideKey, Value: digest, Limits: []NamedLimit{{"r", core.Limit{Algorithm: core.GCRA, Limit: 9, Window: 60_000_000}, false}}}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			specs, ps := parse(t, `[{"name": "r", `+c.rule+`}]`, Options{})

@@ -74,7 +74,7 @@ func TestDecodeTyped(t *testing.T) {
 	require.Empty(t, ps)
 	require.Equal(t, []Spec{{
 		Name: "/v1/pay", Endpoint: "/v1/pay", KeyBy: KeyBy{KeyAPIKey, BearerHeader}, Cost: 1, MinCost: 1, QuotaUnit: "requests",
-		Limits: []NamedLimit{{Name: "default", Limit: core.Limit{Algorithm: core.TokenBucket, Limit: 1000, Window: 10_000_000, Rate: 5}}},
+		Limits: []NamedLimit{{Name: "/v1/pay", Limit: core.Limit{Algorithm: core.TokenBucket, Limit: 1000, Window: 10_000_000, Rate: 5}}},
 	}, {
 		Name: "search", Endpoint: "/", Host: "api.example.com", Methods: []string{"GET"}, KeyBy: DefaultKeyBy, Cost: 2, MinCost: 1, CostHeader: "X-Cost", FailOpen: true,
 		ResponseCostHeader: "X-Cost-Actual", Closest: true, QuotaUnit: "content-bytes", PartitionKey: true,
@@ -134,7 +134,7 @@ func TestNamesOneSpelling(t *testing.T) {
 	var l Limit
 	require.NoError(t, l.UnmarshalJSON([]byte(`{"strategy": "fixed", "limit": 1000, "Limit": 1, "\u017ftrategy": "gcra", "window": "1m"}`)))
 	c := &Checker{}
-	_, ok := CheckLimits(c, "limits", []Limit{l})
+	_, ok := CheckLimits(c, "limits", []Limit{l}, "")
 	require.False(t, ok)
 	require.Equal(t, []string{
 		`limits[0].Limit: unknown field: names are case-sensitive; want "limit"`,
@@ -251,7 +251,7 @@ func TestLimitThroughEncodingJSON(t *testing.T) {
 	dec.DisallowUnknownFields()
 	require.NoError(t, dec.Decode(&req))
 	c := &Checker{}
-	out, ok := CheckLimits(c, "items[1].limits", req.Limits)
+	out, ok := CheckLimits(c, "items[1].limits", req.Limits, "")
 	require.False(t, ok)
 	require.Equal(t, []string{
 		`items[1].limits[0].burst: unknown field (want one of name, strategy, algorithm, limit, window, rate, shadow)`,
@@ -389,7 +389,7 @@ func TestLimitRepeatedKey(t *testing.T) {
 	var ls []Limit
 	require.NoError(t, json.Unmarshal([]byte(`[{"strategy":"fixed","limit":1,"window":"1s","window":"1h","x":1,"x":2}]`), &ls))
 	c := &Checker{}
-	_, ok := CheckLimits(c, "limits", ls)
+	_, ok := CheckLimits(c, "limits", ls, "")
 	require.False(t, ok)
 	require.Equal(t, []string{`limits[0].window: given twice in one object`, `limits[0].x: given twice in one object`,
 		`limits[0].x: unknown field (want one of name, strategy, algorithm, limit, window, rate, shadow)`}, texts(c.Problems))
@@ -463,11 +463,50 @@ func TestShadowLimits(t *testing.T) {
 	  {"endpoint": "/b", "limits": [{"name": "now", "strategy": "fixed", "limit": 10, "window": "1m"},
 	                                {"name": "candidate", "strategy": "gcra", "limit": 5, "window": "1m", "shadow": true}]}]}`, Options{})
 	require.Empty(t, ps)
-	require.Equal(t, []NamedLimit{{Name: "default", Limit: core.Limit{Algorithm: core.FixedWindow, Limit: 10, Window: 60_000_000}, Shadow: true}}, specs[0].Limits)
+	require.Equal(t, []NamedLimit{{Name: "/a", Limit: core.Limit{Algorithm: core.FixedWindow, Limit: 10, Window: 60_000_000}, Shadow: true}}, specs[0].Limits)
 	require.Equal(t, []NamedLimit{
 		{Name: "now", Limit: core.Limit{Algorithm: core.FixedWindow, Limit: 10, Window: 60_000_000}},
 		{Name: "candidate", Limit: core.Limit{Algorithm: core.GCRA, Limit: 5, Window: 60_000_000}, Shadow: true},
 	}, specs[1].Limits)
 	_, ps = parse(t, `{"rules": [{"endpoint": "/a", "limits": [{"strategy": "fixed", "limit": 10, "window": "1m", "shadow": "yes"}]}]}`, Options{})
 	require.Equal(t, []string{`rules[0] "/a": limits[0].shadow: want true or false, got the string "yes"`}, texts(ps))
+}
+
+// A rule's only limit, unnamed, is named after the rule (an override's
+// too, so that it carries the rule's state); a limit among several has
+// core's default name; a limit named keeps its name.
+func TestLoneLimitName(t *testing.T) {
+	for _, tc := range []struct {
+		name, rule string
+		want       []string // the rule's limits, then its override's
+	}{
+		{"flat fields", `"name": "search", "strategy": "fixed", "limit": 1, "window": "1s"`, []string{"search"}},
+		{"a list of one", `"name": "search", "limits": [{"strategy": "fixed", "limit": 1, "window": "1s"}]`, []string{"search"}},
+		{"named", `"name": "search", "limits": [{"name": "burst", "strategy": "fixed", "limit": 1, "window": "1s"}]`, []string{"burst"}},
+		{"named default", `"name": "search", "limits": [{"name": "default", "strategy": "fixed", "limit": 1, "window": "1s"}]`, []string{"default"}},
+		{"several", `"name": "search", "limits": [{"strategy": "fixed", "limit": 1, "window": "1s"}, {"strategy": "gcra", "limit": 9, "window": "1m"}]`,
+			[]string{"fixed_window_1s", "gcra_1m"}},
+		{"named by its endpoint", `"endpoint": "/v1/pay", "strategy": "fixed", "limit": 1, "window": "1s"`, []string{"/v1/pay"}},
+		{"overrides", `"name": "search", "key_by": "header:X-User", "strategy": "fixed", "limit": 1, "window": "1s", "overrides": [
+		    {"key": "a", "strategy": "fixed", "limit": 2, "window": "1s"}, {"key": "b", "limits": [{"strategy": "fixed", "limit": 3, "window": "1s"}]}]`,
+			[]string{"search", "search", "search"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			specs, ps := parse(t, `[{`+tc.rule+`}]`, Options{})
+			require.Empty(t, ps)
+			var got []string
+			for _, l := range specs[0].Limits {
+				got = append(got, l.Name)
+			}
+			for _, o := range specs[0].Overrides {
+				for _, l := range o.Limits {
+					got = append(got, l.Name)
+				}
+			}
+			require.Equal(t, tc.want, got)
+		})
+	}
+	require.Equal(t, "default", LoneLimitName(""))
+	require.Equal(t, "default", LoneLimitName("a b"))
+	require.Equal(t, "search", LoneLimitName("search"))
 }

@@ -1,8 +1,11 @@
 // Package redact removes secrets from connection strings and URLs before
-// they reach a log line, an error message or an API answer.
+// they reach a log line, an error message or an API answer, and digests
+// the keys that log lines name (a key may be an API key).
 package redact
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"net/url"
 	"strings"
 )
@@ -131,4 +134,16 @@ func keywords(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// Digest returns the digest a log line names a key by, never the key
+// itself (a key may be an API key or a session token): the first 8 bytes
+// of the key's SHA-256, 16 hex digits. The same key always has the same
+// digest, so one client's lines can be followed, and a known key's digest
+// computed to find them (printf %s KEY | sha256sum | cut -c1-16). It hides
+// a key of high entropy (an API key); a key of few possible values (an
+// IPv4 address, a user ID) can be found again by trying them all.
+func Digest(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:8])
 }

@@ -48,3 +48,27 @@ func FuzzString(f *testing.F) {
 		}
 	})
 }
+
+// Digest is the first 16 hex digits of the key's SHA-256 (what
+// sha256sum prints), the same for the same key, and never holds the key.
+func TestDigest(t *testing.T) {
+	for _, tc := range []struct{ key, want string }{
+		{"", "e3b0c44298fc1c14"},
+		{"abc", "ba7816bf8f01cfea"},
+		{"sk_live_0123456789abcdef", ""},
+	} {
+		got := Digest(tc.key)
+		if len(got) != 16 || (tc.want != "" && got != tc.want) {
+			t.Errorf("Digest(%q) = %q, want %q", tc.key, got, tc.want)
+		}
+		if tc.key != "" && strings.Contains(got, tc.key) {
+			t.Errorf("Digest(%q) = %q holds the key", tc.key, got)
+		}
+		if Digest(tc.key) != got {
+			t.Errorf("Digest(%q) changed", tc.key)
+		}
+	}
+	if Digest("a") == Digest("b") {
+		t.Error("two keys, one digest")
+	}
+}

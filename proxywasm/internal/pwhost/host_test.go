@@ -324,8 +324,8 @@ func TestResponses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := [][2]string{{":status", "200"}, {"ratelimit", `"up";r=5;t=9, "default";r=0;t=45`},
-		{"ratelimit-policy", `"default";q=1;w=60`}, {"x-ratelimit-limit", "1"}, {"x-ratelimit-remaining", "0"}, {"x-ratelimit-reset", "45"}}
+	want := [][2]string{{":status", "200"}, {"ratelimit", `"up";r=5;t=9, "r";r=0;t=45`},
+		{"ratelimit-policy", `"r";q=1;w=60`}, {"x-ratelimit-limit", "1"}, {"x-ratelimit-remaining", "0"}, {"x-ratelimit-reset", "45"}}
 	if fmt.Sprint(s.ResponseHeaders) != fmt.Sprint(want) {
 		t.Errorf("response headers\n%q\nwant\n%q", s.ResponseHeaders, want)
 	}
@@ -333,7 +333,7 @@ func TestResponses(t *testing.T) {
 	if s.Local == nil || s.Local.Status != 429 || string(s.Local.Body) != "Rate limit exceeded\n" {
 		t.Fatalf("second: %+v", s.Local)
 	}
-	wantLocal := [][2]string{{"RateLimit-Policy", `"default";q=1;w=60`}, {"RateLimit", `"default";r=0;t=45`},
+	wantLocal := [][2]string{{"RateLimit-Policy", `"r";q=1;w=60`}, {"RateLimit", `"r";r=0;t=45`},
 		{"X-RateLimit-Limit", "1"}, {"X-RateLimit-Remaining", "0"}, {"X-RateLimit-Reset", "45"}, {"Retry-After", "45"},
 		{"content-type", "text/plain; charset=utf-8"}, {"x-content-type-options", "nosniff"}}
 	if fmt.Sprint(s.Local.Headers) != fmt.Sprint(wantLocal) {
