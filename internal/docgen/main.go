@@ -5,7 +5,10 @@
 //     its strict decoder fills (service.FileShape) and its fields' comments;
 //   - rl-wasm-host.md, rl-migrate.md: each command's flags, from its own
 //     flag.FlagSet (the command prints them, flagdoc.Arg);
-//   - metrics.md: the metrics rl-wasm-host's registry exports.
+//   - metrics.md: the metrics rl-wasm-host's registry exports;
+//
+// and tests/docs/snippets/zz_generated.go, the Go fragments of the docs
+// as a package that compiles them (codeblocks.Snippets).
 //
 // The SQL functions' reference (sql-functions.md) comes from sql/src,
 // written by the SQL generator (go run ./sql/internal/sqlgen). Run it from
@@ -26,6 +29,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/rlcore/rl/internal/docgen/codeblocks"
 	"github.com/rlcore/rl/internal/docgen/flagdoc"
 	"github.com/rlcore/rl/internal/frontend/service"
 )
@@ -88,10 +92,45 @@ func inProcess(root string) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	snippets, err := snippetsFile(root)
+	if err != nil {
+		return nil, err
+	}
 	return map[string]string{
 		"docs/reference/configuration.md": cfg,
 		"docs/reference/metrics.md":       metrics,
+		SnippetsFile:                      snippets,
 	}, nil
+}
+
+// SnippetsFile is the package of the docs' Go fragments (codeblocks.Snippets).
+const SnippetsFile = "tests/docs/snippets/zz_generated.go"
+
+// snippetsFile builds SnippetsFile from the Go blocks of README.md and
+// docs/*.md.
+func snippetsFile(root string) (string, error) {
+	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		return "", err
+	}
+	var blocks []codeblocks.Block
+	for _, f := range append([]string{filepath.Join(root, "README.md")}, files...) {
+		text, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		rel, err := filepath.Rel(root, f)
+		if err != nil {
+			return "", err
+		}
+		bs, err := codeblocks.Parse(filepath.ToSlash(rel), string(text))
+		if err != nil {
+			return "", err
+		}
+		blocks = append(blocks, bs...)
+	}
+	src, err := codeblocks.Snippets("snippets", blocks)
+	return string(src), err
 }
 
 // header is the first lines of a generated page.
