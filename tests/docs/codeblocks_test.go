@@ -121,8 +121,8 @@ func TestCodeBlocks(t *testing.T) {
 	}
 	sort.Strings(files)
 	for _, f := range files {
-		runSQL(t, f, sqlByFile[f])
-		count["sql"] += len(sqlByFile[f])
+		t.Run("sql "+f, func(t *testing.T) { runSQL(t, sqlByFile[f]) })
+		count["sql (run, one database per page)"] += len(sqlByFile[f])
 	}
 	var kinds []string
 	for k := range count {
@@ -211,7 +211,7 @@ func checkConfig(t *testing.T, b codeblocks.Block) string {
 }
 
 // runSQL runs a page's SQL blocks in order on a database of their own.
-func runSQL(t *testing.T, file string, blocks []codeblocks.Block) {
+func runSQL(t *testing.T, blocks []codeblocks.Block) {
 	t.Helper()
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t)
