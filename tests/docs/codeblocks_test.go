@@ -1,6 +1,7 @@
 package docs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,12 +9,14 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -109,8 +112,12 @@ func TestCodeBlocks(t *testing.T) {
 			count[b.Lang]++
 			checkShell(t, b, b.Lang == "console")
 		case "":
-			count["text"]++
 			checkShell(t, b, true)
+			if ran := runTranscript(t, b); ran {
+				count["text: a transcript of rl's commands, run and compared"]++
+			} else {
+				count["text (output or a diagram)"]++
+			}
 		default:
 			t.Errorf("%s: a block in %q, which this test does not check: use go, yaml, json, sql, sh or none (output), or mark it <!-- not run: reason -->", b.Where(), b.Lang)
 		}
@@ -536,4 +543,122 @@ func checkFlags(t *testing.T, where, name string, args []string) {
 		f, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
 		assert.True(t, flags[f], "%s: %s has no flag -%s (docs/reference/%s.md)", where, name, f, name)
 	}
+}
+
+// ours are the commands a transcript may run here: they need no server.
+var ours = []string{"rl-wasm-host", "rl-migrate"}
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// binaries builds rl-wasm-host and rl-migrate once, into a directory it
+// returns.
+func binaries(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "rl-docs-bin")
+		if buildErr != nil {
+			return
+		}
+		for _, c := range ours {
+			build := exec.Command("go", "build", "-o", filepath.Join(binDir, c), "./cmd/"+c)
+			build.Dir = root
+			out, err := build.CombinedOutput()
+			if err != nil {
+				buildErr = fmt.Errorf("go build ./cmd/%s: %v\n%s", c, err, out)
+				return
+			}
+		}
+	})
+	require.NoError(t, buildErr)
+	return binDir
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// runTranscript runs a block of "$ " command lines and their output when
+// every command is one of ours (or echo $?, the last exit status), in the
+// repository's root, and compares each command's output with the lines
+// shown ("..." alone on a line stands for any lines). It reports whether
+// the block is such a transcript.
+func runTranscript(t *testing.T, b codeblocks.Block) bool {
+	t.Helper()
+	type step struct {
+		cmd  []string
+		want []string
+	}
+	var steps []step
+	for _, line := range strings.Split(strings.TrimSuffix(b.Text, "\n"), "\n") {
+		if c, ok := strings.CutPrefix(line, "$ "); ok {
+			cmds := splitCommands(c)
+			if len(cmds) != 1 || !slices.Contains(ours, cmds[0][0]) && strings.Join(cmds[0], " ") != "echo $?" {
+				return false
+			}
+			steps = append(steps, step{cmd: cmds[0]})
+			continue
+		}
+		if len(steps) == 0 {
+			return false
+		}
+		steps[len(steps)-1].want = append(steps[len(steps)-1].want, line)
+	}
+	if len(steps) == 0 {
+		return false
+	}
+	status := 0
+	for _, s := range steps {
+		var got string
+		if s.cmd[0] == "echo" {
+			got = strconv.Itoa(status) + "\n"
+		} else {
+			cmd := exec.Command(filepath.Join(binaries(t), s.cmd[0]), s.cmd[1:]...)
+			cmd.Dir = root
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			err := cmd.Run()
+			status = 0
+			if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+				status = ee.ExitCode()
+			} else {
+				require.NoError(t, err, "%s: %s", b.Where(), strings.Join(s.cmd, " "))
+			}
+			got = out.String()
+		}
+		assert.True(t, matchLines(s.want, strings.Split(strings.TrimSuffix(got, "\n"), "\n")),
+			"%s: $ %s printed\n%s\nnot what the block shows:\n%s", b.Where(), strings.Join(s.cmd, " "), got, strings.Join(s.want, "\n"))
+	}
+	return true
+}
+
+// matchLines reports whether got is want, a line "..." (any indentation)
+// in want standing for any lines.
+func matchLines(want, got []string) bool {
+	if len(want) == 0 {
+		return len(got) == 0
+	}
+	if strings.TrimSpace(want[0]) == "..." {
+		for i := 0; i <= len(got); i++ {
+			if matchLines(want[1:], got[i:]) {
+				return true
+			}
+		}
+		return false
+	}
+	return len(got) > 0 && got[0] == want[0] && matchLines(want[1:], got[1:])
+}
+
+func TestMatchLines(t *testing.T) {
+	require.True(t, matchLines([]string{"a", "  ...", "d"}, []string{"a", "b", "c", "d"}))
+	require.True(t, matchLines([]string{"a", "...", "b"}, []string{"a", "b"}))
+	require.False(t, matchLines([]string{"a", "...", "e"}, []string{"a", "b", "c", "d"}))
+	require.False(t, matchLines([]string{"a"}, []string{"a", "b"}))
 }
