@@ -19,7 +19,7 @@ const module = "github.com/rlcore/rl"
 // by reflection as ruleconfig.Decode walks it, each with its comment in
 // the source.
 func configPage(root string, shape reflect.Type) (string, error) {
-	docs := fieldDocs{root: root, pkgs: map[string]map[string]*ast.StructType{}}
+	docs := fieldDocs{root: root, pkgs: map[string]map[string]*ast.StructType{}, seen: map[reflect.Type]string{}}
 	var rows []string
 	if err := docs.walk(shape, "", &rows); err != nil {
 		return "", err
@@ -42,6 +42,7 @@ func configPage(root string, shape reflect.Type) (string, error) {
 type fieldDocs struct {
 	root string
 	pkgs map[string]map[string]*ast.StructType // import path → type name → struct
+	seen map[reflect.Type]string               // a list's item type → the path that listed its fields
 }
 
 // walk appends a row for every field of struct t under prefix.
@@ -68,12 +69,21 @@ func (d *fieldDocs) walk(t reflect.Type, prefix string, rows *[]string) error {
 			return fmt.Errorf("%s.%s (field %q) has no comment: the configuration reference needs one", t, sf.Name, prefix+name)
 		}
 		kind, elem := describe(sf.Type)
-		*rows = append(*rows, fmt.Sprintf("| `%s` | %s | %s |\n", prefix+name, kind, strings.ReplaceAll(doc, "|", `\|`)))
+		path := prefix + name
+		seen := ""
+		if elem != nil && kind == "list of objects" {
+			if seen = d.seen[elem]; seen == "" {
+				d.seen[elem] = path + "[]"
+			} else {
+				doc += " Each has the fields of `" + seen + "`."
+			}
+		}
+		*rows = append(*rows, fmt.Sprintf("| `%s` | %s | %s |\n", path, kind, strings.ReplaceAll(doc, "|", `\|`)))
 		switch {
-		case elem != nil && kind == "list of objects":
-			err = d.walk(elem, prefix+name+"[].", rows)
+		case elem != nil && kind == "list of objects" && seen == "":
+			err = d.walk(elem, path+"[].", rows)
 		case kind == "object":
-			err = d.walk(sf.Type, prefix+name+".", rows)
+			err = d.walk(sf.Type, path+".", rows)
 		}
 		if err != nil {
 			return err
