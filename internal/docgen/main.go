@@ -5,6 +5,8 @@
 //     its strict decoder fills (service.FileShape) and its fields' comments;
 //   - rl-wasm-host.md, rl-migrate.md: each command's flags, from its own
 //     flag.FlagSet (the command prints them, flagdoc.Arg);
+//   - filter-configuration.md: the proxy-wasm filter's, printed by the
+//     filter's package built natively (go run ./proxywasm -print-config-markdown);
 //   - metrics.md: the metrics rl-wasm-host's registry exports;
 //
 // and tests/docs/snippets/zz_generated.go, the Go fragments of the docs
@@ -30,6 +32,7 @@ import (
 	"strings"
 
 	"github.com/rlcore/rl/internal/docgen/codeblocks"
+	"github.com/rlcore/rl/internal/docgen/confdoc"
 	"github.com/rlcore/rl/internal/docgen/flagdoc"
 	"github.com/rlcore/rl/internal/frontend/service"
 )
@@ -65,6 +68,15 @@ func run() error {
 		}
 		pages[flagdoc.Page(name)] = string(b)
 	}
+	// The proxy-wasm filter's main package prints its configuration page.
+	filter := exec.Command("go", "run", "./proxywasm", "-print-config-markdown")
+	filter.Dir = root
+	filter.Stderr = os.Stderr
+	b, err := filter.Output()
+	if err != nil {
+		return fmt.Errorf("proxywasm -print-config-markdown: %w", err)
+	}
+	pages["docs/reference/filter-configuration.md"] = string(b)
 	for path, text := range pages {
 		p := filepath.Join(root, filepath.FromSlash(path))
 		if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, []byte(text)) {
@@ -84,7 +96,13 @@ func run() error {
 // inProcess returns the pages this command builds itself, by path from
 // root.
 func inProcess(root string) (map[string]string, error) {
-	cfg, err := configPage(root, service.FileShape())
+	cfg, err := confdoc.Page(root, "", service.FileShape(),
+		header("the fields and comments of the type rl-wasm-host's configuration decodes into (service.FileShape)"),
+		"Configuration fields",
+		"Every field of rl-wasm-host's configuration file, YAML or JSON; what they do together: "+
+			"[service.md](../service.md#rules). `rules[].` is a rule, `[]` an item of a list. Unknown fields, at any "+
+			"depth, and a key given twice are errors; `rl-wasm-host -check-config FILE` prints a file with every default "+
+			"written out.")
 	if err != nil {
 		return nil, err
 	}

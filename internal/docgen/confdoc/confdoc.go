@@ -1,4 +1,10 @@
-package main
+// Package confdoc writes a configuration reference page from the type a
+// strict decoder (ruleconfig.Decode) fills: every field it takes, walked by
+// reflection as the decoder walks it, with its kind and the comment on the
+// field in the source, which must be written for users. go run
+// ./internal/docgen writes rl-wasm-host's page; the proxy-wasm filter
+// prints its own (its main package is not importable).
+package confdoc
 
 import (
 	"fmt"
@@ -14,23 +20,21 @@ import (
 // module is the module path, whose packages live under the root.
 const module = "github.com/rlcore/rl"
 
-// configPage is the reference of rl-wasm-host's configuration file: every
-// field of the type the strict decoder fills (service.FileShape), walked
-// by reflection as ruleconfig.Decode walks it, each with its comment in
-// the source.
-func configPage(root string, shape reflect.Type) (string, error) {
-	docs := fieldDocs{root: root, pkgs: map[string]map[string]*ast.StructType{}, seen: map[reflect.Type]string{}}
+// Page returns a reference page: header (the first lines, saying how it
+// is generated), a title, intro, then a table of every field of shape
+// (the type a configuration decodes into), read from the source under
+// root (the module's root). mainDir is the directory of package main,
+// from root, when shape or a type it holds is main's ("" if none).
+func Page(root, mainDir string, shape reflect.Type, header, title, intro string) (string, error) {
+	docs := fieldDocs{root: root, mainDir: mainDir, pkgs: map[string]map[string]*ast.StructType{}, seen: map[reflect.Type]string{}}
 	var rows []string
 	if err := docs.walk(shape, "", &rows); err != nil {
 		return "", err
 	}
 	var b strings.Builder
-	b.WriteString(header("the fields and comments of the type rl-wasm-host's configuration decodes into (service.FileShape)"))
-	b.WriteString("# Configuration fields\n\n")
-	b.WriteString("Every field of rl-wasm-host's configuration file, YAML or JSON; what they do together: " +
-		"[service.md](../service.md#rules). `rules[].` is a rule, `[]` an item of a list. Unknown fields, at any " +
-		"depth, and a key given twice are errors; `rl-wasm-host -check-config FILE` prints a file with every default " +
-		"written out.\n\n")
+	b.WriteString(header)
+	b.WriteString("# " + title + "\n\n")
+	b.WriteString(strings.TrimSpace(intro) + "\n\n")
 	b.WriteString("| field | type | meaning |\n|---|---|---|\n")
 	for _, r := range rows {
 		b.WriteString(r)
@@ -40,9 +44,10 @@ func configPage(root string, shape reflect.Type) (string, error) {
 
 // fieldDocs finds the comments of struct fields in the source.
 type fieldDocs struct {
-	root string
-	pkgs map[string]map[string]*ast.StructType // import path → type name → struct
-	seen map[reflect.Type]string               // a list's item type → the path that listed its fields
+	root    string
+	mainDir string
+	pkgs    map[string]map[string]*ast.StructType // import path → type name → struct
+	seen    map[reflect.Type]string               // a list's item type → the path that listed its fields
 }
 
 // walk appends a row for every field of struct t under prefix.
@@ -151,6 +156,9 @@ func (d *fieldDocs) parse(pkg string) (map[string]*ast.StructType, error) {
 		return m, nil
 	}
 	rel, ok := strings.CutPrefix(pkg, module+"/")
+	if pkg == "main" && d.mainDir != "" {
+		rel, ok = d.mainDir, true
+	}
 	if !ok {
 		return nil, fmt.Errorf("package %s is not this module's", pkg)
 	}
