@@ -662,3 +662,24 @@ func TestMatchLines(t *testing.T) {
 	require.False(t, matchLines([]string{"a", "...", "e"}, []string{"a", "b", "c", "d"}))
 	require.False(t, matchLines([]string{"a"}, []string{"a", "b"}))
 }
+
+var inlineCommand = regexp.MustCompile("`((?:rl-wasm-host|rl-migrate|go run|go test) [^`]*)`")
+
+// TestInlineCommands: a command line of rl-wasm-host, rl-migrate, go run
+// or go test shown
+// in a code span of the prose names flags the command has and paths of
+// the tree that exist, as checkShell holds the blocks' lines.
+func TestInlineCommands(t *testing.T) {
+	n := 0
+	for _, f := range blockFiles(t) {
+		prose := fenced.ReplaceAllString(read(t, f), "")
+		for _, m := range inlineCommand.FindAllStringSubmatch(prose, -1) {
+			for _, cmd := range splitCommands(strings.ReplaceAll(m[1], "\n", " ")) {
+				checkCommand(t, f+": `"+m[1]+"`", cmd, map[string]bool{})
+				n++
+			}
+		}
+	}
+	t.Logf("%d command lines in code spans checked", n)
+	require.Greater(t, n, 10)
+}
