@@ -666,9 +666,9 @@ func TestMatchLines(t *testing.T) {
 var inlineCommand = regexp.MustCompile("`((?:rl-wasm-host|rl-migrate|go run|go test) [^`]*)`")
 
 // TestInlineCommands: a command line of rl-wasm-host, rl-migrate, go run
-// or go test shown
-// in a code span of the prose names flags the command has and paths of
-// the tree that exist, as checkShell holds the blocks' lines.
+// or go test shown in a code span of the prose names flags the command
+// has and paths of the tree that exist, as checkShell holds the blocks'
+// lines.
 func TestInlineCommands(t *testing.T) {
 	n := 0
 	for _, f := range blockFiles(t) {
