@@ -114,6 +114,28 @@ func NewPolicy(limits ...Limit) (*Policy, error) {
 	return p, nil
 }
 
+// PolicyOf returns sp, limits already checked and compiled (store.NewPolicy:
+// named, core.Compile'd, shadow limits marked with WithShadow), as a Policy,
+// without checking them again: the one step from a validated configuration
+// to the policy that decides it (rl-wasm-host's rules compile through it).
+// Errors match ErrPolicy: a nil sp, or an unnamed limit. Build policies of
+// your own with NewPolicy.
+func PolicyOf(sp *store.Policy) (*Policy, error) {
+	if sp == nil || sp.Len() == 0 {
+		return nil, fmt.Errorf("%w: no limits", ErrPolicy)
+	}
+	p := &Policy{src: make([]Limit, sp.Len()), sp: sp}
+	for i, l := range sp.Limits() {
+		name := sp.Names()[i]
+		if name == "" {
+			return nil, fmt.Errorf("%w: limit %d has no name", ErrPolicy, i)
+		}
+		p.src[i] = Limit{Name: name, Algorithm: l.Algorithm, Limit: l.Limit, Window: time.Duration(l.Window) * time.Microsecond,
+			Rate: l.Rate, Shadow: sp.Shadow(i)}
+	}
+	return p, nil
+}
+
 // DefaultLimitName is the name NewPolicy gives an unnamed limit of a policy
 // of n limits: "default" when it is alone, else its algorithm and window,
 // as in "fixed_window_1m" or "token_bucket_1s" (see FormatWindow). State is

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/testkit/fakestore"
 	"github.com/rlcore/rl/store"
 )
 
@@ -159,17 +160,11 @@ func TestKeys(t *testing.T) {
 	require.ErrorIs(t, err, rl.ErrInvalidKey)
 }
 
-// failing is a store that is down.
-type failing struct{}
-
-func (failing) Decide(context.Context, store.Request, []core.Decision) (int, core.Decision, error) {
-	return 0, core.Decision{}, fmt.Errorf("dial: %w", store.ErrUnavailable)
-}
-func (failing) Reset(context.Context, string, string, []string) error { return store.ErrUnavailable }
-
 func TestStoreErrors(t *testing.T) {
 	p := rl.MustPolicy(rl.Limit{Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute})
-	l, err := rl.New(rl.Config{Policy: p, Store: failing{}})
+	down := fakestore.New(t, fakestore.Config{})
+	down.Fail(fmt.Errorf("dial: %w", store.ErrUnavailable))
+	l, err := rl.New(rl.Config{Policy: p, Store: down})
 	require.NoError(t, err)
 	_, err = l.Allow(context.Background(), "k")
 	require.ErrorIs(t, err, rl.ErrStore)

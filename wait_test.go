@@ -12,28 +12,16 @@ import (
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/testkit/fakestore"
 	"github.com/rlcore/rl/memstore"
-	"github.com/rlcore/rl/store"
 )
 
-// countingStore counts the admitted takes that reach the store.
-type countingStore struct {
-	store.Store
-	admitted atomic.Int64
-}
-
-func (c *countingStore) Decide(ctx context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
-	i, d, err := c.Store.Decide(ctx, req, each)
-	if err == nil && d.Allowed && req.Op == store.Take && req.Cost > 0 {
-		c.admitted.Add(1)
-	}
-	return i, d, err
-}
-
-func newRealLimiter(t *testing.T, p *rl.Policy) (*rl.Limiter, *countingStore) {
+// newRealLimiter returns a limiter on the system clock over a fake store
+// that counts the admitted takes that reach it.
+func newRealLimiter(t *testing.T, p *rl.Policy) (*rl.Limiter, *fakestore.Store) {
 	mem := memstore.New(&memstore.Config{Clock: rl.SystemClock})
 	t.Cleanup(func() { mem.Close() })
-	cs := &countingStore{Store: mem}
+	cs := fakestore.New(t, fakestore.Config{Inner: mem})
 	l, err := rl.New(rl.Config{Policy: p, Store: cs, Clock: rl.SystemClock})
 	require.NoError(t, err)
 	return l, cs
@@ -50,7 +38,7 @@ func TestWaitSleepsAndRetries(t *testing.T) {
 		require.NoError(t, err, "wait %d", i)
 		require.True(t, r.Allowed)
 	}
-	require.Equal(t, int64(6), cs.admitted.Load())
+	require.Equal(t, int64(6), cs.Admitted())
 	// The key is empty now: a peek is denied.
 	r, err := l.Peek(ctx, "k", 1)
 	require.NoError(t, err)
@@ -89,7 +77,7 @@ func TestWaitErrors(t *testing.T) {
 	// A done context takes nothing.
 	_, err = l.Wait(cctx, "other")
 	require.ErrorIs(t, err, context.Canceled)
-	require.Equal(t, int64(1), cs.admitted.Load(), "only the WaitN of 3 took anything")
+	require.Equal(t, int64(1), cs.Admitted(), "only the WaitN of 3 took anything")
 
 	_, err = l.Wait(ctx, "bad key")
 	require.ErrorIs(t, err, rl.ErrInvalidKey)
@@ -122,7 +110,7 @@ func TestWaitContention(t *testing.T) {
 	}
 	wg.Wait()
 	require.Equal(t, int64(32), ok.Load())
-	require.Equal(t, int64(32), cs.admitted.Load())
+	require.Equal(t, int64(32), cs.Admitted())
 }
 
 // TestWaitShapes: Wait on a leaky bucket sleeps the shaping Delay of its

@@ -13,8 +13,12 @@ import (
 // it gives agree with what Limit.Validate enforces.
 func TestAlgorithms(t *testing.T) {
 	algs := core.Algorithms()
-	if len(algs) != 6 || algs[0] != core.FixedWindow || algs[5] != core.GCRA {
-		t.Fatalf("Algorithms() = %v", algs)
+	// Numbered from 1 with no gap (TestAlgorithmSwitchesExhaustive checks
+	// that every Algorithm constant is among them).
+	for i, a := range algs {
+		if a != core.Algorithm(i+1) || !a.Valid() {
+			t.Fatalf("Algorithms() = %v: want 1 to %d", algs, len(algs))
+		}
 	}
 	seen := map[string]core.Algorithm{}
 	for _, a := range algs {
@@ -42,7 +46,7 @@ func TestAlgorithms(t *testing.T) {
 			t.Errorf("%v: UnitsBounded %v, limit × window past MaxUnits: %v", a, a.UnitsBounded(), err)
 		}
 	}
-	for _, a := range []core.Algorithm{0, 7, -1} {
+	for _, a := range []core.Algorithm{0, core.Algorithm(len(algs) + 1), -1} {
 		if a.Valid() || a.String() != "unknown" || a.Names() != nil || a.Windowed() || a.UnitsBounded() {
 			t.Errorf("%d reads as valid", a)
 		}

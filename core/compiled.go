@@ -42,19 +42,17 @@ func (c *Compiled) set(l *Limit) Error {
 		return err
 	}
 	c.l = *l
-	switch l.Algorithm {
-	case FixedWindow, SlidingLog:
-		// Neither is bound by MaxUnits: no capacity in units.
+	if !l.Algorithm.UnitsBounded() {
+		// Not bound by MaxUnits: no capacity in units.
 		c.rate, c.srate, c.capacity, c.ahead, c.aheadFrac = 0, 0, 0, 0, 0
 		return 0
-	case SlidingWindow, TokenBucket, LeakyBucket, GCRA: // below
 	}
 	c.rate = l.Rate
 	if c.rate == 0 {
 		c.rate = l.Limit
 	}
 	c.srate = c.rate
-	if l.Algorithm == SlidingWindow {
+	if l.Algorithm.Windowed() { // a window algorithm records no rate
 		c.srate = 0
 	}
 	c.capacity = l.Limit * l.Window // ≤ MaxUnits: checked

@@ -141,7 +141,7 @@ func TestCompiledDifferential(t *testing.T) {
 func TestCompileErrors(t *testing.T) {
 	for _, l := range []core.Limit{
 		{},
-		{Algorithm: 7, Limit: 1, Window: 1},
+		{Algorithm: core.Algorithm(len(core.Algorithms()) + 1), Limit: 1, Window: 1},
 		{Algorithm: core.SlidingLog, Limit: core.MaxLogLimit + 1, Window: 1},
 		{Algorithm: core.GCRA, Limit: 1, Window: core.MaxWindow + 1},
 		{Algorithm: core.FixedWindow, Limit: 1, Window: 1, Rate: 1},

@@ -15,6 +15,7 @@ import (
 // checker's); the error matches its Error code with errors.Is and
 // errors.As, and Take still returns the bare code.
 func TestLimitError(t *testing.T) {
+	nalg := int64(len(core.Algorithms())) // the largest algorithm number
 	for _, c := range []struct {
 		name     string
 		l        core.Limit
@@ -24,9 +25,9 @@ func TestLimitError(t *testing.T) {
 		min, max int64
 		msg      string
 	}{
-		{"unset algorithm", core.Limit{Limit: 1, Window: 1}, core.ErrAlgorithm, "algorithm", 0, 1, 6,
+		{"unset algorithm", core.Limit{Limit: 1, Window: 1}, core.ErrAlgorithm, "algorithm", 0, 1, nalg,
 			"algorithm 0: unknown (want 1 fixed_window, 2 sliding_window, 3 sliding_log, 4 token_bucket, 5 leaky_bucket or 6 gcra)"},
-		{"unknown algorithm", core.Limit{Algorithm: -3, Limit: 1, Window: 1}, core.ErrAlgorithm, "algorithm", -3, 1, 6,
+		{"unknown algorithm", core.Limit{Algorithm: -3, Limit: 1, Window: 1}, core.ErrAlgorithm, "algorithm", -3, 1, nalg,
 			"algorithm -3: unknown (want 1 fixed_window, 2 sliding_window, 3 sliding_log, 4 token_bucket, 5 leaky_bucket or 6 gcra)"},
 		{"zero limit", core.Limit{Algorithm: core.FixedWindow, Window: 1}, core.ErrLimit, "limit", 0, 1, core.MaxLimit,
 			"limit 0: outside [1, 1099511627776] for fixed_window"},

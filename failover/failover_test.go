@@ -12,25 +12,14 @@ import (
 
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/failover"
+	"github.com/rlcore/rl/internal/testkit/fakestore"
 	"github.com/rlcore/rl/memstore"
 	"github.com/rlcore/rl/store"
 	"github.com/rlcore/rl/store/storetest"
 )
 
-// flaky wraps a store and fails while down is set.
-type flaky struct {
-	store.Store
-	down  atomic.Bool
-	calls atomic.Int64
-}
-
-func (f *flaky) Decide(ctx context.Context, r store.Request, each []core.Decision) (int, core.Decision, error) {
-	f.calls.Add(1)
-	if f.down.Load() {
-		return 0, core.Decision{}, fmt.Errorf("dial tcp: %w", store.ErrUnavailable)
-	}
-	return f.Store.Decide(ctx, r, each)
-}
+// down is the error of a primary that is down.
+var down = fmt.Errorf("dial tcp: %w", store.ErrUnavailable)
 
 const t0 = int64(1_767_225_600_000_000)
 
@@ -49,7 +38,7 @@ func TestConformance(t *testing.T) {
 }
 
 func TestBreaker(t *testing.T) {
-	primary := &flaky{Store: memstore.New(nil)}
+	primary := fakestore.New(t, fakestore.Config{})
 	fallback := memstore.New(nil)
 	now := int64(0) // µs
 	var changes []string
@@ -68,22 +57,22 @@ func TestBreaker(t *testing.T) {
 		return d
 	}
 	require.True(t, decide().Allowed) // primary: 1 of 3
-	primary.down.Store(true)
+	primary.Fail(down)
 	require.True(t, decide().Allowed) // primary fails, fallback answers
 	require.Equal(t, failover.Closed, s.State())
 	require.True(t, decide().Allowed) // second failure opens the circuit
 	require.Equal(t, failover.Open, s.State())
-	calls := primary.calls.Load()
+	calls := primary.Calls()
 	require.True(t, decide().Allowed) // open: fallback only, primary not called
 	require.False(t, decide().Allowed, "the fallback enforces the limit on its own")
-	require.Equal(t, calls, primary.calls.Load())
+	require.Equal(t, calls, primary.Calls())
 	// After the cooldown a probe fails: open again.
 	now += time.Second.Microseconds()
 	decide()
 	require.Equal(t, failover.Open, s.State())
 	// Primary recovers: the next probe closes the circuit, and the primary's
 	// state resumes where it was (1 taken before the outage).
-	primary.down.Store(false)
+	primary.Fail(nil)
 	now += time.Second.Microseconds()
 	d := decide()
 	require.True(t, d.Allowed)
@@ -94,7 +83,7 @@ func TestBreaker(t *testing.T) {
 }
 
 func TestInvalidInputIsNotAnOutage(t *testing.T) {
-	primary := &flaky{Store: memstore.New(nil)}
+	primary := fakestore.New(t, fakestore.Config{})
 	s, _ := failover.New(failover.Config{Primary: primary, Fallback: memstore.New(nil), Threshold: 1})
 	r := req("k")
 	r.Cost = -1
@@ -103,16 +92,10 @@ func TestInvalidInputIsNotAnOutage(t *testing.T) {
 	require.Equal(t, failover.Closed, s.State())
 }
 
-// slow never answers until its context ends.
-type slow struct{ store.Store }
-
-func (slow) Decide(ctx context.Context, _ store.Request, _ []core.Decision) (int, core.Decision, error) {
-	<-ctx.Done()
-	return 0, core.Decision{}, fmt.Errorf("%w: %w", store.ErrUnavailable, ctx.Err())
-}
-
 func TestTimeout(t *testing.T) {
-	s, _ := failover.New(failover.Config{Primary: slow{}, Fallback: memstore.New(nil), Timeout: 20 * time.Millisecond, Threshold: 1})
+	slow := fakestore.New(t, fakestore.Config{})
+	slow.Hold(fakestore.All) // never released: it answers when its context ends
+	s, _ := failover.New(failover.Config{Primary: slow, Fallback: memstore.New(nil), Timeout: 20 * time.Millisecond, Threshold: 1})
 	// The primary never answers until the timeout (which must fire) ends
 	// its context: that the call returns at all shows it does not stall.
 	_, d, err := s.Decide(context.Background(), req("k"), nil)

@@ -109,7 +109,7 @@ func TestProblems(t *testing.T) {
 	get(h, nil)
 	require.Equal(t, "Rate limit exceeded\n", get(h, accept("application/json")).Body.String())
 
-	l, err := rl.New(rl.Config{Policy: burstDaily, Store: down{}})
+	l, err := rl.New(rl.Config{Policy: burstDaily, Store: down(t)})
 	require.NoError(t, err)
 	h, _ = setup(t, httplimit.Config{Limiter: l}, nil)
 	w = get(h, accept("application/json"))

@@ -1,9 +1,7 @@
 package httplimit_test
 
 import (
-	"context"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,22 +11,8 @@ import (
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/httplimit"
-	"github.com/rlcore/rl/memstore"
-	"github.com/rlcore/rl/store"
+	"github.com/rlcore/rl/internal/testkit/fakestore"
 )
-
-type recStore struct {
-	store.Store
-	mu   sync.Mutex
-	keys []string
-}
-
-func (s *recStore) Decide(ctx context.Context, req store.Request, ds []core.Decision) (int, core.Decision, error) {
-	s.mu.Lock()
-	s.keys = append(s.keys, req.Prefix+":"+req.Key)
-	s.mu.Unlock()
-	return s.Store.Decide(ctx, req, ds)
-}
 
 // TestKeyFuncsFollowThePipeline: httplimit's key functions are
 // pipeline.Key, the rule of every front end, not a copy with other rules.
@@ -41,7 +25,7 @@ func (s *recStore) Decide(ctx context.Context, req store.Request, ds []core.Deci
 func TestKeyFuncsFollowThePipeline(t *testing.T) {
 	const secret = "sk_live_0123456789abcdef"
 	p := rl.MustPolicy(rl.Limit{Algorithm: core.TokenBucket, Limit: 10, Window: time.Second})
-	rs := &recStore{Store: memstore.New(&memstore.Config{})}
+	rs := fakestore.New(t, fakestore.Config{}) // records the keys that reach the store
 	l, err := rl.New(rl.Config{Policy: p, Store: rs, BaseKey: "api"})
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
@@ -51,8 +35,9 @@ func TestKeyFuncsFollowThePipeline(t *testing.T) {
 		OnDecision: func(_ *http.Request, d httplimit.Decision) { logged = append(logged, d.Key) }}, nil)
 	get(h, func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+secret) })
 	get(h, func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+secret+" x") })
-	require.NotEmpty(t, rs.keys)
-	for _, k := range rs.keys {
+	require.NotEmpty(t, rs.Requests())
+	for _, r := range rs.Requests() {
+		k := r.Prefix + ":" + r.Key
 		assert.NotContains(t, k, secret, "the bearer token reached the store as its key (pipeline.Key stores sha256:<digest>)")
 	}
 	for _, m := range logged {

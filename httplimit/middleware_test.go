@@ -1,7 +1,6 @@
 package httplimit_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -19,6 +18,7 @@ import (
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/httplimit"
 	"github.com/rlcore/rl/internal/request/pipeline"
+	"github.com/rlcore/rl/internal/testkit/fakestore"
 	"github.com/rlcore/rl/store"
 )
 
@@ -108,16 +108,16 @@ func TestCostAndNever(t *testing.T) {
 	require.Contains(t, w.Body.String(), "exceeds the limit")
 }
 
-type down struct{}
-
-func (down) Decide(context.Context, store.Request, []core.Decision) (int, core.Decision, error) {
-	return 0, core.Decision{}, fmt.Errorf("connect: %w", store.ErrUnavailable)
+// down returns a store that is down.
+func down(t testing.TB) store.Store {
+	s := fakestore.New(t, fakestore.Config{})
+	s.Fail(fmt.Errorf("connect: %w", store.ErrUnavailable))
+	return s
 }
-func (down) Reset(context.Context, string, string, []string) error { return store.ErrUnavailable }
 
 func TestFailOpenAndClosed(t *testing.T) {
 	p := rl.MustPolicy(rl.Limit{Algorithm: core.TokenBucket, Limit: 10, Window: time.Second})
-	l, err := rl.New(rl.Config{Policy: p, Store: down{}})
+	l, err := rl.New(rl.Config{Policy: p, Store: down(t)})
 	require.NoError(t, err)
 	var errs atomic.Int64
 	hook := func(r *http.Request, err error) {

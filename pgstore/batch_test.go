@@ -38,6 +38,7 @@ func TestBatchedConformance(t *testing.T) {
 	pool := pgtest.Pool(t, database(t))
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
+			t.Parallel() // keys of their own (storetest.Run)
 			cfg := storetest.Config{New: func(t *testing.T) store.Store {
 				return newBatched(t, pool, m.cfg, pgstore.BatchConfig{})
 			}}

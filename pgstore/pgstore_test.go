@@ -21,7 +21,6 @@ import (
 	"github.com/rlcore/rl/internal/testkit/tcpproxy"
 	"github.com/rlcore/rl/memstore"
 	"github.com/rlcore/rl/pgstore"
-	"github.com/rlcore/rl/sql/migrations"
 	"github.com/rlcore/rl/store"
 	"github.com/rlcore/rl/store/storetest"
 	"github.com/rlcore/rl/wasm"
@@ -49,9 +48,7 @@ func database(t testing.TB) string {
 }
 
 func newMigrated(t testing.TB) string {
-	u := pgtest.NewDatabase(&keep{TB: t})
-	require.NoError(t, migrations.Up(context.Background(), u))
-	return u
+	return pgtest.NewMigrated(&keep{TB: t}) // a copy of the migrated template
 }
 
 // keep defers a database's cleanup to TestMain.
@@ -94,6 +91,7 @@ func TestConformance(t *testing.T) {
 	pool := pgtest.Pool(t, database(t))
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
+			t.Parallel() // keys of their own (storetest.Run)
 			cfg := storetest.Config{New: func(t *testing.T) store.Store { return newStore(t, pool, m.cfg) }}
 			if m.cfg.Mode == pgstore.ModeGo {
 				cfg.WithDecider = func(t *testing.T, d core.Decider) store.Store {
@@ -107,7 +105,7 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-var algorithms = []core.Algorithm{core.FixedWindow, core.SlidingWindow, core.SlidingLog, core.TokenBucket, core.LeakyBucket, core.GCRA}
+var algorithms = core.Algorithms()
 
 // TestExactness: 32 goroutines over one pool on a hot key, limit 100:
 // exactly the limit admitted, zero errors; and two pools (two app
@@ -121,6 +119,10 @@ func TestExactness(t *testing.T) {
 		for _, alg := range algorithms {
 			for _, instances := range []int{1, 2} {
 				t.Run(fmt.Sprintf("%s/%s/instances=%d", m.name, alg, instances), func(t *testing.T) {
+					// Keys of their own: the cases run at once, so that
+					// PostgreSQL commits the hot keys' transactions in
+					// groups rather than one by one.
+					t.Parallel()
 					for trial := range 3 {
 						key := fmt.Sprintf("exact-%s-%s-%d-%d-%d", m.name, alg, instances, trial, time.Now().UnixNano())
 						lim := core.Limit{Algorithm: alg, Limit: 100, Window: 3_600_000_000}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/request/engine"
 	"github.com/rlcore/rl/internal/request/pipeline"
 	"github.com/rlcore/rl/internal/request/ruleconfig"
 	rlstore "github.com/rlcore/rl/store"
@@ -61,12 +62,11 @@ type rule struct {
 	// policy is the limits compiled (shadow flags included), once: a
 	// decision on shared data is policy.Decide.
 	policy *rlstore.Policy
-	// KeyBy is where a request's key is read (pipeline.Key).
-	KeyBy ruleconfig.KeyBy
-	// Cost is the cost of a request without a cost header, MinCost the
-	// least one may ask for (pipeline.ParseCost).
-	Cost, MinCost int64
-	CostHeader    string
+	// Reading is how the rule reads a request's key and cost, the
+	// engine's step every front end runs (engine.Reading: KeyBy, where
+	// the key is read, pipeline.Key; Cost, MinCost and CostHeader,
+	// pipeline.ParseCost); the filter keys by the peer Envoy resolved.
+	engine.Reading
 	// ResponseCostHeader, if set, names the upstream's response field
 	// (header or trailer; lower case, as proxy-wasm gives names)
 	// carrying an admitted request's actual cost, settled against the
@@ -298,7 +298,8 @@ func (r *ruleJSON) check(c *ruleconfig.Checker) (*rule, bool) {
 	s, _ := r.Check(c, ruleconfig.Options{Proxied: true, PathKey: true})
 	ru := &rule{
 		Name: s.Name, Endpoint: s.Endpoint, Host: s.Host, Methods: s.Methods,
-		KeyBy: s.KeyBy, Cost: s.Cost, MinCost: s.MinCost, CostHeader: s.CostHeader, FailOpen: s.FailOpen,
+		Reading:            engine.Reading{KeyBy: s.KeyBy, Cost: s.Cost, MinCost: s.MinCost, CostHeader: s.CostHeader},
+		FailOpen:           s.FailOpen,
 		ResponseCostHeader: strings.ToLower(s.ResponseCostHeader),
 		fields:             pipeline.Fields{Closest: s.Closest, QuotaUnit: s.QuotaUnit}, PartitionKey: s.PartitionKey,
 	}
@@ -311,7 +312,7 @@ func (r *ruleJSON) check(c *ruleconfig.Checker) (*rule, bool) {
 		}
 	}
 	if len(s.Limits) > 0 && len(c.Problems) == before {
-		p, err := newPolicy(ru.LimitNames, ru.Limits, ru.Shadow)
+		p, err := ruleconfig.Compile(s.Limits)
 		if err != nil { // not reached: Check validated the limits
 			c.Fail("limits", "%v", err)
 		}
@@ -398,23 +399,4 @@ func (gj *globalJSON) check(c *ruleconfig.Checker) *globalSpec {
 		g.Rule = s
 	}
 	return g
-}
-
-// newPolicy compiles a rule's limits named names, shadow marking its
-// shadow limits, into the policy its decisions on shared data use.
-func newPolicy(names []string, ls []core.Limit, shadow []bool) (*rlstore.Policy, error) {
-	p, err := rlstore.NewPolicy(names, ls)
-	if err != nil {
-		return nil, err
-	}
-	var shadows []string
-	for i, s := range shadow {
-		if s {
-			shadows = append(shadows, names[i])
-		}
-	}
-	if shadows == nil {
-		return p, nil
-	}
-	return p.WithShadow(shadows...)
 }

@@ -55,7 +55,7 @@ func (ru *rule) addOverrides(c *ruleconfig.Checker, os []ruleconfig.OverrideSpec
 				d.maxLog = max(d.maxLog, int(l.Limit.Limit))
 			}
 		}
-		p, err := newPolicy(d.LimitNames, d.Limits, d.Shadow)
+		p, err := ruleconfig.Compile(o.Limits)
 		if err != nil { // not reached: Check validated the override
 			c.Fail("overrides", "%s: %v", o.Label(), err)
 			continue

@@ -106,15 +106,11 @@ func forward(hs [][2]string, req *request, r *rule) error {
 	return proxywasm.ReplaceHttpRequestHeader(":path", req.canonical+req.raw[len(req.Path):])
 }
 
-// key returns the request's key under r (before the rule's name is added).
-func (r *rule) key(req *request) (string, error) {
-	return pipeline.Key(r.KeyBy, pipeline.IPKey{}, &req.Request, req.target.Path)
-}
+// key returns the request's key under r (before the rule's name is
+// added): the engine's key step (engine.Reading.Key), as every front end
+// reads a key.
+func (r *rule) key(req *request) (string, error) { return r.Reading.Key(&req.Request, req.target.Path) }
 
-// cost returns the cost of a request under r.
-func (r *rule) cost(req *request) (int64, error) {
-	if r.CostHeader == "" {
-		return r.Cost, nil
-	}
-	return pipeline.ParseCost(req.Header(r.CostHeader), r.Cost, r.MinCost)
-}
+// cost returns the cost of a request under r: the engine's cost step
+// (engine.Reading.ReadCost).
+func (r *rule) cost(req *request) (int64, error) { return r.Reading.ReadCost(&req.Request) }

@@ -38,6 +38,7 @@ func explainRequest(path, target string, header []string, peer string, stdout, s
 		fmt.Fprintln(stderr, "rl-wasm-host: -explain:", err)
 		return 2
 	}
+	defer svc.Close()
 	enc := json.NewEncoder(stdout)
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")

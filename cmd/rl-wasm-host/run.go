@@ -371,6 +371,7 @@ func (h *host) newService() error {
 		return err
 	}
 	h.svc = svc
+	h.closers = append(h.closers, svc.Close) // the global rules' RLQS streams
 	h.svcRef.set(svc)
 	if err := svc.MonitorDecider(h.deciderStats); err != nil {
 		return fmt.Errorf("metrics: %w", err)

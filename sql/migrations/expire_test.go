@@ -10,15 +10,13 @@ import (
 	"github.com/rlcore/rl/internal/testkit/await"
 
 	"github.com/rlcore/rl/internal/testkit/pgtest"
-	"github.com/rlcore/rl/sql/migrations"
 )
 
 // TestExpire runs in a database of its own: rl_expire sweeps the whole table.
 func TestExpire(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	u := pgtest.NewDatabase(t)
-	require.NoError(t, migrations.Up(ctx, u))
+	u := pgtest.NewMigrated(t)
 	conn := connect(t, u)
 	_, err := conn.Exec(ctx, "SET synchronous_commit = off")
 	require.NoError(t, err)

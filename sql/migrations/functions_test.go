@@ -73,13 +73,14 @@ func TestAlgorithmNames(t *testing.T) {
 func TestErrors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	long := strings.Repeat("é", 129) // 258 bytes
+	long := strings.Repeat("é", 129)      // 258 bytes
+	unknown := len(core.Algorithms()) + 1 // the first number that is no algorithm
 	for _, tc := range []struct {
 		query, state, message, detail string
 		args                          []any
 	}{
 		{`SELECT rl.rl_allow('k', 'bogus', 5, '1 minute')`, "RL001", fmt.Sprintf("ratelimit: algorithm 'bogus': unknown (want %s)", allAlgorithms("")), "", nil},
-		{`SELECT rl.decide(7, 5, 1000, 0, 0, 0, 0, 0, '{}', 0, 1)`, "RL001", fmt.Sprintf("ratelimit: algorithm 7: unknown (want %s)", allAlgorithms("numbers")), "", nil},
+		{fmt.Sprintf(`SELECT rl.decide(%d, 5, 1000, 0, 0, 0, 0, 0, '{}', 0, 1)`, unknown), "RL001", fmt.Sprintf("ratelimit: algorithm %d: unknown (want %s)", unknown, allAlgorithms("numbers")), "", nil},
 		{`SELECT rl.rl_allow('k', 'gcra', 0, '1 minute')`, "RL002", fmt.Sprintf("ratelimit: limit 0: outside [1, %d] for %s", core.MaxLimit, core.GCRA), "", nil},
 		{`SELECT rl.rl_allow('k', 'log', 4097, '1 minute')`, "RL002", fmt.Sprintf("ratelimit: limit 4097: outside [1, %d] for %s", core.MaxLogLimit, core.SlidingLog), "", nil},
 		{`SELECT rl.rl_allow('k', 'gcra', 5, '-1 minute')`, "RL003", fmt.Sprintf("ratelimit: window '-00:01:00': outside [1 µs, %d µs]", core.MaxWindow), "", nil},

@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlcore/rl/internal/testkit/pgtest"
-	"github.com/rlcore/rl/sql/migrations"
 )
 
 // TestHOT: ordinary decisions leave rl.state's indexed columns alone
@@ -17,8 +16,7 @@ import (
 func TestHOT(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	u := pgtest.NewDatabase(t)
-	require.NoError(t, migrations.Up(ctx, u))
+	u := pgtest.NewMigrated(t)
 	conn := connect(t, u)
 	const t0 = int64(26333 << 26) // a multiple of the grain, in 2026
 	for alg := range 6 {

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlcore/rl/internal/testkit/pgtest"
-	"github.com/rlcore/rl/sql/migrations"
 )
 
 // The attacks of issue 18 against the roles and the definer rights, each as
@@ -43,8 +42,7 @@ func reachableRoles(t *testing.T, conn *pgx.Conn, login string) []string {
 func TestSetRoleNeverWidens(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	u := pgtest.NewDatabase(t)
-	require.NoError(t, migrations.Up(ctx, u))
+	u := pgtest.NewMigrated(t)
 	owner := connect(t, u)
 	// An application group role with rl_app's rights, and a group above it:
 	// roles a tenant's login is commonly granted, listed nowhere.
@@ -152,8 +150,7 @@ func TestSetRoleNeverWidens(t *testing.T) {
 func TestDefinerRunsNoCallerCode(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	u := pgtest.NewDatabase(t)
-	require.NoError(t, migrations.Up(ctx, u))
+	u := pgtest.NewMigrated(t)
 	owner := connect(t, u)
 	roleA, urlA := newRole(t, u, true, "da", []string{"rl_app"}, u)
 	roleB, _ := newRole(t, u, true, "db", []string{"rl_app"}, u)

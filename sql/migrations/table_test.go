@@ -89,7 +89,7 @@ func names(ls []vectors.Limit) []string {
 }
 
 func algName(a int32) string {
-	if a >= 1 && a <= 6 {
+	if core.Algorithm(a).Valid() {
 		return core.Algorithm(a).String()
 	}
 	return fmt.Sprintf("unknown-%d", a)

@@ -197,8 +197,7 @@ func TestRequestTimeUntrusted(t *testing.T) {
 func TestExpireTrustedOnly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	u := pgtest.NewDatabase(t)
-	require.NoError(t, migrations.Up(ctx, u))
+	u := pgtest.NewMigrated(t)
 	owner := connect(t, u)
 	_, appURL := newRole(t, u, true, "app", []string{"rl_app"}, u)
 	_, adminURL := newRole(t, u, true, "admin", []string{"rl_admin"}, u)
@@ -245,8 +244,7 @@ func TestExpireTrustedOnly(t *testing.T) {
 func TestTenants(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	u := pgtest.NewDatabase(t)
-	require.NoError(t, migrations.Up(ctx, u))
+	u := pgtest.NewMigrated(t)
 	owner := connect(t, u)
 	roleA, urlA := newRole(t, u, true, "ta", []string{"rl_app"}, u)
 	roleB, urlB := newRole(t, u, true, "tb", []string{"rl_app"}, u)
@@ -444,8 +442,7 @@ func TestTenants(t *testing.T) {
 func TestTenantRefusedBeforeLocking(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	u := pgtest.NewDatabase(t)
-	require.NoError(t, migrations.Up(ctx, u))
+	u := pgtest.NewMigrated(t)
 	owner := connect(t, u)
 	roleA, urlA := newRole(t, u, true, "lka", []string{"rl_app"}, u)
 	_, err := owner.Exec(ctx, `INSERT INTO rl.tenants (role, key_prefix) VALUES ($1, 'a:')`, roleA)

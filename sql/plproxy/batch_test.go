@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlcore/rl/internal/testkit/pgtest"
-	"github.com/rlcore/rl/sql/migrations"
 	"github.com/rlcore/rl/sql/plproxy/plproxytest"
 )
 
@@ -77,9 +76,9 @@ func runBatch(t *testing.T, p *pgxpool.Pool, b batchCall) []string {
 // each, peeks, costs 0, invalid requests), round after round as the states
 // evolve; and a malformed call fails whole, with the shard's error.
 func TestBatch(t *testing.T) {
+	t.Parallel() // a cluster of its own (plproxytest.New)
 	c := plproxytest.New(t, 2, 0)
-	single := pgtest.NewDatabase(t)
-	require.NoError(t, migrations.Up(ctx, single))
+	single := pgtest.NewMigrated(t)
 	router, one := pool(t, c.Router, 2), pool(t, single, 2)
 	r := rand.New(rand.NewPCG(7, 8))
 	now := t0

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlcore/rl/internal/testkit/pgtest"
-	"github.com/rlcore/rl/sql/migrations"
 	"github.com/rlcore/rl/sql/plproxy"
 	"github.com/rlcore/rl/sql/plproxy/plproxytest"
 )
@@ -19,10 +18,10 @@ import (
 // and every other key keeps deciding; afterwards its keys decide on the new
 // server with the states they had, and nothing of it is left on shard 0.
 func TestMovePartition(t *testing.T) {
+	t.Parallel() // a cluster of its own (plproxytest.New)
 	const parts, moved = 4, 2
 	c := plproxytest.New(t, 2, parts) // p0, p2 on shard 0; p1, p3 on shard 1
-	newShard := pgtest.NewDatabase(t)
-	require.NoError(t, migrations.Up(ctx, newShard))
+	newShard := pgtest.NewMigrated(t)
 
 	router := pool(t, c.Router, 4)
 	decide := func(k string) error {

@@ -149,6 +149,7 @@ func signatures(t *testing.T, url string) map[string]string {
 // TestSignatures: the router's functions have the shard's signatures, and
 // every shard function taking a key first is routed.
 func TestSignatures(t *testing.T) {
+	t.Parallel() // a cluster of its own (plproxytest.New)
 	c := plproxytest.New(t, 2, 0)
 	router, shard := signatures(t, c.Router), signatures(t, c.Shards[0])
 	for _, f := range routed {
@@ -185,8 +186,10 @@ func count(t *testing.T, url, query string, args ...any) int64 {
 // Partition names, over 16 partitions on 2 shards as over 2 on 2; reset
 // and expire through the router.
 func TestRouting(t *testing.T) {
+	t.Parallel()
 	for _, parts := range []int{0, 16} {
 		t.Run(fmt.Sprintf("partitions=%d", parts), func(t *testing.T) {
+			t.Parallel() // a cluster of its own (plproxytest.New)
 			c := plproxytest.New(t, 2, parts)
 			router := pool(t, c.Router, 4)
 			perShard := make([]int64, len(c.Shards))
@@ -254,6 +257,7 @@ func requireCode(t *testing.T, err error, code string) {
 // without a user keep its mapping, or take over an earlier version's PUBLIC
 // one, which goes); the server option default_user is refused.
 func TestApply(t *testing.T) {
+	t.Parallel() // a cluster of its own (plproxytest.New)
 	c := plproxytest.New(t, 2, 4)
 	err := plproxy.Apply(ctx, c.Shards[0], plproxy.Config{Shards: c.Shards})
 	require.ErrorContains(t, err, "it is a shard or a single node")
@@ -422,7 +426,7 @@ func (r *routerCore) do(op string, single bool, ls []core.Limit, ss []core.State
 	if single {
 		fn := map[string]string{"take": "rl.rl_allow_us", "peek": "rl.rl_peek_us", "settle": "rl.rl_settle_us"}[op]
 		alg := fmt.Sprintf("unknown-%d", ls[0].Algorithm)
-		if a := ls[0].Algorithm; a >= 1 && a <= 6 {
+		if a := ls[0].Algorithm; a.Valid() {
 			alg = a.String()
 		}
 		d := &ds[0]
@@ -503,6 +507,7 @@ func (r *routerCore) do(op string, single bool, ls []core.Limit, ss []core.State
 // through rl_decide_multi / rl_settle_decide, with the states (and the
 // parameters that wrote them) written to and read from the shards.
 func TestVectors(t *testing.T) {
+	t.Parallel() // a cluster of its own (plproxytest.New)
 	c := plproxytest.New(t, 2, 0)
 	r := &routerCore{c: c, router: pool(t, c.Router, 4)}
 	for _, s := range c.Shards {
@@ -513,7 +518,7 @@ func TestVectors(t *testing.T) {
 	t.Run("all", func(t *testing.T) { t.Parallel(); vectorstest.Run(t, r, true) })
 }
 
-var algorithms = []core.Algorithm{core.FixedWindow, core.SlidingWindow, core.SlidingLog, core.TokenBucket, core.LeakyBucket, core.GCRA}
+var algorithms = core.Algorithms()
 
 // TestExactness: 32 goroutines on one key through the router admit exactly
 // the limit, for every algorithm, with keys on both shards. They share 16
@@ -521,6 +526,7 @@ var algorithms = []core.Algorithm{core.FixedWindow, core.SlidingWindow, core.Sli
 // tests beside) each router session opens one more to the shard;
 // TestSeparateClusters runs 32 connections on servers of its own.
 func TestExactness(t *testing.T) {
+	t.Parallel() // a cluster of its own (plproxytest.New)
 	c := plproxytest.New(t, 2, 0)
 	const goroutines, calls, limit = 32, 8, 100
 	onShard := make([]int, len(c.Shards))
@@ -575,6 +581,7 @@ func TestExactness(t *testing.T) {
 // TestShardDown: with one shard cut off, its keys fail and the others keep
 // deciding; restored, its keys decide again.
 func TestShardDown(t *testing.T) {
+	t.Parallel() // a cluster of its own (plproxytest.New)
 	c := plproxytest.New(t, 2, 0)
 	u, err := pgconn.ParseConfig(c.Shards[1])
 	require.NoError(t, err)

@@ -16,6 +16,7 @@ import (
 // each user's state lives on its shard, and (unlike on one node) a row
 // admitted in a transaction that rolls back stays counted.
 func TestTriggerOnRouter(t *testing.T) {
+	t.Parallel() // a cluster of its own (plproxytest.New)
 	c := plproxytest.New(t, 2, 0)
 	conn, err := pgx.Connect(ctx, c.Router)
 	require.NoError(t, err)
@@ -74,6 +75,7 @@ func TestTriggerOnRouter(t *testing.T) {
 // (a rollback undoes it), whatever the key's partition: a key that belongs
 // to another shard has there a state the router never sees.
 func TestTriggerOnShard(t *testing.T) {
+	t.Parallel() // a cluster of its own (plproxytest.New)
 	c := plproxytest.New(t, 2, 0)
 	key := "order:1"
 	for i := 2; c.ShardOf(key) != 1; i++ { // a key of shard 1

@@ -17,6 +17,9 @@ import (
 	"github.com/rlcore/rl/store"
 )
 
+// runs numbers the calls of Run, so that each has keys of its own.
+var runs atomic.Int64
+
 // Config tells the suite about the store under test.
 type Config struct {
 	// New returns an empty store (or one whose keys the suite's random
@@ -51,7 +54,9 @@ func Run(t *testing.T, cfg Config) {
 	if cfg.Calls == 0 {
 		cfg.Calls = 10
 	}
-	prefix := fmt.Sprintf("storetest-%d", time.Now().UnixNano())
+	// Unique in the process too: callers may run the suite on one store
+	// from parallel tests, at the same nanosecond.
+	prefix := fmt.Sprintf("storetest-%d-%d", time.Now().UnixNano(), runs.Add(1))
 	t.Run("SameAsCore", func(t *testing.T) { sameAsCore(t, cfg, prefix) })
 	t.Run("AllOrNothing", func(t *testing.T) { allOrNothing(t, cfg, prefix) })
 	t.Run("PeekChangesNothing", func(t *testing.T) { peek(t, cfg, prefix) })

@@ -92,6 +92,9 @@ var classes = []struct {
 	// bench/startup times rl-wasm-host's start from outside: a command
 	// that imports nothing of the module.
 	{"bench/startup", class{kind: command, layer: layerFrontEnds}},
+	// examples/...: programs a user copies; they import the public API as a
+	// user's command would.
+	{"examples/...", class{kind: command, layer: layerFrontEnds}},
 
 	// Utilities: a clock, redaction.
 	{"internal/util/...", class{kind: utility}},

@@ -118,7 +118,26 @@ func describe(t reflect.Type) (kind string, elem reflect.Type) {
 		}
 		return "list of objects", e
 	}
+	if !tagged(t) {
+		return "mapping", nil // decoded by its own UnmarshalJSON, keys of the user's choosing
+	}
 	return "object", nil
+}
+
+// tagged reports whether struct t, or a struct it embeds, has a field with
+// a JSON name.
+func tagged(t reflect.Type) bool {
+	if t.Kind() != reflect.Struct {
+		return false
+	}
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
+		if name != "" && name != "-" || sf.Anonymous && tagged(sf.Type) {
+			return true
+		}
+	}
+	return false
 }
 
 // doc returns the comment of field name of struct t, as one line.

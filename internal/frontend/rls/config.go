@@ -18,6 +18,7 @@ import (
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/request/engine"
 	"github.com/rlcore/rl/internal/request/ruleconfig"
 )
 
@@ -605,7 +606,13 @@ func (r *rateLimitJSON) check(c *ruleconfig.Checker, f string) *Limit {
 	if !l.shadowLimits(c, f+".shadow_limits", r.ShadowLimits) {
 		return nil
 	}
-	pol, err := rl.NewPolicy(append([]rl.Limit{l.Limit}, l.ShadowLimits...)...)
+	ls := []ruleconfig.NamedLimit{named(l.Limit)}
+	for _, sh := range l.ShadowLimits {
+		ls = append(ls, named(sh))
+	}
+	// Checked above, each limit once (checkPolicy): compiled in one step,
+	// as every front end's configured limits are.
+	pol, err := engine.Policy(ls)
 	if err != nil { // not reached: each limit was checked
 		c.Fail(f, "%v", err)
 		return nil
@@ -668,10 +675,18 @@ func (l *Limit) rate(c *ruleconfig.Checker, f string, unit ruleconfig.String, rp
 	return true
 }
 
-// checkPolicy reports, at f's requests_per_unit, a limit rl.NewPolicy
-// refuses.
+// named is l, a limit of the configuration, as ruleconfig names a
+// checked limit (for engine.Policy).
+func named(l rl.Limit) ruleconfig.NamedLimit {
+	return ruleconfig.NamedLimit{Name: l.Name, Limit: core.Limit{Algorithm: l.Algorithm, Limit: l.Limit,
+		Window: int64(l.Window / time.Microsecond), Rate: l.Rate}, Shadow: l.Shadow}
+}
+
+// checkPolicy reports, at f's requests_per_unit, a limit core refuses
+// (core.Limit.Validate): the one check of each limit, before they are
+// compiled together (engine.Policy).
 func checkPolicy(c *ruleconfig.Checker, f string, lim rl.Limit, window time.Duration) bool {
-	_, err := rl.NewPolicy(lim)
+	err := named(lim).Validate()
 	switch {
 	case err == nil:
 		return true

@@ -38,7 +38,9 @@
 // Costs: a descriptor's hits_addend when set (0: check without charging),
 // else the request's hits_addend, 0 meaning 1. Store failures follow the
 // one failure rule (outage.Class, in the decision engine the Host shares:
-// engine.Engine.Decide, one outage detector for every front end): a store that is down is answered OK for a
+// a descriptor mapped to its limit and key is decided by engine.Engine.Run,
+// the path every front end's requests take after their match, with one
+// outage detector for every front end): a store that is down is answered OK for a
 // fail_open limit and UNAVAILABLE otherwise (Envoy's failure_mode_deny then
 // decides); load, a store failure that is not an outage and a corrupt
 // state are answered OVER_LIMIT with Retry-After 1, never admitted.

@@ -58,16 +58,14 @@ func loadEnv(t testing.TB) (api string, rls rlsv3.RateLimitServiceClient) {
 // 1000 keys, every decision admitted. It prints decisions/s and the ratio
 // (go test -run TestLoad -v ./internal/frontend/rls) and asserts only that every
 // call succeeded, never a timing. RL_LOAD_DURATION sets each phase's length
-// (default 1s).
+// (default 200ms: the suite checks that every call succeeds; figures to
+// publish take RL_LOAD_DURATION=3s).
 func TestLoad(t *testing.T) {
-	dur := time.Second
+	dur := 200 * time.Millisecond
 	if v := os.Getenv("RL_LOAD_DURATION"); v != "" {
 		d, err := time.ParseDuration(v)
 		require.NoError(t, err)
 		dur = d
-	}
-	if testing.Short() {
-		dur = 200 * time.Millisecond
 	}
 	const conc, keys = 64, 1000
 	api, client := loadEnv(t)

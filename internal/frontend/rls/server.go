@@ -568,8 +568,10 @@ func (s *Server) decide(ctx context.Context, ds *domainSet, it *item, peek bool)
 	if len(l.ShadowLimits) > 0 {
 		each = make([]rl.LimitResult, l.policy.Len())
 	}
-	t := engine.Target{Name: ds.ns, Limiter: ds.lim, Policy: l.policy, FailOpen: l.FailOpen}
-	d := s.eng.Decide(ctx, &t, rl.Request{Key: it.key, Cost: cost, Peek: peek, Each: each}, engine.GateCheck)
+	// The descriptor's limit, matched: everything after the match is the
+	// engine's, as for every front end.
+	r := engine.Rule{Name: ds.ns, Limiter: ds.lim, Policy: l.policy, FailOpen: l.FailOpen}
+	d := s.eng.Run(ctx, &r, &engine.Input{Key: it.key, Cost: cost, Peek: peek, Each: each})
 	switch d.Outcome {
 	case engine.Allowed, engine.Denied:
 		it.res, it.decided, it.each, it.out = d.Result, true, each, d.Outcome

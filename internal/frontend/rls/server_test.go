@@ -19,10 +19,10 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/testkit/fakestore"
 	"github.com/rlcore/rl/internal/testkit/pgtest"
 	"github.com/rlcore/rl/memstore"
 	"github.com/rlcore/rl/pgstore"
-	"github.com/rlcore/rl/sql/migrations"
 	"github.com/rlcore/rl/store"
 )
 
@@ -175,23 +175,8 @@ func TestAuth(t *testing.T) {
 	require.False(t, trusted)
 }
 
-// failing is a store whose Decide fails with err while it is set.
-type failing struct {
-	store.Store
-	err atomic.Pointer[error]
-}
-
-func (f *failing) Decide(ctx context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
-	if e := f.err.Load(); e != nil {
-		return 0, core.Decision{}, *e
-	}
-	return f.Store.Decide(ctx, req, each)
-}
-
 func TestStoreFailure(t *testing.T) {
-	m := memstore.New(nil)
-	defer m.Close()
-	f := &failing{Store: m}
+	f := fakestore.New(t, fakestore.Config{})
 	e := newEnv(t, `
 domain: d
 descriptors:
@@ -200,7 +185,7 @@ descriptors:
   - key: closed
     rate_limit: {unit: minute, requests_per_unit: 10}
 `, envOpts{store: f})
-	set := func(err error) { f.err.Store(&err) }
+	set := f.Fail
 	ctx := context.Background()
 	req := func(k string) *rlsv3.RateLimitRequest {
 		return &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{d(k, "x")}}
@@ -232,7 +217,7 @@ descriptors:
 	require.NoError(t, err)
 	require.Equal(t, OVER, r.OverallCode, "a corrupt state is never admitted, fail_open or not")
 
-	f.err.Store(nil)
+	f.Fail(nil)
 	require.Equal(t, 10, e.admitted(t, 11, "d", d("open", "x")), "nothing was charged while the store failed")
 }
 
@@ -246,15 +231,13 @@ func TestExactHotDescriptor(t *testing.T) {
 			return m
 		},
 		"postgres": func(t *testing.T) store.Store {
-			url := pgtest.NewDatabase(t)
-			require.NoError(t, migrations.Up(context.Background(), url))
+			url := pgtest.NewMigrated(t)
 			s, err := pgstore.New(pgtest.Pool(t, url), pgstore.Config{})
 			require.NoError(t, err)
 			return s
 		},
 		"postgres_batched": func(t *testing.T) store.Store {
-			url := pgtest.NewDatabase(t)
-			require.NoError(t, migrations.Up(context.Background(), url))
+			url := pgtest.NewMigrated(t)
 			s, err := pgstore.NewBatched(pgtest.Pool(t, url), pgstore.Config{}, pgstore.BatchConfig{})
 			require.NoError(t, err)
 			t.Cleanup(func() { s.Close() })
@@ -315,33 +298,22 @@ func withCheck(x *commonv3.RateLimitDescriptor) *commonv3.RateLimitDescriptor {
 	return x
 }
 
-// draining is a store that, when armed, spends a key's whole quota from
-// under a request between its check and its take: the race of the
-// two-phase step.
-type draining struct {
-	store.Store
-	target string
-	armed  atomic.Bool
-}
-
-func (s *draining) Decide(ctx context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
-	if req.Op == store.Take && req.Key == s.target && s.armed.CompareAndSwap(true, false) {
-		drain := req
-		drain.Cost = req.Policy.Limits()[0].Limit
-		if _, _, err := s.Store.Decide(ctx, drain, nil); err != nil {
-			return 0, core.Decision{}, err
-		}
-	}
-	return s.Store.Decide(ctx, req, each)
-}
-
 // The documented race: a descriptor drained between the check and the take
 // denies the request after an earlier descriptor was charged. It
 // under-admits (that charge stays), never over-admits, and is counted.
 func TestPartialRace(t *testing.T) {
-	m := memstore.New(nil)
-	defer m.Close()
-	dr := &draining{Store: m, target: "b=1"}
+	// Once armed, it spends b=1's whole quota from under the request
+	// between its check and its take: the race of the two-phase step.
+	var armed atomic.Bool
+	dr := fakestore.New(t, fakestore.Config{Before: func(ctx context.Context, inner store.Store, req store.Request) error {
+		if req.Op == store.Take && req.Key == "b=1" && armed.CompareAndSwap(true, false) {
+			drain := req
+			drain.Cost = req.Policy.Limits()[0].Limit
+			_, _, err := inner.Decide(ctx, drain, nil)
+			return err
+		}
+		return nil
+	}})
 	e := newEnv(t, `
 domain: d
 descriptors:
@@ -350,7 +322,7 @@ descriptors:
   - key: b
     rate_limit: {unit: hour, requests_per_unit: 10}
 `, envOpts{store: dr})
-	dr.armed.Store(true)
+	armed.Store(true)
 	r := e.call(t, "d", d("a", "1"), d("b", "1"))
 	require.Equal(t, OVER, r.OverallCode)
 	require.Equal(t, OK, r.Statuses[0].Code)

@@ -227,14 +227,14 @@ func (s *Service) resolve(rs *ruleSet, req *DecisionRequest, prefix string, op a
 		if no := s.eng.ShadowUnsupported(); p.Shadowed() && no != nil {
 			return bad("invalid_limits", "limits: a shadow limit, which this store cannot decide (%v)", no)
 		}
-		t = target{Target: engine.Target{Name: InlineNamespace, Limiter: rs.inline, Policy: p}, m: rs.inlineM}
-		if req.FailOpen != nil {
-			t.FailOpen = *req.FailOpen
+		t = target{er: &rs.inlineRules[0], lim: rs.inline, policy: p, m: rs.inlineM}
+		if req.FailOpen != nil && *req.FailOpen {
+			t.er = &rs.inlineRules[1]
 		}
 	default:
 		return bad("invalid_limits", "rule: missing (name a rule, or give limits)")
 	}
-	if err := s.checkKey(t.Name, req.Key); err != nil {
+	if err := s.checkKey(t.er.Name, req.Key); err != nil {
 		return bad("invalid_key", "key: %v", err)
 	}
 	t.forKey(req.Key)
@@ -320,7 +320,7 @@ func (s *Service) settleDelta(t target, req *DecisionRequest, prefix string, min
 			prefix, *req.Actual, *req.Estimate, role)}
 	}
 	if role != RoleAdmin {
-		if err := checkSettleBound(t.Policy, *req.Estimate, int64(*req.Actual), role); err != nil {
+		if err := checkSettleBound(t.policy, *req.Estimate, int64(*req.Actual), role); err != nil {
 			return bad("invalid_cost", "%v", err)
 		}
 	}
@@ -328,7 +328,7 @@ func (s *Service) settleDelta(t target, req *DecisionRequest, prefix string, min
 		return t, delta, nil
 	}
 	// The check's would-denies: settled under the policy without them.
-	ls := t.Policy.Limits()
+	ls := t.policy.Limits()
 	each := make([]rl.LimitResult, len(ls))
 	for i := range each {
 		each[i].Allowed = true
@@ -336,15 +336,15 @@ func (s *Service) settleDelta(t target, req *DecisionRequest, prefix string, min
 	for _, name := range req.Uncharged {
 		i := slices.IndexFunc(ls, func(l rl.Limit) bool { return l.Name == name })
 		if i < 0 || !ls[i].Shadow {
-			return bad("invalid_limits", "uncharged: %q is not a shadow limit of %s", ruleconfig.Clip(name, 64), t.Name)
+			return bad("invalid_limits", "uncharged: %q is not a shadow limit of %s", ruleconfig.Clip(name, 64), t.er.Name)
 		}
 		each[i].Allowed = false
 	}
 	if delta == 0 {
 		return t, 0, nil // nothing to settle: no policy to build
 	}
-	if p := t.Policy.Charged(each); p != nil {
-		t.Policy = p
+	if p := t.policy.Charged(each); p != nil {
+		t.policy = p
 	} else {
 		delta = 0 // shadow limits only, none charged: nothing to settle
 	}
@@ -425,7 +425,7 @@ func inlinePolicy(ls []ruleconfig.Limit, prefix string, max int) (*rl.Policy, er
 		}
 		return nil, &errClient{"invalid_limits", errors.New(strings.Join(msgs, "; "))}
 	}
-	pol, err := rl.NewPolicy(rlLimits(checked)...)
+	pol, err := engine.Policy(checked)
 	if err != nil {
 		return nil, &errClient{"invalid_limits", fmt.Errorf("%slimits: %w", prefix, err)}
 	}
@@ -477,7 +477,7 @@ func (s *Service) apiDecide(peek bool) http.HandlerFunc {
 			s.failClosed(w, err)
 			return
 		}
-		d := decisionJSON(t.Name, req.Key, cost, peek, res, out, each)
+		d := decisionJSON(t.er.Name, req.Key, cost, peek, res, out, each)
 		d.Override = t.overrideLabel()
 		status := http.StatusOK
 		if out != engine.FailOpen {
@@ -517,7 +517,7 @@ func (s *Service) apiSettle(w http.ResponseWriter, r *http.Request) {
 	// cancelled with it, the estimate standing. Within a per-key bound of
 	// its own (engine.GateSettleBounded): refused beyond it (503), as a
 	// check is.
-	d := s.do(context.WithoutCancel(r.Context()), &t, rl.Request{Key: req.Key, Cost: delta, Settle: true, Each: each}, engine.GateSettleBounded)
+	d := s.run(context.WithoutCancel(r.Context()), &t, &engine.Input{Key: req.Key, Cost: delta, Settle: true, Each: each, Gate: engine.GateSettleBounded})
 	switch d.Outcome {
 	case engine.Allowed, engine.Denied:
 	case engine.InvalidKey:
@@ -534,14 +534,14 @@ func (s *Service) apiSettle(w http.ResponseWriter, r *http.Request) {
 	}
 	res := d.Result
 	s.settled(&t, nil)
-	dj := decisionJSON(t.Name, req.Key, 0, false, res, engine.Allowed, each)
+	dj := decisionJSON(t.er.Name, req.Key, 0, false, res, engine.Allowed, each)
 	dj.Taken, dj.Delta, dj.Override = false, &delta, t.overrideLabel()
 	httpflow.SetFields(w.Header(), req.Key, res, each, t.fields)
 	writeDecision(w, http.StatusOK, &dj)
 }
 
 // limits is the number of limits the target decides.
-func (t *target) limits() int { return t.Policy.Len() }
+func (t *target) limits() int { return t.policy.Len() }
 
 func decisionJSON(rule, key string, cost int64, peek bool, res rl.Result, out engine.Outcome, each []rl.LimitResult) DecisionJSON {
 	d := DecisionJSON{Rule: rule, Key: key, Cost: cost, Peek: peek, Limits: []LimitJSON{}}
@@ -621,24 +621,24 @@ func (s *Service) apiReset(w http.ResponseWriter, r *http.Request) {
 		s.clientError(w, err)
 		return
 	}
-	err = t.Limiter.ResetPolicy(r.Context(), req.Key, t.Policy)
+	err = t.lim.ResetPolicy(r.Context(), req.Key, t.policy)
 	if err == nil && t.override != nil {
 		// The rule's limits too: the key's state is kept per limit name,
 		// and a name of the rule's that the override lacks would come back
 		// into use when the override stops applying.
-		err = t.Limiter.ResetPolicy(r.Context(), req.Key, t.rule.policy)
+		err = t.lim.ResetPolicy(r.Context(), req.Key, t.rule.policy)
 	}
 	if err != nil {
 		if errors.Is(err, rl.ErrStore) {
 			t.m.storeErrors.Inc()
-			s.log.Warn("reset failed", "rule", t.Name, "err", err)
+			s.log.Warn("reset failed", "rule", t.er.Name, "err", err)
 			s.apiError(w, http.StatusServiceUnavailable, "store_unavailable", "rate limiter unavailable: "+err.Error())
 			return
 		}
 		s.clientError(w, &errClient{"invalid_key", err})
 		return
 	}
-	answer := map[string]any{"reset": true, "rule": t.Name, "key": req.Key}
+	answer := map[string]any{"reset": true, "rule": t.er.Name, "key": req.Key}
 	if t.override != nil {
 		answer["override"] = t.override.label
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/request/pipeline"
+	"github.com/rlcore/rl/internal/testkit/fakestore"
 	"github.com/rlcore/rl/memstore"
 	"github.com/rlcore/rl/store"
 )
@@ -373,26 +374,17 @@ func TestBatchAtomic(t *testing.T) {
 	require.Equal(t, int64(1), b.Results[0].Remaining, "2 left, 1 after this peek")
 }
 
-// raceStore drains one key right after it is peeked, as a concurrent
-// request could between an atomic batch's two phases.
-type raceStore struct {
-	store.Store
-	key string
-}
-
-func (s *raceStore) Decide(ctx context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
-	i, d, err := s.Store.Decide(ctx, req, each)
-	if req.Op == store.Peek && req.Key == s.key {
-		drain := req
-		drain.Op, drain.Cost = store.Take, d.Remaining+req.Cost
-		s.Store.Decide(ctx, drain, nil)
-	}
-	return i, d, err
-}
-
 func TestBatchRaceIsReportedPartial(t *testing.T) {
 	e := newEnv(t, `rules: [{name: r, strategy: fixed, limit: 2, window: 1m}]`, func(o *Options) {
-		o.Store = &raceStore{Store: o.Store, key: "b"}
+		// Drains b right after it is peeked, as a concurrent request
+		// could between an atomic batch's two phases.
+		o.Store = fakestore.New(t, fakestore.Config{Inner: o.Store, After: func(ctx context.Context, inner store.Store, req store.Request, d core.Decision, err error) {
+			if req.Op == store.Peek && req.Key == "b" {
+				drain := req
+				drain.Op, drain.Cost = store.Take, d.Remaining+req.Cost
+				inner.Decide(ctx, drain, nil)
+			}
+		}})
 	})
 	r := e.post(t, "batch", `{"items":[{"rule":"r","key":"a"},{"rule":"r","key":"b"},{"rule":"r","key":"c"}]}`)
 	require.Equal(t, 429, r.code, string(r.body))
@@ -407,19 +399,20 @@ func TestBatchRaceIsReportedPartial(t *testing.T) {
 	require.Equal(t, 1, b.Deciding)
 }
 
-// downStore fails every call as an unreachable backend does.
-type downStore struct{}
+// failing returns a store whose every call fails with err.
+func failing(t testing.TB, err error) store.Store {
+	s := fakestore.New(t, fakestore.Config{})
+	s.Fail(err)
+	return s
+}
 
-func (downStore) Decide(context.Context, store.Request, []core.Decision) (int, core.Decision, error) {
-	return 0, core.Decision{}, fmt.Errorf("dial: %w", store.ErrUnavailable)
-}
-func (downStore) Reset(context.Context, string, string, []string) error {
-	return fmt.Errorf("dial: %w", store.ErrUnavailable)
-}
+// down returns a store that fails every call as an unreachable backend
+// does.
+func down(t testing.TB) store.Store { return failing(t, fmt.Errorf("dial: %w", store.ErrUnavailable)) }
 
 func TestStoreFailureFollowsTheRule(t *testing.T) {
 	e := newEnv(t, `rules: [{name: open, strategy: fixed, limit: 1, window: 1m, fail_open: true}, {name: closed, strategy: fixed, limit: 1, window: 1m}]`,
-		func(o *Options) { o.Store = downStore{} })
+		func(o *Options) { o.Store = down(t) })
 	r := e.post(t, "check", `{"rule":"open","key":"k"}`)
 	require.Equal(t, 200, r.code)
 	d := r.decision(t)
@@ -550,7 +543,7 @@ func TestAPIFailureClasses(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t, `rules: [{name: open, strategy: fixed, limit: 1, window: 1m, fail_open: true}]`,
-				func(o *Options) { o.Store = failStore{c.err} })
+				func(o *Options) { o.Store = failing(t, c.err) })
 			r := e.post(t, "check", `{"rule":"open","key":"k"}`)
 			require.Equal(t, c.code, r.code, string(r.body))
 			require.Equal(t, c.errCode, r.errorJSON(t).Code)

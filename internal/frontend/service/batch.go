@@ -94,7 +94,7 @@ func (s *Service) apiBatch(w http.ResponseWriter, r *http.Request) {
 			s.clientError(w, err)
 			return
 		}
-		k := nsKey{t.Name, req.Items[i].Key}
+		k := nsKey{t.er.Name, req.Items[i].Key}
 		if j, dup := seen[k]; dup && atomic && !req.Peek {
 			s.apiError(w, http.StatusBadRequest, "invalid_batch",
 				fmt.Sprintf("items[%d]: same rule and key as items[%d]; an atomic batch decides each key once (combine their costs)", i, j))
@@ -126,7 +126,7 @@ func (s *Service) apiBatch(w http.ResponseWriter, r *http.Request) {
 	failed, deciding := 0, -1 // failed: the status of the first item refused for a failure
 	for i := range items {
 		it := &items[i]
-		d := decisionJSON(it.t.Name, it.key, it.cost, req.Peek, it.res, it.out, it.each)
+		d := decisionJSON(it.t.er.Name, it.key, it.cost, req.Peek, it.res, it.out, it.each)
 		d.Override = it.t.overrideLabel()
 		d.Taken = it.taken
 		if !d.Taken {

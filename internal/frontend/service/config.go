@@ -77,8 +77,9 @@ type RuleSpec struct {
 	Endpoint string
 	Host     string
 	Methods  []string
-	// Limits are decided together, all or nothing.
-	Limits []rl.Limit
+	// Limits are decided together, all or nothing: validated, named, as
+	// the engine compiles them (engine.Engine.Compile).
+	Limits []ruleconfig.NamedLimit
 	// KeyBy is where the proxy reads a request's key: exactly one place
 	// (pipeline.Key).
 	KeyBy ruleconfig.KeyBy
@@ -115,6 +116,9 @@ type RuleSpec struct {
 	// Overrides replace Limits for the keys they select (field
 	// "overrides"; see OverrideSpec), in file order.
 	Overrides []OverrideSpec
+	// Global, if set, makes Limits one global limit divided among the
+	// replicas by an RLQS server (field "global"; see GlobalSpec).
+	Global *GlobalSpec
 }
 
 // Role is what a decision-API caller may do.
@@ -282,6 +286,9 @@ type ruleJSON struct {
 	ruleconfig.Rule
 	// Leaky bucket only: hold an admitted request for its delay before forwarding it. Default: `false`.
 	Shape ruleconfig.Bool `json:"shape"`
+	// The rule's limit as one global limit, divided among the replicas by an RLQS server
+	// ([rlqs.md](../rlqs.md)); the rule needs `key_by: global` and one limit. Default: none.
+	Global globalJSON `json:"global"`
 }
 
 // FileShape returns the type ParseConfig decodes a file into, its fields'
@@ -399,6 +406,7 @@ func (f *fileJSON) Validate(path string) (*Config, []Problem) {
 		}
 		return s, s.Name, ok
 	})
+	checkGlobals(c, cfg.Rules)
 	return cfg, c.Problems
 }
 
@@ -460,16 +468,6 @@ func checkTokens(c *ruleconfig.Checker, ts []tokenJSON) []APIToken {
 	return out
 }
 
-// rlLimits converts validated limits to rl's.
-func rlLimits(ls []ruleconfig.NamedLimit) []rl.Limit {
-	var out []rl.Limit
-	for _, l := range ls {
-		out = append(out, rl.Limit{Name: l.Name, Algorithm: l.Algorithm, Limit: l.Limit.Limit, Window: time.Duration(l.Window) * time.Microsecond, Rate: l.Rate,
-			Shadow: l.Shadow})
-	}
-	return out
-}
-
 // check validates the rule: the shared fields, then the service's.
 func (r *ruleJSON) check(c *ruleconfig.Checker, ip4, ip6 int) (RuleSpec, bool) {
 	before := len(c.Problems)
@@ -479,8 +477,7 @@ func (r *ruleJSON) check(c *ruleconfig.Checker, ip4, ip6 int) (RuleSpec, bool) {
 		KeyBy: s.KeyBy, Cost: s.Cost, MinCost: s.MinCost, CostHeader: s.CostHeader, ResponseCostHeader: s.ResponseCostHeader,
 		FailOpen: s.FailOpen, Closest: s.Closest, QuotaUnit: s.QuotaUnit, PartitionKey: s.PartitionKey,
 	}
-	spec.Limits = rlLimits(s.Limits)
-	spec.Overrides = overrideSpecs(s.Overrides)
+	spec.Limits, spec.Overrides = s.Limits, s.Overrides
 	if !r.Fields.Set || r.Got != "" {
 		return spec, false
 	}
@@ -497,12 +494,13 @@ func (r *ruleJSON) check(c *ruleconfig.Checker, ip4, ip6 int) (RuleSpec, bool) {
 	}
 	if b, ok := c.Bool("shape", r.Shape); ok && b {
 		spec.Shape = true
-		if len(spec.Limits) > 0 && !slices.ContainsFunc(spec.Limits, func(l rl.Limit) bool { return l.Algorithm == core.LeakyBucket }) {
+		if len(spec.Limits) > 0 && !slices.ContainsFunc(spec.Limits, func(l ruleconfig.NamedLimit) bool { return l.Algorithm == core.LeakyBucket }) {
 			c.Fail("shape", "only a leaky bucket delays admitted requests, and this rule has none (strategy: leaky)")
 		}
 		if spec.Endpoint == "" {
 			c.Fail("shape", "shaping holds proxied requests, and this rule has no endpoint")
 		}
 	}
+	r.checkGlobal(c, &spec)
 	return spec, len(c.Problems) == before
 }

@@ -6,12 +6,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/request/engine"
 	"github.com/rlcore/rl/internal/request/ruleconfig"
 )
 
@@ -41,7 +40,7 @@ func TestHostedRuleShapeAsIs(t *testing.T) {
 			require.Equal(t, "api_key", r.KeyBy.String())
 			require.False(t, r.FailOpen)
 			require.Equal(t, int64(1), r.Cost)
-			require.Equal(t, []rl.Limit{{Name: "default", Algorithm: core.TokenBucket, Limit: 100, Window: 10 * time.Second}}, r.Limits)
+			require.Equal(t, []ruleconfig.NamedLimit{{Name: "default", Limit: core.Limit{Algorithm: core.TokenBucket, Limit: 100, Window: 10_000_000}}}, r.Limits)
 			require.True(t, cfg.InlineLimits)
 		})
 	}
@@ -95,10 +94,10 @@ rules:
 	require.Equal(t, "X-Cost", r.CostHeader)
 	require.True(t, r.FailOpen)
 	require.True(t, r.Shape)
-	require.Equal(t, []rl.Limit{
-		{Name: "burst", Algorithm: core.LeakyBucket, Limit: 10, Window: time.Second, Rate: 5},
-		{Name: "fixed_window_1d", Algorithm: core.FixedWindow, Limit: 1000, Window: 24 * time.Hour},
-		{Name: "gcra_500ms", Algorithm: core.GCRA, Limit: 3, Window: 500 * time.Millisecond},
+	require.Equal(t, []ruleconfig.NamedLimit{
+		{Name: "burst", Limit: core.Limit{Algorithm: core.LeakyBucket, Limit: 10, Window: 1_000_000, Rate: 5}},
+		{Name: "fixed_window_1d", Limit: core.Limit{Algorithm: core.FixedWindow, Limit: 1000, Window: 86_400_000_000}},
+		{Name: "gcra_500ms", Limit: core.Limit{Algorithm: core.GCRA, Limit: 3, Window: 500_000}},
 	}, r.Limits)
 }
 
@@ -199,7 +198,7 @@ rules:
 	}
 	require.Equal(t, []string{
 		`api_tokens[0].scope: unknown field (want one of name, role, sha256)`,
-		`rules[0] "a": 2: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, shadow, limits, key_by, cost, min_cost, cost_header, response_cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, shape)`,
+		`rules[0] "a": 2: unknown field (want one of name, endpoint, host, methods, strategy, algorithm, limit, window, rate, shadow, limits, key_by, cost, min_cost, cost_header, response_cost_header, fail_open, ratelimit_fields, quota_unit, partition_key, overrides, shape, global)`,
 		`rules[0] "a": limit: want an integer, got the string "+Inf"`,
 		`rules[1] "b": limits[0].brust: unknown field (want one of name, strategy, algorithm, limit, window, rate, shadow)`,
 		`rules[1] "b": min_cost: want an integer, got the string "2"`,
@@ -208,7 +207,7 @@ rules:
 
 	cfg, err := ParseConfig("y.yaml", "yaml", []byte("rules: [{name: a, strategy: fixed, limit: 0x10, window: 1d, cost: 10, min_cost: 2}]"))
 	require.NoError(t, err)
-	require.Equal(t, int64(16), cfg.Rules[0].Limits[0].Limit)
+	require.Equal(t, int64(16), cfg.Rules[0].Limits[0].Limit.Limit)
 	require.Equal(t, int64(10), cfg.Rules[0].Cost)
 	require.Equal(t, int64(2), cfg.Rules[0].MinCost)
 }
@@ -324,7 +323,7 @@ func FuzzParseConfig(f *testing.F) {
 				continue
 			}
 			for _, r := range cfg.Rules {
-				if _, err := rl.NewPolicy(r.Limits...); err != nil {
+				if _, err := engine.Policy(r.Limits); err != nil {
 					t.Fatalf("%s: rule %q passed validation but: %v", format, r.Name, err)
 				}
 				if r.Name == "" || ruleconfig.CheckKeyBy(r.KeyBy.String(), false) != nil || r.Cost < 0 {

@@ -12,10 +12,11 @@
 // decision-API request use the base key "inline". The proxy hands each
 // request its most specific rule matches to that rule's middleware (the
 // HTTP flow httplimit runs too, internal/request/httpflow), built once per
-// rule set with the service's hooks (fail policy, metrics, 400 messages);
-// every decision, the decision API's and the proxy's, is the decision
-// engine's (internal/request/engine: per-key bound, store, outage
-// detector, failure rule).
+// rule set with the service's hooks (metrics, logs, 400 messages); every
+// decision, the decision API's and the proxy's, is one call of the
+// decision engine (internal/request/engine, Engine.Run: key, cost,
+// override, per-key bound, store, outage detector, failure rule) on the
+// rule's engine.Rule, compiled once per rule set.
 //
 //	cfg, err := service.LoadConfig("rules.yaml")   // every mistake, by file, rule and field
 //	svc, err := service.New(cfg, service.Options{Store: memstore.New(&memstore.Config{Decider: pool})})

@@ -5,9 +5,11 @@ import (
 	"net/http"
 
 	"github.com/rlcore/rl"
+	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/request/engine"
 	"github.com/rlcore/rl/internal/request/httpflow"
 	"github.com/rlcore/rl/internal/request/pipeline"
+	"github.com/rlcore/rl/internal/request/ruleconfig"
 )
 
 // ExplainJSON says how a request reached its rule, key, cost and limits:
@@ -153,7 +155,7 @@ func (s *Service) ExplainRequest(r *pipeline.Request) ExplainJSON {
 	}
 	_, why := ru.match.Explain(&t)
 	ex.Rule = &ExplainRuleJSON{Name: ru.spec.Name, Why: why, Config: describeRule(ru)}
-	key, err := pipeline.Key(ru.spec.KeyBy, ru.ip, r, t.Path)
+	key, err := ru.eng.Reading.Key(r, t.Path)
 	if err == nil {
 		err = ru.lim.CheckKey(key)
 	}
@@ -167,7 +169,7 @@ func (s *Service) ExplainRequest(r *pipeline.Request) ExplainJSON {
 	if h := ru.spec.CostHeader; h != "" {
 		if vs := r.Header(h); len(vs) > 0 {
 			ex.Cost.Source = "the " + h + " header"
-			if ex.Cost.Cost, err = pipeline.ParseCost(vs, ru.spec.Cost, ru.spec.MinCost); err != nil {
+			if ex.Cost.Cost, err = ru.eng.Reading.ReadCost(r); err != nil {
 				ex.Cost.Error = err.Error()
 			}
 		} else {
@@ -204,7 +206,7 @@ func (s *Service) ExplainRequest(r *pipeline.Request) ExplainJSON {
 // API-key digest.
 func explainDecision(t *target, ru *rule, req *DecisionRequest, cost int64, peek bool, res rl.Result, out engine.Outcome,
 	each []rl.LimitResult, h http.Header, role Role) *ExplainJSON {
-	ex := &ExplainJSON{Rule: &ExplainRuleJSON{Name: t.Name}}
+	ex := &ExplainJSON{Rule: &ExplainRuleJSON{Name: t.er.Name}}
 	whole := role == RoleAdmin
 	if ru != nil {
 		ex.Rule.Why = []string{"named by the request's \"rule\""}
@@ -215,7 +217,7 @@ func explainDecision(t *target, ru *rule, req *DecisionRequest, cost int64, peek
 	} else {
 		ex.Rule.Why = []string{"the request's inline \"limits\" (an admin's)"}
 	}
-	ex.Key = &ExplainKeyJSON{Source: "request", Key: req.Key, Stored: t.Name + ":" + req.Key, PartitionKey: partitionKey(t.fields, req.Key)}
+	ex.Key = &ExplainKeyJSON{Source: "request", Key: req.Key, Stored: t.er.Name + ":" + req.Key, PartitionKey: partitionKey(t.fields, req.Key)}
 	ex.Override = explainOverride(ru, req.Key, whole)
 	ex.Cost = &ExplainCostJSON{Cost: cost, Source: "the request's \"cost\""}
 	if req.Cost == nil {
@@ -225,7 +227,7 @@ func explainDecision(t *target, ru *rule, req *DecisionRequest, cost int64, peek
 	if out == engine.Allowed || out == engine.Denied {
 		deciding = res.Index
 	}
-	ex.Limits = explainLimits(t.Policy, each, deciding)
+	ex.Limits = explainLimits(t.policy, each, deciding)
 	for i := range ex.Limits {
 		if e := &ex.Limits[i]; e.Result != nil && e.Mode == "shadow" {
 			e.Outcome = shadowOutcome(e.Result.Allowed, peek, res.Allowed)
@@ -244,7 +246,7 @@ func explainDecision(t *target, ru *rule, req *DecisionRequest, cost int64, peek
 		ex.Decision = "peeked, nothing taken: a check would be admitted"
 	case peek:
 		ex.Decision = "peeked, nothing taken: a check would be denied"
-	case res.Allowed && t.Policy.Shadowed():
+	case res.Allowed && t.policy.Shadowed():
 		ex.Decision = "admitted, cost taken from every enforced limit and from each shadow limit that admits it"
 	case res.Allowed:
 		ex.Decision = "admitted, cost taken from every limit"
@@ -316,6 +318,11 @@ func describeRule(ru *rule) *RuleJSON {
 // limitSpec is l in canonical form.
 func limitSpec(l rl.Limit) LimitSpecJSON {
 	return LimitSpecJSON{Name: l.Name, Strategy: l.Algorithm.String(), Limit: l.Limit, Window: rl.FormatWindow(l.Window), Rate: l.Rate, Shadow: l.Shadow}
+}
+
+// namedLimitSpec is l, a configured limit, in canonical form (limitSpec's).
+func namedLimitSpec(l ruleconfig.NamedLimit) LimitSpecJSON {
+	return LimitSpecJSON{Name: l.Name, Strategy: l.Algorithm.String(), Limit: l.Limit.Limit, Window: core.FormatWindow(l.Window), Rate: l.Rate, Shadow: l.Shadow}
 }
 
 // ratelimitFields is the ratelimit_fields value of closest.

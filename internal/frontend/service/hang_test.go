@@ -113,7 +113,7 @@ func (p *hangProxy) pipe(dst, src net.Conn) {
 // only once all have come): only the store's timeouts can have ended those
 // calls, and a call that stalled would never end.
 func TestPostgresHang(t *testing.T) {
-	dbURL := pgtest.NewDatabase(t)
+	dbURL := pgtest.NewMigrated(t)
 	u, err := url.Parse(dbURL)
 	require.NoError(t, err)
 	hp := newHangProxy(t, u.Host)

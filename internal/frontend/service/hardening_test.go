@@ -10,12 +10,11 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/testkit/fakestore"
 	"github.com/rlcore/rl/memstore"
 	"github.com/rlcore/rl/store"
 )
@@ -373,26 +372,12 @@ func TestProxyBadKeySaysWhy(t *testing.T) {
 	require.NotContains(t, string(r.body), strings.Repeat("u", 50))
 }
 
-// switchStore is a memory store that fails every decision with the error
-// err holds, when it holds one.
-type switchStore struct {
-	*memstore.Store
-	err atomic.Pointer[error]
-}
-
-func (s *switchStore) Decide(ctx context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
-	if err := s.err.Load(); err != nil {
-		return 0, core.Decision{}, *err
-	}
-	return s.Store.Decide(ctx, req, each)
-}
-
 // The proxy and the decision API share one outage detector: timeouts
 // through either count toward the same outage (outage.Detector's rule),
 // and a decision either completes ends the run.
 func TestOutageSharedByProxyAndAPI(t *testing.T) {
 	up := newUpstream(t)
-	st := &switchStore{Store: memstore.New(nil)}
+	st := fakestore.New(t, fakestore.Config{})
 	e := newEnv(t, "upstream: "+up.srv.URL+"\nrules: [{name: r, endpoint: /r, strategy: fixed, limit: 100, window: 1m, fail_open: true}]",
 		func(o *Options) { o.Store = st })
 	timeout := fmt.Errorf("query: %w: %w", store.ErrUnavailable, context.DeadlineExceeded)
@@ -400,14 +385,14 @@ func TestOutageSharedByProxyAndAPI(t *testing.T) {
 	api := func() string { return tryCheck(e.srv.URL, `{"rule":"r","key":"k"}`) }
 
 	require.Equal(t, 200, proxy(), "decided") // a success first: tokens past the zero generation
-	st.err.Store(&timeout)
+	st.Fail(timeout)
 	require.Equal(t, 503, proxy(), "a first timeout is load")
 	require.Equal(t, "503", api(), "a second timeout, through the API")
 	require.Equal(t, 200, proxy(), "the third, through the proxy: an outage, fail_open")
 	require.Equal(t, "200 fail_open", api())
-	st.err.Store(nil)
+	st.Fail(nil)
 	require.Equal(t, "200", api(), "decided: the run ends")
-	st.err.Store(&timeout)
+	st.Fail(timeout)
 	require.Equal(t, 503, proxy(), "a first timeout again")
 	require.Equal(t, "503", api())
 	require.Equal(t, "200 fail_open", api())

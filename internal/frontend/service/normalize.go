@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 
 	"github.com/rlcore/rl"
+	"github.com/rlcore/rl/internal/request/engine"
 	"github.com/rlcore/rl/internal/util/redact"
 )
 
@@ -58,7 +59,7 @@ func (c *Config) Normalized() (NormalizedJSON, error) {
 		n.APITokens = append(n.APITokens, TokenSpecJSON{Name: t.Name, Role: t.Role.String(), SHA256: hex.EncodeToString(t.SHA256[:])})
 	}
 	for i := range c.Rules {
-		p, err := rl.NewPolicy(c.Rules[i].Limits...)
+		p, err := engine.Policy(c.Rules[i].Limits)
 		if err != nil { // not reached: the configuration was validated
 			return NormalizedJSON{}, err
 		}

@@ -23,7 +23,7 @@ import (
 // excess on the hot key is refused fast, and other keys keep being
 // decided by the store.
 func TestOverloadNeverAdmits(t *testing.T) {
-	dbURL := pgtest.NewDatabase(t)
+	dbURL := pgtest.NewMigrated(t)
 	cfg, err := ParseConfig("overload.yaml", "yaml", []byte(`
 upstream: demo
 rules:

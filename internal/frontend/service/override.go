@@ -1,8 +1,6 @@
 package service
 
 import (
-	"net/netip"
-
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/internal/request/pipeline"
 	"github.com/rlcore/rl/internal/request/ruleconfig"
@@ -24,36 +22,10 @@ import (
 // it was, to come back into use if its limit does or to be dropped once
 // at rest.
 
-// OverrideSpec is one of a rule's overrides, validated.
-type OverrideSpec struct {
-	// Kind and Value select the keys: the one key equal to Value, or
-	// every key starting with it.
-	Kind  ruleconfig.OverrideKind
-	Value string
-	// Limits replace the rule's for those keys, decided together.
-	Limits []rl.Limit
-	// Net is a key_prefix's network under key_by: ip, matched by
-	// containment (ruleconfig.OverrideSpec.Net); zero otherwise.
-	Net netip.Prefix
-}
-
-// Label names the override in answers: "key:<key>" or
-// "key_prefix:<prefix>" (ruleconfig.OverrideSpec.Label).
-func (o *OverrideSpec) Label() string { return o.Kind.String() + ":" + o.Value }
-
-// selects is what selects o's keys, as pipeline.Overrides reads it.
-func (o *OverrideSpec) selects() ruleconfig.OverrideSpec {
-	return ruleconfig.OverrideSpec{Kind: o.Kind, Value: o.Value, Net: o.Net}
-}
-
-// overrideSpecs converts validated overrides to the service's.
-func overrideSpecs(os []ruleconfig.OverrideSpec) []OverrideSpec {
-	var out []OverrideSpec
-	for _, o := range os {
-		out = append(out, OverrideSpec{Kind: o.Kind, Value: o.Value, Limits: rlLimits(o.Limits), Net: o.Net})
-	}
-	return out
-}
+// OverrideSpec is one of a rule's overrides, validated: the keys it
+// selects (an exact key or a key prefix, a network under key_by: ip) and
+// the limits that replace the rule's for them.
+type OverrideSpec = ruleconfig.OverrideSpec
 
 // override is an OverrideSpec ready to decide.
 type override struct {
@@ -63,24 +35,14 @@ type override struct {
 	m      *ruleMetrics // the rule's counters, its own limit names
 }
 
-// ruleOverrides are a rule's overrides and their index.
-type ruleOverrides struct {
-	list  []*override
-	index pipeline.Overrides
-	// widest is the policy of the most limits among the rule's and its
-	// overrides': the proxy's middleware sizes the results it lists in
-	// the RateLimit fields by it.
-	widest *rl.Policy
-}
-
-// buildOverrides compiles the rule's overrides.
+// buildOverrides compiles the rule's overrides into its engine rule
+// (engine.Rule.Overrides and OverridePolicies), each with its label and
+// counters.
 func (s *Service) buildOverrides(ru *rule) error {
-	ru.widest = ru.policy
 	specs := ru.spec.Overrides
 	if len(specs) == 0 {
 		return nil
 	}
-	cs := make([]ruleconfig.OverrideSpec, len(specs))
 	for i := range specs {
 		o := &specs[i]
 		// As the rule's own limits: one step, the engine's (a shadow
@@ -89,23 +51,21 @@ func (s *Service) buildOverrides(ru *rule) error {
 		if err != nil {
 			return err
 		}
-		ru.overrides.list = append(ru.overrides.list, &override{spec: o, label: o.Label(), policy: p, m: s.metrics.forRule(ru.spec.Name, p.Limits())})
-		if p.Len() > ru.widest.Len() {
-			ru.widest = p
-		}
-		cs[i] = o.selects()
+		ru.overrides = append(ru.overrides, &override{spec: o, label: o.Label(), policy: p, m: s.metrics.forRule(ru.spec.Name, p.Limits())})
+		ru.eng.OverridePolicies = append(ru.eng.OverridePolicies, p)
 	}
-	ru.overrides.index = pipeline.NewOverrides(cs)
+	ru.eng.Overrides = pipeline.NewOverrides(specs)
 	return nil
 }
 
-// overrideFor returns the override that applies to key, or nil.
+// overrideFor returns the override that applies to key, or nil (the
+// engine's override step, engine.Rule.For).
 func (ru *rule) overrideFor(key string) *override {
-	if ru == nil || len(ru.overrides.list) == 0 {
+	if ru == nil {
 		return nil
 	}
-	if i := ru.overrides.index.Match(key); i >= 0 {
-		return ru.overrides.list[i]
+	if _, i := ru.eng.For(key); i >= 0 {
+		return ru.overrides[i]
 	}
 	return nil
 }
@@ -119,7 +79,7 @@ func (t *target) forKey(key string) {
 }
 
 // use makes t decide under ov, an override of its rule.
-func (t *target) use(ov *override) { t.Policy, t.m, t.override = ov.policy, ov.m, ov }
+func (t *target) use(ov *override) { t.policy, t.m, t.override = ov.policy, ov.m, ov }
 
 // overrideLabel is the label of the override t decides under, "" for none.
 func (t *target) overrideLabel() string {
@@ -148,7 +108,7 @@ func describeOverrides(os []OverrideSpec) []OverrideJSON {
 			j.KeyPrefix = o.Value
 		}
 		for _, l := range o.Limits {
-			j.Limits = append(j.Limits, limitSpec(l))
+			j.Limits = append(j.Limits, namedLimitSpec(l))
 		}
 		out = append(out, j)
 	}
@@ -169,20 +129,16 @@ type ExplainOverrideJSON struct {
 // overrides that match the key too but are not chosen): only why the one
 // that applies does.
 func explainOverride(ru *rule, key string, others bool) *ExplainOverrideJSON {
-	if ru == nil || len(ru.overrides.list) == 0 {
+	if ru == nil || len(ru.overrides) == 0 {
 		return nil
 	}
-	cs := make([]ruleconfig.OverrideSpec, len(ru.overrides.list))
-	for i, o := range ru.overrides.list {
-		cs[i] = o.spec.selects()
-	}
-	i, why := ru.overrides.index.Explain(key, cs)
+	i, why := ru.eng.Overrides.Explain(key, ru.spec.Overrides)
 	if !others && i >= 0 && len(why) > 1 {
 		why = why[:1] // the first is why the chosen one applies (pipeline.Overrides.Explain)
 	}
 	ex := &ExplainOverrideJSON{Why: why}
 	if i >= 0 {
-		ex.Override = ru.overrides.list[i].label
+		ex.Override = ru.overrides[i].label
 	}
 	return ex
 }

@@ -54,7 +54,8 @@ type pgStoreConfig struct {
 	OnFailover        func(to string)
 }
 
-// openPGStore migrates c.URL and returns the store over it, closed when
+// openPGStore migrates c.URL (as the command's -migrate does: nothing to do
+// on a copy of the migrated template, pgtest.NewMigrated) and returns the store over it, closed when
 // the test ends, and its readiness check (nil with failover, which serves
 // while the database is down).
 func openPGStore(t testing.TB, c pgStoreConfig) (store.Store, func(context.Context) error) {
@@ -122,7 +123,7 @@ type pgEnv struct {
 
 func newPGEnv(t *testing.T, yaml string, pc pgStoreConfig) *pgEnv {
 	t.Helper()
-	dbURL := pgtest.NewDatabase(t)
+	dbURL := pgtest.NewMigrated(t)
 	u, err := url.Parse(dbURL)
 	require.NoError(t, err)
 	px, err := tcpproxy.New(u.Host)

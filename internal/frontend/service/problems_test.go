@@ -73,7 +73,7 @@ rules:
 	r := e.do(t, "GET", "/r", "", "X-User", "u", "Accept", "application/json")
 	require.Equal(t, "Rate limit exceeded\n", string(r.body), "text: never")
 
-	e = newEnv(t, "upstream: demo\n"+rules, func(o *Options) { o.Store = downStore{} })
+	e = newEnv(t, "upstream: demo\n"+rules, func(o *Options) { o.Store = down(t) })
 	r = e.do(t, "GET", "/r", "", "X-User", "u", "Accept", "application/json")
 	require.Equal(t, 503, r.code)
 	require.Equal(t, "1", r.h.Get("Retry-After"))

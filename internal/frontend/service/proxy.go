@@ -8,10 +8,8 @@ import (
 	"net/http"
 	"net/url"
 
-	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/internal/request/engine"
 	"github.com/rlcore/rl/internal/request/httpflow"
-	"github.com/rlcore/rl/internal/request/outage"
 	"github.com/rlcore/rl/internal/request/pipeline"
 )
 
@@ -31,7 +29,7 @@ func (s *Service) serveProxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	esc := r.URL.EscapedPath()
-	t, path, err := pipeline.Prepare(request(r, esc))
+	t, path, err := pipeline.Prepare(httpflow.Request(r, esc))
 	if err != nil {
 		reason := "invalid_path"
 		if !pipeline.IsPathError(err) {
@@ -56,29 +54,24 @@ func (s *Service) serveProxy(w http.ResponseWriter, r *http.Request) {
 // ruleProxy is the middleware (package httpflow, httplimit's flow) that
 // decides the requests matched to ru and forwards the ones it serves to
 // rs's upstream. Built once per rule set, it answers by the service's
-// rules: the rule's key and cost (a bad one is 400, saying why), the
-// per-key bound and outage rules of the engine (Service.do, Service.failed:
-// fail_open only on an outage; load is 503 with Retry-After, never
-// admitted), shaping with shape: true, and the rule's metrics.
+// rules: the engine runs the rule (engine.Engine.Run: its key and cost,
+// a bad one 400 saying why, the key's override, the per-key bound, the
+// outage detector and the failure rule: fail_open only on an outage; load
+// is 503 with Retry-After, never admitted), shaping with shape: true, and
+// the rule's metrics (account, OnDecision).
 func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
-	t := ru.target()
 	keyBy := ru.spec.KeyBy
 	mw, err := httpflow.New(httpflow.Config{
-		Limiter: &ruleLimiter{s, t},
-		Key:     ru.key,
-		Cost:    ru.cost,
-		Wait:    ru.spec.Shape,
-		// ruleLimiter's errors are classified by the engine's one outage
-		// detector: the middleware answers by their class, and keeps no
-		// detector of its own (which FailOpen would give it) counting
-		// the same decisions again.
-		Fail: func(_ *http.Request, err error) engine.Outcome {
-			return engine.OutcomeOf(outage.ClassOf(err), t.FailOpen)
+		Engine: s.eng,
+		Rule:   &ru.eng,
+		Wait:   ru.spec.Shape,
+		OnResult: func(_ *http.Request, res engine.Result) {
+			t := ru.target()
+			if res.Override >= 0 {
+				t.use(ru.overrides[res.Override]) // its counters
+			}
+			s.account(&t, &res)
 		},
-		// The rule's policy, which ruleLimiter decides anyway (or a key's
-		// override, there), named so that the middleware knows how many
-		// limits the fields may list: the most of any.
-		Policy:   func(*http.Request) *rl.Policy { return ru.widest },
 		Fields:   ru.fields,
 		Problems: httpflow.Problems(rs.cfg.ProblemDetails),
 		// The upstream's response_cost_header: the actual cost (at
@@ -86,6 +79,7 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 		// kept from the client.
 		ResponseCost: httpflow.ResponseCost{Field: ru.spec.ResponseCostHeader, Min: ru.spec.MinCost},
 		OnSettle: func(r *http.Request, st httpflow.Settlement) {
+			t := ru.target()
 			s.settled(&t, st.Err)
 		},
 		OnDecision: func(r *http.Request, d httpflow.Decision) {
@@ -96,17 +90,17 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 			case engine.InvalidKey:
 				s.metrics.rejected.WithLabelValues(d.Outcome.String()).Inc()
 			case engine.Allowed:
-				t.m.allowed.Inc()
+				ru.m.allowed.Inc()
 			case engine.Denied:
-				m := t.m
+				m := ru.m
 				if ov := ru.overrideFor(d.Key); ov != nil {
 					m = ov.m // d.Result.Index is among the override's limits
 				}
 				m.record(engine.Denied, &d.Result)
 			case engine.FailOpen:
-				t.m.failOpen.Inc()
+				ru.m.failOpen.Inc()
 			case engine.FailClosed, engine.Overloaded, engine.Error:
-				t.m.failClosed.Inc()
+				ru.m.failClosed.Inc()
 			}
 			// OutcomeUnkeyed is not reached: the service never sets
 			// AllowMissingKey (a missing key is 400, missing_key).
@@ -161,43 +155,6 @@ func (s *Service) ruleProxy(rs *ruleSet, ru *rule) (http.Handler, error) {
 // response_cost_header of the rule that matched it, a field the request
 // is forwarded without (pipeline.DropsField).
 type responseCostKey struct{}
-
-// ruleLimiter decides a rule's requests as the decision API does
-// (Service.do, the engine): the key's override, within the per-key bound,
-// recorded in the outage detector. A failure is classified there, counted
-// and logged (Service.failed), and returned classified: the middleware
-// answers by its class (outage.Class), fail_open only on an outage.
-type ruleLimiter struct {
-	s *Service
-	t target
-}
-
-func (l *ruleLimiter) Do(ctx context.Context, req rl.Request) (rl.Result, error) {
-	t := &l.t
-	if ov := t.rule.overrideFor(req.Key); ov != nil {
-		tk := *t
-		tk.use(ov)
-		t = &tk
-	}
-	// The middleware's policy is the widest of the rule's and its
-	// overrides' (it sizes req.Each); the key's own decides.
-	req.Policy = t.Policy
-	g := engine.GateCheck
-	if req.Settle {
-		g = engine.GateSettle
-	}
-	d := l.s.do(ctx, t, req, g)
-	switch {
-	case d.Err == nil:
-		return d.Result, nil
-	case req.Settle, d.Class == outage.Invalid:
-		// A settle is counted and logged by the middleware's OnSettle
-		// (Service.settled); a request error is answered 400.
-		return d.Result, d.Err
-	}
-	l.s.failed(t, &d)
-	return d.Result, d.Err
-}
 
 func (s *Service) forward(upstream http.Handler, w http.ResponseWriter, r *http.Request) {
 	if s.proxyBody > 0 && r.Body != nil {

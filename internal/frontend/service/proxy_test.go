@@ -21,6 +21,7 @@ import (
 
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/testkit/await"
+	"github.com/rlcore/rl/internal/testkit/fakestore"
 	"github.com/rlcore/rl/store"
 )
 
@@ -178,7 +179,7 @@ upstream: `+up.srv.URL+`
 rules:
   - {name: open, endpoint: /open, strategy: fixed, limit: 1, window: 1m, fail_open: true}
   - {name: closed, endpoint: /closed, strategy: fixed, limit: 1, window: 1m}
-`, func(o *Options) { o.Store = downStore{} })
+`, func(o *Options) { o.Store = down(t) })
 	require.Equal(t, 200, e.do(t, "GET", "/open", "").code)
 	r := e.do(t, "GET", "/closed", "")
 	require.Equal(t, 503, r.code)
@@ -256,7 +257,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	wg.Wait()
 	require.Zero(t, bad.Load(), "requests failed during reloads")
 	require.Positive(t, done.Load())
-	require.Equal(t, int64(1_000_019), e.svc.Config().Rules[0].Limits[0].Limit, "the invalid file left the last good rules")
+	require.Equal(t, int64(1_000_019), e.svc.Config().Rules[0].Limits[0].Limit.Limit, "the invalid file left the last good rules")
 	m := string(e.do(t, "GET", "/metrics", "").body)
 	require.Contains(t, m, `rl_config_reloads_total{result="success"} 20`)
 	require.Contains(t, m, `rl_config_reloads_total{result="failure"} 1`)
@@ -280,14 +281,6 @@ func TestAPIKeysAreHashed(t *testing.T) {
 	require.Equal(t, 200, e.do(t, "GET", "/pay", "", "Authorization", "Bearer "+jwt).code)
 	require.Equal(t, 429, e.do(t, "GET", "/pay", "", "Authorization", "Bearer "+jwt).code)
 }
-
-// failStore fails every decision with err.
-type failStore struct{ err error }
-
-func (f failStore) Decide(context.Context, store.Request, []core.Decision) (int, core.Decision, error) {
-	return 0, core.Decision{}, f.err
-}
-func (f failStore) Reset(context.Context, string, string, []string) error { return f.err }
 
 // The proxy answers a failed decision by the one failure rule
 // (outage.Class): fail_open only on an outage (forwarded without our
@@ -318,7 +311,7 @@ func TestProxyAnswersFailures(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			up := newUpstream(t)
 			e := newEnv(t, fmt.Sprintf("upstream: %s\nrules: [{name: r, endpoint: /r, strategy: fixed, limit: 5, window: 1m, fail_open: %t}]", up.srv.URL, c.open),
-				func(o *Options) { o.Store = failStore{c.err} })
+				func(o *Options) { o.Store = failing(t, c.err) })
 			r := e.do(t, "GET", "/r", "")
 			require.Equal(t, c.code, r.code)
 			require.Equal(t, c.body, string(r.body))
@@ -381,36 +374,24 @@ rules:
 	require.Equal(t, 200, e.do(t, "GET", "/k", "", "X-User", "u", "X-Cost", "2").code)
 }
 
-// blockStore holds every decision until released.
-type blockStore struct {
-	arrived chan struct{}
-	release chan struct{}
-}
-
-func (b blockStore) Decide(ctx context.Context, req store.Request, ds []core.Decision) (int, core.Decision, error) {
-	b.arrived <- struct{}{}
-	<-b.release
-	return 0, core.Decision{Allowed: true, Remaining: 1}, nil
-}
-func (b blockStore) Reset(context.Context, string, string, []string) error { return nil }
-
 // Beyond MaxInFlightPerKey the proxy answers 503 at once, never forwarded,
 // while other keys are still decided.
 func TestProxyKeyInFlight(t *testing.T) {
 	up := newUpstream(t)
-	bs := blockStore{arrived: make(chan struct{}, 4), release: make(chan struct{})}
+	bs := fakestore.New(t, fakestore.Config{})
+	held := bs.Hold(fakestore.All) // every decision, until released
 	e := newEnv(t, "upstream: "+up.srv.URL+"\nrules: [{name: r, endpoint: /, key_by: \"header:X-User\", strategy: fixed, limit: 5, window: 1m, fail_open: true}]",
 		func(o *Options) { o.Store = bs; o.MaxInFlightPerKey = 1 })
 	var wg sync.WaitGroup
 	wg.Go(func() { require.Equal(t, 200, e.do(t, "GET", "/x", "", "X-User", "hot").code) })
-	<-bs.arrived
+	<-held.Arrived()
 	r := e.do(t, "GET", "/x", "", "X-User", "hot")
 	require.Equal(t, 503, r.code)
 	require.Equal(t, "1", r.h.Get("Retry-After"))
 	require.Equal(t, "Rate limiter overloaded; retry later\n", string(r.body))
 	wg.Go(func() { require.Equal(t, 200, e.do(t, "GET", "/x", "", "X-User", "cold").code) })
-	<-bs.arrived
-	close(bs.release)
+	<-held.Arrived()
+	held.Release()
 	wg.Wait()
 	require.Equal(t, int64(2), up.hits.Load())
 	m := string(e.do(t, "GET", "/metrics", "").body)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rlcore/rl"
+	"github.com/rlcore/rl/internal/request/engine"
 	"github.com/rlcore/rl/internal/request/httpflow"
 	"github.com/rlcore/rl/internal/request/pipeline"
 	"github.com/rlcore/rl/internal/request/ruleconfig"
@@ -22,18 +23,21 @@ const InlineNamespace = ruleconfig.InlineNamespace
 
 // rule is a RuleSpec ready to decide.
 type rule struct {
-	spec   RuleSpec
+	spec RuleSpec
+	// eng is what the engine decides the rule's requests against: its
+	// limiter, policy and fail policy, how it reads a request's key and
+	// cost, and its overrides' policies (buildOverrides).
+	eng    engine.Rule
 	policy *rl.Policy
 	lim    *rl.Limiter
-	ip     pipeline.IPKey
 	m      *ruleMetrics
 	fields httpflow.Fields // what its RateLimit fields say
 	proxy  http.Handler    // decides and forwards a matched request (ruleProxy)
 	// match selects the rule's proxied requests.
 	match pipeline.Matcher
-	// overrides replace policy for some keys (buildOverrides).
-	overrides ruleOverrides
-	widest    *rl.Policy
+	// overrides are the rule's overrides' labels and counters, by the
+	// index of eng.Overrides (buildOverrides).
+	overrides []*override
 }
 
 // ruleSet is everything a configuration load produces; requests read it
@@ -45,6 +49,8 @@ type ruleSet struct {
 	proxied []*rule // most specific first
 	inline  *rl.Limiter
 	inlineM *ruleMetrics
+	// inlineRules decide inline limits: failing closed, and open.
+	inlineRules [2]engine.Rule
 	// upstream forwards proxied requests; nil without an upstream.
 	// decided forwards the requests a rule decided: it drops the
 	// upstream's own X-RateLimit-* fields, which would contradict ours
@@ -63,13 +69,15 @@ func (s *Service) build(cfg *Config) (*ruleSet, error) {
 		if err != nil {
 			return nil, err
 		}
-		lim, err := newLim(spec.Name, p)
+		lim, err := s.ruleLimiter(spec, p)
 		if err != nil {
 			return nil, fmt.Errorf("rule %q: %w", spec.Name, err)
 		}
 		ip := pipeline.IPKey{TrustedProxies: cfg.TrustedProxies, IPv4Prefix: cfg.IPv4Prefix, IPv6Prefix: cfg.IPv6Prefix}
-		r := &rule{spec: spec, policy: p, lim: lim, ip: ip, m: s.metrics.forRule(spec.Name, p.Limits()),
+		r := &rule{spec: spec, policy: p, lim: lim, m: s.metrics.forRule(spec.Name, p.Limits()),
 			fields: httpflow.Fields{Closest: spec.Closest, QuotaUnit: spec.QuotaUnit}}
+		r.eng = engine.Rule{Name: spec.Name, Limiter: lim, Policy: p, FailOpen: spec.FailOpen,
+			Reading: engine.Reading{KeyBy: spec.KeyBy, IP: ip, Cost: spec.Cost, MinCost: spec.MinCost, CostHeader: spec.CostHeader}}
 		if spec.PartitionKey {
 			r.fields.PartitionKey = httpflow.PartitionKeyFunc(cfg.PartitionKeySecret, spec.Name)
 		}
@@ -90,6 +98,8 @@ func (s *Service) build(cfg *Config) (*ruleSet, error) {
 		return nil, err
 	}
 	rs.inline, rs.inlineM = inline, s.metrics.forRule(InlineNamespace, nil)
+	rs.inlineRules[0] = engine.Rule{Name: InlineNamespace, Limiter: inline}
+	rs.inlineRules[1] = engine.Rule{Name: InlineNamespace, Limiter: inline, FailOpen: true}
 	switch cfg.Upstream {
 	case "":
 	case "demo":
@@ -126,28 +136,6 @@ func (rs *ruleSet) match(t *pipeline.Target) *rule {
 // API key's state (pipeline.APIKeyDigest); send it as "key" to decide or
 // reset the same key through the decision API.
 func APIKeyDigest(apiKey string) string { return pipeline.APIKeyDigest(apiKey) }
-
-// request reads r into the pipeline's form; path is its canonical path.
-func request(r *http.Request, path string) *pipeline.Request {
-	return &pipeline.Request{Method: r.Method, Host: r.Host, Path: path, Query: r.URL.RawQuery,
-		Header: func(n string) []string { return r.Header.Values(n) }, Peer: r.RemoteAddr}
-}
-
-// key is the rule's httpflow.KeyFunc: pipeline.Key over its key source.
-func (ru *rule) key(r *http.Request) (string, error) {
-	path := r.URL.EscapedPath()
-	return pipeline.Key(ru.spec.KeyBy, ru.ip, request(r, path), pipeline.MatchPath(path))
-}
-
-// cost is the rule's httpflow.CostFunc: pipeline.ParseCost over its cost
-// header, with its cost and min_cost. A proxied request is never free:
-// cost 0 exists only as a decision-API peek.
-func (ru *rule) cost(r *http.Request) (int64, error) {
-	if ru.spec.CostHeader == "" {
-		return ru.spec.Cost, nil
-	}
-	return pipeline.ParseCost(r.Header.Values(ru.spec.CostHeader), ru.spec.Cost, ru.spec.MinCost)
-}
 
 // dropLegacyRateLimitFields removes an upstream's X-RateLimit-* fields.
 func dropLegacyRateLimitFields(resp *http.Response) error {

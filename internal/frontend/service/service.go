@@ -96,6 +96,7 @@ type Service struct {
 	maxInFlight int64
 	inFlight    atomic.Int64
 	decider     atomic.Pointer[func() DeciderStats] // MonitorDecider's; nil: not reported
+	global      globalPool                          // the global rules' RLQS clients (global.go)
 }
 
 // throttle logs at most one store failure a second, counting the others
@@ -420,20 +421,24 @@ func (s *Service) serveReady(w http.ResponseWriter, r *http.Request) {
 
 // target is what a decision is made against: a rule, or inline limits.
 type target struct {
-	// Target is what the engine decides: the limiter, the key's policy
-	// (the rule's, or its override's: forKey), the fail policy.
-	engine.Target
+	// er is what the engine decides against (Engine.Run): the rule's
+	// engine rule, or inline limits' (their limiter and fail policy).
+	er *engine.Rule
+	// lim is er's limiter (a reset calls it itself).
+	lim *rl.Limiter
+	// policy is the key's: the rule's, or its override's (forKey), or
+	// inline limits'.
+	policy *rl.Policy
 	m      *ruleMetrics
 	fields httpflow.Fields // the rule's; inline limits have the default
 	rule   *rule           // the rule; nil for inline limits
 	// override, if set, is the rule's override deciding the key (forKey):
-	// Policy and m are its.
+	// policy and m are its.
 	override *override
 }
 
 func (ru *rule) target() target {
-	return target{Target: engine.Target{Name: ru.spec.Name, Limiter: ru.lim, Policy: ru.policy, FailOpen: ru.spec.FailOpen},
-		m: ru.m, fields: ru.fields, rule: ru}
+	return target{er: &ru.eng, lim: ru.lim, policy: ru.policy, m: ru.m, fields: ru.fields, rule: ru}
 }
 
 // errClient marks an error that is the request's fault (4xx).
@@ -451,7 +456,7 @@ func (e *errClient) Unwrap() error { return e.err }
 // Error) with the error classified (outage.Classified), counted and logged
 // (failed).
 func (s *Service) decide(ctx context.Context, t *target, key string, cost int64, peek bool, each []rl.LimitResult) (rl.Result, engine.Outcome, error) {
-	d := s.do(ctx, t, rl.Request{Key: key, Cost: cost, Peek: peek, Each: each}, engine.GateCheck)
+	d := s.run(ctx, t, &engine.Input{Key: key, Cost: cost, Peek: peek, Each: each})
 	switch d.Outcome {
 	case engine.Allowed, engine.Denied:
 		return d.Result, d.Outcome, nil
@@ -460,7 +465,6 @@ func (s *Service) decide(ctx context.Context, t *target, key string, cost int64,
 	case engine.InvalidCost:
 		return d.Result, 0, &errClient{"invalid_cost", d.Err}
 	}
-	s.failed(t, &d)
 	if d.Outcome == engine.FailOpen {
 		return rl.Result{}, d.Outcome, nil
 	}
@@ -473,37 +477,48 @@ func refused(o engine.Outcome) bool {
 	return o == engine.FailClosed || o == engine.Overloaded || o == engine.Error
 }
 
-// do decides req against t in the engine (engine.Engine.Decide: the
-// per-key bound as g says, the store call, the outage detector, the
-// failure rule), counting the would-denies of the shadow limits of a take
-// that went through. Settles take their place in the bound as
-// engine.GateSettle (the proxy's, which follow an admission) and
-// engine.GateSettleBounded (the decision API's) say; a decision API
-// settle refused by its bound is counted in
-// rl_overload_rejected_total{reason="key_in_flight"} and answered 503
+// run decides in, a decision-API request on t's key, in the engine
+// (Engine.Run, under the key's policy t resolved: the per-key bound as
+// in.Gate says, the store call, the outage detector, the failure rule),
+// and accounts for it (account). Settles take their place in the bound as
+// engine.GateSettleBounded says; a settle refused by its bound is counted
+// in rl_overload_rejected_total{reason="key_in_flight"} and answered 503
 // with Retry-After, as a check is.
-func (s *Service) do(ctx context.Context, t *target, req rl.Request, g engine.Gate) engine.Decision {
-	d := s.eng.Decide(ctx, &t.Target, req, g)
-	if d.Outcome == engine.Allowed && !req.Peek && !req.Settle && t.Policy.Shadowed() {
-		t.m.wouldDeny(req.Each) // a peek would deny nothing
-	}
-	return d
+func (s *Service) run(ctx context.Context, t *target, in *engine.Input) engine.Result {
+	in.Policy = t.policy
+	res := s.eng.Run(ctx, t.er, in)
+	s.account(t, &res)
+	return res
 }
 
-// failed counts and logs d, a failed decision on t, by its class
+// account counts what the engine made of a decision on t, wherever it was
+// made (the decision API, the proxy): the would-denies of the shadow
+// limits of a take that went through, and a failure (failed) of a check
+// or peek. A settle's failure is counted by settled.
+func (s *Service) account(t *target, res *engine.Result) {
+	switch {
+	case res.Outcome == engine.Allowed && !res.Peek && !res.Settle && res.Policy != nil && res.Policy.Shadowed():
+		t.m.wouldDeny(res.Each) // a peek would deny nothing
+	case res.Class > outage.Invalid && !res.Settle:
+		s.failed(t, res)
+	}
+}
+
+// failed counts and logs res, a failed decision on t, by its class
 // (outage.Class; at most one log line a second): load, a failure that is
 // not an outage, an internal error, an outage answered by the target's
 // fail policy. A refusal by the per-key bound is counted by the engine
 // (Options.OnOverload) alone.
-func (s *Service) failed(t *target, d *engine.Decision) {
-	err := d.Err
-	switch d.Class {
+func (s *Service) failed(t *target, res *engine.Result) {
+	err := res.Err
+	name := t.er.Name
+	switch res.Class {
 	case outage.Invalid:
 		return
 	case outage.Load:
 		if !errors.Is(err, engine.ErrOverloaded) {
 			t.m.storeErrors.Inc()
-			s.storeErr.log(s.log, "store busy; refusing (load is never admitted)", t.Name, err)
+			s.storeErr.log(s.log, "store busy; refusing (load is never admitted)", name, err)
 		}
 		return
 	case outage.Failed:
@@ -512,20 +527,20 @@ func (s *Service) failed(t *target, d *engine.Decision) {
 		if errors.Is(err, context.DeadlineExceeded) {
 			msg = "store timed out; refusing (fail_open waits for 3 timeouts with no decision completing: a slow store may be a loaded one)"
 		}
-		s.storeErr.log(s.log, msg, t.Name, err)
+		s.storeErr.log(s.log, msg, name, err)
 		return
 	case outage.Internal:
 		t.m.storeErrors.Inc()
-		s.storeErr.log(s.log, "decision failed; refusing (a corrupt state or a bug: never fail_open)", t.Name, err)
+		s.storeErr.log(s.log, "decision failed; refusing (a corrupt state or a bug: never fail_open)", name, err)
 		return
 	}
 	t.m.storeErrors.Inc()
-	if d.Outcome == engine.FailOpen {
-		s.storeErr.log(s.log, "store failed; admitting (fail_open)", t.Name, err)
+	if res.Outcome == engine.FailOpen {
+		s.storeErr.log(s.log, "store failed; admitting (fail_open)", name, err)
 		t.m.failOpenTotal.Inc()
 		return
 	}
-	s.storeErr.log(s.log, "store failed; refusing (fail closed)", t.Name, err)
+	s.storeErr.log(s.log, "store failed; refusing (fail closed)", name, err)
 }
 
 // settled counts a settle on t (the proxy's from a response's
@@ -543,17 +558,17 @@ func (s *Service) settled(t *target, err error) {
 		t.m.settles[pipeline.Settled].Inc()
 	case errors.Is(err, httpflow.ErrResponseCost):
 		t.m.settles[pipeline.SettleInvalid].Inc()
-		s.storeErr.log(s.log, "invalid response cost; nothing settled (the estimate stands)", t.Name, err)
+		s.storeErr.log(s.log, "invalid response cost; nothing settled (the estimate stands)", t.er.Name, err)
 	case errors.Is(err, httpflow.ErrAborted):
 		t.m.settles[pipeline.SettleFailed].Inc()
-		s.storeErr.log(s.log, "proxied response cut off before it reported its cost (the client went away, or the upstream failed); nothing settled (the estimate stands)", t.Name, err)
+		s.storeErr.log(s.log, "proxied response cut off before it reported its cost (the client went away, or the upstream failed); nothing settled (the estimate stands)", t.er.Name, err)
 	case errors.Is(err, engine.ErrOverloaded):
 		t.m.settles[pipeline.SettleFailed].Inc()
-		s.storeErr.log(s.log, "settle refused: too many decisions in flight on the key (the caller may retry)", t.Name, err)
+		s.storeErr.log(s.log, "settle refused: too many decisions in flight on the key (the caller may retry)", t.er.Name, err)
 	default:
 		t.m.settles[pipeline.SettleFailed].Inc()
 		t.m.storeErrors.Inc()
-		s.storeErr.log(s.log, "settle failed; the estimate stands", t.Name, err)
+		s.storeErr.log(s.log, "settle failed; the estimate stands", t.er.Name, err)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/testkit/await"
+	"github.com/rlcore/rl/internal/testkit/fakestore"
 	"github.com/rlcore/rl/store"
 )
 
@@ -344,23 +345,6 @@ rules:
 	require.Equal(t, 403, doURL(t, "GET", api+"rules", "", settler...).code)
 }
 
-// heldStore holds a take in the store while hold is set, until release
-// is closed: a decision in flight on its key.
-type heldStore struct {
-	store.Store
-	hold    atomic.Bool
-	entered chan struct{}
-	release chan struct{}
-}
-
-func (h *heldStore) Decide(ctx context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
-	if req.Op == store.Take && h.hold.CompareAndSwap(true, false) {
-		h.entered <- struct{}{}
-		<-h.release
-	}
-	return h.Store.Decide(ctx, req, each)
-}
-
 // TestSettleNotRefusedByKeyBound: a settle is never refused by the per-key
 // in-flight bound (MaxInFlightPerKey): refused, it would leave the
 // estimate, and load on a key (its own other requests) would turn its debt
@@ -369,14 +353,17 @@ func (h *heldStore) Decide(ctx context.Context, req store.Request, each []core.D
 // of an actual 100 (limit 10) and the decision API's failed (503) and the
 // estimate stood.
 func TestSettleNotRefusedByKeyBound(t *testing.T) {
-	var hs *heldStore
+	// The first take after hold is set waits in the store until released:
+	// a decision in flight on its key.
+	var hold atomic.Bool
+	var hs *fakestore.Hold
 	var e *env
 	taken := make(chan reply, 1)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Step") == "big" {
-			hs.hold.Store(true)
+			hold.Store(true)
 			go func() { taken <- e.do(t, "GET", "/llm", "", "X-User", "mallory") }() // its take waits in the store
-			<-hs.entered
+			<-hs.Arrived()
 			w.Header().Set("X-Cost-Actual", "100")
 		}
 	}))
@@ -386,12 +373,12 @@ upstream: `+up.URL+`
 rules:
   - {name: llm, endpoint: /llm, key_by: "header:X-User", strategy: fixed, limit: 10, window: 1h, response_cost_header: X-Cost-Actual}
 `, func(o *Options) {
-		hs = &heldStore{Store: o.Store, entered: make(chan struct{}), release: make(chan struct{})}
-		o.Store = hs
+		fs := fakestore.New(t, fakestore.Config{Inner: o.Store})
+		hs = fs.HoldOnce(func(r store.Request) bool { return r.Op == store.Take && hold.Load() })
+		o.Store = fs
 		o.MaxInFlightPerKey = 1
 	})
-	var released sync.Once
-	release := func() { released.Do(func() { close(hs.release) }) }
+	release := hs.Release
 	t.Cleanup(release) // before the server's Close, which waits for the held request
 	const settled, failed = `rl_settles_total{result="settled",rule="llm"}`, `rl_settles_total{result="failed",rule="llm"}`
 	r := e.do(t, "GET", "/llm", "", "X-User", "mallory", "X-Step", "big")
@@ -518,24 +505,16 @@ func TestAPISettleUncharged(t *testing.T) {
 	}
 }
 
-// ctxStore is a store that, as pgstore does, fails a call whose context
-// is done.
-type ctxStore struct{ store.Store }
-
-func (s ctxStore) Decide(ctx context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, core.Decision{}, err
-	}
-	return s.Store.Decide(ctx, req, each)
-}
-
 // TestAPISettleOutlivesTheCaller: a settle whose caller hung up once it
 // was sent is still made (the store call is not cancelled with the
 // request), so hanging up never keeps a debt from landing.
 func TestAPISettleOutlivesTheCaller(t *testing.T) {
 	e := newEnv(t, `rules:
   - {name: m, strategy: fixed, limit: 10, window: 1h}
-`, func(o *Options) { o.Store = ctxStore{o.Store} })
+`, func(o *Options) {
+		// It fails a call whose context is done, as pgstore does.
+		o.Store = fakestore.New(t, fakestore.Config{Inner: o.Store, FailDoneContext: true})
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	req := httptest.NewRequestWithContext(ctx, "POST", "/v1/ratelimit/settle", strings.NewReader(`{"rule":"m","key":"k","estimate":1,"actual":9}`))
@@ -544,22 +523,6 @@ func TestAPISettleOutlivesTheCaller(t *testing.T) {
 	require.Equal(t, 200, w.Code, w.Body.String())
 	r := e.post(t, "check", `{"rule":"m","key":"k","cost":3}`)
 	require.Equal(t, 429, r.code, "the debt of 8 landed: 8 of 10 used")
-}
-
-// settleHeldStore holds every settle in the store until release is
-// closed, telling entered of each.
-type settleHeldStore struct {
-	store.Store
-	entered chan struct{}
-	release chan struct{}
-}
-
-func (h *settleHeldStore) Decide(ctx context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
-	if req.Op == store.Settle {
-		h.entered <- struct{}{}
-		<-h.release
-	}
-	return h.Store.Decide(ctx, req, each)
 }
 
 // TestAPISettleKeyInFlight: the decision API's settles have a per-key
@@ -572,17 +535,17 @@ func (h *settleHeldStore) Decide(ctx context.Context, req store.Request, each []
 // no admission, so nothing else bounded them.
 func TestAPISettleKeyInFlight(t *testing.T) {
 	const bound, flood = 2, 48
-	var hs *settleHeldStore
+	var hs *fakestore.Hold // every settle, until released
 	e := newEnv(t, `
 rules:
   - {name: llm, endpoint: /llm, key_by: "header:X-User", strategy: fixed, limit: 1000, window: 1h}
 `, func(o *Options) {
-		hs = &settleHeldStore{Store: o.Store, entered: make(chan struct{}, flood), release: make(chan struct{})}
-		o.Store = hs
+		fs := fakestore.New(t, fakestore.Config{Inner: o.Store})
+		hs = fs.Hold(fakestore.Ops(store.Settle))
+		o.Store = fs
 		o.MaxInFlightPerKey = bound
 	})
-	var released sync.Once
-	release := func() { released.Do(func() { close(hs.release) }) }
+	release := hs.Release
 	t.Cleanup(release) // before the server's Close, which waits for the held settles
 	const settle = `{"rule":"llm","key":"hot","estimate":1,"actual":2}`
 	replies := make(chan reply, flood)
@@ -591,13 +554,13 @@ rules:
 		wg.Go(func() { replies <- e.post(t, "settle", settle) })
 	}
 	for range bound {
-		<-hs.entered // the bound's settles hold their places in the store
+		<-hs.Arrived() // the bound's settles hold their places in the store
 	}
 	for range flood - bound { // the rest are answered at once
 		var r reply
 		select {
 		case r = <-replies:
-		case <-hs.entered:
+		case <-hs.Arrived():
 			t.Fatal("a settle past the bound reached the store")
 		case <-time.After(30 * time.Second):
 			t.Fatal("the settles past the bound were not answered")
@@ -607,7 +570,7 @@ rules:
 		require.Equal(t, "overloaded", r.errorJSON(t).Code)
 	}
 	select {
-	case <-hs.entered:
+	case <-hs.Arrived():
 		t.Fatal("a settle past the bound reached the store")
 	default:
 	}
@@ -616,7 +579,7 @@ rules:
 	require.Equal(t, 503, e.post(t, "check", `{"rule":"llm","key":"hot"}`).code)
 	cold := make(chan reply, 1)
 	go func() { cold <- e.post(t, "settle", `{"rule":"llm","key":"cold","estimate":1,"actual":2}`) }()
-	<-hs.entered
+	<-hs.Arrived()
 	release()
 	require.Equal(t, 200, (<-cold).code)
 	wg.Wait()

@@ -13,7 +13,6 @@ import (
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/testkit/pgtest"
 	"github.com/rlcore/rl/pgstore"
-	"github.com/rlcore/rl/sql/migrations"
 )
 
 // Issue 10: a Go app and the service on one database share counts: unnamed
@@ -23,8 +22,7 @@ import (
 // the quota.
 func TestGoAppAndServiceShareCounts(t *testing.T) {
 	ctx := context.Background()
-	dbURL := pgtest.NewDatabase(t)
-	require.NoError(t, migrations.Up(ctx, dbURL))
+	dbURL := pgtest.NewMigrated(t)
 	pool, err := pgxpool.New(ctx, dbURL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)

@@ -4,17 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/request/outage"
+	"github.com/rlcore/rl/internal/request/ruleconfig"
 	"github.com/rlcore/rl/store"
 )
 
 // Options configures an Engine. Zero fields take the documented defaults.
 type Options struct {
-	// Store keeps the state and decides; required.
+	// Store keeps the state and decides: the store of the limiters that
+	// Limiter returns. Nil: an Engine that decides only through the
+	// limiters its rules bring (httplimit's), whose Limiter fails.
 	Store store.Store
 	// Clock is the decision clock. Default rl.CoarseClock.
 	Clock rl.Clock
@@ -52,9 +54,6 @@ type Engine struct {
 
 // New returns an Engine over opts.Store.
 func New(opts Options) (*Engine, error) {
-	if opts.Store == nil {
-		return nil, errors.New("engine: Options.Store is nil")
-	}
 	e := &Engine{store: opts.Store, clock: opts.Clock, maxKey: opts.MaxKeyLength, noShadow: opts.ShadowUnsupported,
 		onOverload: opts.OnOverload}
 	if e.clock == nil {
@@ -88,14 +87,29 @@ func (e *Engine) ShadowUnsupported() error { return e.noShadow }
 // Limiter returns a limiter over the Engine's store and clock whose keys
 // are "<base>:<key>", deciding p unless a request names its own policy.
 func (e *Engine) Limiter(base string, p *rl.Policy) (*rl.Limiter, error) {
+	if e.store == nil {
+		return nil, errors.New("engine: no store (Options.Store) to decide " + base + "'s limits")
+	}
 	return rl.New(rl.Config{Store: e.store, Policy: p, BaseKey: base, Clock: e.clock, MaxKeyLength: e.maxKey})
 }
 
-// Compile turns validated limits into the policy that decides them, in
-// one step: rl.NewPolicy, and the store's ability to decide a shadow limit
-// (Options.ShadowUnsupported). what names the limits in an error.
-func (e *Engine) Compile(what string, limits []rl.Limit) (*rl.Policy, error) {
-	p, err := rl.NewPolicy(limits...)
+// Policy turns limits that ruleconfig validated (CheckLimits, Check) into
+// the policy that decides them, in one step: ruleconfig.Compile and
+// rl.PolicyOf, nothing checked again. It is the one step every front end's
+// configured limits take (rl-wasm-host's rules, overrides and inline
+// limits, the gRPC service's descriptors).
+func Policy(limits []ruleconfig.NamedLimit) (*rl.Policy, error) {
+	sp, err := ruleconfig.Compile(limits)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", rl.ErrPolicy, err)
+	}
+	return rl.PolicyOf(sp)
+}
+
+// Compile is Policy, refusing a shadow limit when the store cannot decide
+// one (Options.ShadowUnsupported). what names the limits in an error.
+func (e *Engine) Compile(what string, limits []ruleconfig.NamedLimit) (*rl.Policy, error) {
+	p, err := Policy(limits)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
@@ -103,21 +117,6 @@ func (e *Engine) Compile(what string, limits []rl.Limit) (*rl.Policy, error) {
 		return nil, fmt.Errorf("%s has a shadow limit, which this store cannot decide: %w", what, e.noShadow)
 	}
 	return p, nil
-}
-
-// Target is what a decision is made against: a limiter (a rule's, a
-// domain's, inline limits') and the policy of the key.
-type Target struct {
-	// Name is the limiter's base key: the per-key gate's namespace.
-	Name string
-	// Limiter decides.
-	Limiter *rl.Limiter
-	// Policy is the key's policy (a rule's, or an override's); nil: the
-	// limiter's.
-	Policy *rl.Policy
-	// FailOpen admits requests when the store is down (an outage, never
-	// load).
-	FailOpen bool
 }
 
 // Gate is how a decision takes its place in the per-key bound
@@ -144,120 +143,83 @@ const (
 	GateSettleBounded
 )
 
-// Decision is what Decide made of one request.
-type Decision struct {
-	// Outcome: Allowed or Denied when decided; else InvalidKey,
-	// InvalidCost, FailOpen, FailClosed, Overloaded or Error.
-	Outcome Outcome
-	// Result is the limiter's, for Allowed and Denied.
-	Result rl.Result
-	// Class is the failure's (outage.Class); 0 when decided.
-	Class outage.Class
-	// Err is nil when decided; the limiter's error for InvalidKey and
-	// InvalidCost; otherwise that error classified (outage.Classified),
-	// for FailOpen too.
-	Err error
-}
-
 // ErrOverloaded is a decision refused because too many are in flight on
 // its key (the per-key bound): load.
 var ErrOverloaded = fmt.Errorf("too many decisions in flight on the key: %w", outage.ErrOverloaded)
 
-// Decide decides req against t: takes the key's place in the per-key bound
-// as g says, calls the store, records the decision in the outage detector
-// and, when it fails, classifies the failure by the one failure rule
-// (Classify) into the Decision's Outcome. req.Policy defaults to t.Policy.
-func (e *Engine) Decide(ctx context.Context, t *Target, req rl.Request, g Gate) Decision {
-	if req.Policy == nil {
-		req.Policy = t.Policy
-	}
+// decide is the per-key gate, decide and classify steps of Run: it takes
+// the key's place in the per-key bound as g says, calls r's limiter,
+// records the decision in the outage detector and, when it fails,
+// classifies the failure by the one failure rule (classify) into res's
+// Outcome (fail, when set, answering a failure that is not the request's
+// in its place).
+func (e *Engine) decide(ctx context.Context, r *Rule, req rl.Request, g Gate, fail func(error) (Outcome, error), res *Result) {
 	if e.gate != nil {
 		switch g {
 		case GateCheck:
-			slot, ok := e.gate.enter(t.Name, req.Key)
+			slot, ok := e.gate.enter(r.Name, req.Key)
 			if !ok {
 				e.onOverload("key_in_flight")
-				return Decision{Outcome: Overloaded, Class: outage.Load, Err: outage.Classified(outage.Load, ErrOverloaded)}
+				res.Outcome, res.Class, res.Err = Overloaded, outage.Load, outage.Classified(outage.Load, ErrOverloaded)
+				return
 			}
 			defer slot.Add(-1)
 		case GateSettle:
-			defer e.gate.settle(t.Name, req.Key).Add(-1)
+			defer e.gate.settle(r.Name, req.Key).Add(-1)
 		case GateSettleBounded:
-			slot, ok := e.gate.enterSettle(t.Name, req.Key)
+			slot, ok := e.gate.enterSettle(r.Name, req.Key)
 			if !ok {
 				e.onOverload("key_in_flight")
-				return Decision{Outcome: Overloaded, Class: outage.Load, Err: outage.Classified(outage.Load, ErrOverloaded)}
+				res.Outcome, res.Class, res.Err = Overloaded, outage.Load, outage.Classified(outage.Load, ErrOverloaded)
+				return
 			}
 			defer slot.leaveSettle()
 		}
 	}
 	begun := e.outage.Begin()
-	res, err := t.Limiter.Do(ctx, req)
+	lr, err := r.Limiter.Do(ctx, req)
 	if err == nil {
 		e.outage.Success()
-		if res.Allowed {
-			return Decision{Outcome: Allowed, Result: res}
+		res.Result, res.Outcome = lr, Denied
+		if lr.Allowed {
+			res.Outcome = Allowed
 		}
-		return Decision{Outcome: Denied, Result: res}
+		return
 	}
-	return e.fail(begun, err, t.FailOpen)
+	e.fail(begun, err, r.FailOpen, fail, res)
 }
 
-// fail is the Decision of a failed decision begun at begun.
-func (e *Engine) fail(begun outage.Token, err error, failOpen bool) Decision {
-	class := e.Classify(begun, err)
-	if class == outage.Invalid {
-		if errors.Is(err, core.ErrCost) {
-			return Decision{Outcome: InvalidCost, Class: class, Err: err}
-		}
-		return Decision{Outcome: InvalidKey, Class: class, Err: err}
+// fail classifies err, the error of a decision begun at begun, into res.
+func (e *Engine) fail(begun outage.Token, err error, failOpen bool, hook func(error) (Outcome, error), res *Result) {
+	class := e.classify(begun, err)
+	res.Class = class
+	switch {
+	case class == outage.Invalid && errors.Is(err, core.ErrCost):
+		res.Outcome, res.Err = InvalidCost, err
+		return
+	case class == outage.Invalid:
+		res.Outcome, res.Err = InvalidKey, err
+		return
 	}
-	return Decision{Outcome: OutcomeOf(class, failOpen), Class: class, Err: outage.Classified(class, err)}
+	res.Outcome, res.Err = OutcomeOf(class, failOpen), outage.Classified(class, err)
+	if hook == nil {
+		return
+	}
+	o, herr := hook(err)
+	if !o.Failure() {
+		o = FailClosed // a hook's bug: never admitted
+	}
+	res.Outcome, res.Err = o, herr
 }
 
-// Classify tells what err, the error of a decision begun at begun (an
-// outage.Token of Begin), means by the one failure rule (outage.Class), in
-// the Engine's one outage detector: only a store that is down is an
-// Outage. Load from the store (store.ErrBusy) is reported to
-// Options.OnOverload.
-func (e *Engine) Classify(begun outage.Token, err error) outage.Class {
+// classify tells what err, the error of a decision begun at begun, means
+// by the one failure rule (outage.Class), in the Engine's one outage
+// detector: only a store that is down is an Outage. Load from the store
+// (store.ErrBusy) is reported to Options.OnOverload.
+func (e *Engine) classify(begun outage.Token, err error) outage.Class {
 	c := e.outage.Classify(begun, err)
 	if c == outage.Load && errors.Is(err, store.ErrBusy) {
 		e.onOverload("store_busy")
 	}
 	return c
-}
-
-// Begin returns the outage token of a decision about to be made outside
-// Decide, for Classify; Success records one the store completed.
-func (e *Engine) Begin() outage.Token { return e.outage.Begin() }
-
-// Success records a decision the store completed: no timeout of a
-// decision begun before it counts toward an outage.
-func (e *Engine) Success() { e.outage.Success() }
-
-// Slot is a place in the per-key bound, taken by Enter; Leave gives it
-// back.
-type Slot struct{ c *atomic.Int32 }
-
-// Leave gives the place back; a zero Slot (no bound) does nothing.
-func (s Slot) Leave() {
-	if s.c != nil {
-		s.c.Add(-1)
-	}
-}
-
-// Enter takes a place among the decisions in flight on key of namespace
-// ns, for a front end that calls the store itself (a reset). It reports
-// false at the bound (reported to Options.OnOverload: answer as load).
-func (e *Engine) Enter(ns, key string) (Slot, bool) {
-	if e.gate == nil {
-		return Slot{}, true
-	}
-	c, ok := e.gate.enter(ns, key)
-	if !ok {
-		e.onOverload("key_in_flight")
-		return Slot{}, false
-	}
-	return Slot{c}, true
 }

@@ -11,31 +11,12 @@ import (
 	"github.com/rlcore/rl"
 	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/request/outage"
+	"github.com/rlcore/rl/internal/request/pipeline"
+	"github.com/rlcore/rl/internal/request/ruleconfig"
+	"github.com/rlcore/rl/internal/testkit/fakestore"
 	"github.com/rlcore/rl/memstore"
 	"github.com/rlcore/rl/store"
 )
-
-// failing is a store whose every decision fails with err.
-type failing struct{ err error }
-
-func (f failing) Decide(context.Context, store.Request, []core.Decision) (int, core.Decision, error) {
-	return 0, core.Decision{}, f.err
-}
-func (f failing) Reset(context.Context, string, string, []string) error { return f.err }
-
-// held is a store whose decisions wait until release is closed, telling
-// arrived of each.
-type held struct {
-	store.Store
-	arrived chan struct{}
-	release chan struct{}
-}
-
-func (h held) Decide(ctx context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
-	h.arrived <- struct{}{}
-	<-h.release
-	return h.Store.Decide(ctx, req, each)
-}
 
 func newEngine(t *testing.T, s store.Store, opts Options) *Engine {
 	t.Helper()
@@ -48,9 +29,9 @@ func newEngine(t *testing.T, s store.Store, opts Options) *Engine {
 	return e
 }
 
-func target(t *testing.T, e *Engine, failOpen bool) *Target {
+func target(t *testing.T, e *Engine, failOpen bool) *Rule {
 	t.Helper()
-	p, err := e.Compile("rule \"r\"", []rl.Limit{{Name: "l", Algorithm: core.FixedWindow, Limit: 2, Window: time.Second}})
+	p, err := e.Compile("rule \"r\"", []ruleconfig.NamedLimit{{Name: "l", Limit: core.Limit{Algorithm: core.FixedWindow, Limit: 2, Window: 1_000_000}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,14 +39,14 @@ func target(t *testing.T, e *Engine, failOpen bool) *Target {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Target{Name: "r", Limiter: lim, Policy: p, FailOpen: failOpen}
+	return &Rule{Name: "r", Limiter: lim, Policy: p, FailOpen: failOpen}
 }
 
 // Decide's outcome for every class of result: the one vocabulary.
 func TestDecideOutcomes(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		store    store.Store
+		fail     error // the store's error; nil: it decides
 		failOpen bool
 		steps    int // decisions before the one checked
 		key      string
@@ -73,23 +54,25 @@ func TestDecideOutcomes(t *testing.T) {
 		want     Outcome
 		class    outage.Class
 	}{
-		{name: "allowed", store: memstore.New(nil), key: "k", cost: 1, want: Allowed},
-		{name: "denied after the limit", store: memstore.New(nil), steps: 2, key: "k", cost: 1, want: Denied},
-		{name: "invalid key", store: memstore.New(nil), key: "a b", cost: 1, want: InvalidKey, class: outage.Invalid},
-		{name: "invalid cost", store: memstore.New(nil), key: "k", cost: core.MaxCost + 1, want: InvalidCost, class: outage.Invalid},
-		{name: "outage fails open", store: failing{store.ErrUnavailable}, failOpen: true, key: "k", cost: 1, want: FailOpen, class: outage.Outage},
-		{name: "outage fails closed", store: failing{store.ErrUnavailable}, key: "k", cost: 1, want: FailClosed, class: outage.Outage},
-		{name: "busy store is load, never open", store: failing{store.ErrBusy}, failOpen: true, key: "k", cost: 1, want: Overloaded, class: outage.Load},
-		{name: "one timeout is no outage", store: failing{fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded)}, failOpen: true, key: "k", cost: 1, want: FailClosed, class: outage.Failed},
-		{name: "corrupt state is internal", store: failing{core.ErrState}, failOpen: true, key: "k", cost: 1, want: Error, class: outage.Internal},
+		{name: "allowed", key: "k", cost: 1, want: Allowed},
+		{name: "denied after the limit", steps: 2, key: "k", cost: 1, want: Denied},
+		{name: "invalid key", key: "a b", cost: 1, want: InvalidKey, class: outage.Invalid},
+		{name: "invalid cost", key: "k", cost: core.MaxCost + 1, want: InvalidCost, class: outage.Invalid},
+		{name: "outage fails open", fail: store.ErrUnavailable, failOpen: true, key: "k", cost: 1, want: FailOpen, class: outage.Outage},
+		{name: "outage fails closed", fail: store.ErrUnavailable, key: "k", cost: 1, want: FailClosed, class: outage.Outage},
+		{name: "busy store is load, never open", fail: store.ErrBusy, failOpen: true, key: "k", cost: 1, want: Overloaded, class: outage.Load},
+		{name: "one timeout is no outage", fail: fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded), failOpen: true, key: "k", cost: 1, want: FailClosed, class: outage.Failed},
+		{name: "corrupt state is internal", fail: core.ErrState, failOpen: true, key: "k", cost: 1, want: Error, class: outage.Internal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEngine(t, tc.store, Options{})
+			s := fakestore.New(t, fakestore.Config{})
+			s.Fail(tc.fail)
+			e := newEngine(t, s, Options{})
 			tg := target(t, e, tc.failOpen)
 			for range tc.steps {
-				e.Decide(context.Background(), tg, rl.Request{Key: tc.key, Cost: tc.cost}, GateCheck)
+				e.Run(context.Background(), tg, &Input{Key: tc.key, Cost: tc.cost})
 			}
-			d := e.Decide(context.Background(), tg, rl.Request{Key: tc.key, Cost: tc.cost}, GateCheck)
+			d := e.Run(context.Background(), tg, &Input{Key: tc.key, Cost: tc.cost})
 			if d.Outcome != tc.want || d.Class != tc.class {
 				t.Fatalf("outcome %v class %v (err %v), want %v %v", d.Outcome, d.Class, d.Err, tc.want, tc.class)
 			}
@@ -107,11 +90,13 @@ func TestDecideOutcomes(t *testing.T) {
 // completing since, are an outage: counted once per decision, in the
 // Engine's one detector.
 func TestDecideTimeoutsMakeAnOutage(t *testing.T) {
-	e := newEngine(t, failing{fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded)}, Options{})
+	s := fakestore.New(t, fakestore.Config{})
+	s.Fail(fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded))
+	e := newEngine(t, s, Options{})
 	tg := target(t, e, true)
 	var got []Outcome
 	for range outage.Timeouts {
-		got = append(got, e.Decide(context.Background(), tg, rl.Request{Key: "k", Cost: 1}, GateCheck).Outcome)
+		got = append(got, e.Run(context.Background(), tg, &Input{Key: "k", Cost: 1}).Outcome)
 	}
 	want := []Outcome{FailClosed, FailClosed, FailOpen}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -123,45 +108,46 @@ func TestDecideTimeoutsMakeAnOutage(t *testing.T) {
 // proxy's settle, and a decision API settle only beyond the bound's number
 // of settles.
 func TestDecideGate(t *testing.T) {
-	h := held{Store: memstore.New(nil), arrived: make(chan struct{}), release: make(chan struct{})}
+	s := fakestore.New(t, fakestore.Config{})
+	h := s.Hold(fakestore.All)
 	var reasons []string
 	var mu sync.Mutex
-	e := newEngine(t, h, Options{MaxInFlightPerKey: 1, OnOverload: func(r string) { mu.Lock(); reasons = append(reasons, r); mu.Unlock() }})
+	e := newEngine(t, s, Options{MaxInFlightPerKey: 1, OnOverload: func(r string) { mu.Lock(); reasons = append(reasons, r); mu.Unlock() }})
 	tg := target(t, e, true)
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); e.Decide(ctx, tg, rl.Request{Key: "hot", Cost: 1}, GateCheck) }()
-	<-h.arrived
-	if d := e.Decide(ctx, tg, rl.Request{Key: "hot", Cost: 1}, GateCheck); d.Outcome != Overloaded || !errors.Is(d.Err, ErrOverloaded) {
+	go func() { defer wg.Done(); e.Run(ctx, tg, &Input{Key: "hot", Cost: 1}) }()
+	<-h.Arrived()
+	if d := e.Run(ctx, tg, &Input{Key: "hot", Cost: 1}); d.Outcome != Overloaded || !errors.Is(d.Err, ErrOverloaded) {
 		t.Fatalf("a second check on the hot key: %v %v, want overloaded", d.Outcome, d.Err)
 	}
 	// A settle goes through all the same, over the bound.
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if d := e.Decide(ctx, tg, rl.Request{Key: "hot", Cost: 1, Settle: true}, GateSettle); d.Outcome != Allowed {
+		if d := e.Run(ctx, tg, &Input{Key: "hot", Cost: 1, Settle: true, Gate: GateSettle}); d.Outcome != Allowed {
 			t.Errorf("settle: %v %v", d.Outcome, d.Err)
 		}
 	}()
-	<-h.arrived
+	<-h.Arrived()
 	// A bounded settle too: no other settle of the decision API is in flight.
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if d := e.Decide(ctx, tg, rl.Request{Key: "hot", Cost: 1, Settle: true}, GateSettleBounded); d.Outcome != Allowed {
+		if d := e.Run(ctx, tg, &Input{Key: "hot", Cost: 1, Settle: true, Gate: GateSettleBounded}); d.Outcome != Allowed {
 			t.Errorf("bounded settle: %v %v", d.Outcome, d.Err)
 		}
 	}()
-	<-h.arrived
-	if d := e.Decide(ctx, tg, rl.Request{Key: "hot", Cost: 1, Settle: true}, GateSettleBounded); d.Outcome != Overloaded {
+	<-h.Arrived()
+	if d := e.Run(ctx, tg, &Input{Key: "hot", Cost: 1, Settle: true, Gate: GateSettleBounded}); d.Outcome != Overloaded {
 		t.Fatalf("a second bounded settle: %v, want overloaded", d.Outcome)
 	}
 	// Another key is not held back.
 	wg.Add(1)
-	go func() { defer wg.Done(); e.Decide(ctx, tg, rl.Request{Key: "cold", Cost: 1}, GateCheck) }()
-	<-h.arrived
-	close(h.release)
+	go func() { defer wg.Done(); e.Run(ctx, tg, &Input{Key: "cold", Cost: 1}) }()
+	<-h.Arrived()
+	h.Release()
 	wg.Wait()
 	if fmt.Sprint(reasons) != "[key_in_flight key_in_flight]" {
 		t.Fatalf("overload reasons %v", reasons)
@@ -204,12 +190,12 @@ func TestKeyGate(t *testing.T) {
 func TestCompileShadow(t *testing.T) {
 	why := errors.New("no shadow here")
 	e := newEngine(t, memstore.New(nil), Options{ShadowUnsupported: why})
-	_, err := e.Compile(`rule "r"`, []rl.Limit{{Name: "l", Algorithm: core.FixedWindow, Limit: 1, Window: time.Second, Shadow: true},
-		{Name: "m", Algorithm: core.FixedWindow, Limit: 1, Window: time.Second}})
+	_, err := e.Compile(`rule "r"`, []ruleconfig.NamedLimit{{Name: "l", Limit: core.Limit{Algorithm: core.FixedWindow, Limit: 1, Window: 1_000_000}, Shadow: true},
+		{Name: "m", Limit: core.Limit{Algorithm: core.FixedWindow, Limit: 1, Window: 1_000_000}}})
 	if !errors.Is(err, why) {
 		t.Fatalf("err %v, want wrapping %v", err, why)
 	}
-	if _, err := e.Compile(`rule "r"`, []rl.Limit{{Name: "l", Algorithm: core.FixedWindow, Limit: 0, Window: time.Second}}); err == nil {
+	if _, err := e.Compile(`rule "r"`, []ruleconfig.NamedLimit{{Name: "l", Limit: core.Limit{Algorithm: core.FixedWindow, Limit: 0, Window: 1_000_000}}}); err == nil {
 		t.Fatal("limit 0 compiled")
 	}
 }
@@ -245,4 +231,106 @@ func TestOutcomes(t *testing.T) {
 			t.Errorf("OutcomeOf(%v, %v) = %v, want %v", tc.c, tc.failOpen, got, tc.want)
 		}
 	}
+}
+
+// Run's steps before the decision: the key and the cost read by the
+// rule's Reading (or as given), a request without a key or with a bad
+// cost refused before the store, the override step choosing the key's
+// policy, a front end's failure hook.
+func TestRunSteps(t *testing.T) {
+	e := newEngine(t, memstore.New(nil), Options{})
+	lim := func(n int64) []ruleconfig.NamedLimit {
+		return []ruleconfig.NamedLimit{{Name: "default", Limit: core.Limit{Algorithm: core.FixedWindow, Limit: n, Window: 1_000_000}}}
+	}
+	base, err := e.Compile("rule", lim(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vip, err := e.Compile("override", lim(50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := e.Limiter("r", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Rule{Name: "r", Limiter: l, Policy: base,
+		Reading:   Reading{KeyBy: ruleconfig.KeyBy{Kind: ruleconfig.KeyHeader, Name: "x-user"}, Cost: 1, MinCost: 1, CostHeader: "x-cost"},
+		Overrides: pipeline.NewOverrides([]ruleconfig.OverrideSpec{{Kind: ruleconfig.OverrideKey, Value: "vip"}}), OverridePolicies: []*rl.Policy{vip}}
+	header := func(kv ...string) *pipeline.Request {
+		return &pipeline.Request{Method: "GET", Path: "/", Header: func(n string) []string {
+			for i := 0; i < len(kv); i += 2 {
+				if kv[i] == n {
+					return []string{kv[i+1]}
+				}
+			}
+			return nil
+		}}
+	}
+	down := fakestore.New(t, fakestore.Config{})
+	down.Fail(store.ErrUnavailable)
+	failing := &Rule{Name: "f", Limiter: rlLimiter(t, down, base)}
+	for _, tc := range []struct {
+		name     string
+		rule     *Rule
+		in       Input
+		want     Outcome
+		key      string
+		cost     int64
+		limit    int64 // of the deciding limit
+		override int
+	}{
+		{name: "read key and cost", rule: r, in: Input{Request: header("x-user", "ann", "x-cost", "3")}, want: Allowed, key: "ann", cost: 3, limit: 5, override: -1},
+		{name: "override by key", rule: r, in: Input{Request: header("x-user", "vip")}, want: Allowed, key: "vip", cost: 1, limit: 50, override: 0},
+		{name: "no key", rule: r, in: Input{Request: header()}, want: MissingKey, override: -1},
+		{name: "bad cost header", rule: r, in: Input{Request: header("x-user", "ann", "x-cost", "0")}, want: InvalidCost, key: "ann", override: -1},
+		{name: "given key, given policy", rule: r, in: Input{Key: "vip", Cost: 2, Policy: base}, want: Allowed, key: "vip", cost: 2, limit: 5, override: -1},
+		{name: "given key error", rule: r, in: Input{KeyErr: errors.New("none")}, want: MissingKey, override: -1},
+		{name: "unkeyed", rule: &Rule{Name: "u", Limiter: l, AllowMissingKey: true}, in: Input{KeyErr: errors.New("none")}, want: Unkeyed, override: -1},
+		{name: "fail hook", rule: failing, in: Input{Key: "k", Cost: 1, Fail: func(err error) (Outcome, error) { return FailOpen, err }}, want: FailOpen, key: "k", cost: 1, override: -1},
+		{name: "fail hook answering no failure", rule: failing, in: Input{Key: "k", Cost: 1, Fail: func(err error) (Outcome, error) { return Allowed, err }}, want: FailClosed, key: "k", cost: 1, override: -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.in.Results = true
+			res := e.Run(context.Background(), tc.rule, &tc.in)
+			if res.Outcome != tc.want || res.Key != tc.key || res.Cost != tc.cost || res.Override != tc.override {
+				t.Fatalf("outcome %v key %q cost %d override %d (err %v), want %v %q %d %d", res.Outcome, res.Key, res.Cost, res.Override, res.Err,
+					tc.want, tc.key, tc.cost, tc.override)
+			}
+			if tc.limit != 0 && (res.Result.Limit != tc.limit || len(res.Each) != 1 || res.Verdict().Limits[0].Limit != tc.limit) {
+				t.Fatalf("decided limit %d (each %v), want %d", res.Result.Limit, res.Each, tc.limit)
+			}
+			if (res.Outcome == Allowed) != (res.Err == nil) {
+				t.Fatalf("outcome %v with error %v", res.Outcome, res.Err)
+			}
+		})
+	}
+}
+
+// A policy compiled from checked limits is the one rl.NewPolicy makes of
+// the same limits.
+func TestPolicyOfCheckedLimits(t *testing.T) {
+	ls := []ruleconfig.NamedLimit{{Name: "burst", Limit: core.Limit{Algorithm: core.TokenBucket, Limit: 10, Window: 1_000_000, Rate: 5}},
+		{Name: "trial", Limit: core.Limit{Algorithm: core.FixedWindow, Limit: 100, Window: 60_000_000}, Shadow: true}}
+	p, err := Policy(ls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := rl.MustPolicy(rl.Limit{Name: "burst", Algorithm: core.TokenBucket, Limit: 10, Window: time.Second, Rate: 5},
+		rl.Limit{Name: "trial", Algorithm: core.FixedWindow, Limit: 100, Window: time.Minute, Shadow: true})
+	if fmt.Sprint(p.Limits()) != fmt.Sprint(want.Limits()) || !p.Shadowed() {
+		t.Fatalf("limits %v, want %v", p.Limits(), want.Limits())
+	}
+	if _, err := Policy(nil); !errors.Is(err, rl.ErrPolicy) {
+		t.Fatalf("no limits: %v", err)
+	}
+}
+
+func rlLimiter(t *testing.T, s store.Store, p *rl.Policy) *rl.Limiter {
+	t.Helper()
+	l, err := rl.New(rl.Config{Store: s, Policy: p, BaseKey: "f", Clock: func() int64 { return 1_000_000 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }

@@ -21,9 +21,7 @@ import (
 // Limiter decides requests. *rl.Limiter is one; wrap one to add to every
 // decision (a concurrency bound, tracing) or to choose a limiter per
 // request.
-type Limiter interface {
-	Do(ctx context.Context, req rl.Request) (rl.Result, error)
-}
+type Limiter = engine.Limiter
 
 // Config configures a middleware.
 type Config struct {
@@ -117,6 +115,20 @@ type Config struct {
 	// the estimate, an abort), before the handler's ServeHTTP returns or
 	// its panic goes on. It is the place for metrics.
 	OnSettle func(r *http.Request, s Settlement)
+
+	// Engine and Rule, if both are set, decide in place of Limiter, Key,
+	// Cost, Policy, FailOpen and AllowMissingKey: the rule reads each
+	// request's key and cost (engine.Reading), chooses the key's policy
+	// (its overrides) and is decided in Engine (its per-key bound and
+	// outage detector, shared with the host's other front ends).
+	// rl-wasm-host's proxy sets them; httplimit does not, and New gives
+	// the middleware an engine of its own over Limiter.
+	Engine *engine.Engine
+	Rule   *engine.Rule
+	// OnResult, if set, is called with the engine's result of every
+	// decision and of every settle's store call, before OnDecision or
+	// OnSettle (rl-wasm-host's proxy counts and logs failures by it).
+	OnResult func(r *http.Request, res engine.Result)
 }
 
 // Problems chooses between plain text and RFC 9457 problem details
@@ -159,8 +171,17 @@ type Decision struct {
 
 // New returns the middleware. It refuses a Config without a Limiter (nil,
 // or a nil *rl.Limiter: a nil pointer of another type is yours to avoid)
-// or a Key, and one with both Fail and FailOpen.
+// or a Key, and one with both Fail and FailOpen; or, with Engine and Rule,
+// neither of those is needed.
 func New(cfg Config) (func(http.Handler) http.Handler, error) {
+	if rc := cfg.ResponseCost; rc.Field != "" && !ruleconfig.IsToken(rc.Field) || rc.Min < 0 || rc.Min > core.MaxCost {
+		return nil, fmt.Errorf("httplimit: Config.ResponseCost: want a header name and a Min in [0, %d], got %q and %d", core.MaxCost, rc.Field, rc.Min)
+	}
+	if cfg.Engine != nil && cfg.Rule != nil {
+		return func(next http.Handler) http.Handler {
+			return &handler{cfg: cfg, next: next, eng: cfg.Engine, rule: cfg.Rule, read: true}
+		}, nil
+	}
 	if l, ok := cfg.Limiter.(*rl.Limiter); cfg.Limiter == nil || ok && l == nil {
 		return nil, errors.New("httplimit: Config.Limiter is nil")
 	}
@@ -170,25 +191,25 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 	if cfg.Fail != nil && cfg.FailOpen {
 		return nil, errors.New("httplimit: Config.Fail and Config.FailOpen are both set: Fail decides alone (return engine.FailOpen from it)")
 	}
-	if rc := cfg.ResponseCost; rc.Field != "" && !ruleconfig.IsToken(rc.Field) || rc.Min < 0 || rc.Min > core.MaxCost {
-		return nil, fmt.Errorf("httplimit: Config.ResponseCost: want a header name and a Min in [0, %d], got %q and %d", core.MaxCost, rc.Field, rc.Min)
+	// One engine for the middleware, shared by every handler it wraps:
+	// its outage detector counts the decisions of all of them (the
+	// store's health is the same for all), with no per-key bound.
+	eng, err := engine.New(engine.Options{})
+	if err != nil {
+		return nil, err
 	}
-	// One detector for the middleware, shared by every handler it wraps:
-	// the store's health is the same for all of them. Only FailOpen
-	// without Fail reads it.
-	var out *outage.Detector
-	if cfg.FailOpen {
-		out = new(outage.Detector)
-	}
+	rule := &engine.Rule{Limiter: cfg.Limiter, FailOpen: cfg.FailOpen, AllowMissingKey: cfg.AllowMissingKey}
 	return func(next http.Handler) http.Handler {
-		return &handler{cfg: cfg, next: next, outage: out}
+		return &handler{cfg: cfg, next: next, eng: eng, rule: rule}
 	}, nil
 }
 
 type handler struct {
 	cfg    Config
 	next   http.Handler
-	outage *outage.Detector // nil without FailOpen
+	eng    *engine.Engine
+	rule   *engine.Rule
+	read   bool // the rule reads the key and cost (Config.Rule)
 	policy atomic.Pointer[policyField]
 }
 
@@ -198,78 +219,83 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c.OnDecision != nil {
 		start = time.Now()
 	}
-	key, err := c.Key(r)
-	if err != nil {
-		d := Decision{Outcome: engine.MissingKey, Err: err}
-		if c.AllowMissingKey {
-			d.Outcome = engine.Unkeyed
-		}
-		h.report(r, &d, start)
-		if c.AllowMissingKey {
-			h.serve(w, r)
-			return
-		}
-		h.refuse(w, r, d)
-		return
+	var in engine.Input
+	h.input(r, &in)
+	res := h.eng.Run(r.Context(), h.rule, &in)
+	if c.OnResult != nil {
+		c.OnResult(r, res)
 	}
-	req := rl.Request{Key: key, Cost: 1}
-	if c.Policy != nil {
-		req.Policy = c.Policy(r)
+	d := Decision{Outcome: res.Outcome, Key: res.Key, Cost: res.Cost, Result: res.Result, Err: res.Err}
+	switch res.Outcome {
+	case engine.MissingKey, engine.Unkeyed, engine.InvalidCost:
+		d.Cost = 0 // not known, or not valid
 	}
-	policy := req.Policy
-	if l, ok := c.Limiter.(*rl.Limiter); ok && policy == nil {
-		policy = l.Policy()
-	}
-	req.Each = h.results(policy)
-	if c.Cost != nil {
-		if req.Cost, err = c.Cost(r); err != nil {
-			d := Decision{Outcome: engine.InvalidCost, Key: key, Err: err}
-			h.report(r, &d, start)
-			h.refuse(w, r, d)
-			return
-		}
-	}
-	var begun outage.Token
-	if h.outage != nil {
-		begun = h.outage.Begin()
-	}
-	res, err := c.Limiter.Do(r.Context(), req)
-	d := Decision{Key: key, Cost: req.Cost, Err: err}
-	if err == nil && h.outage != nil {
-		h.outage.Success()
-	}
-	switch {
-	case err == nil && res.Allowed:
-		d.Outcome, d.Result = engine.Allowed, res
-	case err == nil:
-		d.Outcome, d.Result = engine.Denied, res
-	default:
-		d.Outcome, d.Err = h.failure(r, begun, err)
+	if ce, ok := d.Err.(*outage.Error); ok {
+		d.Err = ce.Err // the limiter's error, as it returned it (the class is the outcome's)
 	}
 	h.report(r, &d, start)
 	switch d.Outcome {
 	case engine.Allowed:
-		setFields(w.Header(), key, res, req.Each, c.Fields, policy, &h.policy)
-		if c.Wait && res.Delay > 0 && !wait(r.Context(), res.Delay) {
+		setFields(w.Header(), res.Key, res.Result, res.Each, c.Fields, res.Policy, &h.policy)
+		if c.Wait && res.Result.Delay > 0 && !wait(r.Context(), res.Result.Delay) {
 			return // the client went away
 		}
 		if c.ResponseCost.Field != "" {
-			h.serveAndSettle(w, r, &req, policy)
+			h.serveAndSettle(w, r, &res)
 			return
 		}
 		h.next.ServeHTTP(w, r)
 	case engine.Denied:
-		setFields(w.Header(), key, res, req.Each, c.Fields, policy, &h.policy)
+		setFields(w.Header(), res.Key, res.Result, res.Each, c.Fields, res.Policy, &h.policy)
 		if c.Denied != nil {
 			c.Denied.ServeHTTP(w, r)
 			return
 		}
-		WriteDeniedFor(w, r, res, req.Each, c.Problems)
-	case engine.FailOpen:
+		WriteDeniedFor(w, r, res.Result, res.Each, c.Problems)
+	case engine.FailOpen, engine.Unkeyed:
 		h.serve(w, r)
 	default:
 		h.refuse(w, r, d)
 	}
+}
+
+// input reads r into in for the engine: through the rule's Reading
+// (Config.Rule), or by the Config's Key, Cost, Policy and Fail.
+func (h *handler) input(r *http.Request, in *engine.Input) {
+	in.Results = true
+	if h.read {
+		path := r.URL.EscapedPath()
+		in.Request, in.Match = Request(r, path), pipeline.MatchPath(path)
+		return
+	}
+	c := &h.cfg
+	if in.Key, in.KeyErr = c.Key(r); in.KeyErr != nil {
+		return
+	}
+	in.Cost = 1
+	if c.Cost != nil {
+		in.Cost, in.CostErr = c.Cost(r)
+	}
+	if c.Policy != nil {
+		in.Policy = c.Policy(r)
+	}
+	if c.Fail != nil {
+		in.Fail = func(err error) (engine.Outcome, error) {
+			switch o := c.Fail(r, err); o {
+			case engine.FailOpen, engine.FailClosed, engine.Overloaded, engine.Error:
+				return o, err
+			default:
+				return engine.FailClosed, fmt.Errorf("httplimit: Config.Fail answered %v, not a failure outcome; answering fail_closed: %w", o, err)
+			}
+		}
+	}
+}
+
+// Request reads r into the pipeline's form; path is its escaped path (the
+// canonical path, once a proxy has cleaned it).
+func Request(r *http.Request, path string) *pipeline.Request {
+	return &pipeline.Request{Method: r.Method, Host: r.Host, Path: path, Query: r.URL.RawQuery,
+		Header: r.Header.Values, Peer: r.RemoteAddr}
 }
 
 // serve serves a request that was not decided (unkeyed, failed open):
@@ -283,41 +309,6 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) {
 	cw := &costWriter{ResponseWriter: w, field: textproto.CanonicalMIMEHeaderKey(h.cfg.ResponseCost.Field)}
 	h.next.ServeHTTP(cw, r)
 	cw.finish()
-}
-
-// results returns the slice a decision under p (nil: not known ahead)
-// writes every limit's result to (rl.Request.Each), for the RateLimit
-// fields: as long as the policy when it is known, else rl.MaxLimits long
-// (SetFields drops the results no limit wrote).
-func (h *handler) results(p *rl.Policy) []rl.LimitResult {
-	if p != nil {
-		return make([]rl.LimitResult, p.Len())
-	}
-	return make([]rl.LimitResult, rl.MaxLimits)
-}
-
-// failure is the answer to a failed decision, begun at begun, by the one
-// failure rule (outage.Classify): an invalid key or cost is 400; with
-// Config.Fail, the hook answers the rest; without, load is
-// engine.Overloaded, an outage engine.FailOpen or engine.FailClosed as
-// configured, another store failure engine.FailClosed, anything else
-// engine.Error.
-func (h *handler) failure(r *http.Request, begun outage.Token, err error) (engine.Outcome, error) {
-	class := h.outage.Classify(begun, err)
-	switch {
-	case class == outage.Invalid && errors.Is(err, core.ErrCost):
-		return engine.InvalidCost, err
-	case class == outage.Invalid:
-		return engine.InvalidKey, err
-	case h.cfg.Fail != nil:
-		switch o := h.cfg.Fail(r, err); o {
-		case engine.FailOpen, engine.FailClosed, engine.Overloaded, engine.Error:
-			return o, err
-		default:
-			return engine.FailClosed, fmt.Errorf("httplimit: Config.Fail answered %v, not a failure outcome; answering fail_closed: %w", o, err)
-		}
-	}
-	return engine.OutcomeOf(class, h.cfg.FailOpen), err
 }
 
 func (h *handler) refuse(w http.ResponseWriter, r *http.Request, d Decision) {

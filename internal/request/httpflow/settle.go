@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/rlcore/rl"
+	"github.com/rlcore/rl/internal/request/engine"
+	"github.com/rlcore/rl/internal/request/outage"
 	"github.com/rlcore/rl/internal/request/pipeline"
 )
 
@@ -95,28 +97,29 @@ var ErrAborted = errors.New("httplimit: the handler did not return before its re
 // arrives before the settle lands is decided without it. An invalid field
 // is reported at once, without a store call. The correction is
 // pipeline.SettleDelta's, the rule every front end settles by. It is
-// settled under policy.Charged, the limits the take charged: a shadow
-// limit's would-deny is not corrected for units it never took (policy is
-// req's, or the limiter's default; nil when neither is known, and then
-// req's policy is settled whole).
-func (h *handler) serveAndSettle(w http.ResponseWriter, r *http.Request, req *rl.Request, policy *rl.Policy) {
+// settled under res.Policy.Charged, the limits the take charged: a shadow
+// limit's would-deny is not corrected for units it never took (res.Policy
+// is the key's, or the limiter's default; nil when neither is known, and
+// then the limiter's policy is settled whole). The settle is the engine's
+// (engine.Run, engine.GateSettle: bounded by the admission it follows).
+func (h *handler) serveAndSettle(w http.ResponseWriter, r *http.Request, res *engine.Result) {
 	cw := &costWriter{ResponseWriter: w, field: textproto.CanonicalMIMEHeaderKey(h.cfg.ResponseCost.Field)}
 	returned := false
 	defer func() {
 		if !returned { // panicking (or runtime.Goexit): settle what is known, and let it go on
-			h.settle(r, cw, req, policy, false)
+			h.settle(r, cw, res, false)
 		}
 	}()
 	h.next.ServeHTTP(cw, r)
 	returned = true
-	h.settle(r, cw, req, policy, true)
+	h.settle(r, cw, res, true)
 }
 
-// settle settles the cost cw's response reported for req (see
-// serveAndSettle), the handler having returned or not.
-func (h *handler) settle(r *http.Request, cw *costWriter, req *rl.Request, policy *rl.Policy, returned bool) {
+// settle settles the cost cw's response reported for res, the request's
+// admission (see serveAndSettle), the handler having returned or not.
+func (h *handler) settle(r *http.Request, cw *costWriter, res *engine.Result, returned bool) {
 	values := cw.finish()
-	s := Settlement{Key: req.Key, Estimate: req.Cost}
+	s := Settlement{Key: res.Key, Estimate: res.Cost}
 	if len(values) == 0 {
 		if !returned {
 			s.Err = ErrAborted
@@ -130,28 +133,34 @@ func (h *handler) settle(r *http.Request, cw *costWriter, req *rl.Request, polic
 		h.reportSettle(r, &s)
 		return
 	}
-	delta := pipeline.SettleDelta(req.Cost, actual, h.cfg.ResponseCost.Min)
-	s.Actual = req.Cost + delta
+	delta := pipeline.SettleDelta(res.Cost, actual, h.cfg.ResponseCost.Min)
+	s.Actual = res.Cost + delta
 	if delta == 0 {
 		h.reportSettle(r, &s)
 		return
 	}
-	settle := rl.Request{Key: req.Key, Cost: delta, Policy: req.Policy, Settle: true}
-	if policy != nil {
-		if settle.Policy = policy.Charged(req.Each); settle.Policy == nil {
+	in := &engine.Input{Key: res.Key, Cost: delta, Settle: true, Gate: engine.GateSettle}
+	if p := res.Policy; p != nil {
+		if in.Policy = p.Charged(res.Each); in.Policy == nil {
 			h.reportSettle(r, &s) // shadow limits only, each a would-deny: nothing taken
 			return
 		}
 	}
-	ctx := context.WithoutCancel(r.Context())
+	ctx, key := context.WithoutCancel(r.Context()), res.Key
 	go func() {
 		start := time.Now()
-		res, err := h.cfg.Limiter.Do(ctx, settle)
+		sr := h.eng.Run(ctx, h.rule, in)
 		s.Latency = time.Since(start)
-		if err != nil {
-			s.Err = fmt.Errorf("httplimit: settling %d for key %q: %w", settle.Cost, req.Key, err)
+		if h.cfg.OnResult != nil {
+			h.cfg.OnResult(r, sr)
+		}
+		if err := sr.Err; err != nil {
+			if ce, ok := err.(*outage.Error); ok {
+				err = ce.Err
+			}
+			s.Err = fmt.Errorf("httplimit: settling %d for key %q: %w", delta, key, err)
 		} else {
-			s.Result = res
+			s.Result = sr.Result
 		}
 		h.reportSettle(r, &s)
 	}()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/store"
 )
 
 // Problem is one mistake in a configuration.
@@ -257,6 +258,35 @@ type NamedLimit struct {
 	core.Limit
 	// Shadow: a shadow limit (the limit's "shadow": true).
 	Shadow bool
+}
+
+// Compile compiles limits that CheckLimits (or Check) validated into the
+// store's policy that decides them, in one step: named, compiled
+// (core.Compile), shadow limits marked (store.Policy.WithShadow). Nothing
+// is validated again beyond what compiling is (core.Compile refuses what
+// Check refused, so an error means ls did not come from Check); no
+// default name, no conversion, no second pass of rl.NewPolicy's.
+// Every front end compiles its limits through it: rl-wasm-host's rules,
+// overrides and inline limits and the gRPC service's descriptors (as an
+// rl.Policy, engine.Policy), the proxy-wasm filter's rules (as they are).
+func Compile(ls []NamedLimit) (*store.Policy, error) {
+	var names [core.MaxLimits]string
+	var limits [core.MaxLimits]core.Limit
+	if len(ls) == 0 || len(ls) > core.MaxLimits {
+		return nil, fmt.Errorf("%d limits, want 1 to %d: %w", len(ls), core.MaxLimits, core.ErrLimits)
+	}
+	var shadows []string
+	for i := range ls {
+		names[i], limits[i] = ls[i].Name, ls[i].Limit
+		if ls[i].Shadow {
+			shadows = append(shadows, ls[i].Name)
+		}
+	}
+	p, err := store.NewPolicy(names[:len(ls)], limits[:len(ls)])
+	if err != nil || shadows == nil {
+		return p, err
+	}
+	return p.WithShadow(shadows...)
 }
 
 // Strategies lists the strategy names core.ParseAlgorithm accepts, for

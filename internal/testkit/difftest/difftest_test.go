@@ -16,7 +16,6 @@ import (
 	"github.com/rlcore/rl/internal/testkit/difftest"
 	"github.com/rlcore/rl/internal/testkit/pgtest"
 	"github.com/rlcore/rl/internal/testkit/sqldecider"
-	"github.com/rlcore/rl/sql/migrations"
 	"github.com/rlcore/rl/tests/vectors/vectorstest"
 	"github.com/rlcore/rl/wasm"
 )
@@ -42,7 +41,7 @@ func testMain(m *testing.M) int {
 	if testing.Short() {
 		return m.Run() // TestNativeWASMSQL, the one test that needs PostgreSQL, skips
 	}
-	u, drop, err := pgtest.Create(ctx, pgtest.URL())
+	u, drop, err := pgtest.CreateMigrated(ctx) // a copy of the migrated template
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "FAIL:", err)
 		return 1
@@ -54,10 +53,6 @@ func testMain(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, "drop test database:", err)
 		}
 	}()
-	if err := migrations.Up(ctx, u); err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL: migrations.Up:", err)
-		return 1
-	}
 	if db, err = pgxpool.New(ctx, u); err != nil {
 		fmt.Fprintln(os.Stderr, "FAIL:", err)
 		return 1

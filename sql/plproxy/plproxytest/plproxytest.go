@@ -28,7 +28,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rlcore/rl/internal/testkit/pgtest"
-	"github.com/rlcore/rl/sql/migrations"
 	"github.com/rlcore/rl/sql/plproxy"
 )
 
@@ -41,7 +40,8 @@ type Cluster struct {
 	Owner      string   // the router's owner: an ordinary role (plproxy.Config.Owner)
 }
 
-// New creates shards migrated databases and a router over them with
+// New creates shards migrated databases (copies of pgtest's migrated
+// template) and a router over them with
 // partitions partitions (0: as many as shards, rounded up to a power of
 // two).
 func New(t testing.TB, shards, partitions int) *Cluster {
@@ -62,10 +62,7 @@ func New(t testing.TB, shards, partitions int) *Cluster {
 	})
 	c.Router = pgtest.NewDatabase(t)
 	for range shards {
-		u := pgtest.NewDatabase(t)
-		if err := migrations.Up(context.Background(), u); err != nil {
-			t.Fatalf("plproxytest: migrate a shard: %v", err)
-		}
+		u := pgtest.NewMigrated(t) // a copy of the migrated template
 		if err := fastCommit(u); err != nil {
 			t.Fatalf("plproxytest: %v", err)
 		}

@@ -51,6 +51,7 @@ type builder struct {
 	c      vectors.Case
 	limits []core.Limit
 	states []core.State
+	common core.Algorithm // the algorithm whose common scenarios this is, if one
 }
 
 func newCase(id, comment string, flags []string, limits ...vectors.Limit) *builder {
@@ -205,6 +206,10 @@ func errName(e core.Error) string {
 	return names[e]
 }
 
+// written records the algorithms whose common scenarios went into a file:
+// main checks that every algorithm of core.Algorithms() has its file.
+var written = map[core.Algorithm]bool{}
+
 // common adds the scenarios every algorithm shares.
 func common(alg core.Algorithm, p string) []*builder {
 	a := alg
@@ -276,7 +281,7 @@ func common(alg core.Algorithm, p string) []*builder {
 		takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Window = 0 })).
 		takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Window = core.MaxWindow + 1 })).
 		takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Algorithm = 0 })).
-		takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Algorithm = 7 })).
+		takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Algorithm = int32(len(core.Algorithms()) + 1) })).
 		takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Rate = -1 }))
 	if !alg.Windowed() {
 		e.takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Rate = core.MaxLimit + 1 }))
@@ -344,6 +349,9 @@ func common(alg core.Algorithm, p string) []*builder {
 		}
 		cs = append(cs, c)
 	}
+	for _, c := range cs {
+		c.common = alg
+	}
 	return cs
 }
 
@@ -360,6 +368,7 @@ func files() map[string]vectors.File {
 		f := vectors.File{Schema: vectors.Schema, Description: desc, Notes: notes}
 		for _, c := range cs {
 			f.Cases = append(f.Cases, c.c)
+			written[c.common] = true
 		}
 		out[name] = f
 	}
@@ -466,7 +475,13 @@ var (
 func main() {
 	dir := flag.String("out", ".", "directory to write the vector files to")
 	flag.Parse()
-	for name, f := range files() {
+	fs := files()
+	for _, a := range core.Algorithms() {
+		if !written[a] {
+			log.Fatalf("no vector file for %v: add one in files(): the common scenarios (common) and its own", a)
+		}
+	}
+	for name, f := range fs {
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
 		enc.SetIndent("", " ")
