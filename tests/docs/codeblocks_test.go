@@ -28,7 +28,6 @@ import (
 	"github.com/rlcore/rl/internal/frontend/rls"
 	"github.com/rlcore/rl/internal/frontend/service"
 	"github.com/rlcore/rl/internal/testkit/pgtest"
-	"github.com/rlcore/rl/sql/migrations"
 
 	// The Go fragments of the docs, compiled (codeblocks.Snippets): a
 	// fragment that does not compile fails this package's build.
@@ -221,8 +220,7 @@ func checkConfig(t *testing.T, b codeblocks.Block) string {
 func runSQL(t *testing.T, blocks []codeblocks.Block) {
 	t.Helper()
 	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
-	require.NoError(t, migrations.Up(ctx, url))
+	url := pgtest.NewMigrated(t)
 	conn, err := pgx.Connect(ctx, url)
 	require.NoError(t, err)
 	defer conn.Close(ctx)
