@@ -32,7 +32,7 @@ test-setup:
 # docs/reference/ (the SQL functions' by sqlgen, the rest by docgen).
 generate:
 	$(GO) run ./sql/internal/sqlgen
-	$(GO) run ./internal/docgen
+	$(GO) run ./tests/docs/docgen
 	$(GO) generate ./tests/vectors
 	bash wasm/build.sh
 	bash proxywasm/build.sh

@@ -7,12 +7,12 @@ import (
 	"os"
 	"reflect"
 
-	"github.com/rlcore/rl/internal/docgen/confdoc"
-	"github.com/rlcore/rl/internal/docgen/flagdoc"
+	"github.com/rlcore/rl/internal/util/confdoc"
+	"github.com/rlcore/rl/internal/util/flagdoc"
 )
 
 // On the build host only (not in rl-filter.wasm): the filter's
-// configuration reference, which go run ./internal/docgen writes by
+// configuration reference, which go run ./tests/docs/docgen writes by
 // running go run ./proxywasm with configPageArg, from the repository's
 // root; TestConfigReference fails while the page is stale.
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rlcore/rl/internal/docgen/flagdoc"
+	"github.com/rlcore/rl/internal/util/flagdoc"
 )
 
 // TestConfigReference: docs/reference/filter-configuration.md is the page

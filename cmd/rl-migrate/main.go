@@ -40,8 +40,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rlcore/rl/internal/docgen/flagdoc"
 	"github.com/rlcore/rl/internal/request/version"
+	"github.com/rlcore/rl/internal/util/flagdoc"
 	"github.com/rlcore/rl/sql/migrations"
 	"github.com/rlcore/rl/sql/plproxy"
 )

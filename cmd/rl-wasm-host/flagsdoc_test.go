@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rlcore/rl/internal/docgen/flagdoc"
+	"github.com/rlcore/rl/internal/util/flagdoc"
 )
 
 // TestFlagsReference: docs/reference/rl-wasm-host.md is the page the

@@ -29,10 +29,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rlcore/rl/internal/docgen/flagdoc"
 	"github.com/rlcore/rl/internal/frontend/rls"
 	"github.com/rlcore/rl/internal/frontend/service"
 	"github.com/rlcore/rl/internal/request/version"
+	"github.com/rlcore/rl/internal/util/flagdoc"
 )
 
 func main() {

@@ -3,9 +3,10 @@
 // (deploy/prometheus/alerts.yaml) to what rl-wasm-host's /metrics
 // exports: every metric a panel, variable, annotation or alert queries
 // exists with every label the query names. (The metrics reference,
-// docs/reference/metrics.md, is generated from the registry: internal/docgen.) With Debian's package prometheus it also runs the dashboard's
-// queries and the rules on a real Prometheus scraping the service, and the
-// rules' unit tests with promtool.
+// docs/reference/metrics.md, is generated from the registry by
+// tests/docs/docgen.) With Debian's package prometheus it also runs the
+// dashboard's queries and the rules on a real Prometheus scraping the
+// service, and the rules' unit tests with promtool.
 package dashboard_test
 
 import (

@@ -24,10 +24,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rlcore/rl/internal/docgen/codeblocks"
 	"github.com/rlcore/rl/internal/frontend/rls"
 	"github.com/rlcore/rl/internal/frontend/service"
 	"github.com/rlcore/rl/internal/testkit/pgtest"
+	"github.com/rlcore/rl/internal/util/codeblocks"
 
 	// The Go fragments of the docs, compiled (codeblocks.Snippets): a
 	// fragment that does not compile fails this package's build.
@@ -191,7 +191,7 @@ func TestSnippetsCurrent(t *testing.T) {
 	assert.NoError(t, err)
 	got, err := os.ReadFile(filepath.Join(root, "tests/docs/snippets/zz_generated.go"))
 	assert.NoError(t, err)
-	assert.Equal(t, string(want), string(got), "tests/docs/snippets/zz_generated.go is stale: run go run ./internal/docgen")
+	assert.Equal(t, string(want), string(got), "tests/docs/snippets/zz_generated.go is stale: run go run ./tests/docs/docgen")
 }
 
 var exampleMarker = regexp.MustCompile(`^(the file|a fragment of) examples/[a-z0-9/._-]+\.yaml$`)

@@ -237,7 +237,7 @@ func ParseConfig(name, format string, data []byte) (*Config, error) {
 
 // fileJSON is a configuration file as written. Its fields' comments are
 // the configuration reference (docs/reference/configuration.md, written
-// by go run ./internal/docgen): write them for users.
+// by go run ./tests/docs/docgen): write them for users.
 type fileJSON struct {
 	ruleconfig.Fields
 	// The proxy's upstream: `http://host:port[/base]`, `https://...`, or `demo` (a built-in echo).
@@ -293,7 +293,7 @@ type ruleJSON struct {
 
 // FileShape returns the type ParseConfig decodes a file into, its fields'
 // comments written for users: the source of the configuration reference
-// (internal/docgen).
+// (tests/docs/docgen).
 func FileShape() reflect.Type { return reflect.TypeFor[fileJSON]() }
 
 // DefaultMaxInlineLimits is the default of Config.MaxInlineLimits.

@@ -1,6 +1,6 @@
 // Package snippets compiles the Go blocks of the docs that are fragments
 // of a program (statements): zz_generated.go holds each as a function,
-// written by go run ./internal/docgen from README.md and docs/*.md; this
+// written by go run ./tests/docs/docgen from README.md and docs/*.md; this
 // file declares the names the fragments take as given, as a reader would
 // have them. tests/docs imports the package, so a fragment that no longer
 // compiles fails its build, and fails while zz_generated.go is stale.

@@ -2,7 +2,7 @@
 // strict decoder (ruleconfig.Decode) fills: every field it takes, walked by
 // reflection as the decoder walks it, with its kind and the comment on the
 // field in the source, which must be written for users. go run
-// ./internal/docgen writes rl-wasm-host's page; the proxy-wasm filter
+// ./tests/docs/docgen writes rl-wasm-host's page; the proxy-wasm filter
 // prints its own (its main package is not importable).
 package confdoc
 

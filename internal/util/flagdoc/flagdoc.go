@@ -4,7 +4,7 @@
 //
 // A command answers the argument Arg, given alone, by calling Write with
 // its FlagSet before parsing, and exits 0. Arg is no flag of the FlagSet,
-// so -h does not list it. go run ./internal/docgen writes the pages;
+// so -h does not list it. go run ./tests/docs/docgen writes the pages;
 // each command's tests fail while its page is stale.
 package flagdoc
 
@@ -20,7 +20,7 @@ const Arg = "-print-flags-markdown"
 
 // Command is the command that writes every reference page, for the first
 // lines of each page and the messages of staleness tests.
-const Command = "go run ./internal/docgen"
+const Command = "go run ./tests/docs/docgen"
 
 // Page is where the reference page of command name lives, from the
 // repository's root.

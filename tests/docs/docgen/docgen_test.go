@@ -9,14 +9,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rlcore/rl/internal/docgen/flagdoc"
+	"github.com/rlcore/rl/internal/util/flagdoc"
 )
 
 // TestPagesCurrent: each reference page this command builds itself is
 // committed as it builds it (the flags pages: each command's
 // TestFlagsReference).
 func TestPagesCurrent(t *testing.T) {
-	root := filepath.Join("..", "..")
+	root := filepath.Join("..", "..", "..")
 	pages, err := inProcess(root)
 	require.NoError(t, err)
 	for path, want := range pages {
@@ -46,7 +46,7 @@ func TestMetricsPageComplete(t *testing.T) {
 	page, err := metricsPage()
 	require.NoError(t, err)
 	n := 0
-	err = filepath.WalkDir(filepath.Join("..", "frontend"), func(p string, d os.DirEntry, err error) error {
+	err = filepath.WalkDir(filepath.Join("..", "..", "..", "internal", "frontend"), func(p string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
 			return err
 		}

@@ -16,7 +16,7 @@
 // written by the SQL generator (go run ./sql/internal/sqlgen). Run it from
 // anywhere in the repository (make generate runs both):
 //
-//	go run ./internal/docgen
+//	go run ./tests/docs/docgen
 //
 // Its test, and each command's TestFlagsReference, fail while a page is
 // stale.
@@ -31,10 +31,10 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/rlcore/rl/internal/docgen/codeblocks"
-	"github.com/rlcore/rl/internal/docgen/confdoc"
-	"github.com/rlcore/rl/internal/docgen/flagdoc"
 	"github.com/rlcore/rl/internal/frontend/service"
+	"github.com/rlcore/rl/internal/util/codeblocks"
+	"github.com/rlcore/rl/internal/util/confdoc"
+	"github.com/rlcore/rl/internal/util/flagdoc"
 )
 
 // commands are those whose flags have a reference page.
