@@ -28,9 +28,11 @@ test-setup:
 # CI fails when one is stale): the SQL migrations from 0020 on, the
 # extension's scripts and the C algorithm table from sql/src and
 # core.Algorithms(); the conformance vectors from their generator; the two
-# WebAssembly modules from their pinned builds.
+# WebAssembly modules from their pinned builds; the reference pages under
+# docs/reference/ (the SQL functions' by sqlgen, the rest by docgen).
 generate:
 	$(GO) run ./sql/internal/sqlgen
+	$(GO) run ./tests/docs/docgen
 	$(GO) generate ./tests/vectors
 	bash wasm/build.sh
 	bash proxywasm/build.sh

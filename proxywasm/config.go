@@ -159,32 +159,53 @@ func parseConfig(data []byte) (*config, error) {
 	return cfg, nil
 }
 
-// fileJSON is the plugin configuration as written.
+// fileJSON is the plugin configuration as written. Its fields' comments
+// are the filter's configuration reference
+// (docs/reference/filter-configuration.md, configPage): write them for
+// users.
 type fileJSON struct {
 	ruleconfig.Fields
-	Rules       ruleconfig.List[ruleJSON] `json:"rules"`
-	Slots       ruleconfig.Int            `json:"slots"`
-	KeysPerSlot ruleconfig.Int            `json:"keys_per_slot"`
-	PKSecret    ruleconfig.String         `json:"partition_key_secret"`
-	Problems    ruleconfig.String         `json:"problem_details"`
+	// rl-wasm-host's rules ([configuration.md](configuration.md)), with `global` below, and `key_by: path`
+	// besides; the configuration may also be a bare list of rules. Required.
+	Rules ruleconfig.List[ruleJSON] `json:"rules"`
+	// Shared-data slots per local rule, 1 to 1048576. Default: `16384`.
+	Slots ruleconfig.Int `json:"slots"`
+	// Key states a slot holds, 1 to 64: a local rule holds at most `slots × keys_per_slot` keys. Default: `4`.
+	KeysPerSlot ruleconfig.Int `json:"keys_per_slot"`
+	// The secret of `partition_key` rules; use rl-wasm-host's, so a client sees one `pk` everywhere. Default: none.
+	PKSecret ruleconfig.String `json:"partition_key_secret"`
+	// The body of the filter's 429 and 503: `auto` (problem details when the client accepts JSON), `json` or
+	// `text`. Default: `auto`.
+	Problems ruleconfig.String `json:"problem_details"`
 }
 
 // ruleJSON is a rule as written: the shared fields and the filter's own.
 type ruleJSON struct {
 	ruleconfig.Rule
+	// Decide through rl-wasm-host's decision API, so that every Envoy shares one limit, instead of on this Envoy's
+	// shared data. Default: none, local.
 	Global globalJSON `json:"global"`
 }
 
 // globalJSON is a rule's global mode as written.
 type globalJSON struct {
 	ruleconfig.Fields
-	Cluster    ruleconfig.String `json:"cluster"`
-	Authority  ruleconfig.String `json:"authority"`
-	Path       ruleconfig.String `json:"path"`
+	// The Envoy cluster of rl-wasm-host's decision API. Required.
+	Cluster ruleconfig.String `json:"cluster"`
+	// The call's authority. Default: the cluster's name.
+	Authority ruleconfig.String `json:"authority"`
+	// The check call's path. Default: `/v1/ratelimit/check`.
+	Path ruleconfig.String `json:"path"`
+	// The settle call's path, for a rule with `response_cost_header`. Default: `/v1/ratelimit/settle`.
 	SettlePath ruleconfig.String `json:"settle_path"`
-	Timeout    ruleconfig.String `json:"timeout"`
-	Rule       ruleconfig.String `json:"rule"`
-	Token      ruleconfig.String `json:"token"`
+	// The call's timeout. Default: `100ms`.
+	Timeout ruleconfig.String `json:"timeout"`
+	// A rule of rl-wasm-host's configuration, which decides with its own limits and overrides. Without it, the
+	// rule's limits are sent inline (an `admin` token's right). Default: none.
+	Rule ruleconfig.String `json:"rule"`
+	// Sent as `Authorization: Bearer`: a `check` token (a `settle` token for a rule with `response_cost_header`).
+	// Envoy's `/config_dump` shows it: never give Envoy an `admin` token. Default: none.
+	Token ruleconfig.String `json:"token"`
 }
 
 // Validate checks the configuration and returns it (its rules not yet

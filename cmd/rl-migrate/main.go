@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/rlcore/rl/internal/request/version"
+	"github.com/rlcore/rl/internal/util/flagdoc"
 	"github.com/rlcore/rl/sql/migrations"
 	"github.com/rlcore/rl/sql/plproxy"
 )
@@ -100,6 +101,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	routerOwner := fs.String("router-owner", "", "router: the ordinary role that owns the router's schema (default: its current owner, or the role running the command)")
 	allowSuperuser := fs.Bool("allow-superuser", false, "up, down, goto: run as a superuser anyway, warning (rl's definer-rights functions then run with superuser rights)")
 	showVersion := fs.Bool("version", false, "print the version and exit: the module version, then one line each for the commit, modified, go, schema (the newest migration), extension (its default version) and wasm-abi")
+	if len(args) == 1 && args[0] == flagdoc.Arg {
+		if err := flagdoc.Write(stdout, "rl-migrate", "Every flag of rl-migrate, from the command's own definitions; `rl-migrate -h` prints:\n\n```\n"+
+			strings.TrimRight(strings.TrimSuffix(usage, "flags:\n"), "\n")+"\n```", fs); err != nil {
+			return 1
+		}
+		return 0
+	}
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()

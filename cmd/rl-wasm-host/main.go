@@ -33,11 +33,16 @@ import (
 	"github.com/rlcore/rl/internal/frontend/service"
 	"github.com/rlcore/rl/internal/request/decisionlog"
 	"github.com/rlcore/rl/internal/request/version"
+	"github.com/rlcore/rl/internal/util/flagdoc"
 )
 
 func main() {
 	os.Exit(run(os.Args[1:]))
 }
+
+// flagsIntro opens the flags reference page (flagdoc.Arg).
+const flagsIntro = "Every flag of rl-wasm-host, from the command's own definitions. What the service does with them: " +
+	"[service.md](../service.md); reload, logs and start-up: [operations.md](../operations.md)."
 
 func run(args []string) int {
 	fs := flag.NewFlagSet("rl-wasm-host", flag.ContinueOnError)
@@ -103,6 +108,12 @@ func run(args []string) int {
 	fs.BoolVar(&showVersion, "version", false, "print the version and exit: the module version, then one line each for the commit, modified, go, schema (the newest migration), extension (its default version) and wasm-abi")
 	health := fs.String("health", "", "health check, for a container's HEALTHCHECK: GET this http(s) URL (e.g. http://127.0.0.1:8081/readyz) and exit 0 on 200, 1 otherwise")
 	healthTimeout := fs.Duration("health-timeout", 3*time.Second, "with -health: how long to wait for the answer")
+	if len(args) == 1 && args[0] == flagdoc.Arg {
+		if err := flagdoc.Write(os.Stdout, "rl-wasm-host", flagsIntro, fs); err != nil {
+			return 1
+		}
+		return 0
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

@@ -1,12 +1,12 @@
 // Package dashboard_test holds the committed Grafana dashboard
 // (docs/grafana/rl-wasm-host.json), the alerting rules
-// (deploy/prometheus/alerts.yaml) and the metrics reference table of
-// docs/operations.md to what rl-wasm-host's /metrics exports: every
-// metric a panel, variable, annotation or alert queries exists with every
-// label the query names, and every metric the service exports is in the
-// table. With Debian's package prometheus it also runs the dashboard's
-// queries and the rules on a real Prometheus scraping the service, and the
-// rules' unit tests with promtool.
+// (deploy/prometheus/alerts.yaml) to what rl-wasm-host's /metrics
+// exports: every metric a panel, variable, annotation or alert queries
+// exists with every label the query names. (The metrics reference,
+// docs/reference/metrics.md, is generated from the registry by
+// tests/docs/docgen.) With Debian's package prometheus it also runs the
+// dashboard's queries and the rules on a real Prometheus scraping the
+// service, and the rules' unit tests with promtool.
 package dashboard_test
 
 import (
@@ -19,7 +19,6 @@ import (
 	"os"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 
@@ -30,10 +29,7 @@ import (
 	"github.com/rlcore/rl/memstore"
 )
 
-const (
-	dashboardFile = "../../docs/grafana/rl-wasm-host.json"
-	readmeFile    = "../../docs/operations.md"
-)
+const dashboardFile = "../../docs/grafana/rl-wasm-host.json"
 
 // family is one exported metric: its type, help text and label names.
 type family struct {
@@ -326,53 +322,4 @@ func TestParsePromQL(t *testing.T) {
 	require.Equal(t, map[string][]string{"rl_decisions_total": {"job", "rule"}}, p.metrics)
 	p = parsePromQL(`changes(rl_config_reloads_total{result="success",x=~"a}b"}[2m]) > 0`)
 	require.Equal(t, map[string][]string{"rl_config_reloads_total": {"result", "x"}}, p.metrics)
-}
-
-var tableRow = regexp.MustCompile("(?m)^\\| `([a-z_:]+)` \\|")
-
-// TestReadmeListsEveryMetric: the metrics reference table of
-// docs/operations.md names every rl_ metric /metrics exports (and
-// no metric it does not), with the labels it has.
-func TestReadmeListsEveryMetric(t *testing.T) {
-	fams := exported(t)
-	b, err := os.ReadFile(readmeFile)
-	require.NoError(t, err)
-	readme := string(b)
-	start := strings.Index(readme, "## Metrics reference")
-	require.GreaterOrEqual(t, start, 0, "docs/operations.md has a metrics reference")
-	end := strings.Index(readme[start+1:], "\n## ")
-	table := readme[start:]
-	if end >= 0 {
-		table = readme[start : start+1+end]
-	}
-	listed := map[string]string{}
-	for _, line := range strings.Split(table, "\n") {
-		if m := tableRow.FindStringSubmatch(line); m != nil {
-			listed[m[1]] = line
-		}
-	}
-	var names []string
-	for name := range fams {
-		if strings.HasPrefix(name, "rl_") || strings.HasPrefix(name, "rate_limiter_") {
-			names = append(names, name)
-		}
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		line, ok := listed[name]
-		if !ok {
-			t.Errorf("docs/operations.md's metrics reference does not list %s", name)
-			continue
-		}
-		for l := range fams[name].labels {
-			if !strings.Contains(line, "`"+l+"`") {
-				t.Errorf("docs/operations.md's row of %s does not name its label %q", name, l)
-			}
-		}
-	}
-	for name := range listed {
-		if fams[name] == nil {
-			t.Errorf("docs/operations.md lists %s, which /metrics does not export", name)
-		}
-	}
 }

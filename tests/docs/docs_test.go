@@ -4,7 +4,8 @@
 // only in upgrade notes, every relative link and anchor resolving, and the
 // README's Go quick start the program examples/quickstart runs, byte for
 // byte, with the output its Example test checks. Generated reference pages
-// (docs/reference/) are not hand-written and do not count.
+// (docs/reference/) are not hand-written and do not count. Every code block
+// of README.md and docs/*.md is checked by its language (TestCodeBlocks).
 package docs
 
 import (

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -234,38 +235,66 @@ func ParseConfig(name, format string, data []byte) (*Config, error) {
 	return cfg, nil
 }
 
-// fileJSON is a configuration file as written.
+// fileJSON is a configuration file as written. Its fields' comments are
+// the configuration reference (docs/reference/configuration.md, written
+// by go run ./tests/docs/docgen): write them for users.
 type fileJSON struct {
 	ruleconfig.Fields
-	Upstream        ruleconfig.String                  `json:"upstream"`
-	TrustedProxies  ruleconfig.List[ruleconfig.String] `json:"trusted_proxies"`
-	InlineLimits    ruleconfig.Bool                    `json:"inline_limits"`
-	MaxInlineLimits ruleconfig.Int                     `json:"max_inline_limits"`
-	APITokens       ruleconfig.List[tokenJSON]         `json:"api_tokens"`
-	UpstreamTimeout ruleconfig.String                  `json:"upstream_timeout"`
-	IPv4Prefix      ruleconfig.Int                     `json:"ipv4_prefix"`
-	IPv6Prefix      ruleconfig.Int                     `json:"ipv6_prefix"`
-	PKSecretEnv     ruleconfig.String                  `json:"partition_key_secret_env"`
-	ProblemDetails  ruleconfig.String                  `json:"problem_details"`
-	Rules           ruleconfig.List[ruleJSON]          `json:"rules"`
+	// The proxy's upstream: `http://host:port[/base]`, `https://...`, or `demo` (a built-in echo).
+	// Default: none, the proxy answers 404.
+	Upstream ruleconfig.String `json:"upstream"`
+	// Addresses or CIDR prefixes whose `X-Forwarded-For` `key_by: ip` believes. Default: none.
+	TrustedProxies ruleconfig.List[ruleconfig.String] `json:"trusted_proxies"`
+	// Allow decision-API calls that carry their own limits (admins only). Default: `true`.
+	InlineLimits ruleconfig.Bool `json:"inline_limits"`
+	// The most limits one such call may carry, 1 to 16. Default: `4`.
+	MaxInlineLimits ruleconfig.Int `json:"max_inline_limits"`
+	// The bearer tokens the decision API accepts. Without any, the API is served on a loopback listener only,
+	// where every caller is an admin; with some, every API call needs `Authorization: Bearer <token>`.
+	APITokens ruleconfig.List[tokenJSON] `json:"api_tokens"`
+	// The longest wait for the upstream's response header; then 504. Keep `-write-timeout` above it. Default: `30s`.
+	UpstreamTimeout ruleconfig.String `json:"upstream_timeout"`
+	// `key_by: ip` keys IPv4 clients by this prefix length, 1 to 32. Default: `32`, one key per address.
+	IPv4Prefix ruleconfig.Int `json:"ipv4_prefix"`
+	// `key_by: ip` keys IPv6 clients by this prefix length, 1 to 128. Default: `64`, one key per /64.
+	IPv6Prefix ruleconfig.Int `json:"ipv6_prefix"`
+	// The environment variable holding the secret of `partition_key` rules, 16 bytes or more, read at each load,
+	// never shown. Default: none.
+	PKSecretEnv ruleconfig.String `json:"partition_key_secret_env"`
+	// The proxy's 429 and 503 bodies: `auto` (RFC 9457 problem details when the client accepts JSON), `json`
+	// (always) or `text` (never). Default: `auto`.
+	ProblemDetails ruleconfig.String `json:"problem_details"`
+	// The rules, in the order the proxy tries them; the file may also be a bare list of rules. Required.
+	Rules ruleconfig.List[ruleJSON] `json:"rules"`
 }
 
 // tokenJSON is one of api_tokens as written.
 type tokenJSON struct {
 	ruleconfig.Fields
-	Name   ruleconfig.String `json:"name"`
-	Role   ruleconfig.String `json:"role"`
+	// The token's name, in logs. Required.
+	Name ruleconfig.String `json:"name"`
+	// What the token may do: `check` (check, peek and batch the configured rules, settle debts), `settle` (also
+	// settle refunds) or `admin` (also reset keys, read the rules, send inline limits). Required.
+	Role ruleconfig.String `json:"role"`
+	// The token's SHA-256 digest, 64 hex digits (`rl-wasm-host -hash-token` prints it); the token itself is never
+	// written down. Required.
 	SHA256 ruleconfig.String `json:"sha256"`
 }
 
 // ruleJSON is a rule as written: the shared fields and the service's own.
 type ruleJSON struct {
 	ruleconfig.Rule
-	// Shape holds admitted requests for their leaky-bucket delay.
+	// Leaky bucket only: hold an admitted request for its delay before forwarding it. Default: `false`.
 	Shape ruleconfig.Bool `json:"shape"`
-	// Global takes the rule's limit from an RLQS server (globalconfig.go).
+	// The rule's limit as one global limit, divided among the replicas by an RLQS server
+	// ([rlqs.md](../rlqs.md)); the rule needs `key_by: global` and one limit. Default: none.
 	Global globalJSON `json:"global"`
 }
+
+// FileShape returns the type ParseConfig decodes a file into, its fields'
+// comments written for users: the source of the configuration reference
+// (tests/docs/docgen).
+func FileShape() reflect.Type { return reflect.TypeFor[fileJSON]() }
 
 // DefaultMaxInlineLimits is the default of Config.MaxInlineLimits.
 const DefaultMaxInlineLimits = 4

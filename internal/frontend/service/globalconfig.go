@@ -50,12 +50,20 @@ const DefaultGlobalDomain = "rl-wasm-host"
 // globalJSON is a rule's "global" as written.
 type globalJSON struct {
 	ruleconfig.Fields
-	RLQS           ruleconfig.String `json:"rlqs"`
-	Domain         ruleconfig.String `json:"domain"`
-	Bucket         bucketJSON        `json:"bucket"`
+	// The RLQS server's `host:port`: the rule's limit is one global limit the server divides among the replicas;
+	// this one decides in memory on the share assigned to it. Required.
+	RLQS ruleconfig.String `json:"rlqs"`
+	// The domain sent in every report, which the server's rules may match. Default: `rl-wasm-host`.
+	Domain ruleconfig.String `json:"domain"`
+	// The bucket_id sent: 1 to 32 entries of strings, which the server's rules match. Required.
+	Bucket bucketJSON `json:"bucket"`
+	// How often usage is reported, 100ms to 1m; give the server's `report_interval` the same value. Default: `1s`.
 	ReportInterval ruleconfig.String `json:"report_interval"`
-	ClientIDMeta   ruleconfig.String `json:"client_id_metadata"`
-	Fallback       ruleconfig.Limit  `json:"fallback"`
+	// The gRPC metadata key naming this process in each stream, so that a server with the same
+	// `client_id_metadata` continues its grant when the stream is reopened. Default: none.
+	ClientIDMeta ruleconfig.String `json:"client_id_metadata"`
+	// What this replica admits on its own while it holds no live assignment: a limit's fields. Default: nothing.
+	Fallback ruleconfig.Limit `json:"fallback"`
 }
 
 // bucketJSON is a bucket_id as written: an object of strings, in order.

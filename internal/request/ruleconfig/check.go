@@ -189,13 +189,18 @@ func CheckRules[R any, P interface {
 // LimitFields are the fields of one limit; a rule carries them itself
 // when it has one limit (the shorthand), or a list of Limit.
 type LimitFields struct {
-	Strategy  String `json:"strategy"`
-	Algorithm String `json:"algorithm"` // the same as strategy
-	Limit     Int    `json:"limit"`
-	Window    String `json:"window"`
-	Rate      Int    `json:"rate"`
-	// Shadow makes the limit a shadow limit (rl.Limit.Shadow): decided
-	// with the others in one step, counted, never denying.
+	// The algorithm: `fixed`, `sliding`, `sliding_log`, `token`, `leaky`, `gcra`, or their long names
+	// (`fixed_window`, `sliding_window`, `token_bucket`, `leaky_bucket`). Required.
+	Strategy String `json:"strategy"`
+	// The same as `strategy`.
+	Algorithm String `json:"algorithm"`
+	// The quota, burst or capacity, 1 to 2^40 (a sliding log: 1 to 4096). Required.
+	Limit Int `json:"limit"`
+	// The window: `500ms`, `10s`, `1m`, `1h`, `1d`. Required.
+	Window String `json:"window"`
+	// Units restored per window, buckets and GCRA only. Default: `limit`.
+	Rate Int `json:"rate"`
+	// A shadow limit: decided and counted with the others, never denying (rl.Limit.Shadow). Default: `false`.
 	Shadow Bool `json:"shadow"`
 }
 
@@ -208,6 +213,8 @@ func (l *LimitFields) Given() bool {
 // request's inline limits.
 type Limit struct {
 	Fields
+	// The limit's name, unique in its list: state is kept per name, so a reload that changes a named limit's
+	// strategy or window carries its usage. Default: `default`.
 	Name String `json:"name"`
 	LimitFields
 }
@@ -414,27 +421,42 @@ func checkLimit(l core.Limit, prefix string) (field, msg string) {
 // end's rule type embeds it and adds its own fields.
 type Rule struct {
 	Fields
-	Name     String  `json:"name"`
-	Endpoint String  `json:"endpoint"`
-	Host     String  `json:"host"`
-	Methods  Strings `json:"methods"`
+	// The rule's name in the decision API, metrics and stored keys: 1 to 64 printable ASCII bytes, no spaces,
+	// quotes, `\` or `:`; not `inline` or `rls`. Default: the endpoint.
+	Name String `json:"name"`
+	// The path prefix the proxy matches: `/v1/pay` matches `/v1/pay/refund`, not `/v1/payments`. A rule without
+	// endpoint, host and methods is for the decision API only. Default: none.
+	Endpoint String `json:"endpoint"`
+	// The host matched: `api.example.com`, `*.example.com` or an IP address. Default: any.
+	Host String `json:"host"`
+	// The methods matched, e.g. `[GET, POST]`; `HEAD` counts as `GET`. Default: any.
+	Methods Strings `json:"methods"`
 	LimitFields
-	Limits     List[Limit] `json:"limits"`
-	KeyBy      String      `json:"key_by"`
-	Cost       Int         `json:"cost"`
-	MinCost    Int         `json:"min_cost"`
-	CostHeader String      `json:"cost_header"`
-	// ResponseCostHeader names the upstream's response field (or
-	// trailer) carrying the request's actual cost, settled against
-	// the estimate taken (pipeline.ParseResponseCost).
+	// Instead of one limit's fields: a list of limits, decided all or nothing.
+	Limits List[Limit] `json:"limits"`
+	// Where a request's key comes from: `ip`, `api_key` (the `Authorization: Bearer` token, kept as its digest),
+	// `api_key:<Header>`, `header:<Name>`, `query:<param>`, `global` (one key), and `path` in the proxy-wasm
+	// filter. Default: `ip`.
+	KeyBy String `json:"key_by"`
+	// The units a request takes. Default: `1`.
+	Cost Int `json:"cost"`
+	// No proxied request costs less. Default: `1`.
+	MinCost Int `json:"min_cost"`
+	// A request header carrying the cost: decimal digits, once, in [`min_cost`, 2^40]; anything else is 400.
+	// Default: none.
+	CostHeader String `json:"cost_header"`
+	// The upstream's response header (or trailer) carrying the request's actual cost, settled against the
+	// estimate taken. Default: none.
 	ResponseCostHeader String `json:"response_cost_header"`
-	FailOpen           Bool   `json:"fail_open"`
-	// The RateLimit fields' options: every limit or the closest one, the
-	// quota unit, a partition key.
+	// When the store is down: admit (`true`) or answer 503. Default: `false`.
+	FailOpen Bool `json:"fail_open"`
+	// `closest`: the `RateLimit` header field lists only the limit closest to exhaustion. Default: `all`.
 	RateLimitFields String `json:"ratelimit_fields"`
-	QuotaUnit       String `json:"quota_unit"`
-	PartitionKey    Bool   `json:"partition_key"`
-	// Overrides replace the limits for some keys (Override).
+	// The `qu` parameter of `RateLimit-Policy`: `requests` or `content-bytes`. Default: `requests`.
+	QuotaUnit String `json:"quota_unit"`
+	// Send the `pk` parameter of `RateLimit-Policy`, a keyed digest of the key. Default: `false`.
+	PartitionKey Bool `json:"partition_key"`
+	// Other limits for some keys: the exact `key`, else the longest `key_prefix`, decides. Default: none.
 	Overrides List[Override] `json:"overrides"`
 }
 

@@ -19,9 +19,13 @@ import (
 // text (ipOverride).
 type Override struct {
 	Fields
-	Key       String `json:"key"`
+	// The one key the override applies to (an API key as `sha256:` and its digest's first 32 hex digits).
+	Key String `json:"key"`
+	// The keys starting with it; under `key_by: ip` a CIDR network such as `10.0.0.0/8`. One of `key` and
+	// `key_prefix` is required.
 	KeyPrefix String `json:"key_prefix"`
 	LimitFields
+	// Instead of one limit's fields: the override's limits; give them the rule's limit names to carry a key's usage.
 	Limits List[Limit] `json:"limits"`
 }
 

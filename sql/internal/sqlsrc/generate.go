@@ -146,6 +146,11 @@ func Generate(root, newTitle string) (map[string]*string, error) {
 	if err != nil {
 		return nil, err
 	}
+	ref, err := Reference(tree)
+	if err != nil {
+		return nil, err
+	}
+	put(ReferencePage, ref)
 	base, snapshot, err := Snapshot(root)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,157 @@
+// Command docgen writes the reference pages under docs/reference/, each
+// from its source of truth, and says so in its first lines:
+//
+//   - configuration.md: rl-wasm-host's configuration fields, from the type
+//     its strict decoder fills (service.FileShape) and its fields' comments;
+//   - rl-wasm-host.md, rl-migrate.md: each command's flags, from its own
+//     flag.FlagSet (the command prints them, flagdoc.Arg);
+//   - filter-configuration.md: the proxy-wasm filter's, printed by the
+//     filter's package built natively (go run ./proxywasm -print-config-markdown);
+//   - metrics.md: the metrics rl-wasm-host's registry exports;
+//
+// and tests/docs/snippets/zz_generated.go, the Go fragments of the docs
+// as a package that compiles them (codeblocks.Snippets).
+//
+// The SQL functions' reference (sql-functions.md) comes from sql/src,
+// written by the SQL generator (go run ./sql/internal/sqlgen). Run it from
+// anywhere in the repository (make generate runs both):
+//
+//	go run ./tests/docs/docgen
+//
+// Its test, and each command's TestFlagsReference, fail while a page is
+// stale.
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/rlcore/rl/internal/frontend/service"
+	"github.com/rlcore/rl/internal/util/codeblocks"
+	"github.com/rlcore/rl/internal/util/confdoc"
+	"github.com/rlcore/rl/internal/util/flagdoc"
+)
+
+// commands are those whose flags have a reference page.
+var commands = []string{"rl-migrate", "rl-wasm-host"}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "docgen:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return err
+	}
+	root := filepath.Dir(strings.TrimSpace(string(out)))
+	pages, err := inProcess(root)
+	if err != nil {
+		return err
+	}
+	for _, name := range commands {
+		cmd := exec.Command("go", "run", "./cmd/"+name, flagdoc.Arg)
+		cmd.Dir = root
+		cmd.Env = slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, "DATABASE_URL=") })
+		cmd.Stderr = os.Stderr
+		b, err := cmd.Output()
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", name, flagdoc.Arg, err)
+		}
+		pages[flagdoc.Page(name)] = string(b)
+	}
+	// The proxy-wasm filter's main package prints its configuration page.
+	filter := exec.Command("go", "run", "./proxywasm", "-print-config-markdown")
+	filter.Dir = root
+	filter.Stderr = os.Stderr
+	b, err := filter.Output()
+	if err != nil {
+		return fmt.Errorf("proxywasm -print-config-markdown: %w", err)
+	}
+	pages["docs/reference/filter-configuration.md"] = string(b)
+	for path, text := range pages {
+		p := filepath.Join(root, filepath.FromSlash(path))
+		if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, []byte(text)) {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			return err
+		}
+		fmt.Println("wrote", path)
+	}
+	return nil
+}
+
+// inProcess returns the pages this command builds itself, by path from
+// root.
+func inProcess(root string) (map[string]string, error) {
+	cfg, err := confdoc.Page(root, "", service.FileShape(),
+		header("the fields and comments of the type rl-wasm-host's configuration decodes into (service.FileShape)"),
+		"Configuration fields",
+		"Every field of rl-wasm-host's configuration file, YAML or JSON; what they do together: "+
+			"[service.md](../service.md#rules). `rules[].` is a rule, `[]` an item of a list. Unknown fields, at any "+
+			"depth, and a key given twice are errors; `rl-wasm-host -check-config FILE` prints a file with every default "+
+			"written out.")
+	if err != nil {
+		return nil, err
+	}
+	metrics, err := metricsPage()
+	if err != nil {
+		return nil, err
+	}
+	snippets, err := snippetsFile(root)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]string{
+		"docs/reference/configuration.md": cfg,
+		"docs/reference/metrics.md":       metrics,
+		SnippetsFile:                      snippets,
+	}, nil
+}
+
+// SnippetsFile is the package of the docs' Go fragments (codeblocks.Snippets).
+const SnippetsFile = "tests/docs/snippets/zz_generated.go"
+
+// snippetsFile builds SnippetsFile from the Go blocks of README.md and
+// docs/*.md.
+func snippetsFile(root string) (string, error) {
+	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		return "", err
+	}
+	var blocks []codeblocks.Block
+	for _, f := range append([]string{filepath.Join(root, "README.md")}, files...) {
+		text, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		rel, err := filepath.Rel(root, f)
+		if err != nil {
+			return "", err
+		}
+		bs, err := codeblocks.Parse(filepath.ToSlash(rel), string(text))
+		if err != nil {
+			return "", err
+		}
+		blocks = append(blocks, bs...)
+	}
+	src, err := codeblocks.Snippets("snippets", blocks)
+	return string(src), err
+}
+
+// header is the first lines of a generated page.
+func header(source string) string {
+	return "<!-- Generated by `" + flagdoc.Command + "` from " + source + "; do not edit. -->\n\n"
+}
