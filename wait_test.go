@@ -38,11 +38,10 @@ func TestWaitSleepsAndRetries(t *testing.T) {
 		require.NoError(t, err, "wait %d", i)
 		require.True(t, r.Allowed)
 	}
+	// Each wait reached the store once admitted: no retry charged twice.
+	// (Whether the key is empty afterwards depends on how long the last
+	// sleep overran, which load decides: not asserted.)
 	require.Equal(t, int64(6), cs.Admitted())
-	// The key is empty now: a peek is denied.
-	r, err := l.Peek(ctx, "k", 1)
-	require.NoError(t, err)
-	require.False(t, r.Allowed)
 }
 
 func TestWaitErrors(t *testing.T) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/rlcore/rl/internal/request/decisionlog"
 	"io"
 	"log/slog"
 	"net/http"
@@ -57,7 +58,14 @@ func exposition() (string, error) {
 	}
 	mem := memstore.New(nil)
 	defer mem.Close()
-	svc, err := service.New(cfg, service.Options{Store: mem, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// The denial log on, so that its metric is exported too.
+	dl, err := decisionlog.New(decisionlog.Config{Logger: quiet, DenialsPerSecond: 1})
+	if err != nil {
+		return "", err
+	}
+	defer dl.Close()
+	svc, err := service.New(cfg, service.Options{Store: mem, Logger: quiet, DecisionLog: dl})
 	if err != nil {
 		return "", err
 	}
