@@ -2903,6 +2903,76 @@ BEGIN
 END
 $fn$;
 
+-- rl._multi_problem is the first error of a call of several limits
+-- (rl_decide_multi, rl_settle_decide) that its arguments alone decide, as
+-- OUT values (all NULL when the arguments are good): the key and the
+-- tenant's prefixes, the limit list (none, arrays of different lengths), each
+-- limit's name, then each limit's parameters, the time and the cost
+-- (p_settle: a settle's delta), limit by limit, as the decision checks them.
+-- The caller raises it itself, so that the error carries one CONTEXT line,
+-- its own. Every limit's parameters come before any stored state, as in Go's
+-- pgstore: a corrupt stored state (RL008) and a settle's debt are found
+-- later, by the decision.
+CREATE FUNCTION rl._multi_problem(p_key text, p_names text[], p_algs integer[], p_lims bigint[], p_wins bigint[],
+                                  p_rates bigint[], p_cost bigint, p_now bigint, p_settle boolean,
+                                  OUT code text, OUT message text, OUT detail text, OUT hint text)
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+AS $fn$
+DECLARE
+    n integer := cardinality(p_names);
+    e integer;
+    i integer;
+BEGIN
+    SELECT * INTO code, message, detail, hint FROM rl._tenant_problem(p_key, NULL);
+    IF code IS NOT NULL THEN
+        RETURN;
+    END IF;
+    IF n IS NULL OR n = 0 OR array_ndims(p_names) <> 1 OR array_lower(p_names, 1) <> 1 THEN
+        code := 'RL010';
+        message := rl._error_message(10);
+        detail := 'limit index 0: no limits';
+        RETURN;
+    END IF;
+    IF cardinality(p_algs) IS DISTINCT FROM n OR cardinality(p_lims) IS DISTINCT FROM n
+            OR cardinality(p_wins) IS DISTINCT FROM n OR cardinality(p_rates) IS DISTINCT FROM n
+            OR array_lower(p_algs, 1) <> 1 OR array_lower(p_lims, 1) <> 1
+            OR array_lower(p_wins, 1) <> 1 OR array_lower(p_rates, 1) <> 1 THEN
+        code := 'RL010';
+        message := rl._error_message(10);
+        detail := 'limit index 0: the parameter arrays differ in length';
+        RETURN;
+    END IF;
+    FOR i IN 1 .. n LOOP
+        IF (octet_length(p_names[i]) BETWEEN 1 AND 256) IS NOT TRUE THEN
+            SELECT * INTO code, message, detail, hint FROM rl._key_problem(p_names[i], 'limit name');
+            RETURN;
+        END IF;
+        IF p_names[i] = ANY (p_names[1 : i - 1]) THEN
+            code := 'RL010';
+            message := rl._error_message(10);
+            detail := pg_catalog.format('limit index %s: duplicate name %L', i - 1, p_names[i]);
+            RETURN;
+        END IF;
+    END LOOP;
+    FOR i IN 1 .. n LOOP
+        e := coalesce(nullif(rl._limit_error(coalesce(p_algs[i], 0), coalesce(p_lims[i], 0), coalesce(p_wins[i], 0),
+                                             coalesce(p_rates[i], -1)), 0),
+                      CASE WHEN NOT p_settle THEN nullif(rl._call_error(coalesce(p_now, -1), coalesce(p_cost, -1)), 0)
+                           ELSE coalesce(nullif(rl._call_error(coalesce(p_now, -1), 0), 0),
+                                         CASE WHEN (p_cost BETWEEN -rl._max_cost() AND rl._max_cost()) IS NOT TRUE THEN 6 END)
+                      END,
+                      0);
+        IF e <> 0 THEN
+            code := 'RL0' || pg_catalog.lpad(e::text, 2, '0');
+            message := rl._explain(e, p_algs[i], p_lims[i], p_wins[i], p_rates[i], p_now, p_cost, NULL, NULL, NULL, NULL,
+                                   NULL, NULL, NULL, NULL, p_settle);
+            detail := rl._limit_detail(i - 1, p_names);
+            RETURN;
+        END IF;
+    END LOOP;
+END
+$fn$;
+
 -- rl.rl_reset, as in 0003, for keys the caller may use.
 CREATE OR REPLACE FUNCTION rl.rl_reset(key text, name text DEFAULT NULL) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3465,16 +3535,30 @@ DECLARE
     best    integer;
     r       rl._eval_result;
     v_now   bigint;
+    p       record;
 BEGIN
     -- 0018: shadow limits (store/shadow.go): a call with a shadow flag set
     -- goes the way of 0011 with rl._take_many_shadow, under the same trust
     -- rules; shadows NULL or all false is the call it was.
     IF true = ANY ($10) THEN
         IF cardinality($10) IS DISTINCT FROM n OR array_ndims($10) <> 1 OR array_lower($10, 1) <> 1 THEN
-            PERFORM rl._raise(10, 'limit index 0: shadows needs one flag per limit');
+            RAISE EXCEPTION USING ERRCODE = 'RL010', MESSAGE = rl._error_message(10),
+                DETAIL = 'limit index 0: shadows needs one flag per limit';
         END IF;
-        PERFORM rl._check_tenant_key(p_key, NULL);
         v_now := rl._request_now(p_now);
+        -- 0021: an error of the arguments raised here, not by a helper:
+        -- its CONTEXT is one line, this function's.
+        p := rl._multi_problem(p_key, p_names, p_algs, p_lims, p_wins, p_rates, p_cost, v_now, false);
+        IF p.code IS NOT NULL THEN
+            IF p.detail IS NULL AND p.hint IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+            ELSIF p.hint IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+            ELSIF p.detail IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+            END IF;
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+        END IF;
         RETURN QUERY SELECT * FROM rl._take_many_shadow($1, $2, $3, $4, $5, $6, $7, v_now, p_take, $10);
         RETURN;
     END IF;
@@ -3593,6 +3677,11 @@ BEGIN
             END IF;
         EXCEPTION WHEN SQLSTATE 'RL999' THEN
             m := 0;
+        -- 0021: a limit's parameters, the time or the cost out of range
+        -- (rl._all): raised below, by this function.
+        WHEN SQLSTATE 'RL001' OR SQLSTATE 'RL002' OR SQLSTATE 'RL003' OR SQLSTATE 'RL004' OR SQLSTATE 'RL005'
+                OR SQLSTATE 'RL006' OR SQLSTATE 'RL007' THEN
+            m := 0;
         END;
         IF m = n THEN
             RETURN QUERY SELECT (u.o - 1)::integer, p_names[u.o], u.allowed, u.lim, u.remaining, u.reset_after,
@@ -3603,9 +3692,20 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    -- Everything else, as in 0011.
-    PERFORM rl._check_tenant_key(p_key, NULL);
+    -- Everything else, as in 0011. 0021: an error of the arguments raised
+    -- here, not by a helper: its CONTEXT is one line, this function's.
     v_now := rl._request_now(p_now);
+    p := rl._multi_problem(p_key, p_names, p_algs, p_lims, p_wins, p_rates, p_cost, v_now, false);
+    IF p.code IS NOT NULL THEN
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+    END IF;
     IF n = 1 AND array_ndims(p_names) = 1 AND array_lower(p_names, 1) = 1
             AND octet_length(p_names[1]) BETWEEN 1 AND 256
             AND cardinality(p_algs) = 1 AND cardinality(p_lims) = 1
@@ -3663,9 +3763,24 @@ CREATE FUNCTION rl.rl_settle_decide(key text, names text[], algorithms integer[]
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
 AS $function$
+DECLARE
+    v_now bigint := rl._request_now($8);
+    p     record;
 BEGIN
-    PERFORM rl._check_tenant_key($1, NULL);
-    RETURN QUERY SELECT * FROM rl._settle_many($1, $2, $3, $4, $5, $6, $7, rl._request_now($8));
+    -- 0021: an error of the arguments raised here, not by a helper: its
+    -- CONTEXT is one line, this function's.
+    p := rl._multi_problem($1, $2, $3, $4, $5, $6, $7, v_now, true);
+    IF p.code IS NOT NULL THEN
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+    END IF;
+    RETURN QUERY SELECT * FROM rl._settle_many($1, $2, $3, $4, $5, $6, $7, v_now);
 END
 $function$;
 COMMENT ON FUNCTION rl.rl_settle_decide(text,text[],integer[],bigint[],bigint[],bigint[],bigint,bigint) IS 'Settles delta units on several limits of key, all or nothing (core.SettleAll), given as rl_decide_multi takes them; one row per limit, the first deciding. See sql/README.md.';

@@ -366,6 +366,66 @@ BEGIN
 END
 $fn$;
 
+CREATE OR REPLACE FUNCTION rl._multi_problem(p_key text, p_names text[], p_algs integer[], p_lims bigint[], p_wins bigint[],
+                                  p_rates bigint[], p_cost bigint, p_now bigint, p_settle boolean,
+                                  OUT code text, OUT message text, OUT detail text, OUT hint text)
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+AS $fn$
+DECLARE
+    n integer := cardinality(p_names);
+    e integer;
+    i integer;
+BEGIN
+    SELECT * INTO code, message, detail, hint FROM rl._tenant_problem(p_key, NULL);
+    IF code IS NOT NULL THEN
+        RETURN;
+    END IF;
+    IF n IS NULL OR n = 0 OR array_ndims(p_names) <> 1 OR array_lower(p_names, 1) <> 1 THEN
+        code := 'RL010';
+        message := rl._error_message(10);
+        detail := 'limit index 0: no limits';
+        RETURN;
+    END IF;
+    IF cardinality(p_algs) IS DISTINCT FROM n OR cardinality(p_lims) IS DISTINCT FROM n
+            OR cardinality(p_wins) IS DISTINCT FROM n OR cardinality(p_rates) IS DISTINCT FROM n
+            OR array_lower(p_algs, 1) <> 1 OR array_lower(p_lims, 1) <> 1
+            OR array_lower(p_wins, 1) <> 1 OR array_lower(p_rates, 1) <> 1 THEN
+        code := 'RL010';
+        message := rl._error_message(10);
+        detail := 'limit index 0: the parameter arrays differ in length';
+        RETURN;
+    END IF;
+    FOR i IN 1 .. n LOOP
+        IF (octet_length(p_names[i]) BETWEEN 1 AND 256) IS NOT TRUE THEN
+            SELECT * INTO code, message, detail, hint FROM rl._key_problem(p_names[i], 'limit name');
+            RETURN;
+        END IF;
+        IF p_names[i] = ANY (p_names[1 : i - 1]) THEN
+            code := 'RL010';
+            message := rl._error_message(10);
+            detail := pg_catalog.format('limit index %s: duplicate name %L', i - 1, p_names[i]);
+            RETURN;
+        END IF;
+    END LOOP;
+    FOR i IN 1 .. n LOOP
+        e := coalesce(nullif(rl._limit_error(coalesce(p_algs[i], 0), coalesce(p_lims[i], 0), coalesce(p_wins[i], 0),
+                                             coalesce(p_rates[i], -1)), 0),
+                      CASE WHEN NOT p_settle THEN nullif(rl._call_error(coalesce(p_now, -1), coalesce(p_cost, -1)), 0)
+                           ELSE coalesce(nullif(rl._call_error(coalesce(p_now, -1), 0), 0),
+                                         CASE WHEN (p_cost BETWEEN -rl._max_cost() AND rl._max_cost()) IS NOT TRUE THEN 6 END)
+                      END,
+                      0);
+        IF e <> 0 THEN
+            code := 'RL0' || pg_catalog.lpad(e::text, 2, '0');
+            message := rl._explain(e, p_algs[i], p_lims[i], p_wins[i], p_rates[i], p_now, p_cost, NULL, NULL, NULL, NULL,
+                                   NULL, NULL, NULL, NULL, p_settle);
+            detail := rl._limit_detail(i - 1, p_names);
+            RETURN;
+        END IF;
+    END LOOP;
+END
+$fn$;
+
 CREATE OR REPLACE FUNCTION rl.rl_reset(key text, name text DEFAULT NULL) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, rl, pg_temp
@@ -490,6 +550,242 @@ BEGIN
                                              lname, lim, a[4]),
                   HINT = pg_catalog.format('Wait %s seconds before inserting again.', secs);
     END IF;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION rl.rl_decide_multi(key text, names text[], algorithms integer[], lims bigint[], windows_us bigint[], rates bigint[], cost bigint DEFAULT 1, now_us bigint DEFAULT NULL::bigint, take boolean DEFAULT true, shadows boolean[] DEFAULT NULL::boolean[])
+ RETURNS SETOF rl.multi_decision
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+DECLARE
+    p_key   ALIAS FOR $1;
+    p_names ALIAS FOR $2;
+    p_algs  ALIAS FOR $3;
+    p_lims  ALIAS FOR $4;
+    p_wins  ALIAS FOR $5;
+    p_rates ALIAS FOR $6;
+    p_cost  ALIAS FOR $7;
+    p_now   ALIAS FOR $8;
+    p_take  boolean := coalesce($9, true);
+    n       integer := cardinality($2);
+    m       bigint;
+    rs      rl._eval_result[];
+    best    integer;
+    r       rl._eval_result;
+    v_now   bigint;
+    p       record;
+BEGIN
+    -- 0018: shadow limits (store/shadow.go): a call with a shadow flag set
+    -- goes the way of 0011 with rl._take_many_shadow, under the same trust
+    -- rules; shadows NULL or all false is the call it was.
+    IF true = ANY ($10) THEN
+        IF cardinality($10) IS DISTINCT FROM n OR array_ndims($10) <> 1 OR array_lower($10, 1) <> 1 THEN
+            RAISE EXCEPTION USING ERRCODE = 'RL010', MESSAGE = rl._error_message(10),
+                DETAIL = 'limit index 0: shadows needs one flag per limit';
+        END IF;
+        v_now := rl._request_now(p_now);
+        -- 0021: an error of the arguments raised here, not by a helper:
+        -- its CONTEXT is one line, this function's.
+        p := rl._multi_problem(p_key, p_names, p_algs, p_lims, p_wins, p_rates, p_cost, v_now, false);
+        IF p.code IS NOT NULL THEN
+            IF p.detail IS NULL AND p.hint IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+            ELSIF p.hint IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+            ELSIF p.detail IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+            END IF;
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+        END IF;
+        RETURN QUERY SELECT * FROM rl._take_many_shadow($1, $2, $3, $4, $5, $6, $7, v_now, p_take, $10);
+        RETURN;
+    END IF;
+    -- 0014: the common calls in one statement each, when every row of the
+    -- call is there, rl.tenants is empty and the call is well formed (which
+    -- the statements check): one limit (a take, or a peek that locks
+    -- nothing), or several (a take: the rows locked in bytewise name order,
+    -- rl._all deciding all or nothing, every row written when admitted).
+    -- Anything else, or an error, goes the way of 0011 below, which gives
+    -- the same decision or raises the error. 0015: a take on one limit
+    -- evaluates rl._eval once (as rl_allow_us does).
+    IF n = 1 AND p_take THEN
+        RETURN QUERY
+        WITH e AS MATERIALIZED (
+                 SELECT o.now, o.algorithm, o.t, o.x, o.y, o.log, o.l AS sl, o.w AS sw, o.r AS sr,
+                        rl._eval(p_algs[1], p_lims[1], p_wins[1], p_rates[1], o.algorithm, o.t, o.x, o.y, o.log, o.l, o.w, o.r, o.now, p_cost, true) AS r
+                   FROM (SELECT rl._request_now(p_now) AS now, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r
+                           FROM rl.state s
+                          WHERE s.key = p_key AND s.name = p_names[1] AND NOT EXISTS (SELECT FROM rl.tenants)
+                            AND octet_length(p_key) BETWEEN 1 AND 256 AND octet_length(p_names[1]) BETWEEN 1 AND 256
+                            AND array_ndims(p_names) = 1 AND array_lower(p_names, 1) = 1
+                            AND cardinality(p_algs) = 1 AND cardinality(p_lims) = 1
+                            AND cardinality(p_wins) = 1 AND cardinality(p_rates) = 1
+                            AND array_lower(p_algs, 1) = 1 AND array_lower(p_lims, 1) = 1
+                            AND array_lower(p_wins, 1) = 1 AND array_lower(p_rates, 1) = 1
+                            AND p_cost > 0) o),
+             u AS (UPDATE rl.state s
+                      SET (algorithm, t, x, y, log, l, w, r, expires_at) =
+                          (SELECT (v.r).algorithm, (v.r).t, (v.r).x, (v.r).y, (v.r).log, (v.r).l, (v.r).w, (v.r).r, rl._expires_at(e.now, (v.r).reset_after)
+                             FROM (SELECT CASE WHEN (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = (e.algorithm, e.t, e.x, e.y, e.log, e.sl, e.sw, e.sr)
+                                               THEN e.r
+                                               ELSE rl._eval(p_algs[1], p_lims[1], p_wins[1], p_rates[1], s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, p_cost, true)
+                                          END AS r
+                                   OFFSET 0) v)
+                     FROM e
+                    WHERE s.key = p_key AND s.name = p_names[1]
+                      AND CASE WHEN (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = (e.algorithm, e.t, e.x, e.y, e.log, e.sl, e.sw, e.sr)
+                               THEN (e.r).err = 0 AND (e.r).allowed
+                               ELSE (SELECT ev.err = 0 AND ev.allowed
+                                       FROM rl._eval(p_algs[1], p_lims[1], p_wins[1], p_rates[1], s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, p_cost, false) AS ev)
+                          END
+                RETURNING e.now, s.t, s.x,
+                          (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log, (e.r).l, (e.r).w, (e.r).r) AS same,
+                          CASE WHEN (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log, (e.r).l, (e.r).w, (e.r).r)
+                               THEN e.r
+                               ELSE rl._eval(p_algs[1], p_lims[1], p_wins[1], p_rates[1], s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, 0, false)
+                          END AS r)
+        SELECT 0, p_names[1], true, (u.r).lim, (u.r).remaining, (u.r).reset_after, 0::bigint,
+               CASE WHEN u.same THEN (u.r).delay
+                    WHEN p_algs[1] = 5 AND u.x - p_cost * p_wins[1] > 0
+                    THEN rl._ceil_div(u.x - p_cost * p_wins[1], CASE WHEN p_rates[1] = 0 THEN p_lims[1] ELSE p_rates[1] END) + u.t - u.now
+                    ELSE 0 END, true, u.now, (u.r).next_after
+          FROM u;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    ELSIF n = 1 THEN
+        RETURN QUERY
+        WITH d AS MATERIALIZED (
+                 SELECT rl._request_now(p_now) AS now, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r
+                   FROM rl.state s
+                  WHERE s.key = p_key AND s.name = p_names[1] AND NOT EXISTS (SELECT FROM rl.tenants)
+                    AND octet_length(p_key) BETWEEN 1 AND 256 AND octet_length(p_names[1]) BETWEEN 1 AND 256
+                    AND array_ndims(p_names) = 1 AND array_lower(p_names, 1) = 1
+                    AND cardinality(p_algs) = 1 AND cardinality(p_lims) = 1
+                    AND cardinality(p_wins) = 1 AND cardinality(p_rates) = 1
+                    AND array_lower(p_algs, 1) = 1 AND array_lower(p_lims, 1) = 1
+                    AND array_lower(p_wins, 1) = 1 AND array_lower(p_rates, 1) = 1),
+             e AS MATERIALIZED (
+                 SELECT d.now,
+                        rl._eval(p_algs[1], p_lims[1], p_wins[1], p_rates[1], d.algorithm, d.t, d.x, d.y, d.log, d.l, d.w, d.r, d.now,
+                                 p_cost, false) AS r
+                   FROM d)
+        SELECT 0, p_names[1], (e.r).allowed, (e.r).lim, (e.r).remaining, (e.r).reset_after, (e.r).retry_after,
+               (e.r).delay, true, e.now, (e.r).next_after
+          FROM e WHERE (e.r).err = 0;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    ELSIF n > 1 AND p_take AND octet_length(p_key) BETWEEN 1 AND 256 THEN
+        -- Several limits. If a row is missing, the statement has locked
+        -- some rows of the call but not all, and the way below would create
+        -- the missing one while holding a later one (out of the protocol's
+        -- order): the subtransaction is rolled back, releasing its locks.
+        BEGIN
+            WITH l AS MATERIALIZED (
+                     SELECT s.name, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r
+                       FROM rl.state s
+                      WHERE s.key = p_key AND s.name = ANY (p_names) AND NOT EXISTS (SELECT FROM rl.tenants)
+                        AND array_ndims(p_names) = 1 AND array_lower(p_names, 1) = 1
+                        AND cardinality(p_algs) = n AND cardinality(p_lims) = n
+                        AND cardinality(p_wins) = n AND cardinality(p_rates) = n
+                        AND array_lower(p_algs, 1) = 1 AND array_lower(p_lims, 1) = 1
+                        AND array_lower(p_wins, 1) = 1 AND array_lower(p_rates, 1) = 1
+                        AND (SELECT count(DISTINCT u.v) FROM unnest(p_names) AS u(v)
+                              WHERE octet_length(u.v) BETWEEN 1 AND 256) = n
+                      ORDER BY s.name COLLATE "C"
+                        FOR UPDATE OF s),
+                 c AS MATERIALIZED (
+                     SELECT count(l.name) AS m, rl._request_now(p_now) AS now,
+                            array_agg(ROW(l.algorithm, l.t, l.x, l.y, l.log, l.l, l.w, l.r)::rl.state_words ORDER BY u.o) AS ss
+                       FROM unnest(p_names) WITH ORDINALITY AS u(v, o) LEFT JOIN l ON l.name = u.v),
+                 a AS MATERIALIZED (
+                     SELECT c.now, x.rs, x.best
+                       FROM c, rl._all(p_algs, p_lims, p_wins, p_rates, c.ss, c.now, p_cost, true, p_names) AS x
+                      WHERE c.m = n),
+                 w AS (UPDATE rl.state s
+                          SET algorithm = u.algorithm, t = u.t, x = u.x, y = u.y, log = u.log, l = u.sl, w = u.sw, r = u.sr,
+                              expires_at = rl._expires_at(a.now, u.reset_after)
+                         FROM a, unnest(p_names, a.rs) AS u(nm, err, allowed, lim, remaining, reset_after, retry_after,
+                                                            delay, algorithm, t, x, y, log, next_after, sl, sw, sr)
+                        WHERE s.key = p_key AND s.name = u.nm AND p_cost > 0 AND (a.rs[a.best]).allowed)
+            SELECT c.m, a.now, a.rs, a.best INTO m, v_now, rs, best FROM c LEFT JOIN a ON true;
+            IF m < n THEN
+                RAISE EXCEPTION USING ERRCODE = 'RL999', MESSAGE = 'ratelimit: internal: a row is missing';
+            END IF;
+        EXCEPTION WHEN SQLSTATE 'RL999' THEN
+            m := 0;
+        -- 0021: a limit's parameters, the time or the cost out of range
+        -- (rl._all): raised below, by this function.
+        WHEN SQLSTATE 'RL001' OR SQLSTATE 'RL002' OR SQLSTATE 'RL003' OR SQLSTATE 'RL004' OR SQLSTATE 'RL005'
+                OR SQLSTATE 'RL006' OR SQLSTATE 'RL007' THEN
+            m := 0;
+        END;
+        IF m = n THEN
+            RETURN QUERY SELECT (u.o - 1)::integer, p_names[u.o], u.allowed, u.lim, u.remaining, u.reset_after,
+                                u.retry_after, u.delay, u.o = best, v_now, u.next_after
+                           FROM unnest(rs) WITH ORDINALITY AS u(err, allowed, lim, remaining, reset_after, retry_after,
+                                                                delay, algorithm, t, x, y, log, next_after, sl, sw, sr,
+                                                                settle_caps, o);
+            RETURN;
+        END IF;
+    END IF;
+    -- Everything else, as in 0011. 0021: an error of the arguments raised
+    -- here, not by a helper: its CONTEXT is one line, this function's.
+    v_now := rl._request_now(p_now);
+    p := rl._multi_problem(p_key, p_names, p_algs, p_lims, p_wins, p_rates, p_cost, v_now, false);
+    IF p.code IS NOT NULL THEN
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+    END IF;
+    IF n = 1 AND array_ndims(p_names) = 1 AND array_lower(p_names, 1) = 1
+            AND octet_length(p_names[1]) BETWEEN 1 AND 256
+            AND cardinality(p_algs) = 1 AND cardinality(p_lims) = 1
+            AND cardinality(p_wins) = 1 AND cardinality(p_rates) = 1
+            AND array_lower(p_algs, 1) = 1 AND array_lower(p_lims, 1) = 1
+            AND array_lower(p_wins, 1) = 1 AND array_lower(p_rates, 1) = 1 THEN
+        r := rl._decide1(p_key, p_names[1], p_algs[1], p_lims[1], p_wins[1], p_rates[1], p_cost, v_now, p_take, true);
+        RETURN NEXT ROW(0, p_names[1], r.allowed, r.lim, r.remaining, r.reset_after, r.retry_after, r.delay, true,
+                        v_now, r.next_after)::rl.multi_decision;
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT * FROM rl._take_many($1, $2, $3, $4, $5, $6, $7, v_now, p_take);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION rl.rl_settle_decide(key text, names text[], algorithms integer[], lims bigint[], windows_us bigint[], rates bigint[], delta bigint, now_us bigint DEFAULT NULL::bigint)
+ RETURNS SETOF rl.multi_decision
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
+AS $function$
+DECLARE
+    v_now bigint := rl._request_now($8);
+    p     record;
+BEGIN
+    -- 0021: an error of the arguments raised here, not by a helper: its
+    -- CONTEXT is one line, this function's.
+    p := rl._multi_problem($1, $2, $3, $4, $5, $6, $7, v_now, true);
+    IF p.code IS NOT NULL THEN
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+    END IF;
+    RETURN QUERY SELECT * FROM rl._settle_many($1, $2, $3, $4, $5, $6, $7, v_now);
 END
 $function$;
 
@@ -838,6 +1134,7 @@ COMMENT ON COLUMN rl.quota_client.sent_at IS 'quota.Client.SentAt: when sent_* w
 COMMENT ON COLUMN rl.quota_client.acked IS 'quota.Client.Acked: a report has shown the client enforces sent_*';
 COMMENT ON COLUMN rl.quota_client.refreshed IS 'quota.Client.Refreshed: when a grant was last sent (-1 never)';
 COMMENT ON COLUMN rl.quota_client.gone IS 'quota.Client.Gone: the stream closed or the bucket was abandoned; counted until the grant expires';
+COMMENT ON FUNCTION rl.rl_settle_decide(text,text[],integer[],bigint[],bigint[],bigint[],bigint,bigint) IS 'Settles delta units on several limits of key, all or nothing (core.SettleAll), given as rl_decide_multi takes them; one row per limit, the first deciding. See sql/README.md.';
 COMMENT ON FUNCTION rl.us_to_interval(bigint) IS 'µs as an interval; a negative value (-1: never) is NULL';
 COMMENT ON FUNCTION rl.us_to_timestamptz(bigint) IS 'a time in µs since the Unix epoch as a timestamptz';
 COMMENT ON FUNCTION rl.readable(rl.decision) IS

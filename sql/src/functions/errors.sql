@@ -236,3 +236,73 @@ BEGIN
                            p_settle);
 END
 $fn$;
+
+-- rl._multi_problem is the first error of a call of several limits
+-- (rl_decide_multi, rl_settle_decide) that its arguments alone decide, as
+-- OUT values (all NULL when the arguments are good): the key and the
+-- tenant's prefixes, the limit list (none, arrays of different lengths), each
+-- limit's name, then each limit's parameters, the time and the cost
+-- (p_settle: a settle's delta), limit by limit, as the decision checks them.
+-- The caller raises it itself, so that the error carries one CONTEXT line,
+-- its own. Every limit's parameters come before any stored state, as in Go's
+-- pgstore: a corrupt stored state (RL008) and a settle's debt are found
+-- later, by the decision.
+CREATE FUNCTION rl._multi_problem(p_key text, p_names text[], p_algs integer[], p_lims bigint[], p_wins bigint[],
+                                  p_rates bigint[], p_cost bigint, p_now bigint, p_settle boolean,
+                                  OUT code text, OUT message text, OUT detail text, OUT hint text)
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+AS $fn$
+DECLARE
+    n integer := cardinality(p_names);
+    e integer;
+    i integer;
+BEGIN
+    SELECT * INTO code, message, detail, hint FROM rl._tenant_problem(p_key, NULL);
+    IF code IS NOT NULL THEN
+        RETURN;
+    END IF;
+    IF n IS NULL OR n = 0 OR array_ndims(p_names) <> 1 OR array_lower(p_names, 1) <> 1 THEN
+        code := 'RL010';
+        message := rl._error_message(10);
+        detail := 'limit index 0: no limits';
+        RETURN;
+    END IF;
+    IF cardinality(p_algs) IS DISTINCT FROM n OR cardinality(p_lims) IS DISTINCT FROM n
+            OR cardinality(p_wins) IS DISTINCT FROM n OR cardinality(p_rates) IS DISTINCT FROM n
+            OR array_lower(p_algs, 1) <> 1 OR array_lower(p_lims, 1) <> 1
+            OR array_lower(p_wins, 1) <> 1 OR array_lower(p_rates, 1) <> 1 THEN
+        code := 'RL010';
+        message := rl._error_message(10);
+        detail := 'limit index 0: the parameter arrays differ in length';
+        RETURN;
+    END IF;
+    FOR i IN 1 .. n LOOP
+        IF (octet_length(p_names[i]) BETWEEN 1 AND 256) IS NOT TRUE THEN
+            SELECT * INTO code, message, detail, hint FROM rl._key_problem(p_names[i], 'limit name');
+            RETURN;
+        END IF;
+        IF p_names[i] = ANY (p_names[1 : i - 1]) THEN
+            code := 'RL010';
+            message := rl._error_message(10);
+            detail := pg_catalog.format('limit index %s: duplicate name %L', i - 1, p_names[i]);
+            RETURN;
+        END IF;
+    END LOOP;
+    FOR i IN 1 .. n LOOP
+        e := coalesce(nullif(rl._limit_error(coalesce(p_algs[i], 0), coalesce(p_lims[i], 0), coalesce(p_wins[i], 0),
+                                             coalesce(p_rates[i], -1)), 0),
+                      CASE WHEN NOT p_settle THEN nullif(rl._call_error(coalesce(p_now, -1), coalesce(p_cost, -1)), 0)
+                           ELSE coalesce(nullif(rl._call_error(coalesce(p_now, -1), 0), 0),
+                                         CASE WHEN (p_cost BETWEEN -rl._max_cost() AND rl._max_cost()) IS NOT TRUE THEN 6 END)
+                      END,
+                      0);
+        IF e <> 0 THEN
+            code := 'RL0' || pg_catalog.lpad(e::text, 2, '0');
+            message := rl._explain(e, p_algs[i], p_lims[i], p_wins[i], p_rates[i], p_now, p_cost, NULL, NULL, NULL, NULL,
+                                   NULL, NULL, NULL, NULL, p_settle);
+            detail := rl._limit_detail(i - 1, p_names);
+            RETURN;
+        END IF;
+    END LOOP;
+END
+$fn$;

@@ -398,16 +398,30 @@ DECLARE
     best    integer;
     r       rl._eval_result;
     v_now   bigint;
+    p       record;
 BEGIN
     -- 0018: shadow limits (store/shadow.go): a call with a shadow flag set
     -- goes the way of 0011 with rl._take_many_shadow, under the same trust
     -- rules; shadows NULL or all false is the call it was.
     IF true = ANY ($10) THEN
         IF cardinality($10) IS DISTINCT FROM n OR array_ndims($10) <> 1 OR array_lower($10, 1) <> 1 THEN
-            PERFORM rl._raise(10, 'limit index 0: shadows needs one flag per limit');
+            RAISE EXCEPTION USING ERRCODE = 'RL010', MESSAGE = rl._error_message(10),
+                DETAIL = 'limit index 0: shadows needs one flag per limit';
         END IF;
-        PERFORM rl._check_tenant_key(p_key, NULL);
         v_now := rl._request_now(p_now);
+        -- 0021: an error of the arguments raised here, not by a helper:
+        -- its CONTEXT is one line, this function's.
+        p := rl._multi_problem(p_key, p_names, p_algs, p_lims, p_wins, p_rates, p_cost, v_now, false);
+        IF p.code IS NOT NULL THEN
+            IF p.detail IS NULL AND p.hint IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+            ELSIF p.hint IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+            ELSIF p.detail IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+            END IF;
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+        END IF;
         RETURN QUERY SELECT * FROM rl._take_many_shadow($1, $2, $3, $4, $5, $6, $7, v_now, p_take, $10);
         RETURN;
     END IF;
@@ -526,6 +540,11 @@ BEGIN
             END IF;
         EXCEPTION WHEN SQLSTATE 'RL999' THEN
             m := 0;
+        -- 0021: a limit's parameters, the time or the cost out of range
+        -- (rl._all): raised below, by this function.
+        WHEN SQLSTATE 'RL001' OR SQLSTATE 'RL002' OR SQLSTATE 'RL003' OR SQLSTATE 'RL004' OR SQLSTATE 'RL005'
+                OR SQLSTATE 'RL006' OR SQLSTATE 'RL007' THEN
+            m := 0;
         END;
         IF m = n THEN
             RETURN QUERY SELECT (u.o - 1)::integer, p_names[u.o], u.allowed, u.lim, u.remaining, u.reset_after,
@@ -536,9 +555,20 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    -- Everything else, as in 0011.
-    PERFORM rl._check_tenant_key(p_key, NULL);
+    -- Everything else, as in 0011. 0021: an error of the arguments raised
+    -- here, not by a helper: its CONTEXT is one line, this function's.
     v_now := rl._request_now(p_now);
+    p := rl._multi_problem(p_key, p_names, p_algs, p_lims, p_wins, p_rates, p_cost, v_now, false);
+    IF p.code IS NOT NULL THEN
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+    END IF;
     IF n = 1 AND array_ndims(p_names) = 1 AND array_lower(p_names, 1) = 1
             AND octet_length(p_names[1]) BETWEEN 1 AND 256
             AND cardinality(p_algs) = 1 AND cardinality(p_lims) = 1
@@ -596,9 +626,24 @@ CREATE FUNCTION rl.rl_settle_decide(key text, names text[], algorithms integer[]
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
 AS $function$
+DECLARE
+    v_now bigint := rl._request_now($8);
+    p     record;
 BEGIN
-    PERFORM rl._check_tenant_key($1, NULL);
-    RETURN QUERY SELECT * FROM rl._settle_many($1, $2, $3, $4, $5, $6, $7, rl._request_now($8));
+    -- 0021: an error of the arguments raised here, not by a helper: its
+    -- CONTEXT is one line, this function's.
+    p := rl._multi_problem($1, $2, $3, $4, $5, $6, $7, v_now, true);
+    IF p.code IS NOT NULL THEN
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+    END IF;
+    RETURN QUERY SELECT * FROM rl._settle_many($1, $2, $3, $4, $5, $6, $7, v_now);
 END
 $function$;
 COMMENT ON FUNCTION rl.rl_settle_decide(text,text[],integer[],bigint[],bigint[],bigint[],bigint,bigint) IS 'Settles delta units on several limits of key, all or nothing (core.SettleAll), given as rl_decide_multi takes them; one row per limit, the first deciding. See sql/README.md.';
