@@ -381,6 +381,14 @@ CREATE FUNCTION rl._expires_at(now bigint, reset_after bigint)
 RETURN (now + reset_after + 67108863) / 67108864 * 67108864;
 COMMENT ON FUNCTION rl._expires_at(bigint, bigint) IS 'rl: expires_at of a row written at now with this reset_after: now + reset_after rounded up to a multiple of 2^26 µs (migration 0013)';
 
+-- rl._jint_ok: v, a member of a limits element, is one rl._jint reads
+-- without an error (missing, null or an integer).
+CREATE FUNCTION rl._jint_ok(v jsonb) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN v IS NULL OR jsonb_typeof(v) = 'null' THEN true
+                WHEN jsonb_typeof(v) <> 'number' THEN false
+                ELSE v::numeric = trunc(v::numeric) END;
+
 -- rl._jint reads an integer member of a limits element: NULL when missing,
 -- clamped to bigint (out-of-range values are then reported by the decision).
 CREATE FUNCTION rl._jint(v jsonb, what text, i integer) RETURNS bigint
@@ -1406,33 +1414,6 @@ BEGIN
 END
 $fn$;
 
-CREATE FUNCTION rl._parse_shadows(limits jsonb)
- RETURNS boolean[]
- LANGUAGE plpgsql
- IMMUTABLE PARALLEL SAFE
-AS $function$
-DECLARE
-    sh  boolean[];
-    bad bigint;
-BEGIN
-    IF jsonb_typeof(limits) IS DISTINCT FROM 'array' THEN
-        RETURN NULL; -- rl._parse_limits refuses it
-    END IF;
-    SELECT array_agg(coalesce(jsonb_typeof(u.e -> 'shadow') = 'boolean' AND (u.e ->> 'shadow')::boolean, false)
-                     ORDER BY u.o),
-           min(u.o) FILTER (WHERE jsonb_typeof(u.e -> 'shadow') NOT IN ('boolean', 'null'))
-      INTO sh, bad
-      FROM jsonb_array_elements(limits) WITH ORDINALITY AS u(e, o);
-    IF bad IS NOT NULL THEN
-        PERFORM rl._raise(10, format('limits[%s].shadow must be true or false', bad - 1));
-    END IF;
-    IF true = ANY (sh) THEN
-        RETURN sh;
-    END IF;
-    RETURN NULL;
-END
-$function$;
-
 -- rl.us_to_interval is µs as an interval, for people reading a result of
 -- the functions (retry_after_us, reset_after_us, ...); a negative value,
 -- -1 for never, is NULL.
@@ -2279,6 +2260,125 @@ CREATE FUNCTION rl._key_problem(key text, what text, OUT code text, OUT message 
                 ELSE ROW(NULL::text, NULL::text, NULL::text, NULL::text)
            END;
 
+-- rl._read_limits reads the limits of rl_allow_multi, rl_peek_multi and
+-- rl_settle_multi (a JSON array of objects: "name", "algorithm" (a name or
+-- a number), "limit", "window" (an interval string) or "window_us", "rate",
+-- "shadow") as rl_decide_multi takes them, naming an unknown algorithm name
+-- where it stands. shadows is NULL unless a limit is a shadow limit (0018).
+-- The first error of the list is returned as OUT values (code, message,
+-- detail, hint), all NULL when the list is good, for the caller to raise
+-- (0021: its CONTEXT is then one line, the caller's); only an interval string
+-- PostgreSQL cannot read raises here, its own error. An integer member that
+-- is missing is NULL, clamped to bigint (out-of-range values are then
+-- reported as the decision reports them).
+CREATE FUNCTION rl._read_limits(limits jsonb,
+    OUT names text[], OUT algs integer[], OUT lims bigint[], OUT wins bigint[], OUT rates bigint[],
+    OUT shadows boolean[], OUT code text, OUT message text, OUT detail text, OUT hint text)
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $fn$
+DECLARE
+    e   jsonb;
+    a   jsonb;
+    i   integer := 0;
+    nm  text;
+    bad text;
+BEGIN
+    names := '{}'; algs := '{}'; lims := '{}'; wins := '{}'; rates := '{}';
+    IF limits IS NULL OR jsonb_typeof(limits) <> 'array' OR jsonb_array_length(limits) = 0 THEN
+        code := 'RL010';
+        message := rl._error_message(10);
+        detail := 'limits must be a non-empty JSON array of objects';
+        RETURN;
+    END IF;
+    FOR e IN SELECT v FROM jsonb_array_elements(limits) AS v LOOP
+        IF jsonb_typeof(e) <> 'object' THEN
+            code := 'RL010';
+            message := rl._error_message(10);
+            detail := format('limits[%s] is not a JSON object', i);
+            RETURN;
+        END IF;
+        IF jsonb_typeof(e -> 'name') IS DISTINCT FROM 'string' THEN
+            code := 'RL010';
+            message := rl._error_message(10);
+            detail := format('limits[%s] has no "name" string', i);
+            RETURN;
+        END IF;
+        nm := e ->> 'name';
+        SELECT * INTO code, message, detail, hint FROM rl._key_problem(nm, 'limit name');
+        IF code IS NOT NULL THEN
+            RETURN;
+        END IF;
+        IF nm = ANY (names) THEN
+            code := 'RL010';
+            message := rl._error_message(10);
+            detail := format('limits[%s]: duplicate name %L', i, nm);
+            RETURN;
+        END IF;
+        names := names || nm;
+        a := e -> 'algorithm';
+        IF jsonb_typeof(a) = 'string' AND rl._alg(a #>> '{}') = 0 THEN
+            code := 'RL001';
+            message := format('ratelimit: limits[%s].algorithm %s: unknown (want %s)', i,
+                              quote_literal(a #>> '{}'), rl._algorithm_list('plain'));
+            detail := rl._limit_detail(i, names);
+            hint := 'The short names fixed, sliding, log, token and leaky, and the numbers 1 to 6, are accepted too.';
+            RETURN;
+        END IF;
+        -- The integer members, in the order they are read.
+        bad := CASE WHEN jsonb_typeof(a) IS DISTINCT FROM 'string' AND NOT rl._jint_ok(a) THEN 'algorithm'
+                    WHEN NOT rl._jint_ok(e -> 'limit') THEN 'limit'
+                    WHEN (e ? 'window_us' OR NOT e ? 'window') AND NOT rl._jint_ok(e -> 'window_us') THEN 'window_us'
+                    WHEN NOT (e ? 'window_us' OR NOT e ? 'window') AND jsonb_typeof(e -> 'window') IS DISTINCT FROM 'string'
+                    THEN 'window' END;
+        IF bad = 'window' THEN
+            code := '22023'; -- invalid_parameter_value
+            message := format('ratelimit: limits[%s].window must be an interval string such as "1 minute"', i);
+            RETURN;
+        ELSIF bad IS NOT NULL THEN
+            code := '22023';
+            message := format('ratelimit: limits[%s].%s must be an integer, not %s', i, bad,
+                              CASE bad WHEN 'algorithm' THEN a ELSE e -> bad END);
+            RETURN;
+        END IF;
+        IF jsonb_typeof(a) = 'string' THEN
+            algs := algs || rl._alg(a #>> '{}');
+        ELSE
+            algs := algs || greatest(-1, least(2147483647, coalesce(rl._jint(a, 'algorithm', i), 0)))::integer;
+        END IF;
+        lims := lims || rl._jint(e -> 'limit', 'limit', i);
+        IF e ? 'window_us' OR NOT e ? 'window' THEN
+            wins := wins || rl._jint(e -> 'window_us', 'window_us', i);
+        ELSE
+            wins := wins || rl._interval_us((e ->> 'window')::interval);
+        END IF;
+        IF NOT rl._jint_ok(e -> 'rate') THEN
+            code := '22023';
+            message := format('ratelimit: limits[%s].rate must be an integer, not %s', i, e -> 'rate');
+            RETURN;
+        END IF;
+        -- A missing rate is the default, 0; "rate": null is NULL, ErrRate.
+        rates := rates || CASE WHEN e ? 'rate' THEN rl._jint(e -> 'rate', 'rate', i) ELSE 0 END;
+        i := i + 1;
+    END LOOP;
+    -- "shadow": true makes a limit a shadow limit; false, null or missing,
+    -- an enforced one.
+    SELECT array_agg(coalesce(jsonb_typeof(u.e -> 'shadow') = 'boolean' AND (u.e ->> 'shadow')::boolean, false)
+                     ORDER BY u.o),
+           min(u.o) FILTER (WHERE jsonb_typeof(u.e -> 'shadow') NOT IN ('boolean', 'null'))
+      INTO shadows, i
+      FROM jsonb_array_elements(limits) WITH ORDINALITY AS u(e, o);
+    IF i IS NOT NULL THEN
+        code := 'RL010';
+        message := rl._error_message(10);
+        detail := format('limits[%s].shadow must be true or false', i - 1);
+        RETURN;
+    END IF;
+    IF NOT true = ANY (shadows) THEN
+        shadows := NULL;
+    END IF;
+END
+$fn$;
+
 -- rl._check_key raises RL011 unless key is 1 to 256 bytes. what names it.
 CREATE FUNCTION rl._check_key(key text, what text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
@@ -2290,64 +2390,6 @@ BEGIN
     IF p.code IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
     END IF;
-END
-$fn$;
-
--- rl._parse_limits, as in 0007, naming an unknown algorithm name where it
--- stands.
-CREATE OR REPLACE FUNCTION rl._parse_limits(limits jsonb,
-    OUT names text[], OUT algs integer[], OUT lims bigint[], OUT wins bigint[], OUT rates bigint[])
-    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-AS $fn$
-DECLARE
-    e jsonb;
-    a jsonb;
-    i integer := 0;
-    nm text;
-BEGIN
-    names := '{}'; algs := '{}'; lims := '{}'; wins := '{}'; rates := '{}';
-    IF limits IS NULL OR jsonb_typeof(limits) <> 'array' OR jsonb_array_length(limits) = 0 THEN
-        PERFORM rl._raise(10, 'limits must be a non-empty JSON array of objects');
-    END IF;
-    FOR e IN SELECT v FROM jsonb_array_elements(limits) AS v LOOP
-        IF jsonb_typeof(e) <> 'object' THEN
-            PERFORM rl._raise(10, format('limits[%s] is not a JSON object', i));
-        END IF;
-        IF jsonb_typeof(e -> 'name') IS DISTINCT FROM 'string' THEN
-            PERFORM rl._raise(10, format('limits[%s] has no "name" string', i));
-        END IF;
-        nm := e ->> 'name';
-        PERFORM rl._check_key(nm, 'limit name');
-        IF nm = ANY (names) THEN
-            PERFORM rl._raise(10, format('limits[%s]: duplicate name %L', i, nm));
-        END IF;
-        names := names || nm;
-        a := e -> 'algorithm';
-        IF jsonb_typeof(a) = 'string' THEN
-            IF rl._alg(a #>> '{}') = 0 THEN
-                RAISE EXCEPTION USING ERRCODE = 'RL001',
-                    MESSAGE = format('ratelimit: limits[%s].algorithm %s: unknown (want %s)', i,
-                        quote_literal(a #>> '{}'), rl._algorithm_list('plain')),
-                    DETAIL = rl._limit_detail(i, names),
-                    HINT = 'The short names fixed, sliding, log, token and leaky, and the numbers 1 to 6, are accepted too.';
-            END IF;
-            algs := algs || rl._alg(a #>> '{}');
-        ELSE
-            algs := algs || greatest(-1, least(2147483647, coalesce(rl._jint(a, 'algorithm', i), 0)))::integer;
-        END IF;
-        lims := lims || rl._jint(e -> 'limit', 'limit', i);
-        IF e ? 'window_us' OR NOT e ? 'window' THEN
-            wins := wins || rl._jint(e -> 'window_us', 'window_us', i);
-        ELSIF jsonb_typeof(e -> 'window') = 'string' THEN
-            wins := wins || rl._interval_us((e ->> 'window')::interval);
-        ELSE
-            RAISE EXCEPTION 'ratelimit: limits[%].window must be an interval string such as "1 minute"', i
-                USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        -- A missing rate is the default, 0; "rate": null is NULL, ErrRate.
-        rates := rates || CASE WHEN e ? 'rate' THEN rl._jint(e -> 'rate', 'rate', i) ELSE 0 END;
-        i := i + 1;
-    END LOOP;
 END
 $fn$;
 
@@ -2904,24 +2946,29 @@ END
 $fn$;
 
 -- rl._multi_problem is the first error of a call of several limits
--- (rl_decide_multi, rl_settle_decide) that its arguments alone decide, as
--- OUT values (all NULL when the arguments are good): the key and the
--- tenant's prefixes, the limit list (none, arrays of different lengths), each
--- limit's name, then each limit's parameters, the time and the cost
--- (p_settle: a settle's delta), limit by limit, as the decision checks them.
+-- (rl_decide_multi, rl_settle_decide, and the jsonb forms once their limits
+-- are read) that its arguments alone decide, as OUT values (all NULL when the
+-- arguments are good): the key and the tenant's prefixes, the limit list
+-- (none, arrays of different lengths), each limit's name, then each limit's
+-- parameters, the time and the cost (p_settle: a settle's delta), limit by
+-- limit, as the decision checks them. With a shadow limit (p_shadows) in the
+-- order of the shadow way: a take checks the shadow limits first
+-- (rl._all_shadow), a settle the time and the delta first (rl._settle_shadow).
 -- The caller raises it itself, so that the error carries one CONTEXT line,
 -- its own. Every limit's parameters come before any stored state, as in Go's
 -- pgstore: a corrupt stored state (RL008) and a settle's debt are found
 -- later, by the decision.
 CREATE FUNCTION rl._multi_problem(p_key text, p_names text[], p_algs integer[], p_lims bigint[], p_wins bigint[],
-                                  p_rates bigint[], p_cost bigint, p_now bigint, p_settle boolean,
+                                  p_rates bigint[], p_cost bigint, p_now bigint, p_settle boolean, p_shadows boolean[],
                                   OUT code text, OUT message text, OUT detail text, OUT hint text)
     LANGUAGE plpgsql STABLE PARALLEL SAFE
 AS $fn$
 DECLARE
-    n integer := cardinality(p_names);
-    e integer;
-    i integer;
+    n   integer := cardinality(p_names);
+    sh  boolean := true = ANY (p_shadows);
+    ord integer[];
+    e   integer;
+    i   integer;
 BEGIN
     SELECT * INTO code, message, detail, hint FROM rl._tenant_problem(p_key, NULL);
     IF code IS NOT NULL THEN
@@ -2954,7 +3001,22 @@ BEGIN
             RETURN;
         END IF;
     END LOOP;
-    FOR i IN 1 .. n LOOP
+    IF sh AND p_settle THEN
+        e := CASE WHEN (p_now BETWEEN 0 AND rl._max_time()) IS NOT TRUE THEN 7
+                  WHEN (p_cost BETWEEN -rl._max_cost() AND rl._max_cost()) IS NOT TRUE THEN 6
+                  ELSE 0 END;
+        IF e <> 0 THEN
+            code := 'RL0' || pg_catalog.lpad(e::text, 2, '0');
+            message := rl._explain(e, p_algs[1], p_lims[1], p_wins[1], p_rates[1], p_now, p_cost, NULL, NULL, NULL, NULL,
+                                   NULL, NULL, NULL, NULL, true);
+            detail := rl._limit_detail(0, p_names);
+            RETURN;
+        END IF;
+    END IF;
+    ord := CASE WHEN sh AND NOT p_settle
+                THEN ARRAY(SELECT j FROM generate_series(1, n) AS j ORDER BY NOT coalesce(p_shadows[j], false), j)
+                ELSE ARRAY(SELECT generate_series(1, n)) END;
+    FOREACH i IN ARRAY ord LOOP
         e := coalesce(nullif(rl._limit_error(coalesce(p_algs[i], 0), coalesce(p_lims[i], 0), coalesce(p_wins[i], 0),
                                              coalesce(p_rates[i], -1)), 0),
                       CASE WHEN NOT p_settle THEN nullif(rl._call_error(coalesce(p_now, -1), coalesce(p_cost, -1)), 0)
@@ -3548,7 +3610,7 @@ BEGIN
         v_now := rl._request_now(p_now);
         -- 0021: an error of the arguments raised here, not by a helper:
         -- its CONTEXT is one line, this function's.
-        p := rl._multi_problem(p_key, p_names, p_algs, p_lims, p_wins, p_rates, p_cost, v_now, false);
+        p := rl._multi_problem(p_key, p_names, p_algs, p_lims, p_wins, p_rates, p_cost, v_now, false, $10);
         IF p.code IS NOT NULL THEN
             IF p.detail IS NULL AND p.hint IS NULL THEN
                 RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
@@ -3695,7 +3757,7 @@ BEGIN
     -- Everything else, as in 0011. 0021: an error of the arguments raised
     -- here, not by a helper: its CONTEXT is one line, this function's.
     v_now := rl._request_now(p_now);
-    p := rl._multi_problem(p_key, p_names, p_algs, p_lims, p_wins, p_rates, p_cost, v_now, false);
+    p := rl._multi_problem(p_key, p_names, p_algs, p_lims, p_wins, p_rates, p_cost, v_now, false, NULL);
     IF p.code IS NOT NULL THEN
         IF p.detail IS NULL AND p.hint IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
@@ -3728,14 +3790,28 @@ CREATE OR REPLACE FUNCTION rl.rl_allow_multi(key text, limits jsonb, cost bigint
  SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
 AS $function$
 DECLARE
-    p  record;
-    sh boolean[];
+    l record;
+    p record;
 BEGIN
-    p := rl._parse_limits($2);
-    -- 0018: "shadow": true makes a limit a shadow limit; false, null or
-    -- missing, an enforced one (0019: rl._parse_shadows).
-    sh := rl._parse_shadows($2);
-    RETURN QUERY SELECT * FROM rl.rl_decide_multi($1, p.names, p.algs, p.lims, p.wins, p.rates, $3, $4, true, sh);
+    -- 0018: "shadow": true makes a limit a shadow limit (rl._read_limits).
+    -- 0021: an error of the arguments raised here, not by a helper or by
+    -- rl_decide_multi: its CONTEXT is one line, this function's.
+    l := rl._read_limits($2);
+    p := l;
+    IF p.code IS NULL THEN
+        p := rl._multi_problem($1, l.names, l.algs, l.lims, l.wins, l.rates, $3, rl._request_now($4), false, l.shadows);
+    END IF;
+    IF p.code IS NOT NULL THEN
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+    END IF;
+    RETURN QUERY SELECT * FROM rl.rl_decide_multi($1, l.names, l.algs, l.lims, l.wins, l.rates, $3, $4, true, l.shadows);
 END
 $function$;
 
@@ -3746,14 +3822,28 @@ CREATE OR REPLACE FUNCTION rl.rl_peek_multi(key text, limits jsonb, cost bigint 
  SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
 AS $function$
 DECLARE
-    p  record;
-    sh boolean[];
+    l record;
+    p record;
 BEGIN
-    p := rl._parse_limits($2);
     -- 0019: shadow limits as rl_allow_multi takes them, peeked as
-    -- store.Policy.Decide peeks them.
-    sh := rl._parse_shadows($2);
-    RETURN QUERY SELECT * FROM rl.rl_decide_multi($1, p.names, p.algs, p.lims, p.wins, p.rates, $3, $4, false, sh);
+    -- store.Policy.Decide peeks them. 0021: an error of the arguments raised
+    -- here: its CONTEXT is one line, this function's.
+    l := rl._read_limits($2);
+    p := l;
+    IF p.code IS NULL THEN
+        p := rl._multi_problem($1, l.names, l.algs, l.lims, l.wins, l.rates, $3, rl._request_now($4), false, l.shadows);
+    END IF;
+    IF p.code IS NOT NULL THEN
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+    END IF;
+    RETURN QUERY SELECT * FROM rl.rl_decide_multi($1, l.names, l.algs, l.lims, l.wins, l.rates, $3, $4, false, l.shadows);
 END
 $function$;
 
@@ -3769,7 +3859,7 @@ DECLARE
 BEGIN
     -- 0021: an error of the arguments raised here, not by a helper: its
     -- CONTEXT is one line, this function's.
-    p := rl._multi_problem($1, $2, $3, $4, $5, $6, $7, v_now, true);
+    p := rl._multi_problem($1, $2, $3, $4, $5, $6, $7, v_now, true, NULL);
     IF p.code IS NOT NULL THEN
         IF p.detail IS NULL AND p.hint IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
@@ -3792,23 +3882,37 @@ CREATE OR REPLACE FUNCTION rl.rl_settle_multi(key text, limits jsonb, delta bigi
  SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
 AS $function$
 DECLARE
-    p  record;
-    sh boolean[];
+    l     record;
+    p     record;
+    v_now bigint := rl._request_now($4);
 BEGIN
-    p := rl._parse_limits($2);
     -- 0019: "shadow" read as rl_allow_multi reads it. A settle with a
     -- shadow limit settles as store.Policy.Decide with store.Settle: the
     -- enforced limits all or nothing, then each shadow limit alone, best
     -- effort (rl._settle_many_shadow), with the trust rules of
-    -- rl_settle_decide; without one, every limit all or nothing, as before.
-    sh := rl._parse_shadows($2);
-    IF sh IS NOT NULL THEN
-        PERFORM rl._check_tenant_key($1, NULL);
-        RETURN QUERY SELECT * FROM rl._settle_many_shadow($1, p.names, p.algs, p.lims, p.wins, p.rates, $3,
-                                                          rl._request_now($4), sh);
+    -- rl_settle_decide; without one, every limit all or nothing, as
+    -- rl_settle_decide settles them. 0021: an error of the arguments raised
+    -- here: its CONTEXT is one line, this function's.
+    l := rl._read_limits($2);
+    p := l;
+    IF p.code IS NULL THEN
+        p := rl._multi_problem($1, l.names, l.algs, l.lims, l.wins, l.rates, $3, v_now, true, l.shadows);
+    END IF;
+    IF p.code IS NOT NULL THEN
+        IF p.detail IS NULL AND p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message;
+        ELSIF p.hint IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail;
+        ELSIF p.detail IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, HINT = p.hint;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
+    END IF;
+    IF l.shadows IS NOT NULL THEN
+        RETURN QUERY SELECT * FROM rl._settle_many_shadow($1, l.names, l.algs, l.lims, l.wins, l.rates, $3, v_now, l.shadows);
         RETURN;
     END IF;
-    RETURN QUERY SELECT * FROM rl.rl_settle_decide($1, p.names, p.algs, p.lims, p.wins, p.rates, $3, $4);
+    RETURN QUERY SELECT * FROM rl._settle_many($1, l.names, l.algs, l.lims, l.wins, l.rates, $3, v_now);
 END
 $function$;
 COMMENT ON FUNCTION rl.rl_settle_multi(text,jsonb,bigint,bigint) IS 'Settles delta units on several limits of key, given as rl_allow_multi takes them: all or nothing (core.SettleAll), the first deciding; with "shadow": true limits as store.Policy.Decide settles them, the enforced ones all or nothing, then each shadow limit alone, best effort. One row per limit. See sql/README.md.';

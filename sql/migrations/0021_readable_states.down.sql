@@ -7,6 +7,33 @@ SET LOCAL search_path = pg_catalog, pg_temp;
 
 DROP VIEW rl.states;
 
+CREATE OR REPLACE FUNCTION rl._parse_shadows(limits jsonb)
+ RETURNS boolean[]
+ LANGUAGE plpgsql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+DECLARE
+    sh  boolean[];
+    bad bigint;
+BEGIN
+    IF jsonb_typeof(limits) IS DISTINCT FROM 'array' THEN
+        RETURN NULL; -- rl._parse_limits refuses it
+    END IF;
+    SELECT array_agg(coalesce(jsonb_typeof(u.e -> 'shadow') = 'boolean' AND (u.e ->> 'shadow')::boolean, false)
+                     ORDER BY u.o),
+           min(u.o) FILTER (WHERE jsonb_typeof(u.e -> 'shadow') NOT IN ('boolean', 'null'))
+      INTO sh, bad
+      FROM jsonb_array_elements(limits) WITH ORDINALITY AS u(e, o);
+    IF bad IS NOT NULL THEN
+        PERFORM rl._raise(10, format('limits[%s].shadow must be true or false', bad - 1));
+    END IF;
+    IF true = ANY (sh) THEN
+        RETURN sh;
+    END IF;
+    RETURN NULL;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION rl._check_key(key text, what text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $fn$
@@ -45,6 +72,62 @@ BEGIN
         MESSAGE = pg_catalog.format('ratelimit: algorithm %s: unknown (want %s)',
             coalesce(quote_literal(p_algorithm), 'NULL'), rl._algorithm_list('plain')),
         HINT = 'The short names fixed, sliding, log, token and leaky are accepted too.';
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION rl._parse_limits(limits jsonb,
+    OUT names text[], OUT algs integer[], OUT lims bigint[], OUT wins bigint[], OUT rates bigint[])
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $fn$
+DECLARE
+    e jsonb;
+    a jsonb;
+    i integer := 0;
+    nm text;
+BEGIN
+    names := '{}'; algs := '{}'; lims := '{}'; wins := '{}'; rates := '{}';
+    IF limits IS NULL OR jsonb_typeof(limits) <> 'array' OR jsonb_array_length(limits) = 0 THEN
+        PERFORM rl._raise(10, 'limits must be a non-empty JSON array of objects');
+    END IF;
+    FOR e IN SELECT v FROM jsonb_array_elements(limits) AS v LOOP
+        IF jsonb_typeof(e) <> 'object' THEN
+            PERFORM rl._raise(10, format('limits[%s] is not a JSON object', i));
+        END IF;
+        IF jsonb_typeof(e -> 'name') IS DISTINCT FROM 'string' THEN
+            PERFORM rl._raise(10, format('limits[%s] has no "name" string', i));
+        END IF;
+        nm := e ->> 'name';
+        PERFORM rl._check_key(nm, 'limit name');
+        IF nm = ANY (names) THEN
+            PERFORM rl._raise(10, format('limits[%s]: duplicate name %L', i, nm));
+        END IF;
+        names := names || nm;
+        a := e -> 'algorithm';
+        IF jsonb_typeof(a) = 'string' THEN
+            IF rl._alg(a #>> '{}') = 0 THEN
+                RAISE EXCEPTION USING ERRCODE = 'RL001',
+                    MESSAGE = format('ratelimit: limits[%s].algorithm %s: unknown (want %s)', i,
+                        quote_literal(a #>> '{}'), rl._algorithm_list('plain')),
+                    DETAIL = rl._limit_detail(i, names),
+                    HINT = 'The short names fixed, sliding, log, token and leaky, and the numbers 1 to 6, are accepted too.';
+            END IF;
+            algs := algs || rl._alg(a #>> '{}');
+        ELSE
+            algs := algs || greatest(-1, least(2147483647, coalesce(rl._jint(a, 'algorithm', i), 0)))::integer;
+        END IF;
+        lims := lims || rl._jint(e -> 'limit', 'limit', i);
+        IF e ? 'window_us' OR NOT e ? 'window' THEN
+            wins := wins || rl._jint(e -> 'window_us', 'window_us', i);
+        ELSIF jsonb_typeof(e -> 'window') = 'string' THEN
+            wins := wins || rl._interval_us((e ->> 'window')::interval);
+        ELSE
+            RAISE EXCEPTION 'ratelimit: limits[%].window must be an interval string such as "1 minute"', i
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        -- A missing rate is the default, 0; "rate": null is NULL, ErrRate.
+        rates := rates || CASE WHEN e ? 'rate' THEN rl._jint(e -> 'rate', 'rate', i) ELSE 0 END;
+        i := i + 1;
+    END LOOP;
 END
 $fn$;
 
@@ -405,6 +488,42 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION rl.rl_allow_multi(key text, limits jsonb, cost bigint DEFAULT 1, now_us bigint DEFAULT NULL::bigint)
+ RETURNS SETOF rl.multi_decision
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
+AS $function$
+DECLARE
+    p  record;
+    sh boolean[];
+BEGIN
+    p := rl._parse_limits($2);
+    -- 0018: "shadow": true makes a limit a shadow limit; false, null or
+    -- missing, an enforced one (0019: rl._parse_shadows).
+    sh := rl._parse_shadows($2);
+    RETURN QUERY SELECT * FROM rl.rl_decide_multi($1, p.names, p.algs, p.lims, p.wins, p.rates, $3, $4, true, sh);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION rl.rl_peek_multi(key text, limits jsonb, cost bigint DEFAULT 1, now_us bigint DEFAULT NULL::bigint)
+ RETURNS SETOF rl.multi_decision
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
+AS $function$
+DECLARE
+    p  record;
+    sh boolean[];
+BEGIN
+    p := rl._parse_limits($2);
+    -- 0019: shadow limits as rl_allow_multi takes them, peeked as
+    -- store.Policy.Decide peeks them.
+    sh := rl._parse_shadows($2);
+    RETURN QUERY SELECT * FROM rl.rl_decide_multi($1, p.names, p.algs, p.lims, p.wins, p.rates, $3, $4, false, sh);
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION rl.rl_settle_decide(key text, names text[], algorithms integer[], lims bigint[], windows_us bigint[], rates bigint[], delta bigint, now_us bigint DEFAULT NULL::bigint)
  RETURNS SETOF rl.multi_decision
  LANGUAGE plpgsql
@@ -414,6 +533,33 @@ AS $function$
 BEGIN
     PERFORM rl._check_tenant_key($1, NULL);
     RETURN QUERY SELECT * FROM rl._settle_many($1, $2, $3, $4, $5, $6, $7, rl._request_now($8));
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION rl.rl_settle_multi(key text, limits jsonb, delta bigint, now_us bigint DEFAULT NULL::bigint)
+ RETURNS SETOF rl.multi_decision
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'rl', 'pg_temp'
+AS $function$
+DECLARE
+    p  record;
+    sh boolean[];
+BEGIN
+    p := rl._parse_limits($2);
+    -- 0019: "shadow" read as rl_allow_multi reads it. A settle with a
+    -- shadow limit settles as store.Policy.Decide with store.Settle: the
+    -- enforced limits all or nothing, then each shadow limit alone, best
+    -- effort (rl._settle_many_shadow), with the trust rules of
+    -- rl_settle_decide; without one, every limit all or nothing, as before.
+    sh := rl._parse_shadows($2);
+    IF sh IS NOT NULL THEN
+        PERFORM rl._check_tenant_key($1, NULL);
+        RETURN QUERY SELECT * FROM rl._settle_many_shadow($1, p.names, p.algs, p.lims, p.wins, p.rates, $3,
+                                                          rl._request_now($4), sh);
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT * FROM rl.rl_settle_decide($1, p.names, p.algs, p.lims, p.wins, p.rates, $3, $4);
 END
 $function$;
 
@@ -676,11 +822,13 @@ BEGIN
 END
 $function$;
 
-DROP FUNCTION rl._multi_problem(text,text[],integer[],bigint[],bigint[],bigint[],bigint,bigint,boolean);
+DROP FUNCTION rl._multi_problem(text,text[],integer[],bigint[],bigint[],bigint[],bigint,bigint,boolean,boolean[]);
 
 DROP FUNCTION rl._single_problem(text,text,text,bigint,bigint,boolean,interval,bigint,bigint,bigint,boolean);
 
 DROP FUNCTION rl._tenant_problem(text,name);
+
+DROP FUNCTION rl._read_limits(jsonb);
 
 DROP FUNCTION rl._key_problem(text,text);
 
@@ -702,8 +850,11 @@ DROP FUNCTION rl.us_to_timestamptz(bigint);
 
 DROP FUNCTION rl.us_to_interval(bigint);
 
+DROP FUNCTION rl._jint_ok(jsonb);
+
 COMMENT ON FUNCTION rl._enforce_limit(oid,text,text[],boolean,text) IS 'rl: the definer-rights part of rl.enforce_limit(): plain values in (the trigger''s table, name, arguments and key as text), the decision on the database clock';
 COMMENT ON FUNCTION rl.rl_settle_decide(text,text[],integer[],bigint[],bigint[],bigint[],bigint,bigint) IS 'Settles delta units on several limits of key, all or nothing (core.SettleAll), given as rl_decide_multi takes them; one row per limit, the first deciding. See sql/README.md.';
+COMMENT ON FUNCTION rl.rl_settle_multi(text,jsonb,bigint,bigint) IS 'Settles delta units on several limits of key, given as rl_allow_multi takes them: all or nothing (core.SettleAll), the first deciding; with "shadow": true limits as store.Policy.Decide settles them, the enforced ones all or nothing, then each shadow limit alone, best effort. One row per limit. See sql/README.md.';
 COMMENT ON FUNCTION rl.rl_settle(text,text,bigint,interval,bigint,bigint,text,bigint) IS 'Settles delta units on the limit name of key (core.Settle): positive, a debt beyond the limit; negative, a refund never below nothing used. The decision of a call of cost 0 afterwards. See sql/README.md.';
 COMMENT ON FUNCTION rl.rl_settle_us(text,text,bigint,bigint,bigint,bigint,text,bigint) IS 'rl_settle with the window in µs';
 COMMENT ON TABLE rl.quota_bucket IS NULL;

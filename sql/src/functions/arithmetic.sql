@@ -15,6 +15,14 @@ CREATE FUNCTION rl._expires_at(now bigint, reset_after bigint)
 RETURN (now + reset_after + 67108863) / 67108864 * 67108864;
 COMMENT ON FUNCTION rl._expires_at(bigint, bigint) IS 'rl: expires_at of a row written at now with this reset_after: now + reset_after rounded up to a multiple of 2^26 µs (migration 0013)';
 
+-- rl._jint_ok: v, a member of a limits element, is one rl._jint reads
+-- without an error (missing, null or an integer).
+CREATE FUNCTION rl._jint_ok(v jsonb) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN v IS NULL OR jsonb_typeof(v) = 'null' THEN true
+                WHEN jsonb_typeof(v) <> 'number' THEN false
+                ELSE v::numeric = trunc(v::numeric) END;
+
 -- rl._jint reads an integer member of a limits element: NULL when missing,
 -- clamped to bigint (out-of-range values are then reported by the decision).
 CREATE FUNCTION rl._jint(v jsonb, what text, i integer) RETURNS bigint

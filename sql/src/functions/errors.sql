@@ -238,24 +238,29 @@ END
 $fn$;
 
 -- rl._multi_problem is the first error of a call of several limits
--- (rl_decide_multi, rl_settle_decide) that its arguments alone decide, as
--- OUT values (all NULL when the arguments are good): the key and the
--- tenant's prefixes, the limit list (none, arrays of different lengths), each
--- limit's name, then each limit's parameters, the time and the cost
--- (p_settle: a settle's delta), limit by limit, as the decision checks them.
+-- (rl_decide_multi, rl_settle_decide, and the jsonb forms once their limits
+-- are read) that its arguments alone decide, as OUT values (all NULL when the
+-- arguments are good): the key and the tenant's prefixes, the limit list
+-- (none, arrays of different lengths), each limit's name, then each limit's
+-- parameters, the time and the cost (p_settle: a settle's delta), limit by
+-- limit, as the decision checks them. With a shadow limit (p_shadows) in the
+-- order of the shadow way: a take checks the shadow limits first
+-- (rl._all_shadow), a settle the time and the delta first (rl._settle_shadow).
 -- The caller raises it itself, so that the error carries one CONTEXT line,
 -- its own. Every limit's parameters come before any stored state, as in Go's
 -- pgstore: a corrupt stored state (RL008) and a settle's debt are found
 -- later, by the decision.
 CREATE FUNCTION rl._multi_problem(p_key text, p_names text[], p_algs integer[], p_lims bigint[], p_wins bigint[],
-                                  p_rates bigint[], p_cost bigint, p_now bigint, p_settle boolean,
+                                  p_rates bigint[], p_cost bigint, p_now bigint, p_settle boolean, p_shadows boolean[],
                                   OUT code text, OUT message text, OUT detail text, OUT hint text)
     LANGUAGE plpgsql STABLE PARALLEL SAFE
 AS $fn$
 DECLARE
-    n integer := cardinality(p_names);
-    e integer;
-    i integer;
+    n   integer := cardinality(p_names);
+    sh  boolean := true = ANY (p_shadows);
+    ord integer[];
+    e   integer;
+    i   integer;
 BEGIN
     SELECT * INTO code, message, detail, hint FROM rl._tenant_problem(p_key, NULL);
     IF code IS NOT NULL THEN
@@ -288,7 +293,22 @@ BEGIN
             RETURN;
         END IF;
     END LOOP;
-    FOR i IN 1 .. n LOOP
+    IF sh AND p_settle THEN
+        e := CASE WHEN (p_now BETWEEN 0 AND rl._max_time()) IS NOT TRUE THEN 7
+                  WHEN (p_cost BETWEEN -rl._max_cost() AND rl._max_cost()) IS NOT TRUE THEN 6
+                  ELSE 0 END;
+        IF e <> 0 THEN
+            code := 'RL0' || pg_catalog.lpad(e::text, 2, '0');
+            message := rl._explain(e, p_algs[1], p_lims[1], p_wins[1], p_rates[1], p_now, p_cost, NULL, NULL, NULL, NULL,
+                                   NULL, NULL, NULL, NULL, true);
+            detail := rl._limit_detail(0, p_names);
+            RETURN;
+        END IF;
+    END IF;
+    ord := CASE WHEN sh AND NOT p_settle
+                THEN ARRAY(SELECT j FROM generate_series(1, n) AS j ORDER BY NOT coalesce(p_shadows[j], false), j)
+                ELSE ARRAY(SELECT generate_series(1, n)) END;
+    FOREACH i IN ARRAY ord LOOP
         e := coalesce(nullif(rl._limit_error(coalesce(p_algs[i], 0), coalesce(p_lims[i], 0), coalesce(p_wins[i], 0),
                                              coalesce(p_rates[i], -1)), 0),
                       CASE WHEN NOT p_settle THEN nullif(rl._call_error(coalesce(p_now, -1), coalesce(p_cost, -1)), 0)
