@@ -3262,7 +3262,8 @@ DECLARE
     total    bigint;
     any_dirty boolean := false;
 BEGIN
-    -- The shape of the call: an error here fails the whole call (RL010).
+    -- The shape of the call: an error here fails the whole call (RL010),
+    -- raised here (0021: its CONTEXT is one line, this function's).
     IF (nreq > 0 AND (array_ndims(p_keys) <> 1 OR array_lower(p_keys, 1) <> 1))
             OR (nlim > 0 AND (array_ndims(p_names) <> 1 OR array_lower(p_names, 1) <> 1))
             OR coalesce(cardinality(p_algs), 0) <> nlim OR coalesce(cardinality(p_lims), 0) <> nlim
@@ -3274,18 +3275,21 @@ BEGIN
             OR (p_takes IS NOT NULL AND (cardinality(p_takes) <> nreq OR (nreq > 0 AND array_lower(p_takes, 1) <> 1)))
             OR (p_sets IS NOT NULL AND (cardinality(p_sets) <> nreq OR (nreq > 0 AND array_lower(p_sets, 1) <> 1)))
             OR (p_shs IS NOT NULL AND (cardinality(p_shs) <> nlim OR (nlim > 0 AND array_lower(p_shs, 1) <> 1))) THEN
-        PERFORM rl._raise(10, 'rl_decide_batch: keys, costs, now_us, take and settle need one element per request, '
-                              'names, algorithms, lims, windows_us, rates and shadows one per limit');
+        RAISE EXCEPTION USING ERRCODE = 'RL010', MESSAGE = rl._error_message(10),
+            DETAIL = 'rl_decide_batch: keys, costs, now_us, take and settle need one element per request, '
+                     'names, algorithms, lims, windows_us, rates and shadows one per limit';
     END IF;
     IF p_counts IS NULL THEN
         IF nlim <> nreq THEN
-            PERFORM rl._raise(10, 'rl_decide_batch: without limit_counts, each request has one limit');
+            RAISE EXCEPTION USING ERRCODE = 'RL010', MESSAGE = rl._error_message(10),
+                DETAIL = 'rl_decide_batch: without limit_counts, each request has one limit';
         END IF;
     ELSE
         SELECT sum(u.c), count(*) FILTER (WHERE u.c IS NULL OR u.c < 0) INTO total, bad FROM unnest(p_counts) AS u(c);
         IF cardinality(p_counts) <> nreq OR (nreq > 0 AND array_lower(p_counts, 1) <> 1)
                 OR bad > 0 OR coalesce(total, 0) <> nlim THEN
-            PERFORM rl._raise(10, 'rl_decide_batch: limit_counts needs one count (0 or more) per request, adding up to the number of limits');
+            RAISE EXCEPTION USING ERRCODE = 'RL010', MESSAGE = rl._error_message(10),
+                DETAIL = 'rl_decide_batch: limit_counts needs one count (0 or more) per request, adding up to the number of limits';
         END IF;
     END IF;
     IF nreq = 0 THEN

@@ -223,6 +223,119 @@ func TestErrorsOneContextLine(t *testing.T) {
 	}
 }
 
+// TestMultiErrorsOneContextLine: an error of a multi-limit or batch function
+// (rl_allow_multi, rl_peek_multi, rl_settle_multi, rl_decide_multi,
+// rl_settle_decide, rl_decide_batch) for bad arguments is raised by the
+// function called, so its CONTEXT is one line naming it, with the words and
+// SQLSTATE it had when a helper raised it. Rows already there (the one
+// statement ways of rl_decide_multi) change nothing, and a limit's bad
+// parameters are reported before an earlier limit's corrupt stored state,
+// as Go's pgstore reports them.
+func TestMultiErrorsOneContextLine(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn := connect(t, dbURL)
+	key := fmt.Sprintf("multictx_%d", time.Now().UnixNano())
+	// Rows for limits a and b of key (the one statement ways), and a
+	// corrupt GCRA state (y after t) for limit c of key || 'bad'.
+	_, err := conn.Exec(ctx, `SELECT count(*) FROM rl.rl_decide_multi($1, '{a,b}', '{6,6}', '{5,5}', '{60000000,60000000}', '{0,0}')`, key)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `INSERT INTO rl.state (key, name, algorithm, t, x, y) VALUES ($1::text || 'bad', 'c', 6, 0, 0, 5)`, key)
+	require.NoError(t, err)
+	limit0 := fmt.Sprintf("ratelimit: limit 0: outside [1, %d] for %s", core.MaxLimit, core.GCRA)
+	cost := fmt.Sprintf("ratelimit: cost -1: outside [0, %d]", core.MaxCost)
+	delta := fmt.Sprintf("ratelimit: settle delta NULL: outside [-%d, %d]", core.MaxCost, core.MaxCost)
+	now := fmt.Sprintf("ratelimit: time -1 µs: outside [0, %d] µs since the Unix epoch", core.MaxTime)
+	limits := "ratelimit: bad limit list (ErrLimits)"
+	gcra := `{"name": "a", "algorithm": "gcra", "limit": 5, "window": "1 minute"}`
+	zero := `{"name": "b", "algorithm": "gcra", "limit": 0, "window": "1 minute"}`
+	for _, tc := range []struct{ query, function, state, message, detail, hint string }{
+		// rl_decide_multi: the way of 0011, the one statement ways (rows
+		// there), the shadow way.
+		{`SELECT * FROM rl.rl_decide_multi($1::text || 'new', '{a,b}', '{6,6}', '{5,0}', '{60000000,60000000}', '{0,0}')`,
+			"rl_decide_multi", "RL002", limit0, "limit index 1 (name 'b')", ""},
+		{`SELECT * FROM rl.rl_decide_multi($1, '{a,b}', '{6,6}', '{5,0}', '{60000000,60000000}', '{0,0}')`,
+			"rl_decide_multi", "RL002", limit0, "limit index 1 (name 'b')", ""},
+		{`SELECT * FROM rl.rl_decide_multi($1, '{a,b}', '{6,6}', '{5,5}', '{60000000,60000000}', '{0,0}', cost => -1)`,
+			"rl_decide_multi", "RL006", cost, "limit index 0 (name 'a')", ""},
+		{`SELECT * FROM rl.rl_decide_multi($1, '{a}', '{6}', '{5}', '{60000000}', '{0}', cost => -1)`,
+			"rl_decide_multi", "RL006", cost, "limit index 0 (name 'a')", ""},
+		{`SELECT * FROM rl.rl_decide_multi($1, '{a}', '{6}', '{5}', '{60000000}', '{0}', cost => -1, take => false)`,
+			"rl_decide_multi", "RL006", cost, "limit index 0 (name 'a')", ""},
+		{`SELECT * FROM rl.rl_decide_multi('', '{a}', '{6}', '{5}', '{60000000}', '{0}')`,
+			"rl_decide_multi", "RL011", "ratelimit: invalid key: it must be 1 to 256 bytes", "The key is 0 bytes long.", ""},
+		{`SELECT * FROM rl.rl_decide_multi($1, '{a,a}', '{6,6}', '{5,5}', '{60000000,60000000}', '{0,0}')`,
+			"rl_decide_multi", "RL010", limits, "limit index 1: duplicate name 'a'", ""},
+		{`SELECT * FROM rl.rl_decide_multi($1, '{a,b}', '{6}', '{5,5}', '{60000000,60000000}', '{0,0}')`,
+			"rl_decide_multi", "RL010", limits, "limit index 0: the parameter arrays differ in length", ""},
+		{`SELECT * FROM rl.rl_decide_multi($1, '{}', '{}', '{}', '{}', '{}')`,
+			"rl_decide_multi", "RL010", limits, "limit index 0: no limits", ""},
+		{`SELECT * FROM rl.rl_decide_multi($1, '{a,b}', '{6,6}', '{5,5}', '{60000000,60000000}', '{0,0}', shadows => '{t}')`,
+			"rl_decide_multi", "RL010", limits, "limit index 0: shadows needs one flag per limit", ""},
+		{`SELECT * FROM rl.rl_decide_multi($1, '{a,b}', '{6,6}', '{0,5}', '{60000000,0}', '{0,0}', shadows => '{f,t}')`,
+			"rl_decide_multi", "RL003", fmt.Sprintf("ratelimit: window 0 µs: outside [1, %d] µs", core.MaxWindow), "limit index 1 (name 'b')", ""},
+		// Parameters before state: c's corrupt state is found after b's limit.
+		{`SELECT * FROM rl.rl_decide_multi($1::text || 'bad', '{c,b}', '{6,6}', '{5,0}', '{60000000,60000000}', '{0,0}')`,
+			"rl_decide_multi", "RL002", limit0, "limit index 1 (name 'b')", ""},
+		{`SELECT * FROM rl.rl_settle_decide($1, '{a,b}', '{6,6}', '{5,5}', '{60000000,60000000}', '{0,0}', NULL)`,
+			"rl_settle_decide", "RL006", delta, "limit index 0 (name 'a')", ""},
+		{`SELECT * FROM rl.rl_settle_decide($1, '{a,b}', '{6,6}', '{5,5}', '{60000000,60000000}', '{0,0}', 1, now_us => -1)`,
+			"rl_settle_decide", "RL007", now, "limit index 0 (name 'a')", ""},
+		{`SELECT * FROM rl.rl_allow_multi($1, '[` + gcra + `, ` + zero + `]')`,
+			"rl_allow_multi", "RL002", limit0, "limit index 1 (name 'b')", ""},
+		{`SELECT * FROM rl.rl_allow_multi($1, '[{"name": "a", "algorithm": "gcrx", "limit": 5, "window": "1 minute"}]')`,
+			"rl_allow_multi", "RL001",
+			fmt.Sprintf("ratelimit: limits[0].algorithm 'gcrx': unknown (want %s)", allAlgorithms("")), "limit index 0 (name 'a')",
+			"The short names fixed, sliding, log, token and leaky, and the numbers 1 to 6, are accepted too."},
+		{`SELECT * FROM rl.rl_allow_multi('', '[` + gcra + `]')`,
+			"rl_allow_multi", "RL011", "ratelimit: invalid key: it must be 1 to 256 bytes", "The key is 0 bytes long.", ""},
+		{`SELECT * FROM rl.rl_allow_multi($1, '[]')`,
+			"rl_allow_multi", "RL010", limits, "limits must be a non-empty JSON array of objects", ""},
+		{`SELECT * FROM rl.rl_peek_multi($1, '[{"name": "a", "algorithm": "gcra", "limit": 5.5, "window": "1 minute"}]')`,
+			"rl_peek_multi", "22023", "ratelimit: limits[0].limit must be an integer, not 5.5", "", ""},
+		{`SELECT * FROM rl.rl_peek_multi($1, '[` + gcra + `, {"name": "b", "algorithm": "gcra", "limit": 5, "window": "1 minute", "rate": "x"}]')`,
+			"rl_peek_multi", "22023", `ratelimit: limits[1].rate must be an integer, not "x"`, "", ""},
+		{`SELECT * FROM rl.rl_peek_multi($1, '[` + gcra + `, {"name": "a", "algorithm": "gcra", "limit": 5, "window": "1 minute"}]')`,
+			"rl_peek_multi", "RL010", limits, "limits[1]: duplicate name 'a'", ""},
+		{`SELECT * FROM rl.rl_settle_multi($1, '[{"name": "a", "algorithm": "gcra", "limit": 5, "window": 5}]', 1)`,
+			"rl_settle_multi", "22023", `ratelimit: limits[0].window must be an interval string such as "1 minute"`, "", ""},
+		{`SELECT * FROM rl.rl_settle_multi($1, '[{"name": "a", "algorithm": "gcra", "limit": 5, "window": "1 minute", "shadow": 1}]', 1)`,
+			"rl_settle_multi", "RL010", limits, "limits[0].shadow must be true or false", ""},
+		{`SELECT * FROM rl.rl_settle_multi($1, '[` + gcra + `]', NULL)`,
+			"rl_settle_multi", "RL006", delta, "limit index 0 (name 'a')", ""},
+		// A shadow settle checks the delta before the limits.
+		{`SELECT * FROM rl.rl_settle_multi($1, '[{"name": "a", "algorithm": "gcra", "limit": 0, "window": "1 minute", "shadow": true}]', NULL)`,
+			"rl_settle_multi", "RL006", delta, "limit index 0 (name 'a')", ""},
+		{`SELECT * FROM rl.rl_decide_batch(ARRAY[$1::text], '{a,b}', '{6,6}', '{5,5}', '{60000000,60000000}', '{0,0}')`,
+			"rl_decide_batch", "RL010", limits, "rl_decide_batch: without limit_counts, each request has one limit", ""},
+		{`SELECT * FROM rl.rl_decide_batch(ARRAY[$1::text], '{a}', '{6}', '{5}', '{60000000}', '{0,0}')`,
+			"rl_decide_batch", "RL010", limits, "rl_decide_batch: keys, costs, now_us, take and settle need one element per request, " +
+				"names, algorithms, lims, windows_us, rates and shadows one per limit", ""},
+		{`SELECT * FROM rl.rl_decide_batch(ARRAY[$1::text], '{a,b}', '{6,6}', '{5,5}', '{60000000,60000000}', '{0,0}', limit_counts => '{1}')`,
+			"rl_decide_batch", "RL010", limits, "rl_decide_batch: limit_counts needs one count (0 or more) per request, adding up to the number of limits", ""},
+	} {
+		args := []any{key}
+		if !strings.Contains(tc.query, "$1") {
+			args = nil
+		}
+		_, err := conn.Exec(ctx, tc.query, args...)
+		var pgErr *pgconn.PgError
+		require.True(t, errors.As(err, &pgErr), "%s: %v", tc.query, err)
+		require.Equal(t, tc.state, pgErr.Code, tc.query)
+		require.Equal(t, tc.message, pgErr.Message, tc.query)
+		require.Equal(t, tc.detail, pgErr.Detail, tc.query)
+		require.Equal(t, tc.hint, pgErr.Hint, tc.query)
+		require.NotContains(t, pgErr.Where, "\n", "%s: more than one CONTEXT line", tc.query)
+		require.True(t, strings.HasPrefix(pgErr.Where, "PL/pgSQL function "+tc.function+"("), "%s: CONTEXT %q", tc.query, pgErr.Where)
+	}
+	// The corrupt state alone is still an error (the decision finds it).
+	_, err = conn.Exec(ctx, `SELECT * FROM rl.rl_decide_multi($1::text || 'bad', '{c,b}', '{6,6}', '{5,5}', '{60000000,60000000}', '{0,0}')`, key)
+	var pgErr *pgconn.PgError
+	require.True(t, errors.As(err, &pgErr), "%v", err)
+	require.Equal(t, "RL008", pgErr.Code)
+	require.Equal(t, "limit index 0 (name 'c')", pgErr.Detail)
+}
+
 // TestCreateLimitTrigger: rl.create_limit_trigger refuses bad arguments at
 // once, with the words of the error the first INSERT would raise on a
 // trigger created by hand with them, and creates nothing; good ones give a
