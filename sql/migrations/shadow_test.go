@@ -232,8 +232,8 @@ func multiRows(t *testing.T, query string, args ...any) ([]core.Decision, int) {
 
 // TestShadowMultiBadFlag: a "shadow" that is neither a boolean nor null is
 // refused (RL010, naming the limit) by rl_allow_multi, rl_peek_multi and
-// rl_settle_multi alike (rl._parse_shadows, migration 19), before anything
-// is read or written.
+// rl_settle_multi alike (rl._read_limits; rl._parse_shadows in migrations
+// 19 and 20), before anything is read or written.
 func TestShadowMultiBadFlag(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
