@@ -59,25 +59,35 @@ func shardedOver(t testing.TB, c *plproxytest.Cluster, cfg pgstore.Config, shard
 
 // TestShardedConformance runs the store suite over the sharded store (both
 // paths, 8 partitions on 2 shards) and over a plain Store on the router
-// database (the SQL path through PL/Proxy).
+// database (the SQL path through PL/Proxy), the three runs in parallel on
+// the one cluster; then Expire through the router, once they have all
+// ended: storetest decides at request times long past by the database
+// clock, so rl_expire deletes its states, and while a run still decided it
+// would reset that run's keys under it (the run would then disagree with
+// its model).
 func TestShardedConformance(t *testing.T) {
 	t.Parallel() // a cluster of its own (plproxytest.New)
 	c := plproxytest.New(t, 2, 8)
-	for _, m := range modes[:2] {
-		t.Run("sharded/"+m.name, func(t *testing.T) {
-			t.Parallel() // keys of their own (storetest.Run)
-			s := shardedOver(t, c, m.cfg, c.Shards)
-			cfg := storetest.Config{New: func(t *testing.T) store.Store { return s }}
-			storetest.Run(t, cfg)
+	viaRouter := newStore(t, smallPool(t, c.Router, 8), pgstore.Config{RequestClock: true, QueueTimeout: -1})
+	// t.Run returns once the group's parallel runs have all ended.
+	t.Run("runs", func(t *testing.T) {
+		for _, m := range modes[:2] {
+			t.Run("sharded/"+m.name, func(t *testing.T) {
+				t.Parallel() // keys of their own (storetest.Run)
+				s := shardedOver(t, c, m.cfg, c.Shards)
+				cfg := storetest.Config{New: func(t *testing.T) store.Store { return s }}
+				storetest.Run(t, cfg)
+			})
+		}
+		t.Run("router/sql", func(t *testing.T) {
+			t.Parallel()
+			storetest.Run(t, storetest.Config{New: func(t *testing.T) store.Store { return viaRouter }})
 		})
-	}
-	t.Run("router/sql", func(t *testing.T) {
-		t.Parallel()
-		s := newStore(t, smallPool(t, c.Router, 8), pgstore.Config{RequestClock: true, QueueTimeout: -1})
-		storetest.Run(t, storetest.Config{New: func(t *testing.T) store.Store { return s }})
-		n, err := s.Expire(context.Background())
+	})
+	t.Run("router/expire", func(t *testing.T) {
+		n, err := viaRouter.Expire(context.Background())
 		require.NoError(t, err)
-		require.GreaterOrEqual(t, n, int64(0))
+		require.Positive(t, n, "the runs' states are idle by the database clock, on every shard")
 	})
 	t.Run("router/go", func(t *testing.T) {
 		s := newStore(t, smallPool(t, c.Router, 2), pgstore.Config{Mode: pgstore.ModeGo})
