@@ -42,11 +42,20 @@ type Config struct {
 	ShadowRefused error
 }
 
+// t0 is the suite's request time, 2026-01-01 (µs): fixed, so runs repeat,
+// and past by the real clock, so a state the suite writes is idle by it.
 const t0 = int64(1_767_225_600_000_000)
 
 var algorithms = core.Algorithms()
 
 // Run runs the suite.
+//
+// The suite decides at request times around 2026-01-01, long past by the
+// real clock, so every state it writes is idle by that clock at once: a
+// store must not expire idle states (pgstore's Expire or ExpireEvery,
+// rl_expire, on the store or on a database it shares) while Run runs on
+// it, or the suite's keys start over under it and its checks fail. Expire
+// after Run returns.
 func Run(t *testing.T, cfg Config) {
 	if cfg.Goroutines == 0 {
 		cfg.Goroutines = 32
