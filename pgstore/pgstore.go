@@ -202,6 +202,13 @@ func (s *Store) expirer() {
 
 // Expire deletes idle rows (all of whose states are fresh by now) and
 // returns how many it deleted.
+//
+// Now is the database server's clock, with RequestClock too: a state
+// decided at a request time further behind that clock than its reset time
+// is idle at once, and deleting it starts its key over. With RequestClock,
+// keep request times close to the server's clock, or expire only when
+// nothing decides at past times (as a test deciding at fixed past times
+// must).
 func (s *Store) Expire(ctx context.Context) (int64, error) {
 	var n int64
 	err := s.pool.QueryRow(ctx, "SELECT rl.rl_expire()").Scan(&n)
