@@ -61,18 +61,15 @@ func shardedOver(t testing.TB, c *plproxytest.Cluster, cfg pgstore.Config, shard
 // paths, 8 partitions on 2 shards) and over a plain Store on the router
 // database (the SQL path through PL/Proxy).
 func TestShardedConformance(t *testing.T) {
-	t.Parallel() // a cluster of its own (plproxytest.New)
 	c := plproxytest.New(t, 2, 8)
 	for _, m := range modes[:2] {
 		t.Run("sharded/"+m.name, func(t *testing.T) {
-			t.Parallel() // keys of their own (storetest.Run)
 			s := shardedOver(t, c, m.cfg, c.Shards)
 			cfg := storetest.Config{New: func(t *testing.T) store.Store { return s }}
 			storetest.Run(t, cfg)
 		})
 	}
 	t.Run("router/sql", func(t *testing.T) {
-		t.Parallel()
 		s := newStore(t, smallPool(t, c.Router, 8), pgstore.Config{RequestClock: true, QueueTimeout: -1})
 		storetest.Run(t, storetest.Config{New: func(t *testing.T) store.Store { return s }})
 		n, err := s.Expire(context.Background())
@@ -107,7 +104,6 @@ func TestNewSharded(t *testing.T) {
 // on the shard), admit exactly the limit together: both send the key to
 // the same shard. Keys on every shard, every algorithm.
 func TestShardedWithRouter(t *testing.T) {
-	t.Parallel() // a cluster of its own (plproxytest.New)
 	c := plproxytest.New(t, 2, 4)
 	sharded := shardedOver(t, c, pgstore.Config{Mode: pgstore.ModeGo, RequestClock: true}, c.Shards)
 	viaRouter := newStore(t, smallPool(t, c.Router, 8), pgstore.Config{RequestClock: true, QueueTimeout: -1})
@@ -160,7 +156,6 @@ func TestShardedWithRouter(t *testing.T) {
 // failover store per shard, its keys fall back to memory while the other
 // shard's stay on PostgreSQL.
 func TestShardedShardDown(t *testing.T) {
-	t.Parallel() // a cluster of its own (plproxytest.New)
 	c := plproxytest.New(t, 2, 2)
 	pu, err := url.Parse(c.Shards[1])
 	require.NoError(t, err)
