@@ -83,6 +83,7 @@ CREATE TABLE rl.quota_client (
     prev_tokens bigint  NOT NULL,
     sent_at     bigint  NOT NULL,
     acked       boolean NOT NULL,
+    unsent      boolean NOT NULL,
     refreshed   bigint  NOT NULL,
     gone        boolean NOT NULL,
     PRIMARY KEY (key, client)
@@ -1804,6 +1805,7 @@ COMMENT ON COLUMN rl.quota_client.prev_tokens IS 'quota.Client.Prev.Tokens';
 COMMENT ON COLUMN rl.quota_client.sent_at IS 'quota.Client.SentAt: when sent_* was first sent';
 COMMENT ON COLUMN rl.quota_client.acked IS 'quota.Client.Acked: a report has shown the client enforces sent_*';
 COMMENT ON COLUMN rl.quota_client.refreshed IS 'quota.Client.Refreshed: when a grant was last sent (-1 never)';
+COMMENT ON COLUMN rl.quota_client.unsent IS 'quota.Client.Unsent: sent_* never reached the client (its stream was full, broken or on another server): no report acknowledges it until it is sent again';
 COMMENT ON COLUMN rl.quota_client.gone IS 'quota.Client.Gone: the stream closed or the bucket was abandoned; counted until the grant expires';
 COMMENT ON FUNCTION rl.rl_decide_batch(text[],text[],integer[],bigint[],bigint[],bigint[],bigint[],integer[],bigint[],boolean[],boolean[],boolean[]) IS 'Decides many requests (each one key, one or more limits, all or nothing: a take, a peek or a settle) in one call and one transaction; one row per limit of each request, in input order; an invalid request gets an error row. See sql/README.md.';
 COMMENT ON FUNCTION rl.rl_settle_decide(text,text[],integer[],bigint[],bigint[],bigint[],bigint,bigint) IS 'Settles delta units on several limits of key, all or nothing (core.SettleAll), given as rl_decide_multi takes them; one row per limit, the first deciding. See sql/README.md.';

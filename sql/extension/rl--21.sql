@@ -286,6 +286,7 @@ CREATE TABLE rl.quota_client (
     prev_tokens bigint  NOT NULL,
     sent_at     bigint  NOT NULL,
     acked       boolean NOT NULL,
+    unsent      boolean NOT NULL,
     refreshed   bigint  NOT NULL,
     gone        boolean NOT NULL,
     PRIMARY KEY (key, client)
@@ -325,6 +326,8 @@ COMMENT ON COLUMN rl.quota_client.sent_at IS 'quota.Client.SentAt: when sent_* w
 COMMENT ON COLUMN rl.quota_client.acked IS 'quota.Client.Acked: a report has shown the client enforces sent_*';
 
 COMMENT ON COLUMN rl.quota_client.refreshed IS 'quota.Client.Refreshed: when a grant was last sent (-1 never)';
+
+COMMENT ON COLUMN rl.quota_client.unsent IS 'quota.Client.Unsent: sent_* never reached the client (its stream was full, broken or on another server): no report acknowledges it until it is sent again';
 
 COMMENT ON COLUMN rl.quota_client.gone IS 'quota.Client.Gone: the stream closed or the bucket was abandoned; counted until the grant expires';
 

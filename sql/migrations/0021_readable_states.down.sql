@@ -1258,6 +1258,7 @@ COMMENT ON COLUMN rl.quota_client.prev_tokens IS NULL;
 COMMENT ON COLUMN rl.quota_client.sent_at IS NULL;
 COMMENT ON COLUMN rl.quota_client.acked IS NULL;
 COMMENT ON COLUMN rl.quota_client.refreshed IS NULL;
+COMMENT ON COLUMN rl.quota_client.unsent IS NULL;
 COMMENT ON COLUMN rl.quota_client.gone IS NULL;
 
 -- The grants (each is idempotent).

@@ -24,7 +24,7 @@ func TestQuotaTablesTrustedOnly(t *testing.T) {
 	app := connect(t, appURL)
 	admin := connect(t, adminURL)
 
-	insertClient := `INSERT INTO rl.quota_client VALUES ('\x6b'::bytea, 'c1', 1, -1, 0, 0, 0, false, 0, 0, 0, 0, 0, 0, 0, true, -1, false)`
+	insertClient := `INSERT INTO rl.quota_client VALUES ('\x6b'::bytea, 'c1', 1, -1, 0, 0, 0, false, 0, 0, 0, 0, 0, 0, 0, true, false, -1, false)`
 	for _, q := range []string{
 		`INSERT INTO rl.quota_bucket VALUES ('\x6b'::bytea, '\x'::bytea, 100, 1000000, 100)`,
 		insertClient,
@@ -37,7 +37,7 @@ func TestQuotaTablesTrustedOnly(t *testing.T) {
 		_, err = app.Exec(ctx, q)
 		require.Equal(t, "42501", sqlState(err), "rl_app: %s: %v", q, err)
 	}
-	_, err := admin.Exec(ctx, `INSERT INTO rl.quota_client VALUES ('\x6e6f6e65'::bytea, 'c1', 1, -1, 0, 0, 0, false, 0, 0, 0, 0, 0, 0, 0, true, -1, false)`)
+	_, err := admin.Exec(ctx, `INSERT INTO rl.quota_client VALUES ('\x6e6f6e65'::bytea, 'c1', 1, -1, 0, 0, 0, false, 0, 0, 0, 0, 0, 0, 0, true, false, -1, false)`)
 	require.Equal(t, "23503", sqlState(err), "a client row without its bucket: %v", err)
 
 	_, err = admin.Exec(ctx, `DELETE FROM rl.quota_bucket WHERE key = '\x6b'::bytea`)

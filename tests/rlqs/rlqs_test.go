@@ -4,11 +4,13 @@
 // load. It checks the bound of docs/rlqs.md on what the replicas admit
 // together, through a replica killed and restarted, a server restarted and
 // a server link 50 ms late or stalled, during which no decision waits on
-// the server.
+// the server; and, with the server's state in PostgreSQL, through a server
+// restarted that continues the division at once.
 package rlqs
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -23,7 +25,15 @@ import (
 	"testing"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/rlcore/rl/internal/testkit/await"
+	"github.com/rlcore/rl/internal/testkit/pgtest"
 	"github.com/rlcore/rl/internal/testkit/tcpproxy"
 )
 
@@ -355,10 +365,10 @@ func admits(t *testing.T, r *replica) {
 	})
 }
 
-func startServer(t *testing.T, dir, name string) (*proc, string) {
+func startServer(t *testing.T, dir, name string, args ...string) (*proc, string) {
 	t.Helper()
-	s := start(t, name, "-config", filepath.Join(dir, "server.yaml"), "-grpc-listen", "127.0.0.1:0",
-		"-rls-config", filepath.Join(dir, "rls.yaml"), "-rlqs-config", filepath.Join(dir, "rlqs.yaml"))
+	s := start(t, name, append([]string{"-config", filepath.Join(dir, "server.yaml"), "-grpc-listen", "127.0.0.1:0",
+		"-rls-config", filepath.Join(dir, "rls.yaml"), "-rlqs-config", filepath.Join(dir, "rlqs.yaml")}, args...)...)
 	return s, s.addr(t, "grpc")
 }
 
@@ -376,62 +386,102 @@ func startReplica(t *testing.T, dir, name string, r *replica) {
 	r.mu.Unlock()
 }
 
-func TestGlobalLimitAcrossProcesses(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, text string) {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+// e2e is a running setup: the server behind a proxy, and the fleet of
+// replicas whose rule takes its limit from it.
+type e2e struct {
+	t          *testing.T
+	dir        string
+	serverArgs []string
+	server     *proc
+	link       *tcpproxy.Proxy
+	fleet      []*replica
+}
+
+// newE2E starts the server (RLQS configuration rlqsYAML, serverArgs added
+// to its command line) and three replicas, and waits until each replica
+// admits a request.
+func newE2E(t *testing.T, rlqsYAML string, serverArgs ...string) *e2e {
+	t.Helper()
+	e := &e2e{t: t, dir: t.TempDir(), serverArgs: serverArgs}
 	// The server's process serves RLQS on its gRPC listener, which needs
 	// a rate limit service configuration and an HTTP rule of its own.
-	write("server.yaml", "rules: [{name: unused, strategy: fixed, limit: 1, window: 1s}]\n")
-	write("rls.yaml", "domain: unused\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
-	write("rlqs.yaml", serverRules)
+	e.write("server.yaml", "rules: [{name: unused, strategy: fixed, limit: 1, window: 1s}]\n")
+	e.write("rls.yaml", "domain: unused\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
+	e.write("rlqs.yaml", rlqsYAML)
 
 	// The replicas reach the server through a proxy: a stable address
 	// across server restarts, and a link the test can slow or stall.
-	server, addr := startServer(t, dir, "server")
+	var addr string
+	e.server, addr = startServer(t, e.dir, "server", serverArgs...)
 	link, err := tcpproxy.New(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer link.Close()
-	write("replica.yaml", fmt.Sprintf(replicaRules, link.Addr()))
-	fleet := []*replica{{}, {}, {}}
-	for i, r := range fleet {
-		startReplica(t, dir, fmt.Sprintf("replica%d", i), r)
+	t.Cleanup(func() { link.Close() })
+	e.link = link
+	e.write("replica.yaml", fmt.Sprintf(replicaRules, link.Addr()))
+	e.fleet = []*replica{{}, {}, {}}
+	for i, r := range e.fleet {
+		startReplica(t, e.dir, fmt.Sprintf("replica%d", i), r)
 	}
-	// The server holds its first grants back for TTL + guard after it
-	// starts: wait for them.
-	for _, r := range fleet {
+	// A server with state in memory holds its first grants back for TTL
+	// + guard after it starts: wait for them.
+	for _, r := range e.fleet {
 		admits(t, r)
 	}
+	return e
+}
 
-	// phase runs load until during returns, then checks the bound.
-	phase := func(name string, during func(tl *tally)) *tally {
-		t.Helper()
-		before := freshAll(fleet)
-		stop := make(chan struct{})
-		tl, wait := load(fleet, 4, stop)
-		during(tl)
-		close(stop)
-		wait()
-		checkBound(t, name, tl, before, freshAll(fleet))
-		return tl
+func (e *e2e) write(name, text string) {
+	if err := os.WriteFile(filepath.Join(e.dir, name), []byte(text), 0o600); err != nil {
+		e.t.Fatal(err)
 	}
-	// more waits until replica i has admitted n more requests in the
-	// phase: a stretch of load measured in admissions, not in time.
-	more := func(tl *tally, i int, n int64) {
-		from := tl.byReplica[i].Load()
-		await.Until(t, fmt.Sprintf("replica%d to admit %d more", i, n), func() bool { return tl.byReplica[i].Load() >= from+n })
-	}
-	everyone := func(tl *tally, n int64) {
-		for i := range fleet {
-			more(tl, i, n)
-		}
-	}
+}
 
+// phase runs load until during returns, then checks the bound.
+func (e *e2e) phase(name string, during func(tl *tally)) *tally {
+	e.t.Helper()
+	before := freshAll(e.fleet)
+	stop := make(chan struct{})
+	tl, wait := load(e.fleet, 4, stop)
+	during(tl)
+	close(stop)
+	wait()
+	checkBound(e.t, name, tl, before, freshAll(e.fleet))
+	return tl
+}
+
+// more waits until replica i has admitted n more requests in the phase: a
+// stretch of load measured in admissions, not in time.
+func (e *e2e) more(tl *tally, i int, n int64) {
+	e.t.Helper()
+	from := tl.byReplica[i].Load()
+	await.Until(e.t, fmt.Sprintf("replica%d to admit %d more", i, n), func() bool { return tl.byReplica[i].Load() >= from+n })
+}
+
+func (e *e2e) everyone(tl *tally, n int64) {
+	e.t.Helper()
+	for i := range e.fleet {
+		e.more(tl, i, n)
+	}
+}
+
+// restartServer kills the server and starts another with the same
+// command line, the replicas' links moved to it.
+func (e *e2e) restartServer(name string) {
+	e.t.Helper()
+	e.server.kill(e.t)
+	var addr string
+	e.server, addr = startServer(e.t, e.dir, name, e.serverArgs...)
+	e.link.SetTarget(addr)
+	e.link.Cut() // the replicas' streams to the old server, if any are left
+	e.link.Restore()
+}
+
+func TestGlobalLimitAcrossProcesses(t *testing.T) {
+	e := newE2E(t, serverRules)
+	fleet, link, dir := e.fleet, e.link, e.dir
+	phase, more, everyone := e.phase, e.more, e.everyone
 	steady := phase("steady", func(tl *tally) { everyone(tl, 40) })
 
 	phase("a replica killed and restarted", func(tl *tally) {
@@ -451,16 +501,9 @@ func TestGlobalLimitAcrossProcesses(t *testing.T) {
 		for i, r := range fleet {
 			changes[i] = r.p.Load().changes()
 		}
-		server.kill(t)
-		// PostgreSQL: once the RLQS server can keep its state in
-		// PostgreSQL (-rlqs-store or the like), run this phase a second
-		// time with it: the new server then needs no hold, and the
-		// replicas' assignments should continue without a lapse (assert
-		// that no replica logs a changed assignment from deny).
-		server, addr = startServer(t, dir, "server'")
-		link.SetTarget(addr)
-		link.Cut() // the replicas' streams to the old server, if any are left
-		link.Restore()
+		// With its state in PostgreSQL the server needs no hold:
+		// TestServerRestartPostgres.
+		e.restartServer("server'")
 		// A server with memory state holds its grants back for TTL +
 		// guard, by which the old ones have expired: each replica
 		// receives a new assignment, then admits on it.
@@ -490,4 +533,139 @@ func TestGlobalLimitAcrossProcesses(t *testing.T) {
 	}
 	t.Logf("with the link stalled: %d decisions completed, %d admitted (until the assignments' TTL; then the fallback, none: deny)",
 		stalled.decided.Load(), stalled.admitted.Load())
+}
+
+// probe is an RLQS client in the test process, under an identity of its
+// own (client_id_metadata), reporting for the replicas' bucket: a fourth
+// client that admits nothing, and whose answers the test reads.
+type probe struct {
+	t       *testing.T
+	stream  grpc.BidiStreamingClient[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]
+	answers chan *rlqsv3.RateLimitQuotaResponse_BucketAction
+}
+
+// openProbe opens a stream to addr as client id.
+func openProbe(t *testing.T, addr, id string) *probe {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), "x-rlqs-client", id))
+	t.Cleanup(func() { cancel(); conn.Close() })
+	s, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &probe{t: t, stream: s, answers: make(chan *rlqsv3.RateLimitQuotaResponse_BucketAction, 64)}
+	go func() {
+		defer close(p.answers)
+		for {
+			r, err := s.Recv()
+			if err != nil {
+				return
+			}
+			for _, a := range r.GetBucketAction() {
+				p.answers <- a
+			}
+		}
+	}()
+	return p
+}
+
+// report reports usage of the bucket {name: bucket} in the replicas'
+// domain.
+func (p *probe) report(bucket string, allowed, denied uint64) {
+	p.t.Helper()
+	if err := p.stream.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "rl-wasm-host",
+		BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+			BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"name": bucket}}, TimeElapsed: &durationpb.Duration{},
+			NumRequestsAllowed: allowed, NumRequestsDenied: denied}}}); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// keepReporting reports 5 requests of bucket api, all allowed, every
+// second, as an Envoy reports, until the test ends or the stream breaks:
+// the probe keeps a small grant of its own, and the server takes its
+// reports as acknowledging the cuts it sends it (a silent client's cut
+// counts until its grant expires, holding back the raises it pays for).
+func (p *probe) keepReporting() {
+	done := make(chan struct{})
+	p.t.Cleanup(func() { close(done) })
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if p.stream.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "rl-wasm-host",
+					BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+						BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"name": "api"}}, TimeElapsed: &durationpb.Duration{Seconds: 1}, NumRequestsAllowed: 5}}}) != nil {
+					return
+				}
+			}
+		}
+	}()
+}
+
+// next returns the probe's next answer: the bucket's name and its token
+// bucket (nil for DENY_ALL).
+func (p *probe) next(what string) (string, *typev3.TokenBucket) {
+	p.t.Helper()
+	a := await.Recv(p.t, what, p.answers)
+	if a == nil {
+		p.t.Fatalf("%s: the probe's stream ended", what)
+	}
+	return a.GetBucketId().GetBucket()["name"], a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket()
+}
+
+// The server keeps its state in PostgreSQL, is killed and restarted: the
+// replicas hold the global limit within the bound throughout, and the new
+// server continues the division where the old one left it, answering a
+// client's report with its grant at once. A server with state in memory
+// would hold every grant back for TTL + guard (32 s here): the probe's
+// report of the divided bucket would go unanswered, and the answer to its
+// report of an undivided one, sent after it, would come first.
+func TestServerRestartPostgres(t *testing.T) {
+	db := pgtest.NewMigrated(t)
+	// A TTL of 30 s: the probe's grant outlives any restart on a loaded
+	// machine; a held server would answer it only after 32 s.
+	rules := strings.Replace(serverRules, "ttl: 3s", "ttl: 30s", 1)
+	e := newE2E(t, rules, "-rlqs-store", "postgres", "-database-url", db)
+	e.phase("steady (state in PostgreSQL)", func(tl *tally) { e.everyone(tl, 40) })
+
+	// The probe joins, under load: the replicas are cut, and it is raised
+	// once their cuts are acknowledged (a push on its stream).
+	e.phase("a probe joins (state in PostgreSQL)", func(tl *tally) {
+		e.everyone(tl, 20)
+		p := openProbe(t, e.link.Addr(), "probe")
+		p.report("api", 0, 1)
+		for {
+			name, tb := p.next("the probe's grant")
+			if name == "api" && tb != nil {
+				break
+			}
+		}
+		p.keepReporting()
+		e.everyone(tl, 20)
+	})
+
+	e.phase("the server restarted (state in PostgreSQL)", func(tl *tally) {
+		e.everyone(tl, 20)
+		e.restartServer("server'")
+		// The probe reconnects under its identity and reports the
+		// divided bucket, then one no rule matches (DENY_ALL at once).
+		p := openProbe(t, e.link.Addr(), "probe")
+		p.report("api", 5, 0)
+		p.report("other", 0, 1)
+		name, tb := p.next("the restarted server's first answer")
+		if name != "api" || tb == nil {
+			t.Errorf("the restarted server's first answer is for bucket %q, token bucket %v: want the probe's grant on bucket api, at once", name, tb)
+		}
+		p.keepReporting()
+		e.everyone(tl, 20)
+	})
 }

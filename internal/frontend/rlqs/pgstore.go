@@ -187,7 +187,7 @@ func (p *PGStore) load(ctx context.Context, tx pgx.Tx, key string) (*Entry, map[
 		return nil, nil, fmt.Errorf("rlqs: rl.quota_bucket row %q: %w", key, err)
 	}
 	rows, err := tx.Query(ctx, `SELECT client, seq, demand, used, denied, since, starved, last_report, last_usage,
-		sent_fill, sent_tokens, prev_fill, prev_tokens, sent_at, acked, refreshed, gone
+		sent_fill, sent_tokens, prev_fill, prev_tokens, sent_at, acked, unsent, refreshed, gone
 		FROM rl.quota_client WHERE key = $1`, []byte(key))
 	if err != nil {
 		return nil, nil, err
@@ -196,7 +196,7 @@ func (p *PGStore) load(ctx context.Context, tx pgx.Tx, key string) (*Entry, map[
 	var c quota.Client
 	var seq, used, denied int64
 	_, err = pgx.ForEachRow(rows, []any{&c.ID, &seq, &c.Demand, &used, &denied, &c.Since, &c.Starved, &c.LastReport, &c.LastUsage,
-		&c.Sent.Fill, &c.Sent.Tokens, &c.Prev.Fill, &c.Prev.Tokens, &c.SentAt, &c.Acked, &c.Refreshed, &c.Gone}, func() error {
+		&c.Sent.Fill, &c.Sent.Tokens, &c.Prev.Fill, &c.Prev.Tokens, &c.SentAt, &c.Acked, &c.Unsent, &c.Refreshed, &c.Gone}, func() error {
 		if seq < 0 || used < 0 || denied < 0 {
 			return fmt.Errorf("rlqs: rl.quota_client row %q, %q: seq %d, used %d, denied %d: want none negative", key, c.ID, seq, used, denied)
 		}
@@ -226,15 +226,15 @@ func writeClients(ctx context.Context, tx pgx.Tx, key string, before map[string]
 			return fmt.Errorf("rlqs: client %q: report sequence %d does not fit a bigint (at most %d)", c.ID, c.Seq, int64(math.MaxInt64))
 		}
 		batch.Queue(`INSERT INTO rl.quota_client (key, client, seq, demand, used, denied, since, starved, last_report, last_usage,
-				sent_fill, sent_tokens, prev_fill, prev_tokens, sent_at, acked, refreshed, gone)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
+				sent_fill, sent_tokens, prev_fill, prev_tokens, sent_at, acked, unsent, refreshed, gone)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
 			ON CONFLICT (key, client) DO UPDATE SET seq = EXCLUDED.seq, demand = EXCLUDED.demand, used = EXCLUDED.used,
 				denied = EXCLUDED.denied, since = EXCLUDED.since, starved = EXCLUDED.starved, last_report = EXCLUDED.last_report,
 				last_usage = EXCLUDED.last_usage, sent_fill = EXCLUDED.sent_fill, sent_tokens = EXCLUDED.sent_tokens,
 				prev_fill = EXCLUDED.prev_fill, prev_tokens = EXCLUDED.prev_tokens, sent_at = EXCLUDED.sent_at,
-				acked = EXCLUDED.acked, refreshed = EXCLUDED.refreshed, gone = EXCLUDED.gone`,
+				acked = EXCLUDED.acked, unsent = EXCLUDED.unsent, refreshed = EXCLUDED.refreshed, gone = EXCLUDED.gone`,
 			k, c.ID, int64(c.Seq), c.Demand, clampInt64(c.Used), clampInt64(c.Denied), c.Since, c.Starved, c.LastReport, c.LastUsage,
-			c.Sent.Fill, c.Sent.Tokens, c.Prev.Fill, c.Prev.Tokens, c.SentAt, c.Acked, c.Refreshed, c.Gone)
+			c.Sent.Fill, c.Sent.Tokens, c.Prev.Fill, c.Prev.Tokens, c.SentAt, c.Acked, c.Unsent, c.Refreshed, c.Gone)
 	}
 	if len(before) > 0 {
 		gone := make([]string, 0, len(before))
@@ -255,7 +255,7 @@ func writeClients(ctx context.Context, tx pgx.Tx, key string, before map[string]
 func exported(c quota.Client) quota.Client {
 	return quota.Client{ID: c.ID, Seq: c.Seq, Demand: c.Demand, Used: uint64(clampInt64(c.Used)), Denied: uint64(clampInt64(c.Denied)),
 		Since: c.Since, Starved: c.Starved, LastReport: c.LastReport, LastUsage: c.LastUsage, Sent: c.Sent, Prev: c.Prev,
-		SentAt: c.SentAt, Acked: c.Acked, Refreshed: c.Refreshed, Gone: c.Gone}
+		SentAt: c.SentAt, Acked: c.Acked, Unsent: c.Unsent, Refreshed: c.Refreshed, Gone: c.Gone}
 }
 
 func clampInt64(v uint64) int64 { return int64(min(v, math.MaxInt64)) }

@@ -68,7 +68,7 @@ const (
 	maxPairLen  = 256 // bytes of one key or value
 	maxUsages   = 1024
 	maxClientID = 128
-	sendBuffer  = 64 // responses queued per stream before one is dropped
+	sendBuffer  = 64 // responses queued per stream before one is not sent
 )
 
 // Rule gives the limit of the buckets it matches.
@@ -177,7 +177,7 @@ func (s *Server) Register(g grpc.ServiceRegistrar) { rlqsv3.RegisterRateLimitQuo
 // conn is one open stream.
 type conn struct {
 	id      string
-	out     chan *rlqsv3.RateLimitQuotaResponse
+	out     chan outMsg
 	buckets map[string]bool // keys reported on this stream
 	domain  string
 	// seq numbers the client's reports (quota.Bucket.Report's seq), so
@@ -187,12 +187,21 @@ type conn struct {
 	seq atomic.Uint64
 }
 
+// outMsg is a response queued on a stream, with the action it carries
+// and the key of its bucket ("" for a bucket the server does not divide),
+// so that one never sent can be recorded as such.
+type outMsg struct {
+	r   *rlqsv3.RateLimitQuotaResponse
+	key string
+	act quota.Action
+}
+
 // StreamRateLimitQuotas serves one Envoy's stream: every report is applied
 // to its buckets and answered, on this stream and on the streams of other
 // clients whose grants move.
 func (s *Server) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) error {
 	ctx := stream.Context()
-	c := &conn{id: s.clientID(ctx), out: make(chan *rlqsv3.RateLimitQuotaResponse, sendBuffer), buckets: map[string]bool{}}
+	c := &conn{id: s.clientID(ctx), out: make(chan outMsg, sendBuffer), buckets: map[string]bool{}}
 	s.mu.Lock()
 	old := s.conns[c.id]
 	s.conns[c.id] = c
@@ -205,11 +214,18 @@ func (s *Server) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlqsv3.Ra
 	}
 	writeErr := make(chan error, 1)
 	go func() {
-		for r := range c.out {
-			if err := stream.Send(r); err != nil {
-				writeErr <- err
-				for range c.out {
+		for m := range c.out {
+			if err := stream.Send(m.r); err != nil {
+				// The stream is broken: this action and those still
+				// queued never reach the client.
+				lost := map[string][]quota.Action{m.key: {m.act}}
+				for m := range c.out {
+					lost[m.key] = append(lost[m.key], m.act)
 				}
+				for key, acts := range lost {
+					_ = s.undelivered(context.WithoutCancel(ctx), key, acts) // best effort: the store may be down too
+				}
+				writeErr <- err
 				return
 			}
 		}
@@ -320,7 +336,9 @@ func (s *Server) report(ctx context.Context, c *conn, r *rlqsv3.RateLimitQuotaUs
 			return status.Errorf(codes.Unavailable, "rlqs: store: %v", err)
 		}
 		c.buckets[key] = true
-		s.route(bid, lim, acts)
+		if err := s.route(ctx, key, bid, lim, acts); err != nil {
+			return status.Errorf(codes.Unavailable, "rlqs: store: %v", err)
+		}
 	}
 	return nil
 }
@@ -345,7 +363,9 @@ func (s *Server) Tick(ctx context.Context) error {
 		}); err != nil {
 			return err
 		}
-		s.route(id, lim, acts)
+		if err := s.route(ctx, key, id, lim, acts); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -368,28 +388,52 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 }
 
-// route sends actions to their clients' streams. A send that would block is
-// dropped: every message is safe to lose (a lost cut is counted until the
-// old grant expires, a lost raise or extension only under-admits).
-func (s *Server) route(id *rlqsv3.BucketId, lim quota.Limit, acts []quota.Action) {
+// route hands the actions of the bucket of key to their clients' streams.
+// An action that cannot be handed over, because its client has no stream
+// on this server (it is on another server sharing the store, or gone) or
+// its stream's send buffer is full, is not sent; it is recorded as such in
+// the bucket (quota.Bucket.Undelivered), so that a cut it carried is not
+// taken as acknowledged by the client's next report, and is sent again.
+// The stream's writer does the same for the actions a broken stream failed
+// to send.
+func (s *Server) route(ctx context.Context, key string, id *rlqsv3.BucketId, lim quota.Limit, acts []quota.Action) error {
 	if len(acts) == 0 {
-		return
+		return nil
 	}
+	var lost []quota.Action
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, a := range acts {
-		if c := s.conns[a.Client]; c != nil {
-			c.offer(&rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{action(id, lim, a)}})
+		m := outMsg{r: &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{action(id, lim, a)}}, key: key, act: a}
+		if c := s.conns[a.Client]; c == nil || !c.offer(m) {
+			lost = append(lost, a)
 		}
 	}
+	s.mu.Unlock()
+	return s.undelivered(ctx, key, lost)
 }
 
-// offer queues r on c without blocking; the caller holds s.mu and c is in
-// s.conns (so c.out is open).
-func (c *conn) offer(r *rlqsv3.RateLimitQuotaResponse) {
+// undelivered records, in the bucket of key, the assignments among acts
+// that never reached their clients.
+func (s *Server) undelivered(ctx context.Context, key string, acts []quota.Action) error {
+	acts = slices.DeleteFunc(acts, func(a quota.Action) bool { return a.Kind != quota.Assign })
+	if key == "" || len(acts) == 0 {
+		return nil
+	}
+	return s.cfg.Store.Update(ctx, key, nil, func(e *Entry) {
+		for _, a := range acts {
+			e.Bucket.Undelivered(a.Client, a.Grant)
+		}
+	})
+}
+
+// offer queues m on c without blocking and reports whether it did; the
+// caller holds s.mu and c is in s.conns (so c.out is open).
+func (c *conn) offer(m outMsg) bool {
 	select {
-	case c.out <- r:
+	case c.out <- m:
+		return true
 	default:
+		return false
 	}
 }
 
@@ -424,7 +468,7 @@ func (s *Server) deny(c *conn, id *rlqsv3.BucketId) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conns[c.id] == c {
-		c.offer(r)
+		c.offer(outMsg{r: r})
 	}
 }
 

@@ -236,3 +236,122 @@ func testClosedStreamCountsUntilExpiry(t *testing.T, newStore func(*testing.T) S
 	tb, _, _ = tokenBucket(t, b)
 	require.Equal(t, uint32(6000), tb.TokensPerFill.GetValue(), "A's grant expired: B gets it all")
 }
+
+// addConn registers a stream of client id on s without gRPC: the test
+// reads what is queued on it.
+func addConn(s *Server, id string) *conn {
+	c := &conn{id: id, out: make(chan outMsg, sendBuffer), buckets: map[string]bool{}}
+	s.mu.Lock()
+	s.conns[id] = c
+	s.mu.Unlock()
+	return c
+}
+
+// setOut replaces c's send buffer (under s.mu, as route reads it).
+func setOut(s *Server, c *conn, out chan outMsg) {
+	s.mu.Lock()
+	c.out = out
+	s.mu.Unlock()
+}
+
+// usage applies one report of c for the api bucket, as a stream would.
+func usage(t *testing.T, s *Server, c *conn, allowed, denied uint64) {
+	t.Helper()
+	require.NoError(t, s.report(context.Background(), c, &rlqsv3.RateLimitQuotaUsageReports{Domain: "envoy",
+		BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+			BucketId: &rlqsv3.BucketId{Bucket: api}, NumRequestsAllowed: allowed, NumRequestsDenied: denied}}}))
+}
+
+// queued returns the fills of the assignments queued on c (0: DENY_ALL).
+func queued(c *conn) []uint32 {
+	var fills []uint32
+	for {
+		select {
+		case m := <-c.out:
+			fills = append(fills, m.r.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket().GetTokensPerFill().GetValue())
+		default:
+			return fills
+		}
+	}
+}
+
+// A cut that could not be handed to its client's stream (its send buffer
+// full) is not taken as acknowledged by the client's next report: it is
+// sent again in answer to it, and the raise it pays for waits for a report
+// a guard after that.
+func TestUndeliveredCutIsResent(t *testing.T) { eachStore(t, testUndeliveredCutIsResent) }
+
+func testUndeliveredCutIsResent(t *testing.T, newStore func(*testing.T) Store) {
+	f := newFixture(t, true, newStore(t))
+	a := addConn(f.srv, "a")
+	usage(t, f.srv, a, 0, 1)
+	require.Equal(t, []uint32{6000}, queued(a), "alone, A gets the whole rate")
+
+	full := make(chan outMsg) // no reader: every offer fails
+	setOut(f.srv, a, full)
+	b := addConn(f.srv, "b")
+	usage(t, f.srv, b, 0, 1) // A's cut is decided, and not sent
+	require.Empty(t, queued(b))
+	setOut(f.srv, a, make(chan outMsg, sendBuffer))
+
+	f.now.Add(5 * quota.Second)
+	usage(t, f.srv, a, 250, 0)
+	require.Equal(t, []uint32{3000}, queued(a), "A's cut sent again in answer to its report")
+	require.Empty(t, queued(b), "B raised on a report of A that never received its cut")
+
+	f.now.Add(5 * quota.Second)
+	usage(t, f.srv, a, 250, 0)
+	require.Equal(t, []uint32{3000}, queued(a), "A's extension")
+	require.Equal(t, []uint32{3000}, queued(b), "B raised once A's cut was acknowledged")
+}
+
+// sentFill sums the grants a bucket's clients were sent.
+func sentFill(t *testing.T, st Store) int64 {
+	t.Helper()
+	keys, err := st.Keys(context.Background())
+	require.NoError(t, err)
+	require.Len(t, keys, 1)
+	var sum int64
+	require.NoError(t, st.Update(context.Background(), keys[0], nil, func(e *Entry) {
+		for _, c := range e.Bucket.Clients() {
+			sum += c.Sent.Fill
+		}
+	}))
+	return sum
+}
+
+// Two servers share one store, A's Envoy on the first and B's on the
+// second: A's cut, decided by the second server, is sent by the first at
+// A's next report, which does not acknowledge it; B is raised only after
+// A's report a guard later, and receives the raise from its own server.
+func TestEnvoyOnAnotherServer(t *testing.T) { eachStore(t, testEnvoyOnAnotherServer) }
+
+func testEnvoyOnAnotherServer(t *testing.T, newStore func(*testing.T) Store) {
+	st := newStore(t)
+	f1 := newFixture(t, true, st)
+	f2 := newFixtureCfg(t, func(c *Config) { c.KeepsState, c.Store, c.Now = true, st, f1.now.Load })
+	a, b := f1.open(t), f2.open(t)
+
+	report(t, a, api, 0, 1, 0)
+	tb, _, _ := tokenBucket(t, a)
+	require.Equal(t, uint32(6000), tb.TokensPerFill.GetValue())
+	report(t, b, api, 0, 1, 0) // A's cut, decided on the second server
+	report(t, b, map[string]string{"name": "other"}, 1, 0, 0)
+	tb, _, id := tokenBucket(t, b)
+	require.Nil(t, tb)
+	require.Equal(t, "other", id["name"], "B was granted before A's cut was acknowledged")
+
+	f1.now.Add(5 * quota.Second)
+	report(t, a, api, 250, 0, 5)
+	tb, _, _ = tokenBucket(t, a)
+	require.Equal(t, uint32(3000), tb.TokensPerFill.GetValue(), "A's cut, from its own server")
+	require.Equal(t, int64(3000), sentFill(t, st), "B raised on the report that brought A its cut")
+
+	f1.now.Add(5 * quota.Second)
+	report(t, a, api, 250, 0, 5)
+	_, _, _ = tokenBucket(t, a) // A's extension
+	require.Equal(t, int64(6000), sentFill(t, st), "B raised once A's cut was acknowledged")
+	report(t, b, api, 0, 1, 0)
+	tb, _, _ = tokenBucket(t, b)
+	require.Equal(t, uint32(3000), tb.TokensPerFill.GetValue(), "B's raise, from its own server")
+}

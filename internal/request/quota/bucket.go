@@ -161,6 +161,10 @@ type Client struct {
 	// shown the client enforces it.
 	SentAt int64
 	Acked  bool
+	// Unsent: Sent never reached the client (Undelivered): no report
+	// acknowledges it, and Step sends it again at the next report or
+	// Guard after SentAt, SentAt then the time of that send.
+	Unsent bool
 	// Refreshed is when a grant was last sent, change or extension (-1:
 	// never): the client enforces it until about Refreshed+TTL.
 	Refreshed int64
@@ -283,11 +287,29 @@ func (b *Bucket) Report(id string, seq uint64, allowed, denied uint64, now int64
 		c.Starved = c.Denied > 0
 		c.Used, c.Denied, c.Since = 0, 0, now
 	}
-	if !c.Acked && now >= c.SentAt+b.cfg.Guard {
+	if !c.Acked && !c.Unsent && now >= c.SentAt+b.cfg.Guard {
 		c.Acked, c.Prev = true, Grant{}
 	}
 	c.LastReport = now
 	c.due = true
+}
+
+// Undelivered records that an Assign action Step returned for client id,
+// granting g, never reached the client: its stream is gone or on another
+// server, or the stream's send buffer was full. Until g is sent again (Step
+// does at the client's next report, or Guard after it was sent) no report
+// acknowledges it: a cut keeps counting at the old grant, and the raise it
+// pays for waits. An action for an older grant than the client's last is
+// ignored, as is an extension of a grant already acknowledged (the client
+// enforces it already).
+func (b *Bucket) Undelivered(id string, g Grant) {
+	i, found := b.find(id)
+	if !found {
+		return
+	}
+	if c := b.clients[i]; c.Sent == g && !c.Acked {
+		c.Unsent = true
+	}
 }
 
 // Close records that client id's stream closed at now: it gets no more
@@ -343,6 +365,11 @@ func (b *Bucket) Step(now int64) []Action {
 		switch {
 		case changed[i]:
 			out = append(out, Action{Client: c.ID, Kind: Assign, Grant: c.Sent, TTL: b.cfg.TTL, Changed: true})
+		case c.Unsent && c.Refreshed >= 0 && (c.due || now >= c.SentAt+b.cfg.Guard):
+			// Sent never reached the client: send it again, a change
+			// for the client, its guard counted from now.
+			c.Unsent, c.SentAt = false, now
+			out = append(out, Action{Client: c.ID, Kind: Assign, Grant: c.Sent, TTL: b.cfg.TTL, Changed: true})
 		case c.due && c.Refreshed >= 0:
 			out = append(out, Action{Client: c.ID, Kind: Assign, Grant: c.Sent, TTL: b.cfg.TTL})
 		default:
@@ -363,7 +390,7 @@ func (b *Bucket) expire(now int64, out []Action) []Action {
 	b.clients = slices.DeleteFunc(b.clients, func(c *Client) bool {
 		lapsed := c.Refreshed < 0 || now >= c.Refreshed+b.cfg.TTL+b.cfg.Guard
 		if lapsed {
-			c.Sent, c.Prev, c.Acked = Grant{}, Grant{}, true
+			c.Sent, c.Prev, c.Acked, c.Unsent = Grant{}, Grant{}, true, false
 		}
 		if c.Gone {
 			return lapsed
@@ -433,7 +460,7 @@ func (b *Bucket) move(active []*Client, want []Grant, now int64) []bool {
 		} else {
 			c.Prev = maxGrant(c.Prev, c.Sent)
 		}
-		c.Sent, c.SentAt, c.Acked = g, now, false
+		c.Sent, c.SentAt, c.Acked, c.Unsent = g, now, false, false
 		changed[i] = true
 	}
 	var sent Grant

@@ -88,6 +88,84 @@ func TestCutBeforeRaise(t *testing.T) {
 	}
 }
 
+// A cut that never reached its client is not acknowledged by the client's
+// next report: it is sent again, and the raise it pays for waits until a
+// report at least Guard after that send.
+func TestUndeliveredCut(t *testing.T) {
+	b := newTestBucket(t, Config{})
+	now := base
+	b.Report("a", 0, 0, 1, now)
+	b.Step(now)
+	b.Report("b", 0, 0, 1, now)
+	acts := b.Step(now)
+	if len(acts) != 1 || acts[0].Client != "a" || acts[0].Grant.Fill != 3000 || !acts[0].Changed {
+		t.Fatalf("b joins: want a cut of a only, got %+v", acts)
+	}
+	b.Undelivered("a", acts[0].Grant) // a's stream could not take it
+	// a reports well after the guard: still on its old grant, since the
+	// cut never reached it. The cut is sent again; b is not raised.
+	now += 5 * Second
+	b.Report("a", 0, 250, 0, now)
+	var resent bool
+	for _, a := range b.Step(now) {
+		if a.Client == "b" && a.Grant.Fill > 0 {
+			t.Fatalf("b raised on a report of a that never received its cut: %+v", a)
+		}
+		resent = resent || a.Client == "a" && a.Grant.Fill == 3000 && a.Changed
+	}
+	if !resent {
+		t.Fatal("a's undelivered cut not sent again at its next report")
+	}
+	if c := b.Committed(now); c.Fill != 6000 {
+		t.Fatalf("committed %+v: a's cut counted before a received it", c)
+	}
+	// A report sooner than Guard after the new send does not acknowledge
+	// it either; one after it does, and b is raised.
+	now += Second / 2
+	b.Report("a", 0, 100, 0, now)
+	for _, a := range b.Step(now) {
+		if a.Client == "b" && a.Grant.Fill > 0 {
+			t.Fatalf("b raised on a report that may have crossed the resent cut: %+v", a)
+		}
+	}
+	now += 5 * Second
+	b.Report("a", 0, 250, 0, now)
+	var raised bool
+	for _, a := range b.Step(now) {
+		raised = raised || a.Client == "b" && a.Grant.Fill == 3000 && a.Changed
+	}
+	if !raised {
+		t.Fatal("b not raised once a's resent cut was acknowledged")
+	}
+	if c := b.Committed(now); c.Fill > 6000 || c.Tokens > 100 {
+		t.Fatalf("committed %+v", c)
+	}
+}
+
+// Undelivered is resent without a report too, Guard after the failed send
+// (a Tick's Step), and ignores an older grant than the client's last.
+func TestUndeliveredResentByTick(t *testing.T) {
+	b := newTestBucket(t, Config{})
+	now := base
+	b.Report("a", 0, 0, 1, now)
+	first := b.Step(now)[0].Grant
+	b.Report("b", 0, 0, 1, now)
+	cut := b.Step(now)[0].Grant
+	b.Undelivered("a", first) // an older grant: ignored
+	if b.Clients()[0].Unsent {
+		t.Fatal("an older grant's failed send marked the current one unsent")
+	}
+	b.Undelivered("a", cut)
+	if acts := b.Step(now + Second/2); len(acts) != 0 {
+		t.Fatalf("resent sooner than Guard: %+v", acts)
+	}
+	now += Second
+	acts := b.Step(now)
+	if len(acts) != 1 || acts[0].Client != "a" || acts[0].Grant != cut || !acts[0].Changed {
+		t.Fatalf("Guard after: want a's cut resent, got %+v", acts)
+	}
+}
+
 // A report delivered twice (same sequence number) counts once.
 func TestReportIdempotent(t *testing.T) {
 	b := newTestBucket(t, Config{})

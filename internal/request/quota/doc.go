@@ -25,7 +25,9 @@
 // the cut is the only evidence) or until the old grant has expired; a grant
 // that raises a client counts at its new value from the moment it is sent. So
 // a raise is only ever paid for by capacity that is free or by cuts already
-// in force.
+// in force. A cut that never reached its client (Bucket.Undelivered: the
+// client's stream is full, broken or on another server) is acknowledged by
+// no report until Step has sent it again.
 //
 // Shares follow reported demand (requests allowed plus denied, per second of
 // server time between reports) by max-min fairness; capacity nobody demands

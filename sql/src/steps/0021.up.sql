@@ -24,6 +24,7 @@ CREATE TABLE rl.quota_client (
     prev_tokens bigint  NOT NULL,
     sent_at     bigint  NOT NULL,
     acked       boolean NOT NULL,
+    unsent      boolean NOT NULL,
     refreshed   bigint  NOT NULL,
     gone        boolean NOT NULL,
     PRIMARY KEY (key, client)
