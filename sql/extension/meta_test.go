@@ -163,6 +163,20 @@ func TestRegressVersions(t *testing.T) {
 			t.Errorf("test/sql/update.sql lacks %q: update it (and test/expected/update.out) to the oldest and default versions", want)
 		}
 	}
+	// rl.out shows the version CREATE EXTENSION rl installs: the default.
+	out, err := os.ReadFile("test/expected/rl.out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := regexp.MustCompile(`(?m)^ (\d+) +\| regress_rl_`).FindAllStringSubmatch(string(out), -1)
+	if len(rows) == 0 {
+		t.Fatal("test/expected/rl.out: no extversion row found")
+	}
+	for _, r := range rows {
+		if r[1] != fmt.Sprint(extension.Version) {
+			t.Errorf("test/expected/rl.out shows extversion %s after CREATE EXTENSION rl, want %d (the default version): update it", r[1], extension.Version)
+		}
+	}
 }
 
 // TestDist runs make dist and reads the archive: a zip whose one top
