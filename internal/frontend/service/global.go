@@ -46,7 +46,7 @@ func (g *globalPool) bucket(spec RuleSpec, clock rl.Clock, log *slog.Logger) (*q
 		}
 		g.clients[k] = c
 	}
-	b, err := c.Bucket(quotaclient.BucketSpec{ID: gs.Bucket, Ceiling: globalLimit(spec.Limits[0]), Fallback: gs.Fallback,
+	b, err := c.Bucket(quotaclient.BucketSpec{ID: gs.Bucket, Ceiling: spec.Limits[0].Limit, Fallback: gs.Fallback,
 		RetryAfter: gs.ReportInterval.Microseconds()})
 	if err != nil {
 		return nil, fmt.Errorf("global: %w", err)

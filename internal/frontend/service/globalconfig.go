@@ -195,7 +195,7 @@ func (r *ruleJSON) checkGlobal(c *ruleconfig.Checker, spec *RuleSpec) {
 	case spec.Limits[0].Shadow:
 		c.Fail("shadow", "a global rule's limit is enforced: it cannot be a shadow limit")
 	default:
-		if _, err := quota.FromCore(globalLimit(spec.Limits[0])); err != nil {
+		if _, err := quota.FromCore(spec.Limits[0].Limit); err != nil {
 			c.Fail("limit", "the global limit cannot be divided: %v", err)
 		}
 	}
@@ -231,9 +231,6 @@ func checkGlobals(c *ruleconfig.Checker, rules []RuleSpec) {
 		seen[k] = r.Name
 	}
 }
-
-// globalLimit is the rule's one limit as core's.
-func globalLimit(l ruleconfig.NamedLimit) core.Limit { return l.Limit }
 
 // validMetadataKey reports whether s can name a gRPC metadata entry of
 // text: lower case, not reserved by gRPC, not binary.
