@@ -1,12 +1,18 @@
-# The rules building the frozen history of the extension (and pg_tle.sql)
-# from the migrations; included by Makefile, and run alone by the tests of
-# sql/extension (make -f history.mk OUT=dir), which need no PGXS.
+# The rules building the extension's scripts (and pg_tle.sql): the install
+# script of OLDEST and every update script from the migrations, the install
+# script of the default version from sql/src (with Go); included by
+# Makefile, and run alone by the tests of sql/extension
+# (make -f history.mk OUT=dir), which need no PGXS.
 
-OLDEST ?= 11
-HISTORY ?= 11--12 12--13 13--14 14--15 15--16 16--17 17--18 18--19
-MIGRATIONS ?= ../migrations
+OLDEST = 11
+MIGRATIONS = ../migrations
+SRC = ../src
+GO ?= go
 # The default version, of rl.control (PGXS's VERSION is PostgreSQL's).
-DEFAULT_VERSION ?= $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" rl.control)
+DEFAULT_VERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" rl.control)
+# The update scripts: OLDEST--OLDEST+1 to the default version, one
+# migration each.
+HISTORY := $(shell v=$(OLDEST); while [ $$v -lt $(DEFAULT_VERSION) ]; do echo $$v--$$((v+1)); v=$$((v+1)); done)
 OUT ?= .
 
 GUARD = \echo Use "CREATE EXTENSION rl" to load this file. \quit
@@ -22,11 +28,11 @@ HISTORY_HEAD = echo '-- First the check of sql/extension/prologue.sql (a superus
 config_dump = tables=$$(grep -ho '^CREATE TABLE rl\.[a-z_]*' $(1) | sed 's/^CREATE TABLE //'); \
 	if [ -n "$$tables" ]; then echo; for t in $$tables; do echo "SELECT pg_catalog.pg_extension_config_dump('$$t', '');"; done; fi
 
-history: $(OUT)/rl--$(OLDEST).sql $(HISTORY:%=$(OUT)/rl--%.sql) $(OUT)/pg_tle.sql
+history: $(OUT)/rl--$(OLDEST).sql $(HISTORY:%=$(OUT)/rl--%.sql) $(OUT)/rl--$(DEFAULT_VERSION).sql $(OUT)/pg_tle.sql
 
-# Without the migrations (an unpacked distribution of make dist, which
-# carries the built files), there is nothing to build them from: make
-# installs them as they are.
+# Without the migrations and sql/src (an unpacked distribution of make
+# dist, which carries the built files), there is nothing to build them
+# from: make installs them as they are.
 ifneq ($(wildcard $(MIGRATIONS)/0001_*.up.sql),)
 $(OUT)/rl--$(OLDEST).sql: $(sort $(wildcard $(MIGRATIONS)/00*.up.sql)) $(PROLOGUE)
 	files=$$(for v in $$(seq 1 $(OLDEST)); do ls $(MIGRATIONS)/$$(printf %04d $$v)_*.up.sql; done); \
@@ -48,7 +54,18 @@ $(HISTORY:%=$(OUT)/rl--%.sql): $(OUT)/rl--%.sql: $(sort $(wildcard $(MIGRATIONS)
 	  $(call config_dump,$$f); } > $@
 endif
 
-$(OUT)/pg_tle.sql: rl--$(DEFAULT_VERSION).sql
+# The install script of the default version is the current schema, not the
+# history: the objects of sql/src in the order their calls need, which the
+# Go package sql/internal/sqlsrc works out (go run ./sql/internal/sqlgen
+# -install N prints it; the Go package sql/extension builds the same file).
+ifneq ($(wildcard $(SRC)/schema.sql),)
+$(OUT)/rl--$(DEFAULT_VERSION).sql: $(wildcard $(SRC)/*.sql $(SRC)/functions/*.sql) $(PROLOGUE) \
+		$(filter-out %_test.go,$(wildcard ../internal/sqlsrc/*.go ../internal/sqltext/*.go ../internal/sqlgen/*.go))
+	@command -v $(GO) >/dev/null || { echo "make: $@ is built from sql/src with Go ($(GO) run ./sql/internal/sqlgen -install $(DEFAULT_VERSION)), which is not on PATH (GO=...); a distribution of make dist carries it built" >&2; exit 1; }
+	$(GO) run ../internal/sqlgen -install $(DEFAULT_VERSION) > $@.tmp && mv $@.tmp $@
+endif
+
+$(OUT)/pg_tle.sql: $(OUT)/rl--$(DEFAULT_VERSION).sql
 	{ echo '-- Built from rl--$(DEFAULT_VERSION).sql by make pg_tle.sql or by the Go package sql/extension; DO NOT EDIT.'; \
 	  echo '--'; \
 	  echo '-- Registers the extension rl, version $(DEFAULT_VERSION), with pg_tle (Trusted Language'; \
@@ -65,7 +82,7 @@ $(OUT)/pg_tle.sql: rl--$(DEFAULT_VERSION).sql
 	  echo '-- rl--$(DEFAULT_VERSION).sql.'; echo; \
 	  echo 'SELECT pgtle.install_extension('; echo "    'rl',"; echo "    '$(DEFAULT_VERSION)',"; \
 	  echo "    'rate limiting in schema rl: a state table and PL/pgSQL decision functions (github.com/rlcore/rl)',"; \
-	  echo '$$_pgtle_$$'; grep -vxF '$(GUARD)' rl--$(DEFAULT_VERSION).sql; echo '$$_pgtle_$$,'; \
+	  echo '$$_pgtle_$$'; grep -vxF '$(GUARD)' $<; echo '$$_pgtle_$$,'; \
 	  echo "    ARRAY['plpgsql']"; echo ');'; } > $@
 
 ifneq ($(OUT),.)

@@ -110,6 +110,8 @@ var classes = []struct {
 	// The SQL source's generator: it writes the port's SQL and C from
 	// sql/src and core's algorithm table.
 	{"sql/internal/sqlsrc", class{layer: layerDeciders}},
+	// sql/src embedded, from which sql/extension builds its install script.
+	{"sql/src", class{layer: layerDeciders}},
 	{"sql/internal/sqlgen", class{kind: command, layer: layerDeciders}},
 
 	// Stores: the interface and its implementations, and the PL/Proxy

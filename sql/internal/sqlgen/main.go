@@ -12,6 +12,14 @@
 //	go run ./sql/internal/sqlgen -new shorter_locks
 //
 // sql/README.md ("Editing the SQL") explains the workflow.
+//
+// The extension's install script is built, not committed: make
+// (sql/extension/history.mk) runs
+//
+//	go run ./sql/internal/sqlgen -install N
+//
+// which prints the install script of version N, the objects of sql/src
+// (the Go package sql/extension builds the same file into its FS).
 package main
 
 import (
@@ -28,8 +36,15 @@ import (
 
 func main() {
 	newTitle := flag.String("new", "", "freeze the open version and open the next one, with this migration title (lower-case letters, digits, _)")
+	install := flag.Int("install", 0, "print the extension's install script of this version (the objects of sql/src) instead of writing files")
 	flag.Parse()
-	if err := run(*newTitle); err != nil {
+	var err error
+	if *install > 0 {
+		err = printInstall(*install)
+	} else {
+		err = run(*newTitle)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "sqlgen:", err)
 		os.Exit(1)
 	}
@@ -71,6 +86,25 @@ func run(newTitle string) error {
 		fmt.Println("wrote", name)
 	}
 	return nil
+}
+
+// printInstall writes the extension's install script of version v to
+// standard output.
+func printInstall(v int) error {
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	prologue, err := os.ReadFile(filepath.Join(root, sqlsrc.PrologueFile))
+	if err != nil {
+		return err
+	}
+	script, err := sqlsrc.InstallScript(os.DirFS(filepath.Join(root, sqlsrc.SrcDir)), string(prologue), v)
+	if err != nil {
+		return err
+	}
+	_, err = os.Stdout.WriteString(script)
+	return err
 }
 
 // repoRoot is the directory holding go.mod, from the working directory up.

@@ -2,6 +2,7 @@ package sqlsrc
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,18 +32,49 @@ func Prologue(root, action string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	text := string(b)
+	return prologueFor(string(b), action)
+}
+
+// prologueFor is the text of PrologueFile for a script that does action.
+func prologueFor(text, action string) (string, error) {
 	if strings.Count(text, PrologueAction) != 1 {
 		return "", fmt.Errorf("%s: want %s exactly once (what the script does, for the messages)", PrologueFile, PrologueAction)
 	}
 	return strings.Replace(text, PrologueAction, action, 1), nil
 }
 
-// installAction and updateAction are what an install script and the update
-// script to version v do, for the prologue's messages.
-const installAction = "install the extension rl"
+// InstallScript returns the extension's install script of version v, the
+// current schema: the objects of the source in src (the files of sql/src,
+// as LoadFS reads them), after the psql guard and prologue, the text of
+// PrologueFile with its placeholder, then the tables marked for pg_dump.
+// It is built, never committed: by make (sql/extension/history.mk runs
+// go run ./sql/internal/sqlgen -install) and by the Go package
+// sql/extension from its embedded copy of sql/src, whose tests compare the
+// two.
+func InstallScript(src fs.FS, prologue string, v int) (string, error) {
+	tree, err := LoadFS(src, nil)
+	if err != nil {
+		return "", err
+	}
+	return installScript(tree, prologue, v)
+}
 
-func updateAction(v int) string { return fmt.Sprintf("update the extension rl to version %d", v) }
+func installScript(tree *Tree, prologue string, v int) (string, error) {
+	install, err := tree.Install()
+	if err != nil {
+		return "", err
+	}
+	p, err := prologueFor(prologue, installAction)
+	if err != nil {
+		return "", err
+	}
+	return scriptWith(p, fmt.Sprintf("The extension rl at version %d, installed whole (CREATE EXTENSION rl VERSION '%d'):\n-- the objects of sql/src.", v, v),
+		install, tree.Tables()), nil
+}
+
+// installAction is what an install script does, for the prologue's
+// messages.
+const installAction = "install the extension rl"
 
 const configDumpTitle = "The rows pg_dump keeps (an extension's tables are dumped without them unless marked)"
 
@@ -57,17 +89,6 @@ schema = pg_catalog
 superuser = false
 requires = 'plpgsql'
 `, v, extensionComment, v)
-}
-
-// extensionScript is an install or update script (action, for the
-// prologue): the guard against psql, the prologue, body, then the marking
-// of tables for pg_dump.
-func extensionScript(root, action, what, body string, tables []string) (string, error) {
-	prologue, err := Prologue(root, action)
-	if err != nil {
-		return "", err
-	}
-	return scriptWith(prologue, what, body, tables), nil
 }
 
 func scriptWith(prologue, what, body string, tables []string) string {

@@ -165,13 +165,10 @@ func Generate(root, newTitle string) (map[string]*string, error) {
 			return nil, fmt.Errorf("-new %q: a title is lower-case letters, digits and _", newTitle)
 		}
 		if isOpen {
-			objects, err := installedObjects(root, open.Version)
-			if err != nil {
-				return nil, err
-			}
+			// The open version is what sql/src holds now (opening the next
+			// one comes before editing it).
 			out[snapshotPath(base)] = nil
-			out[fmt.Sprintf("sql/extension/rl--%d.sql", open.Version)] = nil
-			base, snapshot = open.Version, snapshotText(open.Version, objects)
+			base, snapshot = open.Version, snapshotText(open.Version, strings.TrimRight(install, "\n")+"\n")
 		}
 		open, isOpen = Open{Version: base + 1, Title: newTitle}, true
 	}
@@ -194,47 +191,26 @@ func Generate(root, newTitle string) (map[string]*string, error) {
 		name := fmt.Sprintf("sql/migrations/%04d_%s", open.Version, open.Title)
 		put(name+".up.sql", up)
 		put(name+".down.sql", down)
-		update, err := extensionScript(root, updateAction(open.Version),
-			fmt.Sprintf("The update of the extension rl from version %d to %d (ALTER EXTENSION rl UPDATE):\n-- migration %04d.", base, open.Version, open.Version),
-			up, newTables(prev, tree))
-		if err != nil {
-			return nil, err
-		}
-		put(fmt.Sprintf("sql/extension/rl--%d--%d.sql", base, open.Version), update)
 	} else if !sameObjects(prev, tree) {
 		return nil, fmt.Errorf("sql/src differs from version %d (%s) and no version is open: open one with %s -new TITLE",
 			base, snapshotPath(base), Command)
 	}
 	put("sql/migrations/latest.go", latestGo(latest))
 	put("sql/extension/rl.control", control(latest))
-	installScript, err := extensionScript(root, installAction,
-		fmt.Sprintf("The extension rl at version %d, installed whole (CREATE EXTENSION rl VERSION '%d'):\n-- the objects of sql/src.", latest, latest),
-		install, tree.Tables())
+	// The extension's scripts are built, not written here (InstallScript,
+	// sql/extension/history.mk); pg_tle.sql quotes the install script.
+	prologue, err := os.ReadFile(filepath.Join(root, PrologueFile))
 	if err != nil {
 		return nil, err
 	}
-	put(fmt.Sprintf("sql/extension/rl--%d.sql", latest), installScript)
+	installScript, err := installScript(tree, string(prologue), latest)
+	if err != nil {
+		return nil, err
+	}
 	if strings.Contains(installScript, "$_pgtle_$") {
 		return nil, errors.New("the install script contains $_pgtle_$, the dollar quote of pg_tle.sql (sql/extension): choose another")
 	}
 	return out, nil
-}
-
-// installedObjects returns the objects the committed install script of
-// version v creates: its text from the first statement to the marking of
-// the tables for pg_dump.
-func installedObjects(root string, v int) (string, error) {
-	name := fmt.Sprintf("sql/extension/rl--%d.sql", v)
-	b, err := os.ReadFile(filepath.Join(root, name))
-	if err != nil {
-		return "", fmt.Errorf("freeze version %d: %w", v, err)
-	}
-	text := string(b)
-	i, j := strings.Index(text, SearchPath), strings.LastIndex(text, "\n-- "+configDumpTitle)
-	if i < 0 || j < i {
-		return "", fmt.Errorf("freeze version %d: %s is not an install script the generator wrote", v, name)
-	}
-	return text[i:j], nil
 }
 
 // sameObjects reports whether two trees hold the same statements.
@@ -248,17 +224,6 @@ func sameObjects(a, b *Tree) bool {
 		return out
 	}
 	return slices.Equal(key(a), key(b))
-}
-
-// newTables are the tables of cur that prev lacks.
-func newTables(prev, cur *Tree) []string {
-	var out []string
-	for _, t := range cur.Tables() {
-		if !slices.Contains(prev.Tables(), t) {
-			out = append(out, t)
-		}
-	}
-	return out
 }
 
 func latestGo(v int) string {

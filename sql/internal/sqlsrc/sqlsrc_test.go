@@ -166,19 +166,27 @@ func TestPrologue(t *testing.T) {
 		t.Errorf("scriptWith")
 	}
 	// The prologue of sql/extension/prologue.sql, the action written in.
-	p, err := Prologue(root, updateAction(21))
+	p, err := Prologue(root, "update the extension rl to version 21")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(p, "'update the extension rl to version 21'") || strings.Contains(p, PrologueAction) || !strings.Contains(p, "rl.allow_superuser") {
 		t.Errorf("Prologue(update to 21):\n%s", p)
 	}
-	s, err = extensionScript(root, installAction, "what", "CREATE TABLE rl.t ();", nil)
+	prologue, err := os.ReadFile(filepath.Join(root, PrologueFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if guard, pro, body := strings.Index(s, `\echo`), strings.Index(s, "DO $rl_owner_check$"), strings.Index(s, "CREATE TABLE rl.t"); !(guard >= 0 && guard < pro && pro < body) || !strings.Contains(s, "'install the extension rl'") {
-		t.Errorf("extensionScript: the owner check misplaced or missing:\n%s", s)
+	s, err = installScript(parse(t, "CREATE TABLE rl.t ();"), string(prologue), 21)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if guard, pro, body := strings.Index(s, `\echo`), strings.Index(s, "DO $rl_owner_check$"), strings.Index(s, "CREATE TABLE rl.t"); !(guard >= 0 && guard < pro && pro < body) || !strings.Contains(s, "'install the extension rl'") ||
+		!strings.Contains(s, "version 21") || !strings.HasSuffix(s, "pg_extension_config_dump('rl.t', '');\n") {
+		t.Errorf("installScript: the owner check misplaced or missing, or the table not marked:\n%s", s)
+	}
+	if _, err := installScript(parse(t, "CREATE TABLE rl.t ();"), "no placeholder", 21); err == nil {
+		t.Errorf("installScript: a prologue without %s accepted", PrologueAction)
 	}
 }
 

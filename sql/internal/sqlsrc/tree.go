@@ -10,6 +10,7 @@ package sqlsrc
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -72,7 +73,14 @@ type Tree struct {
 // root), with the files in extra (paths relative to sql/src) standing in
 // for or added to the files on disk: the generated ones.
 func Load(root string, extra map[string]string) (*Tree, error) {
-	files, err := sourceFiles(filepath.Join(root, SrcDir), extra)
+	return LoadFS(os.DirFS(filepath.Join(root, SrcDir)), extra)
+}
+
+// LoadFS reads the source tree from src, which holds the files of sql/src
+// (the embedded copy the Go package sql/extension builds its install
+// script from), with extra as for Load.
+func LoadFS(src fs.FS, extra map[string]string) (*Tree, error) {
+	files, err := sourceFiles(src, extra)
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +88,7 @@ func Load(root string, extra map[string]string) (*Tree, error) {
 	for _, name := range files {
 		text, ok := extra[name]
 		if !ok {
-			b, err := os.ReadFile(filepath.Join(root, SrcDir, filepath.FromSlash(name)))
+			b, err := fs.ReadFile(src, name)
 			if err != nil {
 				return nil, err
 			}
@@ -106,17 +114,15 @@ func Parse(name, text string) (*Tree, error) {
 
 // sourceFiles lists the files of the source in install order, failing on
 // a .sql file that no section holds (it would be silently left out).
-func sourceFiles(dir string, extra map[string]string) ([]string, error) {
+func sourceFiles(src fs.FS, extra map[string]string) ([]string, error) {
 	var all []string
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+	err := fs.WalkDir(src, ".", func(rel string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(dir, p)
-		rel = filepath.ToSlash(rel)
 		if d.IsDir() {
 			if rel == "steps" {
-				return filepath.SkipDir
+				return fs.SkipDir
 			}
 			return nil
 		}
