@@ -26,7 +26,7 @@ test-setup:
 
 # Every generated file, from its one source (each says so in its first lines;
 # CI fails when one is stale): the SQL migrations from 0020 on, the
-# extension's scripts and the C algorithm table from sql/src and
+# extension's control file and the C algorithm table from sql/src and
 # core.Algorithms(); the conformance vectors from their generator; the two
 # WebAssembly modules from their pinned builds; the reference pages under
 # docs/reference/ (the SQL functions' by sqlgen, the rest by docgen).

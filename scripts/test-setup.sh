@@ -126,9 +126,9 @@ same() {
 }
 
 # 5. The extension rl: SQL scripts only, compared with the installed ones.
-# The scripts of versions before the SQL source tree (rl--11.sql and the
-# update scripts up to rl--18--19.sql) are built by make from the frozen
-# migrations, not committed: build them first, then compare every script.
+# The scripts are built by make, not committed (from the migrations, and
+# the install script of the default version from sql/src with Go): build
+# them first, as this user, then compare every script.
 # Scripts installed earlier that the repository no longer ships are removed
 # (a stale rl--19.sql would make CREATE EXTENSION rl VERSION '19' skip the
 # history).

@@ -130,7 +130,7 @@ func Files() (map[string]string, error) {
 	return out, nil
 }
 
-var createTable = regexp.MustCompile(`(?m)^CREATE TABLE (rl\.[a-z_]+)`)
+var createTable = regexp.MustCompile(`(?m)^CREATE (?:UNLOGGED )?TABLE (rl\.[a-z_]+)`)
 
 // historyScript is an extension script built from migration files, as the
 // Makefile builds it: a head, the prologue for action, the files whole,

@@ -14,10 +14,10 @@ import (
 	"github.com/rlcore/rl/sql/extension"
 )
 
-// TestFilesMatchMake: the history scripts and pg_tle.sql that FS builds
-// from the migrations are the files make builds on a database host
-// (history.mk), byte for byte; and FS holds every script from Oldest to
-// Version.
+// TestFilesMatchMake: the scripts and pg_tle.sql that FS builds (from the
+// migrations, and the install script of Version from sql/src) are the
+// files make builds on a database host (history.mk), byte for byte, none
+// left out; and FS holds every script from Oldest to Version.
 func TestFilesMatchMake(t *testing.T) {
 	files, err := extension.Files()
 	if err != nil {
@@ -43,6 +43,11 @@ func TestFilesMatchMake(t *testing.T) {
 		name := filepath.Base(p)
 		if files[name] != string(b) {
 			t.Errorf("%s: make builds another file than extension.FS\n%s", name, firstDifference(string(b), files[name]))
+		}
+	}
+	for name := range files {
+		if name != "rl.control" && !slices.Contains(built, filepath.Join(dir, name)) {
+			t.Errorf("%s: in extension.FS, not built by make -f history.mk", name)
 		}
 	}
 	want := []string{"rl.control", "pg_tle.sql", fmt.Sprintf("rl--%d.sql", extension.Oldest), fmt.Sprintf("rl--%d.sql", extension.Version)}

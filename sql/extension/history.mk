@@ -18,14 +18,14 @@ OUT ?= .
 GUARD = \echo Use "CREATE EXTENSION rl" to load this file. \quit
 # The check every script runs first (a superuser is refused unless
 # rl.allow_superuser is on): prologue.sql, its placeholder @ACTION@
-# replaced by what the script does. The generator writes the same file into
-# the scripts it generates (sql/internal/sqlsrc).
+# replaced by what the script does. sqlsrc.InstallScript writes the same
+# file into the install script of the default version.
 PROLOGUE = prologue.sql
 prologue = sed "s/@ACTION@/$(1)/" $(PROLOGUE)
 HISTORY_HEAD = echo '-- First the check of sql/extension/prologue.sql (a superuser is refused'; \
 	echo '-- unless rl.allow_superuser is on); the migration files are unchanged.'
 # config_dump FILES: the tables the files create, marked for pg_dump.
-config_dump = tables=$$(grep -ho '^CREATE TABLE rl\.[a-z_]*' $(1) | sed 's/^CREATE TABLE //'); \
+config_dump = tables=$$(grep -hoE '^CREATE (UNLOGGED )?TABLE rl\.[a-z_]*' $(1) | sed -E 's/^CREATE (UNLOGGED )?TABLE //'); \
 	if [ -n "$$tables" ]; then echo; for t in $$tables; do echo "SELECT pg_catalog.pg_extension_config_dump('$$t', '');"; done; fi
 
 history: $(OUT)/rl--$(OLDEST).sql $(HISTORY:%=$(OUT)/rl--%.sql) $(OUT)/rl--$(DEFAULT_VERSION).sql $(OUT)/pg_tle.sql

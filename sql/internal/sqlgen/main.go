@@ -1,7 +1,7 @@
 // Command sqlgen writes every file derived from the SQL source (sql/src):
-// the migration of the open version and its down, the extension's install
-// and update scripts and control file, migrations.Latest, the snapshot of
-// the previous version, and the algorithm table of core in SQL and C.
+// the migration of the open version and its down, the extension's control
+// file, migrations.Latest, the snapshot of the previous version, and the
+// algorithm table of core in SQL and C.
 // Run it from anywhere in the repository after editing sql/src:
 //
 //	go run ./sql/internal/sqlgen

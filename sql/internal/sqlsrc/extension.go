@@ -14,11 +14,11 @@ const extensionComment = "rate limiting in schema rl: a state table and PL/pgSQL
 
 // PrologueFile is the SQL every extension script runs first, after the
 // psql guard: the check that refuses a superuser unless rl.allow_superuser
-// is on. The generator inserts it into the scripts it writes (install and
-// update, and so pg_tle.sql); make (sql/extension/history.mk) and the Go
-// package sql/extension insert the same file into the history scripts they
-// build from the migrations, so the check is written once, there. The
-// migrations do not run it (rl-migrate checks the role itself).
+// is on. InstallScript inserts it into the install script (and so
+// pg_tle.sql); make (sql/extension/history.mk) and the Go package
+// sql/extension insert the same file into the scripts they build from the
+// migrations, so the check is written once, there. The migrations do not
+// run it (rl-migrate checks the role itself).
 const PrologueFile = "sql/extension/prologue.sql"
 
 // PrologueAction is the placeholder of PrologueFile replaced by what the
