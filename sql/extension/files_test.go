@@ -76,13 +76,12 @@ var (
 	updateScriptName  = regexp.MustCompile(`^rl--([0-9]+)--([0-9]+)\.sql$`)
 )
 
-// TestPrologue: every install and update script of FS, the generated ones
-// (go run ./sql/internal/sqlgen) and the history built from the
-// migrations alike, runs prologue.sql first, right after the guard, with
-// what it does written in; pg_tle.sql through the latest install script.
-// With TestFilesMatchMake (make builds the history FS builds) and
-// TestGenerated (the generator writes the committed scripts), the check
-// lives in prologue.sql alone.
+// TestPrologue: every install and update script of FS, the install script
+// built from sql/src and the scripts built from the migrations alike, runs
+// prologue.sql first, right after the guard, with what it does written in;
+// pg_tle.sql through the latest install script. With TestFilesMatchMake
+// (make builds the scripts FS builds), the check lives in prologue.sql
+// alone.
 func TestPrologue(t *testing.T) {
 	files, err := extension.Files()
 	if err != nil {

@@ -20,8 +20,8 @@ import (
 	"github.com/rlcore/rl/sql/extension"
 )
 
-// installHint says how to put the committed files where the server reads
-// them.
+// installHint says how to put the files of extension.FS where the server
+// reads them.
 const installHint = "make -C sql/extension install (as root; PG_CONFIG=... for another server than pg_config's)"
 
 // pgConfig returns the pg_config to use: $PG_CONFIG, else the one on PATH.
@@ -46,7 +46,8 @@ func pgConfig(t *testing.T) string {
 // against the server of DATABASE_URL (as its role, a superuser) in a
 // database of its own, and fails when any output differs from
 // test/expected/*.out, printing regression.diffs. The server must hold the
-// committed files (make install); it fails, saying so, when it holds others.
+// files of extension.FS (make install); it fails, saying so, when it holds
+// others.
 func TestInstallcheck(t *testing.T) {
 	ctx := context.Background()
 	pgc := pgConfig(t)
@@ -129,8 +130,8 @@ func libpqEnv(u *url.URL) []string {
 }
 
 // requireInstalled fails t unless the server's share directory holds the
-// committed control file and scripts, byte for byte: installcheck tests
-// what is installed.
+// control file and scripts of extension.FS, byte for byte: installcheck
+// tests what is installed.
 func requireInstalled(t *testing.T, pgc string) {
 	t.Helper()
 	out, err := exec.Command(pgc, "--sharedir").Output()
@@ -149,7 +150,7 @@ func requireInstalled(t *testing.T, pgc string) {
 		}
 		got, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil || !bytes.Equal(got, want) {
-			t.Fatalf("%s in %s is missing or not the committed file: %s", name, dir, installHint)
+			t.Fatalf("%s in %s is missing or not the file of extension.FS: %s", name, dir, installHint)
 		}
 	}
 }

@@ -183,10 +183,10 @@ func TestRegressVersions(t *testing.T) {
 // directory, rl-VERSION (META.json's version), holds META.json, README.md,
 // LICENSE, the Makefile with history.mk and prologue.sql, the regression
 // tests, each as committed, and every file of extension.FS, the files make
-// install installs and pg_tle.sql: the committed scripts, and the history
+// install installs and pg_tle.sql: rl.control as committed, and the scripts
 // and pg_tle.sql, which make dist builds (they are not committed), as FS
-// builds them. Unpacked, where there are no migrations to build from, make
-// takes the built files as they are.
+// builds them. Unpacked, where there are no migrations or sql/src to build
+// from, make takes the built files as they are.
 func TestDist(t *testing.T) {
 	m := readMeta(t)
 	dir := t.TempDir()
@@ -262,7 +262,7 @@ func TestDist(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(b, local) {
-			t.Errorf("%s in %s.zip differs from %s: make dist packs the committed files (commit first) and builds the history as extension.FS does", n, name, want[n])
+			t.Errorf("%s in %s.zip differs from %s: make dist packs the committed files (commit first) and builds the scripts as extension.FS does", n, name, want[n])
 		}
 	}
 	var extra []string
