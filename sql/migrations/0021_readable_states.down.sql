@@ -7,6 +7,367 @@ SET LOCAL search_path = pg_catalog, pg_temp;
 
 DROP VIEW rl.states;
 
+CREATE OR REPLACE FUNCTION rl._fixed_window(lim bigint, w bigint, s_alg integer, s_t bigint, s_x bigint, now bigint, cost bigint, p_take boolean, r rl._eval_result)
+ RETURNS rl._eval_result
+ LANGUAGE plpgsql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+DECLARE
+    start bigint := now - now % w;
+    cnt   bigint := 0;
+    e     bigint;
+BEGIN
+    IF s_alg = 1 AND s_t >= start THEN
+        -- The current window, or a later one if the clock stepped back. A
+        -- state written under another window length may start off the
+        -- current one's grid: its window is the one holding T.
+        start := s_t - s_t % w;
+        cnt := s_x;
+    END IF;
+    e := start + w; -- end
+    IF cost = 0 OR cnt + cost <= lim THEN
+        r.allowed := true;
+        IF cost > 0 THEN
+            cnt := cnt + cost;
+            IF p_take THEN
+                r.algorithm := 1; r.t := start; r.x := cnt; r.y := 0; r.log := '{}';
+                r.l := lim; r.w := w; r.r := 0;
+            END IF;
+        END IF;
+    ELSIF cost > lim THEN
+        r.retry_after := -1;
+    ELSE
+        r.retry_after := e - now;
+    END IF;
+    r.remaining := greatest(0, lim - cnt);
+    IF cnt > 0 THEN
+        -- The whole quota comes back when the window ends, none before.
+        r.reset_after := e - now;
+        r.next_after := e - now;
+    END IF;
+    RETURN r;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION rl._gcra(lim bigint, w bigint, rate bigint, s_alg integer, s_t bigint, s_x bigint, s_y bigint, exact boolean, now bigint, cost bigint, p_take boolean, r rl._eval_result)
+ RETURNS rl._eval_result
+ LANGUAGE plpgsql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+DECLARE
+    capacity bigint := lim * w;
+    lvl      bigint := 0;
+    is_full  boolean := false; -- level > capacity, too big to compute
+    dt       bigint;
+BEGIN
+    IF rate = 0 THEN
+        rate := lim;
+    END IF;
+    IF s_alg = 6 THEN
+        IF s_y > 0 AND NOT exact THEN
+            -- rl._state_error: s_t >= s_y. dt*rate <= capacity when the
+            -- first test fails.
+            dt := s_t - s_y;
+            IF dt > capacity / rate THEN
+                s_t := s_y + capacity / rate; s_x := capacity % rate;
+            ELSIF dt * rate + s_x > capacity THEN
+                s_t := s_y + capacity / rate; s_x := capacity % rate;
+            END IF;
+        END IF;
+        IF s_t >= now THEN
+            dt := s_t - now;
+            IF dt > capacity / rate THEN
+                is_full := true;
+            ELSE
+                lvl := dt * rate + s_x;
+            END IF;
+        ELSE
+            dt := now - s_t;
+            IF s_x > 0 THEN
+                IF dt < rl._ceil_div(s_x, rate) THEN
+                    lvl := s_x - dt * rate;
+                END IF;
+            END IF;
+        END IF;
+    END IF;
+    IF cost = 0 THEN
+        r.allowed := true;
+    ELSIF NOT is_full AND cost <= lim THEN
+        IF lvl + cost * w <= capacity THEN
+            r.allowed := true;
+        END IF;
+    END IF;
+    IF r.allowed THEN
+        IF cost > 0 THEN
+            lvl := lvl + cost * w;
+            IF p_take THEN
+                r.algorithm := 6; r.t := now + lvl / rate; r.x := lvl % rate; r.y := now; r.log := '{}';
+                r.l := lim; r.w := w; r.r := rate;
+            END IF;
+            r.reset_after := rl._ceil_div(lvl, rate);
+        END IF;
+    ELSIF cost > lim THEN
+        r.retry_after := -1;
+    ELSE
+        -- First t with (T-t)*r + X <= capacity - cost*w.
+        r.retry_after := s_t + rl._ceil_div_signed(s_x + cost * w - capacity, rate) - now;
+    END IF;
+    IF NOT is_full AND lvl < capacity THEN
+        r.remaining := (capacity - lvl) / w;
+    END IF;
+    IF r.reset_after = 0 AND (is_full OR lvl > 0) THEN
+        r.reset_after := s_t + rl._ceil_div(s_x, rate) - now;
+    END IF;
+    IF is_full THEN -- as a retry of one unit
+        r.next_after := s_t + rl._ceil_div_signed(s_x + w - capacity, rate) - now;
+    ELSIF lvl > 0 THEN
+        -- The level drains rate units a µs from now on: the first instant at
+        -- which remaining + 1 units fit.
+        r.next_after := rl._ceil_div(lvl - capacity + (r.remaining + 1) * w, rate);
+    END IF;
+    RETURN r;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION rl._carry(p_alg integer, p_lim bigint, p_win bigint, p_rate bigint, s_alg integer, s_t bigint, s_x bigint, s_y bigint, s_log bigint[], s_w bigint, s_r bigint)
+ RETURNS rl.state_words
+ LANGUAGE plpgsql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+DECLARE
+    rate     bigint := CASE WHEN p_rate = 0 THEN p_lim ELSE p_rate END; -- the buckets and GCRA
+    capacity bigint;
+    a        bigint := 0; -- the anchor
+    units    bigint := 0; -- whole units used, for a destination that counts them
+    lvl      bigint := 0; -- the rescaled level, for a bucket or GCRA destination
+    old      numeric;     -- a bucket's or GCRA's level, in 1/s_w of a unit
+    q        numeric;
+    n        integer;
+    fresh    rl.state_words := ROW(0, 0, 0, 0, '{}', 0, 0, 0)::rl.state_words;
+BEGIN
+    CASE s_alg
+    WHEN 1 THEN
+        a := s_t; units := s_x;
+    WHEN 2 THEN
+        a := s_t; units := least(s_x::numeric + s_y, rl._max_state_value())::bigint;
+    WHEN 3 THEN
+        n := cardinality(s_log);
+        IF n = 0 THEN
+            RETURN fresh;
+        END IF;
+        a := s_log[n];
+        SELECT count(*) INTO units FROM unnest(s_log) AS u(e) WHERE u.e > a - s_w;
+    ELSE -- 4, 5, 6: a level in 1/s_w of a unit
+        IF s_alg = 6 THEN
+            a := s_y;
+            old := least((s_t - s_y)::numeric * s_r + s_x, rl._max_state_value());
+        ELSE
+            a := s_t; old := s_x;
+        END IF;
+        IF NOT rl._windowed(p_alg) THEN
+            -- ceil(old * p_win / s_w), saturating.
+            q := div(old * p_win, s_w);
+            IF q >= 18446744073709551616 THEN
+                lvl := rl._max_state_value();
+            ELSE
+                IF q * s_w <> old * p_win THEN
+                    q := (q + 1) % 18446744073709551616;
+                END IF;
+                lvl := least(q, rl._max_state_value())::bigint;
+            END IF;
+        ELSE
+            units := old::bigint / s_w + CASE WHEN old::bigint % s_w <> 0 THEN 1 ELSE 0 END;
+        END IF;
+    END CASE;
+    IF NOT rl._windowed(p_alg) THEN
+        capacity := p_lim * p_win;
+        IF rl._windowed(s_alg) THEN
+            lvl := least(units, p_lim) * p_win;
+        END IF;
+        lvl := least(lvl, capacity);
+        IF lvl = 0 THEN
+            RETURN fresh;
+        END IF;
+        IF p_alg = 6 THEN
+            RETURN ROW(6, a + lvl / rate, lvl % rate, a, '{}', p_lim, p_win, rate)::rl.state_words;
+        END IF;
+        RETURN ROW(p_alg, a, lvl, 0, '{}', p_lim, p_win, rate)::rl.state_words;
+    END IF;
+    units := least(units, p_lim);
+    IF units = 0 THEN
+        RETURN fresh;
+    END IF;
+    IF p_alg = 3 THEN
+        -- The entries exist only as (a, units) until an admission writes
+        -- them (rl._sliding_log_carried).
+        RETURN ROW(3, a, units, 0, '{}', p_lim, p_win, 0)::rl.state_words;
+    END IF;
+    RETURN ROW(p_alg, a - a % p_win, units, 0, '{}', p_lim, p_win, 0)::rl.state_words;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION rl._sliding_window(lim bigint, w bigint, s_alg integer, s_t bigint, s_x bigint, s_y bigint, exact boolean, now bigint, cost bigint, p_take boolean, r rl._eval_result)
+ RETURNS rl._eval_result
+ LANGUAGE plpgsql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+DECLARE
+    start bigint := now - now % w;
+    st    bigint;
+    curr  bigint := 0;
+    prev  bigint := 0;
+    e     bigint;
+    room  bigint;
+BEGIN
+    IF s_alg = 2 THEN
+        -- The window holding T: T itself unless the state was written
+        -- under another window length.
+        st := s_t - s_t % w;
+        IF st >= start THEN
+            start := st; curr := s_x; prev := s_y;
+        ELSIF st + w = start THEN
+            prev := s_x;
+        END IF;
+    END IF;
+    IF NOT exact THEN
+        -- Counts above the limit of a state written under other parameters
+        -- come from a lowered limit: they count as full.
+        curr := least(curr, lim);
+        prev := least(prev, lim);
+    END IF;
+    e := greatest(now, start) - start; -- elapsed in the current window, < w
+    IF curr <= lim AND prev <= lim THEN
+        room := (lim - curr) * w - prev * (w - e);
+    ELSE -- counts in debt (exact): the core's int64 arithmetic
+        room := rl._wrap64((lim - curr)::numeric * w - prev::numeric * (w - e));
+    END IF;
+    IF cost = 0 THEN
+        r.allowed := true;
+    ELSIF cost <= lim - curr THEN
+        IF cost * w <= room THEN
+            r.allowed := true;
+        END IF;
+    END IF;
+    IF r.allowed THEN
+        IF cost > 0 THEN
+            curr := curr + cost;
+            room := room - cost * w;
+            IF p_take THEN
+                r.algorithm := 2; r.t := start; r.x := curr; r.y := prev; r.log := '{}';
+                r.l := lim; r.w := w; r.r := 0;
+            END IF;
+        END IF;
+    ELSIF cost > lim THEN
+        r.retry_after := -1;
+    ELSE
+        r.retry_after := rl._sliding_retry(w, lim, start, e, curr, prev, cost) - now;
+    END IF;
+    IF room > 0 THEN
+        r.remaining := room / w;
+    END IF;
+    IF curr > 0 THEN
+        r.reset_after := start + 2 * w - now;
+    ELSIF prev > 0 THEN
+        r.reset_after := start + w - now;
+    END IF;
+    IF r.remaining < lim THEN
+        -- One more unit fits when a call of remaining + 1, denied now, would
+        -- pass.
+        r.next_after := rl._sliding_retry(w, lim, start, e, curr, prev, r.remaining + 1) - now;
+    END IF;
+    RETURN r;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION rl._state_error(s_alg integer, s_t bigint, s_x bigint, s_y bigint, s_log bigint[], s_l bigint,
+                                s_w bigint, s_r bigint) RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE
+        WHEN s_t NOT BETWEEN 0 AND rl._max_state_value() OR s_x NOT BETWEEN 0 AND rl._max_state_value()
+             OR s_y NOT BETWEEN 0 AND rl._max_state_value() THEN 8
+        WHEN (s_l <> 0 OR s_w <> 0 OR s_r <> 0) AND NOT rl._params_valid(s_alg, s_l, s_w, s_r) THEN 8
+        WHEN s_alg = 0 THEN CASE WHEN s_t <> 0 OR s_x <> 0 OR s_y <> 0 OR s_l <> 0 OR s_w <> 0 OR s_r <> 0
+                                      OR cardinality(s_log) <> 0 THEN 8 ELSE 0 END
+        WHEN s_alg IN (1, 4, 5) THEN CASE WHEN s_y <> 0 THEN 8 ELSE 0 END
+        -- X: the TAT's fraction numerator, below Rate (<= MaxLimit); Y: the
+        -- admission's time, never after the TAT it wrote.
+        WHEN s_alg = 6 THEN CASE WHEN s_x > rl._max_limit() OR s_y > s_t THEN 8 ELSE 0 END
+        WHEN s_alg = 2 THEN 0
+        WHEN s_alg = 3 THEN CASE WHEN s_t <> 0 OR s_x <> 0 OR s_y <> 0 THEN 8 ELSE rl._log_error(s_log) END
+        ELSE 8
+    END;
+
+CREATE OR REPLACE FUNCTION rl._eval(p_alg integer, p_lim bigint, p_win bigint, p_rate bigint, s_alg integer, s_t bigint, s_x bigint, s_y bigint, s_log bigint[], s_l bigint, s_w bigint, s_r bigint, p_now bigint, p_cost bigint, p_take boolean)
+ RETURNS rl._eval_result
+ LANGUAGE plpgsql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+DECLARE
+    r     rl._eval_result;
+    exact boolean;
+    c     rl.state_words;
+BEGIN
+    IF p_alg IS NULL OR p_lim IS NULL OR p_win IS NULL OR p_rate IS NULL OR p_now IS NULL OR p_cost IS NULL
+            OR s_alg IS NULL OR s_t IS NULL OR s_x IS NULL OR s_y IS NULL OR s_log IS NULL
+            OR s_l IS NULL OR s_w IS NULL OR s_r IS NULL THEN
+        p_alg := coalesce(p_alg, 0);
+        p_lim := coalesce(p_lim, 0);
+        p_win := coalesce(p_win, 0);
+        p_rate := coalesce(p_rate, -1);
+        p_now := coalesce(p_now, -1);
+        p_cost := coalesce(p_cost, -1);
+        s_alg := coalesce(s_alg, 0);
+        s_t := coalesce(s_t, 0);
+        s_x := coalesce(s_x, 0);
+        s_y := coalesce(s_y, 0);
+        s_log := coalesce(s_log, '{}');
+        s_l := coalesce(s_l, 0);
+        s_w := coalesce(s_w, 0);
+        s_r := coalesce(s_r, 0);
+    END IF;
+    -- l.check(), checkCall, checkState, in the core's order.
+    r.err := coalesce(nullif(rl._limit_error(p_alg, p_lim, p_win, p_rate), 0),
+                      nullif(rl._call_error(p_now, p_cost), 0),
+                      rl._state_error(s_alg, s_t, s_x, s_y, s_log, s_l, s_w, s_r));
+    IF r.err <> 0 THEN
+        RETURN r;
+    END IF;
+    IF s_alg = 3 AND array_lower(s_log, 1) <> 1 THEN
+        s_log := array(SELECT unnest(s_log)); -- an array starting at another index than 1
+    END IF;
+    -- n = *s: a call that admits nothing returns the state unchanged.
+    -- settle_caps (0019) is true in every result that is not an error.
+    r := ROW(0, false, p_lim, 0, 0, 0, 0, s_alg, s_t, s_x, s_y, s_log, 0, s_l, s_w, s_r, true)::rl._eval_result;
+    -- core read: exact when written under this limit's own parameters (the
+    -- recorded rate is the effective one, 0 for the window algorithms).
+    exact := s_alg = p_alg AND s_w = p_win AND s_l = p_lim
+             AND s_r = CASE WHEN rl._windowed(p_alg) THEN 0 WHEN p_rate = 0 THEN p_lim ELSE p_rate END;
+    -- Recorded under other parameters and converted (core converts: a
+    -- window algorithm reads its own state as it is): the carried state,
+    -- within the new limit, reads as exact.
+    IF NOT exact AND s_w <> 0 AND (s_alg <> p_alg OR NOT rl._windowed(s_alg)) THEN
+        c := rl._carry(p_alg, p_lim, p_win, p_rate, s_alg, s_t, s_x, s_y, s_log, s_w, s_r);
+        s_alg := c.algorithm; s_t := c.t; s_x := c.x; s_y := c.y; s_log := c.log;
+        exact := true;
+    END IF;
+    CASE p_alg
+    WHEN 1 THEN
+        RETURN rl._fixed_window(p_lim, p_win, s_alg, s_t, s_x, p_now, p_cost, p_take, r);
+    WHEN 2 THEN
+        RETURN rl._sliding_window(p_lim, p_win, s_alg, s_t, s_x, s_y, exact, p_now, p_cost, p_take, r);
+    WHEN 3 THEN
+        IF s_alg = 3 AND s_x <> 0 THEN -- carried over, not yet written
+            RETURN rl._sliding_log_carried(p_lim, p_win, s_t, s_x, p_now, p_cost, p_take, r);
+        END IF;
+        RETURN rl._sliding_log(p_lim, p_win, s_alg, s_log, p_now, p_cost, p_take, r);
+    WHEN 6 THEN
+        RETURN rl._gcra(p_lim, p_win, p_rate, s_alg, s_t, s_x, s_y, exact, p_now, p_cost, p_take, r);
+    ELSE
+        RETURN rl._bucket(p_alg, p_lim, p_win, p_rate, s_alg, s_t, s_x, exact, p_now, p_cost, p_take, r);
+    END CASE;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION rl._parse_shadows(limits jsonb)
  RETURNS boolean[]
  LANGUAGE plpgsql
@@ -31,6 +392,195 @@ BEGIN
         RETURN sh;
     END IF;
     RETURN NULL;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION rl._settle_fixed(w bigint, s_alg integer, s_t bigint, s_x bigint, now bigint, delta bigint)
+ RETURNS rl.state_words
+ LANGUAGE plpgsql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+DECLARE
+    start bigint := now - now % w;
+    cnt   bigint := 0;
+BEGIN
+    IF s_alg = 1 AND s_t >= start THEN
+        start := s_t - s_t % w;
+        cnt := s_x;
+    END IF;
+    -- 0019: a count beyond a state capped at MaxStateValue, never refused
+    -- (core settleFixed; no overflow: both within MaxStateValue + MaxCost).
+    cnt := least(cnt + delta, rl._max_state_value());
+    IF cnt > 0 THEN
+        RETURN ROW(1, start, cnt, 0, '{}', 0, 0, 0)::rl.state_words;
+    END IF;
+    RETURN ROW(0, 0, 0, 0, '{}', 0, 0, 0)::rl.state_words;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION rl._settle_log(lim bigint, w bigint, s_alg integer, s_t bigint, s_x bigint, s_log bigint[], now bigint, delta bigint)
+ RETURNS rl.state_words
+ LANGUAGE plpgsql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+DECLARE
+    n_log   integer;
+    ne      bigint := now;
+    i0      integer := 0;
+    cnt     bigint;
+    carried bigint := 0; -- entries carried over at s_t, not yet written
+    keep    bigint;
+    old     bigint;
+    e       bigint[];
+BEGIN
+    IF s_alg <> 3 THEN
+        s_log := '{}';
+    END IF;
+    n_log := cardinality(s_log);
+    IF n_log > 0 THEN
+        ne := greatest(now, s_log[n_log]);
+    END IF;
+    WHILE i0 < n_log AND s_log[i0 + 1] <= ne - w LOOP
+        i0 := i0 + 1;
+    END LOOP;
+    cnt := n_log - i0;
+    IF s_alg = 3 AND s_x <> 0 THEN
+        ne := greatest(now, s_t);
+        IF s_t > ne - w THEN
+            carried := s_x;
+        END IF;
+        cnt := carried;
+    END IF;
+    keep := cnt + delta; -- live entries after the settle
+    IF delta > 0 THEN
+        keep := greatest(cnt, least(keep, lim));
+    END IF;
+    keep := greatest(0, keep);
+    IF keep = 0 THEN
+        RETURN ROW(0, 0, 0, 0, '{}', 0, 0, 0)::rl.state_words;
+    END IF;
+    old := least(keep, cnt); -- live entries kept, the oldest first
+    IF carried > 0 THEN
+        e := array_fill(s_t, ARRAY[old::integer]);
+    ELSE
+        e := s_log[i0 + 1 : i0 + old::integer];
+    END IF;
+    e := e || array_fill(ne, ARRAY[(keep - old)::integer]);
+    RETURN ROW(3, 0, 0, 0, e, 0, 0, 0)::rl.state_words;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION rl._settle_sliding(lim bigint, w bigint, s_alg integer, s_t bigint, s_x bigint, s_y bigint, exact boolean, now bigint, delta bigint)
+ RETURNS rl.state_words
+ LANGUAGE plpgsql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+DECLARE
+    start bigint := now - now % w;
+    st    bigint;
+    curr  bigint := 0;
+    prev  bigint := 0;
+    m     bigint;
+BEGIN
+    IF s_alg = 2 THEN
+        st := s_t - s_t % w;
+        IF st >= start THEN
+            start := st; curr := s_x; prev := s_y;
+        ELSIF st + w = start THEN
+            prev := s_x;
+        END IF;
+    END IF;
+    IF NOT exact THEN
+        curr := least(curr, lim);
+        prev := least(prev, lim);
+    END IF;
+    curr := curr + delta; -- no overflow: curr <= MaxStateValue, |delta| <= MaxCost
+    IF curr < 0 THEN
+        prev := greatest(0, prev + curr);
+        curr := 0;
+    END IF;
+    -- A debt is kept while the counts times the window stay within
+    -- MaxUnits (core settleSliding); 0019: a larger one is capped there,
+    -- never refused.
+    m := rl._max_units() / w;
+    IF curr > m - least(prev, m) THEN
+        prev := least(prev, m);
+        curr := m - prev;
+    END IF;
+    IF curr > 0 OR prev > 0 THEN
+        RETURN ROW(2, start, curr, prev, '{}', 0, 0, 0)::rl.state_words;
+    END IF;
+    RETURN ROW(0, 0, 0, 0, '{}', 0, 0, 0)::rl.state_words;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION rl._settle(p_alg integer, p_lim bigint, p_win bigint, p_rate bigint, s_alg integer, s_t bigint, s_x bigint, s_y bigint, s_log bigint[], s_l bigint, s_w bigint, s_r bigint, p_now bigint, p_delta bigint)
+ RETURNS rl._eval_result
+ LANGUAGE plpgsql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+DECLARE
+    r     rl._eval_result;
+    exact boolean;
+    srate bigint;
+    c     rl.state_words;
+    n     rl.state_words;
+BEGIN
+    IF p_alg IS NULL OR p_lim IS NULL OR p_win IS NULL OR p_rate IS NULL OR p_now IS NULL OR p_delta IS NULL
+            OR s_alg IS NULL OR s_t IS NULL OR s_x IS NULL OR s_y IS NULL OR s_log IS NULL
+            OR s_l IS NULL OR s_w IS NULL OR s_r IS NULL THEN
+        p_alg := coalesce(p_alg, 0);
+        p_lim := coalesce(p_lim, 0);
+        p_win := coalesce(p_win, 0);
+        p_rate := coalesce(p_rate, -1);
+        p_now := coalesce(p_now, -1);
+        p_delta := coalesce(p_delta, rl._max_cost() + 1);
+        s_alg := coalesce(s_alg, 0);
+        s_t := coalesce(s_t, 0);
+        s_x := coalesce(s_x, 0);
+        s_y := coalesce(s_y, 0);
+        s_log := coalesce(s_log, '{}');
+        s_l := coalesce(s_l, 0);
+        s_w := coalesce(s_w, 0);
+        s_r := coalesce(s_r, 0);
+    END IF;
+    -- The limit, now, the delta, then the state, in the core's order.
+    r.err := coalesce(nullif(rl._limit_error(p_alg, p_lim, p_win, p_rate), 0),
+                      nullif(rl._call_error(p_now, 0), 0),
+                      CASE WHEN p_delta NOT BETWEEN -rl._max_cost() AND rl._max_cost() THEN 6 END,
+                      rl._state_error(s_alg, s_t, s_x, s_y, s_log, s_l, s_w, s_r));
+    IF r.err <> 0 THEN
+        RETURN r;
+    END IF;
+    IF p_delta = 0 THEN -- nothing to correct: the state stays as it is
+        RETURN rl._eval(p_alg, p_lim, p_win, p_rate, s_alg, s_t, s_x, s_y, s_log, s_l, s_w, s_r, p_now, 0, false);
+    END IF;
+    IF s_alg = 3 AND array_lower(s_log, 1) <> 1 THEN
+        s_log := array(SELECT unnest(s_log));
+    END IF;
+    srate := CASE WHEN rl._windowed(p_alg) THEN 0 WHEN p_rate = 0 THEN p_lim ELSE p_rate END;
+    exact := s_alg = p_alg AND s_w = p_win AND s_l = p_lim AND s_r = srate;
+    IF NOT exact AND s_w <> 0 AND (s_alg <> p_alg OR NOT rl._windowed(s_alg)) THEN
+        c := rl._carry(p_alg, p_lim, p_win, p_rate, s_alg, s_t, s_x, s_y, s_log, s_w, s_r);
+        s_alg := c.algorithm; s_t := c.t; s_x := c.x; s_y := c.y; s_log := c.log;
+        exact := true;
+    END IF;
+    CASE p_alg
+    WHEN 1 THEN
+        n := rl._settle_fixed(p_win, s_alg, s_t, s_x, p_now, p_delta);
+    WHEN 2 THEN
+        n := rl._settle_sliding(p_lim, p_win, s_alg, s_t, s_x, s_y, exact, p_now, p_delta);
+    WHEN 3 THEN
+        n := rl._settle_log(p_lim, p_win, s_alg, s_t, s_x, s_log, p_now, p_delta);
+    ELSE
+        n := rl._settle_level(p_alg, p_lim, p_win, p_rate, s_alg, s_t, s_x, s_y, exact, p_now, p_delta);
+    END CASE;
+    -- 0019: a debt too large for a state is capped (the rl._settle_*
+    -- functions), never refused: n is never NULL.
+    IF n.algorithm <> 0 THEN
+        n.l := p_lim; n.w := p_win; n.r := srate;
+    END IF;
+    RETURN rl._eval(p_alg, p_lim, p_win, p_rate, n.algorithm, n.t, n.x, n.y, n.log, n.l, n.w, n.r, p_now, 0, false);
 END
 $function$;
 
@@ -1227,7 +1777,91 @@ DROP FUNCTION rl.us_to_timestamptz(bigint);
 
 DROP FUNCTION rl.us_to_interval(bigint);
 
+DROP FUNCTION rl._alg_settle(integer,bigint,bigint,bigint,integer,bigint,bigint,bigint,bigint[],boolean,bigint,bigint);
+
+DROP FUNCTION rl._token_bucket_settle(bigint,bigint,bigint,integer,bigint,bigint,bigint,bigint[],boolean,bigint,bigint);
+
+DROP FUNCTION rl._leaky_bucket_settle(bigint,bigint,bigint,integer,bigint,bigint,bigint,bigint[],boolean,bigint,bigint);
+
+DROP FUNCTION rl._gcra_settle(bigint,bigint,bigint,integer,bigint,bigint,bigint,bigint[],boolean,bigint,bigint);
+
+DROP FUNCTION rl._alg_step(integer,bigint,bigint,bigint,integer,bigint,bigint,bigint,bigint[],boolean,bigint,bigint,boolean,rl._eval_result);
+
+DROP FUNCTION rl._token_bucket_step(bigint,bigint,bigint,integer,bigint,bigint,bigint,bigint[],boolean,bigint,bigint,boolean,rl._eval_result);
+
+DROP FUNCTION rl._leaky_bucket_step(bigint,bigint,bigint,integer,bigint,bigint,bigint,bigint[],boolean,bigint,bigint,boolean,rl._eval_result);
+
+DROP FUNCTION rl._sliding_window_settle(bigint,bigint,bigint,integer,bigint,bigint,bigint,bigint[],boolean,bigint,bigint);
+
+DROP FUNCTION rl._alg_usage(integer,bigint,bigint,bigint,bigint[],bigint,bigint);
+
+DROP FUNCTION rl._alg_state_error(integer,bigint,bigint,bigint,bigint[]);
+
+DROP FUNCTION rl._sliding_window_usage(bigint,bigint,bigint,bigint[],bigint,bigint);
+
+DROP FUNCTION rl._sliding_log_state_error(bigint,bigint,bigint,bigint[]);
+
+DROP FUNCTION rl._gcra_usage(bigint,bigint,bigint,bigint[],bigint,bigint);
+
+DROP FUNCTION rl._fixed_window_settle(bigint,bigint,bigint,integer,bigint,bigint,bigint,bigint[],boolean,bigint,bigint);
+
+DROP FUNCTION rl._gcra_state_error(bigint,bigint,bigint,bigint[]);
+
+DROP FUNCTION rl._sliding_window_step(bigint,bigint,bigint,integer,bigint,bigint,bigint,bigint[],boolean,bigint,bigint,boolean,rl._eval_result);
+
 DROP FUNCTION rl._jint_ok(jsonb);
+
+DROP FUNCTION rl._gcra_step(bigint,bigint,bigint,integer,bigint,bigint,bigint,bigint[],boolean,bigint,bigint,boolean,rl._eval_result);
+
+DROP FUNCTION rl._alg_carry(integer,bigint,bigint,bigint,bigint,bigint);
+
+DROP FUNCTION rl._alg_anchor(integer,bigint,bigint,bigint,bigint[],bigint,bigint);
+
+DROP FUNCTION rl._token_bucket_carry(bigint,bigint,bigint,bigint,bigint);
+
+DROP FUNCTION rl._token_bucket_usage(bigint,bigint,bigint,bigint[],bigint,bigint);
+
+DROP FUNCTION rl._token_bucket_anchor(bigint,bigint,bigint,bigint[],bigint,bigint);
+
+DROP FUNCTION rl._token_bucket_state_error(bigint,bigint,bigint,bigint[]);
+
+DROP FUNCTION rl._sliding_window_carry(bigint,bigint,bigint,bigint,bigint);
+
+DROP FUNCTION rl._sliding_window_anchor(bigint,bigint,bigint,bigint[],bigint,bigint);
+
+DROP FUNCTION rl._sliding_window_state_error(bigint,bigint,bigint,bigint[]);
+
+DROP FUNCTION rl._sliding_log_carry(bigint,bigint,bigint,bigint,bigint);
+
+DROP FUNCTION rl._sliding_log_usage(bigint,bigint,bigint,bigint[],bigint,bigint);
+
+DROP FUNCTION rl._sliding_log_anchor(bigint,bigint,bigint,bigint[],bigint,bigint);
+
+DROP FUNCTION rl._sliding_log_settle(bigint,bigint,bigint,integer,bigint,bigint,bigint,bigint[],boolean,bigint,bigint);
+
+DROP FUNCTION rl._sliding_log_step(bigint,bigint,bigint,integer,bigint,bigint,bigint,bigint[],boolean,bigint,bigint,boolean,rl._eval_result);
+
+DROP FUNCTION rl._leaky_bucket_carry(bigint,bigint,bigint,bigint,bigint);
+
+DROP FUNCTION rl._leaky_bucket_usage(bigint,bigint,bigint,bigint[],bigint,bigint);
+
+DROP FUNCTION rl._leaky_bucket_anchor(bigint,bigint,bigint,bigint[],bigint,bigint);
+
+DROP FUNCTION rl._leaky_bucket_state_error(bigint,bigint,bigint,bigint[]);
+
+DROP FUNCTION rl._gcra_carry(bigint,bigint,bigint,bigint,bigint);
+
+DROP FUNCTION rl._gcra_anchor(bigint,bigint,bigint,bigint[],bigint,bigint);
+
+DROP FUNCTION rl._fixed_window_carry(bigint,bigint,bigint,bigint,bigint);
+
+DROP FUNCTION rl._fixed_window_usage(bigint,bigint,bigint,bigint[],bigint,bigint);
+
+DROP FUNCTION rl._fixed_window_anchor(bigint,bigint,bigint,bigint[],bigint,bigint);
+
+DROP FUNCTION rl._fixed_window_step(bigint,bigint,bigint,integer,bigint,bigint,bigint,bigint[],boolean,bigint,bigint,boolean,rl._eval_result);
+
+DROP FUNCTION rl._fixed_window_state_error(bigint,bigint,bigint,bigint[]);
 
 COMMENT ON FUNCTION rl._enforce_limit(oid,text,text[],boolean,text) IS 'rl: the definer-rights part of rl.enforce_limit(): plain values in (the trigger''s table, name, arguments and key as text), the decision on the database clock';
 COMMENT ON FUNCTION rl.rl_decide_batch(text[],text[],integer[],bigint[],bigint[],bigint[],bigint[],integer[],bigint[],boolean[],boolean[],boolean[]) IS 'Decides many requests (each one key, one or more limits, all or nothing: a take, a peek or a settle) in one call and one transaction; one row per limit of each request, in input order; an invalid request gets an error row. See sql/README.md.';

@@ -16,15 +16,15 @@
  *
  * It is a line-by-line port of the PL/pgSQL rl._eval and rl._settle and the
  * functions they call (rl._limit_error, rl._call_error, rl._state_error,
- * rl._params_valid, rl._log_error, rl._carry, rl._fixed_window,
- * rl._sliding_window, rl._sliding_retry, rl._sliding_log,
- * rl._sliding_log_carried, rl._bucket, rl._bucket_debt, rl._gcra and the
- * rl._settle_* functions), themselves a port of core/decide.go,
- * core/carry.go and core/settle.go, with the same results for every input,
- * NULLs and errors included: on an error only err is set, as there. The
- * core's 128-bit products and quotients are 128-bit here (uint128); where
- * the core's int64 arithmetic wraps (a state in debt read exactly), this
- * wraps the same way, in uint64.
+ * rl._params_valid, rl._log_error, rl._carry, and each algorithm's
+ * functions, sql/src/functions/alg_<name>.sql, whose port is
+ * alg/<name>.c), themselves a port of core/decide.go, core/carry.go and
+ * core/settle.go, with the same results for every input, NULLs and errors
+ * included: on an error only err is set, as there. The core's 128-bit
+ * products and quotients are 128-bit here (uint128); where the core's int64
+ * arithmetic wraps (a state in debt read exactly), this wraps the same way,
+ * in uint64. The generated rl_algorithms.h includes the algorithms' files
+ * and dispatches to them.
  *
  * One build serves every schema rl since migration 8: rl_eval reads the
  * state's l, w, r when called with 15 arguments (migration 17) and takes
@@ -42,31 +42,10 @@
  *
  * sql/native/README.md: building, installing, enabling.
  */
-#include "postgres.h"
-
-#include "access/htup_details.h"
-#include "catalog/pg_type.h"
-#include "fmgr.h"
-#include "funcapi.h"
-#include "utils/array.h"
-#include "utils/lsyscache.h"
-
+#include "rl_native.h"
 #include "rl_algorithms.h"
 
 PG_MODULE_MAGIC;
-
-/* The core's bounds (core/core.go), as rl._max_* return them. */
-#define MAX_LIMIT		((int64) 1 << 40)
-#define MAX_LOG_LIMIT	((int64) 4096)
-#define MAX_WINDOW		INT64CONST(1000000000000000)
-#define MAX_UNITS		((int64) 1 << 61)
-#define MAX_COST		((int64) 1 << 40)
-#define MAX_TIME		INT64CONST(253402300799999999)
-#define MAX_STATE		((int64) 1 << 62)
-
-#ifndef HAVE_INT128
-#error "rl_native needs a 128-bit integer type (the core's bits.Mul64 and bits.Div64)"
-#endif
 
 /*
  * The fields of rl._eval_result; next_after since migration 16, l, w, r
@@ -97,59 +76,6 @@ typedef struct
 	bool		caps;
 	int			field[FLEXIBLE_ARRAY_MEMBER];
 } result_type;
-
-/* One decision: rl._eval_result without the log. */
-typedef struct
-{
-	bool		allowed;
-	int64		remaining, reset_after, retry_after, delay, next_after;
-	int32		algorithm;
-	int64		t, x, y;
-	int64		l, w, r;
-} result;
-
-/*
- * A state to decide on: a stored one (its log the input array's elements)
- * or one rl._carry / a settle built (its log in palloc'd memory).
- */
-typedef struct
-{
-	int32		alg;
-	int64		t, x, y;
-	const int64 *log;
-	int			nlog;
-} words;
-
-/* wrap64 is a + b - c as Go's int64 arithmetic leaves it (modulo 2^64). */
-static inline int64
-wrap64(int64 a, int64 b, int64 c)
-{
-	return (int64) ((uint64) a + (uint64) b - (uint64) c);
-}
-
-static inline int64
-ceil_div(int64 a, int64 b)
-{
-	return a / b + (a % b != 0 ? 1 : 0);
-}
-
-static inline int64
-ceil_div_signed(int64 a, int64 b)
-{
-	return a >= 0 ? a / b + (a % b != 0 ? 1 : 0) : -((-a) / b);
-}
-
-static inline int64
-max64(int64 a, int64 b)
-{
-	return a > b ? a : b;
-}
-
-static inline int64
-min64(int64 a, int64 b)
-{
-	return a < b ? a : b;
-}
 
 /* rl._limit_error */
 static int
@@ -205,565 +131,65 @@ params_valid(int32 alg, int64 l, int64 w, int64 r)
 	return (rl_alg_windowed(alg) || r >= 1) && limit_error(alg, l, w, r) == 0;
 }
 
-/* rl._state_error */
+/* rl._state_error: the words of a state are its algorithm's (rl_alg_state_error). */
 static int
-state_error(int32 s_alg, int64 s_t, int64 s_x, int64 s_y, int nlog, int logerr, int64 s_l, int64 s_w, int64 s_r)
+state_error(const words *s, int logerr, int64 s_l, int64 s_w, int64 s_r)
 {
-	if (s_t < 0 || s_t > MAX_STATE || s_x < 0 || s_x > MAX_STATE || s_y < 0 || s_y > MAX_STATE)
+	if (s->t < 0 || s->t > MAX_STATE || s->x < 0 || s->x > MAX_STATE || s->y < 0 || s->y > MAX_STATE)
 		return 8;
-	if ((s_l != 0 || s_w != 0 || s_r != 0) && !params_valid(s_alg, s_l, s_w, s_r))
+	if ((s_l != 0 || s_w != 0 || s_r != 0) && !params_valid(s->alg, s_l, s_w, s_r))
 		return 8;
-	switch (s_alg)
-	{
-		case 0:
-			return (s_t != 0 || s_x != 0 || s_y != 0 || s_l != 0 || s_w != 0 || s_r != 0 || nlog != 0) ? 8 : 0;
-		case 1:
-		case 4:
-		case 5:
-			return s_y != 0 ? 8 : 0;
-		case 6:
-			return (s_x > MAX_LIMIT || s_y > s_t) ? 8 : 0;
-		case 2:
-			return 0;
-		case 3:
-			return (s_t != 0 || s_x != 0 || s_y != 0) ? 8 : logerr;
-		default:
-			return 8;
-	}
-}
-
-/* rl._fixed_window */
-static void
-fixed_window(int64 lim, int64 w, int32 s_alg, int64 s_t, int64 s_x, int64 now, int64 cost, bool take,
-			 result *r)
-{
-	int64		start = now - now % w;
-	int64		cnt = 0;
-	int64		e;
-
-	if (s_alg == RL_FIXED_WINDOW && s_t >= start)
-	{
-		start = s_t - s_t % w;
-		cnt = s_x;
-	}
-	e = start + w;
-	if (cost == 0 || cnt + cost <= lim)
-	{
-		r->allowed = true;
-		if (cost > 0)
-		{
-			cnt += cost;
-			if (take)
-			{
-				r->algorithm = 1;
-				r->t = start;
-				r->x = cnt;
-				r->y = 0;
-				r->l = lim;
-				r->w = w;
-				r->r = 0;
-			}
-		}
-	}
-	else if (cost > lim)
-		r->retry_after = -1;
-	else
-		r->retry_after = e - now;
-	r->remaining = max64(0, lim - cnt);
-	if (cnt > 0)
-	{
-		r->reset_after = e - now;
-		r->next_after = e - now;
-	}
-}
-
-/* rl._sliding_retry */
-static int64
-sliding_retry(int64 w, int64 lim, int64 start, int64 curr, int64 prev, int64 cost)
-{
-	int64		k;
-
-	if (curr + cost <= lim && prev > 0)
-	{
-		k = (lim - curr - cost) * w / prev;
-		if (w - k < w)
-			return start + (w - k);
-	}
-	if (curr == 0)
-		return start + w;
-	k = (lim - cost) * w / curr;
-	return start + w + max64(0, w - k);
-}
-
-/* rl._sliding_window */
-static void
-sliding_window(int64 lim, int64 w, int32 s_alg, int64 s_t, int64 s_x, int64 s_y, bool exact, int64 now, int64 cost,
-			   bool take, result *r)
-{
-	int64		start = now - now % w;
-	int64		curr = 0;
-	int64		prev = 0;
-	int64		e;
-	int64		room;
-
-	if (s_alg == RL_SLIDING_WINDOW)
-	{
-		int64		st = s_t - s_t % w;
-
-		if (st >= start)
-		{
-			start = st;
-			curr = s_x;
-			prev = s_y;
-		}
-		else if (st + w == start)
-			prev = s_x;
-	}
-	if (!exact)
-	{
-		curr = min64(curr, lim);
-		prev = min64(prev, lim);
-	}
-	e = max64(now, start) - start;
-	/* Counts in debt (exact) can overflow: the core's int64 arithmetic. */
-	room = (int64) ((uint64) (lim - curr) * (uint64) w - (uint64) prev * (uint64) (w - e));
-	if (cost == 0)
-		r->allowed = true;
-	else if (cost <= lim - curr && cost * w <= room)
-		r->allowed = true;
-	if (r->allowed)
-	{
-		if (cost > 0)
-		{
-			curr += cost;
-			room -= cost * w;
-			if (take)
-			{
-				r->algorithm = 2;
-				r->t = start;
-				r->x = curr;
-				r->y = prev;
-				r->l = lim;
-				r->w = w;
-				r->r = 0;
-			}
-		}
-	}
-	else if (cost > lim)
-		r->retry_after = -1;
-	else
-		r->retry_after = sliding_retry(w, lim, start, curr, prev, cost) - now;
-	if (room > 0)
-		r->remaining = room / w;
-	if (curr > 0)
-		r->reset_after = start + 2 * w - now;
-	else if (prev > 0)
-		r->reset_after = start + w - now;
-	if (r->remaining < lim)
-		r->next_after = sliding_retry(w, lim, start, curr, prev, r->remaining + 1) - now;
-}
-
-/*
- * core's logNext: the time of the admission whose expiry brings a sliding
- * log of n live units (the entries log[i0 .. n_log), then units admitted at
- * ne) back to one more remaining unit than it has.
- */
-static int64
-log_next(const int64 *log, int i0, int n_log, int64 ne, int64 n, int64 lim)
-{
-	int64		j = max64(0, n - lim);
-
-	if (j < n_log - i0)
-		return log[i0 + j];
-	return ne;
-}
-
-/*
- * rl._sliding_log over the live log (s_alg 3) or none. The new log, when a
- * take admits, is the live entries from *keep_from (0-based) followed by
- * *append copies of ne (*ne_out).
- */
-static void
-sliding_log(int64 lim, int64 w, const int64 *log, int n_log, int64 now, int64 cost, bool take, result *r,
-			bool *rewrite, int *keep_from, int64 *append, int64 *ne_out)
-{
-	int64		ne = now;
-	int			lo = 0,
-				hi = n_log;
-	int			i0;
-	int64		cnt;
-	int64		newest;
-
-	if (n_log > 0)
-		ne = max64(now, log[n_log - 1]);
-	while (lo < hi)
-	{
-		int			mid = (lo + hi) / 2;
-
-		if (log[mid] > ne - w)
-			hi = mid;
-		else
-			lo = mid + 1;
-	}
-	i0 = lo;
-	cnt = n_log - i0;
-	newest = cnt > 0 ? log[n_log - 1] : ne;
-	if (cost == 0 || cnt + cost <= lim)
-	{
-		r->allowed = true;
-		if (cost > 0)
-		{
-			r->next_after = log_next(log, i0, n_log, ne, cnt + cost, lim) + w - now;
-			if (take)
-			{
-				r->algorithm = 3;
-				r->t = 0;
-				r->x = 0;
-				r->y = 0;
-				r->l = lim;
-				r->w = w;
-				r->r = 0;
-				*rewrite = true;
-				*keep_from = i0;
-				*append = cost;
-				*ne_out = ne;
-			}
-			cnt += cost;
-			newest = ne;
-		}
-	}
-	else if (cost > lim)
-		r->retry_after = -1;
-	else
-		r->retry_after = log[i0 + (cnt + cost - lim) - 1] + w - now;
-	r->remaining = max64(0, lim - cnt);
-	if (cnt > 0)
-	{
-		r->reset_after = newest + w - now;
-		if (r->next_after == 0)	/* not an admission: the log is as it was */
-			r->next_after = log_next(log, i0, n_log, ne, cnt, lim) + w - now;
-	}
-}
-
-/*
- * rl._sliding_log_carried: a log carried over as units entries at a. When
- * a take admits, the new log is *live copies of a then cost copies of *ne_out.
- */
-static void
-sliding_log_carried(int64 lim, int64 w, int64 a, int64 units, int64 now, int64 cost, bool take, result *r,
-					bool *rewrite, int64 *live_out, int64 *ne_out)
-{
-	int64		ne = max64(now, a);
-	int64		cnt = units;
-	int64		live;
-	int64		newest;
-	int64		j;
-
-	if (a <= ne - w)
-		cnt = 0;
-	live = cnt;
-	newest = cnt > 0 ? a : ne;
-	if (cost == 0 || cnt + cost <= lim)
-	{
-		r->allowed = true;
-		if (cost > 0)
-		{
-			j = max64(0, cnt + cost - lim);
-			r->next_after = (j < live ? a : ne) + w - now;
-			if (take)
-			{
-				r->algorithm = 3;
-				r->t = 0;
-				r->x = 0;
-				r->y = 0;
-				r->l = lim;
-				r->w = w;
-				r->r = 0;
-				*rewrite = true;
-				*live_out = live;
-				*ne_out = ne;
-			}
-			cnt += cost;
-			newest = ne;
-		}
-	}
-	else if (cost > lim)
-		r->retry_after = -1;
-	else
-		r->retry_after = a + w - now;
-	r->remaining = max64(0, lim - cnt);
-	if (cnt > 0)
-	{
-		r->reset_after = newest + w - now;
-		if (r->next_after == 0)
-		{
-			j = max64(0, cnt - lim);
-			r->next_after = (j < live ? a : ne) + w - now;
-		}
-	}
-}
-
-/* rl._bucket: token bucket (4) and leaky bucket (5). */
-static void
-bucket(int32 alg, int64 lim, int64 w, int64 rate, int32 s_alg, int64 s_t, int64 s_x, bool exact, int64 now,
-	   int64 cost, bool take, result *r)
-{
-	int64		capacity = lim * w;
-	int64		last = now;
-	int64		lvl = 0;
-	int64		ne;
-	int64		el;
-
-	if (rate == 0)
-		rate = lim;
-	if (s_alg == alg)
-	{
-		last = s_t;
-		lvl = exact ? s_x : min64(s_x, capacity);
-	}
-	ne = max64(now, last);
-	el = ne - last;
-	if (el > 0 && lvl > 0)
-	{
-		if (el >= ceil_div(lvl, rate))
-			lvl = 0;
-		else
-			lvl = lvl - el * rate;
-	}
-	if (lvl > capacity)
-	{
-		/*
-		 * rl._bucket_debt: in debt (exact), only a cost of 0 is admitted,
-		 * and the times wrap as the core's int64 sums do.
-		 */
-		if (cost == 0)
-		{
-			r->allowed = true;
-			if (alg == RL_LEAKY_BUCKET)
-				r->delay = wrap64(ceil_div(lvl, rate), ne, now);
-		}
-		else if (cost > lim)
-			r->retry_after = -1;
-		else
-			r->retry_after = wrap64(ceil_div(lvl + cost * w - capacity, rate), ne, now);
-		r->reset_after = wrap64(ceil_div(lvl, rate), ne, now);
-		r->next_after = wrap64(ceil_div(lvl - capacity + w, rate), ne, now);
-		return;
-	}
-	if (cost == 0)
-		r->allowed = true;
-	else if (cost <= lim && lvl + cost * w <= capacity)
-		r->allowed = true;
-	if (r->allowed)
-	{
-		if (alg == RL_LEAKY_BUCKET && lvl > 0)
-			r->delay = ceil_div(lvl, rate) + ne - now;
-		if (cost > 0)
-		{
-			lvl += cost * w;
-			if (take)
-			{
-				r->algorithm = alg;
-				r->t = ne;
-				r->x = lvl;
-				r->y = 0;
-				r->l = lim;
-				r->w = w;
-				r->r = rate;
-			}
-		}
-	}
-	else if (cost > lim)
-		r->retry_after = -1;
-	else
-		r->retry_after = ceil_div(lvl + cost * w - capacity, rate) + ne - now;
-	if (lvl < capacity)
-		r->remaining = (capacity - lvl) / w;
-	if (lvl > 0)
-	{
-		r->reset_after = ceil_div(lvl, rate) + ne - now;
-		r->next_after = ceil_div(lvl - capacity + (r->remaining + 1) * w, rate) + ne - now;
-	}
-}
-
-/* rl._gcra */
-static void
-gcra(int64 lim, int64 w, int64 rate, int32 s_alg, int64 s_t, int64 s_x, int64 s_y, bool exact, int64 now,
-	 int64 cost, bool take, result *r)
-{
-	int64		capacity = lim * w;
-	int64		lvl = 0;
-	bool		is_full = false;
-	int64		dt;
-
-	if (rate == 0)
-		rate = lim;
-	if (s_alg == RL_GCRA)
-	{
-		if (s_y > 0 && !exact)
-		{
-			dt = s_t - s_y;
-			if (dt > capacity / rate || dt * rate + s_x > capacity)
-			{
-				s_t = s_y + capacity / rate;
-				s_x = capacity % rate;
-			}
-		}
-		if (s_t >= now)
-		{
-			dt = s_t - now;
-			if (dt > capacity / rate)
-				is_full = true;
-			else
-				lvl = dt * rate + s_x;
-		}
-		else
-		{
-			dt = now - s_t;
-			if (s_x > 0 && dt < ceil_div(s_x, rate))
-				lvl = s_x - dt * rate;
-		}
-	}
-	if (cost == 0)
-		r->allowed = true;
-	else if (!is_full && cost <= lim && lvl + cost * w <= capacity)
-		r->allowed = true;
-	if (r->allowed)
-	{
-		if (cost > 0)
-		{
-			lvl += cost * w;
-			if (take)
-			{
-				r->algorithm = 6;
-				r->t = now + lvl / rate;
-				r->x = lvl % rate;
-				r->y = now;
-				r->l = lim;
-				r->w = w;
-				r->r = rate;
-			}
-			r->reset_after = ceil_div(lvl, rate);
-		}
-	}
-	else if (cost > lim)
-		r->retry_after = -1;
-	else
-		r->retry_after = s_t + ceil_div_signed(s_x + cost * w - capacity, rate) - now;
-	if (!is_full && lvl < capacity)
-		r->remaining = (capacity - lvl) / w;
-	if (r->reset_after == 0 && (is_full || lvl > 0))
-		r->reset_after = s_t + ceil_div(s_x, rate) - now;
-	if (is_full)
-		r->next_after = s_t + ceil_div_signed(s_x + w - capacity, rate) - now;
-	else if (lvl > 0)
-		r->next_after = ceil_div(lvl - capacity + (r->remaining + 1) * w, rate);
+	if (s->alg == 0)
+		return (s->t != 0 || s->x != 0 || s->y != 0 || s_l != 0 || s_w != 0 || s_r != 0 || s->nlog != 0) ? 8 : 0;
+	return rl_alg_state_error(s, logerr);
 }
 
 /*
  * rl._carry: the state a limit (p_*) holds with the usage of a state
  * recorded under other parameters or by another algorithm (s, whose s_w
- * and s_r are set), read at the state's anchor. A sliding log is carried
- * as (t = anchor, x = entries) with no log.
+ * and s_r are set), read at the state's anchor: each algorithm gives its
+ * anchor and usage (rl_alg_usage) and the state it holds with a usage
+ * (rl_alg_carry). A sliding log is carried as (t = anchor, x = entries)
+ * with no log.
  */
 static void
 carry(int32 p_alg, int64 p_lim, int64 p_win, int64 p_rate, const words *s, int64 s_w, int64 s_r, words *t)
 {
 	int64		rate = p_rate == 0 ? p_lim : p_rate;
-	int64		a = 0,
-				units = 0,
-				lvl = 0;
+	int64		a = 0;
+	int64		used = rl_alg_usage(s, s_w, s_r, &a);
 
 	memset(t, 0, sizeof(*t));
-	switch (s->alg)
+	if (!rl_alg_windowed(s->alg))	/* a level in 1/s_w of a unit */
 	{
-		case 1:
-			a = s->t;
-			units = s->x;
-			break;
-		case 2:
-			{
-				uint64		v = (uint64) s->x + (uint64) s->y;
+		uint64		old = (uint64) used;
 
-				a = s->t;
-				units = v > (uint64) MAX_STATE ? MAX_STATE : (int64) v;
-				break;
-			}
-		case 3:
-			if (s->nlog == 0)
-				return;
-			a = s->log[s->nlog - 1];
-			for (int i = 0; i < s->nlog; i++)
-				if (s->log[i] > a - s_w)
-					units++;
-			break;
-		default:				/* 4, 5, 6: a level in 1/s_w of a unit */
-			{
-				uint64		old;
-
-				if (s->alg == RL_GCRA)
-				{
-					uint128		v = (uint128) (uint64) (s->t - s->y) * (uint64) s_r + (uint64) s->x;
-
-					a = s->y;
-					old = v > (uint128) MAX_STATE ? (uint64) MAX_STATE : (uint64) v;
-				}
-				else
-				{
-					a = s->t;
-					old = (uint64) s->x;
-				}
-				if (!rl_alg_windowed(p_alg))
-				{
-					/* ceil(old * p_win / s_w), saturating, as the core's Div64 */
-					uint128		prod = (uint128) old * (uint64) p_win;
-					uint128		q = prod / (uint64) s_w;
-
-					if ((q >> 64) != 0)
-						lvl = MAX_STATE;
-					else
-					{
-						uint64		q64 = (uint64) q;
-
-						if (prod % (uint64) s_w != 0)
-							q64++;
-						lvl = q64 > (uint64) MAX_STATE ? MAX_STATE : (int64) q64;
-					}
-				}
-				else
-					units = (int64) (old / (uint64) s_w + (old % (uint64) s_w != 0 ? 1 : 0));
-				break;
-			}
-	}
-	if (!rl_alg_windowed(p_alg))
-	{
-		int64		capacity = p_lim * p_win;
-
-		if (rl_alg_windowed(s->alg))
-			lvl = min64(units, p_lim) * p_win;
-		lvl = min64(lvl, capacity);
-		if (lvl == 0)
-			return;
-		t->alg = p_alg;
-		if (p_alg == RL_GCRA)
+		if (!rl_alg_windowed(p_alg))
 		{
-			t->t = a + lvl / rate;
-			t->x = lvl % rate;
-			t->y = a;
+			/* ceil(old * p_win / s_w), saturating, as the core's Div64 */
+			uint128		prod = (uint128) old * (uint64) p_win;
+			uint128		q = prod / (uint64) s_w;
+
+			if ((q >> 64) != 0)
+				used = MAX_STATE;
+			else
+			{
+				uint64		q64 = (uint64) q;
+
+				if (prod % (uint64) s_w != 0)
+					q64++;
+				used = q64 > (uint64) MAX_STATE ? MAX_STATE : (int64) q64;
+			}
 		}
 		else
-		{
-			t->t = a;
-			t->x = lvl;
-		}
-		return;
+			used = (int64) (old / (uint64) s_w + (old % (uint64) s_w != 0 ? 1 : 0));
 	}
-	units = min64(units, p_lim);
-	if (units == 0)
+	else if (!rl_alg_windowed(p_alg))
+		used = min64(used, p_lim) * p_win;
+	used = min64(used, rl_alg_windowed(p_alg) ? p_lim : p_lim * p_win);
+	if (used == 0)
 		return;
-	t->alg = p_alg;
-	t->x = units;
-	t->t = p_alg == RL_SLIDING_LOG ? a : a - a % p_win;
+	rl_alg_carry(p_alg, a, used, p_lim, p_win, rate, t);
 }
 
 /* srate: the rate a state of the limit records (0 for the window algorithms). */
@@ -791,324 +217,6 @@ read_state(int32 p_alg, int64 p_lim, int64 p_win, int64 p_rate, words *s, int64 
 		return true;
 	}
 	return exact;
-}
-
-static Datum
-int8_array(const int64 *e, int n)
-{
-	Datum	   *d;
-
-	if (n == 0)
-		return PointerGetDatum(construct_empty_array(INT8OID));
-	d = palloc(sizeof(Datum) * n);
-	for (int i = 0; i < n; i++)
-		d[i] = Int64GetDatum(e[i]);
-	return PointerGetDatum(construct_array(d, n, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-}
-
-/*
- * decide is rl._eval's decision on s (already read): r is filled, and *log
- * is the new log when a take admits on a sliding log (NULL otherwise).
- */
-static void
-decide(int32 p_alg, int64 p_lim, int64 p_win, int64 p_rate, const words *s, bool exact, int64 now, int64 cost,
-	   bool take, result *r, Datum *log)
-{
-	*log = (Datum) 0;
-	switch (p_alg)
-	{
-		case 1:
-			fixed_window(p_lim, p_win, s->alg, s->t, s->x, now, cost, take, r);
-			break;
-		case 2:
-			sliding_window(p_lim, p_win, s->alg, s->t, s->x, s->y, exact, now, cost, take, r);
-			break;
-		case 3:
-			if (s->alg == RL_SLIDING_LOG && s->x != 0)	/* carried over, not yet written */
-			{
-				bool		rewrite = false;
-				int64		live = 0,
-							ne = 0;
-
-				sliding_log_carried(p_lim, p_win, s->t, s->x, now, cost, take, r, &rewrite, &live, &ne);
-				if (rewrite)
-				{
-					int			n = (int) (live + cost);
-					int64	   *e = palloc(sizeof(int64) * n);
-
-					for (int i = 0; i < n; i++)
-						e[i] = i < live ? s->t : ne;
-					*log = int8_array(e, n);
-				}
-			}
-			else
-			{
-				bool		rewrite = false;
-				int			keep_from = 0;
-				int64		append = 0,
-							ne = 0;
-				int			nl = s->alg == RL_SLIDING_LOG ? s->nlog : 0;
-
-				sliding_log(p_lim, p_win, s->log, nl, now, cost, take, r, &rewrite, &keep_from, &append, &ne);
-				if (rewrite)
-				{
-					int			n = nl - keep_from + (int) append;
-					int64	   *e = palloc(sizeof(int64) * n);
-
-					for (int i = keep_from; i < nl; i++)
-						e[i - keep_from] = s->log[i];
-					for (int i = nl - keep_from; i < n; i++)
-						e[i] = ne;
-					*log = int8_array(e, n);
-				}
-			}
-			break;
-		case 6:
-			gcra(p_lim, p_win, p_rate, s->alg, s->t, s->x, s->y, exact, now, cost, take, r);
-			break;
-		default:
-			bucket(p_alg, p_lim, p_win, p_rate, s->alg, s->t, s->x, exact, now, cost, take, r);
-			break;
-	}
-}
-
-/*
- * rl._settle_fixed: a count above MAX_STATE capped there (caps, migration
- * 19), or refused: false, ErrCost (17, 18).
- */
-static bool
-settle_fixed(int64 w, const words *s, int64 now, int64 delta, bool caps, words *n)
-{
-	int64		start = now - now % w;
-	int64		cnt = 0;
-
-	if (s->alg == RL_FIXED_WINDOW && s->t >= start)
-	{
-		start = s->t - s->t % w;
-		cnt = s->x;
-	}
-	cnt += delta;				/* no overflow: both within MAX_STATE + MAX_COST */
-	if (cnt > MAX_STATE)
-	{
-		if (!caps)
-			return false;
-		cnt = MAX_STATE;
-	}
-	if (cnt > 0)
-	{
-		n->alg = 1;
-		n->t = start;
-		n->x = cnt;
-	}
-	return true;
-}
-
-/*
- * rl._settle_sliding: counts whose weighted sum would pass MAX_UNITS
- * capped there (caps, migration 19), or refused: false, ErrCost (17, 18).
- */
-static bool
-settle_sliding(int64 lim, int64 w, const words *s, bool exact, int64 now, int64 delta, bool caps, words *n)
-{
-	int64		start = now - now % w;
-	int64		curr = 0,
-				prev = 0;
-
-	if (s->alg == RL_SLIDING_WINDOW)
-	{
-		int64		st = s->t - s->t % w;
-
-		if (st >= start)
-		{
-			start = st;
-			curr = s->x;
-			prev = s->y;
-		}
-		else if (st + w == start)
-			prev = s->x;
-	}
-	if (!exact)
-	{
-		curr = min64(curr, lim);
-		prev = min64(prev, lim);
-	}
-	curr += delta;				/* no overflow: curr <= MAX_STATE, |delta| <= MAX_COST */
-	if (!caps && curr > MAX_STATE)
-		return false;
-	if (curr < 0)
-	{
-		prev = max64(0, prev + curr);
-		curr = 0;
-	}
-	/* A debt is kept while the counts times w stay within MAX_UNITS. */
-	if (caps)
-	{
-		int64		m = MAX_UNITS / w;
-
-		if (curr > m - min64(prev, m))
-		{
-			prev = min64(prev, m);
-			curr = m - prev;
-		}
-	}
-	else if (curr > MAX_UNITS / w || prev > MAX_UNITS / w - curr)
-		return false;
-	if (curr > 0 || prev > 0)
-	{
-		n->alg = 2;
-		n->t = start;
-		n->x = curr;
-		n->y = prev;
-	}
-	return true;
-}
-
-/* rl._settle_log: the new log in palloc'd memory. */
-static bool
-settle_log(int64 lim, int64 w, const words *s, int64 now, int64 delta, words *n)
-{
-	const int64 *log = s->alg == RL_SLIDING_LOG ? s->log : NULL;
-	int			nlog = s->alg == RL_SLIDING_LOG ? s->nlog : 0;
-	int64		ne = now;
-	int			i0 = 0;
-	int64		cnt,
-				carried = 0,
-				keep,
-				old;
-	int64	   *e;
-
-	if (nlog > 0)
-		ne = max64(now, log[nlog - 1]);
-	while (i0 < nlog && log[i0] <= ne - w)
-		i0++;
-	cnt = nlog - i0;
-	if (s->alg == RL_SLIDING_LOG && s->x != 0)
-	{
-		ne = max64(now, s->t);
-		if (s->t > ne - w)
-			carried = s->x;
-		cnt = carried;
-	}
-	keep = cnt + delta;
-	if (delta > 0)
-		keep = max64(cnt, min64(keep, lim));
-	keep = max64(0, keep);
-	if (keep == 0)
-		return true;
-	old = min64(keep, cnt);
-	e = palloc(sizeof(int64) * keep);
-	for (int64 i = 0; i < old; i++)
-		e[i] = carried > 0 ? s->t : log[i0 + i];
-	for (int64 i = old; i < keep; i++)
-		e[i] = ne;
-	n->alg = 3;
-	n->log = e;
-	n->nlog = (int) keep;
-	return true;
-}
-
-/*
- * rl._settle_level: the buckets and GCRA. A level above MAX_STATE, or a
- * GCRA arrival time beyond it, is capped there (caps, migration 19), or
- * refused: false, ErrCost (17, 18).
- */
-static bool
-settle_level(int32 p_alg, int64 lim, int64 w, int64 rate, const words *s, bool exact, int64 now, int64 delta,
-			 bool caps, words *n)
-{
-	int64		capacity = lim * w;
-	int64		ne = now,
-				lvl = 0;
-	uint128		d;
-
-	if (rate == 0)
-		rate = lim;
-	if (s->alg == p_alg)
-	{
-		if (p_alg == RL_GCRA)
-		{
-			int64		st = s->t,
-						sx = s->x;
-
-			if (s->y > 0 && !exact)
-			{
-				int64		dt = st - s->y;
-
-				if (dt > capacity / rate || dt * rate + sx > capacity)
-				{
-					st = s->y + capacity / rate;
-					sx = capacity % rate;
-				}
-			}
-			ne = max64(now, s->y);
-			if (st >= ne)
-			{
-				uint128		v = (uint128) (uint64) (st - ne) * (uint64) rate + (uint64) sx;
-
-				lvl = v > (uint128) MAX_STATE ? MAX_STATE : (int64) v;
-			}
-			else
-			{
-				int64		dt = ne - st;
-
-				if (sx > 0 && dt < ceil_div(sx, rate))
-					lvl = sx - dt * rate;
-			}
-		}
-		else
-		{
-			int64		el;
-
-			ne = max64(now, s->t);
-			lvl = exact ? s->x : min64(s->x, capacity);
-			el = ne - s->t;
-			if (el > 0 && lvl > 0)
-			{
-				if (el >= ceil_div(lvl, rate))
-					lvl = 0;
-				else
-					lvl -= el * rate;
-			}
-		}
-	}
-	d = (uint128) (uint64) (delta >= 0 ? delta : -delta) * (uint64) w;
-	if (delta >= 0)
-	{
-		if (d <= (uint128) (MAX_STATE - lvl))
-			lvl += (int64) d;
-		else if (caps)
-			lvl = MAX_STATE;	/* a debt beyond a state: capped */
-		else
-			return false;
-	}
-	else if (d >= (uint128) lvl)
-		lvl = 0;
-	else
-		lvl -= (int64) d;
-	if (lvl == 0)
-		return true;
-	n->alg = p_alg;
-	if (p_alg == RL_GCRA)
-	{
-		int64		q = lvl / rate;
-
-		if (q > MAX_STATE - ne)	/* its arrival time would not fit a state */
-		{
-			if (!caps)
-				return false;
-			q = MAX_STATE - ne;
-			lvl = q * rate;		/* <= the level: no overflow */
-		}
-		n->t = ne + q;
-		n->x = lvl - q * rate;
-		n->y = ne;
-	}
-	else
-	{
-		n->t = ne;
-		n->x = lvl;
-	}
-	return true;
 }
 
 /*
@@ -1277,7 +385,7 @@ state_check(call *c)
 			logerr = log_error(c->s.log, c->s.nlog, c->ndims, c->lognull);
 		}
 	}
-	err = state_error(c->s.alg, c->s.t, c->s.x, c->s.y, c->s.nlog, logerr, c->s_l, c->s_w, c->s_r);
+	err = state_error(&c->s, logerr, c->s_l, c->s_w, c->s_r);
 	if (err == 0 && c->s.alg == RL_SLIDING_LOG && c->s.nlog > 0 && ARR_LBOUND(c->log_arr)[0] != 1)
 		c->log_datum = int8_array(c->s.log, c->s.nlog);	/* an array starting at another index than 1 */
 	if (c->s.alg != RL_SLIDING_LOG)
@@ -1308,11 +416,15 @@ eval_datum(result_type *rt, call *c, bool take)
 	values[F_LOG] = c->log_datum;
 
 	exact = read_state(c->p_alg, c->p_lim, c->p_win, c->p_rate, &s, c->s_l, c->s_w, c->s_r);
-	decide(c->p_alg, c->p_lim, c->p_win, c->p_rate, &s, exact, c->p_now, c->p_cost, take, &r, &newlog);
+	newlog = (Datum) 0;
+	rl_alg_step(c->p_alg, c->p_lim, c->p_win, c->p_rate, &s, exact, c->p_now, c->p_cost, take, &r, &newlog);
+	/*
+	 * A take that admits writes the new log, or r.log := '{}' for an
+	 * algorithm without one.
+	 */
 	if (newlog != (Datum) 0)
 		values[F_LOG] = newlog;
-	/* The other algorithms write r.log := '{}' exactly when a take admits. */
-	if (c->p_alg != RL_SLIDING_LOG && take && c->p_cost > 0 && r.allowed)
+	else if (take && c->p_cost > 0 && r.allowed)
 		values[F_LOG] = PointerGetDatum(construct_empty_array(INT8OID));
 
 	memset(nulls, false, sizeof(nulls));
@@ -1446,21 +558,7 @@ rl_settle(PG_FUNCTION_ARGS)
 	s = c.s;
 	exact = read_state(c.p_alg, c.p_lim, c.p_win, c.p_rate, &s, c.s_l, c.s_w, c.s_r);
 	memset(&n, 0, sizeof(n));
-	switch (c.p_alg)
-	{
-		case 1:
-			ok = settle_fixed(c.p_win, &s, c.p_now, delta, rt->caps, &n);
-			break;
-		case 2:
-			ok = settle_sliding(c.p_lim, c.p_win, &s, exact, c.p_now, delta, rt->caps, &n);
-			break;
-		case 3:
-			ok = settle_log(c.p_lim, c.p_win, &s, c.p_now, delta, &n);
-			break;
-		default:
-			ok = settle_level(c.p_alg, c.p_lim, c.p_win, c.p_rate, &s, exact, c.p_now, delta, rt->caps, &n);
-			break;
-	}
+	ok = rl_alg_settle(c.p_alg, c.p_lim, c.p_win, c.p_rate, &s, exact, c.p_now, delta, rt->caps, &n);
 	if (!ok)
 		PG_RETURN_DATUM(error_datum(rt, 6));
 	/* The decision of a call of cost 0 on the new state, exact. */

@@ -97,20 +97,23 @@ CREATE FUNCTION rl._algorithm_list(style text) RETURNS text
 `,
 		strings.Join(names, " "), strings.Join(ids, " "),
 		numbers(all), numbers(core.Algorithm.Windowed), numbers(core.Algorithm.UnitsBounded),
-		list(numbered, "or"), list(rated, "and"), list(plain, "or"))
+		list(numbered, "or"), list(rated, "and"), list(plain, "or")) + dispatchSQL()
 }
 
 // nativeHeader is the algorithm table of core in C, for the native step
-// (sql/native/rl_native.c).
+// (sql/native/rl_native.c), and the dispatch over the algorithms' C files.
 func nativeHeader() string {
 	var b strings.Builder
 	b.WriteString(Header("/*")[:len(Header("/*"))-1] + " */\n")
 	b.WriteString(`/*
- * The algorithm table of core (core.Algorithms()): numbers and properties.
- * rl_native.c tests these, never a number range.
+ * The algorithm table of core (core.Algorithms()): numbers and properties,
+ * which rl_native.c tests, never a number range; then the algorithms' files
+ * and the dispatch over them.
  */
 #ifndef RL_ALGORITHMS_H
 #define RL_ALGORITHMS_H
+
+#include "rl_native.h"
 
 `)
 	for _, a := range core.Algorithms() {
@@ -120,7 +123,8 @@ func nativeHeader() string {
 	fmt.Fprintf(&b, "/* core.Algorithm.Valid */\nstatic inline bool\nrl_alg_valid(int64 a)\n{\n\treturn %s;\n}\n\n", cSet(func(core.Algorithm) bool { return true }))
 	fmt.Fprintf(&b, "/* core.Algorithm.Windowed: a count per window, rate 0 */\nstatic inline bool\nrl_alg_windowed(int64 a)\n{\n\treturn %s;\n}\n\n", cSet(core.Algorithm.Windowed))
 	fmt.Fprintf(&b, "/* core.Algorithm.UnitsBounded: limit × window at most MaxUnits */\nstatic inline bool\nrl_alg_units_bounded(int64 a)\n{\n\treturn %s;\n}\n\n", cSet(core.Algorithm.UnitsBounded))
-	b.WriteString("#endif\n")
+	b.WriteString(dispatchC())
+	b.WriteString("\n#endif\n")
 	return b.String()
 }
 

@@ -142,6 +142,9 @@ func Generate(root, newTitle string) (map[string]*string, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkAlgorithms(root, tree); err != nil {
+		return nil, err
+	}
 	install, err := tree.Install()
 	if err != nil {
 		return nil, err

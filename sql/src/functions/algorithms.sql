@@ -37,3 +37,90 @@ CREATE FUNCTION rl._units_bounded(alg integer) RETURNS boolean
 CREATE FUNCTION rl._algorithm_list(style text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN CASE style WHEN 'numbered' THEN '1 fixed_window, 2 sliding_window, 3 sliding_log, 4 token_bucket, 5 leaky_bucket or 6 gcra' WHEN 'rated' THEN 'token_bucket, leaky_bucket and gcra' ELSE 'fixed_window, sliding_window, sliding_log, token_bucket, leaky_bucket or gcra' END;
+
+-- The dispatch over the algorithms' functions
+-- (sql/src/functions/alg_<name>.sql):
+-- rl._alg_<role> calls rl._<name>_<role> of the algorithm its first argument
+-- names. SQL functions of one expression, which the planner inlines into
+-- their callers (rl._eval, rl._settle, rl._carry, rl._state_error).
+
+-- rl._alg_state_error: rl._<name>_state_error, its part of core checkState: 0,
+-- or 8 (ErrState) for words no state of it has (rl._state_error).
+CREATE FUNCTION rl._alg_state_error(s_alg integer, s_t bigint, s_x bigint, s_y bigint, s_log bigint[]) RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE s_alg
+        WHEN 1 THEN rl._fixed_window_state_error(s_t, s_x, s_y, s_log)
+        WHEN 2 THEN rl._sliding_window_state_error(s_t, s_x, s_y, s_log)
+        WHEN 3 THEN rl._sliding_log_state_error(s_t, s_x, s_y, s_log)
+        WHEN 4 THEN rl._token_bucket_state_error(s_t, s_x, s_y, s_log)
+        WHEN 5 THEN rl._leaky_bucket_state_error(s_t, s_x, s_y, s_log)
+        WHEN 6 THEN rl._gcra_state_error(s_t, s_x, s_y, s_log)
+        ELSE 8
+    END;
+
+-- rl._alg_step: rl._<name>_step, its decision (core decide): r filled in, on
+-- the state as rl._eval read it (rl._eval).
+CREATE FUNCTION rl._alg_step(p_alg integer, lim bigint, w bigint, rate bigint, s_alg integer, s_t bigint, s_x bigint, s_y bigint, s_log bigint[], exact boolean, now bigint, cost bigint, p_take boolean, r rl._eval_result) RETURNS rl._eval_result
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE p_alg
+        WHEN 1 THEN rl._fixed_window_step(lim, w, rate, s_alg, s_t, s_x, s_y, s_log, exact, now, cost, p_take, r)
+        WHEN 2 THEN rl._sliding_window_step(lim, w, rate, s_alg, s_t, s_x, s_y, s_log, exact, now, cost, p_take, r)
+        WHEN 3 THEN rl._sliding_log_step(lim, w, rate, s_alg, s_t, s_x, s_y, s_log, exact, now, cost, p_take, r)
+        WHEN 4 THEN rl._token_bucket_step(lim, w, rate, s_alg, s_t, s_x, s_y, s_log, exact, now, cost, p_take, r)
+        WHEN 5 THEN rl._leaky_bucket_step(lim, w, rate, s_alg, s_t, s_x, s_y, s_log, exact, now, cost, p_take, r)
+        WHEN 6 THEN rl._gcra_step(lim, w, rate, s_alg, s_t, s_x, s_y, s_log, exact, now, cost, p_take, r)
+    END;
+
+-- rl._alg_settle: rl._<name>_settle, its settle (core settle): the state after
+-- delta, without l, w, r (rl._settle).
+CREATE FUNCTION rl._alg_settle(p_alg integer, lim bigint, w bigint, rate bigint, s_alg integer, s_t bigint, s_x bigint, s_y bigint, s_log bigint[], exact boolean, now bigint, delta bigint) RETURNS rl.state_words
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE p_alg
+        WHEN 1 THEN rl._fixed_window_settle(lim, w, rate, s_alg, s_t, s_x, s_y, s_log, exact, now, delta)
+        WHEN 2 THEN rl._sliding_window_settle(lim, w, rate, s_alg, s_t, s_x, s_y, s_log, exact, now, delta)
+        WHEN 3 THEN rl._sliding_log_settle(lim, w, rate, s_alg, s_t, s_x, s_y, s_log, exact, now, delta)
+        WHEN 4 THEN rl._token_bucket_settle(lim, w, rate, s_alg, s_t, s_x, s_y, s_log, exact, now, delta)
+        WHEN 5 THEN rl._leaky_bucket_settle(lim, w, rate, s_alg, s_t, s_x, s_y, s_log, exact, now, delta)
+        WHEN 6 THEN rl._gcra_settle(lim, w, rate, s_alg, s_t, s_x, s_y, s_log, exact, now, delta)
+    END;
+
+-- rl._alg_anchor: rl._<name>_anchor, the anchor of a state of it, where
+-- rl._carry reads its usage.
+CREATE FUNCTION rl._alg_anchor(s_alg integer, s_t bigint, s_x bigint, s_y bigint, s_log bigint[], s_w bigint, s_r bigint) RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE s_alg
+        WHEN 1 THEN rl._fixed_window_anchor(s_t, s_x, s_y, s_log, s_w, s_r)
+        WHEN 2 THEN rl._sliding_window_anchor(s_t, s_x, s_y, s_log, s_w, s_r)
+        WHEN 3 THEN rl._sliding_log_anchor(s_t, s_x, s_y, s_log, s_w, s_r)
+        WHEN 4 THEN rl._token_bucket_anchor(s_t, s_x, s_y, s_log, s_w, s_r)
+        WHEN 5 THEN rl._leaky_bucket_anchor(s_t, s_x, s_y, s_log, s_w, s_r)
+        WHEN 6 THEN rl._gcra_anchor(s_t, s_x, s_y, s_log, s_w, s_r)
+    END;
+
+-- rl._alg_usage: rl._<name>_usage, the usage of a state of it at its anchor
+-- (rl._carry): whole units for a window algorithm, a level in 1/s_w of a unit
+-- for the others, at most MaxStateValue.
+CREATE FUNCTION rl._alg_usage(s_alg integer, s_t bigint, s_x bigint, s_y bigint, s_log bigint[], s_w bigint, s_r bigint) RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE s_alg
+        WHEN 1 THEN rl._fixed_window_usage(s_t, s_x, s_y, s_log, s_w, s_r)
+        WHEN 2 THEN rl._sliding_window_usage(s_t, s_x, s_y, s_log, s_w, s_r)
+        WHEN 3 THEN rl._sliding_log_usage(s_t, s_x, s_y, s_log, s_w, s_r)
+        WHEN 4 THEN rl._token_bucket_usage(s_t, s_x, s_y, s_log, s_w, s_r)
+        WHEN 5 THEN rl._leaky_bucket_usage(s_t, s_x, s_y, s_log, s_w, s_r)
+        WHEN 6 THEN rl._gcra_usage(s_t, s_x, s_y, s_log, s_w, s_r)
+    END;
+
+-- rl._alg_carry: rl._<name>_carry, the state it holds with a usage (> 0, within
+-- the limit) at anchor a (rl._carry): units for a window algorithm, a level in
+-- 1/w of a unit for the others; rate is the effective one.
+CREATE FUNCTION rl._alg_carry(p_alg integer, a bigint, used bigint, lim bigint, w bigint, rate bigint) RETURNS rl.state_words
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE p_alg
+        WHEN 1 THEN rl._fixed_window_carry(a, used, lim, w, rate)
+        WHEN 2 THEN rl._sliding_window_carry(a, used, lim, w, rate)
+        WHEN 3 THEN rl._sliding_log_carry(a, used, lim, w, rate)
+        WHEN 4 THEN rl._token_bucket_carry(a, used, lim, w, rate)
+        WHEN 5 THEN rl._leaky_bucket_carry(a, used, lim, w, rate)
+        WHEN 6 THEN rl._gcra_carry(a, used, lim, w, rate)
+    END;

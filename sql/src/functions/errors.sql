@@ -23,32 +23,6 @@ CREATE FUNCTION rl._limit_detail(i integer, p_names text[]) RETURNS text
     RETURN 'limit index ' || i || CASE WHEN p_names IS NULL THEN ''
                                        ELSE pg_catalog.format(' (name %L)', p_names[i + 1]) END;
 
--- rl._log_error is the sliding-log part of core checkState. SQL arrays can be
--- multidimensional or hold NULLs, Go slices cannot: both are corrupt.
-CREATE FUNCTION rl._log_error(s_log bigint[]) RETURNS integer
-    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-AS $fn$
-DECLARE
-    e    bigint;
-    prev bigint := 0;
-BEGIN
-    IF cardinality(s_log) = 0 THEN
-        RETURN 0;
-    END IF;
-    IF cardinality(s_log) > rl._max_log_limit() OR array_ndims(s_log) <> 1
-            OR array_position(s_log, NULL) IS NOT NULL THEN
-        RETURN 8;
-    END IF;
-    FOREACH e IN ARRAY s_log LOOP
-        IF e < prev OR e > rl._max_state_value() THEN
-            RETURN 8;
-        END IF;
-        prev := e;
-    END LOOP;
-    RETURN 0;
-END
-$fn$;
-
 -- rl._call_error is core checkCall.
 CREATE FUNCTION rl._call_error(p_now bigint, p_cost bigint) RETURNS integer
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -93,7 +67,7 @@ $fn$;
 
 -- rl._state_error is core checkState: 8 (ErrState) for a corrupt state.
 -- Its recorded parameters are those of a valid limit of its algorithm, or
--- all 0 (a fresh state has none).
+-- all 0 (a fresh state has none); its words are its algorithm's.
 CREATE FUNCTION rl._state_error(s_alg integer, s_t bigint, s_x bigint, s_y bigint, s_log bigint[], s_l bigint,
                                 s_w bigint, s_r bigint) RETURNS integer
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -103,13 +77,9 @@ CREATE FUNCTION rl._state_error(s_alg integer, s_t bigint, s_x bigint, s_y bigin
         WHEN (s_l <> 0 OR s_w <> 0 OR s_r <> 0) AND NOT rl._params_valid(s_alg, s_l, s_w, s_r) THEN 8
         WHEN s_alg = 0 THEN CASE WHEN s_t <> 0 OR s_x <> 0 OR s_y <> 0 OR s_l <> 0 OR s_w <> 0 OR s_r <> 0
                                       OR cardinality(s_log) <> 0 THEN 8 ELSE 0 END
-        WHEN s_alg IN (1, 4, 5) THEN CASE WHEN s_y <> 0 THEN 8 ELSE 0 END
-        -- X: the TAT's fraction numerator, below Rate (<= MaxLimit); Y: the
-        -- admission's time, never after the TAT it wrote.
-        WHEN s_alg = 6 THEN CASE WHEN s_x > rl._max_limit() OR s_y > s_t THEN 8 ELSE 0 END
-        WHEN s_alg = 2 THEN 0
-        WHEN s_alg = 3 THEN CASE WHEN s_t <> 0 OR s_x <> 0 OR s_y <> 0 THEN 8 ELSE rl._log_error(s_log) END
-        ELSE 8
+        -- The algorithm's words (rl._<name>_state_error), 8 for another
+        -- number: inlined, as this function is.
+        ELSE rl._alg_state_error(s_alg, s_t, s_x, s_y, s_log)
     END;
 
 -- rl._explain is the message of an error: the value at fault and why.
