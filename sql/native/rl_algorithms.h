@@ -37,10 +37,9 @@ rl_alg_units_bounded(int64 a)
 	return a == RL_SLIDING_WINDOW || a == RL_TOKEN_BUCKET || a == RL_LEAKY_BUCKET || a == RL_GCRA;
 }
 
-
 /*
- * Each algorithm's functions (sql/native/alg/<name>.c, one file each), compiled
- * into rl_native here: rl_native.c includes this file after rl_native.h.
+ * Each algorithm's functions (alg/<name>.c, one file each), compiled into
+ * rl_native here: rl_native.c includes this file after rl_native.h.
  */
 #include "alg/fixed_window.c"
 #include "alg/sliding_window.c"

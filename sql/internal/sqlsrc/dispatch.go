@@ -82,10 +82,13 @@ func (r sqlRole) args() string {
 func dispatchSQL() string {
 	var b strings.Builder
 	b.WriteString(`
--- The dispatch over the algorithms' functions (sql/src/functions/alg_<name>.sql):
--- rl._alg_<role> calls rl._<name>_<role> of the algorithm its first argument
--- names. SQL functions of one expression, which the planner inlines into
--- their callers (rl._eval, rl._settle, rl._carry, rl._state_error).
+-- The dispatch over the algorithms' functions (functions/alg_<name>.sql):
+-- rl._alg_<role> calls rl._<name>_<role> of the algorithm its first
+-- argument names. SQL functions of one expression, which the planner
+-- inlines into their callers (rl._eval, rl._settle, rl._carry,
+-- rl._state_error), as it inlines an algorithm's function of one
+-- expression: a decision makes the PL/pgSQL calls its algorithm's step
+-- makes, no more.
 `)
 	for _, r := range sqlRoles {
 		var arms []string
@@ -95,32 +98,29 @@ func dispatchSQL() string {
 		if r.orElse != "" {
 			arms = append(arms, "\n        ELSE "+r.orElse)
 		}
-		fmt.Fprintf(&b, "\n-- rl._alg_%s: rl._<name>_%s, %s.\n", r.name, r.name, r.doc)
+		b.WriteString("\n" + wrap("-- ", fmt.Sprintf("rl._alg_%s: rl._<name>_%s, %s.", r.name, r.name, r.doc)))
 		fmt.Fprintf(&b, "CREATE FUNCTION rl._alg_%s(%s integer, %s) RETURNS %s\n    LANGUAGE sql IMMUTABLE PARALLEL SAFE\n    RETURN CASE %s%s\n    END;\n",
 			r.name, r.key, r.params, r.returns, r.key, strings.Join(arms, ""))
 	}
-	return wrapComments(b.String())
+	return b.String()
 }
 
-// wrapComments wraps the comment lines of s at 80 columns.
-func wrapComments(s string) string {
-	var out []string
-	for _, line := range strings.Split(s, "\n") {
-		if !strings.HasPrefix(line, "-- ") || len(line) <= 80 {
-			out = append(out, line)
-			continue
+// wrap fills text into lines of at most 80 columns, each starting with
+// prefix.
+func wrap(prefix, text string) string {
+	var b strings.Builder
+	line := prefix
+	for _, w := range strings.Fields(text) {
+		if line != prefix && len(line)+1+len(w) > 80 {
+			b.WriteString(strings.TrimRight(line, " ") + "\n")
+			line = prefix
 		}
-		cur := "--"
-		for _, w := range strings.Fields(line[3:]) {
-			if len(cur)+1+len(w) > 80 && cur != "--" {
-				out = append(out, cur)
-				cur = "--"
-			}
-			cur += " " + w
+		if line != prefix {
+			line += " "
 		}
-		out = append(out, cur)
+		line += w
 	}
-	return strings.Join(out, "\n")
+	return b.String() + line + "\n"
 }
 
 // A cRole is a function every algorithm's C file defines, rl_<name>_<role>,
@@ -165,10 +165,9 @@ func (r cRole) args() string {
 // refuses when the algorithm's file does not declare it.
 func dispatchC() string {
 	var b strings.Builder
-	b.WriteString(`
-/*
- * Each algorithm's functions (sql/native/alg/<name>.c, one file each), compiled
- * into rl_native here: rl_native.c includes this file after rl_native.h.
+	b.WriteString(`/*
+ * Each algorithm's functions (alg/<name>.c, one file each), compiled into
+ * rl_native here: rl_native.c includes this file after rl_native.h.
  */
 `)
 	for _, a := range core.Algorithms() {
@@ -185,7 +184,8 @@ func dispatchC() string {
 		if r.keyDecl != "" {
 			params = r.keyDecl + ", " + params
 		}
-		fmt.Fprintf(&b, "\n/* rl_alg_%s: rl_<name>_%s, %s. */\nstatic inline %s\nrl_alg_%s(%s)\n{\n\tswitch (%s)\n\t{\n", r.name, r.name, r.doc, r.ret, r.name, params, r.key)
+		fmt.Fprintf(&b, "\n/*\n%s */\nstatic inline %s\nrl_alg_%s(%s)\n{\n\tswitch (%s)\n\t{\n",
+			wrap(" * ", fmt.Sprintf("rl_alg_%s: rl_<name>_%s, %s.", r.name, r.name, r.doc)), r.ret, r.name, params, r.key)
 		for _, a := range core.Algorithms() {
 			call := fmt.Sprintf("(%s) (%s)", r.fn(a), r.args())
 			if r.ret == "void" {
@@ -200,29 +200,7 @@ func dispatchC() string {
 			fmt.Fprintf(&b, "\t\tdefault:\n\t\t\t%s\n\t}\n}\n", r.orElse)
 		}
 	}
-	return wrapCComments(b.String())
-}
-
-// wrapCComments wraps the one-line /* ... */ comments of s at 80 columns.
-func wrapCComments(s string) string {
-	var out []string
-	for _, line := range strings.Split(s, "\n") {
-		if !strings.HasPrefix(line, "/* ") || !strings.HasSuffix(line, " */") || len(line) <= 80 {
-			out = append(out, line)
-			continue
-		}
-		out = append(out, "/*")
-		cur := " *"
-		for _, w := range strings.Fields(line[3 : len(line)-3]) {
-			if len(cur)+1+len(w) > 80 && cur != " *" {
-				out = append(out, cur)
-				cur = " *"
-			}
-			cur += " " + w
-		}
-		out = append(out, cur, " */")
-	}
-	return strings.Join(out, "\n")
+	return b.String()
 }
 
 // checkAlgorithms fails unless every algorithm of core has its SQL file in
@@ -230,7 +208,7 @@ func wrapCComments(s string) string {
 // under root, defining each C role's function; and unless every such file
 // is an algorithm's.
 func checkAlgorithms(root string, t *Tree) error {
-	how := `(sql/README.md, "A new algorithm")`
+	how := `(ARCHITECTURE.md, "A new algorithm")`
 	files := map[string]bool{}
 	fns := map[string][]Object{}
 	for _, o := range t.Objects {

@@ -200,7 +200,7 @@ func TestAlgorithmTable(t *testing.T) {
 		}
 	}
 	var files []string
-	for _, pattern := range []string{"sql/src/*.sql", "sql/src/functions/*.sql", "sql/native/rl_native.c"} {
+	for _, pattern := range []string{"sql/src/*.sql", "sql/src/functions/*.sql", "sql/native/*.c", "sql/native/*.h", "sql/native/alg/*.c"} {
 		m, _ := filepath.Glob(filepath.Join(root, pattern))
 		files = append(files, m...)
 	}
@@ -208,7 +208,7 @@ func TestAlgorithmTable(t *testing.T) {
 		t.Fatalf("no source files found: %v", files)
 	}
 	for _, f := range files {
-		if strings.HasSuffix(f, "/"+filepath.Base(AlgorithmsFile)) {
+		if strings.HasSuffix(f, "/"+filepath.Base(AlgorithmsFile)) || strings.HasSuffix(f, "/rl_algorithms.h") {
 			continue
 		}
 		b, err := os.ReadFile(f)
@@ -218,5 +218,83 @@ func TestAlgorithmTable(t *testing.T) {
 		if m := algorithmRange.FindAllString(string(b), -1); m != nil {
 			t.Errorf("%s: algorithm number ranges %q: use rl._windowed, rl._units_bounded, rl._alg_valid (C: rl_alg_*)", f, m)
 		}
+	}
+}
+
+// TestCheckAlgorithms: the generator refuses an algorithm without its SQL
+// file, one of its functions (or one of another signature), or its C file
+// or one of its C functions, and a file of no algorithm, naming each.
+func TestCheckAlgorithms(t *testing.T) {
+	tree, err := LoadGenerated(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	without := func(drop func(Object) bool) *Tree {
+		return &Tree{Objects: slices.DeleteFunc(slices.Clone(tree.Objects), drop)}
+	}
+	withFile := func(o Object) *Tree {
+		return &Tree{Objects: append(slices.Clone(tree.Objects), o)}
+	}
+	stepKey := "rl._gcra_step(bigint,bigint,bigint,integer,bigint,bigint,bigint,bigint[],boolean,bigint,bigint,boolean,rl._eval_result)"
+	resigned := without(func(Object) bool { return false })
+	for i, o := range resigned.Objects {
+		if o.Key == stepKey {
+			resigned.Objects[i].Key = "rl._gcra_step(bigint)"
+		}
+	}
+	// cRoot is a root whose C files are the repository's, changed by edit.
+	cRoot := func(t *testing.T, edit func(dir string)) string {
+		dir := t.TempDir()
+		alg := filepath.Join(dir, "sql/native/alg")
+		if err := os.MkdirAll(alg, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		files, _ := filepath.Glob(filepath.Join(root, "sql/native/alg/*.c"))
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(alg, filepath.Base(f)), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		edit(alg)
+		return dir
+	}
+	same := func(string) {}
+	for _, c := range []struct {
+		name string
+		tree *Tree
+		edit func(dir string)
+		want string // "": no error
+	}{
+		{"complete", tree, same, ""},
+		{"no SQL file", without(func(o Object) bool { return o.File == "functions/alg_gcra.sql" }), same,
+			"algorithm gcra (6): no file sql/src/functions/alg_gcra.sql"},
+		{"no SQL function", without(func(o Object) bool { return o.Name == "rl._gcra_usage" }), same,
+			"sql/src/functions/alg_gcra.sql lacks rl._gcra_usage(s_t bigint"},
+		{"another signature", resigned, same, "found rl._gcra_step(bigint) in functions/alg_gcra.sql"},
+		{"SQL file of no algorithm", withFile(Object{Kind: Function, File: "functions/alg_anchored.sql", Name: "rl._x", Key: "rl._x()"}), same,
+			"functions/alg_anchored.sql: no algorithm of core.Algorithms() is named anchored"},
+		{"no C file", tree, func(dir string) { os.Remove(filepath.Join(dir, "gcra.c")) },
+			"algorithm gcra (6): no file sql/native/alg/gcra.c"},
+		{"no C function", tree, func(dir string) {
+			p := filepath.Join(dir, "gcra.c")
+			b, _ := os.ReadFile(p)
+			os.WriteFile(p, []byte(strings.ReplaceAll(string(b), "rl_gcra_carry(", "rl_gcra_carried(")), 0o644)
+		}, "sql/native/alg/gcra.c lacks static void rl_gcra_carry(int64 a"},
+		{"C file of no algorithm", tree, func(dir string) { os.WriteFile(filepath.Join(dir, "anchored.c"), nil, 0o644) },
+			"sql/native/alg/anchored.c: no algorithm of core.Algorithms() is named anchored"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := checkAlgorithms(cRoot(t, c.edit), c.tree)
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatal(err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Fatalf("got %v, want an error with %q", err, c.want)
+			}
+		})
 	}
 }

@@ -3,7 +3,7 @@
  * the window.
  * Its functions have the names and signatures the generated dispatch
  * (rl_algorithms.h, which includes this file) calls: rl_<name>_<role>
- * (sql/README.md, "A new algorithm"). A port of its PL/pgSQL file
+ * (ARCHITECTURE.md, "A new algorithm"). A port of its PL/pgSQL file
  * (sql/src/functions/alg_<name>.sql).
  */
 #include "rl_native.h"

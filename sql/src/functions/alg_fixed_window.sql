@@ -1,7 +1,7 @@
 -- The fixed window (core.FixedWindow): a count per window of the grid, the
 -- multiples of the window since the epoch. Its functions have the names and
 -- signatures the generated dispatch (algorithms.sql) calls, rl._<name>_<role>
--- (sql/README.md, "A new algorithm").
+-- (ARCHITECTURE.md, "A new algorithm").
 
 -- rl._fixed_window_state_error: its part of core checkState (rl._state_error).
 CREATE FUNCTION rl._fixed_window_state_error(s_t bigint, s_x bigint, s_y bigint, s_log bigint[]) RETURNS integer

@@ -2,7 +2,7 @@
 -- arrival time of the next unit (T, with the fraction X) and the time of the
 -- admission that wrote it (Y). Its functions have the names and signatures
 -- the generated dispatch (algorithms.sql) calls, rl._<name>_<role>
--- (sql/README.md, "A new algorithm"); its settle is the level arithmetic of
+-- (ARCHITECTURE.md, "A new algorithm"); its settle is the level arithmetic of
 -- levels.sql.
 
 -- rl._gcra_state_error: its part of core checkState (rl._state_error). X:

@@ -1,7 +1,7 @@
 -- The sliding log (core.SlidingLog): the time of every admitted unit
 -- within the window. Its functions have the names and signatures the
 -- generated dispatch (algorithms.sql) calls, rl._<name>_<role>
--- (sql/README.md, "A new algorithm").
+-- (ARCHITECTURE.md, "A new algorithm").
 
 -- rl._log_error is the sliding-log part of core checkState. SQL arrays can be
 -- multidimensional or hold NULLs, Go slices cannot: both are corrupt.

@@ -2,7 +2,7 @@
 -- the previous window of the grid, the previous one weighted by the part of
 -- it still inside a window ending now. Its functions have the names and
 -- signatures the generated dispatch (algorithms.sql) calls,
--- rl._<name>_<role> (sql/README.md, "A new algorithm").
+-- rl._<name>_<role> (ARCHITECTURE.md, "A new algorithm").
 
 -- rl._sliding_window_state_error: its part of core checkState
 -- (rl._state_error): any counts.

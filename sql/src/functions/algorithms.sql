@@ -38,11 +38,13 @@ CREATE FUNCTION rl._algorithm_list(style text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN CASE style WHEN 'numbered' THEN '1 fixed_window, 2 sliding_window, 3 sliding_log, 4 token_bucket, 5 leaky_bucket or 6 gcra' WHEN 'rated' THEN 'token_bucket, leaky_bucket and gcra' ELSE 'fixed_window, sliding_window, sliding_log, token_bucket, leaky_bucket or gcra' END;
 
--- The dispatch over the algorithms' functions
--- (sql/src/functions/alg_<name>.sql):
--- rl._alg_<role> calls rl._<name>_<role> of the algorithm its first argument
--- names. SQL functions of one expression, which the planner inlines into
--- their callers (rl._eval, rl._settle, rl._carry, rl._state_error).
+-- The dispatch over the algorithms' functions (functions/alg_<name>.sql):
+-- rl._alg_<role> calls rl._<name>_<role> of the algorithm its first
+-- argument names. SQL functions of one expression, which the planner
+-- inlines into their callers (rl._eval, rl._settle, rl._carry,
+-- rl._state_error), as it inlines an algorithm's function of one
+-- expression: a decision makes the PL/pgSQL calls its algorithm's step
+-- makes, no more.
 
 -- rl._alg_state_error: rl._<name>_state_error, its part of core checkState: 0,
 -- or 8 (ErrState) for words no state of it has (rl._state_error).
