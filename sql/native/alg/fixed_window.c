@@ -3,7 +3,7 @@
  * Its functions have the names and signatures the generated dispatch
  * (rl_algorithms.h, which includes this file) calls: rl_<name>_<role>
  * (ARCHITECTURE.md, "A new algorithm"). A port of its PL/pgSQL file
- * (sql/src/functions/alg_<name>.sql).
+ * (sql/src/functions/alg_fixed_window.sql).
  */
 #include "rl_native.h"
 
@@ -13,19 +13,19 @@ rl_fixed_window_state_error(const words *s, int logerr)
 	return s->y != 0 ? 8 : 0;
 }
 
-/* rl._fixed_window */
+/* rl._fixed_window_step */
 static void
-fixed_window(int64 lim, int64 w, int32 s_alg, int64 s_t, int64 s_x, int64 now, int64 cost, bool take,
-			 result *r)
+rl_fixed_window_step(int64 lim, int64 w, int64 rate, const words *s, bool exact, int64 now, int64 cost, bool take,
+					 result *r, Datum *log)
 {
 	int64		start = now - now % w;
 	int64		cnt = 0;
 	int64		e;
 
-	if (s_alg == RL_FIXED_WINDOW && s_t >= start)
+	if (s->alg == RL_FIXED_WINDOW && s->t >= start)
 	{
-		start = s_t - s_t % w;
-		cnt = s_x;
+		start = s->t - s->t % w;
+		cnt = s->x;
 	}
 	e = start + w;
 	if (cost == 0 || cnt + cost <= lim)
@@ -36,7 +36,7 @@ fixed_window(int64 lim, int64 w, int32 s_alg, int64 s_t, int64 s_x, int64 now, i
 			cnt += cost;
 			if (take)
 			{
-				r->algorithm = 1;
+				r->algorithm = RL_FIXED_WINDOW;
 				r->t = start;
 				r->x = cnt;
 				r->y = 0;
@@ -58,19 +58,13 @@ fixed_window(int64 lim, int64 w, int32 s_alg, int64 s_t, int64 s_x, int64 now, i
 	}
 }
 
-static void
-rl_fixed_window_step(int64 lim, int64 w, int64 rate, const words *s, bool exact, int64 now, int64 cost, bool take,
-					 result *r, Datum *log)
-{
-	fixed_window(lim, w, s->alg, s->t, s->x, now, cost, take, r);
-}
-
 /*
- * rl._settle_fixed: a count above MAX_STATE capped there (caps, migration
- * 19), or refused: false, ErrCost (17, 18).
+ * rl._fixed_window_settle: a count above MAX_STATE capped there (caps,
+ * migration 19), or refused: false, ErrCost (17, 18).
  */
 static bool
-settle_fixed(int64 w, const words *s, int64 now, int64 delta, bool caps, words *n)
+rl_fixed_window_settle(int64 lim, int64 w, int64 rate, const words *s, bool exact, int64 now, int64 delta, bool caps,
+					   words *n)
 {
 	int64		start = now - now % w;
 	int64		cnt = 0;
@@ -89,18 +83,11 @@ settle_fixed(int64 w, const words *s, int64 now, int64 delta, bool caps, words *
 	}
 	if (cnt > 0)
 	{
-		n->alg = 1;
+		n->alg = RL_FIXED_WINDOW;
 		n->t = start;
 		n->x = cnt;
 	}
 	return true;
-}
-
-static bool
-rl_fixed_window_settle(int64 lim, int64 w, int64 rate, const words *s, bool exact, int64 now, int64 delta, bool caps,
-					   words *n)
-{
-	return settle_fixed(w, s, now, delta, caps, n);
 }
 
 /* rl._fixed_window_anchor, rl._fixed_window_usage: the window's start, its count. */

@@ -4,7 +4,7 @@
  * Its functions have the names and signatures the generated dispatch
  * (rl_algorithms.h, which includes this file) calls: rl_<name>_<role>
  * (ARCHITECTURE.md, "A new algorithm"). A port of its PL/pgSQL file
- * (sql/src/functions/alg_<name>.sql).
+ * (sql/src/functions/alg_sliding_log.sql).
  */
 #include "rl_native.h"
 
