@@ -20,12 +20,12 @@ import (
 // rl_alg_<role> in sql/native/rl_algorithms.h) and refuses an algorithm
 // whose file or function is missing.
 
-// AlgorithmSQLFile is the file of sql/src holding algorithm a's functions.
-func AlgorithmSQLFile(a core.Algorithm) string { return "functions/alg_" + a.String() + ".sql" }
+// algorithmSQLFile is the file of sql/src holding algorithm a's functions.
+func algorithmSQLFile(a core.Algorithm) string { return "functions/alg_" + a.String() + ".sql" }
 
-// AlgorithmCFile is the file, from the root, holding algorithm a's C
+// algorithmCFile is the file, from the root, holding algorithm a's C
 // functions.
-func AlgorithmCFile(a core.Algorithm) string { return "sql/native/alg/" + a.String() + ".c" }
+func algorithmCFile(a core.Algorithm) string { return "sql/native/alg/" + a.String() + ".c" }
 
 // A sqlRole is a function every algorithm's SQL file defines, named
 // rl._<name>_<role>, and the generated function rl._alg_<role> that calls
@@ -221,7 +221,7 @@ func checkAlgorithms(root string, t *Tree) error {
 	var problems []string
 	for _, a := range core.Algorithms() {
 		known[a.String()] = true
-		file := AlgorithmSQLFile(a)
+		file := algorithmSQLFile(a)
 		if !files[file] {
 			problems = append(problems, fmt.Sprintf("algorithm %s (%d): no file %s/%s: write its functions there %s", a, a, SrcDir, file, how))
 		} else {
@@ -242,7 +242,7 @@ func checkAlgorithms(root string, t *Tree) error {
 				}
 			}
 		}
-		cfile := AlgorithmCFile(a)
+		cfile := algorithmCFile(a)
 		text, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(cfile)))
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("algorithm %s (%d): no file %s: write its C functions there %s", a, a, cfile, how))
