@@ -45,13 +45,13 @@ type algorithm interface {
 	// 1/s.W of a unit (at most MaxStateValue). ok is false when it has
 	// used nothing.
 	usage(s *State) (anchor, used int64, ok bool)
-	// carried writes to *t the state of c's algorithm holding a usage
-	// carried over from the state *s: used units at anchor for a windowed
-	// algorithm, a level in units of 1/Window for the others, above 0 and
-	// already clamped to c's limit (or capacity). The caller sets the
-	// recorded parameters. A state that keeps storage (a sliding log)
-	// takes s.Log's.
-	carried(c *Compiled, anchor, used int64, s, t *State)
+	// carried returns the words (T, X, Y) of the state of c's algorithm
+	// that holds a usage carried over from another state: used units at
+	// anchor for a windowed algorithm, a level in units of 1/Window for
+	// the others, above 0 and already clamped to c's limit (or capacity).
+	// The caller writes the state, with c's parameters and the other
+	// state's log storage.
+	carried(c *Compiled, anchor, used int64) (t, x, y int64)
 	// settle writes to *n the state *s holds after delta more units used
 	// (fewer when negative) at now, or the zero State when nothing is used
 	// any more; the caller sets the recorded parameters and decides on the

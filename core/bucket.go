@@ -84,12 +84,13 @@ func bucketWords(s *State) Error {
 func (algTokenBucket) usage(s *State) (anchor, used int64, ok bool) { return s.T, s.X, true }
 func (algLeakyBucket) usage(s *State) (anchor, used int64, ok bool) { return s.T, s.X, true }
 
-func (algTokenBucket) carried(_ *Compiled, anchor, used int64, _, t *State) {
-	*t = State{Algorithm: TokenBucket, T: anchor, X: used}
+// carried: the level, updated at the anchor.
+func (algTokenBucket) carried(_ *Compiled, anchor, used int64) (t, x, y int64) {
+	return anchor, used, 0
 }
 
-func (algLeakyBucket) carried(_ *Compiled, anchor, used int64, _, t *State) {
-	*t = State{Algorithm: LeakyBucket, T: anchor, X: used}
+func (algLeakyBucket) carried(_ *Compiled, anchor, used int64) (t, x, y int64) {
+	return anchor, used, 0
 }
 
 func (algTokenBucket) settle(c *Compiled, s *State, exact bool, now, delta int64, _ mode, n *State) Error {

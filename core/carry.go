@@ -75,8 +75,10 @@ func (c *Compiled) carry(s, t *State) Error {
 	if used == 0 {
 		return 0
 	}
-	carriedBy(c, a, used, s, t)
-	t.L, t.W, t.R = lim, w, c.srate
+	tt, x, y := carriedBy(c, a, used)
+	// The storage of s.Log goes with it: a sliding log writes its
+	// carried entries there (the others ignore it).
+	*t = State{Algorithm: c.l.Algorithm, T: tt, X: x, Y: y, L: lim, W: w, R: c.srate, Log: s.Log[:0]}
 	return 0
 }
 

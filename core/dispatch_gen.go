@@ -90,23 +90,24 @@ func usageBy(s *State) (anchor, used int64, ok bool) {
 	return 0, 0, false
 }
 
-// carriedBy writes a carried usage as a state of c's algorithm
-// (algorithm.carried).
-func carriedBy(c *Compiled, anchor, used int64, s, t *State) {
+// carriedBy returns the words of c's algorithm's state holding a carried
+// usage (algorithm.carried).
+func carriedBy(c *Compiled, anchor, used int64) (t, x, y int64) {
 	switch c.l.Algorithm {
 	case FixedWindow:
-		algFixedWindow{}.carried(c, anchor, used, s, t)
+		return algFixedWindow{}.carried(c, anchor, used)
 	case SlidingWindow:
-		algSlidingWindow{}.carried(c, anchor, used, s, t)
+		return algSlidingWindow{}.carried(c, anchor, used)
 	case SlidingLog:
-		algSlidingLog{}.carried(c, anchor, used, s, t)
+		return algSlidingLog{}.carried(c, anchor, used)
 	case TokenBucket:
-		algTokenBucket{}.carried(c, anchor, used, s, t)
+		return algTokenBucket{}.carried(c, anchor, used)
 	case LeakyBucket:
-		algLeakyBucket{}.carried(c, anchor, used, s, t)
+		return algLeakyBucket{}.carried(c, anchor, used)
 	case GCRA:
-		algGCRA{}.carried(c, anchor, used, s, t)
+		return algGCRA{}.carried(c, anchor, used)
 	}
+	return 0, 0, 0
 }
 
 // nextAfterBy derives NextAfter by l's algorithm (algorithm.nextAfter).

@@ -46,9 +46,9 @@ func (algFixedWindow) checkWords(s *State) Error {
 
 func (algFixedWindow) usage(s *State) (anchor, used int64, ok bool) { return s.T, s.X, true }
 
-func (algFixedWindow) carried(c *Compiled, anchor, used int64, _, t *State) {
-	w := c.l.Window
-	*t = State{Algorithm: FixedWindow, T: c.wdiv.div(anchor, w) * w, X: used}
+// carried: the units in the window that holds the anchor.
+func (algFixedWindow) carried(c *Compiled, anchor, used int64) (t, x, y int64) {
+	return c.wdiv.div(anchor, c.l.Window) * c.l.Window, used, 0
 }
 
 func (algFixedWindow) settle(c *Compiled, s *State, _ bool, now, delta int64, _ mode, n *State) Error {

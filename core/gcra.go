@@ -84,9 +84,10 @@ func (algGCRA) usage(s *State) (anchor, used int64, ok bool) {
 	return s.Y, int64(satU(hi+carry, lo)), true
 }
 
-func (algGCRA) carried(c *Compiled, anchor, used int64, _, t *State) {
+// carried: the arrival time of the level admitted at the anchor.
+func (algGCRA) carried(c *Compiled, anchor, used int64) (t, x, y int64) {
 	q := c.rdiv.div(used, c.rate)
-	*t = State{Algorithm: GCRA, T: anchor + q, X: used - q*c.rate, Y: anchor}
+	return anchor + q, used - q*c.rate, anchor
 }
 
 // settle reads the level at the last admission or now, whichever is later,

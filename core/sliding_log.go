@@ -178,8 +178,8 @@ func (algSlidingLog) usage(s *State) (anchor, used int64, ok bool) {
 
 // carried: the entries exist only as (anchor, used) until an admission
 // writes them into the state's log storage (slidingLogCarried).
-func (algSlidingLog) carried(_ *Compiled, anchor, used int64, s, t *State) {
-	*t = State{Algorithm: SlidingLog, T: anchor, X: used, Log: s.Log[:0]}
+func (algSlidingLog) carried(_ *Compiled, anchor, used int64) (t, x, y int64) {
+	return anchor, used, 0
 }
 
 // settle refunds the newest entries first; a debt is bounded by the

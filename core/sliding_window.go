@@ -102,9 +102,10 @@ func (algSlidingWindow) usage(s *State) (anchor, used int64, ok bool) {
 	return s.T, sat(s.X + s.Y), true
 }
 
-func (algSlidingWindow) carried(c *Compiled, anchor, used int64, _, t *State) {
-	w := c.l.Window
-	*t = State{Algorithm: SlidingWindow, T: c.wdiv.div(anchor, w) * w, X: used}
+// carried: the units in the current count of the window that holds the
+// anchor.
+func (algSlidingWindow) carried(c *Compiled, anchor, used int64) (t, x, y int64) {
+	return c.wdiv.div(anchor, c.l.Window) * c.l.Window, used, 0
 }
 
 // settle takes a refund from the current window, then from the previous

@@ -139,15 +139,16 @@ func usageBy(s *State) (anchor, used int64, ok bool) {
 	return 0, 0, false
 }
 
-// carriedBy writes a carried usage as a state of c's algorithm
-// (algorithm.carried).
-func carriedBy(c *Compiled, anchor, used int64, s, t *State) {
+// carriedBy returns the words of c's algorithm's state holding a carried
+// usage (algorithm.carried).
+func carriedBy(c *Compiled, anchor, used int64) (t, x, y int64) {
 	switch c.l.Algorithm {
 {{- range .}}
 	case {{.}}:
-		alg{{.}}{}.carried(c, anchor, used, s, t)
+		return alg{{.}}{}.carried(c, anchor, used)
 {{- end}}
 	}
+	return 0, 0, 0
 }
 
 // nextAfterBy derives NextAfter by l's algorithm (algorithm.nextAfter).
