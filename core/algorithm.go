@@ -52,12 +52,13 @@ type algorithm interface {
 	// The caller writes the state, with c's parameters and the other
 	// state's log storage.
 	carried(c *Compiled, anchor, used int64) (t, x, y int64)
-	// settle writes to *n the state *s holds after delta more units used
-	// (fewer when negative) at now, or the zero State when nothing is used
-	// any more; the caller sets the recorded parameters and decides on the
-	// result. *s is checked, and carried to c's parameters when exact is
-	// true and it was written under others. In modeCheck it only checks
-	// (a sliding log's storage).
+	// settle writes to *n, which is the zero State, the state *s holds
+	// after delta more units used at now (fewer when delta is negative),
+	// or leaves it zero when nothing is used any more; the caller sets the
+	// recorded parameters and decides on the result. *s is as decide gets
+	// it: checked, carried over to c's parameters when it has to be, and
+	// exact as there. In modeCheck it only checks (a sliding log's
+	// storage) and may leave *n incomplete.
 	settle(c *Compiled, s *State, exact bool, now, delta int64, m mode, n *State) Error
 	// nextAfter derives a decision's NextAfter from its other fields and
 	// l's parameters (see DeriveNextAfter), for a decision with less than
