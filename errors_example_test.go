@@ -15,9 +15,9 @@ import (
 // match them with errors.Is or errors.As, not by their text.
 func ExampleNewPolicy_errors() {
 	for _, l := range []rl.Limit{
-		{Limit: 10, Window: time.Minute}, // no algorithm
-		{Algorithm: core.FixedWindow, Window: time.Minute},
-		{Algorithm: core.FixedWindow, Limit: 10, Window: time.Minute, Rate: 5},
+		{Algorithm: core.FixedWindow, Window: time.Minute}, // no limit
+		{Algorithm: core.TokenBucket, Limit: 10},           // no window
+		{Algorithm: core.TokenBucket, Limit: 10, Window: time.Minute, Rate: -1},
 	} {
 		_, err := rl.NewPolicy(l)
 		fmt.Println(err)
@@ -27,10 +27,10 @@ func ExampleNewPolicy_errors() {
 		}
 	}
 	// Output:
-	// rl: invalid policy: limit "default": ratelimit: algorithm 0: unknown (want 1 fixed_window, 2 sliding_window, 3 sliding_log, 4 token_bucket, 5 leaky_bucket or 6 gcra)
 	// rl: invalid policy: limit "default": ratelimit: limit 0: outside [1, 1099511627776] for fixed_window
-	// rl: invalid policy: limit "default": ratelimit: rate 5: must be 0 or absent for fixed_window (rate applies to token_bucket, leaky_bucket and gcra)
-	//   rate 5: allowed [0, 0]
+	// rl: invalid policy: limit "default": ratelimit: window 0 µs: outside [1, 1000000000000000] µs
+	// rl: invalid policy: limit "default": ratelimit: rate -1: outside [0, 1099511627776] for token_bucket
+	//   rate -1: allowed [0, 1099511627776]
 }
 
 // A Limiter without Config.Policy decides only calls that bring their own

@@ -43,86 +43,42 @@ func (c *Compiled) carry(s, t *State) Error {
 	// No usage carries over as a fresh state, which keeps the storage of
 	// s.Log too, so a sliding log can take on it as on any fresh state.
 	*t = State{Log: s.Log[:0]}
-	var (
-		a     int64 // the anchor
-		units int64 // whole units used, for a destination that counts them
-		level int64 // the rescaled level, for a bucket or GCRA destination
-	)
-	switch s.Algorithm {
-	case FixedWindow:
-		a, units = s.T, s.X
-	case SlidingWindow:
-		a, units = s.T, sat(s.X+s.Y)
-	case SlidingLog:
-		if len(s.Log) == 0 {
-			return 0
+	// The usage at the anchor: whole units from a window algorithm, a
+	// level in 1/s.W of a unit from the others.
+	a, used, ok := usageBy(s)
+	if !ok {
+		return 0
+	}
+	if c.l.Algorithm.Windowed() { // to a count of whole units
+		if !s.Algorithm.Windowed() {
+			used = ceilDiv(used, s.W)
 		}
-		a = s.Log[len(s.Log)-1]
-		for _, e := range s.Log {
-			if e > a-s.W {
-				units++
-			}
-		}
-	case TokenBucket, LeakyBucket, GCRA: // a level in 1/s.W
-		var old uint64
-		if s.Algorithm == GCRA {
-			a = s.Y
-			hi, lo := bits.Mul64(uint64(s.T-s.Y), uint64(s.R))
-			lo, carry := bits.Add64(lo, uint64(s.X), 0)
-			old = satU(hi+carry, lo)
+		used = min(used, lim)
+	} else { // to a level in 1/w of a unit
+		if s.Algorithm.Windowed() {
+			used = min(used, lim) * w
 		} else {
-			a, old = s.T, uint64(s.X)
-		}
-		if !c.l.Algorithm.Windowed() && c.l.Algorithm != SlidingLog {
-			// ⌈old×w / s.W⌉, saturating.
-			hi, lo := bits.Mul64(old, uint64(w))
+			// ⌈used×w / s.W⌉, saturating.
+			hi, lo := bits.Mul64(uint64(used), uint64(w))
 			if hi >= uint64(s.W) {
-				level = MaxStateValue
+				used = MaxStateValue
 			} else {
 				q, r := bits.Div64(hi, lo, uint64(s.W))
 				if r != 0 {
 					q++
 				}
-				level = int64(satU(0, q))
-			}
-		} else {
-			units = int64(old / uint64(s.W))
-			if old%uint64(s.W) != 0 {
-				units++
+				used = int64(satU(0, q))
 			}
 		}
+		used = min(used, c.capacity)
 	}
-	switch c.l.Algorithm {
-	case TokenBucket, LeakyBucket, GCRA:
-		if s.Algorithm.Windowed() {
-			level = min(units, lim) * w
-		}
-		level = min(level, c.capacity)
-		if level == 0 {
-			return 0
-		}
-		if c.l.Algorithm == GCRA {
-			q := c.rdiv.div(level, c.rate)
-			*t = State{Algorithm: GCRA, T: a + q, X: level - q*c.rate, Y: a}
-		} else {
-			*t = State{Algorithm: c.l.Algorithm, T: a, X: level}
-		}
-	case FixedWindow, SlidingWindow:
-		units = min(units, lim)
-		if units == 0 {
-			return 0
-		}
-		*t = State{Algorithm: c.l.Algorithm, T: c.wdiv.div(a, w) * w, X: units}
-	case SlidingLog:
-		units = min(units, lim)
-		if units == 0 {
-			return 0
-		}
-		// The entries exist only as (a, units) until an admission writes
-		// them into the state's log storage (slidingLogCarried).
-		*t = State{Algorithm: SlidingLog, T: a, X: units, Log: s.Log[:0]}
+	if used == 0 {
+		return 0
 	}
-	t.L, t.W, t.R = lim, w, c.srate
+	tt, x, y := carriedBy(c, a, used)
+	// The storage of s.Log goes with it: a sliding log writes its
+	// carried entries there (the others ignore it).
+	*t = State{Algorithm: c.l.Algorithm, T: tt, X: x, Y: y, L: lim, W: w, R: c.srate, Log: s.Log[:0]}
 	return 0
 }
 

@@ -67,8 +67,8 @@ func TestCarryUsage(t *testing.T) {
 						if err != nil {
 							t.Fatalf("%s: %v", name, err)
 						}
-						if !d.Allowed && d.RetryAfter > longestWait(nl) {
-							t.Fatalf("%s, +%d cost %d: RetryAfter %d > %d", name, later, cost, d.RetryAfter, longestWait(nl))
+						if !d.Allowed && d.RetryAfter > longestWait(t, nl) {
+							t.Fatalf("%s, +%d cost %d: RetryAfter %d > %d", name, later, cost, d.RetryAfter, longestWait(t, nl))
 						}
 						requireExact(t, nl, s, written+later, cost, d, name)
 					}

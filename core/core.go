@@ -367,38 +367,13 @@ func checkWords(l *Limit, s *State) Error {
 	if s.T < 0 || s.T > MaxStateValue || s.X < 0 || s.X > MaxStateValue || s.Y < 0 || s.Y > MaxStateValue {
 		return ErrState
 	}
-	switch s.Algorithm {
-	case 0:
+	if s.Algorithm == 0 { // fresh: nothing set
 		if s.T != 0 || s.X != 0 || s.Y != 0 || s.L|s.W|s.R != 0 || len(s.Log) != 0 {
 			return ErrState
 		}
-	case FixedWindow, TokenBucket, LeakyBucket:
-		if s.Y != 0 {
-			return ErrState
-		}
-	case GCRA:
-		// X is a fraction numerator below Rate (≤ MaxLimit); larger values
-		// are corrupt and would overflow. Y, the admission's time, is never
-		// after the TAT it wrote.
-		if s.X > MaxLimit || s.Y > s.T {
-			return ErrState
-		}
-	case SlidingWindow:
-	case SlidingLog:
-		if s.T != 0 || s.X != 0 || s.Y != 0 || int64(len(s.Log)) > MaxLogLimit {
-			return ErrState
-		}
-		prev := int64(0)
-		for _, e := range s.Log {
-			if e < prev || e > MaxStateValue {
-				return ErrState
-			}
-			prev = e
-		}
-	default:
-		return ErrState
+		return 0
 	}
-	return 0
+	return checkWordsBy(s) // the algorithm's own checks, ErrState for an unknown one
 }
 
 // paramsValid reports whether a state's recorded parameters (L, W, R) are
@@ -430,4 +405,12 @@ func ceilDiv(a, b int64) int64 {
 		q++
 	}
 	return q
+}
+
+// ceilDivSigned returns ⌈a/b⌉ for any a and b > 0.
+func ceilDivSigned(a, b int64) int64 {
+	if a >= 0 {
+		return ceilDiv(a, b)
+	}
+	return -(-a / b)
 }

@@ -2,6 +2,8 @@ package core_test
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -16,6 +18,7 @@ import (
 // errors.As, and Take still returns the bare code.
 func TestLimitError(t *testing.T) {
 	nalg := int64(len(core.Algorithms())) // the largest algorithm number
+	numbered, _, rated := algorithmLists()
 	for _, c := range []struct {
 		name     string
 		l        core.Limit
@@ -26,9 +29,9 @@ func TestLimitError(t *testing.T) {
 		msg      string
 	}{
 		{"unset algorithm", core.Limit{Limit: 1, Window: 1}, core.ErrAlgorithm, "algorithm", 0, 1, nalg,
-			"algorithm 0: unknown (want 1 fixed_window, 2 sliding_window, 3 sliding_log, 4 token_bucket, 5 leaky_bucket or 6 gcra)"},
+			"algorithm 0: unknown (want " + numbered + ")"},
 		{"unknown algorithm", core.Limit{Algorithm: -3, Limit: 1, Window: 1}, core.ErrAlgorithm, "algorithm", -3, 1, nalg,
-			"algorithm -3: unknown (want 1 fixed_window, 2 sliding_window, 3 sliding_log, 4 token_bucket, 5 leaky_bucket or 6 gcra)"},
+			"algorithm -3: unknown (want " + numbered + ")"},
 		{"zero limit", core.Limit{Algorithm: core.FixedWindow, Window: 1}, core.ErrLimit, "limit", 0, 1, core.MaxLimit,
 			"limit 0: outside [1, 1099511627776] for fixed_window"},
 		{"negative limit", core.Limit{Algorithm: core.TokenBucket, Limit: -5, Window: 1}, core.ErrLimit, "limit", -5, 1, core.MaxLimit,
@@ -40,7 +43,7 @@ func TestLimitError(t *testing.T) {
 		{"long window", core.Limit{Algorithm: core.FixedWindow, Limit: 1, Window: core.MaxWindow + 1}, core.ErrWindow, "window", core.MaxWindow + 1, 1, core.MaxWindow,
 			"window 1000000000000001 µs: outside [1, 1000000000000000] µs"},
 		{"rate on a window", core.Limit{Algorithm: core.FixedWindow, Limit: 1, Window: 1, Rate: 5}, core.ErrRate, "rate", 5, 0, 0,
-			"rate 5: must be 0 or absent for fixed_window (rate applies to token_bucket, leaky_bucket and gcra)"},
+			"rate 5: must be 0 or absent for fixed_window (rate applies to " + rated + ")"},
 		{"negative rate", core.Limit{Algorithm: core.LeakyBucket, Limit: 1, Window: 1, Rate: -1}, core.ErrRate, "rate", -1, 0, core.MaxLimit,
 			"rate -1: outside [0, 1099511627776] for leaky_bucket"},
 		{"units", core.Limit{Algorithm: core.TokenBucket, Limit: 1_000_000_000_000, Window: 86_400_000_000}, core.ErrUnits, "limit", 1_000_000_000_000, 1, core.MaxUnits / 86_400_000_000,
@@ -96,11 +99,42 @@ func TestLimitErrorBoundsExact(t *testing.T) {
 	}
 }
 
-// TestAlgorithmList: the lists messages name come from Algorithms.
+// algorithmLists returns the lists the messages name, built from the
+// table (core.Algorithms): every algorithm with its number, "1
+// fixed_window, 2 sliding_window, ... or 6 gcra"; every algorithm,
+// "fixed_window, sliding_window, ... or gcra"; the algorithms that take a
+// rate (not Windowed), "token_bucket, leaky_bucket and gcra".
+func algorithmLists() (numbered, names, rated string) {
+	var n, a, r []string
+	for _, alg := range core.Algorithms() {
+		n = append(n, fmt.Sprintf("%d %s", alg, alg))
+		a = append(a, alg.String())
+		if !alg.Windowed() {
+			r = append(r, alg.String())
+		}
+	}
+	return joined(n, "or"), joined(a, "or"), joined(r, "and")
+}
+
+// joined writes items as a message lists them: "a, b and c".
+func joined(items []string, last string) string {
+	if len(items) < 2 {
+		return strings.Join(items, "")
+	}
+	return strings.Join(items[:len(items)-1], ", ") + " " + last + " " + items[len(items)-1]
+}
+
+// TestAlgorithmList: the lists messages name come from Algorithms, in
+// number order, joined as prose; the algorithms of today are among them,
+// in their places.
 func TestAlgorithmList(t *testing.T) {
-	require.Equal(t, "fixed_window, sliding_window, sliding_log, token_bucket, leaky_bucket or gcra", core.AlgorithmList(false))
-	require.Equal(t, "1 fixed_window, 2 sliding_window, 3 sliding_log, 4 token_bucket, 5 leaky_bucket or 6 gcra", core.AlgorithmList(true))
-	require.Equal(t, "token_bucket, leaky_bucket and gcra", core.RatedList())
+	numbered, names, rated := algorithmLists()
+	require.Equal(t, names, core.AlgorithmList(false))
+	require.Equal(t, numbered, core.AlgorithmList(true))
+	require.Equal(t, rated, core.RatedList())
+	require.True(t, strings.HasPrefix(numbered, "1 fixed_window, 2 sliding_window, 3 sliding_log, 4 token_bucket, 5 leaky_bucket"), numbered)
+	require.Contains(t, numbered, "6 gcra")
+	require.True(t, strings.HasPrefix(rated, "token_bucket, leaky_bucket"), rated)
 }
 
 // TestValidateAllocs: validating a valid limit allocates nothing; only a

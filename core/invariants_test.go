@@ -2,7 +2,6 @@ package core_test
 
 import (
 	"fmt"
-	"math/bits"
 	"slices"
 	"testing"
 
@@ -130,54 +129,32 @@ func checkNextAfter(l core.Limit, s core.State, now int64, d core.Decision) stri
 }
 
 // checkAdmissionBound checks that the admitted calls never exceed what the
-// algorithm allows over any interval. Calls are taken at the effective time
-// max(now so far), as the algorithms read a backwards clock.
+// algorithm allows over any interval (its oracle's Bound). Calls are taken
+// at the effective time max(now so far), as the algorithms read a
+// backwards clock, unless the oracle bounds real times.
 func checkAdmissionBound(t testing.TB, l core.Limit, admitted []step) {
 	t.Helper()
+	o, err := difftest.OracleFor(l.Algorithm)
+	if err != nil {
+		t.Fatal(err)
+	}
 	eff := make([]step, len(admitted))
 	hi := int64(0)
 	for i, a := range admitted {
 		hi = max(hi, a.now)
 		eff[i] = step{hi, a.cost}
 	}
-	if l.Algorithm == core.GCRA {
-		eff = admitted // GCRA has no last-seen time: bound on real times
+	if o.RealTimes {
+		eff = admitted
 		slices.SortStableFunc(eff, func(a, b step) int { return int(a.now - b.now) })
-	}
-	w := l.Window
-	rate := l.Rate
-	if rate == 0 {
-		rate = l.Limit
 	}
 	for i := range eff {
 		var sum int64
 		for j := i; j < len(eff); j++ {
 			sum += eff[j].cost
-			span := eff[j].now - eff[i].now
-			var bound int64
-			switch l.Algorithm {
-			case core.FixedWindow, core.SlidingWindow:
-				if eff[i].now/w != eff[j].now/w {
-					continue
-				}
-				bound = l.Limit
-			case core.SlidingLog:
-				if span >= w {
-					continue
-				}
-				bound = l.Limit
-			case core.TokenBucket, core.LeakyBucket, core.GCRA:
-				// Limit plus what refills in span: floor(span×rate/window),
-				// in 128 bits.
-				h, lo := bits.Mul64(uint64(span), uint64(rate))
-				if h >= uint64(w) {
-					continue // more than 2^64 units: no bound
-				}
-				q, _ := bits.Div64(h, lo, uint64(w))
-				if q > uint64(1<<62) {
-					continue
-				}
-				bound = l.Limit + int64(q)
+			bound, ok := o.Bound(l, eff[i].now, eff[j].now)
+			if !ok {
+				continue
 			}
 			if sum > bound {
 				t.Fatalf("%v admitted %d > %d in [%d, %d]", l.Algorithm, sum, bound, eff[i].now, eff[j].now)

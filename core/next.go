@@ -26,20 +26,28 @@ func DeriveNextAfter(l Limit, d Decision) int64 {
 	if d.Remaining >= d.Limit {
 		return 0
 	}
-	switch l.Algorithm {
-	case TokenBucket, LeakyBucket, GCRA:
-		rate := l.Rate
-		if rate == 0 {
-			rate = l.Limit
-		}
-		// (Limit−Remaining−1)×Window ≤ Limit×Window ≤ MaxUnits.
-		rest := (d.Limit - d.Remaining - 1) * l.Window / rate
-		return max(1, d.ResetAfter-rest)
-	case FixedWindow: // resets whole
-	case SlidingWindow, SlidingLog:
-		if !d.Allowed && d.RetryAfter != Never && d.RetryAfter < d.ResetAfter {
-			return d.RetryAfter
-		}
+	return nextAfterBy(&l, &d)
+}
+
+// ratedNextAfter derives NextAfter for an algorithm that restores Rate
+// units per Window (TokenBucket, LeakyBucket, GCRA): ResetAfter less the
+// time the units beyond the next one take to come back.
+func ratedNextAfter(l *Limit, d *Decision) int64 {
+	rate := l.Rate
+	if rate == 0 {
+		rate = l.Limit
+	}
+	// (Limit−Remaining−1)×Window ≤ Limit×Window ≤ MaxUnits.
+	rest := (d.Limit - d.Remaining - 1) * l.Window / rate
+	return max(1, d.ResetAfter-rest)
+}
+
+// windowNextAfter derives NextAfter for a window that slides
+// (SlidingWindow, SlidingLog): ResetAfter, or a denial's RetryAfter when
+// earlier.
+func windowNextAfter(d *Decision) int64 {
+	if !d.Allowed && d.RetryAfter != Never && d.RetryAfter < d.ResetAfter {
+		return d.RetryAfter
 	}
 	return d.ResetAfter
 }

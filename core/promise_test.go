@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/testkit/difftest"
 )
 
 // Tests of the promise core.State makes about parameter changes: a state
@@ -22,22 +23,15 @@ const (
 var algorithms = core.Algorithms()
 
 // longestWait is the longest RetryAfter a state written under l, at or
-// before the call's time, may cause for a cost within the limit.
-func longestWait(l core.Limit) int64 {
-	switch l.Algorithm {
-	case core.FixedWindow, core.SlidingLog:
-		return l.Window
-	case core.SlidingWindow:
-		return 2 * l.Window
-	case core.TokenBucket, core.LeakyBucket, core.GCRA: // below
+// before the call's time, may cause for a cost within the limit: the
+// algorithm's oracle says (difftest.Oracle).
+func longestWait(t *testing.T, l core.Limit) int64 {
+	t.Helper()
+	o, err := difftest.OracleFor(l.Algorithm)
+	if err != nil {
+		t.Fatal(err)
 	}
-	r := l.Rate
-	if r == 0 {
-		r = l.Limit
-	}
-	// ⌈Limit×Window/Rate⌉: a full refill.
-	c := l.Limit * l.Window
-	return (c + r - 1) / r
+	return o.LongestWait(l)
 }
 
 // requireExact checks that a call of cost at now+d.RetryAfter is admitted
@@ -126,9 +120,9 @@ func TestParamsChangeClamped(t *testing.T) {
 							if err != nil {
 								t.Fatalf("%s: %v", name, err)
 							}
-							if !d.Allowed && d.RetryAfter > longestWait(nl) {
+							if !d.Allowed && d.RetryAfter > longestWait(t, nl) {
 								t.Fatalf("%s written %d, now +%d, cost %d: RetryAfter %d > %d (state %+v)",
-									name, written, later, cost, d.RetryAfter, longestWait(nl), s)
+									name, written, later, cost, d.RetryAfter, longestWait(t, nl), s)
 							}
 							requireExact(t, nl, s, now, cost, d, name)
 						}
@@ -220,8 +214,8 @@ func TestParamsChangeRandom(t *testing.T) {
 					t.Fatalf("%s step %d %+v: %v", alg, i, l, err)
 				}
 				if !d.Allowed {
-					if d.RetryAfter > longestWait(l) {
-						t.Fatalf("%s step %d %+v state %+v cost %d: RetryAfter %d > %d", alg, i, l, s, cost, d.RetryAfter, longestWait(l))
+					if d.RetryAfter > longestWait(t, l) {
+						t.Fatalf("%s step %d %+v state %+v cost %d: RetryAfter %d > %d", alg, i, l, s, cost, d.RetryAfter, longestWait(t, l))
 					}
 					requireExact(t, l, s, now, cost, d, fmt.Sprintf("%s step %d %+v state %+v", alg, i, l, s))
 				}

@@ -140,17 +140,7 @@ func (c *Compiled) settle(s *State, now, delta int64, m mode, d *Decision) Error
 		return err
 	}
 	var n State
-	switch c.l.Algorithm {
-	case FixedWindow:
-		err = c.settleFixed(r, now, delta, &n)
-	case SlidingWindow:
-		err = c.settleSliding(r, exact, now, delta, &n)
-	case SlidingLog:
-		err = c.settleLog(r, now, delta, m, &n)
-	case TokenBucket, LeakyBucket, GCRA:
-		err = c.settleLevel(r, exact, now, delta, &n)
-	}
-	if err != 0 {
+	if err := settleBy(c, r, exact, now, delta, m, &n); err != 0 {
 		return err
 	}
 	if n.Algorithm != 0 {
@@ -162,158 +152,20 @@ func (c *Compiled) settle(s *State, now, delta int64, m mode, d *Decision) Error
 	return c.eval(&n, now, 0, modePeek, d, nil)
 }
 
-func (c *Compiled) settleFixed(s *State, now, delta int64, n *State) Error {
-	w := c.l.Window
-	start, count := c.wdiv.div(now, w)*w, int64(0)
-	if s.Algorithm == FixedWindow && s.T >= start {
-		start, count = c.wdiv.div(s.T, w)*w, s.X
-	}
-	count = min(count+delta, MaxStateValue) // no overflow: both ≤ MaxStateValue + MaxCost
-	if count > 0 {
-		*n = State{Algorithm: FixedWindow, T: start, X: count}
-	}
-	return 0
-}
-
-func (c *Compiled) settleSliding(s *State, exact bool, now, delta int64, n *State) Error {
-	w := c.l.Window
-	start, curr, prev := slidingCounts(c, s, c.wdiv.div(now, w)*w, w)
-	curr, prev = clampCounts(c, exact, curr, prev)
-	curr += delta // no overflow: curr ≤ MaxStateValue, |delta| ≤ MaxCost
-	if curr < 0 {
-		prev = max(0, prev+curr)
-		curr = 0
-	}
-	// A debt is kept while the weighted count stays computable, the counts
-	// times Window within MaxUnits as a limit's own are; a larger one is
-	// capped there.
-	if m := MaxUnits / c.l.Window; curr > m-min(prev, m) {
-		prev = min(prev, m)
-		curr = m - prev
-	}
-	if curr > 0 || prev > 0 {
-		*n = State{Algorithm: SlidingWindow, T: start, X: curr, Y: prev}
-	}
-	return 0
-}
-
-func (c *Compiled) settleLog(s *State, now, delta int64, m mode, n *State) Error {
-	w, lim := c.l.Window, c.l.Limit
-	log := s.Log
-	if s.Algorithm != SlidingLog {
-		log = log[:0]
-	}
-	ne := now
-	if len(log) > 0 {
-		ne = max(now, log[len(log)-1])
-	}
-	i0 := 0
-	for i0 < len(log) && log[i0] <= ne-w {
-		i0++
-	}
-	count := int64(len(log) - i0)
-	carried := int64(0) // entries carried over at s.T, not yet written (see carry)
-	if s.Algorithm == SlidingLog && s.X != 0 {
-		ne = max(now, s.T)
-		if s.T > ne-w {
-			carried = s.X
-		}
-		count = carried
-	}
-	keep := count + delta // live entries after the settle
-	if delta > 0 {
-		keep = max(count, min(keep, lim))
-	}
-	keep = max(0, keep)
-	if (delta > 0 || carried > 0) && int64(cap(log)) < keep {
-		// Entries are written: new ones, or carried ones for the first
-		// time.
-		return ErrLogCapacity
-	}
-	if m != modeTake || keep == 0 {
-		if keep > 0 {
-			*n = State{Algorithm: SlidingLog, Log: log}
-		}
-		return 0
-	}
-	old := min(keep, count) // live entries kept, the oldest first
-	if carried > 0 {
-		log = log[:keep]
-		for i := range old {
-			log[i] = s.T
-		}
-	} else {
-		copy(log[:old], log[i0:i0+int(old)])
-		log = log[:keep]
-	}
-	for i := old; i < keep; i++ {
-		log[i] = ne
-	}
-	*n = State{Algorithm: SlidingLog, Log: log}
-	return 0
-}
-
-// settleLevel settles TokenBucket, LeakyBucket and GCRA: the level (in
-// units of 1/Window) read at the state's latest time or now, whichever is
-// later, changed by delta×Window.
-func (c *Compiled) settleLevel(s *State, exact bool, now, delta int64, n *State) Error {
-	w, r := c.l.Window, c.rate
-	ne, level := now, int64(0)
-	if s.Algorithm == c.l.Algorithm {
-		if c.l.Algorithm == GCRA {
-			st, sx := s.T, s.X
-			if y := s.Y; y > 0 && !exact {
-				if dt := st - y; dt > c.ahead || dt*r+sx > c.capacity {
-					st, sx = y+c.ahead, c.aheadFrac
-				}
-			}
-			ne = max(now, s.Y)
-			if st >= ne {
-				hi, lo := bits.Mul64(uint64(st-ne), uint64(r))
-				lo, cy := bits.Add64(lo, uint64(sx), 0)
-				level = int64(satU(hi+cy, lo))
-			} else if dt := ne - st; sx > 0 && dt < ceilDiv(sx, r) {
-				level = sx - dt*r
-			}
-		} else {
-			ne, level = max(now, s.T), s.X
-			if !exact {
-				level = min(level, c.capacity)
-			}
-			if el := ne - s.T; el > 0 && level > 0 {
-				if hi, lo := bits.Mul64(uint64(el), uint64(r)); hi != 0 || lo >= uint64(level) {
-					level = 0
-				} else {
-					level -= int64(lo)
-				}
-			}
-		}
-	}
+// settledLevel returns a level (in units of 1/w of a unit) changed by
+// delta units: a debt beyond what a state can record is capped at
+// MaxStateValue, a refund never goes below 0. TokenBucket, LeakyBucket and
+// GCRA settle through it.
+func settledLevel(level, delta, w int64) int64 {
 	hi, lo := bits.Mul64(uint64(max(delta, -delta)), uint64(w))
 	switch {
 	case delta >= 0:
 		if hi != 0 || lo > uint64(MaxStateValue-level) {
-			level = MaxStateValue // a debt beyond a state: capped
-		} else {
-			level += int64(lo)
+			return MaxStateValue // a debt beyond a state: capped
 		}
+		return level + int64(lo)
 	case hi != 0 || lo >= uint64(level):
-		level = 0
-	default:
-		level -= int64(lo)
-	}
-	if level == 0 {
 		return 0
 	}
-	if c.l.Algorithm == GCRA {
-		q := level / r
-		if q > MaxStateValue-ne { // its arrival time would not fit a state: capped
-			q = MaxStateValue - ne
-			level = q * r // ≤ the level: no overflow
-		}
-		*n = State{Algorithm: GCRA, T: ne + q, X: level - q*r, Y: ne}
-	} else {
-		*n = State{Algorithm: c.l.Algorithm, T: ne, X: level}
-	}
-	return 0
+	return level - int64(lo)
 }

@@ -101,6 +101,9 @@ var classes = []struct {
 	{"sql/internal/sqltext", class{kind: utility}},
 
 	{"core", class{layer: layerCore}},
+	// The core's dispatch generator: it writes core/dispatch_gen.go from
+	// core.go's source, importing nothing of the module.
+	{"core/internal/dispatchgen", class{kind: command, layer: layerCore}},
 
 	// Deciders: the WebAssembly build and its host, the PL/pgSQL port
 	// (the migrations, and the extension made from them).

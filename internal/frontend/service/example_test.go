@@ -38,13 +38,13 @@ func Example() {
 func ExampleLoadConfig() {
 	_, err := service.ParseConfig("rules.yaml", "yaml", []byte(`
 rules:
-  - {name: pay, strategy: tokn, limit: 100, window: 10s}
+  - {name: pay, strategy: token, limit: 100, window: 10 sec}
   - {name: search, strategy: fixed, limit: 0, window: 1m, key_by: cookie}
 `))
 	fmt.Println(err)
 	// Output:
 	// config rules.yaml: 3 problems
-	//   rules.yaml: rules[0] "pay": strategy: unknown strategy "tokn" (want one of fixed, sliding, sliding_log, token, leaky, gcra (or fixed_window, sliding_window, token_bucket, leaky_bucket))
+	//   rules.yaml: rules[0] "pay": window: "10 sec": want a duration such as "10s", "1m", "24h" or "1d"
 	//   rules.yaml: rules[1] "search": limit 0: outside [1, 1099511627776] for fixed_window
 	//   rules.yaml: rules[1] "search": key_by: "cookie": want ip, api_key, api_key:<header>, header:<name>, query:<name> or global
 }

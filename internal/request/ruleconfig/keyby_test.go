@@ -65,7 +65,20 @@ func TestStrategies(t *testing.T) {
 			t.Errorf("Strategies names %q, which does not parse", n)
 		}
 	}
-	if want := "fixed, sliding, sliding_log, token, leaky, gcra (or fixed_window, sliding_window, token_bucket, leaky_bucket)"; Strategies != want {
+	// The form: the short names in number order, then the canonical
+	// names that differ from them; today's algorithms in their places.
+	var short, long []string
+	for _, a := range core.Algorithms() {
+		short = append(short, a.ShortName())
+		if a.String() != a.ShortName() {
+			long = append(long, a.String())
+		}
+	}
+	if want := strings.Join(short, ", ") + " (or " + strings.Join(long, ", ") + ")"; Strategies != want {
 		t.Errorf("Strategies = %q, want %q", Strategies, want)
+	}
+	if !strings.HasPrefix(Strategies, "fixed, sliding, sliding_log, token, leaky, gcra") ||
+		!strings.Contains(Strategies, " (or fixed_window, sliding_window, token_bucket, leaky_bucket") {
+		t.Errorf("Strategies = %q: today's algorithms out of place", Strategies)
 	}
 }

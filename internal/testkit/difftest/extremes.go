@@ -14,7 +14,6 @@ import (
 // 0, 1, 2026 and MaxTime, for costs 0, 1, the limit and one above. Each step
 // injects its state, so every combination is decided on its own.
 func Extremes() []Sequence {
-	words := []int64{0, 1, core.MaxUnits, core.MaxStateValue}
 	nows := []int64{0, 1, Epoch2026, core.MaxTime}
 	var seqs []Sequence
 	algs := core.Algorithms()
@@ -40,25 +39,10 @@ func Extremes() []Sequence {
 		}
 		var states []core.State
 		for _, sa := range []core.Algorithm{0, a, algs[(i+1)%len(algs)]} {
-			switch sa {
-			case 0:
+			if sa == 0 {
 				states = append(states, core.State{})
-			case core.SlidingLog:
-				for _, log := range [][]int64{nil, {0}, {core.MaxStateValue}, {0, 1, core.MaxUnits, core.MaxStateValue},
-					{core.MaxTime - 1, core.MaxTime, core.MaxTime}} {
-					states = append(states, core.State{Algorithm: sa, Log: log})
-				}
-			case core.FixedWindow, core.SlidingWindow, core.TokenBucket, core.LeakyBucket, core.GCRA:
-				for _, x := range words {
-					for _, t := range words {
-						for _, y := range []int64{0, core.MaxStateValue} {
-							if y != 0 && sa != core.SlidingWindow {
-								continue
-							}
-							states = append(states, core.State{Algorithm: sa, T: t, X: x, Y: y})
-						}
-					}
-				}
+			} else {
+				states = append(states, mustOracle(sa).States()...)
 			}
 		}
 		for _, l := range limits {

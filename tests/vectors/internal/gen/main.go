@@ -2,6 +2,12 @@
 // recording the outcomes of package core. Run it with go generate in
 // tests/vectors; review the diff: a changed expectation is a changed contract
 // that the WebAssembly module and the SQL functions must follow.
+//
+// Each algorithm's file (<name>.json) comes from a file of its own here
+// (<name>.go), which registers its corrupt states and its own cases; the
+// scenarios every algorithm shares, the carry, settle and multi-limit files
+// are in main.go and cover every algorithm of core.Algorithms() by
+// themselves.
 package main
 
 import (
@@ -51,7 +57,6 @@ type builder struct {
 	c      vectors.Case
 	limits []core.Limit
 	states []core.State
-	common core.Algorithm // the algorithm whose common scenarios this is, if one
 }
 
 func newCase(id, comment string, flags []string, limits ...vectors.Limit) *builder {
@@ -206,12 +211,37 @@ func errName(e core.Error) string {
 	return names[e]
 }
 
-// written records the algorithms whose common scenarios went into a file:
-// main checks that every algorithm of core.Algorithms() has its file.
-var written = map[core.Algorithm]bool{}
+// algFile is an algorithm's vector file: the scenarios every algorithm
+// shares (common), then its own. Each algorithm registers one from a file
+// of its own in this directory (fixed_window.go, ...), named as its vector
+// file; files() writes one per algorithm of core.Algorithms() and refuses
+// an algorithm without.
+type algFile struct {
+	alg    core.Algorithm
+	prefix string // of its cases' IDs: "fw" for fixed_window
+	desc   string // the file's description
+	// corrupt adds to the errors case the calls on states only this
+	// algorithm's words make corrupt (a word it does not use set, a value
+	// it never writes).
+	corrupt func(e *builder)
+	// own returns its own cases.
+	own func() []*builder
+}
+
+// algFiles holds the registered algorithms' files.
+var algFiles = map[core.Algorithm]algFile{}
+
+// register adds an algorithm's file.
+func register(f algFile) {
+	if _, dup := algFiles[f.alg]; dup {
+		log.Fatalf("%v: two vector files", f.alg)
+	}
+	algFiles[f.alg] = f
+}
 
 // common adds the scenarios every algorithm shares.
-func common(alg core.Algorithm, p string) []*builder {
+func common(f algFile) []*builder {
+	alg, p := f.alg, f.prefix
 	a := alg
 	l := func(limit, window int64) vectors.Limit { return lim("default", a, limit, window, 0) }
 	var cs []*builder
@@ -288,35 +318,17 @@ func common(alg core.Algorithm, p string) []*builder {
 	} else {
 		e.takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Rate = 1 }))
 	}
-	switch alg {
-	case core.SlidingLog:
-		e.takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Limit = core.MaxLogLimit + 1 }))
-	case core.FixedWindow:
-		e.takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Limit = core.MaxLimit + 1 }))
-	case core.SlidingWindow, core.TokenBucket, core.LeakyBucket, core.GCRA:
+	if alg.UnitsBounded() { // limit × window past MaxUnits
 		e.takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Limit = 1 << 20; x.Window = core.MaxUnits>>20 + 1 }))
+	} else { // one above the largest limit the algorithm takes
+		e.takeWith(t0, 1, bad(func(x *vectors.Limit) { x.Limit = maxLimit(alg) + 1 }))
 	}
 	e.takeWith(t0+1, 1, good).
 		takeFrom(t0+2, 1, vectors.State{Algorithm: int32(alg), T: -1}).
 		takeFrom(t0+3, 1, vectors.State{Algorithm: int32(alg), X: core.MaxStateValue + 1}).
 		takeFrom(t0+4, 1, vectors.State{Algorithm: 9, T: t0}).
 		takeFrom(t0+5, 1, vectors.State{Algorithm: 0, T: t0})
-	switch alg {
-	case core.SlidingLog:
-		e.takeFrom(t0+6, 1, vectors.State{Algorithm: int32(alg), Log: []int64{t0, t0 - 1}}).
-			takeFrom(t0+7, 1, vectors.State{Algorithm: int32(alg), T: t0, Log: []int64{t0}})
-	case core.SlidingWindow:
-		e.takeFrom(t0+6, 1, vectors.State{Algorithm: int32(alg), Y: -3})
-	case core.GCRA:
-		// The fraction numerator is bounded by MaxLimit; the bound itself
-		// is accepted (it arises when Rate was lowered).
-		e.takeFrom(t0+6, 1, vectors.State{Algorithm: int32(alg), T: t0, X: core.MaxLimit + 1}).
-			takeFrom(t0+6, 1, vectors.State{Algorithm: int32(alg), T: core.MaxStateValue, X: core.MaxStateValue}).
-			takeFrom(t0+6, 0, vectors.State{Algorithm: int32(alg), T: t0 + 2_000_000, X: core.MaxLimit}).
-			takeFrom(t0+6, 1, vectors.State{Algorithm: int32(alg), T: t0, Y: t0 + 1})
-	case core.FixedWindow, core.TokenBucket, core.LeakyBucket:
-		e.takeFrom(t0+6, 1, vectors.State{Algorithm: int32(alg), T: t0, Y: 1})
-	}
+	f.corrupt(e)
 	e.takeFrom(t0+8, 1, vectors.State{}).take(t0+9, 1)
 	cs = append(cs, e)
 	// Seeded random sequences with arbitrary small parameters.
@@ -349,10 +361,16 @@ func common(alg core.Algorithm, p string) []*builder {
 		}
 		cs = append(cs, c)
 	}
-	for _, c := range cs {
-		c.common = alg
-	}
 	return cs
+}
+
+// maxLimit returns the largest Limit a takes, as Validate reports it.
+func maxLimit(a core.Algorithm) int64 {
+	var le *core.LimitError
+	if !errors.As(core.Limit{Algorithm: a, Limit: core.MaxLimit + 1, Window: 1}.Validate(), &le) || le.Code != core.ErrLimit {
+		log.Fatalf("%v: a limit above MaxLimit is not refused as ErrLimit", a)
+	}
+	return le.Max
 }
 
 func other(a core.Algorithm) core.Algorithm {
@@ -368,75 +386,16 @@ func files() map[string]vectors.File {
 		f := vectors.File{Schema: vectors.Schema, Description: desc, Notes: notes}
 		for _, c := range cs {
 			f.Cases = append(f.Cases, c.c)
-			written[c.common] = true
 		}
 		out[name] = f
 	}
-	fw := common(core.FixedWindow, "fw")
-	fw = append(fw,
-		newCase("fw-aligned", "windows are aligned to the epoch: a window opened at :59 ends at the minute", []string{"edge"}, lim("m", core.FixedWindow, 3, min, 0)).
-			take(t0+59*sec, 3).take(t0+59*sec+1, 1).take(t0+min, 3),
-		newCase("fw-maxlimit", "the largest limit and cost", []string{"maxima"}, lim("big", core.FixedWindow, core.MaxLimit, day, 0)).
-			take(t0, core.MaxCost).take(t0+1, 1).take(t0+day, core.MaxLimit-1).take(t0+day, 1).take(t0+day, 1),
-	)
-	add("fixed_window.json", "Fixed window: Limit units per Window, windows aligned to the epoch.", fw)
-
-	sw := common(core.SlidingWindow, "sw")
-	sw = append(sw,
-		newCase("sw-weighted", "the previous window's count weighs by the part still inside the sliding window", []string{"edge"}, lim("default", core.SlidingWindow, 10, 10*sec, 0)).
-			take(t0+5*sec, 10).take(t0+10*sec, 1).take(t0+12*sec, 2).take(t0+13*sec, 1).take(t0+15*sec, 3).take(t0+19*sec+1, 3).take(t0+25*sec, 10).take(t0+40*sec, 10),
-		newCase("sw-maxunits", "limit × window at MaxUnits", []string{"maxima"}, lim("big", core.SlidingWindow, core.MaxUnits/core.MaxWindow, core.MaxWindow, 0)).
-			take(t0, 1000).take(t0+1, 1152).take(t0+2, 1).take(t0+core.MaxWindow, 1),
-	)
-	add("sliding_window.json", "Sliding window counter: current and previous window counts, the previous weighted by its overlap.", sw)
-
-	sl := common(core.SlidingLog, "sl")
-	sl = append(sl,
-		newCase("sl-exact", "entries expire exactly one window after they were admitted", []string{"edge"}, lim("default", core.SlidingLog, 3, sec, 0)).
-			take(t0, 1).take(t0+300*ms, 1).take(t0+600*ms, 1).take(t0+sec-1, 1).take(t0+sec, 1).take(t0+sec+299*ms, 1).take(t0+sec+300*ms, 1),
-		newCase("sl-maxlimit", "the largest log", []string{"maxima"}, lim("big", core.SlidingLog, core.MaxLogLimit, sec, 0)).
-			take(t0, core.MaxLogLimit-1).take(t0+1, 2).take(t0+2, 1).take(t0+sec, core.MaxLogLimit).take(t0+sec+1, 1),
-	)
-	add("sliding_log.json", "Sliding window log: the exact times of admitted units in the last Window.", sl)
-
-	tb := common(core.TokenBucket, "tb")
-	tb = append(tb,
-		newCase("tb-rate", "burst 10 refilled at 1 token per 100 ms: exact fractional refill", nil, lim("default", core.TokenBucket, 10, sec, 10)).
-			take(t0, 10).take(t0+99*ms, 1).take(t0+100*ms, 1).take(t0+150*ms, 1).take(t0+350*ms, 2).take(t0+2*sec, 10),
-		newCase("tb-thirds", "3 tokens per second: one token every 333333⅓ µs, no drift", []string{"edge"}, lim("default", core.TokenBucket, 3, sec, 3)).
-			take(t0, 3).take(t0+333333, 1).take(t0+333334, 1).take(t0+666667, 1).take(t0+sec-1, 1).take(t0+sec, 1).take(t0+100*sec, 3),
-		newCase("tb-maxunits", "limit × window at MaxUnits and the largest rate", []string{"maxima"}, lim("big", core.TokenBucket, core.MaxUnits/core.MaxWindow, core.MaxWindow, core.MaxLimit)).
-			take(t0, 2305).take(t0+1, 1).take(t0+2000, 1).take(t0+3000, 2305),
-	)
-	add("token_bucket.json", "Token bucket: capacity Limit, Rate tokens refilled per Window.", tb)
-
-	lb := common(core.LeakyBucket, "lb")
-	lb = append(lb,
-		newCase("lb-delay", "admitted calls report when they leave the bucket (shaping)", nil, lim("default", core.LeakyBucket, 5, sec, 5)).
-			take(t0, 1).take(t0, 1).take(t0, 1).take(t0+100*ms, 1).take(t0+100*ms, 1).take(t0+100*ms, 1).take(t0+2*sec, 1),
-		newCase("lb-slow", "capacity 3 leaking 1 unit per 7 seconds", nil, lim("default", core.LeakyBucket, 3, 7*sec, 1)).
-			take(t0, 3).take(t0+sec, 1).take(t0+7*sec, 1).take(t0+8*sec, 1).take(t0+30*sec, 3),
-	)
-	add("leaky_bucket.json", "Leaky bucket: capacity Limit leaking Rate units per Window; admitted calls report their Delay.", lb)
-
-	g := common(core.GCRA, "gcra")
-	g = append(g,
-		newCase("gcra-burst", "burst 5 at 2 per second: the burst is exactly what passes at once", nil, lim("default", core.GCRA, 5, sec, 2)).
-			take(t0, 5).take(t0+499999, 1).take(t0+500*ms, 1).take(t0+sec, 2).take(t0+10*sec, 5),
-		newCase("gcra-backwards", "a clock that steps back makes the state look fuller, never emptier", []string{"backwards"}, lim("default", core.GCRA, 2, sec, 0)).
-			take(t0, 2).take(t0-3*sec, 1).take(t0+500*ms, 1).take(t0-sec, 0),
-		newCase("gcra-clamp-rate", "a burst of 2^20 at 1 per 2^41 µs, then 3 per second: the old TAT, 2^61 µs ahead, is read as one full refill from its admission",
-			[]string{"params", "edge"}, lim("default", core.GCRA, 1<<20, core.MaxUnits>>20, 1)).
-			take(t0, 1<<20).takeWith(t0+1, 2, []vectors.Limit{lim("default", core.GCRA, 3, sec, 3)}).take(t0+2, 1).retryEdge(1).
-			takeWith(t0+3*sec, 1, []vectors.Limit{lim("default", core.GCRA, 2, 5*sec, core.MaxLimit)}),
-		newCase("gcra-legacy", "a state without its admission time (y 0, written before it was kept) is not clamped",
-			[]string{"params", "state"}, lim("default", core.GCRA, 10, sec, 0)).
-			takeFrom(t0, 1, vectors.State{Algorithm: int32(core.GCRA), T: t0 + 365*day}).take(t0+365*day-900*ms-1, 1).take(t0+365*day-900*ms, 1),
-		newCase("gcra-corrupt-y", "an admission time after the TAT it wrote is corrupt", []string{"state", "error"}, lim("default", core.GCRA, 3, sec, 0)).
-			takeFrom(t0, 1, vectors.State{Algorithm: int32(core.GCRA), T: t0, Y: t0 + 1}).
-			takeFrom(t0, 1, vectors.State{Algorithm: int32(core.GCRA), T: t0 + 1, Y: t0 + 1}),
-	)
-	add("gcra.json", "GCRA: burst Limit at Rate per Window, kept as one theoretical arrival time.", g)
+	for _, a := range core.Algorithms() {
+		f, ok := algFiles[a]
+		if !ok || f.corrupt == nil || f.own == nil {
+			log.Fatalf("no vector file for %v, or an incomplete one: register one in a file of its own in tests/vectors/internal/gen (its corrupt states and its own cases)", a)
+		}
+		add(a.String()+".json", f.desc, append(common(f), f.own()...))
+	}
 
 	m := []*builder{
 		newCase("multi-burst-daily", "a burst limit and a daily limit on one key", []string{"multi"},
@@ -476,11 +435,6 @@ func main() {
 	dir := flag.String("out", ".", "directory to write the vector files to")
 	flag.Parse()
 	fs := files()
-	for _, a := range core.Algorithms() {
-		if !written[a] {
-			log.Fatalf("no vector file for %v: add one in files(): the common scenarios (common) and its own", a)
-		}
-	}
 	for name, f := range fs {
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
