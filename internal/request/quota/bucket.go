@@ -284,7 +284,10 @@ func (b *Bucket) Report(id string, seq uint64, allowed, denied uint64, now int64
 		} else {
 			c.Demand -= (c.Demand - d) / 2
 		}
-		c.Starved = c.Denied > 0
+		// Starved: denied, or served beyond its grant's rate out of
+		// a fresh bucket's burst (by more than a measurement's
+		// noise), which will soon run out.
+		c.Starved = c.Denied > 0 || d > c.Sent.Fill+b.cutThreshold(c.Sent)
 		c.Used, c.Denied, c.Since = 0, 0, now
 	}
 	if !c.Acked && !c.Unsent && now >= c.SentAt+b.cfg.Guard {
@@ -455,12 +458,21 @@ func (b *Bucket) move(active []*Client, want []Grant, now int64) []bool {
 		if g == c.Sent {
 			return
 		}
-		if c.Acked {
-			c.Prev = c.Sent
-		} else {
-			c.Prev = maxGrant(c.Prev, c.Sent)
+		switch {
+		case c.Acked:
+			c.Prev, c.SentAt = c.Sent, now
+		case !c.Unsent && g.Fill >= c.Sent.Fill && g.Tokens >= c.Sent.Tokens:
+			// A raise while the change sent at SentAt awaits its
+			// acknowledgement: every grant sent since then is at most
+			// g, so the report that acknowledges that change shows
+			// the client enforcing g or less, and Prev over. Restarting
+			// the wait here would keep Prev committed one more report
+			// for every raise (a client raised as its peers' demands
+			// become known would hold its old grant for as long).
+		default:
+			c.Prev, c.SentAt = maxGrant(c.Prev, c.Sent), now
 		}
-		c.Sent, c.SentAt, c.Acked, c.Unsent = g, now, false, false
+		c.Sent, c.Acked, c.Unsent = g, false, false
 		changed[i] = true
 	}
 	var sent Grant

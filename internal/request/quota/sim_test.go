@@ -331,7 +331,7 @@ func runSim(p simParams) simResult {
 		got := min(want, idealLevel/s.lim.FillInterval)
 		idealLevel -= got * s.lim.FillInterval
 		idealTotal += got
-		if p.design != "rtc" && now%Second == 0 {
+		if p.design != "rtc" {
 			fairChecks = append(fairChecks, struct {
 				at   int64
 				fair bool

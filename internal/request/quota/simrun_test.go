@@ -75,7 +75,7 @@ func simTable(rows []simResult) string {
 	for _, r := range rows {
 		conv, eps, changes := "–", "–", "–"
 		if r.design == "rlqs" {
-			conv = fmt.Sprintf("%d s (%.1f intervals)", r.converge/Second, float64(r.converge)/float64(r.report))
+			conv = fmt.Sprintf("%.2f s (%.2f intervals)", float64(r.converge)/float64(Second), float64(r.converge)/float64(r.report))
 			if r.converge < 0 {
 				conv = "never"
 			}
