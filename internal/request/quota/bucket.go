@@ -279,7 +279,7 @@ func (b *Bucket) Report(id string, seq uint64, allowed, denied uint64, now int64
 		// quarter): a burst of requests is served at the next report, a
 		// small lull is believed when it lasts.
 		d := mulDiv(int64(min(c.Used, 1<<62)), b.limit.FillInterval, gap)
-		if c.Demand < 0 || d >= c.Demand || d < c.Demand/4 {
+		if c.Demand < 0 || d >= c.Demand || c.Demand-d > b.cutThreshold(Grant{Fill: c.Demand}) {
 			c.Demand = d
 		} else {
 			c.Demand -= (c.Demand - d) / 2
