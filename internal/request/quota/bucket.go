@@ -504,9 +504,11 @@ func (b *Bucket) move(active []*Client, want []Grant, now int64) []bool {
 	used := b.Committed(now)
 	free := Grant{b.limit.Fill - used.Fill, b.limit.Burst - used.Tokens}
 	cutsPending := false
+	var pending int64 // the fill that cuts not yet acknowledged will free
 	for _, c := range b.clients {
 		if g := c.commit(now, &b.cfg); g.Fill > c.Sent.Fill || g.Tokens > c.Sent.Tokens {
 			cutsPending = true
+			pending += g.Fill - c.Sent.Fill
 		}
 	}
 	order := make([]int, 0, len(active))
@@ -523,13 +525,19 @@ func (b *Bucket) move(active []*Client, want []Grant, now int64) []bool {
 		c := active[i]
 		cur := c.commit(now, &b.cfg)
 		need := Grant{max(0, want[i].Fill-cur.Fill), max(0, want[i].Tokens-cur.Tokens)}
-		if need.Fill <= free.Fill && need.Tokens <= free.Tokens {
-			set(i, want[i])
-			free.Fill -= need.Fill
-			free.Tokens -= need.Tokens
+		if need.Fill <= free.Fill+b.threshold(want[i]) && need.Tokens <= free.Tokens+max(1, want[i].Tokens*b.cfg.Hysteresis/1000) {
+			// Served, or all but less than the hysteresis, which
+			// would not raise it again: one change either way, so
+			// it need not wait for pending cuts.
+			g := minGrant(want[i], Grant{cur.Fill + max(0, free.Fill), cur.Tokens + max(0, free.Tokens)})
+			if g.Fill > c.Sent.Fill || g.Tokens > c.Sent.Tokens {
+				set(i, maxGrant(g, c.Sent))
+			}
+			free.Fill -= min(need.Fill, max(0, free.Fill))
+			free.Tokens -= min(need.Tokens, max(0, free.Tokens))
 			continue
 		}
-		unmet += need.Fill - max(0, free.Fill)
+		unmet += need.Fill
 		if cutsPending || free.Fill < b.threshold(cur) || free.Tokens < 1 {
 			continue // wait for the cuts: one change, not two
 		}
@@ -538,12 +546,16 @@ func (b *Bucket) move(active []*Client, want []Grant, now int64) []bool {
 			set(i, g)
 			free.Fill -= g.Fill - cur.Fill
 			free.Tokens -= g.Tokens - cur.Tokens
+			unmet -= g.Fill - cur.Fill
 		}
 	}
-	if unmet > 0 && !cutsPending {
-		// The capacity a starved client needs sits in many small
-		// excesses, each under the cut threshold: cut the largest ones,
-		// just enough. The raise follows once the cuts are acknowledged.
+	if unmet -= max(0, free.Fill) + pending; unmet > 0 {
+		// The capacity the starved clients need, beyond what is free
+		// and what the pending cuts (this step's included) will free,
+		// sits in many small excesses, each under the cut threshold:
+		// cut the largest ones, just enough, now rather than once the
+		// pending cuts are acknowledged (one more round trip). The
+		// raises follow once the cuts are acknowledged.
 		excess := make([]int, 0, len(active))
 		for i, c := range active {
 			if !changed[i] && want[i].Fill < c.Sent.Fill {
