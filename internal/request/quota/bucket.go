@@ -285,9 +285,10 @@ func (b *Bucket) Report(id string, seq uint64, allowed, denied uint64, now int64
 			c.Demand -= (c.Demand - d) / 2
 		}
 		// Starved: denied, or served beyond its grant's rate out of
-		// a fresh bucket's burst (by more than a measurement's
-		// noise), which will soon run out.
-		c.Starved = c.Denied > 0 || d > c.Sent.Fill+b.cutThreshold(c.Sent)
+		// a fresh bucket's burst (by more than the hysteresis and
+		// one request per report, a measurement's resolution), which
+		// will soon run out.
+		c.Starved = c.Denied > 0 || d > c.Sent.Fill+b.threshold(c.Sent)+ceilMulDiv(1, b.limit.FillInterval, b.cfg.ReportInterval)
 		c.Used, c.Denied, c.Since = 0, 0, now
 	}
 	if !c.Acked && !c.Unsent && now >= c.SentAt+b.cfg.Guard {
@@ -537,10 +538,17 @@ func (b *Bucket) move(active []*Client, want []Grant, now int64) []bool {
 			free.Tokens -= min(need.Tokens, max(0, free.Tokens))
 			continue
 		}
-		unmet += need.Fill
 		if cutsPending || free.Fill < b.threshold(cur) || free.Tokens < 1 {
-			continue // wait for the cuts: one change, not two
+			// Wait for the cuts: one change, not two. What is free
+			// stays reserved for this client (the largest shortfall
+			// first), not taken by smaller ones meanwhile.
+			r := min(need.Fill, max(0, free.Fill))
+			free.Fill -= r
+			free.Tokens -= min(need.Tokens, max(0, free.Tokens))
+			unmet += need.Fill - r
+			continue
 		}
+		unmet += need.Fill
 		g := Grant{cur.Fill + min(need.Fill, free.Fill), cur.Tokens + min(need.Tokens, free.Tokens)}
 		if g.Fill > c.Sent.Fill {
 			set(i, g)
