@@ -141,15 +141,19 @@ type Client struct {
 	// Demand is the client's estimated demand in tokens per FillInterval:
 	// requests allowed plus denied over the server time they were reported
 	// in (at least half a ReportInterval), rising at once to a higher
-	// measurement and falling halfway to a lower one; -1 until measured.
+	// measurement and falling at once to a lower one, or halfway when
+	// the drop is within a measurement's noise; -1 until measured.
 	Demand int64
 	// Used and Denied count the requests, and the denied ones, reported
 	// since Since and not yet measured.
 	Used, Denied uint64
 	Since        int64
-	// Starved: the last measurement saw requests denied. Only a starved
-	// client (or one with no grant) makes others' grants move: one that
-	// is never denied has all it needs, whatever its estimate says.
+	// Starved: the last measurement saw requests denied, or a demand
+	// above the grant's rate by more than the hysteresis and one request
+	// per report (served, for now, from a fresh bucket's burst). Only a
+	// starved client (or one with no grant) makes others' grants move:
+	// one that is never denied and stays within its rate has all it
+	// needs.
 	Starved bool
 	// LastReport and LastUsage are when the last report, and the last one
 	// with any usage, arrived (µs).
@@ -275,9 +279,11 @@ func (b *Bucket) Report(id string, seq uint64, allowed, denied uint64, now int64
 	c.Used = satAdd(c.Used, used)
 	c.Denied = satAdd(c.Denied, denied)
 	if gap := now - c.Since; gap >= b.cfg.ReportInterval/2 {
-		// Demand rises at once and falls by halves (at once below a
-		// quarter): a burst of requests is served at the next report, a
-		// small lull is believed when it lasts.
+		// Demand rises at once, and falls at once too when the drop
+		// is beyond a measurement's noise (cutThreshold): a shift is
+		// believed from the report that shows it, so the capacity it
+		// frees moves one report sooner. A drop within the noise falls
+		// by halves, so noise alone does not move grants.
 		d := mulDiv(int64(min(c.Used, 1<<62)), b.limit.FillInterval, gap)
 		if c.Demand < 0 || d >= c.Demand || c.Demand-d > b.cutThreshold(Grant{Fill: c.Demand}) {
 			c.Demand = d
@@ -288,7 +294,7 @@ func (b *Bucket) Report(id string, seq uint64, allowed, denied uint64, now int64
 		// a fresh bucket's burst (by more than the hysteresis and
 		// one request per report, a measurement's resolution), which
 		// will soon run out.
-		c.Starved = c.Denied > 0 || d > c.Sent.Fill+b.threshold(c.Sent)+ceilMulDiv(1, b.limit.FillInterval, b.cfg.ReportInterval)
+		c.Starved = c.Denied > 0 || c.Demand > c.Sent.Fill+b.threshold(c.Sent)+ceilMulDiv(1, b.limit.FillInterval, b.cfg.ReportInterval)
 		c.Used, c.Denied, c.Since = 0, 0, now
 	}
 	if !c.Acked && !c.Unsent && now >= c.SentAt+b.cfg.Guard {
