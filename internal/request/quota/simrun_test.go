@@ -18,11 +18,11 @@ import (
 //   - at least 95% of the limit used in settled saturated seconds;
 //   - fair shares reached after every disruption, and kept until the
 //     next one, within the floor plus one report interval. The floor,
-//     max(3R + Guard, TTL + Guard) + a round trip, is the worst case of a
-//     division that moves grants on measured demand and raises only once
-//     the cut paying for it is acknowledged (docs/rlqs.md, "Measured",
-//     gives the timeline): the acceptance's 2 report intervals are below
-//     it.
+//     max(3T + Guard, TTL + Guard) + a round trip (T the report
+//     interval), is the worst case of a division that moves grants on
+//     measured demand and raises only once the cut paying for it is
+//     acknowledged (simFloor; docs/rlqs.md, "Measured", gives the
+//     timeline): the acceptance's 2 report intervals are below it.
 func TestSimulation(t *testing.T) {
 	clients := []int{2, 10, 50, 200}
 	if raceEnabled || testing.Short() {
@@ -103,11 +103,11 @@ func simSeconds(t, report int64) string {
 }
 
 // simFloor is the longest a disruption can keep shares unfair, at best,
-// with reports every report µs and the default configuration: a demand
-// shift shows in full in the second report after it (2R), the cut paying
-// for the raise is acknowledged by the cut client's first report at least
-// Guard after it (up to Guard + R), and a departed client's grant counts
-// until it expires (TTL + Guard); plus a round trip.
+// with reports every report µs (T) and the default configuration: a
+// demand shift shows in full in the second report after it (2T), the cut
+// paying for the raise is acknowledged by the cut client's first report
+// at least Guard after it (up to Guard + T), and a departed client's
+// grant counts until it expires (TTL + Guard); plus a round trip.
 func simFloor(report int64) int64 {
 	d := Config{ReportInterval: report}.WithDefaults()
 	return max(3*report+d.Guard, d.TTL+d.Guard) + 2*simDelay
