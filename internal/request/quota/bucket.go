@@ -141,15 +141,19 @@ type Client struct {
 	// Demand is the client's estimated demand in tokens per FillInterval:
 	// requests allowed plus denied over the server time they were reported
 	// in (at least half a ReportInterval), rising at once to a higher
-	// measurement and falling halfway to a lower one; -1 until measured.
+	// measurement and falling at once to a lower one, or halfway when
+	// the drop is within a measurement's noise; -1 until measured.
 	Demand int64
 	// Used and Denied count the requests, and the denied ones, reported
 	// since Since and not yet measured.
 	Used, Denied uint64
 	Since        int64
-	// Starved: the last measurement saw requests denied. Only a starved
-	// client (or one with no grant) makes others' grants move: one that
-	// is never denied has all it needs, whatever its estimate says.
+	// Starved: the last measurement saw requests denied, or a demand
+	// above the grant's rate by more than the hysteresis and one request
+	// per report (served, for now, from a fresh bucket's burst). Only a
+	// starved client (or one with no grant) makes others' grants move:
+	// one that is never denied and stays within its rate has all it
+	// needs.
 	Starved bool
 	// LastReport and LastUsage are when the last report, and the last one
 	// with any usage, arrived (µs).
@@ -275,16 +279,22 @@ func (b *Bucket) Report(id string, seq uint64, allowed, denied uint64, now int64
 	c.Used = satAdd(c.Used, used)
 	c.Denied = satAdd(c.Denied, denied)
 	if gap := now - c.Since; gap >= b.cfg.ReportInterval/2 {
-		// Demand rises at once and falls by halves (at once below a
-		// quarter): a burst of requests is served at the next report, a
-		// small lull is believed when it lasts.
+		// Demand rises at once, and falls at once too when the drop
+		// is beyond a measurement's noise (cutThreshold): a shift is
+		// believed from the report that shows it, so the capacity it
+		// frees moves one report sooner. A drop within the noise falls
+		// by halves, so noise alone does not move grants.
 		d := mulDiv(int64(min(c.Used, 1<<62)), b.limit.FillInterval, gap)
-		if c.Demand < 0 || d >= c.Demand || d < c.Demand/4 {
+		if c.Demand < 0 || d >= c.Demand || c.Demand-d > b.cutThreshold(Grant{Fill: c.Demand}) {
 			c.Demand = d
 		} else {
 			c.Demand -= (c.Demand - d) / 2
 		}
-		c.Starved = c.Denied > 0
+		// Starved: denied, or served beyond its grant's rate out of
+		// a fresh bucket's burst (by more than the hysteresis and
+		// one request per report, a measurement's resolution), which
+		// will soon run out.
+		c.Starved = c.Denied > 0 || c.Demand > c.Sent.Fill+b.threshold(c.Sent)+ceilMulDiv(1, b.limit.FillInterval, b.cfg.ReportInterval)
 		c.Used, c.Denied, c.Since = 0, 0, now
 	}
 	if !c.Acked && !c.Unsent && now >= c.SentAt+b.cfg.Guard {
@@ -455,12 +465,21 @@ func (b *Bucket) move(active []*Client, want []Grant, now int64) []bool {
 		if g == c.Sent {
 			return
 		}
-		if c.Acked {
-			c.Prev = c.Sent
-		} else {
-			c.Prev = maxGrant(c.Prev, c.Sent)
+		switch {
+		case c.Acked:
+			c.Prev, c.SentAt = c.Sent, now
+		case !c.Unsent && g.Fill >= c.Sent.Fill && g.Tokens >= c.Sent.Tokens:
+			// A raise while the change sent at SentAt awaits its
+			// acknowledgement: every grant sent since then is at most
+			// g, so the report that acknowledges that change shows
+			// the client enforcing g or less, and Prev over. Restarting
+			// the wait here would keep Prev committed one more report
+			// for every raise (a client raised as its peers' demands
+			// become known would hold its old grant for as long).
+		default:
+			c.Prev, c.SentAt = maxGrant(c.Prev, c.Sent), now
 		}
-		c.Sent, c.SentAt, c.Acked, c.Unsent = g, now, false, false
+		c.Sent, c.Acked, c.Unsent = g, false, false
 		changed[i] = true
 	}
 	var sent Grant
@@ -492,9 +511,11 @@ func (b *Bucket) move(active []*Client, want []Grant, now int64) []bool {
 	used := b.Committed(now)
 	free := Grant{b.limit.Fill - used.Fill, b.limit.Burst - used.Tokens}
 	cutsPending := false
+	var pending int64 // the fill that cuts not yet acknowledged will free
 	for _, c := range b.clients {
 		if g := c.commit(now, &b.cfg); g.Fill > c.Sent.Fill || g.Tokens > c.Sent.Tokens {
 			cutsPending = true
+			pending += g.Fill - c.Sent.Fill
 		}
 	}
 	order := make([]int, 0, len(active))
@@ -511,27 +532,44 @@ func (b *Bucket) move(active []*Client, want []Grant, now int64) []bool {
 		c := active[i]
 		cur := c.commit(now, &b.cfg)
 		need := Grant{max(0, want[i].Fill-cur.Fill), max(0, want[i].Tokens-cur.Tokens)}
-		if need.Fill <= free.Fill && need.Tokens <= free.Tokens {
-			set(i, want[i])
-			free.Fill -= need.Fill
-			free.Tokens -= need.Tokens
+		if need.Fill <= free.Fill+b.threshold(want[i]) && need.Tokens <= free.Tokens+max(1, want[i].Tokens*b.cfg.Hysteresis/1000) {
+			// Served, or all but less than the hysteresis, which
+			// would not raise it again: one change either way, so
+			// it need not wait for pending cuts.
+			g := minGrant(want[i], Grant{cur.Fill + max(0, free.Fill), cur.Tokens + max(0, free.Tokens)})
+			if g.Fill > c.Sent.Fill || g.Tokens > c.Sent.Tokens {
+				set(i, maxGrant(g, c.Sent))
+			}
+			free.Fill -= min(need.Fill, max(0, free.Fill))
+			free.Tokens -= min(need.Tokens, max(0, free.Tokens))
 			continue
 		}
-		unmet += need.Fill - max(0, free.Fill)
 		if cutsPending || free.Fill < b.threshold(cur) || free.Tokens < 1 {
-			continue // wait for the cuts: one change, not two
+			// Wait for the cuts: one change, not two. What is free
+			// stays reserved for this client (the largest shortfall
+			// first), not taken by smaller ones meanwhile.
+			r := min(need.Fill, max(0, free.Fill))
+			free.Fill -= r
+			free.Tokens -= min(need.Tokens, max(0, free.Tokens))
+			unmet += need.Fill - r
+			continue
 		}
+		unmet += need.Fill
 		g := Grant{cur.Fill + min(need.Fill, free.Fill), cur.Tokens + min(need.Tokens, free.Tokens)}
 		if g.Fill > c.Sent.Fill {
 			set(i, g)
 			free.Fill -= g.Fill - cur.Fill
 			free.Tokens -= g.Tokens - cur.Tokens
+			unmet -= g.Fill - cur.Fill
 		}
 	}
-	if unmet > 0 && !cutsPending {
-		// The capacity a starved client needs sits in many small
-		// excesses, each under the cut threshold: cut the largest ones,
-		// just enough. The raise follows once the cuts are acknowledged.
+	if unmet -= max(0, free.Fill) + pending; unmet > 0 {
+		// The capacity the starved clients need, beyond what is free
+		// and what the pending cuts (this step's included) will free,
+		// sits in many small excesses, each under the cut threshold:
+		// cut the largest ones, just enough, now rather than once the
+		// pending cuts are acknowledged (one more round trip). The
+		// raises follow once the cuts are acknowledged.
 		excess := make([]int, 0, len(active))
 		for i, c := range active {
 			if !changed[i] && want[i].Fill < c.Sent.Fill {

@@ -30,6 +30,7 @@ type simResult struct {
 	utilisation      float64 // admitted / (L × time) over settled saturated seconds
 	utilisationAll   float64 // the same over every saturated second
 	converge         int64   // longest time from an event to fair shares, µs (-1: never)
+	settle           int64   // longest time from an event to fair shares kept until the next event, µs (-1: never)
 	changes          int64   // grants changed (fresh token buckets)
 	maxCommitOverRun bool    // Σ commitments ever exceeded the limit
 	boundBroken      int     // windows where admitted > 60·L + B − reserve + ε
@@ -331,7 +332,7 @@ func runSim(p simParams) simResult {
 		got := min(want, idealLevel/s.lim.FillInterval)
 		idealLevel -= got * s.lim.FillInterval
 		idealTotal += got
-		if p.design != "rtc" && now%Second == 0 {
+		if p.design != "rtc" {
 			fairChecks = append(fairChecks, struct {
 				at   int64
 				fair bool
@@ -426,6 +427,33 @@ func runSim(p simParams) simResult {
 			break
 		}
 		r.converge = max(r.converge, t)
+	}
+	// Settling: from each disruption to the first step from which
+	// every client holds its fair share until the next disruption
+	// (a share that is fair for a moment and then lapses does not
+	// count).
+	bounds := append(append([]int64{0}, events...), simDuration)
+	for k := 0; k+1 < len(bounds); k++ {
+		ev, next := bounds[k], bounds[k+1]
+		if ev == next {
+			continue // the start, a disruption too
+		}
+		t := int64(-1)
+		for _, f := range fairChecks {
+			if f.at < ev || f.at >= next {
+				continue
+			}
+			if !f.fair {
+				t = -1
+			} else if t < 0 {
+				t = f.at - ev
+			}
+		}
+		if t < 0 {
+			r.settle = -1
+			break
+		}
+		r.settle = max(r.settle, t)
 	}
 	return r
 }
