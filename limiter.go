@@ -309,8 +309,11 @@ func (l *Limiter) decide(ctx context.Context, op store.Op, key string, cost int6
 		// The memstore directly, the request and the decision by
 		// pointer: through the interface both are copied in 16-byte
 		// moves that wait on the 8-byte stores that wrote them (see
-		// memstore.Store.DecideInto).
-		req := store.Request{Policy: p.sp, Prefix: l.base, Key: key, Op: op, Now: now, Cost: cost}
+		// memstore.Store.DecideInto). The request is filled field by
+		// field: a composite literal is built in a temporary and copied
+		// into the variable in those same moves.
+		var req store.Request
+		req.Policy, req.Prefix, req.Key, req.Op, req.Now, req.Cost = p.sp, l.base, key, op, now, cost
 		i, err = m.DecideInto(&req, nil, &d)
 	} else {
 		// The request is built in the call (a variable would be copied
