@@ -27,7 +27,16 @@
 // is hashed once per call with keys drawn per store and compared once, by
 // length and bytes (a key of 4 to 16 bytes as the two words the hash read).
 // On many keys, where entries are not in the CPU's caches, those two lines
-// are most of a decision's cost.
+// are most of a decision's cost. Nothing else is written by a decision on a
+// key that exists: no counter, no statistic, no clock, no pool. The Store's
+// fields and each shard keep what lookups read on cache lines apart from
+// what creating and dropping keys writes (the budget in use, the sweeps'
+// times, a shard's mutex and count), so that new keys on one core do not
+// make the other cores' lookups miss. On many keys decided from several
+// cores, a key's line 1 moves to the core deciding it from the core that
+// decided it last: what that costs depends on where the cores sit (a
+// shared cache or not), not on the store (BenchmarkDecideParallel's
+// walk=shared beside walk=disjoint).
 //
 // Why not compare-and-swap of a packed state (reconsidered for issue 11):
 //
