@@ -44,9 +44,10 @@ func TestEntryLayout(t *testing.T) {
 	}
 }
 
-// TestStoreLayout pins the cache lines of the Store and of a shard (see
-// Store and shard): what every lookup reads in lines no write shares
-// while the store runs (creating or dropping a key, a sweep, Close), and
+// TestStoreLayout pins the cache lines of the Store, of a shard and of its
+// table (see Store, shard and table): what every lookup reads in lines no
+// write shares while the store runs (creating or dropping a key, a sweep,
+// Close), and
 // sizes in whole lines, so that the allocator keeps them line-aligned (a
 // size class that is a multiple of 64 bytes starts each object on a line).
 func TestStoreLayout(t *testing.T) {
@@ -79,6 +80,7 @@ func TestStoreLayout(t *testing.T) {
 			{"closed", unsafe.Offsetof(s.closed), unsafe.Sizeof(s.closed), 2},
 			{"stopped", unsafe.Offsetof(s.stopped), unsafe.Sizeof(s.stopped), 2},
 		}},
+		{"table", unsafe.Sizeof(table{}), 1, nil},
 		{"shard", unsafe.Sizeof(sh), 2, []field{
 			{"tab", unsafe.Offsetof(sh.tab), unsafe.Sizeof(sh.tab), 0},
 			{"mu", unsafe.Offsetof(sh.mu), unsafe.Sizeof(sh.mu), 1},

@@ -191,9 +191,15 @@ type shard struct {
 // A resize relinks the entries into a new table; a reader still on the old
 // one may then miss an entry (never find a wrong one, never loop), which is
 // why a miss is checked again under the shard's mutex.
+//
+// A table is a cache line of its own (padded to 64 bytes, a size class the
+// allocator keeps line-aligned): every lookup in the shard reads it, so it
+// shares no line with another object of the program, which could be written
+// all the time (TestStoreLayout).
 type table struct {
 	mask    uint64
 	buckets []atomic.Pointer[entry]
+	_       [32]byte
 }
 
 // bucket returns the chain head of hash h. The shard was chosen by h's low
