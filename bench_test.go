@@ -2,6 +2,7 @@ package rl_test
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -24,6 +25,11 @@ import (
 //	BenchmarkAllow/clock=system/...       the same with rl.SystemClock (time.Now per call)
 //	BenchmarkAllow/deny=most/keys=1/...   one hot key under 100/s: nearly every call denied
 //	BenchmarkAllow/decider=wasm/...       the same as the first, deciding with the WebAssembly core
+//	BenchmarkAllow/walk=disjoint/keys=10000/parallel
+//	                                      each goroutine walks a part of the keys of its own, where
+//	                                      keys=10000/parallel has every goroutine walk all the keys
+//	                                      (from its own offset, as bench/peers does): beside it, what
+//	                                      cores taking keys' state lines from one another costs
 //
 // The admit/op metric is the fraction of calls admitted. The targets are
 // 0 allocs/op, and on 10,000 keys parallel at most 0.55× serial on 2 cores
@@ -64,12 +70,15 @@ func BenchmarkAllow(b *testing.B) {
 		clock  rl.Clock
 		keys   []int
 		wasm   bool
+		serial bool // run the serial benchmark too
+		split  bool // parallel: each goroutine its own keys
 	}
 	variants := []variant{
-		{"", admitAll, nil, []int{1, 10_000}, false},
-		{"clock=system/", admitAll, rl.SystemClock, []int{1, 10_000}, false},
-		{"deny=most/", denyMost, nil, []int{1}, false},
-		{"decider=wasm/", admitAll, nil, []int{1, 10_000}, true},
+		{"", admitAll, nil, []int{1, 10_000}, false, true, false},
+		{"clock=system/", admitAll, rl.SystemClock, []int{1, 10_000}, false, true, false},
+		{"deny=most/", denyMost, nil, []int{1}, false, true, false},
+		{"decider=wasm/", admitAll, nil, []int{1, 10_000}, true, true, false},
+		{"walk=disjoint/", admitAll, nil, []int{10_000}, false, false, true},
 	}
 	pool, err := wasm.New(context.Background(), wasm.Config{})
 	if err != nil {
@@ -84,13 +93,15 @@ func BenchmarkAllow(b *testing.B) {
 			if v.wasm {
 				d = pool
 			}
-			b.Run(name+"/serial", func(b *testing.B) {
-				l := newBenchLimiter(b, v.policy, v.clock, d)
-				benchSerial(b, l, keys)
-			})
+			if v.serial {
+				b.Run(name+"/serial", func(b *testing.B) {
+					l := newBenchLimiter(b, v.policy, v.clock, d)
+					benchSerial(b, l, keys)
+				})
+			}
 			b.Run(name+"/parallel", func(b *testing.B) {
 				l := newBenchLimiter(b, v.policy, v.clock, d)
-				benchParallel(b, l, keys)
+				benchParallel(b, l, keys, v.split)
 			})
 		}
 	}
@@ -126,15 +137,22 @@ func benchSerial(b *testing.B, l *rl.Limiter, keys []string) {
 	b.ReportMetric(float64(admitted)/float64(b.N), "admit/op")
 }
 
-func benchParallel(b *testing.B, l *rl.Limiter, keys []string) {
+func benchParallel(b *testing.B, l *rl.Limiter, keys []string, split bool) {
 	ctx := context.Background()
 	warmKeys(b, l, keys)
+	g := int64(runtime.GOMAXPROCS(0))
 	var admitted, calls, worker atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		// Each goroutine walks the keys from its own offset.
-		i := int(worker.Add(1)*7919) % len(keys)
+		// Each goroutine walks the keys (or its part of them, split)
+		// from its own offset.
+		w := worker.Add(1)
+		lo, hi := 0, len(keys)
+		if split && int64(len(keys)) >= g {
+			lo, hi = int((w-1)%g)*len(keys)/int(g), int((w-1)%g+1)*len(keys)/int(g)
+		}
+		i := lo + int(w*7919)%(hi-lo)
 		n, a := int64(0), int64(0)
 		for pb.Next() {
 			r, err := l.Allow(ctx, keys[i])
@@ -146,8 +164,8 @@ func benchParallel(b *testing.B, l *rl.Limiter, keys []string) {
 				a++
 			}
 			n++
-			if i++; i == len(keys) {
-				i = 0
+			if i++; i == hi {
+				i = lo
 			}
 		}
 		admitted.Add(a)

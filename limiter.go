@@ -67,7 +67,8 @@ type Config struct {
 type Limiter struct {
 	store  store.Store
 	owned  *memstore.Store
-	coarse *clock.Coarse // the clock, when it is the default one
+	mem    *memstore.Store // store, when it is a memstore (DecideInto)
+	coarse *clock.Coarse   // the clock, when it is the default one
 	policy *Policy
 	base   string
 	clock  Clock
@@ -127,6 +128,7 @@ func New(cfg Config) (*Limiter, error) {
 		l.owned = memstore.New(&memstore.Config{Clock: l.clock})
 		l.store = l.owned
 	}
+	l.mem, _ = l.store.(*memstore.Store)
 	return l, nil
 }
 
@@ -298,13 +300,31 @@ func (l *Limiter) decide(ctx context.Context, op store.Op, key string, cost int6
 	} else {
 		now = l.clock()
 	}
-	// The request is built in the call (a variable would be copied once
-	// more), and the decision is written to *r field by field here, as
-	// fromCore does, without fromCore's call (it is too big to inline).
-	i, d, err := l.store.Decide(ctx, store.Request{Policy: p.sp, Prefix: l.base, Key: key, Op: op, Now: now, Cost: cost}, nil)
+	var (
+		i   int
+		d   core.Decision
+		err error
+	)
+	if m := l.mem; m != nil {
+		// The memstore directly, the request and the decision by
+		// pointer: through the interface both are copied in 16-byte
+		// moves that wait on the 8-byte stores that wrote them (see
+		// memstore.Store.DecideInto). The request is filled field by
+		// field: a composite literal is built in a temporary and copied
+		// into the variable in those same moves.
+		var req store.Request
+		req.Policy, req.Prefix, req.Key, req.Op, req.Now, req.Cost = p.sp, l.base, key, op, now, cost
+		i, err = m.DecideInto(&req, nil, &d)
+	} else {
+		// The request is built in the call (a variable would be copied
+		// once more).
+		i, d, err = l.store.Decide(ctx, store.Request{Policy: p.sp, Prefix: l.base, Key: key, Op: op, Now: now, Cost: cost}, nil)
+	}
 	if err != nil {
 		return storeError(key, err, op, now, cost)
 	}
+	// The decision is written to *r field by field here, as fromCore
+	// does, without fromCore's call (it is too big to inline).
 	lim := &p.src[i]
 	r.Name, r.Window, r.Index, r.Shadow = lim.Name, lim.Window, i, lim.Shadow
 	r.Allowed, r.Limit, r.Remaining = d.Allowed, d.Limit, d.Remaining

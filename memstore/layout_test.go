@@ -43,3 +43,57 @@ func TestEntryLayout(t *testing.T) {
 		t.Errorf("entry is %d bytes, not two %d-byte lines", size, line)
 	}
 }
+
+// TestStoreLayout pins the cache lines of the Store, of a shard and of its
+// table (see Store, shard and table): what every lookup reads in lines no
+// write shares while the store runs (creating or dropping a key, a sweep,
+// Close), and
+// sizes in whole lines, so that the allocator keeps them line-aligned (a
+// size class that is a multiple of 64 bytes starts each object on a line).
+func TestStoreLayout(t *testing.T) {
+	const line = 64
+	var s Store
+	var sh shard
+	type field struct {
+		name      string
+		off, size uintptr
+		line      uintptr
+	}
+	for _, c := range []struct {
+		what   string
+		size   uintptr
+		lines  uintptr
+		fields []field
+	}{
+		{"Store", unsafe.Sizeof(s), 3, []field{
+			{"shards", unsafe.Offsetof(s.shards), unsafe.Sizeof(s.shards), 0},
+			{"mask", unsafe.Offsetof(s.mask), unsafe.Sizeof(s.mask), 0},
+			{"seed", unsafe.Offsetof(s.seed), unsafe.Sizeof(s.seed), 0},
+			{"k0", unsafe.Offsetof(s.k0), unsafe.Sizeof(s.k0), 0},
+			{"k1", unsafe.Offsetof(s.k1), unsafe.Sizeof(s.k1), 0},
+			{"perCap", unsafe.Offsetof(s.perCap), unsafe.Sizeof(s.perCap), 0},
+			{"budget", unsafe.Offsetof(s.budget), unsafe.Sizeof(s.budget), 1},
+			{"native", unsafe.Offsetof(s.native), unsafe.Sizeof(s.native), 1},
+			{"used", unsafe.Offsetof(s.used), unsafe.Sizeof(s.used), 2},
+			{"swept", unsafe.Offsetof(s.swept), unsafe.Sizeof(s.swept), 2},
+			{"horizon", unsafe.Offsetof(s.horizon), unsafe.Sizeof(s.horizon), 2},
+			{"closed", unsafe.Offsetof(s.closed), unsafe.Sizeof(s.closed), 2},
+			{"stopped", unsafe.Offsetof(s.stopped), unsafe.Sizeof(s.stopped), 2},
+		}},
+		{"table", unsafe.Sizeof(table{}), 1, nil},
+		{"shard", unsafe.Sizeof(sh), 2, []field{
+			{"tab", unsafe.Offsetof(sh.tab), unsafe.Sizeof(sh.tab), 0},
+			{"mu", unsafe.Offsetof(sh.mu), unsafe.Sizeof(sh.mu), 1},
+			{"n", unsafe.Offsetof(sh.n), unsafe.Sizeof(sh.n), 1},
+		}},
+	} {
+		for _, f := range c.fields {
+			if f.off/line != f.line || (f.off+f.size-1)/line != f.line {
+				t.Errorf("%s.%s at bytes %d to %d, not in line %d", c.what, f.name, f.off, f.off+f.size, f.line)
+			}
+		}
+		if c.size != c.lines*line {
+			t.Errorf("%s is %d bytes, not %d %d-byte lines", c.what, c.size, c.lines, line)
+		}
+	}
+}

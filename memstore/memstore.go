@@ -27,7 +27,16 @@
 // is hashed once per call with keys drawn per store and compared once, by
 // length and bytes (a key of 4 to 16 bytes as the two words the hash read).
 // On many keys, where entries are not in the CPU's caches, those two lines
-// are most of a decision's cost.
+// are most of a decision's cost. Nothing else is written by a decision on a
+// key that exists: no counter, no statistic, no clock, no pool. The Store's
+// fields and each shard keep what lookups read on cache lines apart from
+// what creating and dropping keys writes (the budget in use, the sweeps'
+// times, a shard's mutex and count), so that new keys on one core do not
+// make the other cores' lookups miss. On many keys decided from several
+// cores, a key's line 1 moves to the core deciding it from the core that
+// decided it last: what that costs depends on where the cores sit (a
+// shared cache or not), not on the store (BenchmarkDecideParallel's
+// walk=shared beside walk=disjoint).
 //
 // Why not compare-and-swap of a packed state (reconsidered for issue 11):
 //
@@ -131,42 +140,66 @@ var errKeyCap = fmt.Errorf("memstore: key cap (MaxKeys) reached: %w", store.ErrF
 
 // Store is an in-memory store.Store. Create it with New; Close stops its
 // sweeper.
+//
+// Its first cache line holds what every lookup reads (the shards, the
+// mask, the hash keys) and nothing else; the fields written while it runs
+// (the budget in use, the sweeps' times, Close's) share no line with it,
+// so that creating and dropping keys on one core does not take the line
+// the other cores' lookups read (TestStoreLayout).
 type Store struct {
-	shards  []shard
-	mask    uint64
-	seed    maphash.Seed // keys longer than 16 bytes
-	k0, k1  uint64       // shorter ones (see hash)
-	perCap  int          // keys per shard, 0 = unlimited
-	budget  int64        // bytes, < 0 = unlimited
-	used    atomic.Int64
+	// Line 0: read by every lookup, written only by New.
+	shards []shard
+	mask   uint64
+	seed   maphash.Seed // keys longer than 16 bytes
+	k0, k1 uint64       // shorter ones (see hash)
+	perCap int          // keys per shard, 0 = unlimited
+
+	// Line 1: read by the slower paths, written only by New.
+	budget  int64 // bytes, < 0 = unlimited
 	clock   store.Clock
+	decider core.Decider
 	stop    chan struct{}
-	stopped sync.WaitGroup
-	closed  atomic.Bool
+	native  bool // decider is core.Native: call the core directly
+	_       [23]byte
+
+	// Line 2: written as keys are created and dropped, by sweeps and by
+	// Close; never by a decision on a key that exists.
+	used    atomic.Int64
 	swept   atomic.Int64 // µs of the last sweep made to free budget
 	horizon atomic.Int64 // µs: the latest time a dropped key's states became fresh
-	decider core.Decider
-	native  bool // decider is core.Native: call the core directly
+	closed  atomic.Bool
+	stopped sync.WaitGroup
+	_       [16]byte
 }
 
 var _ store.Store = (*Store)(nil)
 
 // shard is one part of the index. Readers load tab and walk a bucket's
-// chain with atomic loads; writers hold mu.
+// chain with atomic loads; writers hold mu. tab has a cache line of its
+// own, apart from the mutex and the count that creating and dropping keys
+// write, so that lookups in a shard do not miss each time a key is
+// created in it (TestStoreLayout).
 type shard struct {
-	mu  sync.Mutex
 	tab atomic.Pointer[table]
-	n   int      // entries, under mu
-	_   [40]byte // one cache line per shard
+	_   [56]byte
+	mu  sync.Mutex
+	n   int // entries, under mu
+	_   [48]byte
 }
 
 // table is a shard's hash table: chains of entries linked by entry.next.
 // A resize relinks the entries into a new table; a reader still on the old
 // one may then miss an entry (never find a wrong one, never loop), which is
 // why a miss is checked again under the shard's mutex.
+//
+// A table is a cache line of its own (padded to 64 bytes, a size class the
+// allocator keeps line-aligned): every lookup in the shard reads it, so it
+// shares no line with another object of the program, which could be written
+// all the time (TestStoreLayout).
 type table struct {
 	mask    uint64
 	buckets []atomic.Pointer[entry]
+	_       [32]byte
 }
 
 // bucket returns the chain head of hash h. The shard was chosen by h's low
@@ -586,24 +619,38 @@ func (s *Store) Len() int {
 	return n
 }
 
-// Decide implements store.Store.
+// Decide implements store.Store: DecideInto, with the request and the
+// decision by value.
+func (s *Store) Decide(_ context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
+	var d core.Decision
+	i, err := s.DecideInto(&req, each, &d)
+	return i, d, err
+}
+
+// DecideInto is Decide for a caller that holds the *Store (rl.Limiter over
+// a memstore): the request by pointer, the decision written to *d (left
+// zero on an error), nothing copied. Through the store.Store interface a
+// Request (64 bytes) does not fit the registers: the caller builds it with
+// 8-byte stores and copies it to the call's stack in 16-byte moves, which
+// wait on those stores (store-to-load forwarding fails), and the returned
+// Decision goes through memory the same way; on one warm key those two
+// copies were about a sixth of the CPU profile of an rl.Limiter.Allow.
+// DecideInto does not modify *req; it needs no context (the store never
+// blocks).
 //
 // The common call, a known compact key under the policy that made it, is
 // decided here: the lookup, the lock, the native core on the state copied
 // to the stack and back. Anything else goes through decide.
-func (s *Store) Decide(_ context.Context, req store.Request, each []core.Decision) (int, core.Decision, error) {
+func (s *Store) DecideInto(req *store.Request, each []core.Decision, d *core.Decision) (int, error) {
 	p := req.Policy
 	if p == nil {
-		return 0, core.Decision{}, core.ErrLimits
+		return 0, core.ErrLimits
 	}
 	h, sh, e := s.lookup(req.Prefix, req.Key)
 	if e != nil {
 		e.mu.Lock()
 		if e.one && e.pol == p && !e.dead {
-			var (
-				d   core.Decision
-				err error
-			)
+			var err error
 			st := core.State{Algorithm: e.alg, T: e.t, X: e.x, Y: e.y}
 			c := &p.Compiled()[0]
 			if st.Algorithm != 0 { // written by c: its parameters
@@ -611,16 +658,16 @@ func (s *Store) Decide(_ context.Context, req store.Request, each []core.Decisio
 			}
 			switch req.Op {
 			case store.Take:
-				if err = c.TakeInto(&st, req.Now, req.Cost, &d); err == nil && d.Allowed {
+				if err = c.TakeInto(&st, req.Now, req.Cost, d); err == nil && d.Allowed {
 					e.alg, e.t, e.x, e.y = st.Algorithm, st.T, st.X, st.Y
 					if exp := req.Now + d.ResetAfter; exp > e.expires {
 						e.expires = exp
 					}
 				}
 			case store.Peek:
-				err = c.PeekInto(&st, req.Now, req.Cost, &d)
+				err = c.PeekInto(&st, req.Now, req.Cost, d)
 			default:
-				if err = c.SettleInto(&st, req.Now, req.Cost, &d); err == nil {
+				if err = c.SettleInto(&st, req.Now, req.Cost, d); err == nil {
 					e.alg, e.t, e.x, e.y = st.Algorithm, st.T, st.X, st.Y
 					if exp := req.Now + d.ResetAfter; exp > e.expires {
 						e.expires = exp
@@ -629,16 +676,20 @@ func (s *Store) Decide(_ context.Context, req store.Request, each []core.Decisio
 			}
 			e.mu.Unlock()
 			if err != nil {
-				return 0, core.Decision{}, err
+				*d = core.Decision{}
+				return 0, err
 			}
 			if len(each) != 0 {
-				each[0] = d
+				each[0] = *d
 			}
-			return 0, d, nil
+			return 0, nil
 		}
 		e.mu.Unlock()
 	}
-	return s.decide(sh, h, &req, each)
+	r := *req // decide may move Now to the horizon
+	i, dd, err := s.decide(sh, h, &r, each)
+	*d = dd
+	return i, err
 }
 
 // decide is Decide's path for a new key, a key decided under another

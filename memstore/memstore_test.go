@@ -229,3 +229,65 @@ func TestSweepNeverRefunds(t *testing.T) {
 		})
 	}
 }
+
+// TestDecideInto runs the same calls through Decide on one store and
+// DecideInto on another: the same results, each limit's too, and the
+// request left as it was, also when a swept key moves the decision's time
+// to the horizon.
+func TestDecideInto(t *testing.T) {
+	tb := core.Limit{Algorithm: core.TokenBucket, Limit: 3, Window: 60_000_000}
+	one, two := policy([]string{"default"}, []core.Limit{tb}), policy([]string{"default", "second"}, []core.Limit{tb, fixed})
+	for _, c := range []struct {
+		name  string
+		sweep int64 // sweep at this time before the call (0: none)
+		req   store.Request
+		each  int
+	}{
+		{"new key", 0, store.Request{Policy: one, Key: "a", Now: t0, Cost: 1}, 0},
+		{"warm key", 0, store.Request{Policy: one, Key: "a", Now: t0 + 1, Cost: 2}, 1},
+		{"denied", 0, store.Request{Policy: one, Key: "a", Now: t0 + 2, Cost: 1}, 0},
+		{"peek", 0, store.Request{Policy: one, Key: "a", Op: store.Peek, Now: t0 + 3, Cost: 1}, 1},
+		{"peek of no key", 0, store.Request{Policy: one, Key: "none", Op: store.Peek, Now: t0, Cost: 1}, 1},
+		{"settle", 0, store.Request{Policy: one, Key: "a", Op: store.Settle, Now: t0 + 4, Cost: -2}, 0},
+		{"other limits", 0, store.Request{Policy: two, Key: "a", Now: t0 + 5, Cost: 1}, 2},
+		{"prefix", 0, store.Request{Policy: one, Prefix: "p:", Key: "a", Now: t0, Cost: 1}, 0},
+		{"long key", 0, store.Request{Policy: two, Key: "a-key-longer-than-the-entry-text-holds", Now: t0, Cost: 1}, 2},
+		{"swept, clock behind", t0 + 3_600_000_000, store.Request{Policy: one, Key: "a", Now: t0 + 6, Cost: 1}, 0},
+		{"invalid cost", 0, store.Request{Policy: one, Key: "a", Now: t0 + 7, Cost: -1}, 0},
+		{"no policy", 0, store.Request{Key: "a", Now: t0, Cost: 1}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			// Each case on two stores with the same history.
+			a := memstore.New(&memstore.Config{SweepInterval: -1})
+			defer a.Close()
+			b := memstore.New(&memstore.Config{SweepInterval: -1})
+			defer b.Close()
+			ctx := context.Background()
+			for _, before := range []store.Request{
+				{Policy: one, Key: "a", Now: t0, Cost: 1},
+				{Policy: one, Prefix: "p:", Key: "a", Now: t0, Cost: 1},
+			} {
+				a.Decide(ctx, before, nil)
+				b.Decide(ctx, before, nil)
+			}
+			if c.sweep != 0 {
+				a.Sweep(c.sweep)
+				b.Sweep(c.sweep)
+			}
+			eachA, eachB := make([]core.Decision, c.each), make([]core.Decision, c.each)
+			i, d, err := a.Decide(ctx, c.req, eachA)
+			req := c.req
+			var dInto core.Decision
+			iInto, errInto := b.DecideInto(&req, eachB, &dInto)
+			if req != c.req {
+				t.Errorf("DecideInto changed the request: %+v, was %+v", req, c.req)
+			}
+			if iInto != i || dInto != d || fmt.Sprint(errInto) != fmt.Sprint(err) {
+				t.Errorf("DecideInto: %d, %+v, %v; Decide: %d, %+v, %v", iInto, dInto, errInto, i, d, err)
+			}
+			if fmt.Sprint(eachB) != fmt.Sprint(eachA) {
+				t.Errorf("DecideInto's limits %+v, Decide's %+v", eachB, eachA)
+			}
+		})
+	}
+}
