@@ -1,8 +1,9 @@
 // Command report reads run.sh's results (one line per phase and round:
 // name, round, rate, p50 ms, p99 ms, server CPU µs per request, backend CPU
 // µs per request, failures; tab-separated) and prints the markdown table of
-// medians over the rounds, then the targets of issue 24 as ratios taken
-// within each round (median, and the rounds' range).
+// medians over the rounds, then the targets of issue 24 and of the proxy in
+// front of a fast upstream (the proxies set the rate) as ratios taken within
+// each round (median, and the rounds' range).
 package main
 
 import (
@@ -98,7 +99,7 @@ func main() {
 	rate := func(r row) float64 { return r.rate }
 	backend := func(r row) float64 { return r.backend }
 	fmt.Println()
-	fmt.Println("| target (issue 24) | measured: median of the rounds' ratios (range) | |")
+	fmt.Println("| target | measured: median of the rounds' ratios (range) | |")
 	fmt.Println("|---|---:|---|")
 	target := func(what string, v []float64, ok func(float64) bool) {
 		if len(v) == 0 {
@@ -118,6 +119,11 @@ func main() {
 	target("proxy req/s ≥ 0.5× nginx limit_req, 8 connections", ratio("proxy rl c8", "proxy nginx c8", rate), atLeast(0.5))
 	target("upstream CPU/req behind rl ≤ 1.2× behind nginx, 64 connections", ratio("proxy rl c64", "proxy nginx c64", backend), atMost(1.2))
 	target("upstream CPU/req behind rl ≤ 1.2× behind nginx, 8 connections", ratio("proxy rl c8", "proxy nginx c8", backend), atMost(1.2))
+	cpu := func(r row) float64 { return r.cpu }
+	target("fast upstream: proxy req/s ≥ 0.6× nginx limit_req, 64 connections", ratio("fast proxy rl c64", "fast proxy nginx c64", rate), atLeast(0.6))
+	target("fast upstream: proxy req/s ≥ 0.6× nginx limit_req, 8 connections", ratio("fast proxy rl c8", "fast proxy nginx c8", rate), atLeast(0.6))
+	target("fast upstream: proxy CPU/req ≤ 1.7× nginx's, 64 connections", ratio("fast proxy rl c64", "fast proxy nginx c64", cpu), atMost(1.7))
+	target("fast upstream: proxy CPU/req ≤ 1.7× nginx's, 8 connections", ratio("fast proxy rl c8", "fast proxy nginx c8", cpu), atMost(1.7))
 	target("proxy p99 ≤ 5× p50, 64 connections", each("proxy rl c64", func(r row) float64 { return r.p99 / r.p50 }), atMost(5))
 	target("decision API p99 ≤ 5× p50, 64 connections", each("api rl c64", func(r row) float64 { return r.p99 / r.p50 }), atMost(5))
 	target("gRPC, memory: 64 connections ≥ 0.8× 1 connection", ratio("grpc rl-memory conns64", "grpc rl-memory conns1", rate), atLeast(0.8))
@@ -133,7 +139,10 @@ func main() {
 		rateRange(each("proxy nginx c4", rate)), "and", rateRange(each("proxy nginx c2", rate)), "req/s (its cost per request grows as its rate falls).")
 	fmt.Println()
 	fmt.Println("Also: nginx / rl-wasm-host proxy CPU per request,",
-		fmtRange(ratio("proxy nginx c64", "proxy rl c64", func(r row) float64 { return r.cpu })), "at 64 connections;",
+		fmtRange(ratio("proxy nginx c64", "proxy rl c64", cpu)), "at 64 connections,",
+		fmtRange(ratio("fast proxy nginx c64", "fast proxy rl c64", cpu)), "in front of the fast upstream;",
+		"the fast upstream alone at 64 connections,", rateRange(each("fast upstream alone c64", rate)), "req/s at",
+		fmtRange(each("fast upstream alone c64", cpu)), "µs CPU per request;",
 		"envoyproxy/ratelimit on 64 connections / on 1,", fmtRange(ratio("grpc erl-redis conns64", "grpc erl-redis conns1", rate))+".")
 }
 
