@@ -60,7 +60,7 @@ func runBatchDifferential(t *testing.T, db *pgxpool.Pool, prefix string, seed ui
 	// between batches (a configuration change: the states carry over).
 	catalog := map[string]core.Limit{}
 	limit := func() core.Limit {
-		a := core.Algorithm(1 + rng.IntN(6))
+		a := core.Algorithm(1 + rng.IntN(len(core.Algorithms())))
 		l := core.Limit{Algorithm: a, Limit: []int64{1, 3, 10, 40}[rng.IntN(4)], Window: []int64{100_000, 1_000_000, 10_000_000}[rng.IntN(3)]}
 		if a == core.SlidingLog {
 			l.Limit = min(l.Limit, 10)

@@ -248,7 +248,7 @@ func TestConstants(t *testing.T) {
 		&got[0], &got[1], &got[2], &got[3], &got[4], &got[5], &got[6], &got[7]))
 	require.Equal(t, [8]int64{core.MaxTime, core.MaxWindow, core.MaxLimit, core.MaxCost, core.MaxLogLimit,
 		core.MaxUnits, core.MaxStateValue, 100}, got)
-	for a := core.Algorithm(0); a <= core.GCRA+1; a++ {
+	for a := core.Algorithm(0); int(a) <= len(core.Algorithms())+1; a++ { // 0 and one past the last are unknown
 		var name string
 		require.NoError(t, db.QueryRow(ctx, `SELECT rl.algorithm_name($1)`, int32(a)).Scan(&name))
 		require.Equal(t, a.String(), name)

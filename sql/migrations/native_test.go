@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/testkit/difftest"
 	"github.com/rlcore/rl/internal/testkit/sqldecider"
 	"github.com/rlcore/rl/sql/migrations"
@@ -260,17 +261,23 @@ func compareNative(t *testing.T, conn *pgx.Conn) {
 	b := &pgx.Batch{}
 	const n = 4000
 	args := make([][]any, n)
+	// Every algorithm of the table, and the first number past it (unknown).
+	var algs []int32
+	for _, a := range core.Algorithms() {
+		algs = append(algs, int32(a))
+	}
+	unknown := int32(len(algs) + 1)
 	for i := range n {
 		var lg any = logs[rng.IntN(len(logs))]
 		if rng.IntN(12) == 0 {
 			lg = nil
 		}
 		a := []any{
-			pick(nil, int32(-1), int32(0), int32(1), int32(2), int32(3), int32(4), int32(5), int32(6), int32(6), int32(4), int32(7)),
+			pick(nil, int32(-1), int32(0), algs[rng.IntN(len(algs))], algs[rng.IntN(len(algs))], algs[rng.IntN(len(algs))], unknown),
 			i64(0, 1, 2, 3, 10, 4096, 4097, 1<<40, 1<<40+1, -1),
 			i64(0, 1, 7, 1_000_000, 60_000_000, 1_000_000_000_000_000, 1_000_000_000_000_001),
 			i64(-1, 0, 0, 0, 1, 3, 10, 1<<40, 1<<40+1),
-			pick(nil, int32(0), int32(1), int32(2), int32(3), int32(3), int32(4), int32(5), int32(6), int32(6), int32(7), int32(-1)),
+			pick(nil, int32(0), algs[rng.IntN(len(algs))], algs[rng.IntN(len(algs))], algs[rng.IntN(len(algs))], unknown, int32(-1)),
 			i64(0, 1, t0-1_500_000, t0-500_000, t0, t0+300_000, t0+5_000_000, 1<<62, 1<<62+1, -1),
 			i64(0, 1, 2, 3, 9, 10, 1_000_000, 10_000_000, 1<<40, 1<<40+1, 1<<62+1, -1),
 			i64(0, 0, 1, t0-2_000_000, t0-1_000_000, t0, t0+1_000_000, 1<<62, -1),
@@ -283,8 +290,8 @@ func compareNative(t *testing.T, conn *pgx.Conn) {
 			i64(0, 0, 0, 1, 3, 10, 50, 1<<40, -1),                // r
 		}
 		if i%4 != 0 { // mostly well-formed: a limit and a state of one algorithm, near t0
-			alg := int32(1 + rng.IntN(6))
-			sa := pick(alg, alg, alg, int32(0), int32(1+rng.IntN(6)))
+			alg := algs[rng.IntN(len(algs))]
+			sa := pick(alg, alg, alg, int32(0), algs[rng.IntN(len(algs))])
 			lim := int64(pick(int64(1), int64(3), int64(10), int64(100)).(int64))
 			a[0], a[1], a[2] = alg, lim, int64(pick(int64(1_000_000), int64(60_000_000), int64(7)).(int64))
 			a[3] = int64(0)

@@ -117,7 +117,7 @@ func runShadowPeek(t *testing.T, rng *rand.Rand, calls int) {
 	ss := make([]core.State, n)
 	shadow := make([]bool, n)
 	for i := range n {
-		a := core.Algorithm(1 + rng.IntN(6))
+		a := core.Algorithm(1 + rng.IntN(len(core.Algorithms())))
 		l := core.Limit{Algorithm: a, Limit: []int64{1, 2, 3, 5, 8}[rng.IntN(5)], Window: []int64{1_000_000, 10_000_000, 60_000_000}[rng.IntN(3)]}
 		if !a.Windowed() && rng.IntN(2) == 0 {
 			l.Rate = 1 + rng.Int64N(l.Limit)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rlcore/rl/core"
 	"github.com/rlcore/rl/internal/testkit/pgtest"
 	"github.com/rlcore/rl/sql/plproxy/plproxytest"
 )
@@ -49,7 +50,7 @@ func randomBatch(r *rand.Rand, now int64) batchCall {
 				name = "l0" // a duplicate: RL010
 			}
 			b.names = append(b.names, name)
-			b.algs = append(b.algs, int32(1+r.IntN(6)))
+			b.algs = append(b.algs, int32(1+r.IntN(len(core.Algorithms()))))
 			b.lims = append(b.lims, int64(1+r.IntN(10)))
 			b.wins = append(b.wins, int64(1+r.IntN(5))*1_000_000)
 			b.rates = append(b.rates, 0)

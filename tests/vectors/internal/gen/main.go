@@ -66,6 +66,16 @@ func newCase(id, comment string, flags []string, limits ...vectors.Limit) *build
 	return b
 }
 
+// everyAlgorithm is one limit of each algorithm of core.Algorithms(), named
+// after its short name: a new algorithm joins the multi-limit cases by itself.
+func everyAlgorithm(limit, window int64) []vectors.Limit {
+	var ls []vectors.Limit
+	for _, a := range core.Algorithms() {
+		ls = append(ls, lim(a.ShortName(), a, limit, window, 0))
+	}
+	return ls
+}
+
 func lim(name string, alg core.Algorithm, limit, window, rate int64) vectors.Limit {
 	return vectors.Limit{Name: name, Algorithm: int32(alg), Limit: limit, Window: window, Rate: rate}
 }
@@ -410,9 +420,7 @@ func files() map[string]vectors.File {
 		newCase("multi-strict-smooth", "a strict primary plus a smoothing secondary", []string{"multi"},
 			lim("hourly", core.FixedWindow, 100, 60*min, 0), lim("smooth", core.GCRA, 3, sec, 3)).
 			take(t0, 3).take(t0+1, 1).peek(t0+1, 1).take(t0+333334, 1).take(t0+sec, 2).reset(t0+sec).take(t0+sec, 3),
-		newCase("multi-all-six", "all six algorithms at once", []string{"multi"},
-			lim("fw", core.FixedWindow, 4, sec, 0), lim("sw", core.SlidingWindow, 4, sec, 0), lim("sl", core.SlidingLog, 4, sec, 0),
-			lim("tb", core.TokenBucket, 4, sec, 0), lim("lb", core.LeakyBucket, 4, sec, 0), lim("gcra", core.GCRA, 4, sec, 0)).
+		newCase("multi-every-algorithm", "every algorithm at once, one limit each", []string{"multi"}, everyAlgorithm(4, sec)...).
 			take(t0+900*ms, 3).take(t0+sec, 1).take(t0+sec+100*ms, 1).take(t0+2*sec, 2).take(t0+2*sec, 0).take(t0+2*sec, 5),
 		newCase("multi-error", "an invalid limit among several: its index, no state change", []string{"multi", "error"},
 			lim("ok", core.FixedWindow, 4, sec, 0), lim("bad", core.TokenBucket, 4, 0, 0)).
