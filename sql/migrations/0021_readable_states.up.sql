@@ -1091,8 +1091,9 @@ BEGIN
         SELECT * INTO code, message, detail, hint FROM rl._key_problem(p_key, 'key');
         RETURN;
     END IF;
-    -- One query when rl.tenants is empty (about 6 µs), the common case.
-    IF NOT EXISTS (SELECT FROM rl.tenants) THEN
+    -- One query when rl.tenants is empty, the common case: through the table's index (its first role or
+    -- NULL), which, unlike a sequential scan, does not ask the kernel for the table's size.
+    IF (SELECT tn.role FROM rl.tenants tn ORDER BY tn.role LIMIT 1) IS NULL THEN
         RETURN;
     END IF;
     p_who := coalesce(p_who, rl._caller());
@@ -1269,7 +1270,7 @@ AS $fn$
 DECLARE
     p record;
 BEGIN
-    IF (pg_catalog.octet_length(p_key) BETWEEN 1 AND 256) IS TRUE AND NOT EXISTS (SELECT FROM rl.tenants) THEN
+    IF (pg_catalog.octet_length(p_key) BETWEEN 1 AND 256) IS TRUE AND (SELECT tn.role FROM rl.tenants tn ORDER BY tn.role LIMIT 1) IS NULL THEN
         RETURN; -- the common case, one query
     END IF;
     SELECT * INTO p FROM rl._tenant_problem(p_key, p_who);
@@ -1811,7 +1812,7 @@ BEGIN
                         rl._eval(p_algs[1], p_lims[1], p_wins[1], p_rates[1], o.algorithm, o.t, o.x, o.y, o.log, o.l, o.w, o.r, o.now, p_cost, true) AS r
                    FROM (SELECT rl._request_now(p_now) AS now, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r
                            FROM rl.state s
-                          WHERE s.key = p_key AND s.name = p_names[1] AND NOT EXISTS (SELECT FROM rl.tenants)
+                          WHERE s.key = p_key AND s.name = p_names[1] AND (SELECT tn.role FROM rl.tenants tn ORDER BY tn.role LIMIT 1) IS NULL
                             AND octet_length(p_key) BETWEEN 1 AND 256 AND octet_length(p_names[1]) BETWEEN 1 AND 256
                             AND array_ndims(p_names) = 1 AND array_lower(p_names, 1) = 1
                             AND cardinality(p_algs) = 1 AND cardinality(p_lims) = 1
@@ -1854,7 +1855,7 @@ BEGIN
         WITH d AS MATERIALIZED (
                  SELECT rl._request_now(p_now) AS now, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r
                    FROM rl.state s
-                  WHERE s.key = p_key AND s.name = p_names[1] AND NOT EXISTS (SELECT FROM rl.tenants)
+                  WHERE s.key = p_key AND s.name = p_names[1] AND (SELECT tn.role FROM rl.tenants tn ORDER BY tn.role LIMIT 1) IS NULL
                     AND octet_length(p_key) BETWEEN 1 AND 256 AND octet_length(p_names[1]) BETWEEN 1 AND 256
                     AND array_ndims(p_names) = 1 AND array_lower(p_names, 1) = 1
                     AND cardinality(p_algs) = 1 AND cardinality(p_lims) = 1
@@ -1881,7 +1882,7 @@ BEGIN
             WITH l AS MATERIALIZED (
                      SELECT s.name, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r
                        FROM rl.state s
-                      WHERE s.key = p_key AND s.name = ANY (p_names) AND NOT EXISTS (SELECT FROM rl.tenants)
+                      WHERE s.key = p_key AND s.name = ANY (p_names) AND (SELECT tn.role FROM rl.tenants tn ORDER BY tn.role LIMIT 1) IS NULL
                         AND array_ndims(p_names) = 1 AND array_lower(p_names, 1) = 1
                         AND cardinality(p_algs) = n AND cardinality(p_lims) = n
                         AND cardinality(p_wins) = n AND cardinality(p_rates) = n
@@ -2095,7 +2096,8 @@ CREATE OR REPLACE FUNCTION rl.rl_allow(key text, algorithm text, lim bigint, win
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
-    w bigint;
+    v_alg integer;
+    v_w bigint;
     v_now bigint;
     p record;
     res rl.decision;
@@ -2105,12 +2107,18 @@ BEGIN
     -- state when the row it locks is still that row. If another decision wrote the row meanwhile (a hot
     -- key: the UPDATE waited for the row and reads its latest version), it decides again on that
     -- version, as 0014's did. Anything else, or an error, the way below, which raises it.
+    -- 0021: the algorithm's number and the window are computed once, here, not in each of the
+    -- statement's expressions (the executor prepares every expression of the statement at each call),
+    -- and rl.tenants is read as empty through its index (a sequential scan asks the kernel for the
+    -- table's size at every call). BENCHMARKS.md, "Where a take's time goes".
+    v_alg := rl._alg($2);
+    v_w := rl._interval_us($4);
     WITH e AS MATERIALIZED (
              SELECT o.now, o.algorithm, o.t, o.x, o.y, o.log, o.l AS sl, o.w AS sw, o.r AS sr,
-                    rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, o.algorithm, o.t, o.x, o.y, o.log, o.l, o.w, o.r, o.now, $5, true) AS r
+                    rl._eval(v_alg, $3, v_w, $6, o.algorithm, o.t, o.x, o.y, o.log, o.l, o.w, o.r, o.now, $5, true) AS r
                FROM (SELECT rl._request_now($8) AS now, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r
                        FROM rl.state s
-                      WHERE s.key = $1 AND s.name = $7 AND NOT EXISTS (SELECT FROM rl.tenants)
+                      WHERE s.key = $1 AND s.name = $7 AND (SELECT tn.role FROM rl.tenants tn ORDER BY tn.role LIMIT 1) IS NULL
                         AND octet_length($1) BETWEEN 1 AND 256 AND octet_length($7) BETWEEN 1 AND 256
                         AND $5 > 0) o),
          u AS (UPDATE rl.state s
@@ -2118,7 +2126,7 @@ BEGIN
                       (SELECT (v.r).algorithm, (v.r).t, (v.r).x, (v.r).y, (v.r).log, (v.r).l, (v.r).w, (v.r).r, rl._expires_at(e.now, (v.r).reset_after)
                          FROM (SELECT CASE WHEN (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = (e.algorithm, e.t, e.x, e.y, e.log, e.sl, e.sw, e.sr)
                                            THEN e.r
-                                           ELSE rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, $5, true)
+                                           ELSE rl._eval(v_alg, $3, v_w, $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, $5, true)
                                       END AS r
                                OFFSET 0) v)
                  FROM e
@@ -2126,18 +2134,18 @@ BEGIN
                   AND CASE WHEN (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = (e.algorithm, e.t, e.x, e.y, e.log, e.sl, e.sw, e.sr)
                            THEN (e.r).err = 0 AND (e.r).allowed
                            ELSE (SELECT ev.err = 0 AND ev.allowed
-                                   FROM rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, $5, false) AS ev)
+                                   FROM rl._eval(v_alg, $3, v_w, $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, $5, false) AS ev)
                       END
             RETURNING e.now, s.t, s.x,
                       (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log, (e.r).l, (e.r).w, (e.r).r) AS same,
                       CASE WHEN (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log, (e.r).l, (e.r).w, (e.r).r)
                            THEN e.r
-                           ELSE rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, 0, false)
+                           ELSE rl._eval(v_alg, $3, v_w, $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, 0, false)
                       END AS r)
     SELECT true, (u.r).lim, (u.r).remaining, (u.r).reset_after, 0::bigint,
            CASE WHEN u.same THEN (u.r).delay
-                WHEN rl._alg($2) = 5 AND u.x - $5 * rl._interval_us($4) > 0
-                THEN rl._ceil_div(u.x - $5 * rl._interval_us($4), CASE WHEN $6 = 0 THEN $3 ELSE $6 END) + u.t - u.now
+                WHEN v_alg = 5 AND u.x - $5 * v_w > 0
+                THEN rl._ceil_div(u.x - $5 * v_w, CASE WHEN $6 = 0 THEN $3 ELSE $6 END) + u.t - u.now
                 ELSE 0 END, u.now, (u.r).next_after
       INTO res
       FROM u;
@@ -2145,8 +2153,7 @@ BEGIN
         RETURN res;
     END IF;
     v_now := rl._request_now($8);
-    w := rl._interval_us($4);
-    p := rl._single_problem($1, $7, $2, $3, w, true, $4, $6, $5, v_now, false);
+    p := rl._single_problem($1, $7, $2, $3, v_w, true, $4, $6, $5, v_now, false);
     IF p.code IS NOT NULL THEN
         -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
         IF p.detail IS NULL AND p.hint IS NULL THEN
@@ -2158,7 +2165,7 @@ BEGIN
         END IF;
         RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
     END IF;
-    RETURN rl._take1($1, $7, rl._alg($2), $3, w, $6, $5, v_now, true);
+    RETURN rl._take1($1, $7, v_alg, $3, v_w, $6, $5, v_now, true);
 END
 $function$;
 
@@ -2170,6 +2177,7 @@ CREATE OR REPLACE FUNCTION rl.rl_allow_us(key text, algorithm text, lim bigint, 
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
+    v_alg integer;
     v_now bigint;
     p record;
     res rl.decision;
@@ -2179,12 +2187,14 @@ BEGIN
     -- state when the row it locks is still that row. If another decision wrote the row meanwhile (a hot
     -- key: the UPDATE waited for the row and reads its latest version), it decides again on that
     -- version, as 0014's did. Anything else, or an error, the way below, which raises it.
+    -- 0021: as in rl_allow, the algorithm's number once, rl.tenants through its index.
+    v_alg := rl._alg($2);
     WITH e AS MATERIALIZED (
              SELECT o.now, o.algorithm, o.t, o.x, o.y, o.log, o.l AS sl, o.w AS sw, o.r AS sr,
-                    rl._eval(rl._alg($2), $3, $4, $6, o.algorithm, o.t, o.x, o.y, o.log, o.l, o.w, o.r, o.now, $5, true) AS r
+                    rl._eval(v_alg, $3, $4, $6, o.algorithm, o.t, o.x, o.y, o.log, o.l, o.w, o.r, o.now, $5, true) AS r
                FROM (SELECT rl._request_now($8) AS now, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r
                        FROM rl.state s
-                      WHERE s.key = $1 AND s.name = $7 AND NOT EXISTS (SELECT FROM rl.tenants)
+                      WHERE s.key = $1 AND s.name = $7 AND (SELECT tn.role FROM rl.tenants tn ORDER BY tn.role LIMIT 1) IS NULL
                         AND octet_length($1) BETWEEN 1 AND 256 AND octet_length($7) BETWEEN 1 AND 256
                         AND $5 > 0) o),
          u AS (UPDATE rl.state s
@@ -2192,7 +2202,7 @@ BEGIN
                       (SELECT (v.r).algorithm, (v.r).t, (v.r).x, (v.r).y, (v.r).log, (v.r).l, (v.r).w, (v.r).r, rl._expires_at(e.now, (v.r).reset_after)
                          FROM (SELECT CASE WHEN (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = (e.algorithm, e.t, e.x, e.y, e.log, e.sl, e.sw, e.sr)
                                            THEN e.r
-                                           ELSE rl._eval(rl._alg($2), $3, $4, $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, $5, true)
+                                           ELSE rl._eval(v_alg, $3, $4, $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, $5, true)
                                       END AS r
                                OFFSET 0) v)
                  FROM e
@@ -2200,17 +2210,17 @@ BEGIN
                   AND CASE WHEN (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = (e.algorithm, e.t, e.x, e.y, e.log, e.sl, e.sw, e.sr)
                            THEN (e.r).err = 0 AND (e.r).allowed
                            ELSE (SELECT ev.err = 0 AND ev.allowed
-                                   FROM rl._eval(rl._alg($2), $3, $4, $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, $5, false) AS ev)
+                                   FROM rl._eval(v_alg, $3, $4, $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, $5, false) AS ev)
                       END
             RETURNING e.now, s.t, s.x,
                       (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log, (e.r).l, (e.r).w, (e.r).r) AS same,
                       CASE WHEN (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log, (e.r).l, (e.r).w, (e.r).r)
                            THEN e.r
-                           ELSE rl._eval(rl._alg($2), $3, $4, $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, 0, false)
+                           ELSE rl._eval(v_alg, $3, $4, $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, 0, false)
                       END AS r)
     SELECT true, (u.r).lim, (u.r).remaining, (u.r).reset_after, 0::bigint,
            CASE WHEN u.same THEN (u.r).delay
-                WHEN rl._alg($2) = 5 AND u.x - $5 * $4 > 0
+                WHEN v_alg = 5 AND u.x - $5 * $4 > 0
                 THEN rl._ceil_div(u.x - $5 * $4, CASE WHEN $6 = 0 THEN $3 ELSE $6 END) + u.t - u.now
                 ELSE 0 END, u.now, (u.r).next_after
       INTO res
@@ -2231,7 +2241,7 @@ BEGIN
         END IF;
         RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
     END IF;
-    RETURN rl._take1($1, $7, rl._alg($2), $3, $4, $6, $5, v_now, true);
+    RETURN rl._take1($1, $7, v_alg, $3, $4, $6, $5, v_now, true);
 END
 $function$;
 
@@ -2243,20 +2253,24 @@ CREATE OR REPLACE FUNCTION rl.rl_peek(key text, algorithm text, lim bigint, win 
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
-    w bigint;
+    v_alg integer;
+    v_w bigint;
     v_now bigint;
     p record;
     res rl.decision;
 BEGIN
     -- 0014: the common call (its row there, rl.tenants empty, valid input) in one statement;
-    -- anything else, or an error, the way below, which raises it.
+    -- anything else, or an error, the way below, which raises it. 0021: as in rl_allow, the
+    -- algorithm's number (and the window) once, rl.tenants through its index.
+    v_alg := rl._alg($2);
+    v_w := rl._interval_us($4);
     WITH d AS MATERIALIZED (
              SELECT rl._request_now($8) AS now, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r
                FROM rl.state s
-              WHERE s.key = $1 AND s.name = $7 AND NOT EXISTS (SELECT FROM rl.tenants)
+              WHERE s.key = $1 AND s.name = $7 AND (SELECT tn.role FROM rl.tenants tn ORDER BY tn.role LIMIT 1) IS NULL
                 AND octet_length($1) BETWEEN 1 AND 256 AND octet_length($7) BETWEEN 1 AND 256),
          e AS MATERIALIZED (
-             SELECT d.now, rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, d.algorithm, d.t, d.x, d.y, d.log, d.l, d.w, d.r, d.now, $5, false) AS r
+             SELECT d.now, rl._eval(v_alg, $3, v_w, $6, d.algorithm, d.t, d.x, d.y, d.log, d.l, d.w, d.r, d.now, $5, false) AS r
                FROM d)
     SELECT (d.r).allowed, (d.r).lim, (d.r).remaining, (d.r).reset_after, (d.r).retry_after, (d.r).delay, d.now,
            (d.r).next_after
@@ -2265,8 +2279,7 @@ BEGIN
         RETURN res;
     END IF;
     v_now := rl._request_now($8);
-    w := rl._interval_us($4);
-    p := rl._single_problem($1, $7, $2, $3, w, true, $4, $6, $5, v_now, false);
+    p := rl._single_problem($1, $7, $2, $3, v_w, true, $4, $6, $5, v_now, false);
     IF p.code IS NOT NULL THEN
         -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
         IF p.detail IS NULL AND p.hint IS NULL THEN
@@ -2278,7 +2291,7 @@ BEGIN
         END IF;
         RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
     END IF;
-    RETURN rl._take1($1, $7, rl._alg($2), $3, w, $6, $5, v_now, false);
+    RETURN rl._take1($1, $7, v_alg, $3, v_w, $6, $5, v_now, false);
 END
 $function$;
 
@@ -2290,19 +2303,22 @@ CREATE OR REPLACE FUNCTION rl.rl_peek_us(key text, algorithm text, lim bigint, w
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
+    v_alg integer;
     v_now bigint;
     p record;
     res rl.decision;
 BEGIN
     -- 0014: the common call (its row there, rl.tenants empty, valid input) in one statement;
-    -- anything else, or an error, the way below, which raises it.
+    -- anything else, or an error, the way below, which raises it. 0021: as in rl_allow, the
+    -- algorithm's number (and the window) once, rl.tenants through its index.
+    v_alg := rl._alg($2);
     WITH d AS MATERIALIZED (
              SELECT rl._request_now($8) AS now, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r
                FROM rl.state s
-              WHERE s.key = $1 AND s.name = $7 AND NOT EXISTS (SELECT FROM rl.tenants)
+              WHERE s.key = $1 AND s.name = $7 AND (SELECT tn.role FROM rl.tenants tn ORDER BY tn.role LIMIT 1) IS NULL
                 AND octet_length($1) BETWEEN 1 AND 256 AND octet_length($7) BETWEEN 1 AND 256),
          e AS MATERIALIZED (
-             SELECT d.now, rl._eval(rl._alg($2), $3, $4, $6, d.algorithm, d.t, d.x, d.y, d.log, d.l, d.w, d.r, d.now, $5, false) AS r
+             SELECT d.now, rl._eval(v_alg, $3, $4, $6, d.algorithm, d.t, d.x, d.y, d.log, d.l, d.w, d.r, d.now, $5, false) AS r
                FROM d)
     SELECT (d.r).allowed, (d.r).lim, (d.r).remaining, (d.r).reset_after, (d.r).retry_after, (d.r).delay, d.now,
            (d.r).next_after
@@ -2323,7 +2339,7 @@ BEGIN
         END IF;
         RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
     END IF;
-    RETURN rl._take1($1, $7, rl._alg($2), $3, $4, $6, $5, v_now, false);
+    RETURN rl._take1($1, $7, v_alg, $3, $4, $6, $5, v_now, false);
 END
 $function$;
 

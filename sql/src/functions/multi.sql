@@ -474,7 +474,7 @@ BEGIN
                         rl._eval(p_algs[1], p_lims[1], p_wins[1], p_rates[1], o.algorithm, o.t, o.x, o.y, o.log, o.l, o.w, o.r, o.now, p_cost, true) AS r
                    FROM (SELECT rl._request_now(p_now) AS now, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r
                            FROM rl.state s
-                          WHERE s.key = p_key AND s.name = p_names[1] AND NOT EXISTS (SELECT FROM rl.tenants)
+                          WHERE s.key = p_key AND s.name = p_names[1] AND (SELECT tn.role FROM rl.tenants tn ORDER BY tn.role LIMIT 1) IS NULL
                             AND octet_length(p_key) BETWEEN 1 AND 256 AND octet_length(p_names[1]) BETWEEN 1 AND 256
                             AND array_ndims(p_names) = 1 AND array_lower(p_names, 1) = 1
                             AND cardinality(p_algs) = 1 AND cardinality(p_lims) = 1
@@ -517,7 +517,7 @@ BEGIN
         WITH d AS MATERIALIZED (
                  SELECT rl._request_now(p_now) AS now, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r
                    FROM rl.state s
-                  WHERE s.key = p_key AND s.name = p_names[1] AND NOT EXISTS (SELECT FROM rl.tenants)
+                  WHERE s.key = p_key AND s.name = p_names[1] AND (SELECT tn.role FROM rl.tenants tn ORDER BY tn.role LIMIT 1) IS NULL
                     AND octet_length(p_key) BETWEEN 1 AND 256 AND octet_length(p_names[1]) BETWEEN 1 AND 256
                     AND array_ndims(p_names) = 1 AND array_lower(p_names, 1) = 1
                     AND cardinality(p_algs) = 1 AND cardinality(p_lims) = 1
@@ -544,7 +544,7 @@ BEGIN
             WITH l AS MATERIALIZED (
                      SELECT s.name, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r
                        FROM rl.state s
-                      WHERE s.key = p_key AND s.name = ANY (p_names) AND NOT EXISTS (SELECT FROM rl.tenants)
+                      WHERE s.key = p_key AND s.name = ANY (p_names) AND (SELECT tn.role FROM rl.tenants tn ORDER BY tn.role LIMIT 1) IS NULL
                         AND array_ndims(p_names) = 1 AND array_lower(p_names, 1) = 1
                         AND cardinality(p_algs) = n AND cardinality(p_lims) = n
                         AND cardinality(p_wins) = n AND cardinality(p_rates) = n

@@ -119,7 +119,8 @@ CREATE OR REPLACE FUNCTION rl.rl_allow(key text, algorithm text, lim bigint, win
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
-    w bigint;
+    v_alg integer;
+    v_w bigint;
     v_now bigint;
     p record;
     res rl.decision;
@@ -129,12 +130,18 @@ BEGIN
     -- state when the row it locks is still that row. If another decision wrote the row meanwhile (a hot
     -- key: the UPDATE waited for the row and reads its latest version), it decides again on that
     -- version, as 0014's did. Anything else, or an error, the way below, which raises it.
+    -- 0021: the algorithm's number and the window are computed once, here, not in each of the
+    -- statement's expressions (the executor prepares every expression of the statement at each call),
+    -- and rl.tenants is read as empty through its index (a sequential scan asks the kernel for the
+    -- table's size at every call). BENCHMARKS.md, "Where a take's time goes".
+    v_alg := rl._alg($2);
+    v_w := rl._interval_us($4);
     WITH e AS MATERIALIZED (
              SELECT o.now, o.algorithm, o.t, o.x, o.y, o.log, o.l AS sl, o.w AS sw, o.r AS sr,
-                    rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, o.algorithm, o.t, o.x, o.y, o.log, o.l, o.w, o.r, o.now, $5, true) AS r
+                    rl._eval(v_alg, $3, v_w, $6, o.algorithm, o.t, o.x, o.y, o.log, o.l, o.w, o.r, o.now, $5, true) AS r
                FROM (SELECT rl._request_now($8) AS now, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r
                        FROM rl.state s
-                      WHERE s.key = $1 AND s.name = $7 AND NOT EXISTS (SELECT FROM rl.tenants)
+                      WHERE s.key = $1 AND s.name = $7 AND (SELECT tn.role FROM rl.tenants tn ORDER BY tn.role LIMIT 1) IS NULL
                         AND octet_length($1) BETWEEN 1 AND 256 AND octet_length($7) BETWEEN 1 AND 256
                         AND $5 > 0) o),
          u AS (UPDATE rl.state s
@@ -142,7 +149,7 @@ BEGIN
                       (SELECT (v.r).algorithm, (v.r).t, (v.r).x, (v.r).y, (v.r).log, (v.r).l, (v.r).w, (v.r).r, rl._expires_at(e.now, (v.r).reset_after)
                          FROM (SELECT CASE WHEN (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = (e.algorithm, e.t, e.x, e.y, e.log, e.sl, e.sw, e.sr)
                                            THEN e.r
-                                           ELSE rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, $5, true)
+                                           ELSE rl._eval(v_alg, $3, v_w, $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, $5, true)
                                       END AS r
                                OFFSET 0) v)
                  FROM e
@@ -150,18 +157,18 @@ BEGIN
                   AND CASE WHEN (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = (e.algorithm, e.t, e.x, e.y, e.log, e.sl, e.sw, e.sr)
                            THEN (e.r).err = 0 AND (e.r).allowed
                            ELSE (SELECT ev.err = 0 AND ev.allowed
-                                   FROM rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, $5, false) AS ev)
+                                   FROM rl._eval(v_alg, $3, v_w, $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, $5, false) AS ev)
                       END
             RETURNING e.now, s.t, s.x,
                       (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log, (e.r).l, (e.r).w, (e.r).r) AS same,
                       CASE WHEN (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log, (e.r).l, (e.r).w, (e.r).r)
                            THEN e.r
-                           ELSE rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, 0, false)
+                           ELSE rl._eval(v_alg, $3, v_w, $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, 0, false)
                       END AS r)
     SELECT true, (u.r).lim, (u.r).remaining, (u.r).reset_after, 0::bigint,
            CASE WHEN u.same THEN (u.r).delay
-                WHEN rl._alg($2) = 5 AND u.x - $5 * rl._interval_us($4) > 0
-                THEN rl._ceil_div(u.x - $5 * rl._interval_us($4), CASE WHEN $6 = 0 THEN $3 ELSE $6 END) + u.t - u.now
+                WHEN v_alg = 5 AND u.x - $5 * v_w > 0
+                THEN rl._ceil_div(u.x - $5 * v_w, CASE WHEN $6 = 0 THEN $3 ELSE $6 END) + u.t - u.now
                 ELSE 0 END, u.now, (u.r).next_after
       INTO res
       FROM u;
@@ -169,8 +176,7 @@ BEGIN
         RETURN res;
     END IF;
     v_now := rl._request_now($8);
-    w := rl._interval_us($4);
-    p := rl._single_problem($1, $7, $2, $3, w, true, $4, $6, $5, v_now, false);
+    p := rl._single_problem($1, $7, $2, $3, v_w, true, $4, $6, $5, v_now, false);
     IF p.code IS NOT NULL THEN
         -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
         IF p.detail IS NULL AND p.hint IS NULL THEN
@@ -182,7 +188,7 @@ BEGIN
         END IF;
         RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
     END IF;
-    RETURN rl._take1($1, $7, rl._alg($2), $3, w, $6, $5, v_now, true);
+    RETURN rl._take1($1, $7, v_alg, $3, v_w, $6, $5, v_now, true);
 END
 $function$;
 
@@ -194,6 +200,7 @@ CREATE OR REPLACE FUNCTION rl.rl_allow_us(key text, algorithm text, lim bigint, 
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
+    v_alg integer;
     v_now bigint;
     p record;
     res rl.decision;
@@ -203,12 +210,14 @@ BEGIN
     -- state when the row it locks is still that row. If another decision wrote the row meanwhile (a hot
     -- key: the UPDATE waited for the row and reads its latest version), it decides again on that
     -- version, as 0014's did. Anything else, or an error, the way below, which raises it.
+    -- 0021: as in rl_allow, the algorithm's number once, rl.tenants through its index.
+    v_alg := rl._alg($2);
     WITH e AS MATERIALIZED (
              SELECT o.now, o.algorithm, o.t, o.x, o.y, o.log, o.l AS sl, o.w AS sw, o.r AS sr,
-                    rl._eval(rl._alg($2), $3, $4, $6, o.algorithm, o.t, o.x, o.y, o.log, o.l, o.w, o.r, o.now, $5, true) AS r
+                    rl._eval(v_alg, $3, $4, $6, o.algorithm, o.t, o.x, o.y, o.log, o.l, o.w, o.r, o.now, $5, true) AS r
                FROM (SELECT rl._request_now($8) AS now, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r
                        FROM rl.state s
-                      WHERE s.key = $1 AND s.name = $7 AND NOT EXISTS (SELECT FROM rl.tenants)
+                      WHERE s.key = $1 AND s.name = $7 AND (SELECT tn.role FROM rl.tenants tn ORDER BY tn.role LIMIT 1) IS NULL
                         AND octet_length($1) BETWEEN 1 AND 256 AND octet_length($7) BETWEEN 1 AND 256
                         AND $5 > 0) o),
          u AS (UPDATE rl.state s
@@ -216,7 +225,7 @@ BEGIN
                       (SELECT (v.r).algorithm, (v.r).t, (v.r).x, (v.r).y, (v.r).log, (v.r).l, (v.r).w, (v.r).r, rl._expires_at(e.now, (v.r).reset_after)
                          FROM (SELECT CASE WHEN (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = (e.algorithm, e.t, e.x, e.y, e.log, e.sl, e.sw, e.sr)
                                            THEN e.r
-                                           ELSE rl._eval(rl._alg($2), $3, $4, $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, $5, true)
+                                           ELSE rl._eval(v_alg, $3, $4, $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, $5, true)
                                       END AS r
                                OFFSET 0) v)
                  FROM e
@@ -224,17 +233,17 @@ BEGIN
                   AND CASE WHEN (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = (e.algorithm, e.t, e.x, e.y, e.log, e.sl, e.sw, e.sr)
                            THEN (e.r).err = 0 AND (e.r).allowed
                            ELSE (SELECT ev.err = 0 AND ev.allowed
-                                   FROM rl._eval(rl._alg($2), $3, $4, $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, $5, false) AS ev)
+                                   FROM rl._eval(v_alg, $3, $4, $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, $5, false) AS ev)
                       END
             RETURNING e.now, s.t, s.x,
                       (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log, (e.r).l, (e.r).w, (e.r).r) AS same,
                       CASE WHEN (e.r).allowed AND (s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r) = ((e.r).algorithm, (e.r).t, (e.r).x, (e.r).y, (e.r).log, (e.r).l, (e.r).w, (e.r).r)
                            THEN e.r
-                           ELSE rl._eval(rl._alg($2), $3, $4, $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, 0, false)
+                           ELSE rl._eval(v_alg, $3, $4, $6, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r, e.now, 0, false)
                       END AS r)
     SELECT true, (u.r).lim, (u.r).remaining, (u.r).reset_after, 0::bigint,
            CASE WHEN u.same THEN (u.r).delay
-                WHEN rl._alg($2) = 5 AND u.x - $5 * $4 > 0
+                WHEN v_alg = 5 AND u.x - $5 * $4 > 0
                 THEN rl._ceil_div(u.x - $5 * $4, CASE WHEN $6 = 0 THEN $3 ELSE $6 END) + u.t - u.now
                 ELSE 0 END, u.now, (u.r).next_after
       INTO res
@@ -255,7 +264,7 @@ BEGIN
         END IF;
         RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
     END IF;
-    RETURN rl._take1($1, $7, rl._alg($2), $3, $4, $6, $5, v_now, true);
+    RETURN rl._take1($1, $7, v_alg, $3, $4, $6, $5, v_now, true);
 END
 $function$;
 
@@ -267,20 +276,24 @@ CREATE OR REPLACE FUNCTION rl.rl_peek(key text, algorithm text, lim bigint, win 
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
-    w bigint;
+    v_alg integer;
+    v_w bigint;
     v_now bigint;
     p record;
     res rl.decision;
 BEGIN
     -- 0014: the common call (its row there, rl.tenants empty, valid input) in one statement;
-    -- anything else, or an error, the way below, which raises it.
+    -- anything else, or an error, the way below, which raises it. 0021: as in rl_allow, the
+    -- algorithm's number (and the window) once, rl.tenants through its index.
+    v_alg := rl._alg($2);
+    v_w := rl._interval_us($4);
     WITH d AS MATERIALIZED (
              SELECT rl._request_now($8) AS now, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r
                FROM rl.state s
-              WHERE s.key = $1 AND s.name = $7 AND NOT EXISTS (SELECT FROM rl.tenants)
+              WHERE s.key = $1 AND s.name = $7 AND (SELECT tn.role FROM rl.tenants tn ORDER BY tn.role LIMIT 1) IS NULL
                 AND octet_length($1) BETWEEN 1 AND 256 AND octet_length($7) BETWEEN 1 AND 256),
          e AS MATERIALIZED (
-             SELECT d.now, rl._eval(rl._alg($2), $3, rl._interval_us($4), $6, d.algorithm, d.t, d.x, d.y, d.log, d.l, d.w, d.r, d.now, $5, false) AS r
+             SELECT d.now, rl._eval(v_alg, $3, v_w, $6, d.algorithm, d.t, d.x, d.y, d.log, d.l, d.w, d.r, d.now, $5, false) AS r
                FROM d)
     SELECT (d.r).allowed, (d.r).lim, (d.r).remaining, (d.r).reset_after, (d.r).retry_after, (d.r).delay, d.now,
            (d.r).next_after
@@ -289,8 +302,7 @@ BEGIN
         RETURN res;
     END IF;
     v_now := rl._request_now($8);
-    w := rl._interval_us($4);
-    p := rl._single_problem($1, $7, $2, $3, w, true, $4, $6, $5, v_now, false);
+    p := rl._single_problem($1, $7, $2, $3, v_w, true, $4, $6, $5, v_now, false);
     IF p.code IS NOT NULL THEN
         -- Raised here, not by a helper: the error's CONTEXT is one line, this function's.
         IF p.detail IS NULL AND p.hint IS NULL THEN
@@ -302,7 +314,7 @@ BEGIN
         END IF;
         RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
     END IF;
-    RETURN rl._take1($1, $7, rl._alg($2), $3, w, $6, $5, v_now, false);
+    RETURN rl._take1($1, $7, v_alg, $3, v_w, $6, $5, v_now, false);
 END
 $function$;
 
@@ -314,19 +326,22 @@ CREATE OR REPLACE FUNCTION rl.rl_peek_us(key text, algorithm text, lim bigint, w
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
+    v_alg integer;
     v_now bigint;
     p record;
     res rl.decision;
 BEGIN
     -- 0014: the common call (its row there, rl.tenants empty, valid input) in one statement;
-    -- anything else, or an error, the way below, which raises it.
+    -- anything else, or an error, the way below, which raises it. 0021: as in rl_allow, the
+    -- algorithm's number (and the window) once, rl.tenants through its index.
+    v_alg := rl._alg($2);
     WITH d AS MATERIALIZED (
              SELECT rl._request_now($8) AS now, s.algorithm, s.t, s.x, s.y, s.log, s.l, s.w, s.r
                FROM rl.state s
-              WHERE s.key = $1 AND s.name = $7 AND NOT EXISTS (SELECT FROM rl.tenants)
+              WHERE s.key = $1 AND s.name = $7 AND (SELECT tn.role FROM rl.tenants tn ORDER BY tn.role LIMIT 1) IS NULL
                 AND octet_length($1) BETWEEN 1 AND 256 AND octet_length($7) BETWEEN 1 AND 256),
          e AS MATERIALIZED (
-             SELECT d.now, rl._eval(rl._alg($2), $3, $4, $6, d.algorithm, d.t, d.x, d.y, d.log, d.l, d.w, d.r, d.now, $5, false) AS r
+             SELECT d.now, rl._eval(v_alg, $3, $4, $6, d.algorithm, d.t, d.x, d.y, d.log, d.l, d.w, d.r, d.now, $5, false) AS r
                FROM d)
     SELECT (d.r).allowed, (d.r).lim, (d.r).remaining, (d.r).reset_after, (d.r).retry_after, (d.r).delay, d.now,
            (d.r).next_after
@@ -347,7 +362,7 @@ BEGIN
         END IF;
         RAISE EXCEPTION USING ERRCODE = p.code, MESSAGE = p.message, DETAIL = p.detail, HINT = p.hint;
     END IF;
-    RETURN rl._take1($1, $7, rl._alg($2), $3, $4, $6, $5, v_now, false);
+    RETURN rl._take1($1, $7, v_alg, $3, $4, $6, $5, v_now, false);
 END
 $function$;
 
