@@ -16,7 +16,7 @@ test: test-setup
 	$(GO) test -race -count=1 -timeout 45m ./...
 	# The RLQS simulator's whole matrix (N up to 200 clients): the race
 	# build above simulates N = 2 and 10 only (internal/request/quota, TestSimulation).
-	$(GO) test -count=1 -run '^TestSimulation$$' ./internal/request/quota
+	$(GO) test -count=1 -timeout 30m -run '^TestSimulation$$' ./internal/request/quota
 
 test-short:
 	$(GO) test -short ./...
