@@ -252,8 +252,9 @@ BEGIN
         SELECT * INTO code, message, detail, hint FROM rl._key_problem(p_key, 'key');
         RETURN;
     END IF;
-    -- One query when rl.tenants is empty (about 6 µs), the common case.
-    IF NOT EXISTS (SELECT FROM rl.tenants) THEN
+    -- One query when rl.tenants is empty, the common case: through the table's index (its first role or
+    -- NULL), which, unlike a sequential scan, does not ask the kernel for the table's size.
+    IF (SELECT tn.role FROM rl.tenants tn ORDER BY tn.role LIMIT 1) IS NULL THEN
         RETURN;
     END IF;
     p_who := coalesce(p_who, rl._caller());
@@ -283,7 +284,7 @@ AS $fn$
 DECLARE
     p record;
 BEGIN
-    IF (pg_catalog.octet_length(p_key) BETWEEN 1 AND 256) IS TRUE AND NOT EXISTS (SELECT FROM rl.tenants) THEN
+    IF (pg_catalog.octet_length(p_key) BETWEEN 1 AND 256) IS TRUE AND (SELECT tn.role FROM rl.tenants tn ORDER BY tn.role LIMIT 1) IS NULL THEN
         RETURN; -- the common case, one query
     END IF;
     SELECT * INTO p FROM rl._tenant_problem(p_key, p_who);
