@@ -151,12 +151,19 @@ func (algSlidingLog) checkWords(s *State) Error {
 	if s.T != 0 || s.X != 0 || s.Y != 0 || int64(len(s.Log)) > MaxLogLimit {
 		return ErrState
 	}
-	prev := int64(0)
+	// Ascending, within [0, MaxStateValue]: one pass with no branch but
+	// the loop's, as this runs on every decision over a stored log. Both
+	// terms are negative at the first entry out of order (e < prev, prev
+	// already in range) or above the bound; an entry below −2⁶² makes
+	// MaxStateValue − e wrap to a negative value too, and none makes both
+	// terms wrap to non-negative ones. A negative term stays in bad.
+	bad, prev := int64(0), int64(0)
 	for _, e := range s.Log {
-		if e < prev || e > MaxStateValue {
-			return ErrState
-		}
+		bad |= (e - prev) | (MaxStateValue - e)
 		prev = e
+	}
+	if bad < 0 {
+		return ErrState
 	}
 	return 0
 }

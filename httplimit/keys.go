@@ -133,7 +133,7 @@ func Query(name string) KeyFunc {
 // end follows; a request without a usable key is ErrNoKey, saying why.
 func sourceKey(by ruleconfig.KeyBy) KeyFunc {
 	return func(r *http.Request) (string, error) {
-		req := &pipeline.Request{Query: r.URL.RawQuery, Header: func(n string) []string { return r.Header.Values(n) }}
+		req := &pipeline.Request{Query: r.URL.RawQuery, Header: r.Header}
 		k, err := pipeline.Key(by, pipeline.IPKey{}, req, "")
 		if err != nil {
 			var ke *pipeline.KeyError

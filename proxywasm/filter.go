@@ -170,7 +170,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		return h.reply(500, nil, "Rate limiter error\n")
 	}
 	req := newRequest(hs, sourceAddress())
-	h.problem = cfg.ProblemDetails.Wants(req.Header("accept"))
+	h.problem = cfg.ProblemDetails.Wants(req.Header.Values("accept"))
 	r, err := cfg.match(req)
 	if err != nil {
 		return h.reply(400, nil, "Bad request: "+err.Error()+"\n")

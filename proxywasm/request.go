@@ -51,7 +51,7 @@ func newRequest(hs [][2]string, source string) *request {
 			req.Query, _, _ = strings.Cut(req.Query, "#")
 		}
 	}
-	req.Header = func(name string) []string {
+	req.Header = pipeline.HeaderFunc(func(name string) []string {
 		var vs []string
 		for _, kv := range hs {
 			if strings.EqualFold(kv[0], name) {
@@ -59,7 +59,7 @@ func newRequest(hs [][2]string, source string) *request {
 			}
 		}
 		return vs
-	}
+	})
 	return req
 }
 

@@ -78,7 +78,7 @@ func parseExplainTarget(target string, header []string, peer string) (*pipeline.
 		}
 		fields = append(fields, [2]string{strings.TrimSpace(name), strings.TrimSpace(value)})
 	}
-	req.Header = func(name string) []string {
+	req.Header = pipeline.HeaderFunc(func(name string) []string {
 		var vs []string
 		for _, kv := range fields {
 			if strings.EqualFold(kv[0], name) {
@@ -86,6 +86,6 @@ func parseExplainTarget(target string, header []string, peer string) (*pipeline.
 			}
 		}
 		return vs
-	}
+	})
 	return req, nil
 }

@@ -167,7 +167,7 @@ func (s *Service) ExplainRequest(r *pipeline.Request) ExplainJSON {
 	}
 	ex.Cost = &ExplainCostJSON{Cost: ru.spec.Cost, Source: "the rule's cost"}
 	if h := ru.spec.CostHeader; h != "" {
-		if vs := r.Header(h); len(vs) > 0 {
+		if vs := r.Header.Values(h); len(vs) > 0 {
 			ex.Cost.Source = "the " + h + " header"
 			if ex.Cost.Cost, err = ru.eng.Reading.ReadCost(r); err != nil {
 				ex.Cost.Error = err.Error()

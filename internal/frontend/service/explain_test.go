@@ -91,7 +91,7 @@ func TestExplainPartitionKey(t *testing.T) {
 // rule chosen; the key and cost as derived.
 func TestExplainRequest(t *testing.T) {
 	e := sampleEnv(t)
-	hdr := func(kv ...string) func(string) []string {
+	hdr := func(kv ...string) pipeline.HeaderFunc {
 		return func(n string) []string {
 			var vs []string
 			for i := 0; i+1 < len(kv); i += 2 {

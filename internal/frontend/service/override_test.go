@@ -155,12 +155,12 @@ rules:
 	require.NotContains(t, string(r.body), "secret-vip-key")
 
 	ex := e.svc.ExplainRequest(&pipeline.Request{Method: "GET", Host: "h", Path: "/k", Peer: "192.0.2.1:1",
-		Header: func(n string) []string {
+		Header: pipeline.HeaderFunc(func(n string) []string {
 			if strings.EqualFold(n, "authorization") {
 				return []string{"Bearer secret-vip-key"}
 			}
 			return nil
-		}})
+		})})
 	b, err := json.Marshal(ex)
 	require.NoError(t, err)
 	require.NotContains(t, string(b), "secret-vip-key")

@@ -258,14 +258,14 @@ func TestRunSteps(t *testing.T) {
 		Reading:   Reading{KeyBy: ruleconfig.KeyBy{Kind: ruleconfig.KeyHeader, Name: "x-user"}, Cost: 1, MinCost: 1, CostHeader: "x-cost"},
 		Overrides: pipeline.NewOverrides([]ruleconfig.OverrideSpec{{Kind: ruleconfig.OverrideKey, Value: "vip"}}), OverridePolicies: []*rl.Policy{vip}}
 	header := func(kv ...string) *pipeline.Request {
-		return &pipeline.Request{Method: "GET", Path: "/", Header: func(n string) []string {
+		return &pipeline.Request{Method: "GET", Path: "/", Header: pipeline.HeaderFunc(func(n string) []string {
 			for i := 0; i < len(kv); i += 2 {
 				if kv[i] == n {
 					return []string{kv[i+1]}
 				}
 			}
 			return nil
-		}}
+		})}
 	}
 	down := fakestore.New(t, fakestore.Config{})
 	down.Fail(store.ErrUnavailable)

@@ -47,7 +47,7 @@ func (rd *Reading) ReadCost(r *pipeline.Request) (int64, error) {
 	}
 	var vs []string
 	if r.Header != nil {
-		vs = r.Header(rd.CostHeader)
+		vs = r.Header.Values(rd.CostHeader)
 	}
 	return pipeline.ParseCost(vs, rd.Cost, rd.MinCost)
 }
@@ -172,11 +172,19 @@ func (r *Result) Verdict() pipeline.Verdict { return Verdict(r.Result, r.Each) }
 // Every request a front end decides, or refuses for its key or cost,
 // leaves Run as one Result, here: the one place that sees them all.
 func (e *Engine) Run(ctx context.Context, r *Rule, in *Input) Result {
-	var res Result
 	if e.onDecision == nil {
+		// A Result of its own: the one below goes to the hook, a function
+		// value, so it lives on the heap; this one stays on the stack.
+		var res Result
 		e.run(ctx, r, in, &res, nil)
 		return res
 	}
+	return e.runLogged(ctx, r, in)
+}
+
+// runLogged is Run with Options.OnDecision.
+func (e *Engine) runLogged(ctx context.Context, r *Rule, in *Input) Result {
+	var res Result
 	var took time.Duration
 	e.run(ctx, r, in, &res, &took)
 	e.onDecision(ctx, r, &res, took)

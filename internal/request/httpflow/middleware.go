@@ -295,7 +295,7 @@ func (h *handler) input(r *http.Request, in *engine.Input) {
 // canonical path, once a proxy has cleaned it).
 func Request(r *http.Request, path string) *pipeline.Request {
 	return &pipeline.Request{Method: r.Method, Host: r.Host, Path: path, Query: r.URL.RawQuery,
-		Header: r.Header.Values, Peer: r.RemoteAddr}
+		Header: r.Header, Peer: r.RemoteAddr}
 }
 
 // serve serves a request that was not decided (unkeyed, failed open):

@@ -21,15 +21,30 @@ type Request struct {
 	Path string
 	// Query is the raw query, without "?" ("" if none).
 	Query string
-	// Header returns every value of a header field, in order; name is in
-	// lower case (and any case must work).
-	Header func(name string) []string
+	// Header gives every value of a header field, in order (nil for
+	// none): a net/http Header as it is (which takes no allocation), or
+	// a HeaderFunc.
+	Header Headers
 	// Peer is the client's address as the front end knows it, "ip:port"
 	// or "ip": the TCP peer (net/http's RemoteAddr), or Envoy's
 	// source.address, which the connection manager has already resolved
 	// through X-Forwarded-For by its own trust settings.
 	Peer string
 }
+
+// Headers reads a request's header fields: Values returns every value of
+// the field name, in order; name is in lower case, and any case must
+// work. net/http's Header is one.
+type Headers interface {
+	Values(name string) []string
+}
+
+// HeaderFunc is a function that reads header fields as Headers.Values
+// does, as a Headers (a front end's own form: proxy-wasm's header pairs).
+type HeaderFunc func(name string) []string
+
+// Values returns f(name).
+func (f HeaderFunc) Values(name string) []string { return f(name) }
 
 // KeyError is a request without a usable key under its rule's key source:
 // absent, given twice, or hidden from the upstream. Front ends answer 400.
@@ -212,7 +227,7 @@ func (r *Request) header(name string) []string {
 	if r.Header == nil {
 		return nil
 	}
-	return r.Header(name)
+	return r.Header.Values(name)
 }
 
 // one returns the one non-empty value of header name, in any of its

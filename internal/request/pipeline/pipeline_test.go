@@ -196,12 +196,12 @@ func TestCheckCost(t *testing.T) {
 	}
 }
 
-func headers(kv ...string) func(string) []string {
+func headers(kv ...string) Headers {
 	h := http.Header{}
 	for i := 0; i < len(kv); i += 2 {
 		h.Add(kv[i], kv[i+1])
 	}
-	return func(n string) []string { return h.Values(n) }
+	return h
 }
 
 func keyBy(t *testing.T, s string) ruleconfig.KeyBy {
@@ -248,7 +248,7 @@ func TestKey(t *testing.T) {
 	k2, _ := Key(keyBy(t, "api_key:x-api-key"), IPKey{}, &Request{Header: headers("X-Api-Key", "real", "Authorization", "Bearer b")}, "/")
 	require.Equal(t, k1, k2, "a fresh bearer re-keyed the request")
 	// Two values, or a field the client has a proxy drop.
-	for _, h := range []func(string) []string{
+	for _, h := range []Headers{
 		headers("Authorization", "Bearer a", "Authorization", "Bearer b"),
 		headers("Authorization", "Bearer a", "Connection", "keep-alive, Authorization"),
 		headers("Authorization", "Basic abc"),
