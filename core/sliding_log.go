@@ -151,19 +151,24 @@ func (algSlidingLog) checkWords(s *State) Error {
 	if s.T != 0 || s.X != 0 || s.Y != 0 || int64(len(s.Log)) > MaxLogLimit {
 		return ErrState
 	}
-	// Ascending, within [0, MaxStateValue]: one pass with no branch but
-	// the loop's, as this runs on every decision over a stored log. Both
-	// terms are negative at the first entry out of order (e < prev, prev
-	// already in range) or above the bound; an entry below −2⁶² makes
-	// MaxStateValue − e wrap to a negative value too, and none makes both
-	// terms wrap to non-negative ones. A negative term stays in bad.
-	bad, prev := int64(0), int64(0)
-	for _, e := range s.Log {
-		bad |= (e - prev) | (MaxStateValue - e)
-		prev = e
+	// Ascending, within [0, MaxStateValue]: ascending as unsigned
+	// numbers with the newest at most MaxStateValue puts every entry
+	// within it (a negative one reads as above it), so the pass over the
+	// log, which runs on every decision over a stored log, compares each
+	// entry once.
+	log := s.Log
+	if len(log) == 0 {
+		return 0
 	}
-	if bad < 0 {
+	if uint64(log[len(log)-1]) > uint64(MaxStateValue) {
 		return ErrState
+	}
+	prev := uint64(log[0])
+	for _, e := range log[1:] {
+		if uint64(e) < prev {
+			return ErrState
+		}
+		prev = uint64(e)
 	}
 	return 0
 }
