@@ -92,21 +92,31 @@ func TestConfigWatcherRun(t *testing.T) {
 		w.run(ctx, tick, reload)
 		close(done)
 	}()
-	// Two ticks: the second is taken only once the first poll is over.
+	// Two ticks: the second is taken only once the first poll is over
+	// (the second poll may still be reading when polled returns).
 	polled := func() {
 		tick <- time.Time{}
 		tick <- time.Time{}
 	}
+	// Written as a whole (a new file renamed over the old one): the poll
+	// still running may read the file while it is written, and an edit in
+	// place could show it half written, a change of its own that would
+	// ask for a second reload.
+	write := func(rules string) {
+		tmp := path + ".tmp"
+		require.NoError(t, os.WriteFile(tmp, []byte(rules), 0o600))
+		require.NoError(t, os.Rename(tmp, path))
+	}
 	polled()
 	require.Empty(t, reload, "nothing changed")
-	require.NoError(t, os.WriteFile(path, []byte(watchRulesB), 0o600))
+	write(watchRulesB)
 	tick <- time.Time{}
 	require.Equal(t, syscall.SIGHUP, <-reload)
 	polled()
 	require.Empty(t, reload, "one change, one reload")
 
 	reload <- syscall.SIGHUP // a reload waiting (a SIGHUP, say)
-	require.NoError(t, os.WriteFile(path, []byte(watchRulesA), 0o600))
+	write(watchRulesA)
 	polled() // does not block on it
 	require.Len(t, reload, 1)
 	cancel()
