@@ -10,8 +10,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rlcore/rl/internal/frontend/rlqs"
+	"github.com/rlcore/rl/internal/frontend/rls"
 	"github.com/rlcore/rl/sql/migrations"
 )
+
+// The RLQS server's metrics are exported on /metrics beside the rate limit
+// service's.
+var _ rls.Monitored = (*rlqs.Server)(nil)
 
 // rlqsMaxConns bounds the RLQS server's own PostgreSQL pool: a report holds
 // a connection for one short transaction per bucket, every few seconds

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/rlcore/rl/internal/testkit/await"
 	"github.com/rlcore/rl/internal/testkit/pgtest"
 )
 
@@ -66,7 +69,27 @@ func TestRLQS(t *testing.T) {
 	require.Equal(t, uint32(75), tb.MaxTokens)
 	require.Equal(t, 60*time.Second, tb.FillInterval.AsDuration())
 	require.Equal(t, 2*time.Second, qa.GetAssignmentTimeToLive().AsDuration())
+	// /metrics: the server's stream, bucket, reports and assignments.
+	metric := func(series string) float64 {
+		_, _, m := call(t, "GET", p.api+"/metrics", "")
+		for _, line := range strings.Split(m, "\n") {
+			if v, ok := strings.CutPrefix(line, series+" "); ok {
+				n, err := strconv.ParseFloat(v, 64)
+				require.NoError(t, err)
+				return n
+			}
+		}
+		return -1
+	}
+	require.Equal(t, 2.0, metric(`rl_rlqs_server_reports_total{domain="envoy"}`))
+	require.Equal(t, 1.0, metric("rl_rlqs_server_streams"))
+	await.Until(t, "the assignments counted", func() bool {
+		return metric(`rl_rlqs_server_assignments_total{domain="envoy",kind="token_bucket"}`) >= 1 &&
+			metric(`rl_rlqs_server_assignments_total{domain="envoy",kind="deny_all"}`) >= 1
+	})
+	await.Until(t, "the bucket counted", func() bool { return metric("rl_rlqs_server_buckets") == 1 })
 	require.NoError(t, s.CloseSend())
+	await.Until(t, "the stream closed", func() bool { return metric("rl_rlqs_server_streams") == 0 })
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, p.wait(t))
 

@@ -124,6 +124,8 @@ type Server struct {
 
 	mu    sync.Mutex
 	conns map[string]*conn // by client ID
+
+	m *metrics // Collectors
 }
 
 type rule struct {
@@ -156,7 +158,11 @@ func New(cfg Config) (*Server, error) {
 	var inst [8]byte
 	_, _ = rand.Read(inst[:]) // never fails (crypto/rand)
 	s := &Server{cfg: cfg, now: cfg.Now, conns: map[string]*conn{}, instance: hex.EncodeToString(inst[:])}
+	var domains []string
 	for i, r := range cfg.Rules {
+		if r.Domain != "" && !slices.Contains(domains, r.Domain) && r.Domain != OtherDomain {
+			domains = append(domains, r.Domain)
+		}
 		l, err := quota.FromCore(r.Limit)
 		if err != nil {
 			return nil, fmt.Errorf("rlqs: rule %d: %w", i, err)
@@ -168,6 +174,7 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.rules = append(s.rules, rule{domain: r.Domain, match: maps.Clone(r.Match), limit: l})
 	}
+	s.m = newMetrics(s, domains)
 	return s, nil
 }
 
@@ -189,11 +196,13 @@ type conn struct {
 
 // outMsg is a response queued on a stream, with the action it carries
 // and the key of its bucket ("" for a bucket the server does not divide),
-// so that one never sent can be recorded as such.
+// so that one never sent can be recorded as such, and the domain label
+// it is counted under once sent.
 type outMsg struct {
 	r   *rlqsv3.RateLimitQuotaResponse
 	key string
 	act quota.Action
+	dom string
 }
 
 // StreamRateLimitQuotas serves one Envoy's stream: every report is applied
@@ -228,6 +237,7 @@ func (s *Server) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlqsv3.Ra
 				writeErr <- err
 				return
 			}
+			s.m.sentOne(m.dom, m.act)
 		}
 		writeErr <- nil
 	}()
@@ -287,6 +297,7 @@ func (s *Server) report(ctx context.Context, c *conn, r *rlqsv3.RateLimitQuotaUs
 	case c.domain == "":
 		return status.Error(codes.InvalidArgument, "rlqs: the first report of a stream must name its domain")
 	}
+	s.m.reports[s.m.domain(c.domain)].Inc()
 	if n := len(r.GetBucketQuotaUsages()); n > maxUsages {
 		return status.Errorf(codes.InvalidArgument, "rlqs: %d bucket usages in one report, at most %d", n, maxUsages)
 	}
@@ -312,6 +323,7 @@ func (s *Server) report(ctx context.Context, c *conn, r *rlqsv3.RateLimitQuotaUs
 		if err != nil {
 			return status.Errorf(codes.Unavailable, "rlqs: store: %v", err)
 		}
+		s.m.buckets.Store(int64(n))
 		full := false
 		create := func() (*Entry, error) {
 			if n >= s.cfg.MaxBuckets {
@@ -354,6 +366,7 @@ func (s *Server) Tick(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.m.buckets.Store(int64(len(keys)))
 	for _, key := range keys {
 		var acts []quota.Action
 		var id *rlqsv3.BucketId
@@ -401,9 +414,10 @@ func (s *Server) route(ctx context.Context, key string, id *rlqsv3.BucketId, lim
 		return nil
 	}
 	var lost []quota.Action
+	dom := s.m.domain(keyDomain(key))
 	s.mu.Lock()
 	for _, a := range acts {
-		m := outMsg{r: &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{action(id, lim, a)}}, key: key, act: a}
+		m := outMsg{r: &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{action(id, lim, a)}}, key: key, act: a, dom: dom}
 		if c := s.conns[a.Client]; c == nil || !c.offer(m) {
 			lost = append(lost, a)
 		}
@@ -419,6 +433,7 @@ func (s *Server) undelivered(ctx context.Context, key string, acts []quota.Actio
 	if key == "" || len(acts) == 0 {
 		return nil
 	}
+	s.m.undelivered.Add(float64(len(acts)))
 	return s.cfg.Store.Update(ctx, key, nil, func(e *Entry) {
 		for _, a := range acts {
 			e.Bucket.Undelivered(a.Client, a.Grant)
@@ -462,13 +477,14 @@ func action(id *rlqsv3.BucketId, lim quota.Limit, a quota.Action) *rlqsv3.RateLi
 // deny answers a bucket the server will not divide: DENY_ALL for one TTL.
 func (s *Server) deny(c *conn, id *rlqsv3.BucketId) {
 	ttl := s.cfg.Quota.WithDefaults().TTL
+	act := quota.Action{Kind: quota.Assign, TTL: ttl}
 	r := &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{
-		action(proto.CloneOf(id), quota.Limit{}, quota.Action{Kind: quota.Assign, TTL: ttl}),
+		action(proto.CloneOf(id), quota.Limit{}, act),
 	}}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conns[c.id] == c {
-		c.offer(outMsg{r: r})
+		c.offer(outMsg{r: r, act: act, dom: s.m.domain(c.domain)})
 	}
 }
 

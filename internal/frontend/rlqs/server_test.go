@@ -9,6 +9,7 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -292,6 +293,9 @@ func testUndeliveredCutIsResent(t *testing.T, newStore func(*testing.T) Store) {
 	b := addConn(f.srv, "b")
 	usage(t, f.srv, b, 0, 1) // A's cut is decided, and not sent
 	require.Empty(t, queued(b))
+	var undelivered dto.Metric
+	require.NoError(t, f.srv.m.undelivered.Write(&undelivered))
+	require.Equal(t, 1.0, undelivered.GetCounter().GetValue(), "rl_rlqs_server_undelivered_total")
 	setOut(f.srv, a, make(chan outMsg, sendBuffer))
 
 	f.now.Add(5 * quota.Second)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -35,12 +36,21 @@ type ExtensionConfig struct {
 	Companions []Companion
 }
 
-// Companion is a gRPC service served beside the rate limit service.
+// Companion is a gRPC service served beside the rate limit service. One
+// that also has a method Collectors() []prometheus.Collector (Monitored)
+// has them exported on the host's /metrics.
 type Companion interface {
 	// Register adds the service to the gRPC server.
 	Register(grpc.ServiceRegistrar)
 	// Run does the service's background work until ctx ends.
 	Run(ctx context.Context) error
+}
+
+// Monitored is a Companion with metrics of its own.
+type Monitored interface {
+	// Collectors returns the metrics, registered once on the host's
+	// registry.
+	Collectors() []prometheus.Collector
 }
 
 // Extension is the rate limit service as rl-wasm-host runs it beside its
@@ -91,6 +101,12 @@ func (e *Extension) Start(host Host) (string, string, error) {
 	e.grpc = NewGRPCServer(e.srv)
 	for _, c := range e.cfg.Companions {
 		c.Register(e.grpc)
+		if m, ok := c.(Monitored); ok {
+			if err := host.Register(m.Collectors()...); err != nil {
+				e.ln.Close()
+				return "", "", fmt.Errorf("grpc companion's metrics: %w", err)
+			}
+		}
 	}
 	e.stop = make(chan struct{})
 	host.Logger().Info("rate limit service config loaded", "path", e.cfg.ConfigPath, "domains", len(cfg.Domains))

@@ -60,6 +60,24 @@ func (g *globalPool) bucket(spec RuleSpec, clock rl.Clock, log *slog.Logger) (*q
 // server must count it as another client's, not continue the old grant).
 var processID = sync.OnceValue(func() string { return "rl-wasm-host-" + rand.Text() })
 
+// clientStats is one client's address, domain and counters.
+type clientStats struct {
+	server, domain string
+	quotaclient.ClientStats
+}
+
+// stats returns the counters of every client, in no order.
+func (g *globalPool) stats() []clientStats {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]clientStats, 0, len(g.clients))
+	for _, c := range g.clients {
+		cfg := c.Config()
+		out = append(out, clientStats{server: cfg.Address, domain: cfg.Domain, ClientStats: c.Stats()})
+	}
+	return out
+}
+
 // close ends every client's stream.
 func (g *globalPool) close() {
 	g.mu.Lock()
@@ -72,17 +90,20 @@ func (g *globalPool) close() {
 }
 
 // ruleLimiter is the limiter a rule decides with: over the engine's store,
-// or, for a global rule, over its RLQS bucket (quotaclient.Store), which
-// decides in memory on the assignment in force or the rule's fallback.
-func (s *Service) ruleLimiter(spec RuleSpec, p *rl.Policy) (*rl.Limiter, error) {
+// or, for a global rule, over its RLQS bucket (quotaclient.Store, returned
+// too, for the metrics), which decides in memory on the assignment in force
+// or the rule's fallback.
+func (s *Service) ruleLimiter(spec RuleSpec, p *rl.Policy) (*rl.Limiter, *quotaclient.Bucket, error) {
 	if spec.Global == nil {
-		return s.eng.Limiter(spec.Name, p)
+		lim, err := s.eng.Limiter(spec.Name, p)
+		return lim, nil, err
 	}
 	b, err := s.global.bucket(spec, s.eng.Clock(), s.log)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return rl.New(rl.Config{Store: quotaclient.Store{B: b}, Policy: p, BaseKey: spec.Name, Clock: s.eng.Clock(), MaxKeyLength: s.eng.MaxKeyLength()})
+	lim, err := rl.New(rl.Config{Store: quotaclient.Store{B: b}, Policy: p, BaseKey: spec.Name, Clock: s.eng.Clock(), MaxKeyLength: s.eng.MaxKeyLength()})
+	return lim, b, err
 }
 
 // Close ends the streams of the global rules' RLQS clients. The service

@@ -31,6 +31,7 @@ type fakeRLQS struct {
 	mu               sync.Mutex
 	allowed, denied  map[string]uint64 // by bucket name
 	reportsWithUsage atomic.Int64
+	srv              *grpc.Server
 }
 
 func (f *fakeRLQS) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) error {
@@ -79,6 +80,7 @@ func startFakeRLQS(t testing.TB) (*fakeRLQS, string) {
 	}
 	f := &fakeRLQS{allowed: map[string]uint64{}, denied: map[string]uint64{}}
 	g := grpc.NewServer()
+	f.srv = g
 	rlqsv3.RegisterRateLimitQuotaServiceServer(g, f)
 	go g.Serve(ln)
 	t.Cleanup(g.Stop)

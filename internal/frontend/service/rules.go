@@ -13,6 +13,7 @@ import (
 	"github.com/rlcore/rl/internal/request/engine"
 	"github.com/rlcore/rl/internal/request/httpflow"
 	"github.com/rlcore/rl/internal/request/pipeline"
+	"github.com/rlcore/rl/internal/request/quotaclient"
 	"github.com/rlcore/rl/internal/request/ruleconfig"
 )
 
@@ -30,6 +31,9 @@ type rule struct {
 	eng    engine.Rule
 	policy *rl.Policy
 	lim    *rl.Limiter
+	// global is a global rule's RLQS bucket, which lim decides on; nil
+	// for the others.
+	global *quotaclient.Bucket
 	m      *ruleMetrics
 	fields httpflow.Fields // what its RateLimit fields say
 	proxy  http.Handler    // decides and forwards a matched request (ruleProxy)
@@ -69,12 +73,12 @@ func (s *Service) build(cfg *Config) (*ruleSet, error) {
 		if err != nil {
 			return nil, err
 		}
-		lim, err := s.ruleLimiter(spec, p)
+		lim, bucket, err := s.ruleLimiter(spec, p)
 		if err != nil {
 			return nil, fmt.Errorf("rule %q: %w", spec.Name, err)
 		}
 		ip := pipeline.IPKey{TrustedProxies: cfg.TrustedProxies, IPv4Prefix: cfg.IPv4Prefix, IPv6Prefix: cfg.IPv6Prefix}
-		r := &rule{spec: spec, policy: p, lim: lim, m: s.metrics.forRule(spec.Name, p.Limits()),
+		r := &rule{spec: spec, policy: p, lim: lim, global: bucket, m: s.metrics.forRule(spec.Name, p.Limits()),
 			fields: httpflow.Fields{Closest: spec.Closest, QuotaUnit: spec.QuotaUnit}}
 		r.eng = engine.Rule{Name: spec.Name, Limiter: lim, Policy: p, FailOpen: spec.FailOpen,
 			Reading: engine.Reading{KeyBy: spec.KeyBy, IP: ip, Cost: spec.Cost, MinCost: spec.MinCost, CostHeader: spec.CostHeader}}

@@ -144,6 +144,7 @@ func New(cfg *Config, opts Options) (*Service, error) {
 		s.metrics.reg.MustRegister(denialLogSuppressed(dl))
 	}
 	s.eng = eng
+	s.metrics.reg.MustRegister(globalCollector{s}) // the global rules' RLQS clients, read at each scrape
 	if s.log == nil {
 		s.log = slog.Default()
 	}

@@ -167,7 +167,20 @@ type bucketStats struct {
 	assignments, clamped, fresh           atomic.Int64
 }
 
-// Stats are a bucket's counters since it was made.
+// carry continues old's counters in s, the counters of the bucket
+// replacing old's (Client.Bucket): the assignment re-applied to it is not
+// counted again.
+func (s *bucketStats) carry(old *bucketStats) {
+	for _, c := range []struct{ to, from *atomic.Int64 }{
+		{&s.allowedReqs, &old.allowedReqs}, {&s.deniedReqs, &old.deniedReqs}, {&s.fallbackReqs, &old.fallbackReqs},
+		{&s.assignments, &old.assignments}, {&s.clamped, &old.clamped}, {&s.fresh, &old.fresh},
+	} {
+		c.to.Store(c.from.Load())
+	}
+}
+
+// Stats are a bucket's counters since it was made, continued across the
+// replacements Client.Bucket makes.
 type Stats struct {
 	// Allowed and Denied count Take decisions (requests).
 	Allowed, Denied int64
@@ -181,8 +194,14 @@ type Stats struct {
 	// when none was live before it, the raise of max_tokens otherwise.
 	// It is the replica's part of ε in the bound (docs/rlqs.md).
 	Fresh int64
-	// Live reports whether an assignment is in force at the time asked.
-	Live bool
+	// Live reports whether an assignment is in force at the time asked;
+	// Deny that it denies every request (DENY_ALL).
+	Live, Deny bool
+	// Assigned is the limit the live assignment decides with, as in force
+	// (clamped to the ceiling; ALLOW_ALL's is the ceiling): a token
+	// bucket of Limit tokens refilled with Rate per Window µs. The zero
+	// Limit when no assignment is live or it denies.
+	Assigned core.Limit
 }
 
 // newBucket makes a bucket of spec, which Check has accepted.
@@ -216,11 +235,18 @@ func (b *Bucket) same(s *BucketSpec) bool {
 // Spec returns the spec the bucket was made with.
 func (b *Bucket) Spec() BucketSpec { return b.spec }
 
-// Stats returns the bucket's counters; Live is read at now (µs).
+// Stats returns the bucket's counters; Live, Deny and Assigned are read at
+// now (µs). It takes no lock: a scrape costs the decisions nothing.
 func (b *Bucket) Stats(now int64) Stats {
 	a := b.cur.Load()
-	return Stats{Allowed: b.stats.allowedReqs.Load(), Denied: b.stats.deniedReqs.Load(), Fallback: b.stats.fallbackReqs.Load(),
+	st := Stats{Allowed: b.stats.allowedReqs.Load(), Denied: b.stats.deniedReqs.Load(), Fallback: b.stats.fallbackReqs.Load(),
 		Assignments: b.stats.assignments.Load(), Clamped: b.stats.clamped.Load(), Fresh: b.stats.fresh.Load(), Live: a != nil && now < a.expires}
+	if st.Live {
+		if st.Deny = a.deny; !a.deny {
+			st.Assigned = a.c.Limit()
+		}
+	}
+	return st
 }
 
 // limit returns the compiled limit deciding at now: the live assignment's,

@@ -267,3 +267,40 @@ func TestBucketFresh(t *testing.T) {
 		}
 	}
 }
+
+// TestBucketStatsInForce: Stats says what decides at the time asked: the
+// live assignment's limit as in force (clamped, ALLOW_ALL the ceiling),
+// DENY_ALL, or nothing live (the fallback).
+func TestBucketStatsInForce(t *testing.T) {
+	// ceiling100 as the server divides it (quota.FromCore): 6000 a minute.
+	ceil := core.Limit{Algorithm: core.TokenBucket, Limit: 10, Rate: 6000, Window: 60 * sec}
+	cases := []struct {
+		name       string
+		apply      *Action
+		at         int64 // Stats asked at t0+at; the action applied at t0
+		live, deny bool
+		assigned   core.Limit
+	}{
+		{"none yet", nil, 0, false, false, core.Limit{}},
+		{"token bucket", tb(5, 3, 60*sec, 2*sec), 0, true, false, core.Limit{Algorithm: core.TokenBucket, Limit: 5, Rate: 3, Window: 60 * sec}},
+		{"token bucket clamped", tb(50, 3, 60*sec, 2*sec), 0, true, false, core.Limit{Algorithm: core.TokenBucket, Limit: 10, Rate: 3, Window: 60 * sec}},
+		{"expired", tb(5, 3, 60*sec, 2*sec), 2 * sec, false, false, core.Limit{}},
+		{"deny all", &Action{Kind: DenyAll, TTL: sec}, 0, true, true, core.Limit{}},
+		{"allow all: the ceiling", &Action{Kind: AllowAll, TTL: sec}, 0, true, false, ceil},
+		{"abandoned", &Action{Kind: Abandon}, 0, false, false, core.Limit{}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b := testBucket(t, nil)
+			if tc.apply != nil {
+				if err := b.Apply(*tc.apply, t0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			st := b.Stats(t0 + tc.at)
+			if st.Live != tc.live || st.Deny != tc.deny || st.Assigned != tc.assigned {
+				t.Fatalf("live %v, deny %v, assigned %+v; want %v, %v, %+v", st.Live, st.Deny, st.Assigned, tc.live, tc.deny, tc.assigned)
+			}
+		})
+	}
+}

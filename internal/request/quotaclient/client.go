@@ -140,8 +140,8 @@ func (c *Client) Config() Config { return c.cfg }
 // reported from the next report on. A bucket of the same id already
 // registered is returned as it is when its spec is the same (a reload
 // that changes nothing shares it), else replaced by one of the new spec
-// that keeps its assignment and its state (a configuration reload changes
-// no grant).
+// that keeps its assignment, its state and its counters (a configuration
+// reload changes no grant, and the metrics read from Stats run on).
 func (c *Client) Bucket(spec BucketSpec) (*Bucket, error) {
 	b, err := newBucket(spec)
 	if err != nil {
@@ -161,6 +161,7 @@ func (c *Client) Bucket(spec BucketSpec) (*Bucket, error) {
 		b.allowed.Store(old.allowed.Swap(0))
 		b.denied.Store(old.denied.Swap(0))
 		b.lastReport.Store(old.lastReport.Load())
+		b.stats.carry(&old.stats)
 	}
 	c.buckets[b.key] = b
 	return b, nil

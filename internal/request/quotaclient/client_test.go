@@ -239,4 +239,9 @@ func TestClientBucketReload(t *testing.T) {
 	if d, _ := b2.Decide(store.Take, t0, 1); d.Allowed {
 		t.Fatal("admitted past the assignment kept")
 	}
+	// The counters run on: one assignment (not counted again), three
+	// requests decided on the two buckets.
+	if st := b2.Stats(t0); st.Assignments != 1 || st.Allowed != 2 || st.Denied != 1 || st.Fresh != 5 {
+		t.Fatalf("stats after the replacement: %+v; want 1 assignment, 2 allowed, 1 denied, 5 fresh", st)
+	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"github.com/rlcore/rl/internal/request/decisionlog"
 	"io"
 	"log/slog"
 	"net/http"
@@ -11,8 +10,11 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/rlcore/rl/core"
+	"github.com/rlcore/rl/internal/frontend/rlqs"
 	"github.com/rlcore/rl/internal/frontend/rls"
 	"github.com/rlcore/rl/internal/frontend/service"
+	"github.com/rlcore/rl/internal/request/decisionlog"
 	"github.com/rlcore/rl/memstore"
 )
 
@@ -51,8 +53,11 @@ func metricsPage() (string, error) {
 // exposition returns /metrics of a service with every collector
 // registered.
 func exposition() (string, error) {
+	// A global rule, so that the RLQS client's families have series (its
+	// server unreachable: nothing but the families is read).
 	cfg, err := service.ParseConfig("c.yaml", "yaml", []byte("upstream: demo\nrules:\n  - {name: r, endpoint: /r, limits: [{name: burst, strategy: token, limit: 10, window: 1s}, "+
-		"{name: candidate, strategy: fixed, limit: 5, window: 1m, shadow: true}]}\n"))
+		"{name: candidate, strategy: fixed, limit: 5, window: 1m, shadow: true}]}\n"+
+		"  - {name: g, key_by: global, strategy: token, limit: 10, window: 1s, global: {rlqs: \"127.0.0.1:1\", bucket: {name: g}}}\n"))
 	if err != nil {
 		return "", err
 	}
@@ -69,6 +74,7 @@ func exposition() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	defer svc.Close()
 	if err := svc.MonitorPool(func() service.PoolStats { return service.PoolStats{} }); err != nil {
 		return "", err
 	}
@@ -82,6 +88,15 @@ func exposition() (string, error) {
 		return "", err
 	}
 	if _, err := rls.New(svc, &rls.Config{Path: "d.yaml", Domains: map[string]*rls.Domain{"d": d}}, rls.Options{Trusted: true}); err != nil {
+		return "", err
+	}
+	// The RLQS server (-rlqs-config), as the rate limit service's companion
+	// registers it.
+	q, err := rlqs.New(rlqs.Config{Rules: []rlqs.Rule{{Domain: "envoy", Limit: core.Limit{Algorithm: core.TokenBucket, Limit: 10, Window: 1e6}}}})
+	if err != nil {
+		return "", err
+	}
+	if err := svc.Register(q.Collectors()...); err != nil {
 		return "", err
 	}
 	rec := httptest.NewRecorder()
