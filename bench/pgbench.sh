@@ -30,10 +30,12 @@ dir=$(mktemp -d)
 
 psql "$URL" -qc "CREATE DATABASE $DB"
 trap 'psql "$URL" -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)"; rm -rf "$dir"' EXIT
+# Migrated as the superuser (-allow-superuser): a scratch database for a
+# benchmark, not an installation (sql/README.md says how to install).
 if [ -n "${RL_VERSION:-}" ]; then
-	GOFLAGS=-buildvcs=false go run ./cmd/rl-migrate -database "$DBURL" goto "$RL_VERSION" >&2
+	GOFLAGS=-buildvcs=false go run ./cmd/rl-migrate -allow-superuser -database "$DBURL" goto "$RL_VERSION" >&2
 else
-	GOFLAGS=-buildvcs=false go run ./cmd/rl-migrate -database "$DBURL" up >&2
+	GOFLAGS=-buildvcs=false go run ./cmd/rl-migrate -allow-superuser -database "$DBURL" up >&2
 fi
 if [ -n "${NATIVE:-}" ]; then
 	psql "$DBURL" -qAtc "CREATE EXTENSION rl_native" -c "SELECT rl_native.enable()" >&2

@@ -42,9 +42,9 @@ trap drop_all EXIT
 for v in $VERSIONS; do
 	DBURL=$(dburl "$v")
 	psql "$URL" -qc "CREATE DATABASE rlprof_$$_$v"
-	GOFLAGS=-buildvcs=false go run ./cmd/rl-migrate -database "$DBURL" up
+	GOFLAGS=-buildvcs=false go run ./cmd/rl-migrate -allow-superuser -database "$DBURL" up
 	if [ "$v" != latest ]; then
-		GOFLAGS=-buildvcs=false go run ./cmd/rl-migrate -database "$DBURL" goto "$v"
+		GOFLAGS=-buildvcs=false go run ./cmd/rl-migrate -allow-superuser -database "$DBURL" goto "$v"
 	fi
 	psql "$DBURL" -q <<'SQL'
 CREATE EXTENSION plprofiler;
